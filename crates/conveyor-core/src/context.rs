@@ -1,0 +1,101 @@
+//! What a handler knows about the message it runs for.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::message::{Attributes, Message};
+
+/// The context of one job run: the message's metadata, a deadline and a cancellation token.
+///
+/// Long jobs should watch [`Context::cancelled`]: it fires when the worker lost the message's lease
+/// (another worker may run it) or when shutdown's drain deadline passed. Stop, and return an error.
+#[derive(Debug, Clone)]
+pub struct Context {
+    message: Arc<Message>,
+    queue: Arc<str>,
+    deadline: Instant,
+    cancel: CancellationToken,
+    idempotency_key: Option<String>,
+}
+
+impl Context {
+    /// A context for `message` from `queue`, ending at `deadline`, cancelled through `cancel`.
+    pub fn new(
+        message: Arc<Message>,
+        queue: Arc<str>,
+        deadline: Instant,
+        cancel: CancellationToken,
+        idempotency_key: Option<String>,
+    ) -> Self {
+        Self {
+            message,
+            queue,
+            deadline,
+            cancel,
+            idempotency_key,
+        }
+    }
+
+    /// SQS's message id.
+    pub fn message_id(&self) -> &str {
+        &self.message.id
+    }
+
+    /// The queue the message came from.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// 1 on the first delivery, then 2, 3, ...
+    pub fn receive_count(&self) -> u32 {
+        self.message.receive_count
+    }
+
+    /// When the producer sent the message.
+    pub fn sent_at(&self) -> Option<SystemTime> {
+        self.message.sent_at
+    }
+
+    /// The message attributes (including Conveyor's `conveyor.*` ones).
+    pub fn attributes(&self) -> &Attributes {
+        &self.message.attributes
+    }
+
+    /// The FIFO message group, on FIFO queues.
+    pub fn group_id(&self) -> Option<&str> {
+        self.message.group_id.as_deref()
+    }
+
+    /// The X-Ray trace header the producer propagated, if any.
+    pub fn trace_header(&self) -> Option<&str> {
+        self.message.trace_header.as_deref()
+    }
+
+    /// The idempotency key this run was claimed under, when idempotency is on.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
+
+    /// When the handler's timeout (or the Lambda invocation's deadline) runs out.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The token that is cancelled when the run must stop.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Resolves when the run must stop; use in `tokio::select!` around long steps.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await;
+    }
+
+    /// True once the run must stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}

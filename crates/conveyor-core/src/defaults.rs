@@ -1,0 +1,34 @@
+//! Default names and numbers shared by the code and by `infra/`.
+//!
+//! The Terraform modules in `infra/` use the same values; a test in `tests/` parses the
+//! `.tf` files and fails when the two drift apart.
+
+use std::time::Duration;
+
+/// Partition key attribute of the idempotency table (as in AWS Lambda Powertools).
+pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "id";
+/// Record status attribute: `INPROGRESS` or `COMPLETED` (as in Powertools).
+pub const STATUS_ATTRIBUTE: &str = "status";
+/// Record expiry in epoch seconds; also the table's TTL attribute (as in Powertools).
+pub const EXPIRATION_ATTRIBUTE: &str = "expiration";
+/// In-progress lease end in epoch milliseconds (as in Powertools).
+pub const IN_PROGRESS_EXPIRATION_ATTRIBUTE: &str = "in_progress_expiration";
+/// The handler's output as JSON text, on completed records (as in Powertools).
+pub const DATA_ATTRIBUTE: &str = "data";
+/// Hash of the payload when payload validation is on (as in Powertools).
+pub const VALIDATION_ATTRIBUTE: &str = "validation";
+/// Conveyor's fencing token; Powertools ignores it.
+pub const TOKEN_ATTRIBUTE: &str = "fencing_token";
+
+/// How many receives before SQS moves a message to the DLQ (the redrive policy's `maxReceiveCount`).
+pub const MAX_RECEIVE_COUNT: u32 = 5;
+/// The queue's visibility timeout the worker expects, in seconds.
+pub const QUEUE_VISIBILITY_TIMEOUT_SECS: u64 = 60;
+/// How long a worker lets in-flight jobs finish after SIGTERM (below ECS's 30 s default stop timeout).
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(25);
+/// The ECS stop timeout that matches [`DRAIN_DEADLINE`] plus time to release what is left.
+pub const ECS_STOP_TIMEOUT_SECS: u64 = 30;
+/// The minimum ratio of a queue's visibility timeout to a Lambda consumer's timeout (AWS's advice).
+pub const LAMBDA_VISIBILITY_RATIO: u64 = 6;
+/// How long a completed idempotency record keeps suppressing duplicates.
+pub const IDEMPOTENCY_RECORD_TTL: Duration = Duration::from_secs(24 * 3600);

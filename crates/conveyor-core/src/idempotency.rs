@@ -1,0 +1,236 @@
+//! The `IdempotencyStore` port: claims that make a job's effect happen once.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+/// A record's status, spelled as AWS Lambda Powertools spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordStatus {
+    /// `INPROGRESS`: a worker holds the claim until its lease ends.
+    InProgress,
+    /// `COMPLETED`: the job is done; duplicates are acknowledged without running.
+    Completed,
+}
+
+impl RecordStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordStatus::InProgress => "INPROGRESS",
+            RecordStatus::Completed => "COMPLETED",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "INPROGRESS" => Some(RecordStatus::InProgress),
+            "COMPLETED" => Some(RecordStatus::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// One idempotency record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// The namespaced key.
+    pub key: String,
+    /// In progress or completed.
+    pub status: RecordStatus,
+    /// After this the record no longer counts (whether or not DynamoDB's TTL has deleted it yet).
+    pub expires_at: SystemTime,
+    /// The in-progress lease's end; Powertools omits it outside Lambda.
+    pub lease_until: Option<SystemTime>,
+    /// The handler's output as JSON, on completed records.
+    pub output: Option<String>,
+    /// The payload hash, when payload validation is on.
+    pub validation: Option<String>,
+    /// The fencing token of the claim that wrote it; absent on Powertools' records.
+    pub token: Option<String>,
+}
+
+/// A request to claim a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The namespaced key (see [`idempotency_key`]).
+    pub key: String,
+    /// The lease's end: the message's visibility deadline.
+    pub lease_until: SystemTime,
+    /// When the record stops counting.
+    pub expires_at: SystemTime,
+    /// The payload hash, when payload validation is on.
+    pub validation: Option<String>,
+}
+
+/// A held claim; complete, release and extend are fenced on its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The namespaced key.
+    pub key: String,
+    /// A random token written with the claim.
+    pub token: String,
+}
+
+/// The result of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The key was free (absent, expired, or in progress with a lapsed lease): run the job.
+    Acquired(Claim),
+    /// A live record exists: completed (a duplicate) or in progress elsewhere.
+    Exists(IdempotencyRecord),
+}
+
+/// A store call that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The record is no longer ours: its token changed (a takeover after our lease lapsed) or it is gone.
+    #[error("claim on {key} is no longer held: another worker took it over after the lease lapsed")]
+    Fenced {
+        /// The key.
+        key: String,
+    },
+    /// The store cannot be reached, throttled or failed: retry later, never run unclaimed.
+    #[error("idempotency store unavailable: {message}")]
+    Unavailable {
+        /// What happened.
+        message: String,
+    },
+    /// The table does not exist, access is denied, or the request is invalid: fix the configuration.
+    #[error("idempotency store refused the request: {message}")]
+    Misconfigured {
+        /// What was wrong and what to do.
+        message: String,
+    },
+    /// The output does not fit in one item (400 KB) and the store is set to refuse it.
+    #[error("output of {key} is {size} bytes, over the store's limit of {limit} bytes")]
+    OutputTooLarge {
+        /// The key.
+        key: String,
+        /// The output's size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// The idempotency port, implemented on DynamoDB (`conveyor-dynamodb`) and in memory (`conveyor-testing`).
+///
+/// Contracts every implementation keeps (the conformance suite in `conveyor-testing` checks them):
+/// - `claim` is atomic: of any number of concurrent claims on one key, exactly one is `Acquired`; the
+///   others see `Exists` with the winner's record. A record counts as free when it is absent, when its
+///   `expires_at` has passed, or when it is in progress with a `lease_until` that has passed. Times are
+///   compared by the store at the moment of the write, never left to TTL deletion.
+/// - `complete`, `release` and `extend_lease` succeed only while the record still carries the claim's
+///   token; otherwise they fail with `StoreError::Fenced` and change nothing.
+/// - `complete` sets the status to completed, stores the output and the new expiry; `release` deletes
+///   the record; `extend_lease` moves `lease_until`.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims a key.
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+
+    /// Marks the claim's job completed with its output.
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError>;
+
+    /// Deletes the claim's record so a retry can claim it.
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
+
+    /// Moves the claim's lease end.
+    async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError>;
+
+    /// Reads a record (expired or not).
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError>;
+}
+
+/// Keys longer than this are hashed (DynamoDB allows 2,048 bytes in a partition key).
+const MAX_PLAIN_KEY_BYTES: usize = 1024;
+
+/// The record key for a job: `conveyor:<job type>#<producer key or message id>`, hashed when long.
+pub fn idempotency_key(job_type: &str, producer_key: Option<&str>, message_id: &str) -> String {
+    let key = producer_key.unwrap_or(message_id);
+    let full = format!("conveyor:{job_type}#{key}");
+    if full.len() <= MAX_PLAIN_KEY_BYTES {
+        return full;
+    }
+    format!("conveyor:{job_type}#sha256:{}", payload_hash(key))
+}
+
+/// The hash stored for payload validation: SHA-256 of the body, hex.
+pub fn payload_hash(payload: &str) -> String {
+    hex::encode(Sha256::digest(payload.as_bytes()))
+}
+
+/// A fresh random fencing token.
+pub fn new_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// How long to wait before retrying a job whose key is in progress elsewhere: until the other lease
+/// lapses (a little after), or `fallback` when the record carries no lease.
+pub fn wait_for_lease(record: &IdempotencyRecord, now: SystemTime, fallback: Duration) -> Duration {
+    let end = record
+        .lease_until
+        .unwrap_or(now + fallback)
+        .min(record.expires_at);
+    end.duration_since(now).unwrap_or(Duration::ZERO) + Duration::from_secs(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_namespaced_and_prefer_the_producer_key() {
+        assert_eq!(
+            idempotency_key("email", Some("user:42"), "m-1"),
+            "conveyor:email#user:42"
+        );
+        assert_eq!(idempotency_key("email", None, "m-1"), "conveyor:email#m-1");
+        assert_ne!(
+            idempotency_key("email", None, "m-1"),
+            idempotency_key("report", None, "m-1")
+        );
+    }
+
+    #[test]
+    fn long_keys_are_hashed_below_the_dynamodb_limit() {
+        let long = "x".repeat(5000);
+        let key = idempotency_key("email", Some(&long), "m-1");
+        assert!(key.len() < 200);
+        assert_eq!(key, idempotency_key("email", Some(&long), "m-2"));
+    }
+
+    #[test]
+    fn waiting_for_a_lease_ends_just_after_it() {
+        let now = SystemTime::now();
+        let record = IdempotencyRecord {
+            key: "k".into(),
+            status: RecordStatus::InProgress,
+            expires_at: now + Duration::from_secs(3600),
+            lease_until: Some(now + Duration::from_secs(30)),
+            output: None,
+            validation: None,
+            token: None,
+        };
+        assert_eq!(
+            wait_for_lease(&record, now, Duration::from_secs(60)),
+            Duration::from_secs(31)
+        );
+        let no_lease = IdempotencyRecord {
+            lease_until: None,
+            ..record
+        };
+        assert_eq!(
+            wait_for_lease(&no_lease, now, Duration::from_secs(60)),
+            Duration::from_secs(61)
+        );
+    }
+}

@@ -1,0 +1,88 @@
+//! The state one in-flight message shares between the pipeline and the runtime's heartbeat.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::idempotency::Claim;
+
+/// One message's lease: its visibility deadline, the idempotency claim held for it, and the token that
+/// cancels its handler.
+///
+/// Ordering (see the pipeline's design note): the pipeline stores the claim here right after acquiring
+/// it and takes it back before settling it; the heartbeat extends the claim's lease only while it is
+/// here, so it never extends a record that was already completed or released.
+#[derive(Debug)]
+pub struct Lease {
+    cancel: CancellationToken,
+    visible_until: Mutex<Instant>,
+    claim: Mutex<Option<Claim>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Lease {
+    /// A lease whose message stays invisible until `visible_until`.
+    pub fn new(visible_until: Instant) -> Self {
+        Self::with_token(visible_until, CancellationToken::new())
+    }
+
+    /// A lease cancelled through `cancel` (a child of a runtime-wide token, say).
+    pub fn with_token(visible_until: Instant, cancel: CancellationToken) -> Self {
+        Self {
+            cancel,
+            visible_until: Mutex::new(visible_until),
+            claim: Mutex::new(None),
+        }
+    }
+
+    /// The token that cancels the message's handler.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// When the message becomes visible again unless extended.
+    pub fn visible_until(&self) -> Instant {
+        *lock(&self.visible_until)
+    }
+
+    /// Records an extension of the visibility deadline.
+    pub fn set_visible_until(&self, until: Instant) {
+        *lock(&self.visible_until) = until;
+    }
+
+    /// The visibility deadline as wall-clock time, for the idempotency store.
+    pub fn visible_until_wall(&self) -> SystemTime {
+        to_wall_clock(self.visible_until())
+    }
+
+    /// The claim held for this message, if any.
+    pub fn claim(&self) -> Option<Claim> {
+        lock(&self.claim).clone()
+    }
+
+    /// Stores the claim just acquired.
+    pub fn hold_claim(&self, claim: Claim) {
+        *lock(&self.claim) = Some(claim);
+    }
+
+    /// Takes the claim back before settling it.
+    pub fn take_claim(&self) -> Option<Claim> {
+        lock(&self.claim).take()
+    }
+}
+
+/// Converts a (tokio) instant to wall-clock time.
+pub fn to_wall_clock(instant: Instant) -> SystemTime {
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    if instant >= now {
+        wall + (instant - now)
+    } else {
+        wall - (now - instant)
+    }
+}

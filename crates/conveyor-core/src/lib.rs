@@ -1,0 +1,34 @@
+#![doc = include_str!("../README.md")]
+
+pub mod backoff;
+pub mod config;
+pub mod context;
+pub mod defaults;
+pub mod disposition;
+pub mod error;
+pub mod handler;
+pub mod idempotency;
+pub mod lease;
+pub mod limits;
+pub mod message;
+pub mod outcome;
+pub mod pipeline;
+pub mod queue;
+pub mod router;
+
+pub use backoff::Backoff;
+pub use context::Context;
+pub use disposition::{Disposition, RejectMode, reject};
+pub use error::{ErrorKind, HandlerError};
+pub use handler::{BoxFuture, Handler, HandlerSettings};
+pub use idempotency::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+};
+pub use lease::Lease;
+pub use message::{AttributeValue, Attributes, Message, ReceiptHandle};
+pub use outcome::{AckReason, Failure, Outcome};
+pub use pipeline::{Pipeline, Processed};
+pub use queue::{
+    DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange,
+};
+pub use router::Router;

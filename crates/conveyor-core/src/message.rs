@@ -1,0 +1,137 @@
+//! A received SQS message, as every runtime hands it to the pipeline.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// Message attribute holding the job type the [`Router`](crate::Router) dispatches on.
+pub const JOB_TYPE_ATTRIBUTE: &str = "conveyor.type";
+/// Message attribute holding the job's schema version (a positive integer).
+pub const SCHEMA_VERSION_ATTRIBUTE: &str = "conveyor.version";
+/// Message attribute holding the producer's idempotency key (a business key).
+pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "conveyor.key";
+/// Message attribute added to dead-lettered messages: the failure as JSON.
+pub const FAILURE_ATTRIBUTE: &str = "conveyor.failure";
+
+/// The opaque handle SQS returns with each receive; needed to delete or extend that receipt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReceiptHandle(pub String);
+
+impl ReceiptHandle {
+    /// The handle as SQS wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One message attribute, mirroring SQS's `MessageAttributeValue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributeValue {
+    /// `String`, `Number`, `Binary`, optionally with a custom suffix (`String.json`).
+    pub data_type: String,
+    /// Set for `String` and `Number` types.
+    pub string_value: Option<String>,
+    /// Set for `Binary` types.
+    pub binary_value: Option<Vec<u8>>,
+}
+
+impl AttributeValue {
+    /// A `String` attribute.
+    pub fn string(value: impl Into<String>) -> Self {
+        Self {
+            data_type: "String".to_owned(),
+            string_value: Some(value.into()),
+            binary_value: None,
+        }
+    }
+
+    /// A `Number` attribute.
+    pub fn number(value: impl ToString) -> Self {
+        Self {
+            data_type: "Number".to_owned(),
+            string_value: Some(value.to_string()),
+            binary_value: None,
+        }
+    }
+
+    /// The attribute's size as SQS counts it against the 1 MiB message limit: name is added by the caller.
+    pub fn size(&self) -> usize {
+        self.data_type.len()
+            + self.string_value.as_ref().map_or(0, String::len)
+            + self.binary_value.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// Message attributes by name.
+pub type Attributes = BTreeMap<String, AttributeValue>;
+
+/// A message as received from a queue (by the worker's `ReceiveMessage` or in a Lambda `SqsEvent`).
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// SQS's message id.
+    pub id: String,
+    /// The handle of this receipt.
+    pub receipt_handle: ReceiptHandle,
+    /// The body, as sent.
+    pub body: String,
+    /// User message attributes (including Conveyor's `conveyor.*` ones).
+    pub attributes: Attributes,
+    /// `ApproximateReceiveCount`: 1 on the first delivery.
+    pub receive_count: u32,
+    /// `SentTimestamp`.
+    pub sent_at: Option<SystemTime>,
+    /// `ApproximateFirstReceiveTimestamp`: the 12-hour visibility limit counts from here.
+    pub first_received_at: Option<SystemTime>,
+    /// `MessageGroupId` on FIFO queues.
+    pub group_id: Option<String>,
+    /// `MessageDeduplicationId` on FIFO queues.
+    pub deduplication_id: Option<String>,
+    /// `AWSTraceHeader`, when the producer propagated an X-Ray trace.
+    pub trace_header: Option<String>,
+}
+
+impl Message {
+    /// A message with the given id and body and nothing else: for tests and tools.
+    pub fn new(id: impl Into<String>, body: impl Into<String>) -> Self {
+        let id = id.into();
+        Self {
+            receipt_handle: ReceiptHandle(format!("rh-{id}")),
+            id,
+            body: body.into(),
+            attributes: Attributes::new(),
+            receive_count: 1,
+            sent_at: None,
+            first_received_at: None,
+            group_id: None,
+            deduplication_id: None,
+            trace_header: None,
+        }
+    }
+
+    /// A string (or number) attribute's value.
+    pub fn string_attribute(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .get(name)
+            .and_then(|value| value.string_value.as_deref())
+    }
+
+    /// The job type Conveyor's producer set, if any.
+    pub fn job_type(&self) -> Option<&str> {
+        self.string_attribute(JOB_TYPE_ATTRIBUTE)
+    }
+
+    /// The producer's idempotency key, if any.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.string_attribute(IDEMPOTENCY_KEY_ATTRIBUTE)
+            .filter(|key| !key.is_empty())
+    }
+
+    /// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
+    pub fn size(&self) -> usize {
+        self.body.len()
+            + self
+                .attributes
+                .iter()
+                .map(|(name, value)| name.len() + value.size())
+                .sum::<usize>()
+    }
+}

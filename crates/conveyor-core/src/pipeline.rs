@@ -1,0 +1,374 @@
+//! The per-message pipeline both runtimes call: route and decode → claim → handle → settle the claim.
+//!
+//! # Design note: ordering
+//!
+//! 1. **Decode before claim.** A body that cannot decode would fail on every delivery; claiming first
+//!    would only add a write. It is rejected without touching the store.
+//! 2. **Claim before handle, and fail closed.** The handler runs only under an acquired claim. If the
+//!    store cannot be reached the message is retried, never run unclaimed.
+//! 3. **The claim's lease is the message's visibility deadline.** If this worker dies, the claim lapses
+//!    exactly when SQS delivers the message again, so the next delivery can take it over. The runtime's
+//!    heartbeat extends both together through [`Lease`].
+//! 4. **Settle the claim before the runtime applies the outcome.** Complete (on success) or release (on
+//!    failure) happens here; the runtime deletes or re-times the message afterwards. A crash between the
+//!    two leaves a completed record and a message that comes back: the next delivery is acknowledged as
+//!    a duplicate without running.
+//! 5. The claim is taken out of the [`Lease`] before it is settled, so the heartbeat can no longer extend
+//!    a record that is being completed or released.
+//!
+//! # Failure table
+//!
+//! Every failure ends in one of three states: done once, back in the queue, or in the DLQ with a reason.
+//!
+//! | failure point | what happens | why it is safe |
+//! |---|---|---|
+//! | no handler for the job type, or no type and no default route | `Reject` (DLQ, reason names the known types) | no deploy of this consumer can handle it; nothing ran |
+//! | schema version newer than the handler's, or not a number | `Reject` | retrying on this build cannot help; redrive after deploying |
+//! | body does not decode | `Reject` | the body will not change; nothing ran |
+//! | store unreachable or refusing the claim | `Retry` (backoff), handler not run | fail closed: never run unclaimed; the DLQ catches it after `maxReceiveCount` |
+//! | key completed before | `Ack(Duplicate)` without running | the effect already happened once |
+//! | key in progress elsewhere | `Retry` after the other lease ends | the other worker finishes (next delivery acks) or its lease lapses (next delivery takes over) |
+//! | same key, different payload (validation on) | `Reject` | a producer bug; running would apply the wrong payload |
+//! | handler returns a retryable error, panics or times out | release claim, `Retry` (backoff) | the retry can claim again |
+//! | handler returns a permanent error | release claim, `Reject` | retrying cannot help |
+//! | run cancelled (lease lost, shutdown) | release claim, `Retry` at once | another delivery runs it; the claim is free for it |
+//! | complete fails (store down) | `Ack` anyway, logged | the work is done; deleting the message stops SQS redelivery. The record stays in progress until its lease lapses, so only a producer re-send after that could run again |
+//! | complete fenced (lease taken over) | `Ack`, logged as a possible double run | only after a lapsed lease, which the heartbeat prevents |
+//! | output too large for the store | complete without output, `Ack` | succeeded work never becomes a failure |
+//! | release fails | outcome unchanged | the record lapses with the lease; the retry waits for it |
+//! | worker dies anywhere | message reappears after its visibility timeout, claim lapses at the same time | the next delivery claims and runs it, or acks it if it was completed |
+//! | DLQ send fails (applied by the runtime, [`reject`](crate::reject)) | message stays, visible after its backoff | nothing deleted before the DLQ has a copy |
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::FutureExt;
+use tokio::time::Instant;
+
+use crate::context::Context;
+use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
+use crate::idempotency::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+    idempotency_key, payload_hash, wait_for_lease,
+};
+use crate::lease::Lease;
+use crate::message::Message;
+use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
+use crate::router::Router;
+
+/// How long a cancelled handler may take to return on its own before its future is dropped.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// The per-message pipeline. Cheap to clone; share one per runtime.
+#[derive(Clone)]
+pub struct Pipeline {
+    router: Router,
+    store: Option<Arc<dyn IdempotencyStore>>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("router", &self.router)
+            .field("store", &self.store.is_some())
+            .finish()
+    }
+}
+
+/// What the pipeline did with one message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Processed {
+    /// What the runtime must do with the message.
+    pub outcome: Outcome,
+    /// The job type that handled it, when one was found.
+    pub job_type: Option<&'static str>,
+    /// How long the handler ran, when it ran.
+    pub handler_duration: Option<Duration>,
+    /// The output as JSON: the new one, or the stored one for a duplicate.
+    pub output: Option<String>,
+}
+
+impl Processed {
+    fn early(outcome: Outcome, job_type: Option<&'static str>) -> Self {
+        Self {
+            outcome,
+            job_type,
+            handler_duration: None,
+            output: None,
+        }
+    }
+
+    /// True when the handler ran.
+    pub fn ran(&self) -> bool {
+        self.handler_duration.is_some()
+    }
+
+    /// The backoff delay to use if a reject cannot reach the DLQ.
+    pub fn fallback_delay(&self) -> Duration {
+        match &self.outcome {
+            Outcome::Retry { delay, .. } => *delay,
+            _ => Duration::from_secs(60),
+        }
+    }
+}
+
+impl Pipeline {
+    /// A pipeline without idempotency.
+    pub fn new(router: Router) -> Self {
+        Self { router, store: None }
+    }
+
+    /// Claims an idempotency record for every handler whose settings are idempotent.
+    pub fn with_store(mut self, store: Arc<dyn IdempotencyStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The router.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The store, when idempotency is on.
+    pub fn store(&self) -> Option<&Arc<dyn IdempotencyStore>> {
+        self.store.as_ref()
+    }
+
+    /// Runs one message through decode → claim → handle → settle, and returns the outcome.
+    ///
+    /// `run_deadline` bounds the handler beyond its own timeout (the Lambda invocation's deadline).
+    pub async fn process(
+        &self,
+        message: Arc<Message>,
+        queue: Arc<str>,
+        lease: &Lease,
+        run_deadline: Option<Instant>,
+    ) -> Processed {
+        let origin = Origin {
+            queue: &queue,
+            handler: "",
+            receive_count: message.receive_count,
+        };
+        let handler = match self.router.handler_for(&message) {
+            Ok(handler) => Arc::clone(handler),
+            Err(error) => {
+                let failure = Failure::now(error.message(), message.receive_count, &queue, "");
+                return Processed::early(Outcome::Reject(failure), None);
+            }
+        };
+        let job_type = handler.job_type();
+        let origin = Origin {
+            handler: job_type,
+            ..origin
+        };
+        let settings = handler.settings();
+        let job = match handler.prepare(&message) {
+            Ok(job) => job,
+            Err(error) => {
+                let outcome = classify(RunResult::Failed(error), origin, &settings.backoff);
+                return Processed::early(outcome, Some(job_type));
+            }
+        };
+
+        let store = self.store.as_ref().filter(|_| settings.idempotent);
+        let (claim, idempotency_key) = match store {
+            None => (None, None),
+            Some(store) => match claim(store.as_ref(), handler.as_ref(), &message, &queue, lease).await {
+                Ok(claim) => {
+                    let key = claim.key.clone();
+                    (Some(claim), Some(key))
+                }
+                Err(processed) => return *processed,
+            },
+        };
+
+        let started = Instant::now();
+        let mut deadline = started + settings.timeout;
+        if let Some(run_deadline) = run_deadline {
+            deadline = deadline.min(run_deadline);
+        }
+        let ctx = Context::new(
+            Arc::clone(&message),
+            Arc::clone(&queue),
+            deadline,
+            lease.cancellation().clone(),
+            idempotency_key,
+        );
+        let (result, output) = run(job, ctx, deadline, settings.timeout, lease).await;
+        let handler_duration = Some(started.elapsed());
+        let outcome = classify(result, origin, &settings.backoff);
+
+        if let (Some(store), Some(claim)) = (store, claim) {
+            lease.take_claim();
+            settle(store.as_ref(), &claim, &outcome, output.as_deref(), settings).await;
+        }
+        Processed {
+            outcome,
+            job_type: Some(job_type),
+            handler_duration,
+            output,
+        }
+    }
+}
+
+/// Claims the message's key; `Err` carries the finished result when the handler must not run.
+async fn claim(
+    store: &dyn IdempotencyStore,
+    handler: &dyn ErasedHandler,
+    message: &Message,
+    queue: &str,
+    lease: &Lease,
+) -> Result<Claim, Box<Processed>> {
+    let job_type = handler.job_type();
+    let settings = handler.settings();
+    let now = SystemTime::now();
+    let request = ClaimRequest {
+        key: idempotency_key(job_type, message.idempotency_key(), &message.id),
+        lease_until: lease.visible_until_wall(),
+        expires_at: now + settings.record_ttl,
+        validation: settings.validate_payload.then(|| payload_hash(&message.body)),
+    };
+    let retry = |delay: Duration, reason: String| {
+        Box::new(Processed::early(Outcome::Retry { delay, reason }, Some(job_type)))
+    };
+    match store.claim(&request).await {
+        Ok(ClaimOutcome::Acquired(claim)) => {
+            lease.hold_claim(claim.clone());
+            Ok(claim)
+        }
+        Ok(ClaimOutcome::Exists(record)) => Err(Box::new(existing_record(
+            record, &request, message, queue, job_type, now,
+        ))),
+        Err(error) => {
+            tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
+            Err(retry(
+                settings.backoff.delay(message.receive_count),
+                format!("claim failed: {error}"),
+            ))
+        }
+    }
+}
+
+/// The result for a message whose key already has a live record.
+fn existing_record(
+    record: IdempotencyRecord,
+    request: &ClaimRequest,
+    message: &Message,
+    queue: &str,
+    job_type: &'static str,
+    now: SystemTime,
+) -> Processed {
+    if let (Some(expected), Some(stored)) = (&request.validation, &record.validation)
+        && expected != stored
+    {
+        let reason = format!(
+            "idempotency key {} was used before with a different payload; the producer must use a new key \
+             for a different job",
+            request.key
+        );
+        let failure = Failure::now(reason, message.receive_count, queue, job_type);
+        return Processed::early(Outcome::Reject(failure), Some(job_type));
+    }
+    match record.status {
+        RecordStatus::Completed => {
+            tracing::info!(key = %record.key, "duplicate: already completed, acknowledging without running");
+            Processed {
+                outcome: Outcome::Ack(AckReason::Duplicate),
+                job_type: Some(job_type),
+                handler_duration: None,
+                output: record.output,
+            }
+        }
+        RecordStatus::InProgress => {
+            let fallback = request
+                .lease_until
+                .duration_since(now)
+                .unwrap_or(Duration::from_secs(30));
+            let delay = wait_for_lease(&record, now, fallback).min(crate::limits::MAX_VISIBILITY_TIMEOUT);
+            tracing::info!(key = %record.key, ?delay, "in progress elsewhere; retrying after its lease");
+            let reason = "in progress elsewhere".to_owned();
+            Processed::early(Outcome::Retry { delay, reason }, Some(job_type))
+        }
+    }
+}
+
+/// Runs the handler with its deadline, panic catching and cancellation (with a grace period).
+async fn run(
+    job: PreparedJob,
+    ctx: Context,
+    deadline: Instant,
+    timeout: Duration,
+    lease: &Lease,
+) -> (RunResult, Option<String>) {
+    let cancel = lease.cancellation().clone();
+    let mut handler = AssertUnwindSafe(job(ctx)).catch_unwind();
+    let finished = tokio::select! {
+        result = tokio::time::timeout_at(deadline, &mut handler) => Some(result),
+        () = cancel.cancelled() => None,
+    };
+    let finished = match finished {
+        Some(result) => result,
+        None => match tokio::time::timeout(CANCEL_GRACE, &mut handler).await {
+            Ok(result) => Ok(result),
+            Err(_) => return (RunResult::Cancelled, None),
+        },
+    };
+    match finished {
+        Err(_) => (RunResult::TimedOut(timeout), None),
+        Ok(Err(panic)) => (RunResult::Panicked(panic_message(panic.as_ref())), None),
+        Ok(Ok(Err(error))) if cancel.is_cancelled() => {
+            tracing::debug!(%error, "cancelled handler returned an error");
+            (RunResult::Cancelled, None)
+        }
+        Ok(Ok(Err(error))) => (RunResult::Failed(error), None),
+        Ok(Ok(Ok(output))) => (RunResult::Succeeded, output),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        return (*text).to_owned();
+    }
+    if let Some(text) = payload.downcast_ref::<String>() {
+        return text.clone();
+    }
+    "non-string panic payload".to_owned()
+}
+
+/// Completes or releases the claim according to the outcome. Never changes the outcome.
+async fn settle(
+    store: &dyn IdempotencyStore,
+    claim: &Claim,
+    outcome: &Outcome,
+    output: Option<&str>,
+    settings: &HandlerSettings,
+) {
+    if !matches!(outcome, Outcome::Ack(AckReason::Completed)) {
+        if let Err(error) = store.release(claim).await {
+            tracing::warn!(%error, key = %claim.key, "could not release the claim; it lapses with its lease");
+        }
+        return;
+    }
+    let expires_at = SystemTime::now() + settings.record_ttl;
+    let result = match store.complete(claim, output, expires_at).await {
+        Err(StoreError::OutputTooLarge { size, limit, .. }) => {
+            tracing::warn!(size, limit, key = %claim.key, "output too large for the store; completing without it");
+            store.complete(claim, None, expires_at).await
+        }
+        other => other,
+    };
+    match result {
+        Ok(()) => {}
+        Err(StoreError::Fenced { .. }) => tracing::error!(
+            key = %claim.key,
+            "claim was taken over while the handler ran (its lease lapsed): the job may have run twice"
+        ),
+        Err(error) => tracing::error!(
+            %error,
+            key = %claim.key,
+            "job succeeded but its record could not be completed; acknowledging anyway"
+        ),
+    }
+}

@@ -1,0 +1,73 @@
+# A queue, an idempotency table and an ECS Fargate worker: everything one Conveyor job type needs.
+# The network (subnets, security groups) and the task execution role come from outside.
+
+terraform {
+  required_version = ">= 1.5"
+
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.0"
+    }
+  }
+}
+
+provider "aws" {
+  region = var.region
+}
+
+module "queue" {
+  source = "../../modules/queue"
+
+  name = var.name
+
+  # conveyor_core::defaults: QUEUE_VISIBILITY_TIMEOUT_SECS and MAX_RECEIVE_COUNT. The worker's
+  # heartbeats extend visibility for longer jobs.
+  visibility_timeout_seconds = 60
+  max_receive_count          = 5
+
+  alarm_actions = var.alarm_actions
+}
+
+module "idempotency_table" {
+  source = "../../modules/idempotency-table"
+
+  name = "${var.name}-idempotency"
+}
+
+# Container Insights provides RunningTaskCount, which the backlog-per-task scaling policy divides by.
+resource "aws_ecs_cluster" "this" {
+  name = var.name
+
+  setting {
+    name  = "containerInsights"
+    value = "enabled"
+  }
+}
+
+module "consumer" {
+  source = "../../modules/ecs-consumer"
+
+  name               = var.name
+  cluster_arn        = aws_ecs_cluster.this.arn
+  container_image    = var.container_image
+  execution_role_arn = var.execution_role_arn
+  subnet_ids         = var.subnet_ids
+  security_group_ids = var.security_group_ids
+
+  queue_arn              = module.queue.queue_arn
+  queue_url              = module.queue.queue_url
+  queue_name             = module.queue.queue_name
+  dlq_arn                = module.queue.dlq_arn
+  idempotency_table_name = module.idempotency_table.name
+  idempotency_table_arn  = module.idempotency_table.arn
+
+  # conveyor_core::defaults: DRAIN_DEADLINE and ECS_STOP_TIMEOUT_SECS.
+  drain_deadline_seconds = 25
+  stop_timeout_seconds   = 30
+
+  desired_count    = 1
+  min_capacity     = 1
+  max_capacity     = 10
+  backlog_per_task = 100
+}

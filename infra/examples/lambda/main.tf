@@ -1,0 +1,54 @@
+# A queue, an idempotency table and a Lambda consumer: everything one Conveyor job type needs.
+
+terraform {
+  required_version = ">= 1.5"
+
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.0"
+    }
+  }
+}
+
+provider "aws" {
+  region = var.region
+}
+
+module "queue" {
+  source = "../../modules/queue"
+
+  name = var.name
+
+  # conveyor_core::defaults: QUEUE_VISIBILITY_TIMEOUT_SECS and MAX_RECEIVE_COUNT.
+  visibility_timeout_seconds = 60
+  max_receive_count          = 5
+
+  alarm_actions = var.alarm_actions
+}
+
+module "idempotency_table" {
+  source = "../../modules/idempotency-table"
+
+  name = "${var.name}-idempotency"
+}
+
+module "consumer" {
+  source = "../../modules/lambda-consumer"
+
+  function_name = var.name
+  package_path  = var.package_path
+
+  # The queue's visibility timeout (60 s) is 6x this: AWS's rule for SQS event sources.
+  timeout_seconds                  = 10
+  queue_visibility_timeout_seconds = module.queue.visibility_timeout_seconds
+
+  queue_arn              = module.queue.queue_arn
+  queue_url              = module.queue.queue_url
+  dlq_arn                = module.queue.dlq_arn
+  idempotency_table_name = module.idempotency_table.name
+  idempotency_table_arn  = module.idempotency_table.arn
+
+  batch_size          = 10
+  maximum_concurrency = 10
+}

@@ -1,0 +1,22 @@
+variable "region" {
+  description = "AWS region."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "name" {
+  description = "Name of the queue, the function and (with an -idempotency suffix) the table."
+  type        = string
+  default     = "conveyor-example"
+}
+
+variable "package_path" {
+  description = "Zip with the arm64 `bootstrap` of the Lambda consumer (`cargo lambda build --release --arm64 --output-format zip` writes target/lambda/<bin>/bootstrap.zip)."
+  type        = string
+}
+
+variable "alarm_actions" {
+  description = "ARNs (e.g. an SNS topic) notified by the queue alarms."
+  type        = list(string)
+  default     = []
+}

@@ -1,0 +1,37 @@
+# One item per idempotency key, laid out like AWS Lambda Powertools' idempotency table so that
+# Python, TypeScript and Rust consumers can share it. The names below are the ones in
+# conveyor_core::defaults (IDEMPOTENCY_KEY_ATTRIBUTE, EXPIRATION_ATTRIBUTE); the Rust test
+# tests/tests/infra.rs fails if they drift apart. They are literals on purpose: there is
+# nothing to configure here without breaking the record format.
+resource "aws_dynamodb_table" "this" {
+  name         = var.name
+  billing_mode = "PAY_PER_REQUEST"
+  hash_key     = "id"
+
+  attribute {
+    name = "id"
+    type = "S"
+  }
+
+  # TTL only cleans up: DynamoDB deletes expired items lazily (often hours late), so Conveyor never
+  # relies on it for correctness and compares `expiration` with the clock itself.
+  ttl {
+    enabled        = true
+    attribute_name = "expiration"
+  }
+
+  point_in_time_recovery {
+    enabled = var.point_in_time_recovery_enabled
+  }
+
+  # DynamoDB always encrypts at rest. Without a key this is the AWS-owned key; with one, the
+  # customer-managed key.
+  server_side_encryption {
+    enabled     = var.kms_key_arn != null
+    kms_key_arn = var.kms_key_arn
+  }
+
+  deletion_protection_enabled = var.deletion_protection_enabled
+
+  tags = var.tags
+}

@@ -1,0 +1,33 @@
+variable "name" {
+  description = "Name of the DynamoDB table."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_.-]{3,255}$", var.name))
+    error_message = "name must be 3-255 characters of letters, digits, '_', '-' or '.'."
+  }
+}
+
+variable "kms_key_arn" {
+  description = "Customer-managed KMS key for encryption at rest. null (the default) keeps DynamoDB's default encryption with an AWS-owned key. Consumers then need kms:Decrypt and kms:GenerateDataKey on this key."
+  type        = string
+  default     = null
+}
+
+variable "point_in_time_recovery_enabled" {
+  description = "Keep continuous backups (point-in-time recovery) of the table."
+  type        = bool
+  default     = true
+}
+
+variable "deletion_protection_enabled" {
+  description = "Refuse to delete the table until this is turned off again."
+  type        = bool
+  default     = false
+}
+
+variable "tags" {
+  description = "Tags for the table."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,29 @@
+output "function_name" {
+  description = "Name of the Lambda function."
+  value       = aws_lambda_function.this.function_name
+}
+
+output "function_arn" {
+  description = "ARN of the Lambda function."
+  value       = aws_lambda_function.this.arn
+}
+
+output "role_name" {
+  description = "Name of the function's IAM role (attach further policies for the handlers' own needs)."
+  value       = aws_iam_role.this.name
+}
+
+output "role_arn" {
+  description = "ARN of the function's IAM role."
+  value       = aws_iam_role.this.arn
+}
+
+output "log_group_name" {
+  description = "Name of the function's log group."
+  value       = aws_cloudwatch_log_group.this.name
+}
+
+output "event_source_mapping_uuid" {
+  description = "UUID of the SQS event source mapping."
+  value       = aws_lambda_event_source_mapping.this.uuid
+}

@@ -1,0 +1,54 @@
+output "queue_url" {
+  description = "URL of the main queue (CONVEYOR_QUEUE_URL)."
+  value       = aws_sqs_queue.this.url
+}
+
+output "queue_arn" {
+  description = "ARN of the main queue."
+  value       = aws_sqs_queue.this.arn
+}
+
+output "queue_name" {
+  description = "Name of the main queue (with `.fifo` for FIFO queues)."
+  value       = aws_sqs_queue.this.name
+}
+
+output "dlq_url" {
+  description = "URL of the dead-letter queue."
+  value       = aws_sqs_queue.dlq.url
+}
+
+output "dlq_arn" {
+  description = "ARN of the dead-letter queue."
+  value       = aws_sqs_queue.dlq.arn
+}
+
+output "dlq_name" {
+  description = "Name of the dead-letter queue."
+  value       = aws_sqs_queue.dlq.name
+}
+
+output "visibility_timeout_seconds" {
+  description = "Visibility timeout of the main queue; pass it to lambda-consumer so it can check the 6x rule."
+  value       = aws_sqs_queue.this.visibility_timeout_seconds
+}
+
+output "max_receive_count" {
+  description = "The redrive policy's maxReceiveCount."
+  value       = var.max_receive_count
+}
+
+output "fifo" {
+  description = "Whether the queues are FIFO queues."
+  value       = var.fifo
+}
+
+output "dlq_alarm_arn" {
+  description = "ARN of the DLQ-not-empty alarm."
+  value       = aws_cloudwatch_metric_alarm.dlq_not_empty.arn
+}
+
+output "oldest_message_age_alarm_arn" {
+  description = "ARN of the oldest-message-age alarm."
+  value       = aws_cloudwatch_metric_alarm.oldest_message_age.arn
+}

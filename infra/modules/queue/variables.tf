@@ -1,0 +1,133 @@
+variable "name" {
+  description = "Base name of the queue. FIFO queues get the `.fifo` suffix appended; the DLQ is named `<name>-dlq` (plus `.fifo`)."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,75}$", var.name))
+    error_message = "name must be 1-75 characters of letters, digits, '-' or '_' (the module appends '-dlq' and '.fifo'; SQS allows 80 characters)."
+  }
+}
+
+variable "fifo" {
+  description = "Create a FIFO queue (and a FIFO DLQ). Messages of one group then run in order, one at a time."
+  type        = bool
+  default     = false
+}
+
+variable "content_based_deduplication" {
+  description = "FIFO only: let SQS derive the deduplication id from a SHA-256 of the body, so producers need not set one."
+  type        = bool
+  default     = false
+}
+
+variable "visibility_timeout_seconds" {
+  description = "Visibility timeout of the main queue. Must match conveyor_core::defaults::QUEUE_VISIBILITY_TIMEOUT_SECS unless the consumer is configured otherwise; a Lambda consumer needs at least 6x its function timeout."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.visibility_timeout_seconds >= 0 && var.visibility_timeout_seconds <= 43200
+    error_message = "visibility_timeout_seconds must be between 0 and 43200 (12 hours), SQS's limits."
+  }
+}
+
+variable "max_receive_count" {
+  description = "Receives before SQS moves a message to the DLQ (the redrive policy's maxReceiveCount). Matches conveyor_core::defaults::MAX_RECEIVE_COUNT."
+  type        = number
+  default     = 5
+
+  validation {
+    condition     = var.max_receive_count >= 1 && var.max_receive_count <= 1000
+    error_message = "max_receive_count must be between 1 and 1000."
+  }
+}
+
+variable "message_retention_seconds" {
+  description = "How long the main queue keeps a message (default 4 days)."
+  type        = number
+  default     = 345600
+
+  validation {
+    condition     = var.message_retention_seconds >= 60 && var.message_retention_seconds <= 1209600
+    error_message = "message_retention_seconds must be between 60 seconds and 1209600 seconds (14 days)."
+  }
+}
+
+variable "dlq_message_retention_seconds" {
+  description = "How long the DLQ keeps a message (default 14 days, the SQS maximum). Keep it longer than the main queue's retention: a message's age counts from its first enqueue, not from its move to the DLQ."
+  type        = number
+  default     = 1209600
+
+  validation {
+    condition     = var.dlq_message_retention_seconds >= 60 && var.dlq_message_retention_seconds <= 1209600
+    error_message = "dlq_message_retention_seconds must be between 60 seconds and 1209600 seconds (14 days)."
+  }
+}
+
+variable "receive_wait_time_seconds" {
+  description = "Default long-poll wait for receives that do not set one. Conveyor's worker always asks for 20 s itself."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.receive_wait_time_seconds >= 0 && var.receive_wait_time_seconds <= 20
+    error_message = "receive_wait_time_seconds must be between 0 and 20."
+  }
+}
+
+variable "kms_master_key_id" {
+  description = "KMS key (id, ARN or alias) for server-side encryption of both queues. null (the default) uses SQS-managed encryption (SSE-SQS). Consumers then need kms:Decrypt and kms:GenerateDataKey on this key."
+  type        = string
+  default     = null
+}
+
+variable "kms_data_key_reuse_period_seconds" {
+  description = "With a KMS key: how long SQS reuses a data key before calling KMS again."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.kms_data_key_reuse_period_seconds >= 60 && var.kms_data_key_reuse_period_seconds <= 86400
+    error_message = "kms_data_key_reuse_period_seconds must be between 60 and 86400."
+  }
+}
+
+variable "oldest_message_age_alarm_threshold_seconds" {
+  description = "Alarm when the main queue's oldest message is older than this many seconds (the queue is backing up)."
+  type        = number
+  default     = 900
+
+  validation {
+    condition     = var.oldest_message_age_alarm_threshold_seconds > 0
+    error_message = "oldest_message_age_alarm_threshold_seconds must be positive."
+  }
+}
+
+variable "oldest_message_age_alarm_evaluation_periods" {
+  description = "Consecutive one-minute periods above the age threshold before the alarm fires."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.oldest_message_age_alarm_evaluation_periods >= 1
+    error_message = "oldest_message_age_alarm_evaluation_periods must be at least 1."
+  }
+}
+
+variable "alarm_actions" {
+  description = "ARNs (SNS topics, ...) notified when an alarm fires. Empty: the alarms exist but notify no one."
+  type        = list(string)
+  default     = []
+}
+
+variable "ok_actions" {
+  description = "ARNs notified when an alarm returns to OK."
+  type        = list(string)
+  default     = []
+}
+
+variable "tags" {
+  description = "Tags for every resource of the module."
+  type        = map(string)
+  default     = {}
+}

