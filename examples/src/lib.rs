@@ -1,1 +1,86 @@
 #![doc = include_str!("../README.md")]
+
+pub mod jobs;
+pub mod outbox;
+pub mod webhook_receiver;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use conveyor_core::{Pipeline, Router};
+
+use crate::jobs::report::BuildReport;
+use crate::jobs::webhook::DeliverWebhook;
+use crate::jobs::welcome_email::SendWelcomeEmail;
+use crate::outbox::Outbox;
+
+/// Environment variable naming the outbox file.
+pub const OUTBOX_ENV: &str = "CONVEYOR_DEMO_OUTBOX";
+/// Environment variable holding the webhook signing secret.
+pub const WEBHOOK_SECRET_ENV: &str = "WEBHOOK_SIGNING_SECRET";
+/// Environment variable naming the idempotency table.
+pub const TABLE_ENV: &str = "CONVEYOR_IDEMPOTENCY_TABLE";
+
+/// The application's settings, from the environment.
+#[derive(Debug, Clone)]
+pub struct AppSettings {
+    /// Where side effects are recorded.
+    pub outbox: PathBuf,
+    /// The webhook signing secret.
+    pub webhook_secret: Vec<u8>,
+    /// The webhook request timeout.
+    pub webhook_timeout: Duration,
+}
+
+impl AppSettings {
+    /// Reads `CONVEYOR_DEMO_OUTBOX` (default `outbox.jsonl`) and `WEBHOOK_SIGNING_SECRET` (required).
+    pub fn from_env() -> anyhow::Result<Self> {
+        let outbox = std::env::var_os(OUTBOX_ENV).map_or_else(|| PathBuf::from("outbox.jsonl"), PathBuf::from);
+        let secret = std::env::var(WEBHOOK_SECRET_ENV).with_context(|| {
+            format!("{WEBHOOK_SECRET_ENV} is not set: set it to the secret webhook receivers verify signatures with")
+        })?;
+        Ok(Self { outbox, webhook_secret: secret.into_bytes(), webhook_timeout: Duration::from_secs(10) })
+    }
+}
+
+/// One router for every job type the application runs, in either runtime.
+pub fn router(settings: &AppSettings) -> anyhow::Result<Router> {
+    let outbox = Arc::new(Outbox::new(&settings.outbox));
+    let webhook = DeliverWebhook::new(settings.webhook_secret.clone(), settings.webhook_timeout)
+        .context("building the webhook HTTP client")?;
+    Ok(Router::new()
+        .route(SendWelcomeEmail { outbox: Arc::clone(&outbox) })
+        .route(BuildReport { outbox })
+        .route(webhook))
+}
+
+/// The router, configured from the environment.
+pub fn app_router() -> anyhow::Result<Router> {
+    router(&AppSettings::from_env()?)
+}
+
+/// The pipeline, with idempotency on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE` is set.
+pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
+    let pipeline = Pipeline::new(app_router()?);
+    let Ok(table) = std::env::var(TABLE_ENV) else {
+        tracing::warn!("{TABLE_ENV} is not set: running WITHOUT idempotency; duplicates will run twice");
+        return Ok(pipeline);
+    };
+    let client = conveyor_dynamodb::dynamodb_client_from_env().await;
+    let store = conveyor_dynamodb::DynamoStore::new(client, table);
+    Ok(pipeline.with_store(Arc::new(store)))
+}
+
+/// Logs as JSON lines when `CONVEYOR_LOG_FORMAT=json` (ECS, Lambda), else as text; `RUST_LOG` filters.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("CONVEYOR_LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

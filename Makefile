@@ -1,0 +1,34 @@
+# Conveyor: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: demo test lint unit local-aws stop-local-aws bench
+
+## Runs the example application end to end on the local AWS stack (installed on first use).
+demo: local-aws
+	$(CARGO) build -p conveyor-examples -p conveyor-cli --bins
+	./target/debug/demo
+
+## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack).
+test: lint local-aws
+	$(CARGO) build -p conveyor-examples -p conveyor-cli --bins
+	$(CARGO) test --workspace --all-targets --no-fail-fast
+	$(CARGO) test --workspace --doc
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Starts LocalStack (SQS) on 127.0.0.1:4566 and DynamoDB Local on 127.0.0.1:8000; harmless when running.
+local-aws:
+	./localstack/start.sh
+
+stop-local-aws:
+	./localstack/stop.sh
+
+## Prints the benchmark figures quoted in the README.
+bench: local-aws
+	$(CARGO) run --release -p conveyor-worker --example bench
+	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
+	$(CARGO) run --release -p conveyor-lambda --example overhead
+	$(CARGO) run --release -p conveyor-sqs --example send_bench

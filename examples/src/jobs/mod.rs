@@ -1,0 +1,5 @@
+//! The example application's jobs.
+
+pub mod report;
+pub mod webhook;
+pub mod welcome_email;

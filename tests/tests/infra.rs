@@ -1,0 +1,631 @@
+//! Holds the Terraform in `infra/` to the names and numbers the Rust code relies on.
+//!
+//! Terraform's AWS provider cannot be downloaded on offline machines, so `terraform plan` cannot
+//! check these modules here. This test parses every `.tf` file with the `hcl` crate instead and
+//! checks what would otherwise drift silently:
+//!
+//! - every file parses, and every module has its five files;
+//! - the idempotency table uses the attribute names of `conveyor_core::defaults`;
+//! - the queue and ECS defaults equal the constants in `conveyor_core::defaults`;
+//! - IAM policies name every action and resource (no `"*"`), and come from policy documents;
+//! - the Lambda example keeps the queue's visibility timeout at least 6x the function timeout;
+//! - the Lambda consumer reports batch item failures.
+//!
+//! Run it with `cargo test -p conveyor-e2e --test infra`; it needs no AWS and no emulator.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail, ensure};
+use conveyor_core::defaults;
+use hcl::expr::TemplateExpr;
+use hcl::{Block, Body, Expression};
+
+/// The files every module directory must have.
+const MODULE_FILES: [&str; 5] = [
+    "main.tf",
+    "variables.tf",
+    "outputs.tf",
+    "versions.tf",
+    "README.md",
+];
+
+/// The modules the rest of the project (examples, docs) refers to.
+const EXPECTED_MODULES: [&str; 4] = ["queue", "idempotency-table", "lambda-consumer", "ecs-consumer"];
+
+// ---------------------------------------------------------------------------------------------
+// Finding and parsing files
+// ---------------------------------------------------------------------------------------------
+
+fn infra_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra")
+}
+
+fn module_dir(name: &str) -> PathBuf {
+    infra_dir().join("modules").join(name)
+}
+
+/// Every file under `dir` (recursively) whose name ends with one of `suffixes`, sorted.
+/// `.terraform` directories (left by `terraform init`) hold downloaded code, not ours: skipped.
+fn files_under(dir: &Path, suffixes: &[&str]) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let entries = fs::read_dir(&current).with_context(|| format!("cannot list {}", current.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .unwrap_or_default();
+            if path.is_dir() {
+                if name != ".terraform" {
+                    pending.push(path);
+                }
+            } else if suffixes.iter().any(|suffix| name.ends_with(suffix)) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn parse_file(path: &Path) -> Result<Body> {
+    let text = fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    hcl::parse(&text).with_context(|| format!("{} does not parse as HCL", path.display()))
+}
+
+/// The `.tf` files directly in `dir` (one Terraform module), parsed.
+fn parse_module(dir: &Path) -> Result<Vec<Body>> {
+    let mut bodies = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "tf") {
+            bodies.push(parse_file(&path)?);
+        }
+    }
+    ensure!(!bodies.is_empty(), "no .tf files in {}", dir.display());
+    Ok(bodies)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Walking the syntax tree
+// ---------------------------------------------------------------------------------------------
+
+/// Blocks of one kind (`resource`, `statement`, ...) directly in `body`.
+fn blocks<'a>(body: &'a Body, identifier: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
+    body.blocks()
+        .filter(move |block| block.identifier() == identifier)
+}
+
+/// Blocks of one kind across the files of a module.
+fn blocks_in<'a>(bodies: &'a [Body], identifier: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
+    bodies.iter().flat_map(move |body| blocks(body, identifier))
+}
+
+fn first_label(block: &Block) -> Option<&str> {
+    block.labels().first().map(|label| label.as_str())
+}
+
+/// The one `resource "<kind>"` block of a module.
+fn single_resource<'a>(bodies: &'a [Body], kind: &str) -> Result<&'a Block> {
+    let found: Vec<&Block> = blocks_in(bodies, "resource")
+        .filter(|block| first_label(block) == Some(kind))
+        .collect();
+    match found.as_slice() {
+        [block] => Ok(block),
+        _ => bail!("expected exactly one resource \"{kind}\", found {}", found.len()),
+    }
+}
+
+/// The one nested block of a kind (`ttl`, `lifecycle`, ...) in `body`.
+fn single_block<'a>(body: &'a Body, identifier: &str) -> Result<&'a Block> {
+    let found: Vec<&Block> = body
+        .blocks()
+        .filter(|block| block.identifier() == identifier)
+        .collect();
+    match found.as_slice() {
+        [block] => Ok(block),
+        _ => bail!("expected exactly one `{identifier}` block, found {}", found.len()),
+    }
+}
+
+fn attr<'a>(body: &'a Body, key: &str) -> Option<&'a Expression> {
+    body.attributes()
+        .find(|attribute| attribute.key() == key)
+        .map(|attribute| attribute.expr())
+}
+
+fn required_attr<'a>(body: &'a Body, key: &str) -> Result<&'a Expression> {
+    attr(body, key).with_context(|| format!("attribute `{key}` is missing"))
+}
+
+/// A string literal, or the raw text of a quoted template such as `"${var.x}:*"`.
+fn as_string(expr: &Expression) -> Option<String> {
+    match expr {
+        Expression::String(text) => Some(text.clone()),
+        Expression::TemplateExpr(template) => match template.as_ref() {
+            TemplateExpr::QuotedString(text) => Some(text.clone()),
+            TemplateExpr::Heredoc(_) => None,
+        },
+        _ => None,
+    }
+}
+
+fn string_attr(body: &Body, key: &str) -> Result<String> {
+    as_string(required_attr(body, key)?).with_context(|| format!("`{key}` is not a string literal"))
+}
+
+fn as_number(expr: &Expression) -> Option<u64> {
+    match expr {
+        Expression::Number(number) => number.as_u64(),
+        _ => None,
+    }
+}
+
+/// `var.name` → `name`; `module.queue.visibility_timeout_seconds` → `["module", "queue", ...]`.
+fn traversal_path(expr: &Expression) -> Option<Vec<String>> {
+    let Expression::Traversal(traversal) = expr else {
+        return None;
+    };
+    let Expression::Variable(root) = &traversal.expr else {
+        return None;
+    };
+    let mut path = vec![root.as_str().to_owned()];
+    for operator in &traversal.operators {
+        match operator {
+            hcl::expr::TraversalOperator::GetAttr(name) => path.push(name.as_str().to_owned()),
+            _ => return None,
+        }
+    }
+    Some(path)
+}
+
+/// Every string literal inside `expr`, however deeply nested (lists, function arguments,
+/// conditionals, ...). Template strings come back as their raw text.
+fn string_literals(expr: &Expression, out: &mut Vec<String>) {
+    if let Some(text) = as_string(expr) {
+        out.push(text);
+        return;
+    }
+    match expr {
+        Expression::Array(items) => items.iter().for_each(|item| string_literals(item, out)),
+        Expression::Object(object) => object.values().for_each(|value| string_literals(value, out)),
+        Expression::FuncCall(call) => call.args.iter().for_each(|arg| string_literals(arg, out)),
+        Expression::Parenthesis(inner) => string_literals(inner, out),
+        Expression::Conditional(conditional) => {
+            string_literals(&conditional.true_expr, out);
+            string_literals(&conditional.false_expr, out);
+        }
+        Expression::ForExpr(for_expr) => {
+            string_literals(&for_expr.collection_expr, out);
+            string_literals(&for_expr.value_expr, out);
+        }
+        _ => {}
+    }
+}
+
+/// The `default` of `variable "<name>"` in a module.
+fn variable_default<'a>(bodies: &'a [Body], name: &str) -> Result<&'a Expression> {
+    let variable = blocks_in(bodies, "variable")
+        .find(|block| first_label(block) == Some(name))
+        .with_context(|| format!("variable \"{name}\" is not declared"))?;
+    attr(variable.body(), "default").with_context(|| format!("variable \"{name}\" has no default"))
+}
+
+fn variable_default_number(bodies: &[Body], name: &str) -> Result<u64> {
+    let default = variable_default(bodies, name)?;
+    as_number(default).with_context(|| format!("variable \"{name}\"'s default is not a number"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files and parsing
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn every_terraform_file_parses() -> Result<()> {
+    // `.tf.example` files are `.tf` files waiting to be copied; they must parse too.
+    let files = files_under(&infra_dir(), &[".tf", ".tf.example"])?;
+    ensure!(
+        files.len() >= 20,
+        "found only {} Terraform files under infra/",
+        files.len()
+    );
+
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|path| parse_file(path).err().map(|error| format!("{error:#}")))
+        .collect();
+    ensure!(
+        failures.is_empty(),
+        "Terraform files that do not parse:\n{}",
+        failures.join("\n")
+    );
+    Ok(())
+}
+
+#[test]
+fn every_module_has_its_five_files() -> Result<()> {
+    let modules = infra_dir().join("modules");
+    let mut names = Vec::new();
+    for entry in fs::read_dir(&modules).with_context(|| format!("cannot list {}", modules.display()))? {
+        let path = entry?.path();
+        if !path.is_dir() {
+            continue;
+        }
+        for file in MODULE_FILES {
+            ensure!(
+                path.join(file).is_file(),
+                "module {} lacks {file}",
+                path.display()
+            );
+        }
+        names.extend(path.file_name().and_then(|name| name.to_str()).map(str::to_owned));
+    }
+    for expected in EXPECTED_MODULES {
+        ensure!(
+            names.iter().any(|name| name == expected),
+            "module {expected} is missing"
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names and numbers shared with conveyor_core::defaults
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn idempotency_table_uses_the_record_attribute_names() -> Result<()> {
+    let bodies = parse_module(&module_dir("idempotency-table"))?;
+    let table = single_resource(&bodies, "aws_dynamodb_table")?.body();
+
+    let key = defaults::IDEMPOTENCY_KEY_ATTRIBUTE;
+    ensure!(
+        string_attr(table, "hash_key")? == key,
+        "the table's hash_key must be `{key}`"
+    );
+
+    let key_attribute = blocks(table, "attribute")
+        .find(|attribute| attr(attribute.body(), "name").and_then(as_string).as_deref() == Some(key))
+        .with_context(|| format!("the table declares no `attribute` named `{key}`"))?;
+    ensure!(
+        string_attr(key_attribute.body(), "type")? == "S",
+        "the `{key}` attribute must be a string (type \"S\")"
+    );
+
+    let ttl = single_block(table, "ttl")?.body();
+    let expiration = defaults::EXPIRATION_ATTRIBUTE;
+    ensure!(
+        string_attr(ttl, "attribute_name")? == expiration,
+        "the table's TTL attribute must be `{expiration}`"
+    );
+    ensure!(
+        matches!(attr(ttl, "enabled"), Some(Expression::Bool(true))),
+        "the table's TTL must be enabled"
+    );
+    Ok(())
+}
+
+#[test]
+fn queue_defaults_match_the_code() -> Result<()> {
+    let bodies = parse_module(&module_dir("queue"))?;
+
+    let max_receive_count = variable_default_number(&bodies, "max_receive_count")?;
+    ensure!(
+        max_receive_count == u64::from(defaults::MAX_RECEIVE_COUNT),
+        "queue max_receive_count defaults to {max_receive_count}, the code to {}",
+        defaults::MAX_RECEIVE_COUNT
+    );
+
+    let visibility = variable_default_number(&bodies, "visibility_timeout_seconds")?;
+    ensure!(
+        visibility == defaults::QUEUE_VISIBILITY_TIMEOUT_SECS,
+        "queue visibility_timeout_seconds defaults to {visibility}, the code to {}",
+        defaults::QUEUE_VISIBILITY_TIMEOUT_SECS
+    );
+    Ok(())
+}
+
+#[test]
+fn ecs_shutdown_defaults_match_the_code() -> Result<()> {
+    let bodies = parse_module(&module_dir("ecs-consumer"))?;
+
+    let stop_timeout = variable_default_number(&bodies, "stop_timeout_seconds")?;
+    ensure!(
+        stop_timeout == defaults::ECS_STOP_TIMEOUT_SECS,
+        "ecs-consumer stop_timeout_seconds defaults to {stop_timeout}, the code to {}",
+        defaults::ECS_STOP_TIMEOUT_SECS
+    );
+
+    let drain_deadline = variable_default_number(&bodies, "drain_deadline_seconds")?;
+    ensure!(
+        drain_deadline == defaults::DRAIN_DEADLINE.as_secs(),
+        "ecs-consumer drain_deadline_seconds defaults to {drain_deadline}, the code to {}",
+        defaults::DRAIN_DEADLINE.as_secs()
+    );
+    ensure!(
+        stop_timeout > drain_deadline,
+        "the stop timeout must leave time after the drain deadline"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// IAM: least privilege
+// ---------------------------------------------------------------------------------------------
+
+/// Whether a string in an IAM action, resource or principal may contain `*`.
+///
+/// Only one form may: `"${aws_cloudwatch_log_group.<name>.arn}:*"`. CloudWatch Logs addresses the
+/// log streams of a group as `<log group ARN>:*`, and `logs:CreateLogStream` / `logs:PutLogEvents`
+/// act on streams, so that suffix grants the streams of one named log group and nothing else.
+/// Any other `*` (a bare `"*"`, `"sqs:*"`, `"arn:aws:sqs:*:*:jobs"`, a `*` inside the group's
+/// name) is a wildcard over things we did not name, and fails.
+fn wildcard_is_log_stream_suffix(text: &str) -> bool {
+    let Some(group) = text.strip_suffix(":*") else {
+        return false;
+    };
+    let Some(reference) = group.strip_prefix("${").and_then(|rest| rest.strip_suffix('}')) else {
+        return false;
+    };
+    let parts: Vec<&str> = reference.trim().split('.').collect();
+    matches!(
+        parts.as_slice(),
+        ["aws_cloudwatch_log_group", name, "arn"] if !name.is_empty() && !name.contains('*')
+    )
+}
+
+/// The `statement` bodies of a policy document, including `dynamic "statement"` contents.
+fn statements(document: &Body) -> Vec<&Body> {
+    let mut found: Vec<&Body> = blocks(document, "statement").map(Block::body).collect();
+    for dynamic in blocks(document, "dynamic") {
+        if first_label(dynamic) == Some("statement") {
+            found.extend(blocks(dynamic.body(), "content").map(Block::body));
+        }
+    }
+    found
+}
+
+/// Wildcards in one statement's actions, resources and principals, described for the error.
+fn statement_wildcards(statement: &Body) -> Vec<String> {
+    let mut strings = Vec::new();
+    for key in ["actions", "resources", "not_actions", "not_resources"] {
+        if let Some(expr) = attr(statement, key) {
+            string_literals(expr, &mut strings);
+        }
+    }
+    for principals in blocks(statement, "principals") {
+        if let Some(expr) = attr(principals.body(), "identifiers") {
+            string_literals(expr, &mut strings);
+        }
+    }
+    strings
+        .into_iter()
+        .filter(|text| text.contains('*') && !wildcard_is_log_stream_suffix(text))
+        .collect()
+}
+
+#[test]
+fn the_log_stream_exception_is_narrow() {
+    assert!(wildcard_is_log_stream_suffix(
+        "${aws_cloudwatch_log_group.this.arn}:*"
+    ));
+    for wildcard in [
+        "*",
+        "sqs:*",
+        "arn:aws:logs:*:*:*",
+        "arn:aws:logs:us-east-1:123456789012:log-group:*",
+        "${aws_cloudwatch_log_group.this.arn}*",
+        "${aws_cloudwatch_log_group.this.arn}:*:*",
+        "${aws_sqs_queue.this.arn}:*",
+        "${var.log_group_arn}:*",
+    ] {
+        assert!(
+            !wildcard_is_log_stream_suffix(wildcard),
+            "{wildcard} must not be allowed"
+        );
+    }
+}
+
+#[test]
+fn iam_policies_name_every_action_and_resource() -> Result<()> {
+    let mut documents = 0;
+    let mut statement_count = 0;
+    let mut problems = Vec::new();
+    for path in files_under(&infra_dir(), &[".tf"])? {
+        let body = parse_file(&path)?;
+        for document in blocks(&body, "data") {
+            if first_label(document) != Some("aws_iam_policy_document") {
+                continue;
+            }
+            documents += 1;
+            let name = document
+                .labels()
+                .get(1)
+                .map(|label| label.as_str())
+                .unwrap_or_default();
+            let document_statements = statements(document.body());
+            statement_count += document_statements.len();
+            for wildcard in document_statements.into_iter().flat_map(statement_wildcards) {
+                problems.push(format!(
+                    "{}: policy document {name}: {wildcard:?}",
+                    path.display()
+                ));
+            }
+        }
+        problems.extend(policies_not_from_documents(&body, &path));
+    }
+    // Guards against a walk that silently finds nothing to check.
+    ensure!(
+        documents >= 5,
+        "found only {documents} aws_iam_policy_document blocks under infra/"
+    );
+    ensure!(
+        statement_count >= 10,
+        "found only {statement_count} IAM statements under infra/"
+    );
+    ensure!(
+        problems.is_empty(),
+        "IAM wildcards or unchecked policies:\n{}",
+        problems.join("\n")
+    );
+    Ok(())
+}
+
+/// Policies the wildcard check cannot see: inline JSON instead of a policy document, and managed
+/// policies (AWS's own use `"*"` resources). Every `policy` / `assume_role_policy` must read
+/// `data.aws_iam_policy_document.<name>.json`.
+fn policies_not_from_documents(body: &Body, path: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for resource in blocks(body, "resource") {
+        let kind = first_label(resource).unwrap_or_default();
+        let policy_keys: &[&str] = match kind {
+            "aws_iam_role" => &["assume_role_policy"],
+            "aws_iam_role_policy" | "aws_iam_policy" | "aws_iam_user_policy" | "aws_iam_group_policy" => {
+                &["policy"]
+            }
+            "aws_iam_role_policy_attachment" | "aws_iam_policy_attachment" => {
+                problems.push(format!("{}: {kind} attaches a managed policy", path.display()));
+                continue;
+            }
+            _ => continue,
+        };
+        if attr(resource.body(), "managed_policy_arns").is_some() {
+            problems.push(format!("{}: {kind} sets managed_policy_arns", path.display()));
+        }
+        if blocks(resource.body(), "inline_policy").next().is_some() {
+            problems.push(format!("{}: {kind} has an inline_policy block", path.display()));
+        }
+        for key in policy_keys {
+            let Some(expr) = attr(resource.body(), key) else {
+                continue;
+            };
+            let from_document = traversal_path(expr).is_some_and(|parts| {
+                parts.len() == 4
+                    && parts[0] == "data"
+                    && parts[1] == "aws_iam_policy_document"
+                    && parts[3] == "json"
+            });
+            if !from_document {
+                problems.push(format!(
+                    "{}: {kind}.{key} is not data.aws_iam_policy_document.<name>.json",
+                    path.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Lambda consumer
+// ---------------------------------------------------------------------------------------------
+
+/// The one `module` block in `bodies` whose `source` ends with `modules/<name>`.
+fn module_call<'a>(bodies: &'a [Body], name: &str) -> Result<&'a Block> {
+    let suffix = format!("modules/{name}");
+    let calls: Vec<&Block> = blocks_in(bodies, "module")
+        .filter(|call| {
+            attr(call.body(), "source")
+                .and_then(as_string)
+                .is_some_and(|source| source.trim_end_matches('/').ends_with(&suffix))
+        })
+        .collect();
+    match calls.as_slice() {
+        [call] => Ok(call),
+        _ => bail!(
+            "expected exactly one call of modules/{name}, found {}",
+            calls.len()
+        ),
+    }
+}
+
+/// The number a module call passes for `input`: a literal, a `var.x` of the calling module (its
+/// default), or, when the call does not set it, the called module's own default.
+fn module_input_number(caller: &[Body], call: &Block, module: &str, input: &str) -> Result<u64> {
+    let Some(expr) = attr(call.body(), input) else {
+        let called = parse_module(&module_dir(module))?;
+        return variable_default_number(&called, input);
+    };
+    if let Some(number) = as_number(expr) {
+        return Ok(number);
+    }
+    match traversal_path(expr).as_deref() {
+        Some([root, name]) if root == "var" => variable_default_number(caller, name),
+        _ => bail!("{module}'s {input} is neither a number literal nor a var.<name> with a default"),
+    }
+}
+
+#[test]
+fn lambda_example_keeps_visibility_at_six_times_the_timeout() -> Result<()> {
+    let example = parse_module(&infra_dir().join("examples/lambda"))?;
+    let queue = module_call(&example, "queue")?;
+    let consumer = module_call(&example, "lambda-consumer")?;
+
+    let visibility = module_input_number(&example, queue, "queue", "visibility_timeout_seconds")?;
+    let timeout = module_input_number(&example, consumer, "lambda-consumer", "timeout_seconds")?;
+    ensure!(
+        visibility >= defaults::LAMBDA_VISIBILITY_RATIO * timeout,
+        "the queue's visibility timeout ({visibility} s) must be at least {}x the Lambda timeout \
+         ({timeout} s)",
+        defaults::LAMBDA_VISIBILITY_RATIO
+    );
+
+    // The consumer's own precondition must see the same number: the queue module's output.
+    let passed = required_attr(consumer.body(), "queue_visibility_timeout_seconds")?;
+    let queue_label = first_label(queue).unwrap_or_default();
+    let from_queue = traversal_path(passed)
+        .is_some_and(|parts| parts == ["module", queue_label, "visibility_timeout_seconds"]);
+    ensure!(
+        from_queue || as_number(passed) == Some(visibility),
+        "queue_visibility_timeout_seconds must be module.{queue_label}.visibility_timeout_seconds"
+    );
+    Ok(())
+}
+
+#[test]
+fn lambda_consumer_checks_the_six_times_rule() -> Result<()> {
+    let bodies = parse_module(&module_dir("lambda-consumer"))?;
+    let function = single_resource(&bodies, "aws_lambda_function")?.body();
+    let lifecycle = single_block(function, "lifecycle")?.body();
+
+    let wanted = format!(
+        "var.queue_visibility_timeout_seconds >= {} * var.timeout_seconds",
+        defaults::LAMBDA_VISIBILITY_RATIO
+    );
+    let mut conditions = Vec::new();
+    for precondition in blocks(lifecycle, "precondition") {
+        conditions.push(hcl::format::to_string(required_attr(
+            precondition.body(),
+            "condition",
+        )?)?);
+    }
+    ensure!(
+        conditions
+            .iter()
+            .any(|condition| condition.split_whitespace().eq(wanted.split_whitespace())),
+        "aws_lambda_function needs the precondition `{wanted}`; found {conditions:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn lambda_consumer_reports_batch_item_failures() -> Result<()> {
+    let bodies = parse_module(&module_dir("lambda-consumer"))?;
+    let mapping = single_resource(&bodies, "aws_lambda_event_source_mapping")?.body();
+
+    let mut response_types = Vec::new();
+    string_literals(
+        required_attr(mapping, "function_response_types")?,
+        &mut response_types,
+    );
+    ensure!(
+        response_types
+            .iter()
+            .any(|kind| kind == "ReportBatchItemFailures"),
+        "the event source mapping must set function_response_types = [\"ReportBatchItemFailures\"]"
+    );
+    Ok(())
+}
