@@ -113,9 +113,11 @@ dynamodb_healthy() {
 
 print_log_tail() {
   local file="$1"
-  if [[ -f "$file" ]]; then
+  if [[ -s "$file" ]]; then
     err "last lines of $file:"
     tail -n 40 "$file" | sed 's/^/    /' >&2
+  elif [[ -f "$file" ]]; then
+    err "$file is still empty"
   else
     err "no log at $file"
   fi
@@ -151,39 +153,95 @@ stop_sqs() {
   local pid
   if pid="$(sqs_pid)"; then
     log "stopping LocalStack (pid $pid)"
-    terminate_pid "$pid" 15 LocalStack
+    terminate_pid "$pid" 10 LocalStack
   fi
-  rm -f "$SQS_PID_FILE"
+  rm -f "$SQS_PID_FILE" "${SQS_PID_FILE%.pid}.port"
 }
 
 stop_dynamodb() {
   local pid
   if pid="$(dynamodb_pid)"; then
     log "stopping DynamoDB Local (pid $pid)"
-    terminate_pid "$pid" 15 "DynamoDB Local"
+    terminate_pid "$pid" 10 "DynamoDB Local"
   fi
-  rm -f "$DYNAMODB_PID_FILE"
+  rm -f "$DYNAMODB_PID_FILE" "${DYNAMODB_PID_FILE%.pid}.port"
 }
 
-# Starts LocalStack (SQS only) in the background unless our own instance is already up. Returns 2 when the port is
-# taken by someone else. Does not wait for health; see wait_for.
-launch_sqs() {
-  local pid
-  if pid="$(sqs_pid)"; then
-    if sqs_healthy; then
-      log "LocalStack already running (pid $pid) on http://127.0.0.1:$SQS_PORT"
+# Closes every fd above 2 in the current (sub)shell. Used right before exec'ing a daemon, so it holds neither our
+# lock files nor pipes inherited from whoever ran the script (a test harness waiting for EOF would hang on them).
+close_inherited_fds() {
+  local fd
+  for fd in /dev/fd/*; do
+    fd="${fd##*/}"
+    if [[ "$fd" =~ ^[0-9]+$ ]] && ((fd > 2)); then
+      exec {fd}>&-
+    fi
+  done
+}
+
+# Shared first half of launch_*: returns 0 when our own instance runs (already up, or still starting: wait_for
+# handles that), 2 when it cannot start here (ours runs on another port, or the port belongs to someone else),
+# 1 when it should be launched.
+check_existing() {
+  local name="$1" svc="$2" port="$3" port_var="$4" quiet="${5:-}" pid_file pid recorded
+  pid_file="$(pid_file_of "$svc")"
+  if pid="$("${svc}_pid")"; then
+    recorded="$(cat "${pid_file%.pid}.port" 2>/dev/null || true)"
+    if [[ -n "$recorded" && "$recorded" != "$port" ]]; then
+      err "$name from this checkout already runs on port $recorded (pid $pid), not $port."
+      err "  stop it first ($CONVEYOR_LOCALSTACK_DIR/stop.sh) or use $port_var=$recorded"
+      return 2
+    fi
+    if [[ -n "$quiet" ]]; then
+      :
+    elif "${svc}_healthy"; then
+      log "$name already running (pid $pid) on http://127.0.0.1:$port"
     else
-      log "LocalStack (pid $pid) is running but not healthy yet; waiting for it"
+      log "$name (pid $pid) is running but not answering yet; waiting for it"
     fi
     return 0
   fi
-  rm -f "$SQS_PID_FILE"
-  if port_in_use "$SQS_PORT"; then
-    port_taken_message "$SQS_PORT" "LocalStack/SQS" CONVEYOR_SQS_PORT
+  [[ -n "$quiet" ]] || rm -f "$pid_file" "${pid_file%.pid}.port"
+  if port_in_use "$port"; then
+    port_taken_message "$port" "$name" "$port_var"
     return 2
   fi
+  return 1
+}
+
+pid_file_of() {
+  case "$1" in
+    sqs) printf '%s\n' "$SQS_PID_FILE" ;;
+    dynamodb) printf '%s\n' "$DYNAMODB_PID_FILE" ;;
+  esac
+}
+
+# Checks both services before either is launched, so a taken port leaves nothing half-started.
+preflight() {
+  local rc=0
+  check_existing LocalStack sqs "$SQS_PORT" CONVEYOR_SQS_PORT quiet || rc=$?
+  ((rc == 2)) && return 2
+  rc=0
+  check_existing "DynamoDB Local" dynamodb "$DYNAMODB_PORT" CONVEYOR_DYNAMODB_PORT quiet || rc=$?
+  ((rc == 2)) && return 2
+  return 0
+}
+
+# Moves the previous log aside so the tail printed on failure belongs to this start.
+rotate_log() {
+  if [[ -f "$1" ]]; then
+    mv -f "$1" "$1.prev"
+  fi
+}
+
+# Starts LocalStack (SQS only) in the background unless our own instance already runs. Returns 2 when the port is
+# taken by someone else. Does not wait for health; see wait_for.
+launch_sqs() {
+  local rc=0
+  check_existing LocalStack sqs "$SQS_PORT" CONVEYOR_SQS_PORT || rc=$?
+  ((rc == 1)) || return "$rc"
   mkdir -p "$LOG_DIR" "$RUN_DIR" "$LS_STATE_DIR/config"
-  [[ -f "$SQS_LOG" ]] && mv -f "$SQS_LOG" "$SQS_LOG.prev"
+  rotate_log "$SQS_LOG"
   log "starting LocalStack $LOCALSTACK_VERSION (SQS) on 127.0.0.1:$SQS_PORT, log: $SQS_LOG"
   (
     cd "$LS_STATE_DIR" || exit 1
@@ -200,39 +258,33 @@ launch_sqs() {
       PERSISTENCE=0 \
       FILESYSTEM_ROOT="$LS_STATE_DIR" \
       CONFIG_DIR="$LS_STATE_DIR/config"
+    close_inherited_fds
     exec setsid "$VENV_DIR/bin/python" -m localstack.runtime.main </dev/null >"$SQS_LOG" 2>&1
   ) &
   printf '%s\n' "$!" >"$SQS_PID_FILE"
+  printf '%s\n' "$SQS_PORT" >"${SQS_PID_FILE%.pid}.port"
 }
 
 launch_dynamodb() {
-  local pid jar_dir
-  if pid="$(dynamodb_pid)"; then
-    if dynamodb_healthy; then
-      log "DynamoDB Local already running (pid $pid) on http://127.0.0.1:$DYNAMODB_PORT"
-    else
-      log "DynamoDB Local (pid $pid) is running but not answering yet; waiting for it"
-    fi
-    return 0
-  fi
-  rm -f "$DYNAMODB_PID_FILE"
-  if port_in_use "$DYNAMODB_PORT"; then
-    port_taken_message "$DYNAMODB_PORT" "DynamoDB Local" CONVEYOR_DYNAMODB_PORT
-    return 2
-  fi
+  local rc=0 jar_dir
+  check_existing "DynamoDB Local" dynamodb "$DYNAMODB_PORT" CONVEYOR_DYNAMODB_PORT || rc=$?
+  ((rc == 1)) || return "$rc"
   jar_dir="$(dynamodb_jar_dir)" || {
     err "DynamoDBLocal.jar not found under $DDB_PREFIX; run $CONVEYOR_LOCALSTACK_DIR/install.sh"
     return 1
   }
   mkdir -p "$LOG_DIR" "$RUN_DIR"
-  [[ -f "$DYNAMODB_LOG" ]] && mv -f "$DYNAMODB_LOG" "$DYNAMODB_LOG.prev"
+  rotate_log "$DYNAMODB_LOG"
   log "starting DynamoDB Local $DYNAMODB_LOCAL_VERSION (in memory) on port $DYNAMODB_PORT, log: $DYNAMODB_LOG"
   (
     cd "$jar_dir" || exit 1
+    close_inherited_fds
+    # DynamoDB Local has no bind-address option: it listens on all interfaces.
     exec setsid java "-Djava.library.path=$jar_dir/DynamoDBLocal_lib" -jar "$jar_dir/DynamoDBLocal.jar" \
       -inMemory -sharedDb -disableTelemetry -port "$DYNAMODB_PORT" </dev/null >"$DYNAMODB_LOG" 2>&1
   ) &
   printf '%s\n' "$!" >"$DYNAMODB_PID_FILE"
+  printf '%s\n' "$DYNAMODB_PORT" >"${DYNAMODB_PID_FILE%.pid}.port"
 }
 
 # Polls until every named service ("sqs", "dynamodb") is healthy, for at most $START_TIMEOUT seconds. Fails early
@@ -276,10 +328,10 @@ service_log() {
 # Serialises start/stop/restart across concurrent callers (e.g. parallel test processes).
 take_run_lock() {
   mkdir -p "$RUN_DIR"
-  exec 9>"$RUN_DIR/lock"
+  exec 9>"$RUN_DIR/start.lock"
   if command -v flock >/dev/null 2>&1; then
     flock -w 180 9 || {
-      err "timed out waiting for $RUN_DIR/lock"
+      err "timed out waiting for $RUN_DIR/start.lock"
       return 1
     }
   fi

@@ -85,6 +85,15 @@ install_dynamodb() {
 }
 
 main() {
+  local quiet=0
+  case "${1:-}" in
+    "") ;;
+    --quiet) quiet=1 ;; # used by start.sh: say nothing when everything is already installed
+    *)
+      err "usage: $0 [--quiet]"
+      exit 64
+      ;;
+  esac
   mkdir -p "$LOCAL_DIR"
   exec 8>"$LOCAL_DIR/install.lock"
   if command -v flock >/dev/null 2>&1; then
@@ -99,13 +108,13 @@ main() {
 
   local did=0
   if venv_installed; then
-    log "LocalStack $LOCALSTACK_VERSION already installed in $VENV_DIR"
+    ((quiet)) || log "LocalStack $LOCALSTACK_VERSION already installed in $VENV_DIR"
   else
     install_venv
     did=1
   fi
   if ddb_installed; then
-    log "DynamoDB Local $DYNAMODB_LOCAL_VERSION already installed in $DDB_PREFIX"
+    ((quiet)) || log "DynamoDB Local $DYNAMODB_LOCAL_VERSION already installed in $DDB_PREFIX"
   else
     install_dynamodb
     did=1

@@ -9,14 +9,17 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 require_cmd curl "Install curl (Debian: apt-get install -y curl)."
-"$CONVEYOR_LOCALSTACK_DIR/install.sh" >/dev/null || "$CONVEYOR_LOCALSTACK_DIR/install.sh"
+"$CONVEYOR_LOCALSTACK_DIR/install.sh" --quiet
 require_java
 
 take_run_lock
 started_at=$SECONDS
 
 rc=0
-launch_sqs || rc=$?
+preflight || rc=$?
+if ((rc == 0)); then
+  launch_sqs || rc=$?
+fi
 if ((rc == 0)); then
   launch_dynamodb || rc=$?
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops the LocalStack and DynamoDB Local started by start.sh (by PID file: SIGTERM, up to 15 s, then SIGKILL) and
+# Stops the LocalStack and DynamoDB Local started by start.sh (by PID file: SIGTERM, up to 10 s, then SIGKILL) and
 # removes the PID files. Harmless when nothing runs. Never touches processes it did not start.
 set -euo pipefail
 
@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 take_run_lock
 if ! sqs_pid >/dev/null && ! dynamodb_pid >/dev/null; then
-  rm -f "$SQS_PID_FILE" "$DYNAMODB_PID_FILE"
+  rm -f "$SQS_PID_FILE" "$DYNAMODB_PID_FILE" "$RUN_DIR"/*.port
   log "nothing running"
   exit 0
 fi

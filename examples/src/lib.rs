@@ -37,11 +37,16 @@ pub struct AppSettings {
 impl AppSettings {
     /// Reads `CONVEYOR_DEMO_OUTBOX` (default `outbox.jsonl`) and `WEBHOOK_SIGNING_SECRET` (required).
     pub fn from_env() -> anyhow::Result<Self> {
-        let outbox = std::env::var_os(OUTBOX_ENV).map_or_else(|| PathBuf::from("outbox.jsonl"), PathBuf::from);
+        let outbox =
+            std::env::var_os(OUTBOX_ENV).map_or_else(|| PathBuf::from("outbox.jsonl"), PathBuf::from);
         let secret = std::env::var(WEBHOOK_SECRET_ENV).with_context(|| {
             format!("{WEBHOOK_SECRET_ENV} is not set: set it to the secret webhook receivers verify signatures with")
         })?;
-        Ok(Self { outbox, webhook_secret: secret.into_bytes(), webhook_timeout: Duration::from_secs(10) })
+        Ok(Self {
+            outbox,
+            webhook_secret: secret.into_bytes(),
+            webhook_timeout: Duration::from_secs(10),
+        })
     }
 }
 
@@ -51,7 +56,9 @@ pub fn router(settings: &AppSettings) -> anyhow::Result<Router> {
     let webhook = DeliverWebhook::new(settings.webhook_secret.clone(), settings.webhook_timeout)
         .context("building the webhook HTTP client")?;
     Ok(Router::new()
-        .route(SendWelcomeEmail { outbox: Arc::clone(&outbox) })
+        .route(SendWelcomeEmail {
+            outbox: Arc::clone(&outbox),
+        })
         .route(BuildReport { outbox })
         .route(webhook))
 }
@@ -77,7 +84,9 @@ pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if std::env::var("CONVEYOR_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();
     } else {

@@ -19,7 +19,10 @@ pub struct Outbox {
 impl Outbox {
     /// An outbox writing to `path` (created on first write).
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), lock: Mutex::new(()) }
+        Self {
+            path: path.into(),
+            lock: Mutex::new(()),
+        }
     }
 
     /// The file's path.
@@ -32,7 +35,11 @@ impl Outbox {
         let mut line = serde_json::to_vec(effect)?;
         line.push(b'\n');
         let _guard = self.lock.lock().await;
-        let mut file = tokio::fs::OpenOptions::new().create(true).append(true).open(&self.path).await?;
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .await?;
         file.write_all(&line).await?;
         file.flush().await
     }
@@ -44,6 +51,9 @@ impl Outbox {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(error) => return Err(error),
         };
-        Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
     }
 }

@@ -38,7 +38,10 @@ impl WebhookReceiver {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let log = Arc::new(Mutex::new(Vec::new()));
-        let receiver = Self { addr, log: Arc::clone(&log) };
+        let receiver = Self {
+            addr,
+            log: Arc::clone(&log),
+        };
         let secret = Arc::new(secret);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -76,14 +79,19 @@ impl WebhookReceiver {
 
 async fn serve(mut stream: TcpStream, secret: &[u8], log: &Mutex<Vec<Received>>) -> std::io::Result<()> {
     loop {
-        let Some((path, headers, body)) = read_request(&mut stream).await? else { return Ok(()) };
+        let Some((path, headers, body)) = read_request(&mut stream).await? else {
+            return Ok(());
+        };
         let header = |name: &str| headers.get(name).cloned().unwrap_or_default();
         let delivery_id = header(DELIVERY_HEADER);
         let timestamp: u64 = header(TIMESTAMP_HEADER).parse().unwrap_or(0);
         let signature_valid = header(SIGNATURE_HEADER) == signature(secret, timestamp, &body);
         let status = {
             let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
-            let earlier = log.iter().filter(|request| request.delivery_id == delivery_id).count();
+            let earlier = log
+                .iter()
+                .filter(|request| request.delivery_id == delivery_id)
+                .count();
             let status = match path.as_str() {
                 _ if !signature_valid => 401,
                 "/ok" => 200,
@@ -92,7 +100,12 @@ async fn serve(mut stream: TcpStream, secret: &[u8], log: &Mutex<Vec<Received>>)
                 "/gone" => 410,
                 _ => 404,
             };
-            log.push(Received { path, delivery_id, signature_valid, status });
+            log.push(Received {
+                path,
+                delivery_id,
+                signature_valid,
+                status,
+            });
             status
         };
         let response = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
@@ -118,12 +131,19 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<Request>
     };
     let head = String::from_utf8_lossy(&buffer[..header_end]).to_string();
     let mut lines = head.lines();
-    let path = lines.next().and_then(|line| line.split_whitespace().nth(1)).unwrap_or("/").to_owned();
+    let path = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .unwrap_or("/")
+        .to_owned();
     let headers: HashMap<String, String> = lines
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
         .collect();
-    let length: usize = headers.get("content-length").and_then(|value| value.parse().ok()).unwrap_or(0);
+    let length: usize = headers
+        .get("content-length")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
     let mut body = buffer[header_end + 4..].to_vec();
     while body.len() < length {
         let read = stream.read(&mut chunk).await?;

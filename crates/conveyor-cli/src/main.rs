@@ -1,1 +1,38 @@
-fn main() {}
+//! The `conveyor` command: send jobs, queue stats, DLQ peek and redrive, purge, and the local Lambda
+//! runner. See the crate README for every command with an example.
+
+mod aws;
+mod cli;
+mod commands;
+mod errors;
+mod lambda_runner;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => return errors::report(&anyhow::Error::new(error).context("starting the async runtime")),
+    };
+    match runtime.block_on(cli.command.run(&cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => errors::report(&error),
+    }
+}
+
+/// Logs go to stderr, warnings and errors only unless RUST_LOG says otherwise.
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

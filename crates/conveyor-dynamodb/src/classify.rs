@@ -2,6 +2,10 @@
 //! configuration (`Misconfigured`), a failed condition, or an item over DynamoDB's size limit.
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_smithy_runtime_api::http::Response;
 use conveyor_core::StoreError;
 
@@ -25,6 +29,36 @@ pub(crate) struct Target<'a> {
     pub table: &'a str,
     /// The record's key.
     pub key: &'a str,
+}
+
+/// Operation errors that can report a failed condition in their own type.
+pub(crate) trait ConditionalError {
+    /// True for `ConditionalCheckFailedException`.
+    fn is_condition_failure(&self) -> bool;
+}
+
+impl ConditionalError for PutItemError {
+    fn is_condition_failure(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl ConditionalError for UpdateItemError {
+    fn is_condition_failure(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl ConditionalError for DeleteItemError {
+    fn is_condition_failure(&self) -> bool {
+        self.is_conditional_check_failed_exception()
+    }
+}
+
+impl ConditionalError for GetItemError {
+    fn is_condition_failure(&self) -> bool {
+        false
+    }
 }
 
 /// Error codes that mean "try again later".
@@ -55,7 +89,7 @@ const ACCESS_CODES: &[&str] = &[
 /// Classifies a failed request.
 pub(crate) fn classify<E>(error: &SdkError<E, Response>, target: Target<'_>) -> Failure
 where
-    E: ProvideErrorMetadata + std::error::Error + 'static,
+    E: ConditionalError + ProvideErrorMetadata + std::error::Error + 'static,
 {
     let detail = DisplayErrorContext(error).to_string();
     let unavailable = |what: &str| {
@@ -81,7 +115,8 @@ where
     }
     let code = error.code().unwrap_or("");
     let message = error.message().unwrap_or("");
-    if code == "ConditionalCheckFailedException" {
+    let typed = error.as_service_error().is_some_and(ConditionalError::is_condition_failure);
+    if typed || code == "ConditionalCheckFailedException" {
         return Failure::ConditionFailed;
     }
     if TRANSIENT_CODES.contains(&code) {
@@ -140,7 +175,6 @@ fn is_about_item_size(message: &str) -> bool {
 mod tests {
     use super::*;
     use aws_sdk_dynamodb::error::ErrorMetadata;
-    use aws_sdk_dynamodb::operation::put_item::PutItemError;
     use aws_smithy_runtime_api::http::StatusCode;
     use aws_smithy_types::body::SdkBody;
 

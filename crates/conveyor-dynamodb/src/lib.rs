@@ -1,1 +1,16 @@
 #![doc = include_str!("../README.md")]
+
+mod cache;
+mod classify;
+mod client;
+mod item;
+mod options;
+mod size;
+mod store;
+
+pub use client::{
+    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,
+    dynamodb_client_from_env, retry_config, timeout_config,
+};
+pub use options::{AttributeNames, OversizedOutput, StoreOptions};
+pub use store::{CLAIM_CONDITION, DynamoStore, EXTEND_CONDITION, TOKEN_CONDITION};

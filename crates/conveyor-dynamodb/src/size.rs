@@ -2,12 +2,11 @@
 //! the request instead of by a `ValidationException`.
 //!
 //! Size = for each attribute, the UTF-8 bytes of its name plus its value: strings by their UTF-8
-//! bytes, numbers 1 byte per two significant digits plus 1 (at most 21). The estimate errs upward.
+//! bytes, numbers 1 byte per two significant digits plus 1 (at most 21). The estimate errs upward:
+//! numbers count as 21 bytes, and the validation and token values get a generous allowance.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_core::limits::MAX_ITEM_BYTES;
 
-use crate::item::Item;
 use crate::options::AttributeNames;
 
 /// Upper bound for a number attribute's value.
@@ -17,39 +16,6 @@ const MAX_NUMBER_BYTES: usize = 21;
 const VALIDATION_ALLOWANCE: usize = 128;
 /// Room for the fencing token (Conveyor's are 32 characters).
 const TOKEN_ALLOWANCE: usize = 64;
-
-/// The size of one attribute value.
-pub(crate) fn value_size(value: &AttributeValue) -> usize {
-    match value {
-        AttributeValue::S(text) => text.len(),
-        AttributeValue::N(text) => number_size(text),
-        AttributeValue::B(blob) => blob.as_ref().len(),
-        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
-        AttributeValue::Ss(texts) => texts.iter().map(String::len).sum(),
-        AttributeValue::Ns(numbers) => numbers.iter().map(|n| number_size(n)).sum(),
-        AttributeValue::Bs(blobs) => blobs.iter().map(|b| b.as_ref().len()).sum(),
-        // Lists and maps: 3 bytes of overhead, 1 per element, plus the elements (and keys).
-        AttributeValue::L(values) => 3 + values.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
-        AttributeValue::M(map) => {
-            3 + map.iter().map(|(name, v)| 1 + name.len() + value_size(v)).sum::<usize>()
-        }
-        _ => MAX_ITEM_BYTES,
-    }
-}
-
-fn number_size(text: &str) -> usize {
-    let digits = text
-        .chars()
-        .filter(char::is_ascii_digit)
-        .collect::<String>();
-    let significant = digits.trim_start_matches('0').trim_end_matches('0').len().max(1);
-    (significant.div_ceil(2) + 1).min(MAX_NUMBER_BYTES)
-}
-
-/// The size of a whole item.
-pub(crate) fn item_size(item: &Item) -> usize {
-    item.iter().map(|(name, value)| name.len() + value_size(value)).sum()
-}
 
 /// The size of a completed record for `key`, without its output: everything `complete` leaves or
 /// writes on the item except `data`'s value.
@@ -76,23 +42,53 @@ pub(crate) fn output_limit(names: &AttributeNames, key: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::item::{number, string};
+    use std::time::{Duration, SystemTime};
 
-    #[test]
-    fn numbers_count_significant_digits() {
-        assert_eq!(number_size("1795964720"), 1 + 5); // 9 significant digits after trimming the 0
-        assert_eq!(number_size("0"), 2);
-        assert_eq!(number_size("1".repeat(60).as_str()), MAX_NUMBER_BYTES);
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use conveyor_core::ClaimRequest;
+
+    use super::*;
+    use crate::item::{Item, in_progress, number, string};
+
+    /// DynamoDB's documented sizes, exactly, for the types a record uses.
+    fn item_size(item: &Item) -> usize {
+        item.iter()
+            .map(|(name, value)| {
+                name.len()
+                    + match value {
+                        AttributeValue::S(text) => text.len(),
+                        AttributeValue::N(text) => number_size(text),
+                        other => panic!("unexpected type {other:?}"),
+                    }
+            })
+            .sum()
+    }
+
+    fn number_size(text: &str) -> usize {
+        let digits: String = text.chars().filter(char::is_ascii_digit).collect();
+        let significant = digits.trim_start_matches('0').trim_end_matches('0').len().max(1);
+        significant.div_ceil(2) + 1
     }
 
     #[test]
-    fn an_item_counts_names_and_values() {
-        let item = Item::from([
-            ("id".to_owned(), string("abc")),
-            ("expiration".to_owned(), number(1_795_964_720)),
-        ]);
-        assert_eq!(item_size(&item), 2 + 3 + 10 + 6);
+    fn the_overhead_covers_a_real_completed_record() {
+        let names = AttributeNames::default();
+        let now = SystemTime::now();
+        let key = "conveyor:email#user:42";
+        let request = ClaimRequest {
+            key: key.into(),
+            lease_until: now + Duration::from_secs(30),
+            expires_at: now + Duration::from_secs(3600),
+            validation: Some(conveyor_core::idempotency::payload_hash("body")),
+        };
+        let mut item = in_progress(&names, &request, &conveyor_core::idempotency::new_token());
+        item.insert(names.status.clone(), string("COMPLETED"));
+        item.insert(names.expiration.clone(), number(4_000_000_000));
+        item.insert(names.data.clone(), string(""));
+        let real = item_size(&item);
+        let estimate = completed_overhead(&names, key);
+        assert!(estimate >= real, "estimate {estimate} < real {real}");
+        assert!(estimate < real + 256, "estimate {estimate} far above real {real}");
     }
 
     #[test]

@@ -1,1 +1,21 @@
 #![doc = include_str!("../README.md")]
+
+mod batch;
+mod error;
+mod event;
+mod metrics;
+mod queues;
+mod record;
+mod runtime;
+
+pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+pub use batch::{BatchProcessor, BatchReport};
+pub use error::{EventError, LambdaError};
+pub use event::{SQS_EVENT_SOURCE, parse_event};
+pub use metrics::{BatchMetrics, NAMESPACE};
+pub use queues::{FixedQueue, QueueArn, QueueResolver, ResolveError, SqsQueues, queue_name};
+pub use record::{RecordError, to_message};
+pub use runtime::{
+    BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, REJECT_MODE_ENV, config_from_env, init_tracing, instant_at,
+    run,
+};

@@ -2,12 +2,11 @@
 
 use aws_config::BehaviorVersion;
 
-/// An SQS client configured the standard AWS way: environment variables, shared config and credential
-/// files, SSO, container and instance credentials, in the SDK's usual order.
+/// An SQS client configured the standard way: environment variables, shared config and credentials
+/// files, SSO, container and instance credentials.
 ///
-/// The endpoint follows the SDK's own rules: `AWS_ENDPOINT_URL_SQS` (or `endpoint_url` in an `[services]`
-/// section of the shared config) wins, then `AWS_ENDPOINT_URL`, then the regional AWS endpoint. That is
-/// how `source localstack/env.sh` points it at LocalStack; nothing here reads those variables itself.
+/// The SDK itself honours `AWS_ENDPOINT_URL_SQS` (and the general `AWS_ENDPOINT_URL`, or `endpoint_url`
+/// in a profile), which is how the tests and `localstack/env.sh` point it at LocalStack.
 pub async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
     let config = aws_config::defaults(BehaviorVersion::latest()).load().await;
     aws_sdk_sqs::Client::new(&config)

@@ -1,134 +1,129 @@
-//! Classification of SQS errors into the port's error types: the only place that reads SQS error codes.
+//! Classification of SDK errors into the port's [`QueueError`] and [`EntryError`].
 //!
-//! Whole-call errors become [`QueueError`]; failed entries of a batch call become [`EntryError`].
-//! See the crate README for the table, including the codes LocalStack 4.8.1 was seen to return.
+//! Classification is its own step (as in tower-http's `classify`): the queue code calls
+//! [`classify`] and never inspects raw SDK errors itself.
 
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::BatchResultErrorEntry;
-use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::http::Response;
 use conveyor_core::{EntryError, QueueError};
 
-/// Codes SQS uses when it throttles a caller (or when too many messages are in flight).
-const THROTTLING_CODES: &[&str] = &[
-    "ThrottlingException",
-    "Throttling",
-    "RequestThrottled",
-    "AWS.SimpleQueueService.RequestThrottled",
-    "OverLimit",
-    "AWS.SimpleQueueService.OverLimit",
-    "KmsThrottled",
-    "KMS.ThrottlingException",
-];
+/// The prefix SQS puts on some of its error codes (`AWS.SimpleQueueService.NonExistentQueue`).
+const SQS_CODE_PREFIX: &str = "AWS.SimpleQueueService.";
 
-/// Codes for a server-side failure that may pass.
-const UNAVAILABLE_CODES: &[&str] = &[
-    "ServiceUnavailable",
-    "InternalError",
-    "InternalFailure",
-    "AWS.SimpleQueueService.ServiceUnavailable",
-    "AWS.SimpleQueueService.InternalError",
-    "RequestTimeout",
-    "RequestTimeoutException",
-];
+/// How a call failed, before looking at the service's error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure<'a> {
+    /// The request could not be built: a bug or a bad parameter on our side.
+    Construction,
+    /// No response in time.
+    Timeout,
+    /// The request never reached the service (connection refused, DNS, TLS, IO).
+    Dispatch,
+    /// A response arrived but could not be read.
+    Response,
+    /// The service answered with an error.
+    Service {
+        /// The error code (`x-amzn-query-error` code when present).
+        code: Option<&'a str>,
+        /// The HTTP status.
+        status: u16,
+    },
+}
 
-/// Codes that name a queue that does not exist (the query-protocol code and the JSON-protocol shape name).
-const QUEUE_MISSING_CODES: &[&str] = &[
-    "AWS.SimpleQueueService.NonExistentQueue",
-    "QueueDoesNotExist",
-    "NonExistentQueue",
-];
-
-/// Credential failures that are not `AccessDenied*` but mean the same to an operator: fix the identity.
-const CREDENTIAL_CODES: &[&str] = &[
-    "InvalidClientTokenId",
-    "UnrecognizedClientException",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidSecurity",
-    "AWS.SimpleQueueService.InvalidSecurity",
-    "MissingAuthenticationToken",
-];
-
-/// Per-entry codes meaning "this receipt is no longer yours".
-const LEASE_LOST_CODES: &[&str] = &[
-    "ReceiptHandleIsInvalid",
-    "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
-    "MessageNotInflight",
-    "AWS.SimpleQueueService.MessageNotInflight",
-];
-
-/// Per-entry codes that mean a lost lease when their message is about the receipt handle.
-const INVALID_PARAMETER_CODES: &[&str] = &["InvalidParameterValue", "InvalidParameterValueException"];
-
-/// Turns a failed SDK call on `queue` (its URL or name) into a [`QueueError`].
-pub fn classify<E>(error: &SdkError<E, HttpResponse>, queue: &str) -> QueueError
+/// Classifies an SDK error; `queue` (URL or name) is named in `QueueMissing` and `AccessDenied`.
+pub(crate) fn classify<E>(error: &SdkError<E, Response>, queue: &str) -> QueueError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    let message = DisplayErrorContext(error).to_string();
-    match error {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            return QueueError::Unavailable { message };
-        }
-        SdkError::ConstructionFailure(_) => return QueueError::Invalid { message },
-        SdkError::ServiceError(_) => {}
-        // `SdkError` is non-exhaustive: anything new is treated as passing trouble.
-        _ => return QueueError::Unavailable { message },
-    }
-    let status = error.raw_response().map(|response| response.status().as_u16());
-    classify_code(error.code(), error.message(), status, queue, message)
+    let failure = match error {
+        SdkError::ConstructionFailure(_) => Failure::Construction,
+        SdkError::TimeoutError(_) => Failure::Timeout,
+        SdkError::DispatchFailure(_) => Failure::Dispatch,
+        SdkError::ResponseError(_) => Failure::Response,
+        SdkError::ServiceError(service) => Failure::Service {
+            code: service.err().code(),
+            status: service.raw().status().as_u16(),
+        },
+        _ => Failure::Response,
+    };
+    let message = match error.message() {
+        Some(message) => message.to_owned(),
+        None => DisplayErrorContext(error).to_string(),
+    };
+    classify_failure(failure, message, queue)
 }
 
-/// The decision behind [`classify`], on plain values so it can be tested without building SDK errors.
-pub fn classify_code(
-    code: Option<&str>,
-    service_message: Option<&str>,
-    status: Option<u16>,
-    queue: &str,
-    full_message: String,
-) -> QueueError {
-    let code = code.unwrap_or_default();
-    if QUEUE_MISSING_CODES.contains(&code) {
+/// The classification table, as a pure function (unit-tested below).
+///
+/// | what happened | `QueueError` |
+/// |---|---|
+/// | timeout, dispatch/IO failure, unreadable response | `Unavailable` |
+/// | `ThrottlingException`, `RequestThrottled`, `OverLimit`, `KmsThrottled`, HTTP 429, any 5xx | `Unavailable` |
+/// | `AWS.SimpleQueueService.NonExistentQueue`, `QueueDoesNotExist` | `QueueMissing { queue }` |
+/// | `AccessDenied*` | `AccessDenied { queue, message }` |
+/// | anything else (bad parameters, too large, request construction) | `Invalid` |
+pub(crate) fn classify_failure(failure: Failure<'_>, message: String, queue: &str) -> QueueError {
+    let (code, status) = match failure {
+        Failure::Construction => return QueueError::Invalid { message },
+        Failure::Timeout | Failure::Dispatch | Failure::Response => {
+            return QueueError::Unavailable { message };
+        }
+        Failure::Service { code, status } => (code.map(strip_prefix).unwrap_or_default(), status),
+    };
+    let with_code = |message: String| {
+        if code.is_empty() || message.contains(code) {
+            message
+        } else {
+            format!("{code}: {message}")
+        }
+    };
+    if matches!(code, "NonExistentQueue" | "QueueDoesNotExist") {
         return QueueError::QueueMissing {
             queue: queue.to_owned(),
         };
     }
-    if THROTTLING_CODES.contains(&code) || UNAVAILABLE_CODES.contains(&code) {
-        return QueueError::Unavailable {
-            message: full_message,
-        };
-    }
-    if code.starts_with("AccessDenied")
-        || code.starts_with("AWS.SimpleQueueService.AccessDenied")
-        || CREDENTIAL_CODES.contains(&code)
-    {
-        let detail = service_message.unwrap_or("no message");
+    if code.starts_with("AccessDenied") {
         return QueueError::AccessDenied {
             queue: queue.to_owned(),
-            message: format!("{code}: {detail}"),
+            message: with_code(message),
         };
     }
-    if status.is_some_and(|status| status >= 500) || status == Some(429) {
+    let throttled = matches!(
+        code,
+        "ThrottlingException" | "Throttling" | "RequestThrottled" | "OverLimit" | "KmsThrottled"
+    );
+    if throttled || status == 429 || status >= 500 {
         return QueueError::Unavailable {
-            message: full_message,
+            message: with_code(message),
         };
     }
     QueueError::Invalid {
-        message: full_message,
+        message: with_code(message),
     }
 }
 
-/// Turns one failed entry of a batch call into an [`EntryError`].
-pub fn entry_error(entry: &BatchResultErrorEntry) -> EntryError {
-    entry_error_from(entry.code(), entry.message().unwrap_or_default(), entry.sender_fault())
+/// Classifies one failed entry of a batch call (see [`classify_entry`]).
+pub(crate) fn entry_error(entry: &BatchResultErrorEntry) -> EntryError {
+    classify_entry(entry.code(), entry.message(), entry.sender_fault())
 }
 
-/// The decision behind [`entry_error`], on plain values.
-pub fn entry_error_from(code: &str, message: &str, sender_fault: bool) -> EntryError {
-    if LEASE_LOST_CODES.contains(&code) {
-        return EntryError::LeaseLost(format!("{code}: {message}"));
-    }
-    if INVALID_PARAMETER_CODES.contains(&code) && is_about_receipt_handle(message) {
+/// Classifies one failed entry of a batch call by its code, message and `SenderFault`.
+///
+/// A receipt that is no longer valid becomes [`EntryError::LeaseLost`]: `ReceiptHandleIsInvalid`,
+/// `MessageNotInflight`, and `InvalidParameterValue` whose message is about the receipt handle. LocalStack
+/// 4.8.1 answers a visibility change on a deleted message with `InvalidParameterValueException` "Value
+/// … for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for
+/// visibility timeout change." (with `SenderFault` false), so both spellings of the code are covered.
+pub(crate) fn classify_entry(code: &str, message: Option<&str>, sender_fault: bool) -> EntryError {
+    let message = message.unwrap_or_default();
+    let short = strip_prefix(code);
+    let lease_lost = match short {
+        "ReceiptHandleIsInvalid" | "InvalidReceiptHandle" | "MessageNotInflight" => true,
+        "InvalidParameterValue" | "InvalidParameterValueException" => mentions_receipt_handle(message),
+        _ => false,
+    };
+    if lease_lost {
         return EntryError::LeaseLost(format!("{code}: {message}"));
     }
     EntryError::Failed {
@@ -138,75 +133,97 @@ pub fn entry_error_from(code: &str, message: &str, sender_fault: bool) -> EntryE
     }
 }
 
-/// True when an `InvalidParameterValue` message is about the receipt handle. SQS says "... is not a valid
-/// receipt handle" or "Value ... for parameter ReceiptHandle is invalid. Reason: The receipt handle has
-/// expired." (LocalStack 4.8.1 uses the second form, also with "Message does not exist or is not
-/// available for visibility timeout change.").
-fn is_about_receipt_handle(message: &str) -> bool {
-    let lower = message.to_ascii_lowercase();
-    lower.contains("receipt handle") || lower.contains("receipthandle") || lower.contains("not available for visibility")
+fn mentions_receipt_handle(message: &str) -> bool {
+    let squashed: String = message
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .flat_map(char::to_lowercase)
+        .collect();
+    squashed.contains("receipthandle")
+}
+
+fn strip_prefix(code: &str) -> &str {
+    code.strip_prefix(SQS_CODE_PREFIX).unwrap_or(code)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn decide(code: &str, status: u16) -> QueueError {
-        classify_code(Some(code), Some("text"), Some(status), "jobs", "full".to_owned())
-    }
-
-    #[test]
-    fn throttling_and_server_errors_are_unavailable() {
-        for code in ["ThrottlingException", "RequestThrottled", "OverLimit", "KmsThrottled"] {
-            assert!(decide(code, 400).is_retryable(), "{code}");
+    fn service(code: &str, status: u16) -> Failure<'_> {
+        Failure::Service {
+            code: Some(code),
+            status,
         }
-        assert!(decide("SomethingNew", 503).is_retryable());
-        assert!(decide("SomethingNew", 429).is_retryable());
-        assert!(decide("InternalError", 500).is_retryable());
     }
 
     #[test]
-    fn a_missing_queue_names_the_queue() {
+    fn throttling_timeouts_io_and_5xx_are_unavailable() {
+        for failure in [
+            service("ThrottlingException", 400),
+            service("RequestThrottled", 403),
+            service("AWS.SimpleQueueService.RequestThrottled", 403),
+            service("OverLimit", 403),
+            service("InternalError", 500),
+            service("ServiceUnavailable", 503),
+            service("Whatever", 429),
+            Failure::Timeout,
+            Failure::Dispatch,
+            Failure::Response,
+        ] {
+            let error = classify_failure(failure, "m".into(), "q");
+            assert!(
+                matches!(error, QueueError::Unavailable { .. }),
+                "{failure:?} -> {error:?}"
+            );
+            assert!(error.is_retryable());
+        }
+    }
+
+    #[test]
+    fn missing_queue_names_the_queue() {
         for code in ["AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"] {
+            let error = classify_failure(service(code, 400), "m".into(), "http://sqs/000/jobs");
             assert_eq!(
-                decide(code, 400),
+                error,
                 QueueError::QueueMissing {
-                    queue: "jobs".to_owned()
+                    queue: "http://sqs/000/jobs".into()
                 }
             );
+            assert!(error.to_string().contains("http://sqs/000/jobs"));
         }
     }
 
     #[test]
-    fn access_denied_keeps_the_code_and_message() {
-        let error = decide("AccessDeniedException", 400);
+    fn access_denied_and_the_rest() {
+        let denied = classify_failure(service("AccessDeniedException", 400), "no".into(), "jobs");
+        assert!(matches!(denied, QueueError::AccessDenied { ref queue, .. } if queue == "jobs"));
+        let invalid = classify_failure(service("InvalidParameterValue", 400), "bad".into(), "jobs");
         assert_eq!(
-            error,
-            QueueError::AccessDenied {
-                queue: "jobs".to_owned(),
-                message: "AccessDeniedException: text".to_owned()
+            invalid,
+            QueueError::Invalid {
+                message: "InvalidParameterValue: bad".into()
             }
         );
-        assert!(matches!(decide("InvalidClientTokenId", 403), QueueError::AccessDenied { .. }));
-    }
-
-    #[test]
-    fn other_client_errors_are_invalid() {
-        assert!(matches!(decide("InvalidParameterValue", 400), QueueError::Invalid { .. }));
         assert!(matches!(
-            classify_code(None, None, None, "jobs", "x".to_owned()),
+            classify_failure(Failure::Construction, "x".into(), "jobs"),
             QueueError::Invalid { .. }
         ));
     }
 
     #[test]
-    fn receipt_handle_entry_errors_are_lost_leases() {
-        let cases = [
-            ("ReceiptHandleIsInvalid", "The input receipt handle \"x\" is not a valid receipt handle."),
-            ("MessageNotInflight", "Message not inflight"),
-            ("AWS.SimpleQueueService.MessageNotInflight", ""),
+    fn stale_receipts_are_lease_lost() {
+        for (code, message) in [
             (
-                "InvalidParameterValueException",
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle \"x\" is not a valid receipt handle.",
+            ),
+            (
+                "AWS.SimpleQueueService.MessageNotInflight",
+                "Message not inflight.",
+            ),
+            (
+                "InvalidParameterValue",
                 "Value abc for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.",
             ),
             (
@@ -214,26 +231,37 @@ mod tests {
                 "Value abc for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not \
                  available for visibility timeout change.",
             ),
-            ("InvalidParameterValue", "Value x for parameter ReceiptHandle is invalid."),
-        ];
-        for (code, message) in cases {
+        ] {
             assert!(
-                matches!(entry_error_from(code, message, false), EntryError::LeaseLost(_)),
-                "{code}: {message}"
+                matches!(
+                    classify_entry(code, Some(message), false),
+                    EntryError::LeaseLost(_)
+                ),
+                "{code}"
             );
         }
     }
 
     #[test]
-    fn other_entry_errors_keep_code_and_fault() {
-        let error = entry_error_from("InvalidParameterValue", "VisibilityTimeout is too large", true);
-        assert_eq!(
-            error,
-            EntryError::Failed {
-                code: "InvalidParameterValue".to_owned(),
-                message: "VisibilityTimeout is too large".to_owned(),
-                sender_fault: true
-            }
+    fn other_entry_failures_keep_code_and_fault() {
+        let error = classify_entry(
+            "InvalidParameterValue",
+            Some(
+                "Value 43201 for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout \
+                  for the message is beyond the limit [43200 seconds].",
+            ),
+            true,
         );
+        assert!(matches!(
+            error,
+            EntryError::Failed { ref code, sender_fault: true, .. } if code == "InvalidParameterValue"
+        ));
+        assert!(matches!(
+            classify_entry("InternalError", None, false),
+            EntryError::Failed {
+                sender_fault: false,
+                ..
+            }
+        ));
     }
 }

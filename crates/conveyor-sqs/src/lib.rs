@@ -1,3 +1,21 @@
 #![doc = include_str!("../README.md")]
 
 pub mod admin;
+mod batch;
+mod client;
+mod convert;
+pub mod dead_letter;
+mod errors;
+mod job;
+mod producer;
+mod queue;
+pub mod redrive;
+#[cfg(test)]
+mod request_shape_tests;
+mod send;
+
+pub use client::sqs_client_from_env;
+pub use job::{Job, ProduceError};
+pub use producer::{BATCH_ATTEMPTS, BATCH_RETRY_BASE, BatchReport, Producer};
+pub use queue::SqsQueue;
+pub use redrive::{QueueArn, RedrivePolicy};

@@ -1,1 +1,25 @@
 #![doc = include_str!("../README.md")]
+
+mod apply;
+mod capacity;
+pub mod config;
+mod deleter;
+mod error;
+pub mod heartbeat;
+mod job;
+mod ops;
+pub mod protect;
+mod receiver;
+mod report;
+mod runtime;
+mod signals;
+mod stats;
+pub mod telemetry;
+mod worker;
+
+pub use config::{load_config, load_config_with};
+pub use error::WorkerError;
+pub use ops::healthcheck;
+pub use protect::BreakerSettings;
+pub use report::{WorkerReport, WorkerStatus};
+pub use worker::Worker;

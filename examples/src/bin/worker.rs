@@ -30,7 +30,10 @@ async fn main() -> anyhow::Result<()> {
     conveyor_examples::init_tracing();
     let config = conveyor_worker::load_config(args.config.as_deref())?;
     if args.healthcheck {
-        let addr = config.listen_addr.clone().context("the operations endpoint is off (CONVEYOR_LISTEN_ADDR=off)")?;
+        let addr = config
+            .listen_addr
+            .clone()
+            .context("the operations endpoint is off (CONVEYOR_LISTEN_ADDR=off)")?;
         conveyor_worker::healthcheck(&addr).await?;
         return Ok(());
     }

@@ -47,7 +47,10 @@ impl DeliverWebhook {
     /// A deliverer signing with `secret`, giving up on a request after `timeout`.
     pub fn new(secret: impl Into<Vec<u8>>, timeout: Duration) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder().timeout(timeout).build()?;
-        Ok(Self { client, secret: secret.into() })
+        Ok(Self {
+            client,
+            secret: secret.into(),
+        })
     }
 }
 
@@ -72,7 +75,9 @@ impl Handler for DeliverWebhook {
     async fn handle(&self, job: WebhookDelivery, _ctx: Context) -> Result<Delivered, HandlerError> {
         let body = serde_json::to_vec(&serde_json::json!({ "event": job.event, "payload": job.payload }))
             .map_err(|error| HandlerError::permanent(format!("payload does not serialise: {error}")))?;
-        let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs());
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
         let response = self
             .client
             .post(&job.url)
@@ -83,19 +88,28 @@ impl Handler for DeliverWebhook {
             .body(body)
             .send()
             .await
-            .map_err(|error| HandlerError::retryable(format!("webhook to {} failed: {error}", host(&job.url))))?;
+            .map_err(|error| {
+                HandlerError::retryable(format!("webhook to {} failed: {error}", host(&job.url)))
+            })?;
         let status = response.status();
         if status.is_success() {
-            return Ok(Delivered { status: status.as_u16() });
+            return Ok(Delivered {
+                status: status.as_u16(),
+            });
         }
         if status.as_u16() == 429 {
             let wait = retry_after(&response).unwrap_or(Duration::from_secs(30));
-            return Err(HandlerError::retry_after(format!("receiver throttled ({status})"), wait));
+            return Err(HandlerError::retry_after(
+                format!("receiver throttled ({status})"),
+                wait,
+            ));
         }
         if status.is_server_error() {
             return Err(HandlerError::retryable(format!("receiver failed with {status}")));
         }
-        Err(HandlerError::permanent(format!("receiver refused the delivery with {status}")))
+        Err(HandlerError::permanent(format!(
+            "receiver refused the delivery with {status}"
+        )))
     }
 }
 
@@ -123,6 +137,9 @@ mod tests {
 
     #[test]
     fn host_hides_paths() {
-        assert_eq!(host("https://hooks.example.com/t/secret?x=1"), "hooks.example.com");
+        assert_eq!(
+            host("https://hooks.example.com/t/secret?x=1"),
+            "hooks.example.com"
+        );
     }
 }

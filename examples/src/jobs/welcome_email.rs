@@ -45,7 +45,10 @@ impl Handler for SendWelcomeEmail {
 
     async fn handle(&self, job: WelcomeEmail, ctx: Context) -> Result<EmailSent, HandlerError> {
         if !job.email.contains('@') {
-            return Err(HandlerError::permanent(format!("user {} has no valid email address", job.user_id)));
+            return Err(HandlerError::permanent(format!(
+                "user {} has no valid email address",
+                job.user_id
+            )));
         }
         let provider_message_id = format!("email-{}-{}", job.user_id, ctx.message_id());
         self.outbox

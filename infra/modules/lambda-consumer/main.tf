@@ -42,14 +42,16 @@ data "aws_iam_policy_document" "permissions" {
       "sqs:DeleteMessage",
       "sqs:ChangeMessageVisibility",
       "sqs:GetQueueAttributes",
+      "sqs:GetQueueUrl",
     ]
     resources = [var.queue_arn]
   }
 
-  # The Reject outcome sends a permanent failure to the DLQ with the reason attached.
+  # The Reject outcome sends a permanent failure to the DLQ with the reason attached. The DLQ's URL is
+  # looked up from the redrive policy's ARN (GetQueueUrl); its depth is read for metrics.
   statement {
     sid       = "SendToDeadLetterQueue"
-    actions   = ["sqs:SendMessage"]
+    actions   = ["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"]
     resources = [var.dlq_arn]
   }
 

@@ -1,0 +1,60 @@
+//! The command line: global options and one subcommand per command group.
+
+use clap::{Parser, Subcommand};
+
+use crate::aws::AwsArgs;
+use crate::commands::dlq::DlqArgs;
+use crate::commands::purge::PurgeArgs;
+use crate::commands::send::SendArgs;
+use crate::commands::stats::StatsArgs;
+use crate::lambda_runner::LambdaArgs;
+use crate::output::Format;
+
+/// Operate Conveyor's SQS queues: send jobs, read queue stats, inspect and redrive dead letters, purge.
+///
+/// AWS endpoints, region and credentials come from the standard AWS environment and profiles
+/// (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL_SQS, SSO, ...); `source localstack/env.sh` points
+/// everything at LocalStack.
+#[derive(Debug, Parser)]
+#[command(name = "conveyor", version, propagate_version = false)]
+pub struct Cli {
+    /// Output format: human-readable tables, or one JSON document for scripts.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    pub output: Format,
+    /// AWS settings.
+    #[command(flatten)]
+    pub aws: AwsArgs,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send a job (from arguments) or jobs (from a JSON file) to a queue.
+    Send(SendArgs),
+    /// Show a queue's and its DLQ's depth: visible, in flight, delayed, oldest message.
+    Stats(StatsArgs),
+    /// Inspect and redrive the dead-letter queue.
+    Dlq(DlqArgs),
+    /// Delete every message of a queue (needs --yes-i-really-mean-it).
+    Purge(PurgeArgs),
+    /// Run a Lambda bootstrap locally behind an emulated SQS event source mapping.
+    Lambda(LambdaArgs),
+}
+
+impl Command {
+    /// Runs the command.
+    pub async fn run(&self, cli: &Cli) -> anyhow::Result<()> {
+        let format = cli.output;
+        let client = cli.aws.sqs_client().await;
+        match self {
+            Command::Send(args) => crate::commands::send::run(args, client, format).await,
+            Command::Stats(args) => crate::commands::stats::run(args, client, format).await,
+            Command::Dlq(args) => crate::commands::dlq::run(args, client, format).await,
+            Command::Purge(args) => crate::commands::purge::run(args, client, format).await,
+            Command::Lambda(args) => crate::lambda_runner::run_command(args, client).await,
+        }
+    }
+}

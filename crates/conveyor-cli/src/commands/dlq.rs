@@ -1,0 +1,504 @@
+//! `conveyor dlq peek|redrive|tasks`: look at dead-lettered messages and move them back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::{Args, Subcommand, ValueEnum};
+use conveyor_sqs::admin::{
+    AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskStatus, PeekOptions,
+    QueueInfo, Received, describe, list_move_tasks, move_messages, peek, resolve_dead_letter, start_move_task,
+    wait_for_move_task,
+};
+use serde_json::{Value, json};
+
+use crate::output::{Format, Table, format_epoch_millis, format_time, print_json, progress};
+
+/// How often `--wait` reads a move task's progress.
+const TASK_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Arguments of `conveyor dlq`.
+#[derive(Debug, Args)]
+pub struct DlqArgs {
+    /// What to do with the dead-letter queue.
+    #[command(subcommand)]
+    pub command: DlqCommand,
+}
+
+/// The `dlq` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Show dead-lettered messages with their failure reason, without consuming them.
+    Peek(PeekArgs),
+    /// Move dead-lettered messages back to their source queue (all, or only matching ones).
+    Redrive(RedriveArgs),
+    /// List the DLQ's recent message move tasks (started by `dlq redrive`) and their progress.
+    Tasks(TasksArgs),
+}
+
+/// Arguments of `conveyor dlq peek`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example:
+  conveyor dlq peek --queue-url $URL --max 20
+
+Messages are received with a short visibility timeout and made visible again at once, so they stay in
+the DLQ (each peek adds one to their ApproximateReceiveCount). Bodies are not printed unless
+--show-body is given: they may carry personal data.")]
+pub struct PeekArgs {
+    /// URL of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
+    #[arg(long, value_name = "URL")]
+    pub queue_url: String,
+    /// The most messages to show.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub max: u16,
+    /// Print message bodies too (they may carry personal data).
+    #[arg(long)]
+    pub show_body: bool,
+    /// How long peeked messages stay hidden if the command dies before making them visible again.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=43_200))]
+    pub hold_secs: u64,
+}
+
+/// How `dlq redrive` moves messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Method {
+    /// A move task when there is no filter and one destination; the loop otherwise, or when the endpoint
+    /// lacks StartMessageMoveTask.
+    #[default]
+    Auto,
+    /// Always SQS's StartMessageMoveTask (no filters).
+    Task,
+    /// Always the receive / send / delete loop.
+    Loop,
+}
+
+/// Arguments of `conveyor dlq redrive`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  conveyor dlq redrive --queue-url $URL --wait                       # everything, with SQS's move task
+  conveyor dlq redrive --queue-url $URL --rate 50 --wait             # at most 50 messages per second
+  conveyor dlq redrive --queue-url $URL --job-type webhook --reason-contains 503
+
+Without a filter SQS's StartMessageMoveTask moves every message (the conveyor.failure attribute stays on
+them); --wait shows its progress until it completes. With --job-type or --reason-contains, or on an
+endpoint without StartMessageMoveTask, a loop receives from the DLQ, sends each matching message to its
+source queue (same body and attributes, minus conveyor.failure) and deletes it from the DLQ only after
+the send succeeded; messages that stay are made visible again when the scan ends. Ctrl-C stops the loop
+after the current batch.")]
+pub struct RedriveArgs {
+    /// URL of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
+    #[arg(long, value_name = "URL")]
+    pub queue_url: String,
+    /// Move at most N messages per second (1 to 500).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub rate: Option<u32>,
+    /// Move only messages of this job type (the conveyor.type attribute).
+    #[arg(long, value_name = "TYPE")]
+    pub job_type: Option<String>,
+    /// Move only messages whose recorded failure reason contains TEXT (ignoring case).
+    #[arg(long, value_name = "TEXT")]
+    pub reason_contains: Option<String>,
+    /// Wait for a move task to finish, printing its progress (the loop always runs to the end).
+    #[arg(long)]
+    pub wait: bool,
+    /// Send messages to this queue instead of the queue they came from.
+    #[arg(long, value_name = "URL")]
+    pub to_queue_url: Option<String>,
+    /// How to move the messages.
+    #[arg(long, value_enum, default_value_t = Method::Auto)]
+    pub method: Method,
+}
+
+/// Arguments of `conveyor dlq tasks`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example:
+  conveyor dlq tasks --queue-url $URL")]
+pub struct TasksArgs {
+    /// URL of the source queue or of the DLQ.
+    #[arg(long, value_name = "URL")]
+    pub queue_url: String,
+}
+
+/// Runs a `conveyor dlq` subcommand.
+pub async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+    match &args.command {
+        DlqCommand::Peek(args) => run_peek(args, &client, format).await,
+        DlqCommand::Redrive(args) => run_redrive(args, &client, format).await,
+        DlqCommand::Tasks(args) => run_tasks(args, &client, format).await,
+    }
+}
+
+async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+    let pair = resolve_dead_letter(client, &args.queue_url).await?;
+    let options = PeekOptions {
+        max: usize::from(args.max),
+        hold: Duration::from_secs(args.hold_secs),
+        ..PeekOptions::default()
+    };
+    let peeked = peek(client, &pair.dlq.url, options).await?;
+    let not_released = peeked.release_failures.len();
+    if format == Format::Json {
+        let messages: Vec<Value> = peeked
+            .messages
+            .iter()
+            .map(|received| message_json(received, args.show_body))
+            .collect();
+        print_json(&json!({
+            "dead_letter_queue": queue_json(&pair.dlq),
+            "source_queues": pair.sources.iter().map(queue_json).collect::<Vec<_>>(),
+            "shown": messages.len(),
+            "messages": messages,
+            "not_made_visible": not_released,
+        }))?;
+    } else {
+        print_peek_text(&pair, &peeked.messages, args.show_body);
+    }
+    if not_released > 0 {
+        bail!(
+            "{not_released} peeked messages could not be made visible again; they come back by themselves within \
+             {} seconds",
+            args.hold_secs
+        );
+    }
+    Ok(())
+}
+
+fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool) {
+    let sources: Vec<&str> = pair.sources.iter().map(QueueInfo::name).collect();
+    println!(
+        "dead-letter queue {} (source: {}): {} visible before the peek; showing {}, all left in the DLQ",
+        pair.dlq.name(),
+        sources.join(", "),
+        pair.dlq.depth.visible,
+        messages.len()
+    );
+    if messages.is_empty() {
+        return;
+    }
+    let mut table = Table::new(&[
+        "MESSAGE ID",
+        "JOB TYPE",
+        "RECEIVES",
+        "SENT",
+        "FAILED AT",
+        "HANDLER",
+        "SOURCE",
+        "REASON",
+    ]);
+    let mut sqs_counts = false;
+    for received in messages {
+        let failure = received.failure();
+        let receives = match &failure {
+            Some(failure) => failure.receive_count.to_string(),
+            None => {
+                sqs_counts = true;
+                format!("{}*", received.message.receive_count)
+            }
+        };
+        table.row(vec![
+            received.message.id.clone(),
+            received.message.job_type().unwrap_or("-").to_owned(),
+            receives,
+            received.message.sent_at.map_or_else(|| "-".to_owned(), format_time),
+            failure
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |failure| format_epoch_millis(failure.failed_at_ms)),
+            failure
+                .as_ref()
+                .map(|failure| failure.handler.clone())
+                .filter(|handler| !handler.is_empty())
+                .unwrap_or_else(|| "-".to_owned()),
+            source_of(received).unwrap_or_else(|| "-".to_owned()),
+            received.reason(),
+        ]);
+    }
+    print!("{}", table.render());
+    if sqs_counts {
+        println!("* no failure record: SQS's ApproximateReceiveCount, which counts peeks too");
+    }
+    if show_body {
+        for received in messages {
+            println!("body of {}: {}", received.message.id, received.message.body);
+        }
+    }
+}
+
+/// The queue a message came from: the failure record's, else the one SQS's redrive recorded.
+fn source_of(received: &Received) -> Option<String> {
+    if let Some(failure) = received.failure() {
+        return Some(failure.source_queue);
+    }
+    let arn = received.dead_letter_source_arn.as_deref()?;
+    Some(arn.rsplit(':').next().unwrap_or(arn).to_owned())
+}
+
+fn message_json(received: &Received, show_body: bool) -> Value {
+    let message = &received.message;
+    let failure = received.failure();
+    let mut value = json!({
+        "message_id": message.id,
+        "job_type": message.job_type(),
+        "idempotency_key": message.idempotency_key(),
+        "reason": received.reason(),
+        "failure": failure,
+        "receive_count": failure.as_ref().map(|failure| failure.receive_count),
+        "sqs_receive_count": message.receive_count,
+        "sent_at": message.sent_at.map(format_time),
+        "source_queue": source_of(received),
+        "dead_letter_source_arn": received.dead_letter_source_arn,
+        "group_id": message.group_id,
+    });
+    if failure.is_none() {
+        if let Some(raw) = received.failure_attribute() {
+            value["failure_attribute"] = json!(raw);
+        }
+    }
+    if show_body {
+        value["body"] = json!(message.body);
+    }
+    value
+}
+
+fn queue_json(queue: &QueueInfo) -> Value {
+    json!({
+        "name": queue.name(),
+        "url": queue.url,
+        "arn": queue.arn.arn,
+        "visible": queue.depth.visible,
+        "in_flight": queue.depth.in_flight,
+        "delayed": queue.depth.delayed,
+    })
+}
+
+async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+    let pair = resolve_dead_letter(client, &args.queue_url).await?;
+    let filter = MoveFilter {
+        job_type: args.job_type.clone(),
+        reason_contains: args.reason_contains.clone(),
+    };
+    let destinations = match &args.to_queue_url {
+        Some(url) => Destinations::One(describe(client, url).await?),
+        None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
+        None => Destinations::BySource(pair.sources.clone()),
+    };
+    if args.method == Method::Task && !filter.is_empty() {
+        bail!(crate::errors::UsageError(
+            "--method task moves every message: --job-type and --reason-contains need the loop (--method auto or loop)"
+                .to_owned()
+        ));
+    }
+    let use_loop = match (args.method, &destinations) {
+        (Method::Loop, _) => true,
+        (Method::Task, _) => false,
+        (Method::Auto, _) if !filter.is_empty() => true,
+        (Method::Auto, Destinations::BySource(_)) => {
+            progress(&format!(
+                "{} is the DLQ of several queues: moving with the loop, which sends each message back to the \
+                 queue named in its failure record (SQS's move task can only return messages its own redrive \
+                 moved)",
+                pair.dlq.name()
+            ));
+            true
+        }
+        (Method::Auto, Destinations::One(_)) => false,
+    };
+    if !use_loop {
+        let destination = match &destinations {
+            Destinations::One(queue) => Some(queue),
+            Destinations::BySource(_) => None,
+        };
+        match run_task(args, client, &pair, destination, format).await {
+            Err(AdminError::Unsupported { message, .. }) if args.method == Method::Auto => {
+                progress(&format!(
+                    "the endpoint does not support StartMessageMoveTask ({message}); moving with the loop instead"
+                ));
+            }
+            result => return Ok(result?),
+        }
+    }
+    run_loop(args, client, &pair, &destinations, filter, format).await
+}
+
+async fn run_task(
+    args: &RedriveArgs,
+    client: &aws_sdk_sqs::Client,
+    pair: &DeadLetterPair,
+    destination: Option<&QueueInfo>,
+    format: Format,
+) -> Result<(), AdminError> {
+    let task = start_move_task(
+        client,
+        &pair.dlq.arn.arn,
+        destination.map(|queue| queue.arn.arn.as_str()),
+        args.rate,
+    )
+    .await?;
+    let target = destination.map_or("each message's original source queue", QueueInfo::name);
+    progress(&format!(
+        "started a message move task from {} to {target} ({} messages visible, {}): task handle {}",
+        pair.dlq.name(),
+        pair.dlq.depth.visible,
+        args.rate
+            .map_or_else(|| "SQS's default rate".to_owned(), |rate| format!("at most {rate} messages/s")),
+        task.handle
+    ));
+    let mut last: Option<MoveTaskStatus> = None;
+    if args.wait {
+        let mut on_progress = |status: &MoveTaskStatus| {
+            let to_move = status.to_move.map_or_else(|| "?".to_owned(), |count| count.to_string());
+            progress(&format!("{}: moved {} of {to_move}", status.status, status.moved));
+        };
+        last = Some(wait_for_move_task(client, &task, TASK_POLL_INTERVAL, &mut on_progress).await?);
+    }
+    if format == Format::Json {
+        let _ = print_json(&json!({
+            "method": "move_task",
+            "task_handle": task.handle,
+            "dead_letter_queue": pair.dlq.name(),
+            "destination": destination.map(QueueInfo::name),
+            "rate": args.rate,
+            "status": last.as_ref().map_or("RUNNING", |status| status.status.as_str()),
+            "moved": last.as_ref().map(|status| status.moved),
+            "to_move": last.as_ref().and_then(|status| status.to_move),
+        }));
+        return Ok(());
+    }
+    match last {
+        Some(status) => println!(
+            "move task {}: moved {} messages from {} to {target}",
+            status.status,
+            status.moved,
+            pair.dlq.name()
+        ),
+        None => println!(
+            "move task started: task handle {}\nfollow it with `conveyor dlq tasks --queue-url {}` (or pass --wait)",
+            task.handle, pair.dlq.url
+        ),
+    }
+    Ok(())
+}
+
+async fn run_loop(
+    args: &RedriveArgs,
+    client: &aws_sdk_sqs::Client,
+    pair: &DeadLetterPair,
+    destinations: &Destinations,
+    filter: MoveFilter,
+    format: Format,
+) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stop.store(true, Ordering::Relaxed);
+                eprintln!("stopping after the current batch; messages already examined are made visible again");
+            }
+        })
+    };
+    let options = MoveOptions {
+        filter,
+        rate: args.rate,
+        stop: Some(stop),
+        ..MoveOptions::default()
+    };
+    progress(&format!(
+        "moving messages from {} ({} visible) with a receive / send / delete loop",
+        pair.dlq.name(),
+        pair.dlq.depth.visible
+    ));
+    let mut on_progress = |report: &MoveReport| {
+        progress(&format!(
+            "examined {}: moved {}, not matching {}, unknown source {}, failed {}",
+            report.examined,
+            report.moved,
+            report.skipped,
+            report.unroutable,
+            report.failed.len()
+        ));
+    };
+    let result = move_messages(client, &pair.dlq, destinations, &options, &mut on_progress).await;
+    watcher.abort();
+    let report = result?;
+    let remaining = describe(client, &pair.dlq.url).await?.depth;
+    if format == Format::Json {
+        print_json(&json!({
+            "method": "move_loop",
+            "dead_letter_queue": pair.dlq.name(),
+            "examined": report.examined,
+            "moved": report.moved,
+            "not_matching": report.skipped,
+            "unknown_source": report.unroutable,
+            "failed": report.failed.iter().map(|failure| json!({
+                "message_id": failure.message_id,
+                "error": failure.error,
+            })).collect::<Vec<_>>(),
+            "stopped": report.stopped,
+            "dead_letter_queue_after": { "visible": remaining.visible, "in_flight": remaining.in_flight },
+        }))?;
+    } else {
+        println!(
+            "moved {} of {} examined messages from {}; {} left there ({} not matching, {} with an unknown source, \
+             {} failed){}",
+            report.moved,
+            report.examined,
+            pair.dlq.name(),
+            remaining.visible + remaining.in_flight,
+            report.skipped,
+            report.unroutable,
+            report.failed.len(),
+            if report.stopped { "; stopped by Ctrl-C" } else { "" }
+        );
+        for failure in &report.failed {
+            println!("  {}: {}", failure.message_id, failure.error);
+        }
+    }
+    if !report.failed.is_empty() {
+        bail!("{} messages could not be moved", report.failed.len());
+    }
+    Ok(())
+}
+
+async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+    let pair = resolve_dead_letter(client, &args.queue_url).await?;
+    let tasks = list_move_tasks(client, &pair.dlq.arn.arn).await?;
+    if format == Format::Json {
+        let tasks: Vec<Value> = tasks
+            .iter()
+            .map(|task| {
+                json!({
+                    "status": task.status,
+                    "moved": task.moved,
+                    "to_move": task.to_move,
+                    "destination_arn": task.destination_arn,
+                    "rate": task.rate,
+                    "started_at": format_epoch_millis(task.started_at_ms),
+                    "failure_reason": task.failure_reason,
+                    "task_handle": task.handle,
+                })
+            })
+            .collect();
+        return print_json(&json!({ "dead_letter_queue": pair.dlq.name(), "tasks": tasks }));
+    }
+    if tasks.is_empty() {
+        println!("no message move tasks for {}", pair.dlq.name());
+        return Ok(());
+    }
+    let mut table = Table::new(&["STARTED", "STATUS", "MOVED", "TO MOVE", "DESTINATION", "FAILURE"]);
+    for task in &tasks {
+        table.row(vec![
+            format_epoch_millis(task.started_at_ms),
+            task.status.clone(),
+            task.moved.to_string(),
+            task.to_move.map_or_else(|| "-".to_owned(), |count| count.to_string()),
+            task.destination_arn
+                .as_deref()
+                .map_or("original source", |arn| arn.rsplit(':').next().unwrap_or(arn))
+                .to_owned(),
+            task.failure_reason.clone().unwrap_or_default(),
+        ]);
+    }
+    print!("{}", table.render());
+    Ok(())
+}

@@ -1,0 +1,6 @@
+//! One module per command group.
+
+pub mod dlq;
+pub mod purge;
+pub mod send;
+pub mod stats;

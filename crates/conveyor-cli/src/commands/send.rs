@@ -1,0 +1,469 @@
+//! `conveyor send`: one job from arguments, or one or many jobs from a JSON file.
+//!
+//! Every job is checked before anything is sent (FIFO parameters against the queue's kind, SQS's size and
+//! attribute limits, the schema version): if one is wrong, the command names each wrong job and sends
+//! nothing, so fixing the file and running it again does not send the good jobs twice.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::Args;
+use conveyor_core::AttributeValue;
+use conveyor_sqs::admin::{QueueInfo, describe};
+use conveyor_sqs::{Job, Producer};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::errors::UsageError;
+use crate::output::{Format, Table, print_json};
+
+/// Arguments of `conveyor send`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  conveyor send --queue-url $URL --job-type welcome_email --payload '{\"user_id\":42}' --key welcome_email:user:42
+  conveyor send --queue-url $URL --file jobs.json        # one job object, or an array sent in batches of 10
+
+A job in a file: {\"job_type\": \"...\", \"payload\": {...}, \"key\": \"...\", \"version\": 1, \"delay_secs\": 0,
+\"group_id\": \"...\", \"dedup_id\": \"...\", \"attributes\": {\"name\": \"value\"}}; only payload is required.
+Options given on the command line apply to every job of the file that does not set that field.")]
+pub struct SendArgs {
+    /// URL of the queue to send to.
+    #[arg(long, value_name = "URL")]
+    pub queue_url: String,
+    /// Job type (the `conveyor.type` attribute the consumer's router dispatches on). Required with
+    /// --payload; with --file, the type of jobs that do not set `job_type`.
+    #[arg(long, value_name = "TYPE")]
+    pub job_type: Option<String>,
+    /// The job's payload as JSON (the message body).
+    #[arg(long, value_name = "JSON", required_unless_present = "file", conflicts_with = "file")]
+    pub payload: Option<String>,
+    /// A JSON file with one job object or an array of jobs; `-` reads standard input.
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+    /// Idempotency key (`conveyor.key`), e.g. welcome_email:user:42: the consumer runs a key once.
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Payload schema version (`conveyor.version`, 1 or more).
+    #[arg(long = "version", value_name = "N")]
+    pub schema_version: Option<u32>,
+    /// Delivery delay in seconds (standard queues only, at most 900).
+    #[arg(long, value_name = "SECONDS")]
+    pub delay_secs: Option<u64>,
+    /// FIFO message group id (required on FIFO queues, refused on standard queues).
+    #[arg(long, value_name = "GROUP")]
+    pub group_id: Option<String>,
+    /// FIFO deduplication id (required on FIFO queues without content-based deduplication).
+    #[arg(long, value_name = "ID")]
+    pub dedup_id: Option<String>,
+    /// Extra string message attribute; repeat for more (names starting with `conveyor.` are reserved).
+    #[arg(long = "attribute", value_name = "NAME=VALUE", value_parser = parse_attribute)]
+    pub attributes: Vec<(String, String)>,
+}
+
+/// One job as written in a file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileJob {
+    job_type: Option<String>,
+    payload: Value,
+    key: Option<String>,
+    version: Option<u32>,
+    delay_secs: Option<u64>,
+    group_id: Option<String>,
+    #[serde(alias = "deduplication_id")]
+    dedup_id: Option<String>,
+    #[serde(default)]
+    attributes: BTreeMap<String, Value>,
+}
+
+/// One job to send, with every field the checks and the output need.
+#[derive(Debug, Clone, PartialEq)]
+struct JobSpec {
+    job_type: String,
+    payload: Value,
+    version: Option<u32>,
+    key: Option<String>,
+    delay: Option<Duration>,
+    group_id: Option<String>,
+    dedup_id: Option<String>,
+    attributes: Vec<(String, AttributeValue)>,
+}
+
+impl JobSpec {
+    /// The producer's job.
+    fn to_job(&self) -> Job<Value> {
+        let mut job = Job::new(self.job_type.clone(), self.payload.clone());
+        if let Some(version) = self.version {
+            job = job.version(version);
+        }
+        if let Some(key) = &self.key {
+            job = job.key(key.clone());
+        }
+        if let Some(delay) = self.delay {
+            job = job.delay(delay);
+        }
+        if let Some(group) = &self.group_id {
+            job = job.group_id(group.clone());
+        }
+        if let Some(dedup) = &self.dedup_id {
+            job = job.deduplication_id(dedup.clone());
+        }
+        for (name, value) in &self.attributes {
+            job = job.attribute(name.clone(), value.clone());
+        }
+        job
+    }
+}
+
+/// What the user asked to send.
+enum Request {
+    /// One job (from arguments, or a file holding one object): sent with `send`.
+    One(JobSpec),
+    /// An array from a file: sent with `send_batch`.
+    Many(Vec<JobSpec>),
+}
+
+impl Request {
+    fn jobs(&self) -> &[JobSpec] {
+        match self {
+            Request::One(job) => std::slice::from_ref(job),
+            Request::Many(jobs) => jobs,
+        }
+    }
+}
+
+/// Runs `conveyor send`.
+pub async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+    let request = read_request(args)?;
+    let queue = describe(&client, &args.queue_url).await?;
+    check_jobs(&queue, request.jobs())?;
+    let producer = Producer::new(client, &args.queue_url);
+    let results: Vec<Result<String, String>> = match &request {
+        Request::One(job) => vec![producer.send(&job.to_job()).await.map_err(|error| error.to_string())],
+        Request::Many(jobs) => producer
+            .send_batch(&jobs.iter().map(JobSpec::to_job).collect::<Vec<_>>())
+            .await
+            .results
+            .into_iter()
+            .map(|result| result.map_err(|error| error.to_string()))
+            .collect(),
+    };
+    print_results(&queue, request.jobs(), &results, format)?;
+    let failed = results.iter().filter(|result| result.is_err()).count();
+    if failed > 0 {
+        bail!("{failed} of {} jobs were not sent to {}", results.len(), queue.name());
+    }
+    Ok(())
+}
+
+/// The jobs to send, from `--payload` or `--file`, with the command-line options applied.
+fn read_request(args: &SendArgs) -> anyhow::Result<Request> {
+    if let Some(payload) = &args.payload {
+        let payload: Value = serde_json::from_str(payload)
+            .map_err(|error| anyhow!("--payload is not valid JSON: {}", describe_json_error(&error)))?;
+        let job = to_job(args, FileJob {
+            payload,
+            ..FileJob::default()
+        })
+        .map_err(|message| UsageError(message))?;
+        return Ok(Request::One(job));
+    }
+    let Some(path) = &args.file else {
+        return Err(UsageError("give the job with --payload JSON or --file PATH".to_owned()).into());
+    };
+    let text = read_file(path)?;
+    let name = path.display();
+    let document: Value = serde_json::from_str(&text)
+        .map_err(|error| anyhow!("{name} is not valid JSON: {}", describe_json_error(&error)))?;
+    match document {
+        Value::Array(items) => {
+            if items.is_empty() {
+                bail!("{name} holds an empty array: there is no job to send");
+            }
+            let mut jobs = Vec::with_capacity(items.len());
+            for (index, item) in items.into_iter().enumerate() {
+                let file_job: FileJob = serde_json::from_value(item)
+                    .map_err(|error| anyhow!("{name}: job #{index} (counting from 0): {error}"))?;
+                jobs.push(to_job(args, file_job).map_err(|message| anyhow!("{name}: job #{index}: {message}"))?);
+            }
+            Ok(Request::Many(jobs))
+        }
+        Value::Object(_) => {
+            let file_job: FileJob =
+                serde_json::from_value(document).map_err(|error| anyhow!("{name}: {error}"))?;
+            Ok(Request::One(to_job(args, file_job).map_err(|message| anyhow!("{name}: {message}"))?))
+        }
+        _ => bail!("{name} must hold a job object or an array of job objects"),
+    }
+}
+
+fn read_file(path: &PathBuf) -> anyhow::Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading jobs from standard input")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A serde_json error with its position spelled out.
+fn describe_json_error(error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    let message = text.split(" at line ").next().unwrap_or(&text);
+    format!("{message} (line {}, column {})", error.line(), error.column())
+}
+
+/// A job from a file entry, with the command-line options filling what the entry leaves out.
+fn to_job(args: &SendArgs, file_job: FileJob) -> Result<JobSpec, String> {
+    let job_type = file_job
+        .job_type
+        .or_else(|| args.job_type.clone())
+        .ok_or_else(|| "no job type: set \"job_type\" in the file or pass --job-type".to_owned())?;
+    if job_type.is_empty() {
+        return Err("the job type is empty".to_owned());
+    }
+    let mut attributes: Vec<(String, AttributeValue)> = args
+        .attributes
+        .iter()
+        .map(|(name, value)| (name.clone(), AttributeValue::string(value.clone())))
+        .collect();
+    for (name, value) in file_job.attributes {
+        let value = match value {
+            Value::String(text) => AttributeValue::string(text),
+            Value::Number(number) => AttributeValue::number(number),
+            other => return Err(format!("attribute {name} must be a string or a number, not {other}")),
+        };
+        attributes.retain(|(existing, _)| *existing != name);
+        attributes.push((name, value));
+    }
+    Ok(JobSpec {
+        job_type,
+        payload: file_job.payload,
+        version: file_job.version.or(args.schema_version),
+        key: file_job.key.or_else(|| args.key.clone()),
+        delay: file_job.delay_secs.or(args.delay_secs).map(Duration::from_secs),
+        group_id: file_job.group_id.or_else(|| args.group_id.clone()),
+        dedup_id: file_job.dedup_id.or_else(|| args.dedup_id.clone()),
+        attributes,
+    })
+}
+
+/// Parses `--attribute name=value`.
+fn parse_attribute(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=VALUE, got {text:?}"))?;
+    if name.is_empty() {
+        return Err(format!("the attribute name is empty in {text:?}"));
+    }
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+/// Checks every job against the queue before anything is sent; names each wrong job.
+fn check_jobs(queue: &QueueInfo, jobs: &[JobSpec]) -> anyhow::Result<()> {
+    let problems: Vec<String> = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(index, job)| check_job(queue, job).err().map(|problem| (index, problem)))
+        .map(|(index, problem)| {
+            if jobs.len() == 1 {
+                problem
+            } else {
+                format!("job #{index} ({}): {problem}", job_label(&jobs[index]))
+            }
+        })
+        .collect();
+    match problems.len() {
+        0 => Ok(()),
+        1 if jobs.len() == 1 => bail!("{}", problems[0]),
+        count => bail!(
+            "{count} of {} jobs cannot be sent to {}, so nothing was sent:\n  {}",
+            jobs.len(),
+            queue.name(),
+            problems.join("\n  ")
+        ),
+    }
+}
+
+/// The FIFO rules for the queue's kind, then SQS's limits as the producer checks them.
+fn check_job(queue: &QueueInfo, job: &JobSpec) -> Result<(), String> {
+    let name = queue.name();
+    let has_delay = job.delay.is_some_and(|delay| !delay.is_zero());
+    if queue.fifo {
+        if has_delay {
+            return Err(format!(
+                "queue {name} is a FIFO queue, which takes no per-message delay (--delay-secs / \"delay_secs\"): \
+                 set DelaySeconds on the queue instead, or send to a standard queue"
+            ));
+        }
+        if job.group_id.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "queue {name} is a FIFO queue: every message needs a message group id (--group-id / \
+                 \"group_id\"); messages of one group are processed in order"
+            ));
+        }
+        if !queue.content_based_deduplication && job.dedup_id.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "queue {name} is a FIFO queue without content-based deduplication: every message needs a \
+                 deduplication id (--dedup-id / \"dedup_id\"); SQS drops a second message with the same id \
+                 within 5 minutes"
+            ));
+        }
+    } else {
+        if job.group_id.is_some() {
+            return Err(format!(
+                "queue {name} is a standard queue: --group-id / \"group_id\" is only for FIFO queues (names \
+                 ending in .fifo)"
+            ));
+        }
+        if job.dedup_id.is_some() {
+            return Err(format!(
+                "queue {name} is a standard queue: --dedup-id / \"dedup_id\" is only for FIFO queues (names \
+                 ending in .fifo)"
+            ));
+        }
+    }
+    job.to_job().to_message(name).map(|_| ()).map_err(|error| error.to_string())
+}
+
+fn job_label(job: &JobSpec) -> String {
+    match &job.key {
+        Some(key) => format!("{}, key {key}", job.job_type),
+        None => job.job_type.clone(),
+    }
+}
+
+fn print_results(
+    queue: &QueueInfo,
+    jobs: &[JobSpec],
+    results: &[Result<String, String>],
+    format: Format,
+) -> anyhow::Result<()> {
+    let sent = results.iter().filter(|result| result.is_ok()).count();
+    if format == Format::Json {
+        let entries: Vec<Value> = jobs
+            .iter()
+            .zip(results)
+            .enumerate()
+            .map(|(index, (job, result))| {
+                let mut entry = json!({ "index": index, "job_type": job.job_type, "key": job.key });
+                match result {
+                    Ok(id) => entry["message_id"] = json!(id),
+                    Err(error) => entry["error"] = json!(error),
+                }
+                entry
+            })
+            .collect();
+        return print_json(&json!({
+            "queue_url": queue.url,
+            "queue": queue.name(),
+            "sent": sent,
+            "failed": results.len() - sent,
+            "results": entries,
+        }));
+    }
+    if let ([job], [Ok(id)]) = (jobs, results) {
+        println!("sent {} job to {}: message id {id}", job.job_type, queue.name());
+        return Ok(());
+    }
+    let mut table = Table::new(&["#", "JOB TYPE", "KEY", "RESULT"]);
+    for (index, (job, result)) in jobs.iter().zip(results).enumerate() {
+        let outcome = match result {
+            Ok(id) => format!("sent, message id {id}"),
+            Err(error) => format!("NOT SENT: {error}"),
+        };
+        table.row(vec![
+            index.to_string(),
+            job.job_type.clone(),
+            job.key.clone().unwrap_or_else(|| "-".to_owned()),
+            outcome,
+        ]);
+    }
+    print!("{}", table.render());
+    println!("sent {sent} of {} jobs to {}", results.len(), queue.name());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use conveyor_core::QueueDepth;
+    use conveyor_sqs::QueueArn;
+
+    use super::*;
+
+    fn queue(name: &str, content_based: bool) -> QueueInfo {
+        QueueInfo {
+            url: format!("http://localhost/{name}"),
+            arn: QueueArn::parse(&format!("arn:aws:sqs:us-east-1:000000000000:{name}")).unwrap(),
+            fifo: name.ends_with(".fifo"),
+            content_based_deduplication: content_based,
+            redrive: None,
+            depth: QueueDepth::default(),
+        }
+    }
+
+    fn spec(payload: Value) -> JobSpec {
+        JobSpec {
+            job_type: "t".to_owned(),
+            payload,
+            version: None,
+            key: None,
+            delay: None,
+            group_id: None,
+            dedup_id: None,
+            attributes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fifo_rules_follow_the_queue_kind() {
+        let standard = queue("jobs", false);
+        let fifo = queue("jobs.fifo", false);
+        let plain = spec(json!({}));
+        assert_eq!(check_job(&standard, &plain), Ok(()));
+        let grouped = JobSpec {
+            group_id: Some("g".to_owned()),
+            ..plain.clone()
+        };
+        assert!(check_job(&standard, &grouped).unwrap_err().contains("only for FIFO"));
+        assert!(check_job(&fifo, &plain).unwrap_err().contains("message group id"));
+        assert!(check_job(&fifo, &grouped).unwrap_err().contains("deduplication id"));
+        assert_eq!(check_job(&queue("jobs.fifo", true), &grouped), Ok(()));
+        let delayed = JobSpec {
+            dedup_id: Some("d".to_owned()),
+            delay: Some(Duration::from_secs(5)),
+            ..grouped.clone()
+        };
+        assert!(check_job(&fifo, &delayed).unwrap_err().contains("no per-message delay"));
+    }
+
+    #[test]
+    fn limits_are_checked_before_sending() {
+        let big = spec(json!("x".repeat(1024 * 1024)));
+        let error = check_job(&queue("jobs", false), &big).unwrap_err();
+        assert!(error.contains("over SQS's limit of 1048576 bytes"), "{error}");
+        let late = JobSpec {
+            delay: Some(Duration::from_secs(901)),
+            ..spec(json!({}))
+        };
+        assert!(check_job(&queue("jobs", false), &late).unwrap_err().contains("900s"));
+    }
+
+    #[test]
+    fn json_errors_give_line_and_column() {
+        let error = serde_json::from_str::<Value>("{\n  \"a\": 1,\n  \"b\" 2\n}").unwrap_err();
+        assert_eq!(describe_json_error(&error), "expected `:` (line 3, column 7)");
+    }
+
+    #[test]
+    fn attributes_parse_as_name_equals_value() {
+        assert_eq!(parse_attribute("tenant=acme=1"), Ok(("tenant".to_owned(), "acme=1".to_owned())));
+        assert!(parse_attribute("tenant").is_err());
+        assert!(parse_attribute("=x").is_err());
+    }
+}

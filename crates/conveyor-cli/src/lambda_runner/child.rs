@@ -1,0 +1,151 @@
+//! The bootstrap as a child process, with the environment Lambda gives a `provided.al2023` function.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+
+use anyhow::Context as _;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// What the child is told about itself.
+#[derive(Debug, Clone)]
+pub struct FunctionSettings {
+    /// The bootstrap executable.
+    pub bootstrap: PathBuf,
+    /// `AWS_LAMBDA_FUNCTION_NAME`.
+    pub function_name: String,
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`.
+    pub memory_mb: u32,
+    /// `AWS_REGION` and `AWS_DEFAULT_REGION`.
+    pub region: String,
+    /// `--env K=V` pairs, applied last.
+    pub env: Vec<(String, String)>,
+}
+
+/// Variables passed through from the runner's environment besides `AWS_*` (endpoints, credentials,
+/// profile): what a developer expects to reach their function locally.
+const PASS_THROUGH: &[&str] = &["PATH", "HOME", "TMPDIR", "TZ", "LANG", "RUST_LOG", "RUST_BACKTRACE"];
+
+/// A running bootstrap.
+pub struct Bootstrap {
+    child: Child,
+    spawned_at: Instant,
+}
+
+impl Bootstrap {
+    /// Starts the bootstrap against the Runtime API at `api`. Its stdout and stderr are forwarded to
+    /// the runner's stderr, prefixed `bootstrap| `.
+    pub fn spawn(settings: &FunctionSettings, api: SocketAddr) -> anyhow::Result<Self> {
+        let mut command = Command::new(&settings.bootstrap);
+        command.env_clear();
+        for (name, value) in std::env::vars() {
+            let lambda_reserved = name.starts_with("AWS_LAMBDA_");
+            if (name.starts_with("AWS_") && !lambda_reserved) || PASS_THROUGH.contains(&name.as_str()) {
+                command.env(name, value);
+            }
+        }
+        for (name, value) in lambda_environment(settings, api) {
+            command.env(name, value);
+        }
+        for (name, value) in &settings.env {
+            command.env(name, value);
+        }
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let spawned_at = Instant::now();
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot start the bootstrap {}", settings.bootstrap.display()))?;
+        if let Some(stdout) = child.stdout.take() {
+            tokio::spawn(forward(stdout));
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward(stderr));
+        }
+        Ok(Self { child, spawned_at })
+    }
+
+    /// When the process was started.
+    pub fn spawned_at(&self) -> Instant {
+        self.spawned_at
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// Kills the process and reaps it.
+    pub async fn kill(&mut self) {
+        if let Err(error) = self.child.kill().await {
+            tracing::debug!(%error, "bootstrap already gone");
+        }
+    }
+}
+
+/// The variables Lambda sets for a custom runtime.
+fn lambda_environment(settings: &FunctionSettings, api: SocketAddr) -> Vec<(&'static str, String)> {
+    let task_root = settings
+        .bootstrap
+        .parent()
+        .map_or_else(|| ".".to_owned(), |dir| dir.display().to_string());
+    vec![
+        ("AWS_LAMBDA_RUNTIME_API", api.to_string()),
+        ("AWS_LAMBDA_FUNCTION_NAME", settings.function_name.clone()),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", settings.memory_mb.to_string()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
+        (
+            "AWS_LAMBDA_LOG_GROUP_NAME",
+            format!("/aws/lambda/{}", settings.function_name),
+        ),
+        ("AWS_LAMBDA_LOG_STREAM_NAME", "local".to_owned()),
+        ("AWS_REGION", settings.region.clone()),
+        ("AWS_DEFAULT_REGION", settings.region.clone()),
+        ("AWS_EXECUTION_ENV", "AWS_Lambda_provided.al2023".to_owned()),
+        ("_HANDLER", handler_name(&settings.bootstrap)),
+        ("LAMBDA_TASK_ROOT", task_root),
+    ]
+}
+
+fn handler_name(bootstrap: &Path) -> String {
+    bootstrap
+        .file_name()
+        .map_or_else(|| "bootstrap".to_owned(), |name| name.to_string_lossy().into_owned())
+}
+
+async fn forward(stream: impl AsyncRead + Unpin) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        eprintln!("bootstrap| {line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_lambda_sets_for_a_custom_runtime() {
+        let settings = FunctionSettings {
+            bootstrap: PathBuf::from("/opt/fn/bootstrap"),
+            function_name: "jobs".to_owned(),
+            memory_mb: 256,
+            region: "eu-west-1".to_owned(),
+            env: Vec::new(),
+        };
+        let env = lambda_environment(&settings, "127.0.0.1:9001".parse().unwrap());
+        let get = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.as_str());
+        assert_eq!(get("AWS_LAMBDA_RUNTIME_API"), Some("127.0.0.1:9001"));
+        assert_eq!(get("AWS_LAMBDA_FUNCTION_NAME"), Some("jobs"));
+        assert_eq!(get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), Some("256"));
+        assert_eq!(get("AWS_LAMBDA_FUNCTION_VERSION"), Some("$LATEST"));
+        assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
+        assert_eq!(get("_HANDLER"), Some("bootstrap"));
+        assert_eq!(get("LAMBDA_TASK_ROOT"), Some("/opt/fn"));
+    }
+}

@@ -1,0 +1,380 @@
+//! [`DynamoStore`]: the `IdempotencyStore` port on DynamoDB, one request per claim.
+//!
+//! # Design note: the requests
+//!
+//! - **claim** is one `PutItem` of an in-progress item, conditional in Powertools' exact form. When the
+//!   condition fails, `ReturnValuesOnConditionCheckFailure = ALL_OLD` brings the existing record back
+//!   with the failure, so a duplicate costs one request and no read. The times in the condition are
+//!   ours (`:now`, `:now_in_millis`), compared by DynamoDB at the moment of the write: expired records
+//!   are claimable whether or not TTL has deleted them.
+//! - **complete**, **release** and **extend_lease** are conditional on the claim's fencing token, so a
+//!   worker whose lease lapsed and was taken over cannot overwrite or delete the new owner's record
+//!   (Powertools writes these unconditionally).
+//! - A first-time job therefore costs two requests (claim + complete), a duplicate one, a duplicate of a
+//!   job this process completed none when the completed cache is on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_smithy_runtime_api::http::Response;
+use conveyor_core::idempotency::new_token;
+use conveyor_core::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+};
+
+use crate::cache::CompletedCache;
+use crate::classify::{Failure, Target, classify};
+use crate::item::{self, Item, epoch_millis, epoch_secs, number, string};
+use crate::options::{OversizedOutput, StoreOptions};
+use crate::size;
+
+/// The claim condition, exactly as AWS Lambda Powertools writes it: absent, or expired, or in progress
+/// with a lease that has lapsed.
+pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress AND \
+                                   attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)";
+/// The condition on complete and release: the record still carries our claim's token.
+pub const TOKEN_CONDITION: &str = "#token = :token";
+/// The condition on extend_lease: our token, and still in progress.
+pub const EXTEND_CONDITION: &str = "#token = :token AND #status = :inprogress";
+
+/// The `IdempotencyStore` on a DynamoDB table in AWS Lambda Powertools' layout (see the crate docs).
+#[derive(Debug)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    options: StoreOptions,
+    cache: Option<CompletedCache>,
+    requests: AtomicU64,
+}
+
+impl DynamoStore {
+    /// A store on `table_name` with the default options (Powertools' attribute names, oversized outputs
+    /// stored without data, no cache).
+    pub fn new(client: Client, table_name: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table_name.into(),
+            options: StoreOptions::default(),
+            cache: None,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// Replaces the options.
+    pub fn with_options(mut self, options: StoreOptions) -> Self {
+        self.cache = options.completed_cache.and_then(CompletedCache::new);
+        self.options = options;
+        self
+    }
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        &self.table
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// How many requests this store has sent to DynamoDB (SDK retries of one request count once).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn count_request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn target<'a>(&'a self, operation: &'static str, key: &'a str) -> Target<'a> {
+        Target {
+            operation,
+            table: &self.table,
+            key,
+        }
+    }
+
+    fn parse(&self, key: &str, item: &Item) -> Result<IdempotencyRecord, StoreError> {
+        item::parse_record(&self.options.attributes, &self.table, key, item)
+    }
+
+    fn remember(&self, record: &IdempotencyRecord) {
+        if let Some(cache) = &self.cache {
+            cache.insert(record);
+        }
+    }
+
+    /// The record that made a claim's condition fail, from the failure response; one consistent read
+    /// when the response did not carry it (DynamoDB always does; some emulators may not).
+    async fn existing_record(
+        &self,
+        key: &str,
+        error: &SdkError<PutItemError, Response>,
+    ) -> Result<IdempotencyRecord, StoreError> {
+        let returned = match error.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(failure)) => failure.item(),
+            _ => None,
+        };
+        if let Some(item) = returned.filter(|item| !item.is_empty()) {
+            return self.parse(key, item);
+        }
+        tracing::debug!(key, "claim failure carried no record; reading it");
+        match self.get(key).await? {
+            Some(record) => Ok(record),
+            None => Err(StoreError::Unavailable {
+                message: format!(
+                    "the record of {key:?} in table {} was deleted while it was being claimed (its owner \
+                     released it); retry the claim",
+                    self.table
+                ),
+            }),
+        }
+    }
+
+    /// The output to store: as given, or `None` (with a warning) when it cannot fit and the policy
+    /// says omit.
+    fn fit_output<'o>(&self, key: &str, output: &'o str) -> Result<Option<&'o str>, StoreError> {
+        let limit = size::output_limit(&self.options.attributes, key);
+        if output.len() <= limit {
+            return Ok(Some(output));
+        }
+        self.oversized(key, output.len(), limit)?;
+        Ok(None)
+    }
+
+    /// Applies the oversized-output policy: an error, or a warning and `Ok` (store without output).
+    fn oversized(&self, key: &str, size: usize, limit: usize) -> Result<(), StoreError> {
+        match self.options.oversized_output {
+            OversizedOutput::Error => Err(StoreError::OutputTooLarge {
+                key: key.to_owned(),
+                size,
+                limit,
+            }),
+            OversizedOutput::Omit => {
+                tracing::warn!(
+                    key,
+                    size,
+                    limit,
+                    table = %self.table,
+                    "output too large for one DynamoDB item; completing the record without it"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// One `UpdateItem` that completes the record if it still carries the claim's token.
+    async fn send_complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<Option<Item>, Failure> {
+        let names = &self.options.attributes;
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(&names.id, string(&claim.key))
+            .condition_expression(TOKEN_CONDITION)
+            .expression_attribute_names("#token", &names.fencing_token)
+            .expression_attribute_names("#expiry", &names.expiration)
+            .expression_attribute_names("#status", &names.status)
+            .expression_attribute_values(":token", string(&claim.token))
+            .expression_attribute_values(":expiry", number(epoch_secs(expires_at)))
+            .expression_attribute_values(":status", string(RecordStatus::Completed.as_str()));
+        update = match output {
+            Some(output) => update
+                .update_expression("SET #response_data = :response_data, #expiry = :expiry, #status = :status")
+                .expression_attribute_names("#response_data", &names.data)
+                .expression_attribute_values(":response_data", string(output)),
+            None => update.update_expression("SET #expiry = :expiry, #status = :status"),
+        };
+        if self.cache.is_some() {
+            // The cache needs the whole record (its validation included); it comes back with the answer.
+            update = update.return_values(ReturnValue::AllNew);
+        }
+        self.count_request();
+        match update.send().await {
+            Ok(answer) => Ok(answer.attributes),
+            Err(error) => Err(classify(&error, self.target("UpdateItem", &claim.key))),
+        }
+    }
+
+    fn fenced(&self, failure: Failure, claim: &Claim) -> StoreError {
+        match failure {
+            Failure::ConditionFailed => StoreError::Fenced {
+                key: claim.key.clone(),
+            },
+            Failure::ItemTooLarge => StoreError::Misconfigured {
+                message: format!("record {:?} in table {} is over DynamoDB's item size", claim.key, self.table),
+            },
+            Failure::Store(error) => error,
+        }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for DynamoStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let now = SystemTime::now();
+        if let Some(record) = self.cache.as_ref().and_then(|cache| cache.get(&request.key, now)) {
+            tracing::debug!(key = %request.key, "completed record answered from the cache");
+            return Ok(ClaimOutcome::Exists(record));
+        }
+        let names = &self.options.attributes;
+        let token = new_token();
+        self.count_request();
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item::in_progress(names, request, &token)))
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#id", &names.id)
+            .expression_attribute_names("#expiry", &names.expiration)
+            .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
+            .expression_attribute_names("#status", &names.status)
+            .expression_attribute_values(":now", number(epoch_secs(now)))
+            .expression_attribute_values(":now_in_millis", number(epoch_millis(now)))
+            .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let error = match result {
+            Ok(_) => {
+                tracing::debug!(key = %request.key, "claimed");
+                return Ok(ClaimOutcome::Acquired(Claim {
+                    key: request.key.clone(),
+                    token,
+                }));
+            }
+            Err(error) => error,
+        };
+        match classify(&error, self.target("PutItem", &request.key)) {
+            Failure::ConditionFailed => {
+                let record = self.existing_record(&request.key, &error).await?;
+                tracing::debug!(key = %request.key, status = record.status.as_str(), "key already claimed");
+                self.remember(&record);
+                Ok(ClaimOutcome::Exists(record))
+            }
+            Failure::ItemTooLarge => Err(StoreError::Misconfigured {
+                message: format!(
+                    "the claim item for {:?} is over DynamoDB's item size (is the key or validation huge?)",
+                    request.key
+                ),
+            }),
+            Failure::Store(error) => Err(error),
+        }
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let output = match output {
+            Some(output) => self.fit_output(&claim.key, output)?,
+            None => None,
+        };
+        let mut result = self.send_complete(claim, output, expires_at).await;
+        if let (Err(Failure::ItemTooLarge), Some(output)) = (&result, output) {
+            // Our estimate was under DynamoDB's count: apply the same policy to its verdict.
+            let limit = size::output_limit(&self.options.attributes, &claim.key);
+            self.oversized(&claim.key, output.len(), limit)?;
+            result = self.send_complete(claim, None, expires_at).await;
+        }
+        let returned = result.map_err(|failure| self.fenced(failure, claim))?;
+        tracing::debug!(key = %claim.key, "completed");
+        if let Some(item) = returned.filter(|item| !item.is_empty()) {
+            match self.parse(&claim.key, &item) {
+                Ok(record) => self.remember(&record),
+                Err(error) => tracing::warn!(%error, key = %claim.key, "completed record not cached"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        let names = &self.options.attributes;
+        self.count_request();
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(&names.id, string(&claim.key))
+            .condition_expression(TOKEN_CONDITION)
+            .expression_attribute_names("#token", &names.fencing_token)
+            .expression_attribute_values(":token", string(&claim.token))
+            .send()
+            .await;
+        if let Some(cache) = &self.cache {
+            cache.remove(&claim.key);
+        }
+        match result {
+            Ok(_) => {
+                tracing::debug!(key = %claim.key, "released");
+                Ok(())
+            }
+            Err(error) => Err(self.fenced(classify(&error, self.target("DeleteItem", &claim.key)), claim)),
+        }
+    }
+
+    async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
+        let names = &self.options.attributes;
+        self.count_request();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(&names.id, string(&claim.key))
+            .update_expression("SET #in_progress_expiry = :in_progress_expiry")
+            .condition_expression(EXTEND_CONDITION)
+            .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
+            .expression_attribute_names("#token", &names.fencing_token)
+            .expression_attribute_names("#status", &names.status)
+            .expression_attribute_values(":in_progress_expiry", number(epoch_millis(lease_until)))
+            .expression_attribute_values(":token", string(&claim.token))
+            .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.fenced(classify(&error, self.target("UpdateItem", &claim.key)), claim)),
+        }
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let names = &self.options.attributes;
+        self.count_request();
+        let result = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(&names.id, string(key))
+            .consistent_read(true)
+            .send()
+            .await;
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(error) => {
+                return Err(match classify(&error, self.target("GetItem", key)) {
+                    Failure::Store(error) => error,
+                    other => StoreError::Unavailable {
+                        message: format!("GetItem on table {} for {key:?} failed unexpectedly: {other:?}", self.table),
+                    },
+                });
+            }
+        };
+        match answer.item {
+            Some(item) if !item.is_empty() => self.parse(key, &item).map(Some),
+            _ => Ok(None),
+        }
+    }
+}

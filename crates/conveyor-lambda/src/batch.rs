@@ -1,0 +1,434 @@
+//! One `SqsEvent` → the pipeline → one `SqsBatchResponse`.
+//!
+//! # Design note: what is reported, and in which order things happen
+//!
+//! The event source mapping deletes every record that is *not* listed in `batchItemFailures` and leaves
+//! the listed ones in flight until their visibility timeout. So:
+//!
+//! 1. **Ack** (done now, or a duplicate of a completed job): not listed; the mapping deletes it.
+//! 2. **Retry**: listed, and *before* the response is returned its visibility is set to its backoff
+//!    delay (one `ChangeMessageVisibilityBatch` per queue for the whole batch). Without this, every
+//!    failed message would come back together at the queue's visibility timeout, which is the retry
+//!    storm backoff exists to prevent. If that call fails the message still comes back, at the
+//!    visibility timeout: later, never lost.
+//! 3. **Reject**: sent to the DLQ with the failure recorded *during* the batch, then not listed, so the
+//!    mapping deletes the original only after the DLQ holds the copy. If the DLQ send fails (or the
+//!    queue has no DLQ), it is handled as a Retry with the fallback delay instead.
+//! 4. **Not started** (too close to the invocation deadline, or behind a failed message of its FIFO
+//!    group): listed and untouched; it comes back at the queue's visibility timeout, in order.
+//!
+//! FIFO queues: each message group is a lane that runs one message at a time, in record order; lanes
+//! (groups, or single messages on a standard queue) run concurrently up to `batch_concurrency`. Once a
+//! message of a group is listed as a failure, the rest of that group is listed untouched, so no later
+//! message of the group is processed before it. A message that reached the DLQ does not stop its group:
+//! it is settled, exactly as when SQS's own redrive moves it after `maxReceiveCount`.
+//!
+//! The idempotency claim's lease ends at the invocation deadline (the [`Lease`]'s `visible_until`):
+//! if the function dies, the claim lapses no later than the moment the invocation is over, and the
+//! message cannot be delivered again before its visibility timeout, which is longer.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use conveyor_core::config::LambdaConfig;
+use conveyor_core::{
+    AckReason, Disposition, Lease, Message, Outcome, Pipeline, Queue, ReceiptHandle, VisibilityChange,
+    reject,
+};
+use futures_util::{FutureExt, StreamExt, stream};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::metrics::BatchMetrics;
+use crate::queues::{QueueResolver, queue_name};
+use crate::record::{self, RecordError};
+
+/// Runs SQS batches through the pipeline. Build one per cold start; cheap to share.
+pub struct BatchProcessor {
+    pipeline: Pipeline,
+    config: LambdaConfig,
+    queues: Arc<dyn QueueResolver>,
+    emit_metrics: bool,
+}
+
+impl std::fmt::Debug for BatchProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchProcessor")
+            .field("pipeline", &self.pipeline)
+            .field("config", &self.config)
+            .field("emit_metrics", &self.emit_metrics)
+            .finish()
+    }
+}
+
+/// What a batch produced: the response for the event source mapping, and its metrics per queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchReport {
+    /// The records to retry.
+    pub response: SqsBatchResponse,
+    /// One entry per source queue in the batch.
+    pub metrics: Vec<BatchMetrics>,
+}
+
+/// How one record ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Settled {
+    /// Not listed: done now (or a duplicate of a completed job).
+    Acked { duplicate: bool },
+    /// Not listed: a copy is in the DLQ.
+    DeadLettered,
+    /// Listed, visible again after `delay`.
+    Retry { delay: Duration },
+    /// Listed, left as it is (visible again at the queue's visibility timeout).
+    Untouched,
+}
+
+impl Settled {
+    fn is_failure(self) -> bool {
+        matches!(self, Settled::Retry { .. } | Settled::Untouched)
+    }
+}
+
+/// One record, converted.
+struct Item {
+    index: usize,
+    message: Arc<Message>,
+}
+
+/// The records of one source queue.
+struct Source {
+    arn: String,
+    name: Arc<str>,
+    items: Vec<Item>,
+    metrics: BatchMetrics,
+}
+
+/// Records that run one after another: a FIFO group, or one message of a standard queue.
+struct Lane {
+    source: usize,
+    queue: Arc<dyn Queue>,
+    name: Arc<str>,
+    fifo: bool,
+    items: Vec<Item>,
+}
+
+/// One record's result.
+struct ItemResult {
+    index: usize,
+    source: usize,
+    message_id: String,
+    receipt: ReceiptHandle,
+    settled: Settled,
+    handler_duration: Option<Duration>,
+}
+
+impl BatchProcessor {
+    /// A processor running `pipeline` with `config`, finding each record's queue through `queues`.
+    /// Prints EMF metrics to stdout after each batch (see [`BatchProcessor::without_metrics`]).
+    pub fn new(pipeline: Pipeline, config: LambdaConfig, queues: Arc<dyn QueueResolver>) -> Self {
+        Self {
+            pipeline,
+            config,
+            queues,
+            emit_metrics: true,
+        }
+    }
+
+    /// Does not print EMF lines (tests, benchmarks); [`BatchProcessor::process_batch_report`] still
+    /// returns the metrics.
+    pub fn without_metrics(mut self) -> Self {
+        self.emit_metrics = false;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LambdaConfig {
+        &self.config
+    }
+
+    /// Processes one event whose invocation ends at `deadline`; returns the records to retry, and
+    /// prints the batch's metrics as EMF.
+    pub async fn process_batch(&self, event: SqsEvent, deadline: Instant) -> SqsBatchResponse {
+        let report = self.process_batch_report(event, deadline).await;
+        if self.emit_metrics {
+            let now = SystemTime::now();
+            for metrics in &report.metrics {
+                println!("{}", metrics.to_emf_line(now));
+            }
+        }
+        report.response
+    }
+
+    /// [`BatchProcessor::process_batch`] without printing: the response and the metrics.
+    pub async fn process_batch_report(&self, event: SqsEvent, deadline: Instant) -> BatchReport {
+        let mut sources: Vec<Source> = Vec::new();
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        for (index, record) in event.records.iter().enumerate() {
+            let arn = record.event_source_arn.clone().unwrap_or_default();
+            let source = source_for(&mut sources, &arn);
+            sources[source].metrics.received += 1;
+            let message = match record::to_message(record) {
+                Ok(message) if arn.is_empty() => Err(RecordError::MissingSource(message.id)),
+                other => other,
+            };
+            match message {
+                Ok(message) => sources[source].items.push(Item {
+                    index,
+                    message: Arc::new(message),
+                }),
+                Err(error @ RecordError::MissingMessageId) => {
+                    tracing::error!(index, %error, "skipping a record");
+                }
+                Err(error @ (RecordError::MissingReceiptHandle(_) | RecordError::MissingSource(_))) => {
+                    tracing::error!(index, %error, "cannot process a record");
+                    sources[source].metrics.retried += 1;
+                    let (RecordError::MissingReceiptHandle(id) | RecordError::MissingSource(id)) = error
+                    else {
+                        continue;
+                    };
+                    failures.push((index, id));
+                }
+            }
+        }
+
+        let lanes = self.lanes(&mut sources, &mut failures).await;
+        let concurrency = self.config.batch_concurrency.max(1);
+        let results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
+            .map(|lane| self.run_lane(lane, deadline))
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+
+        self.apply_backoff(&results).await;
+        for (_, lane_results) in &results {
+            for result in lane_results {
+                let metrics = &mut sources[result.source].metrics;
+                if let Some(duration) = result.handler_duration {
+                    metrics.handler_durations.push(duration);
+                }
+                match result.settled {
+                    Settled::Acked { duplicate: false } => metrics.succeeded += 1,
+                    Settled::Acked { duplicate: true } => metrics.duplicates += 1,
+                    Settled::DeadLettered => metrics.dead_lettered += 1,
+                    Settled::Retry { .. } | Settled::Untouched => {
+                        metrics.retried += 1;
+                        failures.push((result.index, result.message_id.clone()));
+                    }
+                }
+            }
+        }
+        failures.sort_unstable_by_key(|(index, _)| *index);
+        let response = SqsBatchResponse {
+            batch_item_failures: failures
+                .into_iter()
+                .map(|(_, item_identifier)| BatchItemFailure { item_identifier })
+                .collect(),
+        };
+        BatchReport {
+            response,
+            metrics: sources.into_iter().map(|source| source.metrics).collect(),
+        }
+    }
+
+    /// Resolves each source's queue and splits its records into lanes. Records whose queue cannot be
+    /// resolved are listed as failures without running: nothing could settle them.
+    async fn lanes(&self, sources: &mut [Source], failures: &mut Vec<(usize, String)>) -> Vec<Lane> {
+        let mut lanes = Vec::new();
+        for (source_index, source) in sources.iter_mut().enumerate() {
+            if source.items.is_empty() {
+                continue;
+            }
+            let items = std::mem::take(&mut source.items);
+            let queue = match self.queues.resolve(&source.arn).await {
+                Ok(queue) => queue,
+                Err(error) => {
+                    tracing::error!(%error, records = items.len(), "reporting the queue's records as failures");
+                    source.metrics.retried += items.len() as u64;
+                    failures.extend(items.into_iter().map(|item| (item.index, item.message.id.clone())));
+                    continue;
+                }
+            };
+            let fifo = source.arn.ends_with(".fifo") || queue.is_fifo();
+            let lane = |items: Vec<Item>| Lane {
+                source: source_index,
+                queue: Arc::clone(&queue),
+                name: Arc::clone(&source.name),
+                fifo,
+                items,
+            };
+            if !fifo {
+                lanes.extend(items.into_iter().map(|item| lane(vec![item])));
+                continue;
+            }
+            let mut groups: Vec<(Option<String>, Vec<Item>)> = Vec::new();
+            for item in items {
+                let group = item.message.group_id.clone();
+                match groups.iter_mut().find(|(id, _)| *id == group) {
+                    Some((_, members)) => members.push(item),
+                    None => groups.push((group, vec![item])),
+                }
+            }
+            lanes.extend(groups.into_iter().map(|(_, members)| lane(members)));
+        }
+        lanes
+    }
+
+    /// Runs a lane's records in order; after a failure on a FIFO queue the rest stay untouched.
+    async fn run_lane(&self, lane: Lane, deadline: Instant) -> (Lane, Vec<ItemResult>) {
+        let mut results = Vec::with_capacity(lane.items.len());
+        let mut blocked = false;
+        for item in &lane.items {
+            let (settled, handler_duration) = if blocked {
+                tracing::info!(
+                    message_id = %item.message.id,
+                    "not started: an earlier message of its FIFO group failed"
+                );
+                (Settled::Untouched, None)
+            } else {
+                self.run_one(&lane, item, deadline).await
+            };
+            if lane.fifo && settled.is_failure() {
+                blocked = true;
+            }
+            results.push(ItemResult {
+                index: item.index,
+                source: lane.source,
+                message_id: item.message.id.clone(),
+                receipt: item.message.receipt_handle.clone(),
+                settled,
+                handler_duration,
+            });
+        }
+        (lane, results)
+    }
+
+    /// One message, in its span, with panics caught (the pipeline catches the handler's; this catches
+    /// anything else, so one message never fails the batch).
+    async fn run_one(&self, lane: &Lane, item: &Item, deadline: Instant) -> (Settled, Option<Duration>) {
+        let message = &item.message;
+        let span = tracing::info_span!(
+            "message",
+            message_id = %message.id,
+            queue = %lane.name,
+            receive_count = message.receive_count,
+            job_type = message.job_type(),
+            trace_header = message.trace_header.as_deref(),
+        );
+        let run = AssertUnwindSafe(self.settle(lane, message, deadline, span.clone())).catch_unwind();
+        match run.instrument(span).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::error!(message_id = %message.id, "processing panicked; reporting the message as a failure");
+                (Settled::Untouched, None)
+            }
+        }
+    }
+
+    async fn settle(
+        &self,
+        lane: &Lane,
+        message: &Arc<Message>,
+        deadline: Instant,
+        span: tracing::Span,
+    ) -> (Settled, Option<Duration>) {
+        let cutoff = deadline
+            .checked_sub(self.config.deadline_margin)
+            .unwrap_or(deadline);
+        if Instant::now() >= cutoff {
+            tracing::info!("not started: too close to the invocation deadline; reporting it as a failure");
+            return (Settled::Untouched, None);
+        }
+        let lease = Lease::new(deadline);
+        let processed = self
+            .pipeline
+            .process(Arc::clone(message), Arc::clone(&lane.name), &lease, Some(cutoff))
+            .await;
+        if let Some(job_type) = processed.job_type {
+            span.record("job_type", job_type);
+        }
+        let duration = processed.handler_duration;
+        let settled = match &processed.outcome {
+            Outcome::Ack(reason) => {
+                tracing::debug!(?reason, "acknowledged");
+                Settled::Acked {
+                    duplicate: *reason == AckReason::Duplicate,
+                }
+            }
+            Outcome::Retry { delay, reason } => {
+                tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");
+                Settled::Retry { delay: *delay }
+            }
+            Outcome::Reject(failure) => {
+                let mode = self.config.reject_mode;
+                let fallback = processed.fallback_delay();
+                match reject(lane.queue.as_ref(), message, failure, mode, fallback).await {
+                    Disposition::Delete => Settled::DeadLettered,
+                    Disposition::Visible(delay) => Settled::Retry { delay },
+                }
+            }
+        };
+        (settled, duration)
+    }
+
+    /// Sets every retried message's visibility to its backoff delay: one batch call per queue.
+    async fn apply_backoff(&self, results: &[(Lane, Vec<ItemResult>)]) {
+        let mut per_source: Vec<(usize, Arc<dyn Queue>, Vec<VisibilityChange>, Vec<&str>)> = Vec::new();
+        for (lane, lane_results) in results {
+            for result in lane_results {
+                let Settled::Retry { delay } = result.settled else {
+                    continue;
+                };
+                let position = match per_source.iter().position(|(source, ..)| *source == lane.source) {
+                    Some(position) => position,
+                    None => {
+                        per_source.push((lane.source, Arc::clone(&lane.queue), Vec::new(), Vec::new()));
+                        per_source.len() - 1
+                    }
+                };
+                let (_, _, changes, ids) = &mut per_source[position];
+                changes.push(VisibilityChange {
+                    receipt_handle: result.receipt.clone(),
+                    timeout: delay,
+                });
+                ids.push(&result.message_id);
+            }
+        }
+        for (_, queue, changes, ids) in per_source {
+            match queue.change_visibility_batch(&changes).await {
+                Ok(entry_failures) => {
+                    for failure in entry_failures {
+                        let message_id = ids.get(failure.index).copied().unwrap_or("?");
+                        tracing::warn!(
+                            message_id,
+                            error = %failure.error,
+                            "could not set the retry's backoff; it comes back at the visibility timeout"
+                        );
+                    }
+                }
+                Err(error) => tracing::warn!(
+                    queue = %queue.name(),
+                    %error,
+                    messages = changes.len(),
+                    "could not set the retries' backoff; they come back at the visibility timeout"
+                ),
+            }
+        }
+    }
+}
+
+/// The index of the source for `arn`, added when new.
+fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
+    if let Some(position) = sources.iter().position(|source| source.arn == arn) {
+        return position;
+    }
+    let name = if arn.is_empty() { "unknown" } else { queue_name(arn) };
+    sources.push(Source {
+        arn: arn.to_owned(),
+        name: Arc::from(name),
+        items: Vec::new(),
+        metrics: BatchMetrics::new(name),
+    });
+    sources.len() - 1
+}

@@ -1,0 +1,46 @@
+//! The adapter's errors.
+
+use conveyor_core::config::ConfigError;
+
+/// Why [`run`](crate::run) could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LambdaError {
+    /// The configuration is invalid; the message lists every problem and what to change.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An environment variable holds a value that does not parse.
+    #[error("environment variable {name}={value:?} is invalid: {problem}")]
+    Environment {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong and what is expected.
+        problem: String,
+    },
+    /// The Lambda runtime client failed (the Runtime API is unreachable, say).
+    #[error("the Lambda runtime stopped: {0}")]
+    Runtime(String),
+}
+
+/// An invocation whose payload is not an SQS event: the function reports it as an invocation error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this function consumes SQS events (an object with a \"Records\" array of SQS messages, as an SQS event \
+     source mapping sends them), but it received {received}: {detail}"
+)]
+pub struct EventError {
+    /// What was received, by shape (never its content).
+    pub received: String,
+    /// What exactly did not fit.
+    pub detail: String,
+}
+
+impl From<EventError> for lambda_runtime::Diagnostic {
+    fn from(error: EventError) -> Self {
+        lambda_runtime::Diagnostic {
+            error_type: "Conveyor.NotAnSqsEvent".to_owned(),
+            error_message: error.to_string(),
+        }
+    }
+}

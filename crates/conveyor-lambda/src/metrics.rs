@@ -1,0 +1,133 @@
+//! Per-batch metrics, printed as CloudWatch Embedded Metric Format: one JSON line per source queue
+//! per batch on stdout, which Lambda ships to CloudWatch Logs and CloudWatch turns into metrics
+//! without an API call (and without the latency of one).
+
+use std::time::{Duration, SystemTime};
+
+use conveyor_core::outcome::epoch_millis;
+use serde_json::{Value, json};
+
+/// The CloudWatch namespace.
+pub const NAMESPACE: &str = "Conveyor";
+
+/// What one batch did with one queue's records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchMetrics {
+    /// The source queue's name (the `queue` dimension).
+    pub queue: String,
+    /// Records in the batch.
+    pub received: u64,
+    /// Handled and acknowledged.
+    pub succeeded: u64,
+    /// Reported in `batchItemFailures` (retried by SQS, after their backoff when they ran).
+    pub retried: u64,
+    /// Sent to the DLQ by the adapter (permanent failures).
+    pub dead_lettered: u64,
+    /// Acknowledged without running: an earlier delivery completed them.
+    pub duplicates: u64,
+    /// How long each handler run took.
+    pub handler_durations: Vec<Duration>,
+}
+
+impl BatchMetrics {
+    /// Metrics for `queue`, all zero.
+    pub fn new(queue: impl Into<String>) -> Self {
+        Self {
+            queue: queue.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The EMF document, stamped `at`.
+    pub fn to_emf(&self, at: SystemTime) -> Value {
+        let count = |name: &str| json!({"Name": name, "Unit": "Count"});
+        let mut definitions = vec![
+            count("Received"),
+            count("Succeeded"),
+            count("Retried"),
+            count("DeadLettered"),
+            count("Duplicates"),
+        ];
+        let mut document = json!({
+            "queue": self.queue,
+            "Received": self.received,
+            "Succeeded": self.succeeded,
+            "Retried": self.retried,
+            "DeadLettered": self.dead_lettered,
+            "Duplicates": self.duplicates,
+        });
+        // EMF takes an array of values (up to 100) per metric; an empty array is invalid, so the
+        // metric is left out when no handler ran.
+        if !self.handler_durations.is_empty() {
+            definitions.push(json!({"Name": "HandlerDurationMs", "Unit": "Milliseconds"}));
+            let values: Vec<f64> = self
+                .handler_durations
+                .iter()
+                .take(100)
+                .map(|duration| (duration.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0)
+                .collect();
+            document["HandlerDurationMs"] = json!(values);
+        }
+        document["_aws"] = json!({
+            "Timestamp": epoch_millis(at),
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [["queue"]],
+                "Metrics": definitions,
+            }],
+        });
+        document
+    }
+
+    /// The EMF document as one line.
+    pub fn to_emf_line(&self, at: SystemTime) -> String {
+        self.to_emf(at).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+
+    #[test]
+    fn emf_declares_every_metric_it_carries() {
+        let metrics = BatchMetrics {
+            queue: "jobs".into(),
+            received: 3,
+            succeeded: 1,
+            retried: 1,
+            dead_lettered: 1,
+            duplicates: 0,
+            handler_durations: vec![Duration::from_micros(1500), Duration::from_millis(2)],
+        };
+        let emf = metrics.to_emf(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
+        let aws = &emf["_aws"];
+        assert_eq!(aws["Timestamp"], 1_700_000_000_123u64);
+        let directive = &aws["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "Conveyor");
+        assert_eq!(directive["Dimensions"], json!([["queue"]]));
+        for definition in directive["Metrics"].as_array().unwrap() {
+            let name = definition["Name"].as_str().unwrap();
+            assert!(emf.get(name).is_some(), "{name} declared but missing");
+        }
+        assert_eq!(emf["queue"], "jobs");
+        assert_eq!(emf["HandlerDurationMs"], json!([1.5, 2.0]));
+        assert_eq!(emf["Received"], 3);
+        assert!(!metrics.to_emf_line(UNIX_EPOCH).contains('\n'));
+    }
+
+    #[test]
+    fn no_duration_metric_when_nothing_ran() {
+        let emf = BatchMetrics::new("jobs").to_emf(UNIX_EPOCH);
+        assert!(emf.get("HandlerDurationMs").is_none());
+        let names: Vec<&str> = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|metric| metric["Name"].as_str().unwrap())
+            .collect();
+        assert!(!names.contains(&"HandlerDurationMs"));
+    }
+}

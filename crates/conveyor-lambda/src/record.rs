@@ -1,0 +1,184 @@
+//! One `SqsEvent` record → the [`Message`] the pipeline takes, field for field as the worker builds it
+//! from `ReceiveMessage`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
+use conveyor_core::{AttributeValue, Attributes, Message, ReceiptHandle};
+
+/// System attribute names, as SQS spells them in the record's `attributes`.
+mod names {
+    pub const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
+    pub const SENT_TIMESTAMP: &str = "SentTimestamp";
+    pub const FIRST_RECEIVE_TIMESTAMP: &str = "ApproximateFirstReceiveTimestamp";
+    pub const GROUP_ID: &str = "MessageGroupId";
+    pub const DEDUPLICATION_ID: &str = "MessageDeduplicationId";
+    pub const TRACE_HEADER: &str = "AWSTraceHeader";
+}
+
+/// A record the adapter cannot process.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// No `messageId`: it cannot even be reported as a failure.
+    #[error("record has no messageId; it cannot be processed or reported, SQS delivers it again")]
+    MissingMessageId,
+    /// No `receiptHandle`: its visibility cannot be changed, nor can it be dead-lettered safely.
+    #[error("record {0} has no receiptHandle; reporting it as a failure")]
+    MissingReceiptHandle(String),
+    /// No `eventSourceARN`: the queue it came from is unknown.
+    #[error("record {0} has no eventSourceARN; reporting it as a failure")]
+    MissingSource(String),
+}
+
+/// Converts a record. The body defaults to empty (it then fails to decode and is dead-lettered); an
+/// unreadable receive count counts as a first delivery (logged).
+pub fn to_message(record: &SqsMessage) -> Result<Message, RecordError> {
+    let Some(id) = record.message_id.clone().filter(|id| !id.is_empty()) else {
+        return Err(RecordError::MissingMessageId);
+    };
+    let Some(receipt) = record.receipt_handle.clone().filter(|handle| !handle.is_empty()) else {
+        return Err(RecordError::MissingReceiptHandle(id));
+    };
+    let system = &record.attributes;
+    let text = |name: &str| system.get(name).filter(|value| !value.is_empty()).cloned();
+    let receive_count = match system.get(names::RECEIVE_COUNT).map(|count| count.parse::<u32>()) {
+        Some(Ok(count)) if count > 0 => count,
+        Some(_) => {
+            tracing::warn!(message_id = %id, "unreadable ApproximateReceiveCount; counting a first delivery");
+            1
+        }
+        None => 1,
+    };
+    Ok(Message {
+        receipt_handle: ReceiptHandle(receipt),
+        body: record.body.clone().unwrap_or_default(),
+        attributes: attributes(record),
+        receive_count,
+        sent_at: system.get(names::SENT_TIMESTAMP).and_then(|ms| epoch_millis(ms)),
+        first_received_at: system
+            .get(names::FIRST_RECEIVE_TIMESTAMP)
+            .and_then(|ms| epoch_millis(ms)),
+        group_id: text(names::GROUP_ID),
+        deduplication_id: text(names::DEDUPLICATION_ID),
+        trace_header: text(names::TRACE_HEADER),
+        id,
+    })
+}
+
+fn attributes(record: &SqsMessage) -> Attributes {
+    record
+        .message_attributes
+        .iter()
+        .map(|(name, value)| (name.clone(), attribute(value)))
+        .collect()
+}
+
+/// Lambda writes `dataType` on every attribute; when it is missing, the value's kind says it.
+fn attribute(value: &SqsMessageAttribute) -> AttributeValue {
+    let binary_value = value.binary_value.as_ref().map(|data| data.0.clone());
+    let data_type = value.data_type.clone().unwrap_or_else(|| {
+        if binary_value.is_some() && value.string_value.is_none() {
+            "Binary".to_owned()
+        } else {
+            "String".to_owned()
+        }
+    });
+    AttributeValue {
+        data_type,
+        string_value: value.string_value.clone(),
+        binary_value,
+    }
+}
+
+fn epoch_millis(text: &str) -> Option<SystemTime> {
+    let millis = text.parse::<u64>().ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(millis))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use aws_lambda_events::encodings::Base64Data;
+
+    use super::*;
+
+    fn record() -> SqsMessage {
+        let attributes = HashMap::from([
+            ("ApproximateReceiveCount".to_owned(), "3".to_owned()),
+            ("SentTimestamp".to_owned(), "1573251510774".to_owned()),
+            ("ApproximateFirstReceiveTimestamp".to_owned(), "1573251510800".to_owned()),
+            ("MessageGroupId".to_owned(), "g1".to_owned()),
+            ("MessageDeduplicationId".to_owned(), "d1".to_owned()),
+            ("AWSTraceHeader".to_owned(), "Root=1-5759e988-bd862e3fe1be46a994272793".to_owned()),
+        ]);
+        let message_attributes = HashMap::from([
+            (
+                "conveyor.type".to_owned(),
+                SqsMessageAttribute {
+                    string_value: Some("welcome_email".to_owned()),
+                    data_type: Some("String".to_owned()),
+                    ..SqsMessageAttribute::default()
+                },
+            ),
+            (
+                "blob".to_owned(),
+                SqsMessageAttribute {
+                    binary_value: Some(Base64Data(vec![1, 2, 3])),
+                    data_type: None,
+                    ..SqsMessageAttribute::default()
+                },
+            ),
+        ]);
+        SqsMessage {
+            message_id: Some("m1".to_owned()),
+            receipt_handle: Some("rh1".to_owned()),
+            body: Some("{}".to_owned()),
+            attributes,
+            message_attributes,
+            event_source_arn: Some("arn:aws:sqs:us-east-1:123456789012:jobs.fifo".to_owned()),
+            ..SqsMessage::default()
+        }
+    }
+
+    #[test]
+    fn every_field_the_pipeline_reads_is_converted() {
+        let message = to_message(&record()).unwrap();
+        assert_eq!(message.id, "m1");
+        assert_eq!(message.receipt_handle.as_str(), "rh1");
+        assert_eq!(message.body, "{}");
+        assert_eq!(message.receive_count, 3);
+        assert_eq!(message.sent_at, Some(UNIX_EPOCH + Duration::from_millis(1_573_251_510_774)));
+        assert_eq!(
+            message.first_received_at,
+            Some(UNIX_EPOCH + Duration::from_millis(1_573_251_510_800))
+        );
+        assert_eq!(message.group_id.as_deref(), Some("g1"));
+        assert_eq!(message.deduplication_id.as_deref(), Some("d1"));
+        assert!(message.trace_header.as_deref().unwrap().starts_with("Root="));
+        assert_eq!(message.job_type(), Some("welcome_email"));
+        let blob = &message.attributes["blob"];
+        assert_eq!(blob.data_type, "Binary");
+        assert_eq!(blob.binary_value.as_deref(), Some(&[1u8, 2, 3][..]));
+    }
+
+    #[test]
+    fn missing_ids_and_handles_are_errors() {
+        let mut no_id = record();
+        no_id.message_id = None;
+        assert_eq!(to_message(&no_id).unwrap_err(), RecordError::MissingMessageId);
+        let mut no_handle = record();
+        no_handle.receipt_handle = Some(String::new());
+        assert_eq!(
+            to_message(&no_handle).unwrap_err(),
+            RecordError::MissingReceiptHandle("m1".to_owned())
+        );
+    }
+
+    #[test]
+    fn an_unreadable_receive_count_counts_as_first() {
+        let mut odd = record();
+        odd.attributes.insert("ApproximateReceiveCount".to_owned(), "many".to_owned());
+        assert_eq!(to_message(&odd).unwrap().receive_count, 1);
+    }
+}

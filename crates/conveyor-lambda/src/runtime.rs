@@ -1,0 +1,172 @@
+//! The Lambda entry point: the Runtime API loop of `lambda_runtime`, one batch per invocation.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::SqsBatchResponse;
+use conveyor_core::config::LambdaConfig;
+use conveyor_core::{Pipeline, RejectMode};
+use lambda_runtime::{LambdaEvent, service_fn};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::batch::BatchProcessor;
+use crate::error::{EventError, LambdaError};
+use crate::event::parse_event;
+use crate::queues::SqsQueues;
+
+/// Environment variable: records of one batch processed at once.
+pub const BATCH_CONCURRENCY_ENV: &str = "CONVEYOR_BATCH_CONCURRENCY";
+/// Environment variable: messages that cannot start this long before the deadline are retried.
+pub const DEADLINE_MARGIN_ENV: &str = "CONVEYOR_DEADLINE_MARGIN_MS";
+/// Environment variable: `send_to_dlq` (default) or `leave_to_redrive`.
+pub const REJECT_MODE_ENV: &str = "CONVEYOR_REJECT_MODE";
+
+/// Runs the function: receives SQS batches from the Lambda Runtime API until the environment is shut
+/// down. Clients are built once here (the cold start); queues are resolved on first use.
+///
+/// ```no_run
+/// # async fn example(router: conveyor_core::Router) -> Result<(), conveyor_lambda::LambdaError> {
+/// let pipeline = conveyor_core::Pipeline::new(router);
+/// conveyor_lambda::run(pipeline, conveyor_lambda::config_from_env()?).await
+/// # }
+/// ```
+pub async fn run(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
+    config.validate()?;
+    let client = conveyor_sqs::sqs_client_from_env().await;
+    let processor = Arc::new(BatchProcessor::new(
+        pipeline,
+        config,
+        Arc::new(SqsQueues::new(client)),
+    ));
+    let handler = service_fn(move |event: LambdaEvent<serde_json::Value>| {
+        let processor = Arc::clone(&processor);
+        async move { handle(&processor, event).await }
+    });
+    lambda_runtime::run(handler)
+        .await
+        .map_err(|error| LambdaError::Runtime(error.to_string()))
+}
+
+/// One invocation: parse, then process with the invocation's deadline.
+async fn handle(
+    processor: &BatchProcessor,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<SqsBatchResponse, EventError> {
+    let (payload, context) = event.into_parts();
+    let event = match parse_event(payload) {
+        Ok(event) => event,
+        Err(error) => {
+            tracing::error!(request_id = %context.request_id, %error, "not an SQS event");
+            return Err(error);
+        }
+    };
+    let span = tracing::info_span!(
+        "invocation",
+        request_id = %context.request_id,
+        records = event.records.len(),
+        xray_trace_id = context.xray_trace_id.as_deref(),
+    );
+    let deadline = instant_at(context.deadline());
+    Ok(processor.process_batch(event, deadline).instrument(span).await)
+}
+
+/// The tokio instant at wall-clock time `at` (now, when it has passed).
+pub fn instant_at(at: SystemTime) -> Instant {
+    let now = Instant::now();
+    match at.duration_since(SystemTime::now()) {
+        Ok(ahead) => now + ahead,
+        Err(_) => now,
+    }
+}
+
+/// The default [`LambdaConfig`] with the `CONVEYOR_*` overrides a function's environment may set:
+/// [`BATCH_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`].
+pub fn config_from_env() -> Result<LambdaConfig, LambdaError> {
+    config_from(|name| std::env::var(name).ok())
+}
+
+fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, LambdaError> {
+    let mut config = LambdaConfig::default();
+    if let Some(value) = var(BATCH_CONCURRENCY_ENV) {
+        config.batch_concurrency = value.trim().parse().map_err(|_| LambdaError::Environment {
+            name: BATCH_CONCURRENCY_ENV,
+            value: value.clone(),
+            problem: "expected a positive integer".to_owned(),
+        })?;
+    }
+    if let Some(value) = var(DEADLINE_MARGIN_ENV) {
+        let millis: u64 = value.trim().parse().map_err(|_| LambdaError::Environment {
+            name: DEADLINE_MARGIN_ENV,
+            value: value.clone(),
+            problem: "expected milliseconds".to_owned(),
+        })?;
+        config.deadline_margin = Duration::from_millis(millis);
+    }
+    if let Some(value) = var(REJECT_MODE_ENV) {
+        config.reject_mode = match value.trim() {
+            "send_to_dlq" => RejectMode::SendToDlq,
+            "leave_to_redrive" => RejectMode::LeaveToRedrive,
+            _ => {
+                return Err(LambdaError::Environment {
+                    name: REJECT_MODE_ENV,
+                    value,
+                    problem: "expected send_to_dlq or leave_to_redrive".to_owned(),
+                });
+            }
+        };
+    }
+    Ok(config)
+}
+
+/// Logs the way Lambda's advanced logging controls ask (`AWS_LAMBDA_LOG_FORMAT=JSON`,
+/// `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`), through `lambda_runtime`'s default subscriber.
+pub fn init_tracing() {
+    lambda_runtime::tracing::init_default_subscriber();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<LambdaConfig, LambdaError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        config_from(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn environment_overrides_the_defaults() {
+        assert_eq!(config(&[]).unwrap(), LambdaConfig::default());
+        let config = config(&[
+            (BATCH_CONCURRENCY_ENV, "3"),
+            (DEADLINE_MARGIN_ENV, "250"),
+            (REJECT_MODE_ENV, "leave_to_redrive"),
+        ])
+        .unwrap();
+        assert_eq!(config.batch_concurrency, 3);
+        assert_eq!(config.deadline_margin, Duration::from_millis(250));
+        assert_eq!(config.reject_mode, RejectMode::LeaveToRedrive);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let error = config(&[(REJECT_MODE_ENV, "dlq")]).unwrap_err().to_string();
+        assert!(error.contains(REJECT_MODE_ENV) && error.contains("send_to_dlq"), "{error}");
+        let error = config(&[(BATCH_CONCURRENCY_ENV, "-1")]).unwrap_err().to_string();
+        assert!(error.contains(BATCH_CONCURRENCY_ENV), "{error}");
+    }
+
+    #[tokio::test]
+    async fn wall_clock_deadlines_become_instants() {
+        let in_two_seconds = instant_at(SystemTime::now() + Duration::from_secs(2));
+        let remaining = in_two_seconds - Instant::now();
+        assert!(remaining > Duration::from_millis(1500) && remaining <= Duration::from_secs(2));
+        let past = instant_at(SystemTime::now() - Duration::from_secs(5));
+        assert!(past <= Instant::now());
+    }
+}

@@ -1,0 +1,478 @@
+//! The batch function on AWS's documented events, against `MemoryQueue` (no runtime, no AWS).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use conveyor_core::config::LambdaConfig;
+use conveyor_core::message::{FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE};
+use conveyor_core::{
+    AttributeValue, Context, Handler, HandlerError, Message, OutgoingMessage, Pipeline, Queue, RecordStatus,
+    Router,
+};
+use conveyor_lambda::{BatchProcessor, BatchReport, FixedQueue, SqsEvent, parse_event, to_message};
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A job that says what the handler should do.
+#[derive(Debug, Deserialize)]
+struct Step {
+    name: String,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    sleep_ms: u64,
+}
+
+/// Runs steps and logs each run's name, in order.
+struct Scripted {
+    log: Arc<Mutex<Vec<String>>>,
+    store: Option<Arc<MemoryIdempotencyStore>>,
+    leases: Arc<Mutex<Vec<SystemTime>>>,
+}
+
+impl Handler for Scripted {
+    type Job = Step;
+    type Output = ();
+    const JOB_TYPE: &'static str = "scripted";
+
+    async fn handle(&self, step: Step, _ctx: Context) -> Result<(), HandlerError> {
+        self.log.lock().unwrap().push(step.name.clone());
+        if let Some(store) = &self.store {
+            let leases = store.records().into_iter().filter_map(|record| record.lease_until);
+            self.leases.lock().unwrap().extend(leases);
+        }
+        if step.sleep_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(step.sleep_ms)).await;
+        }
+        match step.action.as_str() {
+            "retry" => Err(HandlerError::retry_after("provider busy", Duration::from_secs(30))),
+            "permanent" => Err(HandlerError::permanent("no such user")),
+            "panic" => panic!("handler bug"),
+            _ => Ok(()),
+        }
+    }
+}
+
+struct Harness {
+    queue: Arc<MemoryQueue>,
+    log: Arc<Mutex<Vec<String>>>,
+    leases: Arc<Mutex<Vec<SystemTime>>>,
+    processor: BatchProcessor,
+}
+
+impl Harness {
+    fn new(queue: MemoryQueue, config: LambdaConfig) -> Self {
+        Self::build(queue, config, None)
+    }
+
+    fn build(queue: MemoryQueue, config: LambdaConfig, store: Option<Arc<MemoryIdempotencyStore>>) -> Self {
+        let queue = Arc::new(queue);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let leases = Arc::new(Mutex::new(Vec::new()));
+        let handler = Scripted {
+            log: Arc::clone(&log),
+            store: store.clone(),
+            leases: Arc::clone(&leases),
+        };
+        let mut pipeline = Pipeline::new(Router::single(handler));
+        if let Some(store) = store {
+            pipeline = pipeline.with_store(store);
+        }
+        let resolver = FixedQueue(Arc::clone(&queue) as Arc<dyn Queue>);
+        let processor = BatchProcessor::new(pipeline, config, Arc::new(resolver)).without_metrics();
+        Self {
+            queue,
+            log,
+            leases,
+            processor,
+        }
+    }
+
+    fn push(&self, name: &str, action: &str) -> String {
+        self.push_step(json!({"name": name, "action": action}), None)
+    }
+
+    fn push_step(&self, step: Value, group: Option<&str>) -> String {
+        let group_id = group.map(str::to_owned).or_else(|| self.queue.is_fifo().then(|| "g".to_owned()));
+        let deduplication_id = self.queue.is_fifo().then(|| step["name"].as_str().unwrap().to_owned());
+        self.queue
+            .push_message(OutgoingMessage {
+                body: step.to_string(),
+                group_id,
+                deduplication_id,
+                ..OutgoingMessage::default()
+            })
+            .unwrap()
+    }
+
+    /// Receives everything visible, as the event source mapping would.
+    async fn receive(&self) -> Vec<Message> {
+        self.queue.receive(10, Duration::ZERO).await.unwrap()
+    }
+
+    /// The event the mapping would send for `messages`: AWS's documented record, filled in.
+    fn event(&self, messages: &[Message]) -> SqsEvent {
+        let template = fixture("sqs-standard-event.json")["Records"][0].clone();
+        let arn = format!("arn:aws:sqs:us-east-2:123456789012:{}", self.queue.name());
+        let records: Vec<Value> = messages
+            .iter()
+            .map(|message| {
+                let mut record = template.clone();
+                record["messageId"] = json!(message.id);
+                record["receiptHandle"] = json!(message.receipt_handle.as_str());
+                record["body"] = json!(message.body);
+                record["eventSourceARN"] = json!(arn);
+                record["attributes"]["ApproximateReceiveCount"] = json!(message.receive_count.to_string());
+                if let Some(group) = &message.group_id {
+                    record["attributes"]["MessageGroupId"] = json!(group);
+                }
+                let attributes: serde_json::Map<String, Value> = message
+                    .attributes
+                    .iter()
+                    .map(|(name, value)| {
+                        let attribute = json!({
+                            "stringValue": value.string_value,
+                            "stringListValues": [],
+                            "binaryListValues": [],
+                            "dataType": value.data_type,
+                        });
+                        (name.clone(), attribute)
+                    })
+                    .collect();
+                record["messageAttributes"] = Value::Object(attributes);
+                record
+            })
+            .collect();
+        parse_event(json!({ "Records": records })).unwrap()
+    }
+
+    async fn run(&self, messages: &[Message], deadline: Instant) -> BatchReport {
+        self.processor.process_batch_report(self.event(messages), deadline).await
+    }
+
+    fn ran(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn state_of(&self, id: &str) -> Option<MessageState> {
+        self.queue
+            .snapshot()
+            .into_iter()
+            .find(|message| message.id == id)
+            .map(|message| message.state)
+    }
+}
+
+fn listed(report: &BatchReport) -> Vec<String> {
+    report
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|failure| failure.item_identifier.clone())
+        .collect()
+}
+
+fn in_ten_seconds() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+fn slow_queue(name: &str) -> MemoryQueue {
+    MemoryQueue::standard(name).with_visibility_timeout(Duration::from_secs(300))
+}
+
+#[test]
+fn documented_events_convert_field_for_field() {
+    let standard: SqsEvent = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    let first = to_message(&standard.records[0]).unwrap();
+    assert_eq!(first.id, "059f36b4-87a3-44ab-83d2-661975830a7d");
+    assert_eq!(first.receipt_handle.as_str(), "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a...");
+    assert_eq!(first.body, "Test message.");
+    assert_eq!(first.receive_count, 1);
+    assert_eq!(
+        first.sent_at,
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_545_082_649_183))
+    );
+    assert_eq!(
+        first.first_received_at,
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_545_082_649_185))
+    );
+    assert_eq!(first.attributes["myAttribute"], AttributeValue::string("myValue"));
+    assert_eq!(first.group_id, None);
+
+    let fifo: SqsEvent = parse_event(fixture("sqs-fifo-event.json")).unwrap();
+    let message = to_message(&fifo.records[0]).unwrap();
+    assert_eq!(message.group_id.as_deref(), Some("1"));
+    assert_eq!(message.deduplication_id.as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn a_documented_event_that_succeeds_lists_nothing() {
+    let harness = Harness::new(MemoryQueue::standard("my-queue"), LambdaConfig::default());
+    let mut event = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    for record in &mut event.records {
+        record.body = Some(json!({"name": record.message_id}).to_string());
+    }
+    let report = harness.processor.process_batch_report(event, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty(), "{report:?}");
+    assert_eq!(harness.ran().len(), 2);
+    let metrics = &report.metrics[0];
+    assert_eq!(metrics.queue, "my-queue");
+    assert_eq!((metrics.received, metrics.succeeded, metrics.retried), (2, 2, 0));
+    assert_eq!(metrics.handler_durations.len(), 2);
+    // The documented body ("Test message.") is not a job: permanent, so dead-lettered; this queue has
+    // no DLQ, so it is listed and retried after the fallback delay rather than lost.
+    let raw = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    let report = harness.processor.process_batch_report(raw, in_ten_seconds()).await;
+    assert_eq!(
+        listed(&report),
+        vec!["059f36b4-87a3-44ab-83d2-661975830a7d", "2e1424d4-f796-459a-8184-9c92662be6da"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn partial_failures_are_listed_and_come_back_after_their_backoff() {
+    let harness = Harness::new(slow_queue("jobs"), LambdaConfig::default());
+    let ok1 = harness.push("ok1", "ok");
+    let retry1 = harness.push("retry1", "retry");
+    let ok2 = harness.push("ok2", "ok");
+    let retry2 = harness.push("retry2", "retry");
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 4);
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), vec![retry1.clone(), retry2.clone()]);
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        1,
+        "one batch call for all retries"
+    );
+    let metrics = &report.metrics[0];
+    assert_eq!(
+        (metrics.received, metrics.succeeded, metrics.retried, metrics.dead_lettered),
+        (4, 2, 2, 0)
+    );
+
+    // The handler asked for 30 s; the queue's visibility timeout is 300 s.
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert_eq!(harness.state_of(&retry1), Some(MessageState::InFlight));
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(harness.state_of(&retry1), Some(MessageState::Visible));
+    assert_eq!(harness.state_of(&retry2), Some(MessageState::Visible));
+    // Successes are left for the event source mapping to delete.
+    assert_eq!(harness.state_of(&ok1), Some(MessageState::InFlight));
+    assert_eq!(harness.state_of(&ok2), Some(MessageState::InFlight));
+}
+
+#[tokio::test]
+async fn permanent_failures_go_to_the_dlq_at_once_and_are_not_listed() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let harness = Harness::new(queue, LambdaConfig::default());
+    harness.push("fine", "ok");
+    harness.push("doomed", "permanent");
+    let received = harness.receive().await;
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty(), "{report:?}");
+    let dead = dlq.snapshot();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].body.contains("doomed"));
+    let failure = dead[0].attributes[FAILURE_ATTRIBUTE].string_value.clone().unwrap();
+    assert!(failure.contains("no such user"), "{failure}");
+    assert_eq!(report.metrics[0].dead_lettered, 1);
+    assert_eq!(harness.queue.requests().change_visibility, 0);
+}
+
+#[tokio::test]
+async fn a_failed_dlq_send_is_listed_for_retry() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let harness = Harness::new(queue, LambdaConfig::default());
+    let doomed = harness.push("doomed", "permanent");
+    let received = harness.receive().await;
+    dlq.set_unavailable(true);
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), vec![doomed]);
+    assert!(dlq.snapshot().is_empty());
+    assert_eq!(report.metrics[0].dead_lettered, 0);
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        1,
+        "it comes back after the fallback delay"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fifo_stops_a_group_after_a_failure_and_lets_other_groups_go_on() {
+    let queue = MemoryQueue::fifo("orders").with_visibility_timeout(Duration::from_secs(300));
+    let harness = Harness::new(queue, LambdaConfig::default());
+    let a1 = harness.push_step(json!({"name": "a1"}), Some("a"));
+    let a2 = harness.push_step(json!({"name": "a2", "action": "retry"}), Some("a"));
+    let a3 = harness.push_step(json!({"name": "a3"}), Some("a"));
+    let b1 = harness.push_step(json!({"name": "b1", "sleep_ms": 5}), Some("b"));
+    let b2 = harness.push_step(json!({"name": "b2"}), Some("b"));
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 5, "both groups in one batch");
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), vec![a2.clone(), a3.clone()]);
+    let ran = harness.ran();
+    let group_a: Vec<&str> = ran.iter().map(String::as_str).filter(|name| name.starts_with('a')).collect();
+    let group_b: Vec<&str> = ran.iter().map(String::as_str).filter(|name| name.starts_with('b')).collect();
+    assert_eq!(group_a, vec!["a1", "a2"], "a3 never started");
+    assert_eq!(group_b, vec!["b1", "b2"], "in order, after b1's sleep");
+
+    // a2 comes back after its 30 s; a3 stays untouched until the visibility timeout.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let states: Vec<(String, MessageState)> = harness
+        .queue
+        .snapshot()
+        .into_iter()
+        .map(|message| (message.id, message.state))
+        .collect();
+    assert!(states.contains(&(a2, MessageState::Visible)), "{states:?}");
+    assert!(states.contains(&(a3, MessageState::InFlight)), "{states:?}");
+    assert!(states.contains(&(a1, MessageState::InFlight)), "{states:?}");
+    assert!(states.contains(&(b1, MessageState::InFlight)), "{states:?}");
+    assert!(states.contains(&(b2, MessageState::InFlight)), "{states:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn messages_that_cannot_start_before_the_deadline_are_listed_untouched() {
+    let config = LambdaConfig {
+        batch_concurrency: 1,
+        deadline_margin: Duration::from_millis(1500),
+        ..LambdaConfig::default()
+    };
+    let harness = Harness::new(slow_queue("jobs"), config);
+    let slow = harness.push_step(json!({"name": "slow", "sleep_ms": 600}), None);
+    let late1 = harness.push("late1", "ok");
+    let late2 = harness.push("late2", "ok");
+    let received = harness.receive().await;
+
+    // The cut-off is 2 s - 1.5 s = 500 ms away: the slow one starts and runs into it; the others
+    // cannot start.
+    let report = harness.run(&received, Instant::now() + Duration::from_secs(2)).await;
+    assert_eq!(listed(&report), vec![slow.clone(), late1.clone(), late2.clone()]);
+    assert_eq!(harness.ran(), vec!["slow"]);
+    // The timed-out one is a retry with backoff (at most 2 s on a first delivery); the others are
+    // untouched, in flight until the queue's visibility timeout.
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert_eq!(harness.state_of(&slow), Some(MessageState::Visible));
+    assert_eq!(harness.state_of(&late1), Some(MessageState::InFlight));
+    assert_eq!(harness.state_of(&late2), Some(MessageState::InFlight));
+    assert_eq!(report.metrics[0].retried, 3);
+
+    // A batch that arrives past the cut-off runs nothing.
+    harness.log.lock().unwrap().clear();
+    harness.push("too-late", "ok");
+    let received = harness.receive().await;
+    let report = harness.run(&received, Instant::now() + Duration::from_secs(1)).await;
+    assert_eq!(listed(&report).len(), 1);
+    assert!(harness.ran().is_empty());
+}
+
+#[tokio::test]
+async fn a_panic_fails_only_its_message() {
+    let harness = Harness::new(slow_queue("jobs"), LambdaConfig::default());
+    harness.push("before", "ok");
+    let bug = harness.push("bug", "panic");
+    harness.push("after", "ok");
+    let received = harness.receive().await;
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), vec![bug]);
+    let mut ran = harness.ran();
+    ran.sort();
+    assert_eq!(ran, vec!["after", "before", "bug"]);
+    assert_eq!(report.metrics[0].succeeded, 2);
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        1,
+        "the panic is a retry with backoff"
+    );
+}
+
+#[test]
+fn an_event_that_is_not_from_sqs_is_a_clear_error() {
+    let error = parse_event(fixture("eventbridge-scheduled-event.json")).unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("EventBridge event"), "{text}");
+    assert!(text.contains("\"Scheduled Event\""), "{text}");
+    assert!(text.contains("SQS events") && text.contains("Records"), "{text}");
+    let diagnostic = lambda_runtime_diagnostic(error);
+    assert_eq!(diagnostic.0, "Conveyor.NotAnSqsEvent");
+}
+
+fn lambda_runtime_diagnostic(error: conveyor_lambda::EventError) -> (String, String) {
+    let diagnostic: lambda_runtime::Diagnostic = error.into();
+    (diagnostic.error_type, diagnostic.error_message)
+}
+
+#[tokio::test]
+async fn records_without_an_id_are_skipped_and_without_a_handle_are_listed() {
+    let harness = Harness::new(MemoryQueue::standard("my-queue"), LambdaConfig::default());
+    let mut event = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    event.records[0].message_id = None;
+    event.records[1].receipt_handle = None;
+    let report = harness.processor.process_batch_report(event, in_ten_seconds()).await;
+    assert_eq!(listed(&report), vec!["2e1424d4-f796-459a-8184-9c92662be6da"]);
+    assert!(harness.ran().is_empty());
+    assert_eq!(report.metrics[0].received, 2);
+}
+
+#[tokio::test]
+async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_deadline() {
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let harness = Harness::build(slow_queue("jobs"), LambdaConfig::default(), Some(Arc::clone(&store)));
+    for _ in 0..2 {
+        let mut attributes = conveyor_core::Attributes::new();
+        attributes.insert(
+            IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
+            AttributeValue::string("welcome:42"),
+        );
+        harness
+            .queue
+            .push_message(OutgoingMessage {
+                body: json!({"name": "welcome"}).to_string(),
+                attributes,
+                ..OutgoingMessage::default()
+            })
+            .unwrap();
+    }
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 2);
+
+    let deadline_wall = SystemTime::now() + Duration::from_secs(10);
+    let first = harness
+        .run(&received[..1], conveyor_lambda::instant_at(deadline_wall))
+        .await;
+    let second = harness.run(&received[1..], in_ten_seconds()).await;
+    assert!(listed(&first).is_empty() && listed(&second).is_empty());
+    assert_eq!(harness.ran(), vec!["welcome"], "the handler ran once");
+    assert_eq!(second.metrics[0].duplicates, 1);
+    assert_eq!(second.metrics[0].succeeded, 0);
+    let records = store.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, RecordStatus::Completed);
+
+    let leases = harness.leases.lock().unwrap().clone();
+    assert_eq!(leases.len(), 1, "the handler saw its in-progress claim");
+    let gap = match leases[0].duration_since(deadline_wall) {
+        Ok(after) => after,
+        Err(before) => before.duration(),
+    };
+    assert!(
+        gap < Duration::from_millis(50),
+        "lease {:?} vs deadline {deadline_wall:?}",
+        leases[0]
+    );
+}

@@ -1,0 +1,149 @@
+//! SQS's own DLQ redrive: `StartMessageMoveTask` and `ListMessageMoveTasks`.
+//!
+//! A move task moves every message of a DLQ, as it is (the `conveyor.failure` attribute stays on the
+//! message), at an optional rate. Without a destination SQS moves each message back to the queue it was
+//! redriven from, which works only for messages SQS's redrive put there (they carry
+//! `DeadLetterQueueSourceArn`); messages a Conveyor worker dead-lettered were *sent* to the DLQ, so the
+//! caller should name the destination whenever it knows it (LocalStack 4.8.1 fails such a task with
+//! `AttributeError`, after moving the messages that do carry a source).
+
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+
+use super::error::{AdminError, admin_error};
+
+/// SQS's limit on `MaxNumberOfMessagesPerSecond`.
+pub const MAX_MOVE_RATE: u32 = 500;
+
+/// A started move task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveTaskHandle {
+    /// SQS's task handle (needed to cancel it).
+    pub handle: String,
+    /// The DLQ's ARN.
+    pub source_arn: String,
+    /// The destination's ARN; `None` for "each message's original source".
+    pub destination_arn: Option<String>,
+}
+
+/// A move task's state as `ListMessageMoveTasks` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveTaskStatus {
+    /// `RUNNING`, `COMPLETED`, `CANCELLING`, `CANCELLED` or `FAILED`.
+    pub status: String,
+    /// `ApproximateNumberOfMessagesMoved`.
+    pub moved: u64,
+    /// `ApproximateNumberOfMessagesToMove` (the DLQ's depth when the task started).
+    pub to_move: Option<u64>,
+    /// `FailureReason`, for a failed task.
+    pub failure_reason: Option<String>,
+    /// The task's handle (SQS reports it only while the task runs).
+    pub handle: Option<String>,
+    /// Where the task moves messages; `None` for each message's original source.
+    pub destination_arn: Option<String>,
+    /// `MaxNumberOfMessagesPerSecond`, when the task was started with one.
+    pub rate: Option<u32>,
+    /// When the task started, in epoch milliseconds.
+    pub started_at_ms: u64,
+}
+
+impl MoveTaskStatus {
+    /// True once the task has stopped, successfully or not.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED")
+    }
+}
+
+/// Starts moving every message of the DLQ `source_arn` to `destination_arn` (or to each message's
+/// original source when `None`), at most `rate` messages per second (1..=500; SQS picks when `None`).
+///
+/// An endpoint without the operation gives [`AdminError::Unsupported`]: the caller can fall back to
+/// [`move_messages`](super::move_messages).
+pub async fn start_move_task(
+    client: &Client,
+    source_arn: &str,
+    destination_arn: Option<&str>,
+    rate: Option<u32>,
+) -> Result<MoveTaskHandle, AdminError> {
+    let rate = rate.map(|rate| i32::try_from(rate.clamp(1, MAX_MOVE_RATE)).unwrap_or(1));
+    let output = client
+        .start_message_move_task()
+        .source_arn(source_arn)
+        .set_destination_arn(destination_arn.map(str::to_owned))
+        .set_max_number_of_messages_per_second(rate)
+        .send()
+        .await
+        .map_err(|error| admin_error(&error, source_arn, "StartMessageMoveTask"))?;
+    Ok(MoveTaskHandle {
+        handle: output.task_handle().unwrap_or_default().to_owned(),
+        source_arn: source_arn.to_owned(),
+        destination_arn: destination_arn.map(str::to_owned),
+    })
+}
+
+/// The most recent move tasks of the DLQ `source_arn`, newest first (SQS keeps the last 10).
+pub async fn list_move_tasks(client: &Client, source_arn: &str) -> Result<Vec<MoveTaskStatus>, AdminError> {
+    let output = client
+        .list_message_move_tasks()
+        .source_arn(source_arn)
+        .max_results(10)
+        .send()
+        .await
+        .map_err(|error| admin_error(&error, source_arn, "ListMessageMoveTasks"))?;
+    Ok(output
+        .results()
+        .iter()
+        .map(|entry| MoveTaskStatus {
+            status: entry.status().unwrap_or("UNKNOWN").to_owned(),
+            moved: u64::try_from(entry.approximate_number_of_messages_moved()).unwrap_or(0),
+            to_move: entry
+                .approximate_number_of_messages_to_move()
+                .and_then(|count| u64::try_from(count).ok()),
+            failure_reason: entry.failure_reason().map(str::to_owned),
+            handle: entry.task_handle().map(str::to_owned),
+            destination_arn: entry.destination_arn().map(str::to_owned),
+            rate: entry
+                .max_number_of_messages_per_second()
+                .and_then(|rate| u32::try_from(rate).ok()),
+            started_at_ms: u64::try_from(entry.started_timestamp()).unwrap_or(0),
+        })
+        .collect())
+}
+
+/// The status of the task `task`: the listed task with its handle, else the newest one (a DLQ runs one
+/// task at a time, and SQS drops the handle from finished tasks).
+pub async fn move_task_status(client: &Client, task: &MoveTaskHandle) -> Result<Option<MoveTaskStatus>, AdminError> {
+    let tasks = list_move_tasks(client, &task.source_arn).await?;
+    let mine = tasks
+        .iter()
+        .position(|status| status.handle.as_deref() == Some(task.handle.as_str()))
+        .unwrap_or(0);
+    Ok(tasks.into_iter().nth(mine))
+}
+
+/// Polls the task every `interval` until it finishes, calling `on_progress` with each status read. A
+/// `FAILED` task is [`AdminError::MoveTaskFailed`]; `COMPLETED` and `CANCELLED` return their last status.
+pub async fn wait_for_move_task(
+    client: &Client,
+    task: &MoveTaskHandle,
+    interval: Duration,
+    on_progress: &mut dyn FnMut(&MoveTaskStatus),
+) -> Result<MoveTaskStatus, AdminError> {
+    loop {
+        if let Some(status) = move_task_status(client, task).await? {
+            on_progress(&status);
+            if status.status == "FAILED" {
+                return Err(AdminError::MoveTaskFailed {
+                    source_queue: task.source_arn.clone(),
+                    moved: status.moved,
+                    reason: status.failure_reason.unwrap_or_else(|| "no reason given".to_owned()),
+                });
+            }
+            if status.is_finished() {
+                return Ok(status);
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
+}

@@ -1,0 +1,135 @@
+//! Queue statistics: depth of a queue and its DLQ, and the age of the oldest message when asked for.
+//!
+//! # Design note: the age of the oldest message
+//!
+//! SQS does not return the age of the oldest message from `GetQueueAttributes`: it is only the CloudWatch
+//! metric `ApproximateAgeOfOldestMessage` (one-minute resolution), and LocalStack here runs without
+//! CloudWatch. So by default [`OldestAge::Unavailable`] is reported. When the caller asks for it,
+//! the age is derived from a [`peek`](super::peek) of up to [`AGE_PEEK_MAX`] messages: the oldest
+//! `SentTimestamp` among them. On a standard queue a receive samples a subset of the queue, so the value is
+//! a lower bound ([`OldestAge::AtLeast`]); the peek has the side effects described in [`super::peek`].
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_sqs::Client;
+
+use super::error::AdminError;
+use super::peek::{PeekOptions, peek};
+use super::queue_info::{QueueInfo, describe, url_for_arn};
+
+/// The most messages peeked to estimate the oldest message's age.
+pub const AGE_PEEK_MAX: usize = 100;
+
+/// The age of a queue's oldest message, as far as it can be known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OldestAge {
+    /// Not measured: SQS exposes it only as the CloudWatch metric `ApproximateAgeOfOldestMessage`.
+    Unavailable,
+    /// Measured by a peek, which saw no visible message.
+    Empty,
+    /// The oldest `SentTimestamp` among `peeked` peeked messages: the oldest message is at least this old.
+    AtLeast {
+        /// The age.
+        age: Duration,
+        /// How many messages the peek saw.
+        peeked: usize,
+    },
+}
+
+/// One queue's numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: QueueInfo,
+    /// The oldest message's age.
+    pub oldest: OldestAge,
+}
+
+/// A queue's numbers and its DLQ's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// The queue asked about.
+    pub queue: QueueStats,
+    /// Its DLQ, from the redrive policy; `None` when it has none.
+    pub dead_letter: Option<QueueStats>,
+}
+
+/// Reads the depth of `queue_url` and of its DLQ; with `peek_age`, estimates each one's oldest message age
+/// by peeking (see the module's design note).
+pub async fn stats(client: &Client, queue_url: &str, peek_age: bool) -> Result<Stats, AdminError> {
+    let queue = describe(client, queue_url).await?;
+    let dead_letter = match &queue.redrive {
+        Some(policy) => {
+            let url = url_for_arn(client, &policy.dead_letter_arn).await?;
+            Some(describe(client, &url).await?)
+        }
+        None => None,
+    };
+    let queue = with_age(client, queue, peek_age).await?;
+    let dead_letter = match dead_letter {
+        Some(info) => Some(with_age(client, info, peek_age).await?),
+        None => None,
+    };
+    Ok(Stats { queue, dead_letter })
+}
+
+async fn with_age(client: &Client, queue: QueueInfo, peek_age: bool) -> Result<QueueStats, AdminError> {
+    if !peek_age {
+        return Ok(QueueStats {
+            queue,
+            oldest: OldestAge::Unavailable,
+        });
+    }
+    let options = PeekOptions {
+        max: AGE_PEEK_MAX,
+        ..PeekOptions::default()
+    };
+    let peeked = peek(client, &queue.url, options).await?;
+    let sent: Vec<SystemTime> = peeked
+        .messages
+        .iter()
+        .filter_map(|received| received.message.sent_at)
+        .collect();
+    Ok(QueueStats {
+        queue,
+        oldest: oldest_age(&sent, SystemTime::now()),
+    })
+}
+
+/// The age of the oldest of `sent` at `now`.
+pub fn oldest_age(sent: &[SystemTime], now: SystemTime) -> OldestAge {
+    let Some(oldest) = sent.iter().min() else {
+        return OldestAge::Empty;
+    };
+    OldestAge::AtLeast {
+        age: now.duration_since(*oldest).unwrap_or(Duration::ZERO),
+        peeked: sent.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_send_wins_and_clock_skew_gives_zero() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let sent = [now - Duration::from_secs(5), now - Duration::from_secs(60), now];
+        assert_eq!(
+            oldest_age(&sent, now),
+            OldestAge::AtLeast {
+                age: Duration::from_secs(60),
+                peeked: 3
+            }
+        );
+        assert_eq!(oldest_age(&[], now), OldestAge::Empty);
+        let future = [now + Duration::from_secs(2)];
+        assert_eq!(
+            oldest_age(&future, now),
+            OldestAge::AtLeast {
+                age: Duration::ZERO,
+                peeked: 1
+            }
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! The attributes of a dead-lettered copy: the original ones plus the failure record, within SQS's
+//! limit of 10 message attributes.
+//!
+//! The rule (lossless, and the simplest one that is):
+//!
+//! 1. Any `conveyor.failure` the original carries (from an earlier dead-lettering) is replaced by the new
+//!    failure; any `conveyor.overflow` it carries is unpacked first, so nothing nests.
+//! 2. If the originals and the failure fit in 10 attributes, the copy has exactly those.
+//! 3. Otherwise the copy keeps 8 originals (the `conveyor.*` ones first, then the rest by name), adds
+//!    `conveyor.failure`, and moves every other original into one `conveyor.overflow` attribute (type `String`): a JSON
+//!    object by attribute name, each `{"data_type": …, "string_value": …}` or
+//!    `{"data_type": …, "binary_value": <base64>}`. [`original_attributes`] undoes it.
+//!
+//! Producers built on this crate never reach step 3: [`Producer`](crate::Producer) allows at most 9
+//! attributes, keeping one slot for the failure. Step 3 covers messages sent by other producers.
+
+use std::collections::BTreeMap;
+
+use conveyor_core::limits::MAX_MESSAGE_ATTRIBUTES;
+use conveyor_core::message::FAILURE_ATTRIBUTE;
+use conveyor_core::{AttributeValue, Attributes, Failure};
+use serde::{Deserialize, Serialize};
+
+/// Attribute holding the originals that did not fit next to the failure record (JSON).
+pub const OVERFLOW_ATTRIBUTE: &str = "conveyor.overflow";
+
+/// The longest failure `error` text kept in the record; longer ones are cut (on a char boundary) and end
+/// in `…`, so a huge error cannot push the copy over SQS's size limit.
+pub const MAX_FAILURE_ERROR_BYTES: usize = 4096;
+
+/// One overflowed attribute, as stored in the JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stored {
+    data_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    string_value: Option<String>,
+    /// Base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binary_value: Option<String>,
+}
+
+impl Stored {
+    fn from_value(value: &AttributeValue) -> Self {
+        Self {
+            data_type: value.data_type.clone(),
+            string_value: value.string_value.clone(),
+            binary_value: value.binary_value.as_ref().map(aws_smithy_types::base64::encode),
+        }
+    }
+
+    fn into_value(self) -> Option<AttributeValue> {
+        let binary_value = match self.binary_value {
+            Some(text) => Some(aws_smithy_types::base64::decode(text).ok()?),
+            None => None,
+        };
+        Some(AttributeValue {
+            data_type: self.data_type,
+            string_value: self.string_value,
+            binary_value,
+        })
+    }
+}
+
+/// The attributes for the dead-lettered copy of a message with `original` attributes.
+pub fn dead_letter_attributes(original: &Attributes, failure: &Failure) -> Attributes {
+    let mut originals = original_attributes(original);
+    let failure_value = AttributeValue::string(bounded(failure).to_json());
+    if originals.len() < MAX_MESSAGE_ATTRIBUTES {
+        originals.insert(FAILURE_ATTRIBUTE.to_owned(), failure_value);
+        return originals;
+    }
+
+    // Room for 8 originals: 10 minus the failure minus the overflow attribute.
+    let keep = MAX_MESSAGE_ATTRIBUTES - 2;
+    let mut names: Vec<String> = originals.keys().cloned().collect();
+    names.sort_by_key(|name| (!name.starts_with("conveyor."), name.clone()));
+    let mut overflow = BTreeMap::new();
+    for name in names.into_iter().skip(keep) {
+        if let Some(value) = originals.remove(&name) {
+            overflow.insert(name, Stored::from_value(&value));
+        }
+    }
+    let json = serde_json::to_string(&overflow).unwrap_or_else(|_| "{}".to_owned());
+    originals.insert(OVERFLOW_ATTRIBUTE.to_owned(), AttributeValue::string(json));
+    originals.insert(FAILURE_ATTRIBUTE.to_owned(), failure_value);
+    originals
+}
+
+/// The original attributes of a (possibly dead-lettered) message: without `conveyor.failure`, with
+/// `conveyor.overflow` unpacked. An overflow attribute that cannot be read is kept as it is.
+/// The result may hold more than 10 attributes; a redrive that sends it on must decide what to keep.
+pub fn original_attributes(attributes: &Attributes) -> Attributes {
+    let mut originals = attributes.clone();
+    originals.remove(FAILURE_ATTRIBUTE);
+    let Some(overflow) = originals.remove(OVERFLOW_ATTRIBUTE) else {
+        return originals;
+    };
+    let parsed = overflow
+        .string_value
+        .as_deref()
+        .and_then(|json| serde_json::from_str::<BTreeMap<String, Stored>>(json).ok());
+    let Some(parsed) = parsed else {
+        originals.insert(OVERFLOW_ATTRIBUTE.to_owned(), overflow);
+        return originals;
+    };
+    for (name, stored) in parsed {
+        let stored_copy = stored.clone();
+        match stored.into_value() {
+            Some(value) => {
+                originals.entry(name).or_insert(value);
+            }
+            None => {
+                tracing::warn!(attribute = %name, "overflowed attribute has unreadable base64; keeping it as text");
+                originals.entry(name).or_insert(AttributeValue {
+                    data_type: stored_copy.data_type,
+                    string_value: stored_copy.binary_value,
+                    binary_value: None,
+                });
+            }
+        }
+    }
+    originals
+}
+
+fn bounded(failure: &Failure) -> Failure {
+    if failure.error.len() <= MAX_FAILURE_ERROR_BYTES {
+        return failure.clone();
+    }
+    let mut end = MAX_FAILURE_ERROR_BYTES;
+    while !failure.error.is_char_boundary(end) {
+        end -= 1;
+    }
+    Failure {
+        error: format!("{}…", &failure.error[..end]),
+        ..failure.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure() -> Failure {
+        Failure::now("no such user", 2, "jobs", "email")
+    }
+
+    fn attributes(count: usize) -> Attributes {
+        (0..count)
+            .map(|i| (format!("a{i:02}"), AttributeValue::string(format!("v{i}"))))
+            .collect()
+    }
+
+    #[test]
+    fn fits_then_failure_is_added() {
+        let original = attributes(9);
+        let copy = dead_letter_attributes(&original, &failure());
+        assert_eq!(copy.len(), 10);
+        let json = copy[FAILURE_ATTRIBUTE].string_value.as_deref().unwrap();
+        let parsed: Failure = serde_json::from_str(json).unwrap();
+        assert_eq!(parsed, failure_with_time(&parsed));
+        assert_eq!(original_attributes(&copy), original);
+    }
+
+    fn failure_with_time(parsed: &Failure) -> Failure {
+        Failure {
+            failed_at_ms: parsed.failed_at_ms,
+            ..failure()
+        }
+    }
+
+    #[test]
+    fn ten_originals_overflow_losslessly_keeping_conveyor_ones() {
+        let mut original = attributes(7);
+        original.insert("conveyor.type".into(), AttributeValue::string("email"));
+        original.insert("conveyor.version".into(), AttributeValue::number(1));
+        original.insert(
+            "zz.bin".into(),
+            AttributeValue {
+                data_type: "Binary".into(),
+                string_value: None,
+                binary_value: Some(vec![0, 1, 2, 255]),
+            },
+        );
+        assert_eq!(original.len(), 10);
+        let copy = dead_letter_attributes(&original, &failure());
+        assert_eq!(copy.len(), MAX_MESSAGE_ATTRIBUTES);
+        assert!(copy.contains_key("conveyor.type"));
+        assert!(copy.contains_key("conveyor.version"));
+        assert!(copy.contains_key(FAILURE_ATTRIBUTE));
+        assert!(copy.contains_key(OVERFLOW_ATTRIBUTE));
+        assert!(!copy.contains_key("zz.bin"), "the last by name overflows");
+        assert_eq!(original_attributes(&copy), original);
+    }
+
+    #[test]
+    fn dead_lettering_twice_replaces_the_failure_and_does_not_nest() {
+        let original = attributes(10);
+        let once = dead_letter_attributes(&original, &failure());
+        let twice = dead_letter_attributes(&once, &Failure::now("second", 3, "jobs", "email"));
+        assert_eq!(twice.len(), MAX_MESSAGE_ATTRIBUTES);
+        assert!(
+            twice[FAILURE_ATTRIBUTE]
+                .string_value
+                .as_deref()
+                .unwrap()
+                .contains("second")
+        );
+        assert_eq!(original_attributes(&twice), original);
+    }
+
+    #[test]
+    fn huge_errors_are_cut() {
+        let big = Failure::now("é".repeat(10_000), 1, "jobs", "email");
+        let copy = dead_letter_attributes(&Attributes::new(), &big);
+        let json = copy[FAILURE_ATTRIBUTE].string_value.as_deref().unwrap();
+        let parsed: Failure = serde_json::from_str(json).unwrap();
+        assert!(parsed.error.len() <= MAX_FAILURE_ERROR_BYTES + '…'.len_utf8());
+        assert!(parsed.error.ends_with('…'));
+    }
+}

@@ -1,0 +1,469 @@
+//! [`Job`]: a typed job to send, and the limits checked before it leaves the process.
+
+use std::time::Duration;
+
+use conveyor_core::limits::{MAX_DELAY, MAX_MESSAGE_BYTES, MAX_PRODUCER_ATTRIBUTES};
+use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
+use conveyor_core::{AttributeValue, Attributes, Handler, OutgoingMessage, QueueError};
+use serde::Serialize;
+
+/// Why a job was not sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProduceError {
+    /// The payload does not serialise to JSON.
+    #[error("job {job_type}: the payload does not serialise to JSON: {message}")]
+    Serialize {
+        /// The job type.
+        job_type: String,
+        /// serde_json's message.
+        message: String,
+    },
+    /// The body is empty; SQS refuses empty messages.
+    #[error("job {job_type}: the message body is empty, and SQS refuses empty messages")]
+    EmptyBody {
+        /// The job type.
+        job_type: String,
+    },
+    /// Body plus attributes exceed SQS's message size limit.
+    #[error(
+        "job {job_type} is {size} bytes (body plus message attributes), over SQS's limit of {limit} bytes \
+         (1 MiB): store the payload elsewhere (S3, a database) and send a reference to it"
+    )]
+    TooLarge {
+        /// The job type.
+        job_type: String,
+        /// The message's size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// More message attributes than a producer may set.
+    #[error(
+        "job {job_type} has {count} message attributes, over the limit of {limit}: SQS allows 10 per message \
+         and Conveyor reserves one for the failure record (conveyor.failure) added when a job is \
+         dead-lettered (conveyor.type and conveyor.version count, and conveyor.key when set)"
+    )]
+    TooManyAttributes {
+        /// The job type.
+        job_type: String,
+        /// How many the job would carry.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A message attribute that cannot be sent.
+    #[error("job {job_type}: message attribute {name:?} {reason}")]
+    InvalidAttribute {
+        /// The job type.
+        job_type: String,
+        /// The attribute's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A schema version of 0.
+    #[error("job {job_type}: schema version must be 1 or more")]
+    InvalidVersion {
+        /// The job type.
+        job_type: String,
+    },
+    /// A delay over SQS's 15 minutes.
+    #[error(
+        "job {job_type} asks for a delay of {}s, over SQS's limit of {}s (15 minutes): schedule it with a \
+         scheduler such as EventBridge Scheduler, which can send it to the queue at the right time",
+        delay.as_secs(), limit.as_secs()
+    )]
+    DelayTooLong {
+        /// The job type.
+        job_type: String,
+        /// The delay asked for.
+        delay: Duration,
+        /// The limit.
+        limit: Duration,
+    },
+    /// A per-message delay on a FIFO queue.
+    #[error(
+        "job {job_type}: FIFO queues do not support a per-message delay; set the queue's DelaySeconds, or \
+         send delayed jobs to a standard queue"
+    )]
+    DelayOnFifo {
+        /// The job type.
+        job_type: String,
+    },
+    /// A FIFO queue without a message group id.
+    #[error(
+        "job {job_type}: FIFO queue {queue} needs a message group id: call Job::group_id (jobs of one group \
+         run in order)"
+    )]
+    MissingGroupId {
+        /// The job type.
+        job_type: String,
+        /// The queue's name.
+        queue: String,
+    },
+    /// SQS refused this one entry of a batch.
+    #[error("SQS refused the job ({code}): {message}")]
+    Rejected {
+        /// SQS's error code.
+        code: String,
+        /// SQS's message.
+        message: String,
+        /// SQS's `SenderFault`.
+        sender_fault: bool,
+    },
+    /// The call failed as a whole (queue missing, access denied, unavailable, invalid request).
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// A job to send: a serialisable payload plus the attributes Conveyor's consumers read.
+///
+/// ```
+/// use std::time::Duration;
+/// use conveyor_sqs::Job;
+///
+/// #[derive(serde::Serialize)]
+/// struct WelcomeEmail { user_id: u64 }
+///
+/// let job = Job::new("welcome_email", WelcomeEmail { user_id: 42 })
+///     .key("welcome_email:user:42")
+///     .delay(Duration::from_secs(60));
+/// assert_eq!(job.job_type(), "welcome_email");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Job<J> {
+    job_type: String,
+    payload: J,
+    version: u32,
+    key: Option<String>,
+    delay: Option<Duration>,
+    group_id: Option<String>,
+    deduplication_id: Option<String>,
+    attributes: Attributes,
+    trace_header: Option<String>,
+}
+
+impl<J: Serialize> Job<J> {
+    /// A job of `job_type` (sent as `conveyor.type`) with schema version 1.
+    pub fn new(job_type: impl Into<String>, payload: J) -> Self {
+        Self {
+            job_type: job_type.into(),
+            payload,
+            version: 1,
+            key: None,
+            delay: None,
+            group_id: None,
+            deduplication_id: None,
+            attributes: Attributes::new(),
+            trace_header: None,
+        }
+    }
+
+    /// A job for handler `H`: its `JOB_TYPE` and `VERSION`.
+    pub fn for_handler<H>(payload: J) -> Self
+    where
+        H: Handler<Job = J>,
+    {
+        Self::new(H::JOB_TYPE, payload).version(H::VERSION)
+    }
+
+    /// The schema version (`conveyor.version`, default 1).
+    pub fn version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The idempotency key (`conveyor.key`): a business key such as `welcome_email:user:42`.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// A delivery delay (standard queues only; at most 15 minutes).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// The FIFO message group id (required on FIFO queues).
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// The FIFO deduplication id (needed unless the queue has content-based deduplication).
+    pub fn deduplication_id(mut self, deduplication_id: impl Into<String>) -> Self {
+        self.deduplication_id = Some(deduplication_id.into());
+        self
+    }
+
+    /// An extra message attribute (names starting with `conveyor.` are reserved).
+    pub fn attribute(mut self, name: impl Into<String>, value: AttributeValue) -> Self {
+        self.attributes.insert(name.into(), value);
+        self
+    }
+
+    /// An X-Ray trace header, sent as the `AWSTraceHeader` system attribute.
+    pub fn trace_header(mut self, header: impl Into<String>) -> Self {
+        self.trace_header = Some(header.into());
+        self
+    }
+
+    /// The job type.
+    pub fn job_type(&self) -> &str {
+        &self.job_type
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &J {
+        &self.payload
+    }
+
+    /// The message to send to a queue named `queue` (FIFO when it ends in `.fifo`), with every limit
+    /// checked: size, attribute count and names, delay, FIFO group.
+    pub fn to_message(&self, queue: &str) -> Result<OutgoingMessage, ProduceError> {
+        let job_type = || self.job_type.clone();
+        let body = serde_json::to_string(&self.payload).map_err(|error| ProduceError::Serialize {
+            job_type: job_type(),
+            message: error.to_string(),
+        })?;
+        if body.is_empty() {
+            return Err(ProduceError::EmptyBody { job_type: job_type() });
+        }
+        if self.version == 0 {
+            return Err(ProduceError::InvalidVersion { job_type: job_type() });
+        }
+        for name in self.attributes.keys() {
+            if let Some(reason) = attribute_name_problem(name) {
+                return Err(ProduceError::InvalidAttribute {
+                    job_type: job_type(),
+                    name: name.clone(),
+                    reason,
+                });
+            }
+        }
+        let mut attributes = self.attributes.clone();
+        attributes.insert(
+            JOB_TYPE_ATTRIBUTE.to_owned(),
+            AttributeValue::string(&self.job_type),
+        );
+        attributes.insert(
+            SCHEMA_VERSION_ATTRIBUTE.to_owned(),
+            AttributeValue::number(self.version),
+        );
+        if let Some(key) = &self.key {
+            attributes.insert(IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(), AttributeValue::string(key));
+        }
+        if attributes.len() > MAX_PRODUCER_ATTRIBUTES {
+            return Err(ProduceError::TooManyAttributes {
+                job_type: job_type(),
+                count: attributes.len(),
+                limit: MAX_PRODUCER_ATTRIBUTES,
+            });
+        }
+        let message = OutgoingMessage {
+            body,
+            attributes,
+            delay: self.delay.filter(|delay| !delay.is_zero()),
+            group_id: self.group_id.clone(),
+            deduplication_id: self.deduplication_id.clone(),
+            trace_header: self.trace_header.clone(),
+        };
+        let size = message_size(&message);
+        if size > MAX_MESSAGE_BYTES {
+            return Err(ProduceError::TooLarge {
+                job_type: job_type(),
+                size,
+                limit: MAX_MESSAGE_BYTES,
+            });
+        }
+        let fifo = queue.ends_with(".fifo");
+        if let Some(delay) = message.delay {
+            if fifo {
+                return Err(ProduceError::DelayOnFifo { job_type: job_type() });
+            }
+            if delay > MAX_DELAY {
+                return Err(ProduceError::DelayTooLong {
+                    job_type: job_type(),
+                    delay,
+                    limit: MAX_DELAY,
+                });
+            }
+        }
+        if fifo && message.group_id.as_deref().is_none_or(str::is_empty) {
+            return Err(ProduceError::MissingGroupId {
+                job_type: job_type(),
+                queue: queue.to_owned(),
+            });
+        }
+        Ok(message)
+    }
+}
+
+/// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
+pub(crate) fn message_size(message: &OutgoingMessage) -> usize {
+    message.body.len()
+        + message
+            .attributes
+            .iter()
+            .map(|(name, value)| name.len() + value.size())
+            .sum::<usize>()
+}
+
+/// SQS's naming rules for message attributes, plus Conveyor's reserved prefix.
+fn attribute_name_problem(name: &str) -> Option<String> {
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("conveyor.") {
+        return Some("uses the prefix conveyor., which Conveyor reserves for its own attributes".to_owned());
+    }
+    if lower.starts_with("aws.") || lower.starts_with("amazon.") {
+        return Some("uses a prefix SQS reserves (AWS. or Amazon.)".to_owned());
+    }
+    if name.is_empty() || name.len() > 256 {
+        return Some("must be 1 to 256 characters long".to_owned());
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return Some("may contain only letters, digits, '_', '-' and '.'".to_owned());
+    }
+    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        return Some("may not start or end with '.', nor hold '..'".to_owned());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use conveyor_core::{Context, HandlerError};
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Clone, Serialize, Deserialize)]
+    struct Email {
+        user_id: u64,
+    }
+
+    struct SendEmail;
+
+    impl Handler for SendEmail {
+        type Job = Email;
+        type Output = ();
+        const JOB_TYPE: &'static str = "email";
+        const VERSION: u32 = 3;
+
+        async fn handle(&self, _job: Email, _ctx: Context) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn for_handler_stamps_type_and_version() {
+        let message = Job::for_handler::<SendEmail>(Email { user_id: 1 })
+            .key("email:1")
+            .trace_header("Root=1-abc")
+            .to_message("jobs")
+            .unwrap();
+        assert_eq!(message.body, r#"{"user_id":1}"#);
+        assert_eq!(
+            message.attributes[JOB_TYPE_ATTRIBUTE],
+            AttributeValue::string("email")
+        );
+        assert_eq!(
+            message.attributes[SCHEMA_VERSION_ATTRIBUTE],
+            AttributeValue::number(3)
+        );
+        assert_eq!(
+            message.attributes[IDEMPOTENCY_KEY_ATTRIBUTE],
+            AttributeValue::string("email:1")
+        );
+        assert_eq!(message.trace_header.as_deref(), Some("Root=1-abc"));
+    }
+
+    #[test]
+    fn oversized_bodies_name_size_and_limit() {
+        let error = Job::new("big", "x".repeat(MAX_MESSAGE_BYTES))
+            .to_message("jobs")
+            .unwrap_err();
+        let ProduceError::TooLarge { size, limit, .. } = &error else {
+            panic!("{error:?}")
+        };
+        assert!(*size > *limit);
+        let text = error.to_string();
+        assert!(
+            text.contains(&size.to_string()) && text.contains("1048576"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn attribute_limit_counts_conveyor_attributes_and_explains_the_reserved_slot() {
+        let mut job = Job::new("t", 1).key("k");
+        for i in 0..6 {
+            job = job.attribute(format!("a{i}"), AttributeValue::string("v"));
+        }
+        assert!(job.to_message("jobs").is_ok(), "3 + 6 = 9 is allowed");
+        let error = job
+            .attribute("a6", AttributeValue::string("v"))
+            .to_message("jobs")
+            .unwrap_err();
+        assert!(matches!(
+            error,
+            ProduceError::TooManyAttributes {
+                count: 10,
+                limit: 9,
+                ..
+            }
+        ));
+        assert!(error.to_string().contains("conveyor.failure"));
+    }
+
+    #[test]
+    fn delays_and_fifo_rules() {
+        let long = Job::new("t", 1)
+            .delay(Duration::from_secs(16 * 60))
+            .to_message("jobs")
+            .unwrap_err();
+        assert!(matches!(long, ProduceError::DelayTooLong { .. }));
+        assert!(long.to_string().contains("EventBridge Scheduler"));
+        assert!(long.to_string().contains("900s"));
+        assert!(
+            Job::new("t", 1)
+                .delay(Duration::from_secs(15 * 60))
+                .to_message("jobs")
+                .is_ok()
+        );
+
+        let fifo_delay = Job::new("t", 1)
+            .group_id("g")
+            .delay(Duration::from_secs(5))
+            .to_message("jobs.fifo")
+            .unwrap_err();
+        assert!(matches!(fifo_delay, ProduceError::DelayOnFifo { .. }));
+        let no_group = Job::new("t", 1).to_message("jobs.fifo").unwrap_err();
+        assert!(matches!(no_group, ProduceError::MissingGroupId { ref queue, .. } if queue == "jobs.fifo"));
+        assert!(Job::new("t", 1).group_id("g").to_message("jobs.fifo").is_ok());
+    }
+
+    #[test]
+    fn bad_attribute_names_and_empty_bodies() {
+        for name in ["conveyor.type", "AWS.x", "a b", ".a", "a..b", ""] {
+            let error = Job::new("t", 1)
+                .attribute(name, AttributeValue::string("v"))
+                .to_message("jobs")
+                .unwrap_err();
+            assert!(
+                matches!(error, ProduceError::InvalidAttribute { .. }),
+                "{name}: {error:?}"
+            );
+        }
+        // An empty string payload is the JSON text `""`, not an empty body.
+        assert_eq!(Job::new("t", "").to_message("jobs").unwrap().body, "\"\"");
+        assert!(matches!(
+            Job::new("t", 1).version(0).to_message("jobs"),
+            Err(ProduceError::InvalidVersion { .. })
+        ));
+    }
+}

@@ -1,0 +1,327 @@
+//! [`Producer`]: sends typed jobs, one at a time or in batches.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
+use conveyor_core::{OutgoingMessage, QueueError};
+use serde::Serialize;
+
+use crate::convert::queue_name;
+use crate::errors::{classify, classify_entry};
+use crate::job::{Job, ProduceError, message_size};
+use crate::send::{batch_entry, send_message};
+
+/// Attempts per batch entry (the first send and two retries) for failures SQS marks as not the sender's.
+pub const BATCH_ATTEMPTS: u32 = 3;
+/// The wait before the first retry of a batch; it doubles before the next.
+pub const BATCH_RETRY_BASE: Duration = Duration::from_millis(100);
+
+/// Sends jobs to one queue.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), conveyor_sqs::ProduceError> {
+/// use conveyor_sqs::{Job, Producer, sqs_client_from_env};
+///
+/// #[derive(serde::Serialize)]
+/// struct WelcomeEmail { user_id: u64 }
+///
+/// let producer = Producer::new(sqs_client_from_env().await, "https://sqs.us-east-1.amazonaws.com/123456789012/jobs");
+/// let id = producer.send(&Job::new("welcome_email", WelcomeEmail { user_id: 42 }).key("welcome_email:user:42")).await?;
+/// println!("sent {id}");
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Producer {
+    client: Client,
+    url: String,
+    name: String,
+    requests: AtomicU64,
+}
+
+/// What happened to each job of a [`Producer::send_batch`], in input order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Per job, in input order: the message id, or why it was not sent.
+    pub results: Vec<Result<String, ProduceError>>,
+}
+
+impl BatchReport {
+    /// How many jobs were sent.
+    pub fn sent(&self) -> usize {
+        self.results.iter().filter(|result| result.is_ok()).count()
+    }
+
+    /// The jobs that were not sent, by input index.
+    pub fn failures(&self) -> impl Iterator<Item = (usize, &ProduceError)> {
+        self.results
+            .iter()
+            .enumerate()
+            .filter_map(|(index, result)| result.as_ref().err().map(|error| (index, error)))
+    }
+
+    /// True when every job was sent.
+    pub fn all_sent(&self) -> bool {
+        self.results.iter().all(Result::is_ok)
+    }
+}
+
+/// One encoded job waiting to be sent.
+struct Pending {
+    index: usize,
+    message: OutgoingMessage,
+    size: usize,
+}
+
+impl Producer {
+    /// A producer for the queue at `queue_url` (FIFO when its name ends in `.fifo`). No request is made
+    /// until the first send; a missing queue shows up there as [`QueueError::QueueMissing`].
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        let url = queue_url.into();
+        let name = queue_name(&url).to_owned();
+        Self {
+            client,
+            url,
+            name,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The queue's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many AWS requests this producer has made (one per API call).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Sends one job with `SendMessage`; returns its message id. Limits are checked first, so a job
+    /// that breaks one makes no request.
+    pub async fn send<J: Serialize>(&self, job: &Job<J>) -> Result<String, ProduceError> {
+        let message = job.to_message(&self.name)?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let id = send_message(&self.client, &self.url, &message).await?;
+        tracing::debug!(queue = %self.name, job_type = %job.job_type(), message_id = %id, "job sent");
+        Ok(id)
+    }
+
+    /// Sends jobs with `SendMessageBatch`, in calls of at most 10 entries and 1 MiB.
+    ///
+    /// Jobs that break a limit are reported without being sent. Entries SQS fails with `SenderFault`
+    /// false, and calls that fail as a whole with a retryable error (throttling, 5xx, timeouts), are
+    /// retried up to [`BATCH_ATTEMPTS`] times in all, waiting [`BATCH_RETRY_BASE`], then twice that;
+    /// only the entries that failed are sent again. A whole call that timed out may have been applied,
+    /// so a retry can duplicate a job on a standard queue (FIFO queues deduplicate); consumers are
+    /// idempotent for this reason. A missing queue or denied access fails every remaining job without
+    /// further requests.
+    pub async fn send_batch<J: Serialize>(&self, jobs: &[Job<J>]) -> BatchReport {
+        let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; jobs.len()];
+        let mut pending = Vec::new();
+        for (index, job) in jobs.iter().enumerate() {
+            match job.to_message(&self.name) {
+                Ok(message) => {
+                    let size = message_size(&message);
+                    pending.push(Pending { index, message, size });
+                }
+                Err(error) => results[index] = Some(Err(error)),
+            }
+        }
+        let mut fatal: Option<QueueError> = None;
+        for chunk in pack(pending) {
+            if let Some(error) = &fatal {
+                for entry in chunk {
+                    results[entry.index] = Some(Err(ProduceError::Queue(error.clone())));
+                }
+                continue;
+            }
+            if let Err(error) = self.send_chunk(chunk, &mut results).await {
+                fatal = Some(error);
+            }
+        }
+        let results = results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(ProduceError::Rejected {
+                        code: "NoResult".to_owned(),
+                        message: "the job was never answered for".to_owned(),
+                        sender_fault: false,
+                    })
+                })
+            })
+            .collect();
+        BatchReport { results }
+    }
+
+    /// Sends one chunk, retrying what may be retried; fills `results` for every entry of the chunk.
+    /// Returns `Err` when the queue is missing or access is denied (later chunks would fail the same way).
+    async fn send_chunk(
+        &self,
+        mut chunk: Vec<Pending>,
+        results: &mut [Option<Result<String, ProduceError>>],
+    ) -> Result<(), QueueError> {
+        for attempt in 1..=BATCH_ATTEMPTS {
+            let last = attempt == BATCH_ATTEMPTS;
+            let mut entries = Vec::with_capacity(chunk.len());
+            for pending in &chunk {
+                entries.push(batch_entry(pending.index.to_string(), &pending.message)?);
+            }
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let response = self
+                .client
+                .send_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|error| classify(&error, &self.url));
+            let output = match response {
+                Ok(output) => output,
+                Err(error) if error.is_retryable() && !last => {
+                    tracing::debug!(queue = %self.name, %error, attempt, "batch send failed; retrying");
+                    tokio::time::sleep(backoff(attempt)).await;
+                    continue;
+                }
+                Err(error) => {
+                    for pending in &chunk {
+                        results[pending.index] = Some(Err(ProduceError::Queue(error.clone())));
+                    }
+                    let fatal = matches!(
+                        error,
+                        QueueError::QueueMissing { .. } | QueueError::AccessDenied { .. }
+                    );
+                    return if fatal { Err(error) } else { Ok(()) };
+                }
+            };
+            for entry in output.successful {
+                if let Some(slot) = entry
+                    .id
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|index| results.get_mut(index))
+                {
+                    *slot = Some(Ok(entry.message_id));
+                }
+            }
+            let mut retry = Vec::new();
+            for entry in output.failed {
+                let Some(index) = entry
+                    .id
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|index| *index < results.len())
+                else {
+                    continue;
+                };
+                if !entry.sender_fault && !last {
+                    retry.push(index);
+                    continue;
+                }
+                results[index] = Some(Err(rejected(
+                    &entry.code,
+                    entry.message.as_deref(),
+                    entry.sender_fault,
+                )));
+            }
+            // Entries SQS answered neither way are retried too, never taken as sent.
+            chunk.retain(|pending| retry.contains(&pending.index) || results[pending.index].is_none());
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            if last {
+                break;
+            }
+            tracing::debug!(queue = %self.name, count = chunk.len(), attempt, "retrying failed batch entries");
+            tokio::time::sleep(backoff(attempt)).await;
+        }
+        Ok(())
+    }
+}
+
+fn rejected(code: &str, message: Option<&str>, sender_fault: bool) -> ProduceError {
+    match classify_entry(code, message, sender_fault) {
+        conveyor_core::EntryError::Failed {
+            code,
+            message,
+            sender_fault,
+        } => ProduceError::Rejected {
+            code,
+            message,
+            sender_fault,
+        },
+        conveyor_core::EntryError::LeaseLost(message) => ProduceError::Rejected {
+            code: code.to_owned(),
+            message,
+            sender_fault,
+        },
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    BATCH_RETRY_BASE * 2u32.saturating_pow(attempt.saturating_sub(1))
+}
+
+/// Packs jobs into calls of at most 10 entries and at most 1 MiB of messages, in input order.
+fn pack(pending: Vec<Pending>) -> Vec<Vec<Pending>> {
+    let mut chunks = Vec::new();
+    let mut current: Vec<Pending> = Vec::new();
+    let mut current_size = 0;
+    for entry in pending {
+        let full = current.len() == MAX_BATCH_ENTRIES || current_size + entry.size > MAX_MESSAGE_BYTES;
+        if full && !current.is_empty() {
+            chunks.push(std::mem::take(&mut current));
+            current_size = 0;
+        }
+        current_size += entry.size;
+        current.push(entry);
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(index: usize, size: usize) -> Pending {
+        Pending {
+            index,
+            message: OutgoingMessage::default(),
+            size,
+        }
+    }
+
+    #[test]
+    fn packs_by_count_and_by_size() {
+        let sizes: Vec<Vec<usize>> = pack((0..23).map(|i| pending(i, 10)).collect())
+            .iter()
+            .map(|chunk| chunk.iter().map(|p| p.index).collect::<Vec<_>>().len())
+            .map(|len| vec![len])
+            .collect();
+        assert_eq!(sizes, vec![vec![10], vec![10], vec![3]]);
+
+        let big = MAX_MESSAGE_BYTES / 3 + 1;
+        let chunks = pack((0..5).map(|i| pending(i, big)).collect());
+        let indices: Vec<Vec<usize>> = chunks
+            .iter()
+            .map(|c| c.iter().map(|p| p.index).collect())
+            .collect();
+        assert_eq!(indices, vec![vec![0, 1], vec![2, 3], vec![4]]);
+    }
+
+    #[test]
+    fn backoff_doubles() {
+        assert_eq!(backoff(1), Duration::from_millis(100));
+        assert_eq!(backoff(2), Duration::from_millis(200));
+    }
+}

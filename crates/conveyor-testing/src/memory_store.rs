@@ -1,0 +1,321 @@
+//! `MemoryIdempotencyStore`: an in-memory [`IdempotencyStore`] with DynamoDB's conditions.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use conveyor_core::idempotency::new_token;
+use conveyor_core::limits::MAX_ITEM_BYTES;
+use conveyor_core::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+};
+
+/// Store calls made so far, one per DynamoDB request the real store would make.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreRequests {
+    /// `claim` calls (a conditional `PutItem`).
+    pub claim: u64,
+    /// `complete` calls (a conditional `UpdateItem`).
+    pub complete: u64,
+    /// `release` calls (a conditional `DeleteItem`).
+    pub release: u64,
+    /// `extend_lease` calls (a conditional `UpdateItem`).
+    pub extend_lease: u64,
+    /// `get` calls (`GetItem`).
+    pub get: u64,
+}
+
+impl StoreRequests {
+    /// All calls.
+    pub fn total(&self) -> u64 {
+        self.claim + self.complete + self.release + self.extend_lease + self.get
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    claim: AtomicU64,
+    complete: AtomicU64,
+    release: AtomicU64,
+    extend_lease: AtomicU64,
+    get: AtomicU64,
+}
+
+/// An in-memory idempotency store that keeps the DynamoDB store's conditions exactly.
+///
+/// - A key is free when its record is absent, when its `expiration` (epoch seconds) is before now, or
+///   when it is in progress with an `in_progress_expiration` (epoch milliseconds) before now, compared
+///   with `SystemTime::now()` at the call, at the same granularity DynamoDB stores (so records read back
+///   carry times truncated to seconds and milliseconds, as they would from the table).
+/// - `complete`, `release` and `extend_lease` are fenced on the claim's token.
+/// - [`MemoryIdempotencyStore::set_unavailable`] makes every call fail with
+///   [`StoreError::Unavailable`]; [`MemoryIdempotencyStore::with_max_output_bytes`] makes large outputs
+///   fail with [`StoreError::OutputTooLarge`] (default: DynamoDB's 400 KB item limit).
+#[derive(Debug)]
+pub struct MemoryIdempotencyStore {
+    records: Mutex<HashMap<String, IdempotencyRecord>>,
+    unavailable: AtomicBool,
+    max_output_bytes: usize,
+    counters: Counters,
+}
+
+impl Default for MemoryIdempotencyStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryIdempotencyStore {
+    /// An empty, available store.
+    pub fn new() -> Self {
+        Self {
+            records: Mutex::new(HashMap::new()),
+            unavailable: AtomicBool::new(false),
+            max_output_bytes: MAX_ITEM_BYTES,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Refuses outputs longer than `limit` bytes with [`StoreError::OutputTooLarge`].
+    pub fn with_max_output_bytes(mut self, limit: usize) -> Self {
+        self.max_output_bytes = limit;
+        self
+    }
+
+    /// Makes every call fail with [`StoreError::Unavailable`] (or work again).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Writes a record as is (a Powertools record, a claim held "elsewhere", an old completed record).
+    pub fn insert(&self, record: IdempotencyRecord) {
+        let record = stored(record);
+        self.lock().insert(record.key.clone(), record);
+    }
+
+    /// Every record, expired or not, sorted by key.
+    pub fn records(&self) -> Vec<IdempotencyRecord> {
+        let mut records: Vec<IdempotencyRecord> = self.lock().values().cloned().collect();
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        records
+    }
+
+    /// The calls made so far.
+    pub fn requests(&self) -> StoreRequests {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StoreRequests {
+            claim: load(&self.counters.claim),
+            complete: load(&self.counters.complete),
+            release: load(&self.counters.release),
+            extend_lease: load(&self.counters.extend_lease),
+            get: load(&self.counters.get),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, IdempotencyRecord>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn check_available(&self, counter: &AtomicU64) -> Result<(), StoreError> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        if self.unavailable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                message: "memory idempotency store is set unavailable".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs `change` on the claim's record if it still carries the claim's token.
+    fn fenced(
+        &self,
+        claim: &Claim,
+        change: impl FnOnce(&mut HashMap<String, IdempotencyRecord>),
+    ) -> Result<(), StoreError> {
+        let mut records = self.lock();
+        let held = records
+            .get(&claim.key)
+            .is_some_and(|record| record.token.as_deref() == Some(claim.token.as_str()));
+        if !held {
+            return Err(StoreError::Fenced {
+                key: claim.key.clone(),
+            });
+        }
+        change(&mut records);
+        Ok(())
+    }
+}
+
+fn epoch_secs(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
+}
+
+fn epoch_millis(time: SystemTime) -> u128 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis())
+}
+
+fn truncate_secs(time: SystemTime) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(epoch_secs(time))
+}
+
+fn truncate_millis(time: SystemTime) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(epoch_millis(time)).unwrap_or(u64::MAX))
+}
+
+/// The record as DynamoDB would hold it: `expiration` in seconds, `in_progress_expiration` in ms.
+fn stored(mut record: IdempotencyRecord) -> IdempotencyRecord {
+    record.expires_at = truncate_secs(record.expires_at);
+    record.lease_until = record.lease_until.map(truncate_millis);
+    record
+}
+
+/// DynamoDB's claim condition: `attribute_not_exists(id) OR expiration < :now OR (status = INPROGRESS
+/// AND in_progress_expiration < :now_ms)`.
+fn is_free(record: Option<&IdempotencyRecord>, now: SystemTime) -> bool {
+    let Some(record) = record else { return true };
+    if epoch_secs(record.expires_at) < epoch_secs(now) {
+        return true;
+    }
+    record.status == RecordStatus::InProgress
+        && record
+            .lease_until
+            .is_some_and(|lease| epoch_millis(lease) < epoch_millis(now))
+}
+
+#[async_trait]
+impl IdempotencyStore for MemoryIdempotencyStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.check_available(&self.counters.claim)?;
+        let now = SystemTime::now();
+        let mut records = self.lock();
+        if let Some(record) = records.get(&request.key)
+            && !is_free(Some(record), now)
+        {
+            return Ok(ClaimOutcome::Exists(record.clone()));
+        }
+        let token = new_token();
+        let record = stored(IdempotencyRecord {
+            key: request.key.clone(),
+            status: RecordStatus::InProgress,
+            expires_at: request.expires_at,
+            lease_until: Some(request.lease_until),
+            output: None,
+            validation: request.validation.clone(),
+            token: Some(token.clone()),
+        });
+        records.insert(request.key.clone(), record);
+        Ok(ClaimOutcome::Acquired(Claim {
+            key: request.key.clone(),
+            token,
+        }))
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.check_available(&self.counters.complete)?;
+        if let Some(output) = output
+            && output.len() > self.max_output_bytes
+        {
+            return Err(StoreError::OutputTooLarge {
+                key: claim.key.clone(),
+                size: output.len(),
+                limit: self.max_output_bytes,
+            });
+        }
+        self.fenced(claim, |records| {
+            if let Some(record) = records.get_mut(&claim.key) {
+                record.status = RecordStatus::Completed;
+                record.output = output.map(str::to_owned);
+                record.expires_at = truncate_secs(expires_at);
+            }
+        })
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.check_available(&self.counters.release)?;
+        self.fenced(claim, |records| {
+            records.remove(&claim.key);
+        })
+    }
+
+    async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
+        self.check_available(&self.counters.extend_lease)?;
+        self.fenced(claim, |records| {
+            if let Some(record) = records.get_mut(&claim.key) {
+                record.lease_until = Some(truncate_millis(lease_until));
+            }
+        })
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.check_available(&self.counters.get)?;
+        Ok(self.lock().get(key).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(key: &str, lease: Duration) -> ClaimRequest {
+        let now = SystemTime::now();
+        ClaimRequest {
+            key: key.to_owned(),
+            lease_until: now + lease,
+            expires_at: now + Duration::from_secs(3600),
+            validation: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn times_are_stored_at_dynamodb_granularity() {
+        let store = MemoryIdempotencyStore::new();
+        let ClaimOutcome::Acquired(_) = store.claim(&request("k", Duration::from_secs(60))).await.unwrap() else {
+            panic!("expected to acquire a fresh key")
+        };
+        let record = store.get("k").await.unwrap().unwrap();
+        assert_eq!(record.expires_at.duration_since(UNIX_EPOCH).unwrap().subsec_nanos(), 0);
+        let lease = record.lease_until.unwrap().duration_since(UNIX_EPOCH).unwrap();
+        assert_eq!(lease.subsec_nanos() % 1_000_000, 0);
+    }
+
+    #[tokio::test]
+    async fn in_progress_without_a_lease_is_held_until_expiry() {
+        let store = MemoryIdempotencyStore::new();
+        store.insert(IdempotencyRecord {
+            key: "powertools".to_owned(),
+            status: RecordStatus::InProgress,
+            expires_at: SystemTime::now() + Duration::from_secs(3600),
+            lease_until: None,
+            output: None,
+            validation: None,
+            token: None,
+        });
+        let outcome = store.claim(&request("powertools", Duration::from_secs(1))).await.unwrap();
+        assert!(matches!(outcome, ClaimOutcome::Exists(_)));
+    }
+
+    #[tokio::test]
+    async fn large_outputs_are_refused_and_unavailable_fails_every_call() {
+        let store = MemoryIdempotencyStore::new().with_max_output_bytes(4);
+        let ClaimOutcome::Acquired(claim) = store.claim(&request("k", Duration::from_secs(60))).await.unwrap()
+        else {
+            panic!("expected to acquire a fresh key")
+        };
+        let far = SystemTime::now() + Duration::from_secs(60);
+        let error = store.complete(&claim, Some("\"12345\""), far).await.unwrap_err();
+        assert!(matches!(error, StoreError::OutputTooLarge { size: 7, limit: 4, .. }));
+        store.set_unavailable(true);
+        assert!(matches!(store.get("k").await, Err(StoreError::Unavailable { .. })));
+        assert!(matches!(store.release(&claim).await, Err(StoreError::Unavailable { .. })));
+        store.set_unavailable(false);
+        store.release(&claim).await.unwrap();
+        assert_eq!(store.requests().release, 2);
+    }
+}

@@ -1,0 +1,68 @@
+//! The worker's errors: each says what went wrong and what to change.
+
+use std::path::PathBuf;
+
+use conveyor_core::config::ConfigError;
+
+/// Why a worker could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A setting (a config-file field or an environment variable) has a value that cannot be used.
+    #[error("{setting}: {problem}")]
+    Setting {
+        /// The environment variable or config-file field.
+        setting: String,
+        /// What is wrong and what to change.
+        problem: String,
+    },
+    /// The config file could not be read.
+    #[error("cannot read the config file {path}: {source}")]
+    ConfigFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML for a worker config.
+    #[error("config file {path} is invalid: {message}")]
+    ConfigSyntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the field and line).
+        message: String,
+    },
+    /// The configuration failed validation.
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// The queues passed to [`Worker::new`](crate::Worker::new) do not line up with `config.queues`.
+    #[error(
+        "{given} queue(s) passed to Worker::new but config.queues lists {configured}: pass one Queue per \
+         configured queue, in the same order"
+    )]
+    QueueMismatch {
+        /// How many `Queue`s were passed.
+        given: usize,
+        /// How many queues the config lists.
+        configured: usize,
+    },
+    /// The operations endpoint could not listen.
+    #[error("cannot listen on {addr} for /healthz, /readyz and /metrics: {source}; change listen_addr \
+             (CONVEYOR_LISTEN_ADDR) or set it to \"off\"")]
+    Listen {
+        /// The configured address.
+        addr: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The signal handlers could not be installed.
+    #[error("cannot install the SIGTERM/SIGINT handlers: {0}")]
+    Signals(std::io::Error),
+    /// A health check failed.
+    #[error("health check of {addr} failed: {problem}")]
+    Unhealthy {
+        /// The address checked.
+        addr: String,
+        /// What happened.
+        problem: String,
+    },
+}

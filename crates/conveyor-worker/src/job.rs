@@ -1,0 +1,256 @@
+//! One received message's life in the worker: admission, the pipeline, the outcome; and FIFO groups.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
+use conveyor_core::{Lease, Message};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use crate::apply::{Settled, apply, release_in_order, set_visibility};
+use crate::capacity::Permit;
+use crate::heartbeat::Registration;
+use crate::protect::{Admission, Breaker, acquire_slot};
+use crate::report::add;
+use crate::runtime::{InFlight, Runtime};
+use crate::telemetry::record_deferral;
+
+/// A received message with everything that keeps it in flight.
+pub(crate) struct Received {
+    pub(crate) message: Message,
+    pub(crate) lease: Arc<Lease>,
+    pub(crate) registration: Registration,
+    pub(crate) permit: Permit,
+    pub(crate) in_flight: InFlight,
+}
+
+/// Runs one message and applies its outcome.
+pub(crate) async fn run_message(runtime: Arc<Runtime>, queue: usize, received: Received) -> Settled {
+    let span = tracing::info_span!(
+        "message",
+        message_id = %received.message.id,
+        queue = %runtime.names[queue],
+        receive_count = received.message.receive_count,
+        job_type = tracing::field::Empty,
+    );
+    run_in_span(runtime, queue, received, span.clone()).instrument(span).await
+}
+
+async fn run_in_span(runtime: Arc<Runtime>, queue: usize, received: Received, span: tracing::Span) -> Settled {
+    let Received {
+        message,
+        lease,
+        registration,
+        permit,
+        in_flight,
+    } = received;
+    let job_type = runtime
+        .pipeline
+        .router()
+        .handler_for(&message)
+        .ok()
+        .map(|handler| handler.job_type());
+    if let Some(job_type) = job_type {
+        span.record("job_type", job_type);
+    }
+
+    let admitted = match admit(&runtime, job_type).await {
+        Admit::Run(admitted) => admitted,
+        Admit::Shutdown => {
+            add(&runtime.status.counters().released_at_shutdown, 1);
+            tracing::info!("shutting down before the job started; the message is visible again");
+            set_visibility(&runtime, queue, &message, Duration::ZERO).await;
+            return Settled::Returned;
+        }
+        Admit::Defer { delay, downstream } => {
+            let counters = runtime.status.counters();
+            add(&counters.retried, 1);
+            add(&counters.circuit_deferred, 1);
+            record_deferral(&downstream);
+            tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
+            set_visibility(&runtime, queue, &message, delay).await;
+            return Settled::Returned;
+        }
+    };
+
+    let message = Arc::new(message);
+    let queue_name = Arc::clone(&runtime.names[queue]);
+    let processed = runtime
+        .pipeline
+        .process(Arc::clone(&message), queue_name, &lease, None)
+        .await;
+    let Admitted { slot, breaker } = admitted;
+    drop(slot);
+    if let Some(ticket) = breaker {
+        let verdict = (processed.ran() && !lease.cancellation().is_cancelled())
+            .then_some(!matches!(processed.outcome, conveyor_core::Outcome::Retry { .. }));
+        ticket.finish(verdict);
+    }
+    let settled = apply(&runtime, queue, &message, processed, &lease, registration).await;
+    drop(permit);
+    drop(in_flight);
+    settled
+}
+
+/// Runs a FIFO group's messages of one batch in order, one at a time. When one goes back to the
+/// queue, the rest go back too, in order, after its outcome was applied; at shutdown the ones not
+/// started yet go back at once (SQS holds the group while the running one is in flight).
+pub(crate) async fn run_group(runtime: Arc<Runtime>, queue: usize, group: Vec<Received>) {
+    let mut pending: VecDeque<Received> = group.into();
+    while let Some(current) = pending.pop_front() {
+        if runtime.stop_receiving.is_cancelled() {
+            pending.push_front(current);
+            release_rest(&runtime, queue, pending, Reason::Shutdown).await;
+            return;
+        }
+        let run = run_message(Arc::clone(&runtime), queue, current);
+        tokio::pin!(run);
+        let settled = if pending.is_empty() {
+            run.await
+        } else {
+            tokio::select! {
+                settled = &mut run => settled,
+                () = runtime.stop_receiving.cancelled() => {
+                    release_rest(&runtime, queue, std::mem::take(&mut pending), Reason::Shutdown).await;
+                    run.await
+                }
+            }
+        };
+        if settled == Settled::Returned && !pending.is_empty() {
+            let reason = if runtime.stop_receiving.is_cancelled() {
+                Reason::Shutdown
+            } else {
+                Reason::GroupFailed
+            };
+            release_rest(&runtime, queue, pending, reason).await;
+            return;
+        }
+    }
+}
+
+enum Reason {
+    Shutdown,
+    GroupFailed,
+}
+
+async fn release_rest(runtime: &Runtime, queue: usize, rest: VecDeque<Received>, reason: Reason) {
+    if rest.is_empty() {
+        return;
+    }
+    let messages: Vec<&Message> = rest.iter().map(|received| &received.message).collect();
+    release_in_order(runtime, queue, &messages).await;
+    let counters = runtime.status.counters();
+    match reason {
+        Reason::Shutdown => add(&counters.released_at_shutdown, rest.len() as u64),
+        Reason::GroupFailed => add(&counters.fifo_requeued, rest.len() as u64),
+    }
+    tracing::info!(
+        queue = %runtime.names[queue],
+        group = rest.front().and_then(|received| received.message.group_id.as_deref()).unwrap_or(""),
+        messages = rest.len(),
+        "the rest of the FIFO group's batch goes back to the queue in order"
+    );
+    // Dropping `rest` here ends their heartbeats and frees their slots, after the change answered.
+}
+
+enum Admit {
+    Run(Admitted),
+    Shutdown,
+    Defer { delay: Duration, downstream: Arc<str> },
+}
+
+struct Admitted {
+    slot: Option<OwnedSemaphorePermit>,
+    breaker: Option<BreakerTicket>,
+}
+
+/// Waits for the job type's slot and rate token, then asks its downstream's breaker.
+async fn admit(runtime: &Runtime, job_type: Option<&'static str>) -> Admit {
+    let stop = &runtime.stop_receiving;
+    if stop.is_cancelled() {
+        return Admit::Shutdown;
+    }
+    let nothing = Admit::Run(Admitted {
+        slot: None,
+        breaker: None,
+    });
+    let Some(job_type) = job_type.filter(|_| !runtime.guards.is_empty()) else {
+        return nothing;
+    };
+    let slot = match runtime.guards.concurrency(job_type) {
+        None => None,
+        Some(semaphore) => tokio::select! {
+            slot = acquire_slot(semaphore) => slot,
+            () = stop.cancelled() => return Admit::Shutdown,
+        },
+    };
+    if let Some(bucket) = runtime.guards.rate(job_type) {
+        let wait = bucket.reserve();
+        if !wait.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = stop.cancelled() => {
+                    bucket.give_back();
+                    return Admit::Shutdown;
+                }
+            }
+        }
+    }
+    let breaker = match runtime.guards.breaker(job_type) {
+        None => None,
+        Some(breaker) => match breaker.admit() {
+            Admission::Run => Some(BreakerTicket::new(breaker, false)),
+            Admission::Probe => Some(BreakerTicket::new(breaker, true)),
+            Admission::Defer(delay) => {
+                return Admit::Defer {
+                    delay: with_jitter(delay),
+                    downstream: Arc::clone(breaker.downstream()),
+                };
+            }
+        },
+    };
+    Admit::Run(Admitted { slot, breaker })
+}
+
+/// Spreads deferred messages so they do not all come back in the same second.
+fn with_jitter(delay: Duration) -> Duration {
+    let spread = (delay / 5).max(Duration::from_secs(1));
+    (delay + spread.mul_f64(fastrand::f64())).min(MAX_VISIBILITY_TIMEOUT)
+}
+
+/// A run admitted by a breaker; a probe that ends without a verdict (or is dropped) frees the probe slot.
+struct BreakerTicket {
+    breaker: Arc<Breaker>,
+    probe: bool,
+    finished: bool,
+}
+
+impl BreakerTicket {
+    fn new(breaker: Arc<Breaker>, probe: bool) -> Self {
+        Self {
+            breaker,
+            probe,
+            finished: false,
+        }
+    }
+
+    /// `Some(success)` when the handler ran to a verdict.
+    fn finish(mut self, verdict: Option<bool>) {
+        self.finished = true;
+        match verdict {
+            Some(success) => self.breaker.record(self.probe, success),
+            None if self.probe => self.breaker.abandon_probe(),
+            None => {}
+        }
+    }
+}
+
+impl Drop for BreakerTicket {
+    fn drop(&mut self) {
+        if !self.finished && self.probe {
+            self.breaker.abandon_probe();
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Receive loops: long polls gated by free capacity, with backoff on errors.
+//!
+//! # How many loops
+//!
+//! Each queue gets one loop per 20 in-flight slots of its share of `max_in_flight` (its weight's share
+//! in weighted mode; in strict mode too, so the urgent queue has the most loops), at least 1 and at
+//! most 4. One loop brings up to 10 messages per round trip (10–30 ms on SQS in-region), a few hundred
+//! messages a second, more than most handlers finish; extra loops matter only to refill a large
+//! capacity quickly after a burst. Beyond 4, loops only add empty long polls (each one a billed
+//! request every 20 s when the queue is idle) and contend for the same messages.
+//!
+//! A loop receives only when it holds free slots: it waits for one, takes up to `batch - 1` more that
+//! are free without waiting, and asks for that many messages (`MaxNumberOfMessages = min(10, free)`).
+//! After an empty receive it asks for one message only, so idle loops hold one slot each, not ten,
+//! and a busy queue elsewhere keeps the rest. Each message runs in its own task with its slot; the
+//! loop goes straight back to receiving, so receiving and processing overlap.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use conveyor_core::config::WorkerConfig;
+use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
+use conveyor_core::{Lease, Message, QueueError};
+use tokio::time::Instant;
+
+use crate::capacity::Permit;
+use crate::job::{Received, run_group, run_message};
+use crate::report::add;
+use crate::runtime::{InFlight, Runtime};
+use crate::telemetry::seconds;
+
+/// In-flight slots per receive loop.
+const SLOTS_PER_LOOP: usize = 20;
+/// The most loops one queue gets.
+const MAX_LOOPS_PER_QUEUE: usize = 4;
+
+/// The receive loops to run: (queue index, messages per receive), one entry per loop.
+pub(crate) fn plan_loops(config: &WorkerConfig) -> Vec<(usize, usize)> {
+    let total_weight: u64 = config.queues.iter().map(|queue| u64::from(queue.weight.max(1))).sum();
+    let mut loops = Vec::new();
+    for (index, queue) in config.queues.iter().enumerate() {
+        let share = (config.max_in_flight as u64 * u64::from(queue.weight.max(1)) / total_weight.max(1)) as usize;
+        let count = share.div_ceil(SLOTS_PER_LOOP).clamp(1, MAX_LOOPS_PER_QUEUE);
+        loops.extend(std::iter::repeat_n(index, count));
+    }
+    let batch = (config.max_in_flight / loops.len().max(1)).clamp(1, MAX_RECEIVE_MESSAGES);
+    loops.into_iter().map(|queue| (queue, batch)).collect()
+}
+
+/// Receives from queue `queue` until shutdown.
+pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usize) {
+    let target = Arc::clone(&runtime.queues[queue]);
+    let stop = runtime.stop_receiving.clone();
+    let wait = runtime.config.receive_wait;
+    let mut failures: u32 = 0;
+    let mut last_was_empty = false;
+    loop {
+        let first = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            permit = runtime.capacity.acquire(queue) => permit,
+        };
+        let mut permits = vec![first];
+        let wanted = if last_was_empty { 1 } else { batch };
+        permits.extend(runtime.capacity.try_acquire(queue, wanted - 1));
+
+        let result = tokio::select! {
+            biased;
+            result = target.receive(permits.len(), wait) => result,
+            // The Queue contract allows dropping a receive mid-wait.
+            () = stop.cancelled() => return,
+        };
+        let received_at = Instant::now();
+        match result {
+            Ok(messages) => {
+                if failures > 0 {
+                    tracing::info!(queue = %target.name(), failures, "receiving again");
+                }
+                failures = 0;
+                runtime.status.set_receiving(queue, true);
+                last_was_empty = messages.is_empty();
+                permits.truncate(messages.len());
+                dispatch(&runtime, queue, messages, permits, received_at);
+                if last_was_empty && wait.is_zero() {
+                    // Short polls that find nothing would otherwise spin.
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+            Err(error) => {
+                drop(permits);
+                failures = failures.saturating_add(1);
+                runtime.status.set_receiving(queue, false);
+                let pause = backoff(&error, failures);
+                if error.is_retryable() {
+                    tracing::warn!(%error, queue = %target.name(), failures, ?pause, "receive failed; backing off");
+                } else {
+                    tracing::error!(
+                        %error,
+                        queue = %target.name(),
+                        failures,
+                        ?pause,
+                        "cannot receive from the queue; retrying slowly until it is fixed"
+                    );
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+/// The pause after the `failures`-th failed receive in a row: exponential with "equal jitter" (half
+/// fixed, half random, so a fleet does not retry in step, and no pause is near zero). Transient
+/// errors start at 200 ms and cap at 20 s; a missing queue or denied access starts at 1 s and caps
+/// at 60 s: nothing will change until someone fixes it, but the worker must notice when they do.
+pub(crate) fn backoff(error: &QueueError, failures: u32) -> Duration {
+    let (base, cap) = if error.is_retryable() {
+        (Duration::from_millis(200), Duration::from_secs(20))
+    } else {
+        (Duration::from_secs(1), Duration::from_secs(60))
+    };
+    let exponent = failures.saturating_sub(1).min(16);
+    let ceiling = base.saturating_mul(1 << exponent).min(cap);
+    ceiling / 2 + (ceiling / 2).mul_f64(fastrand::f64())
+}
+
+/// Starts a task per message (standard queues) or per message group (FIFO queues).
+fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permits: Vec<Permit>, at: Instant) {
+    if messages.is_empty() {
+        return;
+    }
+    let metrics = &runtime.metrics[queue];
+    add(&runtime.status.counters().received, messages.len() as u64);
+    metrics.received.increment(messages.len() as u64);
+    let now = SystemTime::now();
+    let visible_until = at + runtime.config.visibility_timeout;
+    let fifo = runtime.queues[queue].is_fifo();
+    let mut groups: HashMap<String, Vec<Received>> = HashMap::new();
+    let mut order: Vec<String> = Vec::new();
+    for (message, permit) in messages.into_iter().zip(permits) {
+        if let Some(age) = message.sent_at.and_then(|sent| now.duration_since(sent).ok()) {
+            metrics.age.record(seconds(age));
+        }
+        let lease = Arc::new(Lease::with_token(visible_until, runtime.hard_stop.child_token()));
+        let registration = runtime.heartbeats.register(queue, &message, Arc::clone(&lease), at);
+        let received = Received {
+            message,
+            lease,
+            registration,
+            permit,
+            in_flight: InFlight::new(runtime),
+        };
+        if !fifo {
+            runtime.tracker.spawn(run_message(Arc::clone(runtime), queue, received));
+            continue;
+        }
+        let group = received
+            .message
+            .group_id
+            .clone()
+            .unwrap_or_else(|| received.message.id.clone());
+        if !groups.contains_key(&group) {
+            order.push(group.clone());
+        }
+        groups.entry(group).or_default().push(received);
+    }
+    for group in order {
+        if let Some(members) = groups.remove(&group) {
+            runtime.tracker.spawn(run_group(Arc::clone(runtime), queue, members));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use conveyor_core::config::{PriorityMode, QueueConfig};
+
+    use super::*;
+
+    fn config(max_in_flight: usize, weights: &[u32]) -> WorkerConfig {
+        WorkerConfig {
+            queues: weights
+                .iter()
+                .map(|weight| QueueConfig {
+                    url: "http://localhost/q".into(),
+                    weight: *weight,
+                })
+                .collect(),
+            max_in_flight,
+            priority: PriorityMode::Weighted,
+            ..WorkerConfig::default()
+        }
+    }
+
+    #[test]
+    fn loops_follow_capacity_and_weights() {
+        assert_eq!(plan_loops(&config(1, &[1])), vec![(0, 1)]);
+        assert_eq!(plan_loops(&config(10, &[1])), vec![(0, 10)]);
+        assert_eq!(plan_loops(&config(100, &[1])), vec![(0, 10); 4]);
+        let plan = plan_loops(&config(100, &[3, 1]));
+        let per_queue = |queue| plan.iter().filter(|(q, _)| *q == queue).count();
+        assert_eq!((per_queue(0), per_queue(1)), (4, 2));
+        assert!(plan.iter().all(|(_, batch)| *batch == 10));
+        let small = plan_loops(&config(4, &[1, 1, 1]));
+        assert_eq!(small.len(), 3);
+        assert!(small.iter().all(|(_, batch)| *batch == 1));
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let transient = QueueError::Unavailable {
+            message: "503".into(),
+        };
+        let first = backoff(&transient, 1);
+        assert!((Duration::from_millis(100)..=Duration::from_millis(200)).contains(&first), "{first:?}");
+        let late = backoff(&transient, 30);
+        assert!((Duration::from_secs(10)..=Duration::from_secs(20)).contains(&late), "{late:?}");
+        let missing = QueueError::QueueMissing { queue: "q".into() };
+        assert!(backoff(&missing, 1) >= Duration::from_millis(500));
+        assert!(backoff(&missing, 30) <= Duration::from_secs(60));
+    }
+}

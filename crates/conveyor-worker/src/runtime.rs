@@ -1,0 +1,61 @@
+//! The state a running worker's tasks share.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use conveyor_core::config::WorkerConfig;
+use conveyor_core::{Pipeline, Queue};
+use metrics::Gauge;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::capacity::Capacity;
+use crate::deleter::Deleter;
+use crate::heartbeat::Heartbeats;
+use crate::protect::Guards;
+use crate::report::WorkerStatus;
+use crate::telemetry::QueueMetrics;
+
+/// Everything a receive loop or a message task needs.
+pub(crate) struct Runtime {
+    pub(crate) config: WorkerConfig,
+    pub(crate) pipeline: Pipeline,
+    pub(crate) queues: Vec<Arc<dyn Queue>>,
+    /// The queues' names, shared with the pipeline.
+    pub(crate) names: Vec<Arc<str>>,
+    pub(crate) metrics: Vec<Arc<QueueMetrics>>,
+    pub(crate) capacity: Arc<Capacity>,
+    pub(crate) heartbeats: Heartbeats,
+    pub(crate) deleter: Deleter,
+    pub(crate) guards: Guards,
+    pub(crate) status: WorkerStatus,
+    pub(crate) in_flight_gauge: Gauge,
+    /// Cancelled at shutdown: no new receive, no new job start.
+    pub(crate) stop_receiving: CancellationToken,
+    /// Cancelled past the drain deadline (or on a second signal): the parent of every lease's token.
+    pub(crate) hard_stop: CancellationToken,
+    /// Every message task, for the drain.
+    pub(crate) tracker: TaskTracker,
+}
+
+/// Counts one message as in flight in this worker until dropped.
+pub(crate) struct InFlight {
+    runtime: Arc<Runtime>,
+}
+
+impl InFlight {
+    pub(crate) fn new(runtime: &Arc<Runtime>) -> Self {
+        let now = runtime.status.inner.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        runtime.in_flight_gauge.set(now as f64);
+        Self {
+            runtime: Arc::clone(runtime),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = self.runtime.status.inner.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.runtime.in_flight_gauge.set(now as f64);
+    }
+}

@@ -1,0 +1,465 @@
+//! `make demo`: the example application end to end on the local AWS stack.
+//!
+//! Creates a queue with its DLQ and the idempotency table, starts the real `worker` binary, sends a mix of
+//! jobs (a duplicate send, a flaky webhook that succeeds on retry, two poison jobs, a report longer than
+//! the visibility timeout), waits until every job is accounted for, stops the worker with SIGTERM, then
+//! runs more jobs through the real Lambda `bootstrap` under `conveyor lambda run`, sharing the table.
+//! Prints per job what happened, and exits non-zero if any job was lost or doubled.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use conveyor_core::message::FAILURE_ATTRIBUTE;
+use conveyor_core::{Failure, Queue as _};
+use conveyor_examples::jobs::report::GenerateReport;
+use conveyor_examples::jobs::webhook::WebhookDelivery;
+use conveyor_examples::jobs::welcome_email::WelcomeEmail;
+use conveyor_examples::outbox::Outbox;
+use conveyor_examples::webhook_receiver::WebhookReceiver;
+use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_testing::localstack::{self, QueueSpec};
+
+const SECRET: &str = "demo-signing-secret";
+const VISIBILITY_SECS: u32 = 5;
+const MAX_RECEIVE_COUNT: u32 = 3;
+
+/// One job the demo sent, and what it expects to happen.
+struct Sent {
+    label: String,
+    runtime: &'static str,
+    expect: Expect,
+}
+
+enum Expect {
+    /// `count` outbox effects matching `field == value` (1: done once; the duplicate must not add one).
+    Effect {
+        field: &'static str,
+        value: serde_json::Value,
+    },
+    /// A delivery id the webhook receiver must have answered 200 on the last attempt.
+    Delivered(String),
+    /// A DLQ message whose body contains this text must carry a failure reason.
+    DeadLettered(&'static str),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let started = Instant::now();
+    let bin_dir = std::env::current_exe()?
+        .parent()
+        .context("the demo binary has no folder")?
+        .to_path_buf();
+    let work = localstack::repo_root().join(".local").join("demo");
+    std::fs::create_dir_all(&work)?;
+    let outbox_path = work.join(format!("outbox-{}.jsonl", std::process::id()));
+
+    step("local AWS");
+    localstack::ensure_local_aws().await?;
+    println!(
+        "  LocalStack (SQS) at {}, DynamoDB Local at {}",
+        localstack::sqs_endpoint(),
+        localstack::dynamodb_endpoint()
+    );
+    let sqs = localstack::sqs_client().await;
+    let dynamodb = localstack::dynamodb_client().await;
+
+    step("queues and table");
+    let spec = |prefix: &str| QueueSpec {
+        name_prefix: prefix.to_owned(),
+        fifo: false,
+        visibility_timeout_secs: VISIBILITY_SECS,
+        max_receive_count: Some(MAX_RECEIVE_COUNT),
+    };
+    let worker_queue = localstack::create_queue(&sqs, &spec("demo-jobs")).await?;
+    let lambda_queue = localstack::create_queue(&sqs, &spec("demo-lambda-jobs")).await?;
+    let table = localstack::create_table(&dynamodb, "demo-idempotency").await?;
+    for queue in [&worker_queue, &lambda_queue] {
+        println!(
+            "  {} (visibility {VISIBILITY_SECS} s) -> DLQ {} after {MAX_RECEIVE_COUNT} receives",
+            queue.name,
+            queue.dlq_name.as_deref().unwrap_or("-")
+        );
+    }
+    println!("  idempotency table {table}");
+
+    let receiver = WebhookReceiver::start(SECRET.as_bytes().to_vec()).await?;
+    println!("  webhook receiver at {}", receiver.url("/"));
+
+    let app_env = vec![
+        ("CONVEYOR_IDEMPOTENCY_TABLE".to_owned(), table.clone()),
+        ("WEBHOOK_SIGNING_SECRET".to_owned(), SECRET.to_owned()),
+        (
+            "CONVEYOR_DEMO_OUTBOX".to_owned(),
+            outbox_path.display().to_string(),
+        ),
+        ("RUST_LOG".to_owned(), "warn,conveyor=info".to_owned()),
+    ];
+
+    step("worker (ECS runtime)");
+    let metrics_port = free_port()?;
+    let worker_log = work.join("worker.log");
+    let mut worker = tokio::process::Command::new(bin_dir.join("worker"))
+        .envs(localstack::aws_env())
+        .envs(app_env.iter().cloned())
+        .env("CONVEYOR_QUEUE_URL", &worker_queue.url)
+        .env("CONVEYOR_VISIBILITY_TIMEOUT_SECS", VISIBILITY_SECS.to_string())
+        .env("CONVEYOR_LISTEN_ADDR", format!("127.0.0.1:{metrics_port}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&worker_log)?)
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting target/debug/worker (run `make demo`, which builds it)")?;
+    println!(
+        "  worker pid {} (logs: {})",
+        worker.id().unwrap_or(0),
+        worker_log.display()
+    );
+
+    let producer = Producer::new(sqs.clone(), &worker_queue.url);
+    let mut sent = send_worker_jobs(&producer, &receiver).await?;
+    println!("  sent {} jobs (one of them twice)", sent.len() + 1);
+
+    let main_queue = SqsQueue::connect(sqs.clone(), &worker_queue.url).await?;
+    wait_settled(
+        &main_queue,
+        &outbox_path,
+        &receiver,
+        &sent,
+        Duration::from_secs(120),
+    )
+    .await?;
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await?
+        .text()
+        .await?;
+    stop(&mut worker).await?;
+
+    step("Lambda runtime (conveyor lambda run + bootstrap)");
+    let lambda_producer = Producer::new(sqs.clone(), &lambda_queue.url);
+    sent.extend(send_lambda_jobs(&lambda_producer, &receiver).await?);
+    let status = tokio::process::Command::new(bin_dir.join("conveyor"))
+        .args([
+            "lambda",
+            "run",
+            "--queue-url",
+            &lambda_queue.url,
+            "--until-empty",
+            "--batch-size",
+            "10",
+        ])
+        .arg("--bootstrap")
+        .arg(bin_dir.join("bootstrap"))
+        .args(
+            app_env
+                .iter()
+                .flat_map(|(key, value)| ["--env".to_owned(), format!("{key}={value}")]),
+        )
+        .envs(localstack::aws_env())
+        .status()
+        .await
+        .context("starting target/debug/conveyor")?;
+    if !status.success() {
+        bail!("conveyor lambda run failed with {status}");
+    }
+
+    step("what happened");
+    let dead = dead_lettered(&sqs, &[&worker_queue, &lambda_queue]).await?;
+    let problems = report(&sent, &Outbox::read_all(&outbox_path)?, &receiver, &dead);
+    step("worker metrics");
+    for line in metrics
+        .lines()
+        .filter(|line| line.starts_with("conveyor_") && !line.contains("_bucket"))
+    {
+        println!("  {line}");
+    }
+    println!(
+        "\n{} in {:.1} s",
+        if problems == 0 {
+            "demo passed"
+        } else {
+            "demo FAILED"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    if problems > 0 {
+        bail!(
+            "{problems} job(s) did not end as expected; see {}",
+            worker_log.display()
+        );
+    }
+    Ok(())
+}
+
+fn step(title: &str) {
+    println!("\n== {title}");
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn email(user_id: u64, email: &str) -> WelcomeEmail {
+    WelcomeEmail {
+        user_id,
+        email: email.to_owned(),
+        name: format!("user {user_id}"),
+    }
+}
+
+fn webhook(receiver: &WebhookReceiver, id: &str, path: &str) -> WebhookDelivery {
+    WebhookDelivery {
+        delivery_id: id.to_owned(),
+        url: receiver.url(path),
+        event: "invoice.paid".to_owned(),
+        payload: serde_json::json!({ "invoice": id }),
+    }
+}
+
+async fn send_email(producer: &Producer, job: WelcomeEmail) -> anyhow::Result<String> {
+    let key = job.idempotency_key();
+    Ok(producer.send(&Job::new("welcome_email", job).key(key)).await?)
+}
+
+async fn send_webhook(producer: &Producer, job: WebhookDelivery) -> anyhow::Result<String> {
+    Ok(producer.send(&Job::new("webhook", job)).await?)
+}
+
+async fn send_worker_jobs(producer: &Producer, receiver: &WebhookReceiver) -> anyhow::Result<Vec<Sent>> {
+    let mut sent = Vec::new();
+    let user_effect = |user: u64| Expect::Effect {
+        field: "to_user",
+        value: serde_json::json!(user),
+    };
+    send_email(producer, email(1, "ada@example.com")).await?;
+    send_email(producer, email(1, "ada@example.com")).await?;
+    sent.push(Sent {
+        label: "welcome_email user:1 (sent twice)".into(),
+        runtime: "worker",
+        expect: user_effect(1),
+    });
+    send_email(producer, email(2, "grace@example.com")).await?;
+    sent.push(Sent {
+        label: "welcome_email user:2".into(),
+        runtime: "worker",
+        expect: user_effect(2),
+    });
+    send_webhook(producer, webhook(receiver, "wh-ok", "/ok")).await?;
+    sent.push(Sent {
+        label: "webhook wh-ok".into(),
+        runtime: "worker",
+        expect: Expect::Delivered("wh-ok".into()),
+    });
+    send_webhook(producer, webhook(receiver, "wh-flaky", "/flaky")).await?;
+    sent.push(Sent {
+        label: "webhook wh-flaky (503 first)".into(),
+        runtime: "worker",
+        expect: Expect::Delivered("wh-flaky".into()),
+    });
+    send_webhook(producer, webhook(receiver, "wh-gone", "/gone")).await?;
+    sent.push(Sent {
+        label: "webhook wh-gone (410)".into(),
+        runtime: "worker",
+        expect: Expect::DeadLettered("wh-gone"),
+    });
+    let poison = Job::new("welcome_email", serde_json::json!({ "user_id": "not-a-number" }));
+    producer.send(&poison).await?;
+    sent.push(Sent {
+        label: "welcome_email, malformed body".into(),
+        runtime: "worker",
+        expect: Expect::DeadLettered("not-a-number"),
+    });
+    let report = GenerateReport {
+        report_id: "r-1".into(),
+        sections: 4,
+        section_millis: 2_000,
+    };
+    producer.send(&Job::new("report", report)).await?;
+    sent.push(Sent {
+        label: format!("report r-1 (8 s, visibility {VISIBILITY_SECS} s)"),
+        runtime: "worker",
+        expect: Expect::Effect {
+            field: "report_id",
+            value: serde_json::json!("r-1"),
+        },
+    });
+    Ok(sent)
+}
+
+async fn send_lambda_jobs(producer: &Producer, receiver: &WebhookReceiver) -> anyhow::Result<Vec<Sent>> {
+    let mut sent = Vec::new();
+    send_email(producer, email(1, "ada@example.com")).await?;
+    sent.push(Sent {
+        label: "welcome_email user:1 again (done by the worker)".into(),
+        runtime: "lambda",
+        expect: Expect::Effect {
+            field: "to_user",
+            value: serde_json::json!(1),
+        },
+    });
+    send_email(producer, email(3, "linus@example.com")).await?;
+    sent.push(Sent {
+        label: "welcome_email user:3".into(),
+        runtime: "lambda",
+        expect: Expect::Effect {
+            field: "to_user",
+            value: serde_json::json!(3),
+        },
+    });
+    send_webhook(producer, webhook(receiver, "wh-lambda-flaky", "/flaky")).await?;
+    sent.push(Sent {
+        label: "webhook wh-lambda-flaky (503 first)".into(),
+        runtime: "lambda",
+        expect: Expect::Delivered("wh-lambda-flaky".into()),
+    });
+    send_webhook(producer, webhook(receiver, "wh-lambda-gone", "/gone")).await?;
+    sent.push(Sent {
+        label: "webhook wh-lambda-gone (410)".into(),
+        runtime: "lambda",
+        expect: Expect::DeadLettered("wh-lambda-gone"),
+    });
+    Ok(sent)
+}
+
+/// Waits until the queue is empty (nothing visible, in flight or delayed) and every effect happened.
+async fn wait_settled(
+    queue: &SqsQueue,
+    outbox: &Path,
+    receiver: &WebhookReceiver,
+    sent: &[Sent],
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let depth = queue.depth().await?;
+        let effects = Outbox::read_all(outbox)?;
+        let delivered = receiver.attempts();
+        let pending = sent
+            .iter()
+            .filter(|job| match &job.expect {
+                Expect::Effect { field, value } => !effects.iter().any(|effect| &effect[field] == value),
+                Expect::Delivered(id) => !delivered.contains_key(id),
+                Expect::DeadLettered(_) => false,
+            })
+            .count();
+        let in_queue = depth.visible + depth.in_flight + depth.delayed;
+        if pending == 0 && in_queue == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "after {timeout:?}: {pending} job(s) without their effect, {in_queue} message(s) still in the queue"
+            );
+        }
+        print!("\r  waiting: {pending} job(s) pending, {in_queue} message(s) in the queue   ");
+        std::io::Write::flush(&mut std::io::stdout())?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn stop(worker: &mut tokio::process::Child) -> anyhow::Result<()> {
+    let pid = worker.id().context("worker already exited")?;
+    tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await?;
+    let status = tokio::time::timeout(Duration::from_secs(40), worker.wait())
+        .await
+        .context("worker ignored SIGTERM")??;
+    println!("\n  SIGTERM -> worker drained and exited with {status}");
+    if !status.success() {
+        bail!("worker exited with {status}");
+    }
+    Ok(())
+}
+
+/// (body, failure) for everything in the queues' DLQs (peeked: they become visible again in 1 s).
+async fn dead_lettered(
+    sqs: &aws_sdk_sqs::Client,
+    queues: &[&localstack::TestQueue],
+) -> anyhow::Result<Vec<(String, Failure)>> {
+    let mut dead = Vec::new();
+    for queue in queues {
+        let Some(dlq) = &queue.dlq_url else { continue };
+        let received = sqs
+            .receive_message()
+            .queue_url(dlq)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(1)
+            .message_attribute_names("All")
+            .send()
+            .await?;
+        for message in received.messages() {
+            let failure = message
+                .message_attributes()
+                .and_then(|attributes| attributes.get(FAILURE_ATTRIBUTE))
+                .and_then(|value| value.string_value())
+                .and_then(|json| serde_json::from_str::<Failure>(json).ok());
+            if let Some(failure) = failure {
+                dead.push((message.body().unwrap_or_default().to_owned(), failure));
+            }
+        }
+    }
+    Ok(dead)
+}
+
+/// Prints one line per job; returns how many did not end as expected.
+fn report(
+    sent: &[Sent],
+    effects: &[serde_json::Value],
+    receiver: &WebhookReceiver,
+    dead: &[(String, Failure)],
+) -> usize {
+    let attempts = receiver.attempts();
+    let mut problems = 0;
+    println!("  {:<48} {:<7} result", "job", "runtime");
+    for job in sent {
+        let (ok, result) = match &job.expect {
+            Expect::Effect { field, value } => {
+                let count = effects.iter().filter(|effect| &effect[field] == value).count();
+                let runs: Vec<String> = effects
+                    .iter()
+                    .filter(|effect| &effect[field] == value)
+                    .map(|effect| match effect["queue"].as_str() {
+                        Some(queue) if queue.contains("lambda") => "by the Lambda".to_owned(),
+                        _ => "by the worker".to_owned(),
+                    })
+                    .collect();
+                (
+                    count == 1,
+                    format!("done once ({count} effect; {})", runs.join(", ")),
+                )
+            }
+            Expect::Delivered(id) => {
+                let tries = attempts.get(id).copied().unwrap_or(0);
+                let retries = tries.saturating_sub(1);
+                (
+                    tries >= 1,
+                    format!("delivered on attempt {tries} (retried {retries} time(s))"),
+                )
+            }
+            Expect::DeadLettered(text) => match dead.iter().find(|(body, _)| body.contains(text)) {
+                Some((_, failure)) => (
+                    true,
+                    format!(
+                        "dead-lettered after {} receive(s): {}",
+                        failure.receive_count, failure.error
+                    ),
+                ),
+                None => (false, "NOT in the DLQ".to_owned()),
+            },
+        };
+        if !ok {
+            problems += 1;
+        }
+        println!(
+            "  {:<48} {:<7} {}{result}",
+            job.label,
+            job.runtime,
+            if ok { "" } else { "UNEXPECTED: " }
+        );
+    }
+    problems
+}
