@@ -69,8 +69,11 @@ mod tests {
         let error = anyhow::Error::new(AdminError::Queue(QueueError::QueueMissing {
             queue: "http://127.0.0.1:4566/000000000000/orders.fifo".to_owned(),
         }));
-        let hint = hint(&error).unwrap();
-        assert!(hint.contains("--queue-name orders.fifo --attributes FifoQueue=true"), "{hint}");
+        let text = hint(&error).unwrap();
+        assert!(
+            text.contains("--queue-name orders.fifo --attributes FifoQueue=true"),
+            "{text}"
+        );
         let wrapped = anyhow::Error::new(ProduceError::Queue(QueueError::QueueMissing {
             queue: "http://x/jobs".to_owned(),
         }))
@@ -81,7 +84,10 @@ mod tests {
 
     #[test]
     fn usage_errors_exit_with_2() {
-        assert_eq!(report(&anyhow::Error::new(UsageError("no".to_owned()))), ExitCode::from(2));
+        assert_eq!(
+            report(&anyhow::Error::new(UsageError("no".to_owned()))),
+            ExitCode::from(2)
+        );
         assert_eq!(report(&anyhow::anyhow!("failed")), ExitCode::FAILURE);
     }
 }

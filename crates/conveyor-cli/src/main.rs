@@ -1,5 +1,4 @@
-//! The `conveyor` command: send jobs, queue stats, DLQ peek and redrive, purge, and the local Lambda
-//! runner. See the crate README for every command with an example.
+#![doc = include_str!("../README.md")]
 
 mod aws;
 mod cli;
@@ -20,7 +19,9 @@ fn main() -> ExitCode {
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
-        Err(error) => return errors::report(&anyhow::Error::new(error).context("starting the async runtime")),
+        Err(error) => {
+            return errors::report(&anyhow::Error::new(error).context("starting the async runtime"));
+        }
     };
     match runtime.block_on(cli.command.run(&cli)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -80,7 +80,9 @@ impl Table {
 
 /// A time as `2026-11-29T14:37:31.815Z` (UTC, milliseconds).
 pub fn format_time(time: SystemTime) -> String {
-    let millis = time.duration_since(UNIX_EPOCH).map_or(0, |since| since.as_millis());
+    let millis = time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis());
     format_epoch_millis(u64::try_from(millis).unwrap_or(u64::MAX))
 }
 

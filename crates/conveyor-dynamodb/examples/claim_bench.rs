@@ -54,7 +54,11 @@ async fn first_time(store: &DynamoStore, keys: &[String]) -> anyhow::Result<(Row
         claims.push(started.elapsed());
         claim_requests += store.requests() - before_claim;
         store
-            .complete(&claim, Some(OUTPUT), SystemTime::now() + Duration::from_secs(3600))
+            .complete(
+                &claim,
+                Some(OUTPUT),
+                SystemTime::now() + Duration::from_secs(3600),
+            )
             .await?;
         whole.push(started.elapsed());
     }
@@ -110,13 +114,13 @@ fn millis(duration: Duration) -> f64 {
 
 fn print(rows: &mut [Row]) {
     println!(
-        "{:<40} {:>6} {:>13} {:>9} {:>9}",
+        "{:<44} {:>6} {:>13} {:>9} {:>9}",
         "scenario", "jobs", "requests/job", "p50 ms", "p99 ms"
     );
     for row in rows {
         row.latencies.sort();
         println!(
-            "{:<40} {:>6} {:>13.2} {:>9.2} {:>9.2}",
+            "{:<44} {:>6} {:>13.2} {:>9.2} {:>9.2}",
             row.scenario,
             row.jobs,
             row.requests as f64 / row.jobs as f64,
@@ -151,8 +155,12 @@ async fn main() -> anyhow::Result<()> {
 
     let cached_keys: Vec<String> = (0..jobs).map(|i| format!("conveyor:bench#cached-{i}")).collect();
     let (_, cached_whole) = first_time(&cached, &cached_keys).await?;
-    let cached_duplicate =
-        duplicates("duplicate, cache on, completed here: claim", &cached, &cached_keys).await?;
+    let cached_duplicate = duplicates(
+        "duplicate, cache on, completed here: claim",
+        &cached,
+        &cached_keys,
+    )
+    .await?;
 
     println!("DynamoDB Local, table {table}, {jobs} jobs each, one at a time\n");
     let mut rows = [

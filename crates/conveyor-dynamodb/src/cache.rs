@@ -65,7 +65,11 @@ impl CompletedCache {
             let Some((number, key)) = inner.order.pop_front() else {
                 break;
             };
-            if inner.records.get(&key).is_some_and(|(current, _)| *current == number) {
+            if inner
+                .records
+                .get(&key)
+                .is_some_and(|(current, _)| *current == number)
+            {
                 inner.records.remove(&key);
             }
         }
@@ -89,7 +93,9 @@ impl CompletedCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the maps inconsistent in a way that matters
         // (worst case a stale order entry), so a poisoned lock is used as is.
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -115,7 +115,9 @@ where
     }
     let code = error.code().unwrap_or("");
     let message = error.message().unwrap_or("");
-    let typed = error.as_service_error().is_some_and(ConditionalError::is_condition_failure);
+    let typed = error
+        .as_service_error()
+        .is_some_and(ConditionalError::is_condition_failure);
     if typed || code == "ConditionalCheckFailedException" {
         return Failure::ConditionFailed;
     }
@@ -209,9 +211,15 @@ mod tests {
             "RequestLimitExceeded",
             "InternalServerError",
         ] {
-            assert!(unavailable(classify(&service_error(code, "slow down", 400), TARGET)), "{code}");
+            assert!(
+                unavailable(classify(&service_error(code, "slow down", 400), TARGET)),
+                "{code}"
+            );
         }
-        assert!(unavailable(classify(&service_error("SomethingNew", "boom", 503), TARGET)));
+        assert!(unavailable(classify(
+            &service_error("SomethingNew", "boom", 503),
+            TARGET
+        )));
     }
 
     #[test]
@@ -255,7 +263,11 @@ mod tests {
 
     #[test]
     fn a_failed_condition_is_recognised() {
-        let failed = service_error("ConditionalCheckFailedException", "The conditional request failed", 400);
+        let failed = service_error(
+            "ConditionalCheckFailedException",
+            "The conditional request failed",
+            400,
+        );
         assert!(matches!(classify(&failed, TARGET), Failure::ConditionFailed));
     }
 

@@ -68,7 +68,12 @@ pub(crate) fn parse_record(
     key: &str,
     item: &Item,
 ) -> Result<IdempotencyRecord, StoreError> {
-    let reader = Reader { names, table, key, item };
+    let reader = Reader {
+        names,
+        table,
+        key,
+        item,
+    };
     let status_text = reader.required_string(&names.status)?;
     let status = RecordStatus::parse(status_text).ok_or_else(|| {
         reader.malformed(format!(
@@ -76,9 +81,12 @@ pub(crate) fn parse_record(
             names.status
         ))
     })?;
-    let expiration = reader
-        .number(&names.expiration)?
-        .ok_or_else(|| reader.malformed(format!("attribute `{}` (epoch seconds) is missing", names.expiration)))?;
+    let expiration = reader.number(&names.expiration)?.ok_or_else(|| {
+        reader.malformed(format!(
+            "attribute `{}` (epoch seconds) is missing",
+            names.expiration
+        ))
+    })?;
     let lease_millis = reader.number(&names.in_progress_expiration)?;
     Ok(IdempotencyRecord {
         key: reader.optional_string(&names.id)?.unwrap_or(key).to_owned(),
@@ -186,14 +194,21 @@ mod tests {
         // item_completed from ../shared/reference/powertools-idempotency-record.json (Powertools 3.37.0).
         Item::from([
             ("expiration".to_owned(), AttributeValue::N("1795964720".into())),
-            ("in_progress_expiration".to_owned(), AttributeValue::N("1795961180693".into())),
+            (
+                "in_progress_expiration".to_owned(),
+                AttributeValue::N("1795961180693".into()),
+            ),
             (
                 "id".to_owned(),
-                AttributeValue::S("peers-bench-fn.__main__.record_handler#3511ac31c0c52af1547a237943ec42a9".into()),
+                AttributeValue::S(
+                    "peers-bench-fn.__main__.record_handler#3511ac31c0c52af1547a237943ec42a9".into(),
+                ),
             ),
             (
                 "data".to_owned(),
-                AttributeValue::S(r#"{"messageId": "f03c5386-ffaa-4261-84fe-68fdd7caeb19", "ok": true}"#.into()),
+                AttributeValue::S(
+                    r#"{"messageId": "f03c5386-ffaa-4261-84fe-68fdd7caeb19", "ok": true}"#.into(),
+                ),
             ),
             ("status".to_owned(), AttributeValue::S("COMPLETED".into())),
         ])

@@ -190,7 +190,9 @@ impl DynamoStore {
             .expression_attribute_values(":status", string(RecordStatus::Completed.as_str()));
         update = match output {
             Some(output) => update
-                .update_expression("SET #response_data = :response_data, #expiry = :expiry, #status = :status")
+                .update_expression(
+                    "SET #response_data = :response_data, #expiry = :expiry, #status = :status",
+                )
                 .expression_attribute_names("#response_data", &names.data)
                 .expression_attribute_values(":response_data", string(output)),
             None => update.update_expression("SET #expiry = :expiry, #status = :status"),
@@ -212,7 +214,10 @@ impl DynamoStore {
                 key: claim.key.clone(),
             },
             Failure::ItemTooLarge => StoreError::Misconfigured {
-                message: format!("record {:?} in table {} is over DynamoDB's item size", claim.key, self.table),
+                message: format!(
+                    "record {:?} in table {} is over DynamoDB's item size",
+                    claim.key, self.table
+                ),
             },
             Failure::Store(error) => error,
         }
@@ -367,7 +372,10 @@ impl IdempotencyStore for DynamoStore {
                 return Err(match classify(&error, self.target("GetItem", key)) {
                     Failure::Store(error) => error,
                     other => StoreError::Unavailable {
-                        message: format!("GetItem on table {} for {key:?} failed unexpectedly: {other:?}", self.table),
+                        message: format!(
+                            "GetItem on table {} for {key:?} failed unexpectedly: {other:?}",
+                            self.table
+                        ),
                     },
                 });
             }

@@ -77,7 +77,11 @@ async fn of_twenty_concurrent_claimants_exactly_one_acquires() {
     assert_eq!(others.len(), 19);
     for record in &others {
         assert_eq!(record.status, RecordStatus::InProgress);
-        assert_eq!(record.token.as_deref(), Some(winners[0].token.as_str()), "the winner's record");
+        assert_eq!(
+            record.token.as_deref(),
+            Some(winners[0].token.as_str()),
+            "the winner's record"
+        );
         assert!(record.lease_until.is_some());
     }
     assert_eq!(store.requests(), 20, "one request per claimant, no reads");
@@ -95,7 +99,12 @@ async fn a_lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced() {
     assert_ne!(stale.token, fresh.token);
 
     let fenced = Err(StoreError::Fenced { key: key.into() });
-    assert_eq!(store.complete(&stale, Some("{\"stale\":true}"), SystemTime::now() + HOUR).await, fenced);
+    assert_eq!(
+        store
+            .complete(&stale, Some("{\"stale\":true}"), SystemTime::now() + HOUR)
+            .await,
+        fenced
+    );
     assert_eq!(store.release(&stale).await, fenced);
     assert_eq!(store.extend_lease(&stale, SystemTime::now() + HOUR).await, fenced);
 
@@ -103,7 +112,10 @@ async fn a_lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced() {
     assert_eq!(record.status, RecordStatus::InProgress);
     assert_eq!(record.token.as_deref(), Some(fresh.token.as_str()));
     assert_eq!(record.output, None);
-    store.complete(&fresh, Some("{\"fresh\":true}"), SystemTime::now() + HOUR).await.unwrap();
+    store
+        .complete(&fresh, Some("{\"fresh\":true}"), SystemTime::now() + HOUR)
+        .await
+        .unwrap();
     let record = store.get(key).await.unwrap().unwrap();
     assert_eq!(record.status, RecordStatus::Completed);
     assert_eq!(record.output.as_deref(), Some("{\"fresh\":true}"));
@@ -125,7 +137,10 @@ async fn a_duplicate_of_a_completed_job_gets_the_stored_output() {
     let key = "conveyor:done#1";
     let claim = acquire(&store, &request(key, MINUTE)).await;
     let expires_at = SystemTime::now() + HOUR;
-    store.complete(&claim, Some(r#"{"sent":true}"#), expires_at).await.unwrap();
+    store
+        .complete(&claim, Some(r#"{"sent":true}"#), expires_at)
+        .await
+        .unwrap();
     let before = store.requests();
 
     let record = existing(&store, &request(key, MINUTE)).await;
@@ -144,13 +159,19 @@ async fn a_different_payload_comes_back_with_the_stored_validation() {
     let mut first = request(key, MINUTE);
     first.validation = Some(payload_hash("{\"amount\":10}"));
     let claim = acquire(&store, &first).await;
-    store.complete(&claim, Some("{}"), SystemTime::now() + HOUR).await.unwrap();
+    store
+        .complete(&claim, Some("{}"), SystemTime::now() + HOUR)
+        .await
+        .unwrap();
 
     let mut second = request(key, MINUTE);
     second.validation = Some(payload_hash("{\"amount\":99}"));
     let record = existing(&store, &second).await;
 
-    assert_eq!(record.validation, first.validation, "the pipeline refuses on this mismatch");
+    assert_eq!(
+        record.validation, first.validation,
+        "the pipeline refuses on this mismatch"
+    );
     assert_ne!(record.validation, second.validation);
 }
 
@@ -198,7 +219,10 @@ async fn extending_moves_the_lease_and_stops_after_completion() {
     store.extend_lease(&claim, later).await.unwrap();
     assert_eq!(store.get(key).await.unwrap().unwrap().lease_until, Some(later));
 
-    store.complete(&claim, None, SystemTime::now() + HOUR).await.unwrap();
+    store
+        .complete(&claim, None, SystemTime::now() + HOUR)
+        .await
+        .unwrap();
     assert_eq!(
         store.extend_lease(&claim, later).await,
         Err(StoreError::Fenced { key: key.into() }),
@@ -212,10 +236,17 @@ async fn an_unreachable_store_is_unavailable_within_seconds() {
     let store = DynamoStore::new(client, "nowhere");
     let started = Instant::now();
 
-    let error = store.claim(&request("conveyor:down#1", MINUTE)).await.unwrap_err();
+    let error = store
+        .claim(&request("conveyor:down#1", MINUTE))
+        .await
+        .unwrap_err();
 
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -259,7 +290,10 @@ async fn an_oversized_output_is_omitted_or_refused() {
     let (_, _, omitting) = store("omit").await;
     let key = "conveyor:big#1";
     let claim = acquire(&omitting, &request(key, MINUTE)).await;
-    omitting.complete(&claim, Some(&output), SystemTime::now() + HOUR).await.unwrap();
+    omitting
+        .complete(&claim, Some(&output), SystemTime::now() + HOUR)
+        .await
+        .unwrap();
     let record = omitting.get(key).await.unwrap().unwrap();
     assert_eq!(record.status, RecordStatus::Completed);
     assert_eq!(record.output, None);
@@ -270,13 +304,20 @@ async fn an_oversized_output_is_omitted_or_refused() {
     };
     let (_, _, refusing) = store_with("refuse", refusing_options).await;
     let claim = acquire(&refusing, &request(key, MINUTE)).await;
-    let error = refusing.complete(&claim, Some(&output), SystemTime::now() + HOUR).await.unwrap_err();
+    let error = refusing
+        .complete(&claim, Some(&output), SystemTime::now() + HOUR)
+        .await
+        .unwrap_err();
     assert!(
         matches!(error, StoreError::OutputTooLarge { size, .. } if size == output.len()),
         "{error:?}"
     );
     let record = refusing.get(key).await.unwrap().unwrap();
-    assert_eq!(record.status, RecordStatus::InProgress, "a refused complete changes nothing");
+    assert_eq!(
+        record.status,
+        RecordStatus::InProgress,
+        "a refused complete changes nothing"
+    );
 }
 
 #[tokio::test]
@@ -285,7 +326,10 @@ async fn an_output_just_under_the_limit_is_stored() {
     let key = "conveyor:fits#1";
     let output = "y".repeat(399 * 1024);
     let claim = acquire(&store, &request(key, MINUTE)).await;
-    store.complete(&claim, Some(&output), SystemTime::now() + HOUR).await.unwrap();
+    store
+        .complete(&claim, Some(&output), SystemTime::now() + HOUR)
+        .await
+        .unwrap();
     let record = store.get(key).await.unwrap().unwrap();
     assert_eq!(record.output.map(|o| o.len()), Some(output.len()));
 }
@@ -301,7 +345,10 @@ async fn the_cache_answers_completed_duplicates_without_a_request() {
     let mut first = request(key, MINUTE);
     first.validation = Some(payload_hash("body"));
     let claim = acquire(&store, &first).await;
-    store.complete(&claim, Some("{\"n\":1}"), SystemTime::now() + HOUR).await.unwrap();
+    store
+        .complete(&claim, Some("{\"n\":1}"), SystemTime::now() + HOUR)
+        .await
+        .unwrap();
     let before = store.requests();
 
     let record = existing(&store, &request(key, MINUTE)).await;
@@ -309,7 +356,10 @@ async fn the_cache_answers_completed_duplicates_without_a_request() {
     assert_eq!(store.requests(), before, "answered from the cache");
     assert_eq!(record.status, RecordStatus::Completed);
     assert_eq!(record.output.as_deref(), Some("{\"n\":1}"));
-    assert_eq!(record.validation, first.validation, "the cached record keeps its validation");
+    assert_eq!(
+        record.validation, first.validation,
+        "the cached record keeps its validation"
+    );
 }
 
 #[tokio::test]
@@ -326,12 +376,25 @@ async fn the_cache_learns_from_duplicates_and_never_holds_in_progress_records() 
 
     let in_progress = existing(&store, &request(key, MINUTE)).await;
     assert_eq!(in_progress.status, RecordStatus::InProgress);
-    other.complete(&claim, Some("{}"), SystemTime::now() + HOUR).await.unwrap();
+    other
+        .complete(&claim, Some("{}"), SystemTime::now() + HOUR)
+        .await
+        .unwrap();
 
     let requests = store.requests();
-    assert_eq!(existing(&store, &request(key, MINUTE)).await.status, RecordStatus::Completed);
-    assert_eq!(store.requests(), requests + 1, "the in-progress record was not cached");
-    assert_eq!(existing(&store, &request(key, MINUTE)).await.status, RecordStatus::Completed);
+    assert_eq!(
+        existing(&store, &request(key, MINUTE)).await.status,
+        RecordStatus::Completed
+    );
+    assert_eq!(
+        store.requests(),
+        requests + 1,
+        "the in-progress record was not cached"
+    );
+    assert_eq!(
+        existing(&store, &request(key, MINUTE)).await.status,
+        RecordStatus::Completed
+    );
     assert_eq!(store.requests(), requests + 1, "the completed one was");
 }
 
@@ -345,7 +408,10 @@ async fn the_cache_respects_expiry() {
     let key = "conveyor:cache#3";
     let claim = acquire(&store, &request(key, MINUTE)).await;
     // Already expired when written: the cache must not answer, and the table lets a new claim in.
-    store.complete(&claim, Some("{}"), SystemTime::now() - Duration::from_secs(5)).await.unwrap();
+    store
+        .complete(&claim, Some("{}"), SystemTime::now() - Duration::from_secs(5))
+        .await
+        .unwrap();
     let before = store.requests();
     let again = acquire(&store, &request(key, MINUTE)).await;
     assert_ne!(again.token, claim.token);

@@ -1,7 +1,7 @@
 //! One table shared with AWS Lambda Powertools: records Powertools wrote are understood, and the records
 //! Conveyor writes have exactly Powertools' attribute names and types (plus `fencing_token`).
 //!
-//! The items come from `fixtures/powertools-idempotency-record.json`, captured on 2025-11-29 from
+//! The items come from `fixtures/powertools-idempotency-record.json`, captured on 2026-11-29 from
 //! Powertools for Python 3.37.0 against DynamoDB Local 3.3.1; only their times are refreshed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style); helpers here are test code too
 
@@ -51,14 +51,26 @@ fn now_millis() -> u64 {
 /// The fixture's item with fresh times: expiry in an hour, the lease `lease_offset_ms` from now.
 fn powertools_item(which: &str, lease_offset_ms: i64) -> Item {
     let mut item = typed(&fixture()[which]);
-    item.insert("expiration".into(), AttributeValue::N((now_secs() + 3600).to_string()));
+    item.insert(
+        "expiration".into(),
+        AttributeValue::N((now_secs() + 3600).to_string()),
+    );
     let lease = now_millis().checked_add_signed(lease_offset_ms).unwrap();
-    item.insert("in_progress_expiration".into(), AttributeValue::N(lease.to_string()));
+    item.insert(
+        "in_progress_expiration".into(),
+        AttributeValue::N(lease.to_string()),
+    );
     item
 }
 
 async fn put_raw(client: &Client, table: &str, item: Item) {
-    client.put_item().table_name(table).set_item(Some(item)).send().await.unwrap();
+    client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
 }
 
 fn request(key: &str) -> ClaimRequest {
@@ -108,7 +120,11 @@ async fn a_powertools_completed_record_is_a_duplicate_with_its_data() {
 async fn a_powertools_in_progress_record_holds_until_its_lease() {
     let (client, table, store) = setup("pt-inprogress").await;
     let item = powertools_item("item_inprogress", 60_000);
-    let lease = item["in_progress_expiration"].as_n().unwrap().parse::<u64>().unwrap();
+    let lease = item["in_progress_expiration"]
+        .as_n()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
     put_raw(&client, &table, item).await;
 
     let outcome = store.claim(&request(&powertools_key())).await.unwrap();
@@ -117,7 +133,10 @@ async fn a_powertools_in_progress_record_holds_until_its_lease() {
         panic!("expected Exists, got {outcome:?}");
     };
     assert_eq!(record.status, RecordStatus::InProgress);
-    assert_eq!(record.lease_until, Some(UNIX_EPOCH + Duration::from_millis(lease)));
+    assert_eq!(
+        record.lease_until,
+        Some(UNIX_EPOCH + Duration::from_millis(lease))
+    );
 }
 
 #[tokio::test]
@@ -174,7 +193,11 @@ async fn a_conveyor_record_has_powertools_names_and_types_plus_the_token() {
         other => panic!("expected Acquired, got {other:?}"),
     };
     store
-        .complete(&claim, Some(r#"{"ok": true}"#), SystemTime::now() + Duration::from_secs(3600))
+        .complete(
+            &claim,
+            Some(r#"{"ok": true}"#),
+            SystemTime::now() + Duration::from_secs(3600),
+        )
         .await
         .unwrap();
 

@@ -1,7 +1,7 @@
 //! Request shapes, checked with aws-smithy-mocks: the claim is Powertools' exact conditional PutItem,
 //! a duplicate costs one request, and complete/release/extend are fenced on the token.
 //!
-//! The fixture `fixtures/powertools-idempotency-record.json` was captured on 2025-11-29 from AWS Lambda
+//! The fixture `fixtures/powertools-idempotency-record.json` was captured on 2026-11-29 from AWS Lambda
 //! Powertools for Python 3.37.0 against DynamoDB Local 3.3.1 (see its `what` and `versions` fields).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style); helpers here are test code too
 
@@ -18,7 +18,9 @@ use aws_sdk_dynamodb::operation::put_item::{PutItemInput, PutItemOutput};
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemInput, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use aws_smithy_mocks::{MockResponse, MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{
+    MockResponse, MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock,
+};
 use aws_smithy_runtime_api::http::{Response, StatusCode};
 use aws_smithy_types::body::SdkBody;
 use conveyor_core::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus, StoreError};
@@ -106,7 +108,10 @@ fn conditional_check_failed_response(item: Option<&Value>) -> Response {
     if let Some(item) = item {
         body["Item"] = item.clone();
     }
-    Response::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body.to_string()))
+    Response::new(
+        StatusCode::try_from(400).unwrap(),
+        SdkBody::from(body.to_string()),
+    )
 }
 
 #[tokio::test]
@@ -150,21 +155,35 @@ async fn the_claim_is_powertools_conditional_put_with_all_old() {
     assert_eq!(s(&values[":inprogress"]), "INPROGRESS");
     let now = n(&values[":now"]);
     assert!((before..=before + 2).contains(&now), "{now} is not epoch seconds");
-    assert_eq!(n(&values[":now_in_millis"]) / 1000, now, ":now_in_millis is not epoch millis");
+    assert_eq!(
+        n(&values[":now_in_millis"]) / 1000,
+        now,
+        ":now_in_millis is not epoch millis"
+    );
 
     let item = input.item().unwrap();
     let mut attributes: Vec<_> = item.keys().cloned().collect();
     attributes.sort();
     assert_eq!(
         attributes,
-        ["expiration", "fencing_token", "id", "in_progress_expiration", "status", "validation"]
+        [
+            "expiration",
+            "fencing_token",
+            "id",
+            "in_progress_expiration",
+            "status",
+            "validation"
+        ]
     );
     assert_eq!(s(&item["id"]), "conveyor:email#user:42");
     assert_eq!(s(&item["status"]), "INPROGRESS");
     assert_eq!(s(&item["fencing_token"]), held.token);
     assert_eq!(s(&item["validation"]), "hash");
     let expiration = n(&item["expiration"]);
-    assert!((now + 3599..=now + 3601).contains(&expiration), "expiration is not epoch seconds");
+    assert!(
+        (now + 3599..=now + 3601).contains(&expiration),
+        "expiration is not epoch seconds"
+    );
     let lease = n(&item["in_progress_expiration"]);
     assert!(
         (now * 1000 + 59_000..=now * 1000 + 62_000).contains(&lease),
@@ -177,7 +196,8 @@ async fn a_duplicate_costs_one_request_and_reads_the_record_from_the_failure() {
     let fixture = fixture();
     // Exactly the response Powertools got for its duplicate delivery.
     let returned = fixture["requests_duplicate_invocation"][1]["response"]["Item"].clone();
-    let put = mock!(Client::put_item).then_http_response(move || conditional_check_failed_response(Some(&returned)));
+    let put = mock!(Client::put_item)
+        .then_http_response(move || conditional_check_failed_response(Some(&returned)));
     let get = mock!(Client::get_item).then_output(|| GetItemOutput::builder().build());
     let store = DynamoStore::new(mock_client(&[&put, &get]), TABLE);
     let key = fixture["key_derivation"]["id"].as_str().unwrap();
@@ -195,7 +215,11 @@ async fn a_duplicate_costs_one_request_and_reads_the_record_from_the_failure() {
     assert_eq!(record.key, key);
     assert_eq!(record.token, None);
     assert_eq!(put.num_calls(), 1);
-    assert_eq!(get.num_calls(), 0, "the record must come from the failure response");
+    assert_eq!(
+        get.num_calls(),
+        0,
+        "the record must come from the failure response"
+    );
     assert_eq!(store.requests(), 1);
 }
 
@@ -210,7 +234,10 @@ async fn a_failure_without_the_record_reads_it_once_consistently() {
                 .item("id", AttributeValue::S("k".into()))
                 .item("status", AttributeValue::S("INPROGRESS".into()))
                 .item("expiration", AttributeValue::N("4000000000".into()))
-                .item("in_progress_expiration", AttributeValue::N("4000000000000".into()))
+                .item(
+                    "in_progress_expiration",
+                    AttributeValue::N("4000000000000".into()),
+                )
                 .build(),
         )
     });
@@ -248,7 +275,10 @@ async fn complete_sets_powertools_fields_under_the_token_condition() {
     let store = DynamoStore::new(mock_client(&[&update]), TABLE);
     let expires_at = UNIX_EPOCH + Duration::from_secs(1_795_964_720);
 
-    store.complete(&claim(), Some(r#"{"ok":true}"#), expires_at).await.unwrap();
+    store
+        .complete(&claim(), Some(r#"{"ok":true}"#), expires_at)
+        .await
+        .unwrap();
 
     let seen = seen.lock().unwrap();
     let input = &seen[0];
@@ -264,7 +294,11 @@ async fn complete_sets_powertools_fields_under_the_token_condition() {
     assert_eq!(s(&values[":response_data"]), r#"{"ok":true}"#);
     assert_eq!(n(&values[":expiry"]), 1_795_964_720);
     assert_eq!(input.key().unwrap()["id"], AttributeValue::S(claim().key));
-    assert_eq!(input.return_values(), None, "no cache, so nothing needs to come back");
+    assert_eq!(
+        input.return_values(),
+        None,
+        "no cache, so nothing needs to come back"
+    );
 }
 
 #[tokio::test]
@@ -283,7 +317,12 @@ async fn complete_without_output_writes_no_data() {
         seen[0].update_expression(),
         Some("SET #expiry = :expiry, #status = :status")
     );
-    assert!(!seen[0].expression_attribute_values().unwrap().contains_key(":response_data"));
+    assert!(
+        !seen[0]
+            .expression_attribute_values()
+            .unwrap()
+            .contains_key(":response_data")
+    );
 }
 
 #[tokio::test]
@@ -299,7 +338,10 @@ async fn with_a_cache_complete_asks_for_the_new_record() {
     };
     let store = DynamoStore::new(mock_client(&[&update]), TABLE).with_options(options);
     store.complete(&claim(), None, SystemTime::now()).await.unwrap();
-    assert_eq!(seen.lock().unwrap()[0].return_values(), Some(&ReturnValue::AllNew));
+    assert_eq!(
+        seen.lock().unwrap()[0].return_values(),
+        Some(&ReturnValue::AllNew)
+    );
 }
 
 #[tokio::test]
@@ -320,7 +362,10 @@ async fn release_deletes_under_the_token_condition() {
         names_of(input.expression_attribute_names()),
         HashMap::from([("#token".to_owned(), "fencing_token".to_owned())])
     );
-    assert_eq!(s(&input.expression_attribute_values().unwrap()[":token"]), "token-1");
+    assert_eq!(
+        s(&input.expression_attribute_values().unwrap()[":token"]),
+        "token-1"
+    );
     assert_eq!(input.key().unwrap()["id"], AttributeValue::S(claim().key));
 }
 
@@ -367,7 +412,10 @@ async fn a_failed_token_condition_is_fenced() {
     let store = DynamoStore::new(mock_client(&[&failed_update, &failed_delete]), TABLE);
     let fenced = StoreError::Fenced { key: claim().key };
 
-    assert_eq!(store.complete(&claim(), Some("{}"), SystemTime::now()).await, Err(fenced.clone()));
+    assert_eq!(
+        store.complete(&claim(), Some("{}"), SystemTime::now()).await,
+        Err(fenced.clone())
+    );
     assert_eq!(store.release(&claim()).await, Err(fenced.clone()));
     assert_eq!(store.extend_lease(&claim(), SystemTime::now()).await, Err(fenced));
 }
@@ -386,7 +434,10 @@ async fn an_oversized_output_is_omitted_or_refused_before_any_request() {
         oversized_output: OversizedOutput::Error,
         ..StoreOptions::default()
     });
-    let error = refusing.complete(&claim(), Some(&output), SystemTime::now()).await.unwrap_err();
+    let error = refusing
+        .complete(&claim(), Some(&output), SystemTime::now())
+        .await
+        .unwrap_err();
     let StoreError::OutputTooLarge { size, limit, .. } = error else {
         panic!("expected OutputTooLarge, got {error:?}");
     };
@@ -395,11 +446,22 @@ async fn an_oversized_output_is_omitted_or_refused_before_any_request() {
     assert_eq!(refusing.requests(), 0);
 
     let omitting = DynamoStore::new(client, TABLE);
-    omitting.complete(&claim(), Some(&output), SystemTime::now()).await.unwrap();
+    omitting
+        .complete(&claim(), Some(&output), SystemTime::now())
+        .await
+        .unwrap();
     assert_eq!(omitting.requests(), 1);
     let seen = seen.lock().unwrap();
-    assert!(!seen[0].expression_attribute_values().unwrap().contains_key(":response_data"));
-    assert_eq!(s(&seen[0].expression_attribute_values().unwrap()[":status"]), "COMPLETED");
+    assert!(
+        !seen[0]
+            .expression_attribute_values()
+            .unwrap()
+            .contains_key(":response_data")
+    );
+    assert_eq!(
+        s(&seen[0].expression_attribute_values().unwrap()[":status"]),
+        "COMPLETED"
+    );
 }
 
 #[tokio::test]
@@ -409,12 +471,19 @@ async fn dynamodb_refusing_the_size_applies_the_same_policy() {
             "__type": "com.amazon.coral.validate#ValidationException",
             "message": "Item size to update has exceeded the maximum allowed size",
         });
-        Response::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body.to_string()))
+        Response::new(
+            StatusCode::try_from(400).unwrap(),
+            SdkBody::from(body.to_string()),
+        )
     };
     let (seen, record) = recorder::<UpdateItemInput>();
     let update = mock!(Client::update_item).then_compute_response(move |input| {
         record(input);
-        if input.expression_attribute_values().unwrap().contains_key(":response_data") {
+        if input
+            .expression_attribute_values()
+            .unwrap()
+            .contains_key(":response_data")
+        {
             MockResponse::Http(too_large())
         } else {
             MockResponse::Output(UpdateItemOutput::builder().build())
@@ -422,7 +491,10 @@ async fn dynamodb_refusing_the_size_applies_the_same_policy() {
     });
     let store = DynamoStore::new(mock_client(&[&update]), TABLE);
 
-    store.complete(&claim(), Some("{}"), SystemTime::now()).await.unwrap();
+    store
+        .complete(&claim(), Some("{}"), SystemTime::now())
+        .await
+        .unwrap();
 
     assert_eq!(seen.lock().unwrap().len(), 2, "retried once without the output");
 }
@@ -435,11 +507,14 @@ async fn throttling_is_unavailable_and_a_missing_table_is_misconfigured() {
                 "__type": format!("com.amazonaws.dynamodb.v20120810#{code}"),
                 "message": "nope",
             });
-            Response::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body.to_string()))
+            Response::new(
+                StatusCode::try_from(400).unwrap(),
+                SdkBody::from(body.to_string()),
+            )
         }
     };
-    let throttled = mock!(Client::put_item)
-        .then_http_response(error_response("ProvisionedThroughputExceededException"));
+    let throttled =
+        mock!(Client::put_item).then_http_response(error_response("ProvisionedThroughputExceededException"));
     let store = DynamoStore::new(mock_client(&[&throttled]), TABLE);
     let error = store.claim(&request("k")).await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");

@@ -345,7 +345,10 @@ impl BatchProcessor {
             .pipeline
             .process(Arc::clone(message), Arc::clone(&lane.name), &lease, Some(cutoff))
             .await;
-        if let Some(job_type) = processed.job_type {
+        // Untyped messages learn their job type from the default route.
+        if message.job_type().is_none()
+            && let Some(job_type) = processed.job_type
+        {
             span.record("job_type", job_type);
         }
         let duration = processed.handler_duration;
@@ -374,32 +377,37 @@ impl BatchProcessor {
 
     /// Sets every retried message's visibility to its backoff delay: one batch call per queue.
     async fn apply_backoff(&self, results: &[(Lane, Vec<ItemResult>)]) {
-        let mut per_source: Vec<(usize, Arc<dyn Queue>, Vec<VisibilityChange>, Vec<&str>)> = Vec::new();
+        let mut per_source: Vec<Backoffs<'_>> = Vec::new();
         for (lane, lane_results) in results {
             for result in lane_results {
                 let Settled::Retry { delay } = result.settled else {
                     continue;
                 };
-                let position = match per_source.iter().position(|(source, ..)| *source == lane.source) {
+                let position = match per_source.iter().position(|group| group.source == lane.source) {
                     Some(position) => position,
                     None => {
-                        per_source.push((lane.source, Arc::clone(&lane.queue), Vec::new(), Vec::new()));
+                        per_source.push(Backoffs {
+                            source: lane.source,
+                            queue: Arc::clone(&lane.queue),
+                            changes: Vec::new(),
+                            ids: Vec::new(),
+                        });
                         per_source.len() - 1
                     }
                 };
-                let (_, _, changes, ids) = &mut per_source[position];
-                changes.push(VisibilityChange {
+                let group = &mut per_source[position];
+                group.changes.push(VisibilityChange {
                     receipt_handle: result.receipt.clone(),
                     timeout: delay,
                 });
-                ids.push(&result.message_id);
+                group.ids.push(&result.message_id);
             }
         }
-        for (_, queue, changes, ids) in per_source {
-            match queue.change_visibility_batch(&changes).await {
+        for group in per_source {
+            match group.queue.change_visibility_batch(&group.changes).await {
                 Ok(entry_failures) => {
                     for failure in entry_failures {
-                        let message_id = ids.get(failure.index).copied().unwrap_or("?");
+                        let message_id = group.ids.get(failure.index).copied().unwrap_or("?");
                         tracing::warn!(
                             message_id,
                             error = %failure.error,
@@ -408,14 +416,22 @@ impl BatchProcessor {
                     }
                 }
                 Err(error) => tracing::warn!(
-                    queue = %queue.name(),
+                    queue = %group.queue.name(),
                     %error,
-                    messages = changes.len(),
+                    messages = group.changes.len(),
                     "could not set the retries' backoff; they come back at the visibility timeout"
                 ),
             }
         }
     }
+}
+
+/// The visibility changes for one source queue's retries, with their message ids for logs.
+struct Backoffs<'a> {
+    source: usize,
+    queue: Arc<dyn Queue>,
+    changes: Vec<VisibilityChange>,
+    ids: Vec<&'a str>,
 }
 
 /// The index of the source for `arn`, added when new.

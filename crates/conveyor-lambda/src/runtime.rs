@@ -119,10 +119,36 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
     Ok(config)
 }
 
-/// Logs the way Lambda's advanced logging controls ask (`AWS_LAMBDA_LOG_FORMAT=JSON`,
-/// `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`), through `lambda_runtime`'s default subscriber.
+/// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`,
+/// the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI colours (CloudWatch
+/// shows them as escape codes); no timestamps (CloudWatch adds its own). Does nothing when a global
+/// subscriber is already set.
 pub fn init_tracing() {
-    lambda_runtime::tracing::init_default_subscriber();
+    use lambda_runtime::tracing::subscriber::EnvFilter;
+    use lambda_runtime::tracing::subscriber::filter::LevelFilter;
+
+    let level = std::env::var("AWS_LAMBDA_LOG_LEVEL")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .ok()
+        .and_then(|text| text.parse::<LevelFilter>().ok())
+        .unwrap_or(LevelFilter::INFO);
+    let filter = EnvFilter::builder()
+        .with_default_directive(level.into())
+        .from_env_lossy();
+    let builder = lambda_runtime::tracing::subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_target(false)
+        .without_time();
+    let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
+    let result = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    if result.is_err() {
+        tracing::debug!("a tracing subscriber is already set");
+    }
 }
 
 #[cfg(test)]

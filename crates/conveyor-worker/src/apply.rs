@@ -164,7 +164,9 @@ async fn change_visibility(runtime: &Runtime, queue: usize, changes: &[Visibilit
                 EntryError::LeaseLost(reason) => {
                     tracing::debug!(%reason, "visibility change skipped: the message is no longer ours");
                 }
-                EntryError::Failed { sender_fault: false, .. } => retry.push(change.clone()),
+                EntryError::Failed {
+                    sender_fault: false, ..
+                } => retry.push(change.clone()),
                 EntryError::Failed { code, message, .. } => {
                     tracing::warn!(%code, %message, "visibility change refused; the message comes back later");
                 }

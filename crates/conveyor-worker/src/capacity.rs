@@ -1,16 +1,20 @@
 //! The global in-flight limit, shared by every queue's receive loops in priority order.
 //!
 //! A plain `tokio::sync::Semaphore` hands permits out first come, first served. Both priority modes
-//! need to choose *which* waiting queue gets the next free slot, so this is a small semaphore of its
-//! own: `max_in_flight` permits, each tagged with the queue it serves, and a release hands a freed
-//! permit to the waiting queue that deserves it:
+//! need to choose *which* queue gets the next free slot, so this is a small semaphore of its own:
+//! `max_in_flight` permits, each held for one queue, handed out by these rules:
 //!
-//! - strict: the waiting queue with the highest weight (first come among equals). Urgent work gets
-//!   every slot a finished job frees while it has messages; a backlog elsewhere cannot delay it.
-//! - weighted: the waiting queue holding the fewest permits per unit of weight, so backlogged queues
-//!   share the slots in proportion to their weights, and an idle queue's share goes to the others.
+//! - strict: a freed slot goes to the waiting queue with the highest weight (first come among equals).
+//!   Urgent work gets every slot a finished job frees while it has messages; a backlog elsewhere
+//!   cannot delay it beyond the jobs already running.
+//! - weighted: each queue with a backlog is owed `max_in_flight × weight / Σ weights of the queues
+//!   with a backlog (and itself)`. A queue above its share takes no slot while another backlogged queue
+//!   is below its own; otherwise it may borrow whatever is free, so an idle queue's share is never
+//!   wasted. Among waiters, the one holding the fewest slots per unit of weight goes first.
 //!
-//! Invariant: a queue waits only while no permit is free, so a free permit never sits next to a waiter.
+//! "Backlog" is what the receive loop saw last: a receive that came back full. A queue that returns
+//! less than it was asked for has no backlog and claims no share. Invariant: a permit stays free
+//! while a queue waits only if that queue is above its share and another backlogged queue is owed it.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -27,12 +31,15 @@ pub(crate) struct Capacity {
     state: Mutex<State>,
     mode: PriorityMode,
     weights: Vec<u64>,
+    max: u64,
 }
 
 #[derive(Debug)]
 struct State {
     free: usize,
     held: Vec<usize>,
+    /// Queues whose last receive came back full.
+    backlogged: Vec<bool>,
     waiters: VecDeque<Waiter>,
 }
 
@@ -62,10 +69,12 @@ impl Capacity {
             state: Mutex::new(State {
                 free: max_in_flight,
                 held: vec![0; weights.len()],
+                backlogged: vec![false; weights.len()],
                 waiters: VecDeque::new(),
             }),
             mode,
             weights: weights.iter().map(|weight| u64::from((*weight).max(1))).collect(),
+            max: max_in_flight as u64,
         })
     }
 
@@ -77,7 +86,7 @@ impl Capacity {
     pub(crate) async fn acquire(self: &Arc<Self>, queue: usize) -> Permit {
         let receiver = {
             let mut state = self.lock();
-            if state.free > 0 {
+            if state.free > 0 && self.eligible(&state, queue) {
                 state.free -= 1;
                 state.held[queue] += 1;
                 return self.permit(queue);
@@ -94,16 +103,30 @@ impl Capacity {
         .await
     }
 
-    /// Takes up to `count` free slots for `queue` without waiting.
+    /// Takes up to `count` free slots for `queue` without waiting (within its share, in weighted mode).
     pub(crate) fn try_acquire(self: &Arc<Self>, queue: usize, count: usize) -> Vec<Permit> {
-        let taken = {
+        let mut taken = 0;
+        {
             let mut state = self.lock();
-            let taken = count.min(state.free);
-            state.free -= taken;
-            state.held[queue] += taken;
-            taken
-        };
+            while taken < count && state.free > 0 && self.eligible(&state, queue) {
+                state.free -= 1;
+                state.held[queue] += 1;
+                taken += 1;
+            }
+        }
         (0..taken).map(|_| self.permit(queue)).collect()
+    }
+
+    /// Records whether `queue`'s last receive came back full.
+    pub(crate) fn set_backlogged(&self, queue: usize, backlogged: bool) {
+        let mut state = self.lock();
+        if state.backlogged.get(queue) == Some(&backlogged) {
+            return;
+        }
+        if let Some(flag) = state.backlogged.get_mut(queue) {
+            *flag = backlogged;
+        }
+        self.grant(&mut state);
     }
 
     /// Slots held for `queue` now.
@@ -122,24 +145,36 @@ impl Capacity {
     fn release(&self, queue: usize) {
         let mut state = self.lock();
         state.held[queue] = state.held[queue].saturating_sub(1);
-        while let Some(index) = self.next_waiter(&state) {
-            let Some(waiter) = state.waiters.remove(index) else {
-                break;
-            };
-            state.held[waiter.queue] += 1;
-            if waiter.grant.send(()).is_ok() {
-                return;
-            }
-            // The waiter gave up before it was served: the slot goes to the next one.
-            state.held[waiter.queue] -= 1;
-        }
         state.free += 1;
+        self.grant(&mut state);
     }
 
-    /// The waiter that deserves the next free slot.
+    /// Hands free slots to the waiters that deserve them.
+    fn grant(&self, state: &mut State) {
+        while state.free > 0 {
+            let Some(index) = self.next_waiter(state) else {
+                return;
+            };
+            let Some(waiter) = state.waiters.remove(index) else {
+                return;
+            };
+            state.free -= 1;
+            state.held[waiter.queue] += 1;
+            if waiter.grant.send(()).is_err() {
+                // The waiter gave up before it was served: the slot stays free for the next one.
+                state.free += 1;
+                state.held[waiter.queue] -= 1;
+            }
+        }
+    }
+
+    /// The eligible waiter that deserves the next free slot.
     fn next_waiter(&self, state: &State) -> Option<usize> {
         let mut best: Option<(usize, usize)> = None;
         for (index, waiter) in state.waiters.iter().enumerate() {
+            if !self.eligible(state, waiter.queue) {
+                continue;
+            }
             let better = match best {
                 None => true,
                 Some((_, best_queue)) => self.prefers(state, waiter.queue, best_queue),
@@ -151,20 +186,41 @@ impl Capacity {
         best.map(|(index, _)| index)
     }
 
+    /// May `queue` take a free slot now?
+    fn eligible(&self, state: &State, queue: usize) -> bool {
+        if self.mode == PriorityMode::Strict || state.held[queue] < self.share(state, queue) {
+            return true;
+        }
+        // Above its share: it may borrow only what no backlogged queue is owed.
+        !(0..self.weights.len()).any(|other| {
+            other != queue && state.backlogged[other] && state.held[other] < self.share(state, other)
+        })
+    }
+
+    /// `queue`'s share of all slots among the backlogged queues and itself.
+    fn share(&self, state: &State, queue: usize) -> usize {
+        let competing: u64 = (0..self.weights.len())
+            .filter(|other| *other == queue || state.backlogged[*other])
+            .map(|other| self.weights[other])
+            .sum();
+        (self.max * self.weights[queue]).div_ceil(competing.max(1)) as usize
+    }
+
     /// True when `candidate` should be served before `current` (ties keep the earlier waiter).
     fn prefers(&self, state: &State, candidate: usize, current: usize) -> bool {
         let (candidate_weight, current_weight) = (self.weights[candidate], self.weights[current]);
         match self.mode {
             PriorityMode::Strict => candidate_weight > current_weight,
+            // Fewer held per unit of weight, compared without division.
             PriorityMode::Weighted => {
-                // held / weight, compared without division.
-                (state.held[candidate] as u64) * current_weight < (state.held[current] as u64) * candidate_weight
+                (state.held[candidate] as u64) * current_weight
+                    < (state.held[current] as u64) * candidate_weight
             }
         }
     }
 }
 
-/// A pending grant; returns the slot if it was granted after the waiter gave up.
+/// A pending grant; gives the slot back if it was granted after the waiter gave up.
 struct Grant {
     capacity: Arc<Capacity>,
     queue: usize,
@@ -177,14 +233,13 @@ impl Future for Grant {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit> {
         match Pin::new(&mut self.receiver).poll(cx) {
             Poll::Ready(Ok(())) => {
-                // Mark as consumed so Drop does not give it back.
+                // Consumed: swap in a closed receiver so Drop does not give the slot back.
                 let (_, closed) = oneshot::channel();
                 self.receiver = closed;
                 Poll::Ready(self.capacity.permit(self.queue))
             }
-            // The capacity never drops a sender without sending, except when it is dropped itself.
-            Poll::Ready(Err(_)) => Poll::Pending,
-            Poll::Pending => Poll::Pending,
+            // The capacity never drops a waiter's sender without sending while the waiter exists.
+            Poll::Ready(Err(_)) | Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -204,25 +259,34 @@ mod tests {
 
     use super::*;
 
+    async fn served(task: tokio::task::JoinHandle<Permit>) -> Permit {
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    fn waiting(capacity: &Arc<Capacity>, queue: usize) -> tokio::task::JoinHandle<Permit> {
+        let capacity = Arc::clone(capacity);
+        tokio::spawn(async move { capacity.acquire(queue).await })
+    }
+
     #[tokio::test]
     async fn strict_serves_the_highest_weight_first() {
         let capacity = Capacity::new(1, &[10, 1], PriorityMode::Strict);
         let held = capacity.acquire(1).await;
-        let low = tokio::spawn({
-            let capacity = Arc::clone(&capacity);
-            async move { capacity.acquire(1).await }
-        });
+        let low = waiting(&capacity, 1);
         tokio::task::yield_now().await;
-        let high = tokio::spawn({
-            let capacity = Arc::clone(&capacity);
-            async move { capacity.acquire(0).await }
-        });
+        let high = waiting(&capacity, 0);
         tokio::task::yield_now().await;
         drop(held);
-        let high = tokio::time::timeout(Duration::from_secs(1), high).await.unwrap().unwrap();
-        assert!(!low.is_finished(), "the low queue waited first but must be served second");
+        let high = served(high).await;
+        assert!(
+            !low.is_finished(),
+            "the low queue waited first but must be served second"
+        );
         drop(high);
-        tokio::time::timeout(Duration::from_secs(1), low).await.unwrap().unwrap();
+        served(low).await;
     }
 
     #[tokio::test]
@@ -230,24 +294,46 @@ mod tests {
         let capacity = Capacity::new(4, &[3, 1], PriorityMode::Weighted);
         let mut high: Vec<Permit> = capacity.try_acquire(0, 2);
         let mut low: Vec<Permit> = capacity.try_acquire(1, 2);
-        // Both queues wait; high holds 2/3 per weight, low 2/1: high is further below its share.
-        let waiting_low = tokio::spawn({
-            let capacity = Arc::clone(&capacity);
-            async move { capacity.acquire(1).await }
-        });
+        let waiting_low = waiting(&capacity, 1);
         tokio::task::yield_now().await;
-        let waiting_high = tokio::spawn({
-            let capacity = Arc::clone(&capacity);
-            async move { capacity.acquire(0).await }
-        });
+        let waiting_high = waiting(&capacity, 0);
         tokio::task::yield_now().await;
         low.pop();
-        let granted = tokio::time::timeout(Duration::from_secs(1), waiting_high).await.unwrap().unwrap();
+        high.push(served(waiting_high).await);
         assert_eq!(capacity.held(0), 3);
         assert!(!waiting_low.is_finished());
-        high.push(granted);
         drop(high);
-        tokio::time::timeout(Duration::from_secs(1), waiting_low).await.unwrap().unwrap();
+        served(waiting_low).await;
+    }
+
+    #[tokio::test]
+    async fn weighted_keeps_a_backlogged_queues_share_from_a_greedy_one() {
+        let capacity = Capacity::new(20, &[3, 1], PriorityMode::Weighted);
+        capacity.set_backlogged(0, true);
+        capacity.set_backlogged(1, true);
+        let light = capacity.try_acquire(1, 20);
+        assert_eq!(light.len(), 5, "1/4 of 20");
+        let heavy = capacity.try_acquire(0, 20);
+        assert_eq!(heavy.len(), 15);
+        drop(heavy);
+        // The heavy queue has no backlog any more: the light one may borrow everything.
+        capacity.set_backlogged(0, false);
+        assert_eq!(capacity.try_acquire(1, 20).len(), 15);
+        drop(light);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_over_its_share_is_served_when_the_other_queue_drains() {
+        let capacity = Capacity::new(4, &[1, 1], PriorityMode::Weighted);
+        capacity.set_backlogged(0, true);
+        capacity.set_backlogged(1, true);
+        let first = capacity.try_acquire(0, 4);
+        assert_eq!(first.len(), 2);
+        let borrowed = waiting(&capacity, 0);
+        tokio::task::yield_now().await;
+        assert!(!borrowed.is_finished(), "queue 1 is owed the two free slots");
+        capacity.set_backlogged(1, false);
+        served(borrowed).await;
     }
 
     #[tokio::test]
@@ -257,6 +343,10 @@ mod tests {
         let gave_up = tokio::time::timeout(Duration::from_millis(10), capacity.acquire(0)).await;
         assert!(gave_up.is_err());
         drop(held);
-        assert_eq!(capacity.try_acquire(0, 5).len(), 1, "the freed slot is free again");
+        assert_eq!(
+            capacity.try_acquire(0, 5).len(),
+            1,
+            "the freed slot is free again"
+        );
     }
 }

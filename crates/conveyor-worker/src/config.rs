@@ -54,7 +54,11 @@ fn read_file(path: &Path) -> Result<WorkerConfig, WorkerError> {
 }
 
 fn apply_env(config: &mut WorkerConfig, env: &impl Fn(&str) -> Option<String>) -> Result<(), WorkerError> {
-    let get = |name: &str| env(name).map(|value| value.trim().to_owned()).filter(|v| !v.is_empty());
+    let get = |name: &str| {
+        env(name)
+            .map(|value| value.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
     if let Some(value) = get(ENV_QUEUE_URL) {
         config.queues = parse_queue_urls(&value)?;
     }
@@ -139,8 +143,10 @@ mod tests {
     const URL: &str = "http://127.0.0.1:4566/000000000000/jobs";
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         move |name| map.get(name).cloned()
     }
 
@@ -158,7 +164,13 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(config.queues, vec![QueueConfig { url: URL.into(), weight: 1 }]);
+        assert_eq!(
+            config.queues,
+            vec![QueueConfig {
+                url: URL.into(),
+                weight: 1
+            }]
+        );
         assert_eq!(config.max_in_flight, 7);
         assert_eq!(config.visibility_timeout, Duration::from_secs(30));
         assert_eq!(config.drain_deadline, Duration::from_secs(10));
@@ -171,7 +183,10 @@ mod tests {
         let value = format!("{URL}-high=5, {URL}-low");
         let config = load_config_with(None, env(&[(ENV_QUEUE_URL, &value)])).unwrap();
         let weights: Vec<(String, u32)> = config.queues.iter().map(|q| (q.url.clone(), q.weight)).collect();
-        assert_eq!(weights, vec![(format!("{URL}-high"), 5), (format!("{URL}-low"), 1)]);
+        assert_eq!(
+            weights,
+            vec![(format!("{URL}-high"), 5), (format!("{URL}-low"), 1)]
+        );
     }
 
     #[test]
@@ -183,16 +198,22 @@ mod tests {
         let error = load_config_with(None, env(&[(ENV_QUEUE_URL, &format!("{URL}=high"))]))
             .unwrap_err()
             .to_string();
-        assert!(error.contains(ENV_QUEUE_URL) && error.contains("weight"), "{error}");
+        assert!(
+            error.contains(ENV_QUEUE_URL) && error.contains("weight"),
+            "{error}"
+        );
     }
 
     #[test]
     fn validation_runs_after_overrides() {
         let error = load_config_with(None, env(&[])).unwrap_err().to_string();
         assert!(error.contains("CONVEYOR_QUEUE_URL"), "{error}");
-        let error = load_config_with(None, env(&[(ENV_QUEUE_URL, URL), (ENV_DRAIN_DEADLINE_SECS, "45")]))
-            .unwrap_err()
-            .to_string();
+        let error = load_config_with(
+            None,
+            env(&[(ENV_QUEUE_URL, URL), (ENV_DRAIN_DEADLINE_SECS, "45")]),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("drain_deadline"), "{error}");
     }
 

@@ -33,7 +33,10 @@ pub(crate) struct DeleteRequest {
     /// For logs.
     pub(crate) message_id: String,
     /// Ends the message's heartbeat when dropped, after the delete answered.
-    #[expect(dead_code, reason = "held for its Drop: the heartbeat ends once the delete answered")]
+    #[expect(
+        dead_code,
+        reason = "held for its Drop: the heartbeat ends once the delete answered"
+    )]
     pub(crate) registration: Registration,
 }
 
@@ -85,7 +88,12 @@ struct Batcher {
 impl Batcher {
     async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<DeleteRequest>, stop: CancellationToken) {
         loop {
-            let next_flush = self.oldest.iter().flatten().min().map(|oldest| *oldest + self.flush_interval);
+            let next_flush = self
+                .oldest
+                .iter()
+                .flatten()
+                .min()
+                .map(|oldest| *oldest + self.flush_interval);
             tokio::select! {
                 biased;
                 request = receiver.recv() => match request {
@@ -182,7 +190,11 @@ async fn delete_with_retries(queue: Arc<dyn Queue>, batch: Vec<DeleteRequest>, s
         for (request, error) in remaining.into_iter().zip(errors) {
             match error {
                 None => {}
-                Some(EntryError::Failed { sender_fault: false, code, message }) => {
+                Some(EntryError::Failed {
+                    sender_fault: false,
+                    code,
+                    message,
+                }) => {
                     tracing::warn!(message_id = %request.message_id, %code, %message, "delete failed; retrying");
                     retry.push(request);
                 }

@@ -46,8 +46,10 @@ pub enum WorkerError {
         configured: usize,
     },
     /// The operations endpoint could not listen.
-    #[error("cannot listen on {addr} for /healthz, /readyz and /metrics: {source}; change listen_addr \
-             (CONVEYOR_LISTEN_ADDR) or set it to \"off\"")]
+    #[error(
+        "cannot listen on {addr} for /healthz, /readyz and /metrics: {source}; change listen_addr \
+             (CONVEYOR_LISTEN_ADDR) or set it to \"off\""
+    )]
     Listen {
         /// The configured address.
         addr: String,

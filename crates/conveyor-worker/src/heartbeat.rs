@@ -206,10 +206,14 @@ impl Heartbeats {
         let now = Instant::now();
         let due = self.collect_due(now);
         let mut retry_soon = false;
-        let calls = due.into_iter().enumerate().filter(|(_, due)| !due.is_empty()).map(|(queue, due)| {
-            let inner = Arc::clone(&self.inner);
-            async move { extend_queue(&inner, queue, due, now).await }
-        });
+        let calls = due
+            .into_iter()
+            .enumerate()
+            .filter(|(_, due)| !due.is_empty())
+            .map(|(queue, due)| {
+                let inner = Arc::clone(&self.inner);
+                async move { extend_queue(&inner, queue, due, now).await }
+            });
         let results = futures_util::future::join_all(calls).await;
         let mut claims = Vec::new();
         for (failed, extended) in results {
@@ -221,7 +225,13 @@ impl Heartbeats {
         let now = Instant::now();
         let mut next = now + settings.margin();
         for entry in self.inner.lock().values().filter(|entry| entry.extending) {
-            next = next.min(entry.lease.visible_until().checked_sub(settings.margin()).unwrap_or(now));
+            next = next.min(
+                entry
+                    .lease
+                    .visible_until()
+                    .checked_sub(settings.margin())
+                    .unwrap_or(now),
+            );
         }
         if retry_soon {
             next = next.min(now + settings.min_pause());
@@ -458,7 +468,11 @@ mod tests {
         drop(registration);
         assert_eq!(setup.heartbeats.len(), 0);
         tokio::time::sleep(VISIBILITY).await;
-        assert_eq!(state(&setup.queue), MessageState::Visible, "no extension after unregistering");
+        assert_eq!(
+            state(&setup.queue),
+            MessageState::Visible,
+            "no extension after unregistering"
+        );
         setup.stop.cancel();
     }
 
@@ -489,9 +503,16 @@ mod tests {
         assert!(!lease.cancellation().is_cancelled());
         assert_eq!(state(&setup.queue), MessageState::InFlight);
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert!(lease.cancellation().is_cancelled(), "cancelled once no room is left");
+        assert!(
+            lease.cancellation().is_cancelled(),
+            "cancelled once no room is left"
+        );
         tokio::time::sleep(Duration::from_secs(6)).await;
-        assert_eq!(state(&setup.queue), MessageState::Visible, "left to expire at 50 s");
+        assert_eq!(
+            state(&setup.queue),
+            MessageState::Visible,
+            "left to expire at 50 s"
+        );
         assert_eq!(setup.status.report().leases_lost, 0, "not a lost lease");
         setup.stop.cancel();
     }
@@ -505,7 +526,11 @@ mod tests {
         assert_eq!(setup.status.report().heartbeat_extensions, 0);
         setup.queue.set_unavailable(false);
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        assert_eq!(setup.status.report().heartbeat_extensions, 1, "retried within a second");
+        assert_eq!(
+            setup.status.report().heartbeat_extensions,
+            1,
+            "retried within a second"
+        );
         assert!(!lease.cancellation().is_cancelled());
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(state(&setup.queue), MessageState::InFlight);
@@ -515,7 +540,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn extends_the_claim_only_after_the_visibility() {
         let store = Arc::new(MemoryIdempotencyStore::new());
-        let setup = setup(Duration::from_secs(3600), Some(store.clone() as Arc<dyn IdempotencyStore>));
+        let setup = setup(
+            Duration::from_secs(3600),
+            Some(store.clone() as Arc<dyn IdempotencyStore>),
+        );
         let (_message, lease, _registration) = receive(&setup).await;
         let request = ClaimRequest {
             key: "conveyor:test#1".into(),
@@ -530,7 +558,11 @@ mod tests {
 
         setup.queue.set_unavailable(true);
         tokio::time::sleep(Duration::from_secs(25)).await;
-        assert_eq!(store.requests().extend_lease, 0, "visibility failed, so the claim is left alone");
+        assert_eq!(
+            store.requests().extend_lease,
+            0,
+            "visibility failed, so the claim is left alone"
+        );
         setup.queue.set_unavailable(false);
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(store.requests().extend_lease, 1);

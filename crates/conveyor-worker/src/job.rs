@@ -35,10 +35,17 @@ pub(crate) async fn run_message(runtime: Arc<Runtime>, queue: usize, received: R
         receive_count = received.message.receive_count,
         job_type = tracing::field::Empty,
     );
-    run_in_span(runtime, queue, received, span.clone()).instrument(span).await
+    run_in_span(runtime, queue, received, span.clone())
+        .instrument(span)
+        .await
 }
 
-async fn run_in_span(runtime: Arc<Runtime>, queue: usize, received: Received, span: tracing::Span) -> Settled {
+async fn run_in_span(
+    runtime: Arc<Runtime>,
+    queue: usize,
+    received: Received,
+    span: tracing::Span,
+) -> Settled {
     let Received {
         message,
         lease,

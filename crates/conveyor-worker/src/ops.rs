@@ -18,10 +18,12 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds the endpoint's address.
 pub(crate) async fn bind(addr: &str) -> Result<TcpListener, WorkerError> {
-    TcpListener::bind(addr).await.map_err(|source| WorkerError::Listen {
-        addr: addr.to_owned(),
-        source,
-    })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| WorkerError::Listen {
+            addr: addr.to_owned(),
+            source,
+        })
 }
 
 /// Serves until `stop` is cancelled.
@@ -84,7 +86,11 @@ async fn respond(
                 "metrics go to the application's own recorder, installed before the worker's\n".to_owned(),
             ),
         },
-        ("GET" | "HEAD", _) => (404, "text/plain", "not found: try /healthz, /readyz or /metrics\n".to_owned()),
+        ("GET" | "HEAD", _) => (
+            404,
+            "text/plain",
+            "not found: try /healthz, /readyz or /metrics\n".to_owned(),
+        ),
         _ => (405, "text/plain", "method not allowed\n".to_owned()),
     };
     let reason = match code {

@@ -213,7 +213,10 @@ impl Breaker {
                 Admission::Probe
             }
             State::Open { until, .. } => Admission::Defer(until - now),
-            State::HalfOpen { probing: false, open_for } => {
+            State::HalfOpen {
+                probing: false,
+                open_for,
+            } => {
                 *state = State::HalfOpen {
                     probing: true,
                     open_for,
@@ -303,17 +306,32 @@ mod tests {
         assert_eq!(breaker.admit(), Admission::Defer(Duration::from_secs(10)));
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(breaker.admit(), Admission::Probe);
-        assert!(matches!(breaker.admit(), Admission::Defer(_)), "only one probe at a time");
+        assert!(
+            matches!(breaker.admit(), Admission::Defer(_)),
+            "only one probe at a time"
+        );
         breaker.record(true, false);
-        assert_eq!(breaker.admit(), Admission::Defer(Duration::from_secs(20)), "open time doubles");
+        assert_eq!(
+            breaker.admit(),
+            Admission::Defer(Duration::from_secs(20)),
+            "open time doubles"
+        );
         tokio::time::advance(Duration::from_secs(20)).await;
         assert_eq!(breaker.admit(), Admission::Probe);
         breaker.record(true, false);
-        assert_eq!(breaker.admit(), Admission::Defer(Duration::from_secs(25)), "capped");
+        assert_eq!(
+            breaker.admit(),
+            Admission::Defer(Duration::from_secs(25)),
+            "capped"
+        );
         tokio::time::advance(Duration::from_secs(25)).await;
         assert_eq!(breaker.admit(), Admission::Probe);
         breaker.abandon_probe();
-        assert_eq!(breaker.admit(), Admission::Probe, "an abandoned probe frees the slot");
+        assert_eq!(
+            breaker.admit(),
+            Admission::Probe,
+            "an abandoned probe frees the slot"
+        );
         breaker.record(true, true);
         assert_eq!(breaker.admit(), Admission::Run);
     }
@@ -329,6 +347,9 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(bucket.reserve(), Duration::ZERO);
         assert_eq!(bucket.reserve(), Duration::ZERO);
-        assert!(bucket.reserve() > Duration::ZERO, "the burst caps what is saved up");
+        assert!(
+            bucket.reserve() > Duration::ZERO,
+            "the burst caps what is saved up"
+        );
     }
 }

@@ -37,10 +37,15 @@ const MAX_LOOPS_PER_QUEUE: usize = 4;
 
 /// The receive loops to run: (queue index, messages per receive), one entry per loop.
 pub(crate) fn plan_loops(config: &WorkerConfig) -> Vec<(usize, usize)> {
-    let total_weight: u64 = config.queues.iter().map(|queue| u64::from(queue.weight.max(1))).sum();
+    let total_weight: u64 = config
+        .queues
+        .iter()
+        .map(|queue| u64::from(queue.weight.max(1)))
+        .sum();
     let mut loops = Vec::new();
     for (index, queue) in config.queues.iter().enumerate() {
-        let share = (config.max_in_flight as u64 * u64::from(queue.weight.max(1)) / total_weight.max(1)) as usize;
+        let share =
+            (config.max_in_flight as u64 * u64::from(queue.weight.max(1)) / total_weight.max(1)) as usize;
         let count = share.div_ceil(SLOTS_PER_LOOP).clamp(1, MAX_LOOPS_PER_QUEUE);
         loops.extend(std::iter::repeat_n(index, count));
     }
@@ -80,6 +85,9 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
                 failures = 0;
                 runtime.status.set_receiving(queue, true);
                 last_was_empty = messages.is_empty();
+                runtime
+                    .capacity
+                    .set_backlogged(queue, messages.len() == permits.len());
                 permits.truncate(messages.len());
                 dispatch(&runtime, queue, messages, permits, received_at);
                 if last_was_empty && wait.is_zero() {
@@ -92,6 +100,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             }
             Err(error) => {
                 drop(permits);
+                runtime.capacity.set_backlogged(queue, false);
                 failures = failures.saturating_add(1);
                 runtime.status.set_receiving(queue, false);
                 let pause = backoff(&error, failures);
@@ -148,7 +157,9 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
             metrics.age.record(seconds(age));
         }
         let lease = Arc::new(Lease::with_token(visible_until, runtime.hard_stop.child_token()));
-        let registration = runtime.heartbeats.register(queue, &message, Arc::clone(&lease), at);
+        let registration = runtime
+            .heartbeats
+            .register(queue, &message, Arc::clone(&lease), at);
         let received = Received {
             message,
             lease,
@@ -157,7 +168,9 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
             in_flight: InFlight::new(runtime),
         };
         if !fifo {
-            runtime.tracker.spawn(run_message(Arc::clone(runtime), queue, received));
+            runtime
+                .tracker
+                .spawn(run_message(Arc::clone(runtime), queue, received));
             continue;
         }
         let group = received
@@ -172,7 +185,9 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
     }
     for group in order {
         if let Some(members) = groups.remove(&group) {
-            runtime.tracker.spawn(run_group(Arc::clone(runtime), queue, members));
+            runtime
+                .tracker
+                .spawn(run_group(Arc::clone(runtime), queue, members));
         }
     }
 }
@@ -218,9 +233,15 @@ mod tests {
             message: "503".into(),
         };
         let first = backoff(&transient, 1);
-        assert!((Duration::from_millis(100)..=Duration::from_millis(200)).contains(&first), "{first:?}");
+        assert!(
+            (Duration::from_millis(100)..=Duration::from_millis(200)).contains(&first),
+            "{first:?}"
+        );
         let late = backoff(&transient, 30);
-        assert!((Duration::from_secs(10)..=Duration::from_secs(20)).contains(&late), "{late:?}");
+        assert!(
+            (Duration::from_secs(10)..=Duration::from_secs(20)).contains(&late),
+            "{late:?}"
+        );
         let missing = QueueError::QueueMissing { queue: "q".into() };
         assert!(backoff(&missing, 1) >= Duration::from_millis(500));
         assert!(backoff(&missing, 30) <= Duration::from_secs(60));

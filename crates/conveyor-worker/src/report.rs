@@ -117,7 +117,11 @@ impl WorkerStatus {
 
     /// Where `/healthz`, `/readyz` and `/metrics` are served, once listening (useful with port 0).
     pub fn operations_addr(&self) -> Option<SocketAddr> {
-        *self.inner.operations_addr.lock().unwrap_or_else(PoisonError::into_inner)
+        *self
+            .inner
+            .operations_addr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn set_receiving(&self, queue: usize, ok: bool) {

@@ -55,7 +55,13 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let now = self.runtime.status.inner.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
+        let now = self
+            .runtime
+            .status
+            .inner
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed)
+            - 1;
         self.runtime.in_flight_gauge.set(now as f64);
     }
 }

@@ -6,7 +6,10 @@ use tokio_util::sync::CancellationToken;
 use crate::error::WorkerError;
 
 /// Installs the handlers now (so an error is returned before the worker starts) and watches them.
-pub(crate) fn listen(graceful: CancellationToken, immediate: CancellationToken) -> Result<JoinHandle<()>, WorkerError> {
+pub(crate) fn listen(
+    graceful: CancellationToken,
+    immediate: CancellationToken,
+) -> Result<JoinHandle<()>, WorkerError> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -21,7 +24,10 @@ pub(crate) fn listen(graceful: CancellationToken, immediate: CancellationToken) 
                 };
                 received += 1;
                 if received == 1 {
-                    tracing::info!(signal = name, "shutting down gracefully; send it again to stop at once");
+                    tracing::info!(
+                        signal = name,
+                        "shutting down gracefully; send it again to stop at once"
+                    );
                     graceful.cancel();
                 } else {
                     tracing::warn!(signal = name, "second signal: cancelling the remaining jobs now");

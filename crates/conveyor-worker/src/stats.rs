@@ -9,7 +9,11 @@ use tokio_util::sync::CancellationToken;
 use crate::telemetry::record_depth;
 
 /// Reads each queue's depth (and any watched DLQ's) every `interval` until `stop`.
-pub(crate) async fn run(queues: Vec<(Arc<str>, Arc<dyn Queue>)>, interval: Duration, stop: CancellationToken) {
+pub(crate) async fn run(
+    queues: Vec<(Arc<str>, Arc<dyn Queue>)>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     if interval.is_zero() {
         return;
     }

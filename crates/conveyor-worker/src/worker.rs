@@ -73,7 +73,11 @@ impl std::fmt::Debug for Worker {
 impl Worker {
     /// A worker for `queues`, which line up with `config.queues` (same count and order: `queues[i]`
     /// has the weight `config.queues[i].weight`). Validates the config.
-    pub fn new(config: WorkerConfig, pipeline: Pipeline, queues: Vec<Arc<dyn Queue>>) -> Result<Worker, WorkerError> {
+    pub fn new(
+        config: WorkerConfig,
+        pipeline: Pipeline,
+        queues: Vec<Arc<dyn Queue>>,
+    ) -> Result<Worker, WorkerError> {
         config.validate()?;
         if queues.len() != config.queues.len() {
             return Err(WorkerError::QueueMismatch {
@@ -95,22 +99,33 @@ impl Worker {
     /// Runs at most `max_concurrency` jobs of `job_type` at once (at least 1). Messages beyond that
     /// wait in flight, holding their in-flight slot, until a job of that type finishes.
     pub fn limit_job_type(mut self, job_type: &str, max_concurrency: usize) -> Self {
-        self.protections.concurrency.insert(job_type.to_owned(), max_concurrency.max(1));
+        self.protections
+            .concurrency
+            .insert(job_type.to_owned(), max_concurrency.max(1));
         self
     }
 
     /// Starts at most `per_second` jobs of `job_type` a second, with bursts of up to `burst`.
     pub fn rate_limit_job_type(mut self, job_type: &str, per_second: f64, burst: u32) -> Self {
-        self.protections.rates.insert(job_type.to_owned(), (per_second, burst.max(1)));
+        self.protections
+            .rates
+            .insert(job_type.to_owned(), (per_second, burst.max(1)));
         self
     }
 
     /// A circuit breaker for the downstream `downstream`, called by the handlers of `job_types`. After
     /// `settings.failure_threshold` consecutive failed runs (a retryable error, a panic or a timeout)
     /// the circuit opens: those jobs go back to the queue unrun, visible again when one probe may run.
-    pub fn circuit_breaker(mut self, downstream: &str, job_types: &[&str], settings: BreakerSettings) -> Self {
+    pub fn circuit_breaker(
+        mut self,
+        downstream: &str,
+        job_types: &[&str],
+        settings: BreakerSettings,
+    ) -> Self {
         let job_types = job_types.iter().map(|job_type| (*job_type).to_owned()).collect();
-        self.protections.breakers.push((downstream.to_owned(), job_types, settings));
+        self.protections
+            .breakers
+            .push((downstream.to_owned(), job_types, settings));
         self
     }
 
@@ -164,8 +179,10 @@ impl Worker {
         }
 
         let names: Vec<Arc<str>> = self.queues.iter().map(|queue| Arc::from(queue.name())).collect();
-        let metrics: Vec<Arc<QueueMetrics>> =
-            names.iter().map(|name| Arc::new(QueueMetrics::new(Arc::clone(name)))).collect();
+        let metrics: Vec<Arc<QueueMetrics>> = names
+            .iter()
+            .map(|name| Arc::new(QueueMetrics::new(Arc::clone(name))))
+            .collect();
         let weights: Vec<u32> = config.queues.iter().map(|queue| queue.weight).collect();
 
         let background = CancellationToken::new();
@@ -193,7 +210,11 @@ impl Worker {
         }
         let mut watched: Vec<(Arc<str>, Arc<dyn Queue>)> =
             names.iter().cloned().zip(self.queues.iter().cloned()).collect();
-        watched.extend(self.dead_letter_queues.iter().map(|queue| (Arc::from(queue.name()), Arc::clone(queue))));
+        watched.extend(
+            self.dead_letter_queues
+                .iter()
+                .map(|queue| (Arc::from(queue.name()), Arc::clone(queue))),
+        );
         background_tasks.spawn(stats::run(watched, config.stats_interval, background.clone()));
 
         let plan = plan_loops(&config);
@@ -233,7 +254,9 @@ impl Worker {
 
         deleter_stop.cancel();
         if tokio::time::timeout(FLUSH_TIMEOUT, deleter_task).await.is_err() {
-            tracing::error!("final delete flush did not finish; those messages come back and are acked as duplicates");
+            tracing::error!(
+                "final delete flush did not finish; those messages come back and are acked as duplicates"
+            );
         }
         background.cancel();
         let _ = heartbeat_task.await;
@@ -258,7 +281,12 @@ impl Worker {
             .concurrency
             .keys()
             .chain(self.protections.rates.keys())
-            .chain(self.protections.breakers.iter().flat_map(|(_, types, _)| types.iter()));
+            .chain(
+                self.protections
+                    .breakers
+                    .iter()
+                    .flat_map(|(_, types, _)| types.iter()),
+            );
         for job_type in configured {
             if !known.contains(&job_type.as_str()) {
                 tracing::warn!(
@@ -298,7 +326,10 @@ async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mu
         "cancelling the remaining jobs; their claims are released and their messages visible again"
     );
     runtime.hard_stop.cancel();
-    if tokio::time::timeout(CANCEL_GRACE + RELEASE_TIMEOUT, runtime.tracker.wait()).await.is_err() {
+    if tokio::time::timeout(CANCEL_GRACE + RELEASE_TIMEOUT, runtime.tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::error!(
             in_flight = runtime.status.in_flight(),
             "some jobs did not stop in time; their messages come back when their visibility timeout ends"

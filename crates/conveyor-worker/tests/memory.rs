@@ -78,7 +78,10 @@ async fn successes_are_deleted_in_batches() {
     assert_eq!(log.count(Kind::Started), 25, "each job ran once");
     let requests = queue.requests();
     assert!(requests.delete <= 6, "deletes are batched: {requests:?}");
-    assert_eq!(requests.change_visibility, 0, "short jobs need no heartbeat: {requests:?}");
+    assert_eq!(
+        requests.change_visibility, 0,
+        "short jobs need no heartbeat: {requests:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -93,7 +96,10 @@ async fn retryable_failures_come_back_after_their_delay_then_succeed() {
     };
     queue.push_message(message("plain", &script)).unwrap();
     let running = start(plain_worker(config(&[("retry", 1)]), &log, &queue));
-    eventually(120, "the third delivery to succeed", || log.count(Kind::Succeeded) == 1).await;
+    eventually(120, "the third delivery to succeed", || {
+        log.count(Kind::Succeeded) == 1
+    })
+    .await;
     eventually(5, "the delete", || queue.is_empty()).await;
     let report = running.stop().await;
     let starts: Vec<(u32, Instant)> = log
@@ -102,9 +108,15 @@ async fn retryable_failures_come_back_after_their_delay_then_succeed() {
         .filter(|event| event.kind == Kind::Started)
         .map(|event| (event.receive_count, event.at))
         .collect();
-    assert_eq!(starts.iter().map(|(count, _)| *count).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(
+        starts.iter().map(|(count, _)| *count).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
     for pair in starts.windows(2) {
-        assert!(pair[1].1 - pair[0].1 >= Duration::from_secs(7), "the handler's delay is honoured");
+        assert!(
+            pair[1].1 - pair[0].1 >= Duration::from_secs(7),
+            "the handler's delay is honoured"
+        );
     }
     assert_eq!((report.retried, report.succeeded), (2, 1));
 }
@@ -121,7 +133,10 @@ async fn a_poison_message_reaches_the_dlq_with_its_reason_without_looping() {
     queue.push_message(message("plain", &poison)).unwrap();
     queue.push_message(message("plain", &job(14))).unwrap();
     let running = start(plain_worker(config(&[("poison", 1)]), &log, &queue));
-    eventually(60, "the poison message in the DLQ", || queue.messages_in_dlq().len() == 1).await;
+    eventually(60, "the poison message in the DLQ", || {
+        queue.messages_in_dlq().len() == 1
+    })
+    .await;
     eventually(5, "the main queue to empty", || queue.is_empty()).await;
     // Plenty of time for a loop to show itself.
     tokio::time::sleep(Duration::from_secs(300)).await;
@@ -132,7 +147,11 @@ async fn a_poison_message_reaches_the_dlq_with_its_reason_without_looping() {
     assert!(failure["error"].as_str().unwrap().contains("poison"), "{failure}");
     assert_eq!(failure["handler"], "plain");
     assert_eq!(failure["receive_count"], 1);
-    assert_eq!(log.ids(Kind::Started).iter().filter(|id| **id == 13).count(), 1, "the handler ran once");
+    assert_eq!(
+        log.ids(Kind::Started).iter().filter(|id| **id == 13).count(),
+        1,
+        "the handler ran once"
+    );
     assert_eq!((report.dead_lettered, report.succeeded), (1, 1));
 }
 
@@ -144,7 +163,10 @@ async fn an_undecodable_body_is_rejected_without_running() {
     garbage.body = "not json".into();
     queue.push_message(garbage).unwrap();
     let running = start(plain_worker(config(&[("garbage", 1)]), &log, &queue));
-    eventually(60, "the DLQ copy", || queue.messages_in_dlq().len() == 1 && queue.is_empty()).await;
+    eventually(60, "the DLQ copy", || {
+        queue.messages_in_dlq().len() == 1 && queue.is_empty()
+    })
+    .await;
     let report = running.stop().await;
     assert_eq!(log.count(Kind::Started), 0);
     assert_eq!(report.dead_lettered, 1);
@@ -161,9 +183,16 @@ async fn panics_are_retried_until_the_redrive_policy_moves_the_message() {
     };
     queue.push_message(message("plain", &script)).unwrap();
     let running = start(plain_worker(config(&[("panics", 1)]), &log, &queue));
-    eventually(120, "the redrive to the DLQ", || queue.messages_in_dlq().len() == 1).await;
+    eventually(120, "the redrive to the DLQ", || {
+        queue.messages_in_dlq().len() == 1
+    })
+    .await;
     let report = running.stop().await;
-    assert_eq!(log.count(Kind::Started), 3, "maxReceiveCount deliveries, then the DLQ");
+    assert_eq!(
+        log.count(Kind::Started),
+        3,
+        "maxReceiveCount deliveries, then the DLQ"
+    );
     assert_eq!(report.retried, 3);
 }
 
@@ -172,14 +201,29 @@ async fn a_duplicate_send_is_acknowledged_without_running() {
     let log = Log::new();
     let queue = queue("dupes");
     let store = Arc::new(MemoryIdempotencyStore::new());
-    queue.push_message(keyed_message("plain", &job(1), "welcome:42")).unwrap();
+    queue
+        .push_message(keyed_message("plain", &job(1), "welcome:42"))
+        .unwrap();
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
         .with_store(store.clone() as Arc<dyn IdempotencyStore>);
-    let worker = Worker::new(config(&[("dupes", 1)]), pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap();
+    let worker = Worker::new(
+        config(&[("dupes", 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap();
     let running = start(worker);
-    eventually(30, "the first run", || log.count(Kind::Succeeded) == 1 && queue.is_empty()).await;
-    queue.push_message(keyed_message("plain", &job(2), "welcome:42")).unwrap();
-    eventually(30, "the duplicate's delete", || queue.is_empty() && running.status.report().duplicates == 1).await;
+    eventually(30, "the first run", || {
+        log.count(Kind::Succeeded) == 1 && queue.is_empty()
+    })
+    .await;
+    queue
+        .push_message(keyed_message("plain", &job(2), "welcome:42"))
+        .unwrap();
+    eventually(30, "the duplicate's delete", || {
+        queue.is_empty() && running.status.report().duplicates == 1
+    })
+    .await;
     let report = running.stop().await;
     assert_eq!(log.count(Kind::Started), 1);
     assert_eq!((report.succeeded, report.duplicates), (1, 1));
@@ -211,7 +255,10 @@ async fn a_job_longer_than_the_visibility_timeout_runs_once_across_two_workers()
     let (a, b) = (first.stop().await, second.stop().await);
     assert_eq!(log.count(Kind::Started), 1, "exactly once: {:?}", log.events());
     assert_eq!(a.received + b.received, 1);
-    assert!(a.heartbeat_extensions + b.heartbeat_extensions >= 3, "{a:?} {b:?}");
+    assert!(
+        a.heartbeat_extensions + b.heartbeat_extensions >= 3,
+        "{a:?} {b:?}"
+    );
     assert_eq!(a.leases_lost + b.leases_lost, 0);
 }
 
@@ -243,7 +290,11 @@ async fn shutdown_finishes_running_jobs_and_releases_unstarted_ones_at_once() {
     })
     .await;
     assert!(Instant::now() - shutdown_at < Duration::from_secs(1));
-    assert_eq!(log.count(Kind::Succeeded), 0, "released before the running jobs finished");
+    assert_eq!(
+        log.count(Kind::Succeeded),
+        0,
+        "released before the running jobs finished"
+    );
     let report = running.handle.await.unwrap().unwrap();
 
     let succeeded: HashSet<u64> = log.ids(Kind::Succeeded).into_iter().collect();
@@ -255,8 +306,17 @@ async fn shutdown_finishes_running_jobs_and_releases_unstarted_ones_at_once() {
         .map(|message| serde_json::from_str::<TestJob>(&message.body).unwrap().id)
         .collect();
     let all: HashSet<u64> = (0..30).collect();
-    assert_eq!(left, &all - &succeeded, "exactly the unprocessed messages are left");
-    assert!(queue.snapshot().iter().all(|message| message.state == MessageState::Visible));
+    assert_eq!(
+        left,
+        &all - &succeeded,
+        "exactly the unprocessed messages are left"
+    );
+    assert!(
+        queue
+            .snapshot()
+            .iter()
+            .all(|message| message.state == MessageState::Visible)
+    );
     assert_eq!((report.succeeded, report.released_at_shutdown), (5, 15));
 }
 
@@ -265,7 +325,9 @@ async fn past_the_drain_deadline_jobs_are_cancelled_and_their_claims_released() 
     let log = Log::new();
     let queue = queue("deadline");
     let store = Arc::new(MemoryIdempotencyStore::new());
-    queue.push_message(message("plain", &slow_job(1, 600_000))).unwrap();
+    queue
+        .push_message(message("plain", &slow_job(1, 600_000)))
+        .unwrap();
     let stubborn = TestJob {
         stubborn: true,
         ..slow_job(2, 600_000)
@@ -284,18 +346,31 @@ async fn past_the_drain_deadline_jobs_are_cancelled_and_their_claims_released() 
     let shutdown_at = Instant::now();
     let report = running.stop().await;
     let took = Instant::now() - shutdown_at;
-    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(8), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
     assert_eq!(log.count(Kind::Cancelled), 1, "the cooperative job saw its token");
     assert_eq!(report.released_at_shutdown, 2);
-    assert!(store.records().is_empty(), "claims released: {:?}", store.records());
-    assert_eq!(queue.counts().visible, 2, "both messages are visible again at once");
+    assert!(
+        store.records().is_empty(),
+        "claims released: {:?}",
+        store.records()
+    );
+    assert_eq!(
+        queue.counts().visible,
+        2,
+        "both messages are visible again at once"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_second_signal_skips_the_drain() {
     let log = Log::new();
     let queue = queue("immediate");
-    queue.push_message(message("plain", &slow_job(1, 600_000))).unwrap();
+    queue
+        .push_message(message("plain", &slow_job(1, 600_000)))
+        .unwrap();
     let worker = plain_worker(config(&[("immediate", 1)]), &log, &queue);
     let (graceful, immediate) = (CancellationToken::new(), CancellationToken::new());
     let handle = tokio::spawn(worker.run_with(graceful.clone(), immediate.clone()));
@@ -305,7 +380,10 @@ async fn a_second_signal_skips_the_drain() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     immediate.cancel();
     let report = handle.await.unwrap().unwrap();
-    assert!(Instant::now() - began < Duration::from_secs(3), "did not wait for the 10 s drain");
+    assert!(
+        Instant::now() - began < Duration::from_secs(3),
+        "did not wait for the 10 s drain"
+    );
     assert_eq!(report.released_at_shutdown, 1);
     assert_eq!(queue.counts().visible, 1);
 }
@@ -321,7 +399,9 @@ async fn fifo_groups_run_in_order_and_a_failure_sends_the_rest_back_in_order() {
             script.fail_until = 1;
         }
         queue.push_message(fifo_message("plain", &script, "a")).unwrap();
-        queue.push_message(fifo_message("plain", &slow_job(100 + id, 100), "b")).unwrap();
+        queue
+            .push_message(fifo_message("plain", &slow_job(100 + id, 100), "b"))
+            .unwrap();
     }
     let worker = plain_worker(config(&[("orders.fifo", 1)]), &log, &queue);
     let running = start(worker);
@@ -335,15 +415,35 @@ async fn fifo_groups_run_in_order_and_a_failure_sends_the_rest_back_in_order() {
     assert_eq!(group_a, vec![1, 2, 3, 4, 5]);
     assert_eq!(group_b, vec![101, 102, 103, 104, 105]);
     let starts = log.ids(Kind::Started);
-    assert_eq!(starts.iter().filter(|id| **id == 1).count(), 1, "done once, not replayed");
-    assert_eq!(starts.iter().filter(|id| **id == 2).count(), 2, "failed once, then succeeded");
+    assert_eq!(
+        starts.iter().filter(|id| **id == 1).count(),
+        1,
+        "done once, not replayed"
+    );
+    assert_eq!(
+        starts.iter().filter(|id| **id == 2).count(),
+        2,
+        "failed once, then succeeded"
+    );
     for later in 3..=5 {
-        assert_eq!(starts.iter().filter(|id| **id == later).count(), 1, "{later} never ran before 2 succeeded");
+        assert_eq!(
+            starts.iter().filter(|id| **id == later).count(),
+            1,
+            "{later} never ran before 2 succeeded"
+        );
     }
     // Groups run in parallel: group b finished while group a waited out its retry delay.
     let events = log.events();
-    let b_done = events.iter().find(|e| e.id == 105 && e.kind == Kind::Succeeded).unwrap().at;
-    let a_done = events.iter().find(|e| e.id == 2 && e.kind == Kind::Succeeded).unwrap().at;
+    let b_done = events
+        .iter()
+        .find(|e| e.id == 105 && e.kind == Kind::Succeeded)
+        .unwrap()
+        .at;
+    let a_done = events
+        .iter()
+        .find(|e| e.id == 2 && e.kind == Kind::Succeeded)
+        .unwrap()
+        .at;
     assert!(b_done < a_done);
     assert!(report.fifo_requeued >= 3, "{report:?}");
 }
@@ -368,12 +468,19 @@ async fn low_jobs_finished_while_urgent_work_waited(priority: PriorityMode) -> u
     };
     let queues = vec![high.clone() as Arc<dyn Queue>, low.clone() as Arc<dyn Queue>];
     let running = start(Worker::new(config, pipeline, queues).unwrap());
-    eventually(60, "the backlog to be under way", || log.count_of("backlog", Kind::Succeeded) >= 20).await;
+    eventually(60, "the backlog to be under way", || {
+        log.count_of("backlog", Kind::Succeeded) >= 20
+    })
+    .await;
     let arrived = Instant::now();
     for id in 0..10 {
-        high.push_message(message("urgent", &slow_job(1000 + id, 100))).unwrap();
+        high.push_message(message("urgent", &slow_job(1000 + id, 100)))
+            .unwrap();
     }
-    eventually(60, "the urgent jobs", || log.count_of("urgent", Kind::Succeeded) == 10).await;
+    eventually(60, "the urgent jobs", || {
+        log.count_of("urgent", Kind::Succeeded) == 10
+    })
+    .await;
     let events = log.events();
     let last_urgent = events
         .iter()
@@ -394,13 +501,19 @@ async fn strict_priority_puts_urgent_jobs_ahead_of_a_backlog() {
     let overtaken = low_jobs_finished_while_urgent_work_waited(PriorityMode::Strict).await;
     // 9 backlog jobs were already running when the urgent ones arrived; they may finish. Sharing
     // freed slots evenly would let about 18 finish first; a FIFO of messages, 180.
-    assert!(overtaken <= 10, "{overtaken} backlog jobs finished before the last urgent one");
+    assert!(
+        overtaken <= 10,
+        "{overtaken} backlog jobs finished before the last urgent one"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn weighted_priority_puts_urgent_jobs_ahead_of_a_backlog() {
     let overtaken = low_jobs_finished_while_urgent_work_waited(PriorityMode::Weighted).await;
-    assert!(overtaken <= 10, "{overtaken} backlog jobs finished before the last urgent one");
+    assert!(
+        overtaken <= 10,
+        "{overtaken} backlog jobs finished before the last urgent one"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -410,7 +523,9 @@ async fn weighted_sharing_follows_the_weights_under_two_backlogs() {
     let light = queue("light");
     for id in 0..300 {
         heavy.push_message(message("urgent", &slow_job(id, 100))).unwrap();
-        light.push_message(message("backlog", &slow_job(id, 100))).unwrap();
+        light
+            .push_message(message("backlog", &slow_job(id, 100)))
+            .unwrap();
     }
     let pipeline = Pipeline::new(
         Router::new()
@@ -430,7 +545,10 @@ async fn weighted_sharing_follows_the_weights_under_two_backlogs() {
         log.count_of("backlog", Kind::Succeeded) as f64,
     );
     let ratio = heavy_done / light_done;
-    assert!((2.0..=4.5).contains(&ratio), "3:1 weights gave {heavy_done}:{light_done}");
+    assert!(
+        (2.5..=4.0).contains(&ratio),
+        "3:1 weights gave {heavy_done}:{light_done}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -443,10 +561,16 @@ async fn receive_errors_back_off_then_processing_resumes() {
     assert!(!running.status.is_ready());
     let attempts = queue.requests().receive;
     // Backoff doubles to 20 s: about 10 tries in a minute, not thousands.
-    assert!((5..=15).contains(&attempts), "{attempts} receive attempts in 60 s");
+    assert!(
+        (5..=15).contains(&attempts),
+        "{attempts} receive attempts in 60 s"
+    );
     queue.set_unavailable(false);
     queue.push_message(message("plain", &job(1))).unwrap();
-    eventually(30, "processing to resume", || log.count(Kind::Succeeded) == 1 && queue.is_empty()).await;
+    eventually(30, "processing to resume", || {
+        log.count(Kind::Succeeded) == 1 && queue.is_empty()
+    })
+    .await;
     assert!(running.status.is_ready());
     running.stop().await;
 }
@@ -457,7 +581,9 @@ async fn a_job_type_concurrency_limit_holds() {
     let queue = queue("limited");
     for id in 0..10 {
         queue.push_message(message("slow", &slow_job(id, 1_000))).unwrap();
-        queue.push_message(message("plain", &slow_job(100 + id, 1_000))).unwrap();
+        queue
+            .push_message(message("plain", &slow_job(100 + id, 1_000)))
+            .unwrap();
     }
     let pipeline = Pipeline::new(
         Router::new()
@@ -475,7 +601,10 @@ async fn a_job_type_concurrency_limit_holds() {
     eventually(60, "all jobs", || log.count(Kind::Succeeded) == 20).await;
     running.stop().await;
     assert_eq!(log.max_concurrent("slow"), 2);
-    assert!(log.max_concurrent("plain") >= 5, "other job types are not held back");
+    assert!(
+        log.max_concurrent("plain") >= 5,
+        "other job types are not held back"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -489,9 +618,17 @@ async fn a_rate_limit_paces_starts() {
     let running = start(worker);
     eventually(60, "all jobs", || log.count(Kind::Succeeded) == 7).await;
     running.stop().await;
-    let starts: Vec<Instant> = log.events().iter().filter(|e| e.kind == Kind::Started).map(|e| e.at).collect();
+    let starts: Vec<Instant> = log
+        .events()
+        .iter()
+        .filter(|e| e.kind == Kind::Started)
+        .map(|e| e.at)
+        .collect();
     let spread = *starts.iter().max().unwrap() - *starts.iter().min().unwrap();
-    assert!(spread >= Duration::from_millis(2_900), "7 starts at 2/s took {spread:?}");
+    assert!(
+        spread >= Duration::from_millis(2_900),
+        "7 starts at 2/s took {spread:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -522,7 +659,11 @@ async fn an_open_circuit_defers_jobs_unrun_until_a_probe_succeeds() {
     let running = start(worker);
     eventually(10, "the circuit to open", || log.count(Kind::Failed) == 3).await;
     tokio::time::sleep(Duration::from_secs(9)).await;
-    assert_eq!(log.count(Kind::Started), 3, "no handler call while the circuit is open");
+    assert_eq!(
+        log.count(Kind::Started),
+        3,
+        "no handler call while the circuit is open"
+    );
     assert!(running.status.report().circuit_deferred >= 1);
     // The probe after 10 s fails: open again, now for 20 s.
     eventually(10, "the first probe", || log.count(Kind::Started) == 4).await;
@@ -543,7 +684,9 @@ async fn fifo_followers_go_back_at_once_on_shutdown() {
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::fifo("stop").with_visibility_timeout(Duration::from_secs(30)));
     for id in 1..=4 {
-        queue.push_message(fifo_message("plain", &slow_job(id, 5_000), "g")).unwrap();
+        queue
+            .push_message(fifo_message("plain", &slow_job(id, 5_000), "g"))
+            .unwrap();
     }
     let running = start(plain_worker(config(&[("stop.fifo", 1)]), &log, &queue));
     eventually(10, "the first job to start", || log.count(Kind::Started) == 1).await;
@@ -564,8 +707,15 @@ async fn fifo_followers_go_back_at_once_on_shutdown() {
 async fn queues_must_line_up_with_the_config() {
     let log = Log::new();
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
-    let error = Worker::new(config(&[("a", 1), ("b", 1)]), pipeline, vec![queue("a") as Arc<dyn Queue>])
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("1 queue(s)") && error.contains("lists 2"), "{error}");
+    let error = Worker::new(
+        config(&[("a", 1), ("b", 1)]),
+        pipeline,
+        vec![queue("a") as Arc<dyn Queue>],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("1 queue(s)") && error.contains("lists 2"),
+        "{error}"
+    );
 }

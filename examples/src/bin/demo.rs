@@ -51,7 +51,7 @@ async fn main() -> anyhow::Result<()> {
         .parent()
         .context("the demo binary has no folder")?
         .to_path_buf();
-    let work = localstack::repo_root().join(".local").join("demo");
+    let work = localstack::repo_root().canonicalize()?.join(".local").join("demo");
     std::fs::create_dir_all(&work)?;
     let outbox_path = work.join(format!("outbox-{}.jsonl", std::process::id()));
 
@@ -139,6 +139,8 @@ async fn main() -> anyhow::Result<()> {
     step("Lambda runtime (conveyor lambda run + bootstrap)");
     let lambda_producer = Producer::new(sqs.clone(), &lambda_queue.url);
     sent.extend(send_lambda_jobs(&lambda_producer, &receiver).await?);
+    let lambda_log = work.join("lambda.log");
+    let log_file = std::fs::File::create(&lambda_log)?;
     let status = tokio::process::Command::new(bin_dir.join("conveyor"))
         .args([
             "lambda",
@@ -157,12 +159,28 @@ async fn main() -> anyhow::Result<()> {
                 .flat_map(|(key, value)| ["--env".to_owned(), format!("{key}={value}")]),
         )
         .envs(localstack::aws_env())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
         .status()
         .await
         .context("starting target/debug/conveyor")?;
     if !status.success() {
-        bail!("conveyor lambda run failed with {status}");
+        bail!(
+            "conveyor lambda run failed with {status}; see {}",
+            lambda_log.display()
+        );
     }
+    let runner_output = std::fs::read_to_string(&lambda_log)?;
+    for line in runner_output
+        .lines()
+        .filter(|line| line.starts_with("batch") || line.starts_with("summary"))
+    {
+        println!("  {line}");
+    }
+    println!(
+        "  (bootstrap logs and EMF metric lines: {})",
+        lambda_log.display()
+    );
 
     step("what happened");
     let dead = dead_lettered(&sqs, &[&worker_queue, &lambda_queue]).await?;
@@ -331,6 +349,7 @@ async fn wait_settled(
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
+    let mut last = None;
     loop {
         let depth = queue.depth().await?;
         let effects = Outbox::read_all(outbox)?;
@@ -352,8 +371,13 @@ async fn wait_settled(
                 "after {timeout:?}: {pending} job(s) without their effect, {in_queue} message(s) still in the queue"
             );
         }
-        print!("\r  waiting: {pending} job(s) pending, {in_queue} message(s) in the queue   ");
-        std::io::Write::flush(&mut std::io::stdout())?;
+        let state = (pending, in_queue);
+        if last != Some(state) {
+            println!(
+                "  waiting: {pending} job(s) without their effect yet, {in_queue} message(s) in the queue"
+            );
+            last = Some(state);
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
 use conveyor_sqs::admin::{
-    AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskStatus, PeekOptions,
-    QueueInfo, Received, describe, list_move_tasks, move_messages, peek, resolve_dead_letter, start_move_task,
-    wait_for_move_task,
+    AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskStatus,
+    PeekOptions, QueueInfo, Received, describe, list_move_tasks, move_messages, peek, resolve_dead_letter,
+    start_move_task, wait_for_move_task,
 };
 use serde_json::{Value, json};
 
@@ -108,6 +108,9 @@ pub struct RedriveArgs {
     /// How to move the messages.
     #[arg(long, value_enum, default_value_t = Method::Auto)]
     pub method: Method,
+    /// Loop only: how long messages that stay in the DLQ remain hidden if the command dies mid-scan.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=43_200))]
+    pub hold_secs: u64,
 }
 
 /// Arguments of `conveyor dlq tasks`.
@@ -200,10 +203,14 @@ fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool
             received.message.id.clone(),
             received.message.job_type().unwrap_or("-").to_owned(),
             receives,
-            received.message.sent_at.map_or_else(|| "-".to_owned(), format_time),
-            failure
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |failure| format_epoch_millis(failure.failed_at_ms)),
+            received
+                .message
+                .sent_at
+                .map_or_else(|| "-".to_owned(), format_time),
+            failure.as_ref().map_or_else(
+                || "-".to_owned(),
+                |failure| format_epoch_millis(failure.failed_at_ms),
+            ),
             failure
                 .as_ref()
                 .map(|failure| failure.handler.clone())
@@ -339,14 +346,18 @@ async fn run_task(
         "started a message move task from {} to {target} ({} messages visible, {}): task handle {}",
         pair.dlq.name(),
         pair.dlq.depth.visible,
-        args.rate
-            .map_or_else(|| "SQS's default rate".to_owned(), |rate| format!("at most {rate} messages/s")),
+        args.rate.map_or_else(
+            || "SQS's default rate".to_owned(),
+            |rate| format!("at most {rate} messages/s")
+        ),
         task.handle
     ));
     let mut last: Option<MoveTaskStatus> = None;
     if args.wait {
         let mut on_progress = |status: &MoveTaskStatus| {
-            let to_move = status.to_move.map_or_else(|| "?".to_owned(), |count| count.to_string());
+            let to_move = status
+                .to_move
+                .map_or_else(|| "?".to_owned(), |count| count.to_string());
             progress(&format!("{}: moved {} of {to_move}", status.status, status.moved));
         };
         last = Some(wait_for_move_task(client, &task, TASK_POLL_INTERVAL, &mut on_progress).await?);
@@ -393,13 +404,16 @@ async fn run_loop(
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 stop.store(true, Ordering::Relaxed);
-                eprintln!("stopping after the current batch; messages already examined are made visible again");
+                eprintln!(
+                    "stopping after the current batch; messages already examined are made visible again"
+                );
             }
         })
     };
     let options = MoveOptions {
         filter,
         rate: args.rate,
+        hold: Duration::from_secs(args.hold_secs),
         stop: Some(stop),
         ..MoveOptions::default()
     };
@@ -491,7 +505,8 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
             format_epoch_millis(task.started_at_ms),
             task.status.clone(),
             task.moved.to_string(),
-            task.to_move.map_or_else(|| "-".to_owned(), |count| count.to_string()),
+            task.to_move
+                .map_or_else(|| "-".to_owned(), |count| count.to_string()),
             task.destination_arn
                 .as_deref()
                 .map_or("original source", |arn| arn.rsplit(':').next().unwrap_or(arn))

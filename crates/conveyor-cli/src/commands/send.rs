@@ -18,7 +18,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::errors::UsageError;
-use crate::output::{Format, Table, print_json};
+use crate::output::{Format, Table, print_json, progress};
+
+/// A file with more jobs than this shows a progress line per this many jobs.
+const PROGRESS_EVERY: usize = 100;
 
 /// Arguments of `conveyor send`.
 #[derive(Debug, Args)]
@@ -38,7 +41,12 @@ pub struct SendArgs {
     #[arg(long, value_name = "TYPE")]
     pub job_type: Option<String>,
     /// The job's payload as JSON (the message body).
-    #[arg(long, value_name = "JSON", required_unless_present = "file", conflicts_with = "file")]
+    #[arg(
+        long,
+        value_name = "JSON",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
     pub payload: Option<String>,
     /// A JSON file with one job object or an array of jobs; `-` reads standard input.
     #[arg(long, value_name = "PATH")]
@@ -142,21 +150,49 @@ pub async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -
     check_jobs(&queue, request.jobs())?;
     let producer = Producer::new(client, &args.queue_url);
     let results: Vec<Result<String, String>> = match &request {
-        Request::One(job) => vec![producer.send(&job.to_job()).await.map_err(|error| error.to_string())],
-        Request::Many(jobs) => producer
-            .send_batch(&jobs.iter().map(JobSpec::to_job).collect::<Vec<_>>())
-            .await
-            .results
-            .into_iter()
-            .map(|result| result.map_err(|error| error.to_string()))
-            .collect(),
+        Request::One(job) => vec![
+            producer
+                .send(&job.to_job())
+                .await
+                .map_err(|error| error.to_string()),
+        ],
+        Request::Many(jobs) => send_many(&producer, jobs).await,
     };
     print_results(&queue, request.jobs(), &results, format)?;
     let failed = results.iter().filter(|result| result.is_err()).count();
     if failed > 0 {
-        bail!("{failed} of {} jobs were not sent to {}", results.len(), queue.name());
+        bail!(
+            "{failed} of {} jobs were not sent to {}",
+            results.len(),
+            queue.name()
+        );
     }
     Ok(())
+}
+
+/// Sends an array of jobs with `send_batch`, [`PROGRESS_EVERY`] jobs per call so a long file shows
+/// progress on stderr. Order is kept: the calls go one after another, in the file's order.
+async fn send_many(producer: &Producer, jobs: &[JobSpec]) -> Vec<Result<String, String>> {
+    let mut results = Vec::with_capacity(jobs.len());
+    for chunk in jobs.chunks(PROGRESS_EVERY) {
+        let batch: Vec<Job<Value>> = chunk.iter().map(JobSpec::to_job).collect();
+        let report = producer.send_batch(&batch).await;
+        results.extend(
+            report
+                .results
+                .into_iter()
+                .map(|result| result.map_err(|error| error.to_string())),
+        );
+        if jobs.len() > PROGRESS_EVERY {
+            let sent = results.iter().filter(|result| result.is_ok()).count();
+            progress(&format!(
+                "sent {sent} of {} jobs ({} done)",
+                jobs.len(),
+                results.len()
+            ));
+        }
+    }
+    results
 }
 
 /// The jobs to send, from `--payload` or `--file`, with the command-line options applied.
@@ -164,11 +200,14 @@ fn read_request(args: &SendArgs) -> anyhow::Result<Request> {
     if let Some(payload) = &args.payload {
         let payload: Value = serde_json::from_str(payload)
             .map_err(|error| anyhow!("--payload is not valid JSON: {}", describe_json_error(&error)))?;
-        let job = to_job(args, FileJob {
-            payload,
-            ..FileJob::default()
-        })
-        .map_err(|message| UsageError(message))?;
+        let job = to_job(
+            args,
+            FileJob {
+                payload,
+                ..FileJob::default()
+            },
+        )
+        .map_err(UsageError)?;
         return Ok(Request::One(job));
     }
     let Some(path) = &args.file else {
@@ -187,14 +226,18 @@ fn read_request(args: &SendArgs) -> anyhow::Result<Request> {
             for (index, item) in items.into_iter().enumerate() {
                 let file_job: FileJob = serde_json::from_value(item)
                     .map_err(|error| anyhow!("{name}: job #{index} (counting from 0): {error}"))?;
-                jobs.push(to_job(args, file_job).map_err(|message| anyhow!("{name}: job #{index}: {message}"))?);
+                jobs.push(
+                    to_job(args, file_job).map_err(|message| anyhow!("{name}: job #{index}: {message}"))?,
+                );
             }
             Ok(Request::Many(jobs))
         }
         Value::Object(_) => {
             let file_job: FileJob =
                 serde_json::from_value(document).map_err(|error| anyhow!("{name}: {error}"))?;
-            Ok(Request::One(to_job(args, file_job).map_err(|message| anyhow!("{name}: {message}"))?))
+            Ok(Request::One(
+                to_job(args, file_job).map_err(|message| anyhow!("{name}: {message}"))?,
+            ))
         }
         _ => bail!("{name} must hold a job object or an array of job objects"),
     }
@@ -236,7 +279,11 @@ fn to_job(args: &SendArgs, file_job: FileJob) -> Result<JobSpec, String> {
         let value = match value {
             Value::String(text) => AttributeValue::string(text),
             Value::Number(number) => AttributeValue::number(number),
-            other => return Err(format!("attribute {name} must be a string or a number, not {other}")),
+            other => {
+                return Err(format!(
+                    "attribute {name} must be a string or a number, not {other}"
+                ));
+            }
         };
         attributes.retain(|(existing, _)| *existing != name);
         attributes.push((name, value));
@@ -328,7 +375,10 @@ fn check_job(queue: &QueueInfo, job: &JobSpec) -> Result<(), String> {
             ));
         }
     }
-    job.to_job().to_message(name).map(|_| ()).map_err(|error| error.to_string())
+    job.to_job()
+        .to_message(name)
+        .map(|_| ())
+        .map_err(|error| error.to_string())
 }
 
 fn job_label(job: &JobSpec) -> String {
@@ -430,16 +480,28 @@ mod tests {
             group_id: Some("g".to_owned()),
             ..plain.clone()
         };
-        assert!(check_job(&standard, &grouped).unwrap_err().contains("only for FIFO"));
+        assert!(
+            check_job(&standard, &grouped)
+                .unwrap_err()
+                .contains("only for FIFO")
+        );
         assert!(check_job(&fifo, &plain).unwrap_err().contains("message group id"));
-        assert!(check_job(&fifo, &grouped).unwrap_err().contains("deduplication id"));
+        assert!(
+            check_job(&fifo, &grouped)
+                .unwrap_err()
+                .contains("deduplication id")
+        );
         assert_eq!(check_job(&queue("jobs.fifo", true), &grouped), Ok(()));
         let delayed = JobSpec {
             dedup_id: Some("d".to_owned()),
             delay: Some(Duration::from_secs(5)),
             ..grouped.clone()
         };
-        assert!(check_job(&fifo, &delayed).unwrap_err().contains("no per-message delay"));
+        assert!(
+            check_job(&fifo, &delayed)
+                .unwrap_err()
+                .contains("no per-message delay")
+        );
     }
 
     #[test]
@@ -451,7 +513,11 @@ mod tests {
             delay: Some(Duration::from_secs(901)),
             ..spec(json!({}))
         };
-        assert!(check_job(&queue("jobs", false), &late).unwrap_err().contains("900s"));
+        assert!(
+            check_job(&queue("jobs", false), &late)
+                .unwrap_err()
+                .contains("900s")
+        );
     }
 
     #[test]
@@ -462,7 +528,10 @@ mod tests {
 
     #[test]
     fn attributes_parse_as_name_equals_value() {
-        assert_eq!(parse_attribute("tenant=acme=1"), Ok(("tenant".to_owned(), "acme=1".to_owned())));
+        assert_eq!(
+            parse_attribute("tenant=acme=1"),
+            Ok(("tenant".to_owned(), "acme=1".to_owned()))
+        );
         assert!(parse_attribute("tenant").is_err());
         assert!(parse_attribute("=x").is_err());
     }

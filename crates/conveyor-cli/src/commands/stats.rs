@@ -28,7 +28,12 @@ pub struct StatsArgs {
 /// Runs `conveyor stats`.
 pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let stats = stats(&client, &args.queue_url, args.peek_age).await?;
-    let max_receive_count = stats.queue.queue.redrive.as_ref().and_then(|policy| policy.max_receive_count);
+    let max_receive_count = stats
+        .queue
+        .queue
+        .redrive
+        .as_ref()
+        .and_then(|policy| policy.max_receive_count);
     if format == Format::Json {
         return print_json(&json!({
             "queue": queue_json(&stats.queue),
@@ -43,7 +48,9 @@ pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) 
     }
     print!("{}", table.render());
     match (&stats.queue.queue.redrive, max_receive_count) {
-        (Some(_), Some(count)) => println!("messages move to the DLQ after {count} receives (maxReceiveCount)"),
+        (Some(_), Some(count)) => {
+            println!("messages move to the DLQ after {count} receives (maxReceiveCount)")
+        }
         (Some(_), None) => println!("the redrive policy gives no readable maxReceiveCount"),
         (None, _) => println!("{} has no redrive policy, so no DLQ", stats.queue.queue.name()),
     }
@@ -72,7 +79,11 @@ fn age_text(oldest: OldestAge) -> String {
 fn queue_json(stats: &QueueStats) -> Value {
     let depth = stats.queue.depth;
     let (age_secs, age_source, peeked) = match stats.oldest {
-        OldestAge::Unavailable => (None, "unavailable (CloudWatch metric ApproximateAgeOfOldestMessage)", None),
+        OldestAge::Unavailable => (
+            None,
+            "unavailable (CloudWatch metric ApproximateAgeOfOldestMessage)",
+            None,
+        ),
         OldestAge::Empty => (None, "peek", Some(0)),
         OldestAge::AtLeast { age, peeked } => (Some(age.as_secs()), "peek", Some(peeked)),
     };

@@ -14,7 +14,13 @@ pub fn client_for(endpoint: &str) -> Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "conveyor-dynamodb-tests"))
+        .credentials_provider(Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "conveyor-dynamodb-tests",
+        ))
         .endpoint_url(endpoint)
         .timeout_config(conveyor_dynamodb::timeout_config())
         .retry_config(conveyor_dynamodb::retry_config())

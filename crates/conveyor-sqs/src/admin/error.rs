@@ -53,7 +53,9 @@ pub enum AdminError {
         reason: String,
     },
     /// Another purge of the queue is still running: SQS allows one per 60 seconds.
-    #[error("a purge of {queue} is already in progress: SQS allows one purge per queue every 60 seconds; try again in a minute")]
+    #[error(
+        "a purge of {queue} is already in progress: SQS allows one purge per queue every 60 seconds; try again in a minute"
+    )]
     PurgeInProgress {
         /// The queue's URL.
         queue: String,
@@ -61,11 +63,18 @@ pub enum AdminError {
 }
 
 /// Classifies a failed call on `queue`, recognising an operation the endpoint does not implement.
-pub(crate) fn admin_error<E>(error: &SdkError<E, HttpResponse>, queue: &str, operation: &'static str) -> AdminError
+pub(crate) fn admin_error<E>(
+    error: &SdkError<E, HttpResponse>,
+    queue: &str,
+    operation: &'static str,
+) -> AdminError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
-    if is_unsupported(error.code(), error.raw_response().map(|raw| raw.status().as_u16())) {
+    if is_unsupported(
+        error.code(),
+        error.raw_response().map(|raw| raw.status().as_u16()),
+    ) {
         return AdminError::Unsupported {
             operation,
             message: DisplayErrorContext(error).to_string(),

@@ -31,15 +31,21 @@ pub mod purge;
 pub mod queue_info;
 pub mod receive;
 pub mod stats;
+#[cfg(test)]
+mod tests;
 
 pub use error::AdminError;
-pub use move_loop::{MoveFailure, MoveFilter, MoveOptions, MoveReport, Destinations, move_messages, moved_copy};
+pub use move_loop::{
+    Destinations, MoveFailure, MoveFilter, MoveOptions, MoveReport, move_messages, moved_copy,
+};
 pub use move_task::{
     MAX_MOVE_RATE, MoveTaskHandle, MoveTaskStatus, list_move_tasks, move_task_status, start_move_task,
     wait_for_move_task,
 };
 pub use peek::{PeekOptions, Peeked, peek};
 pub use purge::purge;
-pub use queue_info::{DeadLetterPair, QueueInfo, dead_letter_sources, describe, resolve_dead_letter, url_for_arn};
+pub use queue_info::{
+    DeadLetterPair, QueueInfo, dead_letter_sources, describe, resolve_dead_letter, url_for_arn,
+};
 pub use receive::{Received, receive_held, release};
 pub use stats::{AGE_PEEK_MAX, OldestAge, QueueStats, Stats, stats};

@@ -173,7 +173,16 @@ pub async fn move_messages(
 ) -> Result<MoveReport, AdminError> {
     let mut report = MoveReport::default();
     let mut held: HashMap<String, ReceiptHandle> = HashMap::new();
-    let scanned = scan(client, dlq, destinations, options, &mut report, &mut held, on_progress).await;
+    let scanned = scan(
+        client,
+        dlq,
+        destinations,
+        options,
+        &mut report,
+        &mut held,
+        on_progress,
+    )
+    .await;
     let receipts: Vec<ReceiptHandle> = held.into_values().collect();
     let released = release(client, &dlq.url, &receipts).await;
     scanned?;
@@ -192,12 +201,16 @@ async fn scan(
     on_progress: &mut dyn FnMut(&MoveReport),
 ) -> Result<(), AdminError> {
     let started = Instant::now();
-    let batch_size = options
-        .rate
-        .map_or(MAX_RECEIVE_MESSAGES, |rate| (rate.max(1) as usize).min(MAX_RECEIVE_MESSAGES));
+    let batch_size = options.rate.map_or(MAX_RECEIVE_MESSAGES, |rate| {
+        (rate.max(1) as usize).min(MAX_RECEIVE_MESSAGES)
+    });
     let mut examined_ids: HashSet<String> = HashSet::new();
     loop {
-        if options.stop.as_ref().is_some_and(|stop| stop.load(Ordering::Relaxed)) {
+        if options
+            .stop
+            .as_ref()
+            .is_some_and(|stop| stop.load(Ordering::Relaxed))
+        {
             report.stopped = true;
             return Ok(());
         }
@@ -244,7 +257,10 @@ async fn move_batch(
 ) -> Result<(), AdminError> {
     let mut by_destination: Vec<(&QueueInfo, Vec<Received>)> = Vec::new();
     for (received, destination) in to_move {
-        match by_destination.iter_mut().find(|(queue, _)| queue.url == destination.url) {
+        match by_destination
+            .iter_mut()
+            .find(|(queue, _)| queue.url == destination.url)
+        {
             Some((_, group)) => group.push(received),
             None => by_destination.push((destination, vec![received])),
         }
@@ -266,7 +282,10 @@ async fn send_group(
 ) -> Result<Vec<Received>, AdminError> {
     let mut entries = Vec::with_capacity(group.len());
     for (index, received) in group.iter().enumerate() {
-        entries.push(batch_entry(entry_id(index), &moved_copy(received, destination.fifo))?);
+        entries.push(batch_entry(
+            entry_id(index),
+            &moved_copy(received, destination.fifo),
+        )?);
     }
     let output = client
         .send_message_batch()
@@ -277,17 +296,31 @@ async fn send_group(
         .map_err(|error| classify(&error, &destination.url))?;
     let mut accepted = vec![false; group.len()];
     for entry in output.successful() {
-        if let Some(flag) = entry.id().parse::<usize>().ok().and_then(|index| accepted.get_mut(index)) {
+        if let Some(flag) = entry
+            .id()
+            .parse::<usize>()
+            .ok()
+            .and_then(|index| accepted.get_mut(index))
+        {
             *flag = true;
         }
     }
     for entry in output.failed() {
-        let Some(received) = entry.id().parse::<usize>().ok().and_then(|index| group.get(index)) else {
+        let Some(received) = entry
+            .id()
+            .parse::<usize>()
+            .ok()
+            .and_then(|index| group.get(index))
+        else {
             continue;
         };
         report.failed.push(MoveFailure {
             message_id: received.message.id.clone(),
-            error: format!("send to {} failed ({}); left in the DLQ", destination.name(), entry_error(entry)),
+            error: format!(
+                "send to {} failed ({}); left in the DLQ",
+                destination.name(),
+                entry_error(entry)
+            ),
         });
     }
     let mut sent = Vec::new();
@@ -295,11 +328,21 @@ async fn send_group(
         if accepted {
             sent.push(received.clone());
         } else {
-            held.insert(received.message.id.clone(), received.message.receipt_handle.clone());
-            if !report.failed.iter().any(|failure| failure.message_id == received.message.id) {
+            held.insert(
+                received.message.id.clone(),
+                received.message.receipt_handle.clone(),
+            );
+            if !report
+                .failed
+                .iter()
+                .any(|failure| failure.message_id == received.message.id)
+            {
                 report.failed.push(MoveFailure {
                     message_id: received.message.id.clone(),
-                    error: format!("SQS did not report the send to {}; left in the DLQ", destination.name()),
+                    error: format!(
+                        "SQS did not report the send to {}; left in the DLQ",
+                        destination.name()
+                    ),
                 });
             }
         }
@@ -338,7 +381,12 @@ async fn delete_sent(
         .map_err(|error| classify(&error, &dlq.url))?;
     let mut failed = vec![false; sent.len()];
     for entry in output.failed() {
-        let Some(index) = entry.id().parse::<usize>().ok().filter(|index| *index < sent.len()) else {
+        let Some(index) = entry
+            .id()
+            .parse::<usize>()
+            .ok()
+            .filter(|index| *index < sent.len())
+        else {
             continue;
         };
         failed[index] = true;
@@ -402,9 +450,10 @@ mod tests {
                 .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(job_type));
         }
         if let Some(failure) = failure {
-            message
-                .attributes
-                .insert(FAILURE_ATTRIBUTE.to_owned(), AttributeValue::string(failure.to_json()));
+            message.attributes.insert(
+                FAILURE_ATTRIBUTE.to_owned(),
+                AttributeValue::string(failure.to_json()),
+            );
         }
         Received {
             message,

@@ -113,7 +113,10 @@ pub async fn list_move_tasks(client: &Client, source_arn: &str) -> Result<Vec<Mo
 
 /// The status of the task `task`: the listed task with its handle, else the newest one (a DLQ runs one
 /// task at a time, and SQS drops the handle from finished tasks).
-pub async fn move_task_status(client: &Client, task: &MoveTaskHandle) -> Result<Option<MoveTaskStatus>, AdminError> {
+pub async fn move_task_status(
+    client: &Client,
+    task: &MoveTaskHandle,
+) -> Result<Option<MoveTaskStatus>, AdminError> {
     let tasks = list_move_tasks(client, &task.source_arn).await?;
     let mine = tasks
         .iter()
@@ -137,7 +140,9 @@ pub async fn wait_for_move_task(
                 return Err(AdminError::MoveTaskFailed {
                     source_queue: task.source_arn.clone(),
                     moved: status.moved,
-                    reason: status.failure_reason.unwrap_or_else(|| "no reason given".to_owned()),
+                    reason: status
+                        .failure_reason
+                        .unwrap_or_else(|| "no reason given".to_owned()),
                 });
             }
             if status.is_finished() {

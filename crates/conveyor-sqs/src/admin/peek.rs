@@ -88,7 +88,14 @@ async fn gather(
 ) -> Result<(), AdminError> {
     let mut seen: HashSet<String> = HashSet::new();
     while messages.len() < options.max {
-        let batch = receive_held(client, queue_url, options.max - messages.len(), options.hold, options.wait).await?;
+        let batch = receive_held(
+            client,
+            queue_url,
+            options.max - messages.len(),
+            options.hold,
+            options.wait,
+        )
+        .await?;
         let mut new = 0;
         for received in batch {
             if seen.insert(received.message.id.clone()) {
@@ -96,7 +103,10 @@ async fn gather(
                 messages.push(received);
             } else {
                 // Held twice (its first hold ran out): keep the newest receipt so the release works.
-                if let Some(known) = messages.iter_mut().find(|known| known.message.id == received.message.id) {
+                if let Some(known) = messages
+                    .iter_mut()
+                    .find(|known| known.message.id == received.message.id)
+                {
                     known.message.receipt_handle = received.message.receipt_handle;
                 }
             }

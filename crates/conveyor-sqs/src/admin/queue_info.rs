@@ -137,7 +137,9 @@ pub async fn resolve_dead_letter(client: &Client, url: &str) -> Result<DeadLette
     }
     let source_urls = dead_letter_sources(client, url).await?;
     if source_urls.is_empty() {
-        return Err(AdminError::NoDeadLetterQueue { queue: url.to_owned() });
+        return Err(AdminError::NoDeadLetterQueue {
+            queue: url.to_owned(),
+        });
     }
     let mut sources = Vec::with_capacity(source_urls.len());
     for source_url in &source_urls {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use conveyor_core::config::{PriorityMode, QueueConfig, WorkerConfig};
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE};
-use conveyor_core::{AttributeValue, Backoff, Context, Handler, HandlerError, HandlerSettings, OutgoingMessage};
+use conveyor_core::{
+    AttributeValue, Backoff, Context, Handler, HandlerError, HandlerSettings, OutgoingMessage,
+};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -82,7 +84,12 @@ impl Log {
     }
 
     pub fn count(&self, kind: Kind) -> usize {
-        self.events.lock().unwrap().iter().filter(|event| event.kind == kind).count()
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|event| event.kind == kind)
+            .count()
     }
 
     pub fn count_of(&self, job_type: &str, kind: Kind) -> usize {
@@ -109,7 +116,13 @@ impl Log {
     pub fn max_concurrent(&self, job_type: &str) -> usize {
         let mut running = 0usize;
         let mut max = 0usize;
-        for event in self.events.lock().unwrap().iter().filter(|event| event.job_type == job_type) {
+        for event in self
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|event| event.job_type == job_type)
+        {
             match event.kind {
                 Kind::Started => {
                     running += 1;
@@ -201,9 +214,10 @@ impl<K: JobKind> Handler for Recorder<K> {
         let result = match job.fail {
             Fail::Never => Ok(job.id),
             Fail::Retry if failing => Err(HandlerError::retryable("try again")),
-            Fail::RetryAfter(secs) if failing => {
-                Err(HandlerError::retry_after("try again later", Duration::from_secs(secs)))
-            }
+            Fail::RetryAfter(secs) if failing => Err(HandlerError::retry_after(
+                "try again later",
+                Duration::from_secs(secs),
+            )),
             Fail::Retry | Fail::RetryAfter(_) => Ok(job.id),
             Fail::Permanent => Err(HandlerError::permanent("poison: this job can never succeed")),
             Fail::Panic => {
@@ -211,7 +225,11 @@ impl<K: JobKind> Handler for Recorder<K> {
                 panic!("handler panicked on purpose");
             }
         };
-        let kind = if result.is_ok() { Kind::Succeeded } else { Kind::Failed };
+        let kind = if result.is_ok() {
+            Kind::Succeeded
+        } else {
+            Kind::Failed
+        };
         log.push(job.id, K::NAME, kind, receive_count);
         result
     }
@@ -294,8 +312,13 @@ pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
 /// Waits for `condition` for up to `secs` (tokio's clock: instant under a paused clock).
 pub async fn eventually(secs: u64, what: &str, condition: impl Fn() -> bool) {
     let waited =
-        conveyor_testing::wait_until(Duration::from_secs(secs), Duration::from_millis(10), async || condition()).await;
+        conveyor_testing::wait_until(Duration::from_secs(secs), Duration::from_millis(10), async || {
+            condition()
+        })
+        .await;
     if let Err(error) = waited {
         panic!("waiting for {what}: {error}");
     }
 }
+
+pub mod aws;

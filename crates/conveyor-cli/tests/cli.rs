@@ -1,0 +1,1160 @@
+//! The `conveyor` binary against LocalStack: every command, and every bad input it must refuse clearly.
+//!
+//! Each test creates its own queues (unique names) and runs the real binary with the emulator's endpoint
+//! and dummy credentials in its environment, as a user would after `source localstack/env.sh`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style); helpers here are test code too
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use conveyor_core::message::{
+    FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE,
+};
+use conveyor_core::{Failure, Queue as _};
+use conveyor_sqs::SqsQueue;
+use conveyor_testing::localstack::{
+    QueueSpec, TestQueue, aws_env, create_queue, ensure_local_aws, sqs_client, unique_name,
+};
+use conveyor_testing::wait_until;
+use serde_json::{Value, json};
+
+/// How long a test waits for SQS's approximate counts to settle.
+const SETTLE: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(100);
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|error| {
+            panic!(
+                "stdout is not one JSON document ({error}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    #[track_caller]
+    fn assert_ok(&self) -> &Self {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn assert_failed_with(&self, code: i32, words: &[&str]) {
+        assert_eq!(
+            self.code, code,
+            "exit code\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        assert!(
+            self.stderr.starts_with("error: "),
+            "errors start with `error: `:\n{}",
+            self.stderr
+        );
+        for word in words {
+            assert!(
+                self.stderr.contains(word),
+                "stderr lacks {word:?}:\n{}",
+                self.stderr
+            );
+        }
+    }
+}
+
+/// Runs `conveyor` with `args`, pointed at LocalStack.
+async fn conveyor(args: &[&str]) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
+    command
+        .args(args)
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL");
+    for (name, value) in aws_env() {
+        command.env(name, value);
+    }
+    let output = command.output().await.expect("the conveyor binary runs");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+async fn setup() -> Client {
+    ensure_local_aws().await.expect("LocalStack starts");
+    sqs_client().await
+}
+
+/// A standard queue with a DLQ (maxReceiveCount 3).
+async fn queue_with_dlq(client: &Client, prefix: &str) -> TestQueue {
+    create_queue(client, &QueueSpec::standard(prefix).max_receive_count(3))
+        .await
+        .unwrap()
+}
+
+fn dlq_url(queue: &TestQueue) -> &str {
+    queue.dlq_url.as_deref().unwrap()
+}
+
+/// (visible, in flight, delayed) as `GetQueueAttributes` reports them.
+async fn depth(client: &Client, url: &str) -> (u64, u64, u64) {
+    let output = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let attributes = output.attributes.unwrap();
+    let count = |name: QueueAttributeName| attributes.get(&name).unwrap().parse::<u64>().unwrap();
+    (
+        count(QueueAttributeName::ApproximateNumberOfMessages),
+        count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    )
+}
+
+async fn wait_for_depth(client: &Client, url: &str, expected: (u64, u64, u64)) {
+    let reached = wait_until(SETTLE, POLL, async || depth(client, url).await == expected).await;
+    let actual = depth(client, url).await;
+    assert!(
+        reached.is_ok(),
+        "{url}: expected (visible, in flight, delayed) {expected:?}, got {actual:?}"
+    );
+}
+
+fn string(value: &str) -> MessageAttributeValue {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .unwrap()
+}
+
+/// Puts a message in `dlq_url` the way a worker dead-letters it: body, `conveyor.type`, and the failure
+/// record in `conveyor.failure`.
+async fn dead_letter_directly(
+    client: &Client,
+    dlq_url: &str,
+    job_type: &str,
+    reason: &str,
+    body: &str,
+) -> String {
+    let failure = Failure::now(reason, 3, "source-queue", job_type);
+    client
+        .send_message()
+        .queue_url(dlq_url)
+        .message_body(body)
+        .message_attributes(JOB_TYPE_ATTRIBUTE, string(job_type))
+        .message_attributes(FAILURE_ATTRIBUTE, string(&failure.to_json()))
+        .send()
+        .await
+        .unwrap()
+        .message_id
+        .unwrap()
+}
+
+/// Every message of a queue (received with a long visibility timeout, so each is returned once).
+async fn drain(client: &Client, url: &str, expected: usize) -> Vec<aws_sdk_sqs::types::Message> {
+    let mut messages = Vec::new();
+    let _ = wait_until(SETTLE, POLL, async || {
+        let received = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(300)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        messages.extend(received.messages.unwrap_or_default());
+        messages.len() >= expected
+    })
+    .await;
+    messages
+}
+
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join("conveyor-cli-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}-{name}", unique_name("f")));
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+// ---------------------------------------------------------------------------------------------------
+// help and usage
+
+#[tokio::test]
+async fn every_command_has_help() {
+    for command in [
+        vec!["--help"],
+        vec!["send", "--help"],
+        vec!["stats", "--help"],
+        vec!["dlq", "--help"],
+        vec!["dlq", "peek", "--help"],
+        vec!["dlq", "redrive", "--help"],
+        vec!["dlq", "tasks", "--help"],
+        vec!["purge", "--help"],
+    ] {
+        let run = conveyor(&command).await;
+        run.assert_ok();
+        assert!(
+            run.stdout.contains("Usage: conveyor"),
+            "{command:?}:\n{}",
+            run.stdout
+        );
+    }
+    let redrive = conveyor(&["dlq", "redrive", "--help"]).await;
+    assert!(redrive.stdout.contains("--reason-contains"));
+    assert!(redrive.stdout.contains("StartMessageMoveTask"));
+}
+
+#[tokio::test]
+async fn bad_arguments_are_usage_errors_with_exit_code_2() {
+    let no_payload = conveyor(&["send", "--queue-url", "http://x/q", "--job-type", "t"]).await;
+    assert_eq!(no_payload.code, 2, "{}", no_payload.stderr);
+    assert!(no_payload.stderr.contains("--payload"), "{}", no_payload.stderr);
+    let both = conveyor(&[
+        "send",
+        "--queue-url",
+        "http://x/q",
+        "--job-type",
+        "t",
+        "--payload",
+        "{}",
+        "--file",
+        "x",
+    ])
+    .await;
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    let bad_rate = conveyor(&["dlq", "redrive", "--queue-url", "http://x/q", "--rate", "0"]).await;
+    assert_eq!(bad_rate.code, 2, "{}", bad_rate.stderr);
+    let no_type = conveyor(&["send", "--queue-url", "http://x/q", "--payload", "{}"]).await;
+    no_type.assert_failed_with(2, &["--job-type"]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// send
+
+#[tokio::test]
+async fn send_from_arguments_sets_type_version_key_and_attributes() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-send"))
+        .await
+        .unwrap();
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "welcome_email",
+        "--payload",
+        r#"{"user_id":42}"#,
+        "--key",
+        "welcome_email:user:42",
+        "--version",
+        "2",
+        "--attribute",
+        "tenant=acme",
+        "--output",
+        "json",
+    ])
+    .await;
+    run.assert_ok();
+    let output = run.json();
+    assert_eq!(output["sent"], 1);
+    assert_eq!(output["failed"], 0);
+    let message_id = output["results"][0]["message_id"].as_str().unwrap().to_owned();
+
+    let messages = drain(&client, &queue.url, 1).await;
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(message.message_id(), Some(message_id.as_str()));
+    assert_eq!(message.body(), Some(r#"{"user_id":42}"#));
+    let attributes = message.message_attributes().unwrap();
+    let value = |name: &str| {
+        attributes
+            .get(name)
+            .and_then(|value| value.string_value())
+            .map(str::to_owned)
+    };
+    assert_eq!(value(JOB_TYPE_ATTRIBUTE).as_deref(), Some("welcome_email"));
+    assert_eq!(value(SCHEMA_VERSION_ATTRIBUTE).as_deref(), Some("2"));
+    assert_eq!(
+        value(IDEMPOTENCY_KEY_ATTRIBUTE).as_deref(),
+        Some("welcome_email:user:42")
+    );
+    assert_eq!(value("tenant").as_deref(), Some("acme"));
+
+    let text = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "t",
+        "--payload",
+        "{}",
+    ])
+    .await;
+    text.assert_ok();
+    assert!(
+        text.stdout
+            .starts_with(&format!("sent t job to {}: message id ", queue.name)),
+        "{}",
+        text.stdout
+    );
+}
+
+#[tokio::test]
+async fn send_from_a_file_sends_one_job_or_a_batch_with_per_job_results() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-file"))
+        .await
+        .unwrap();
+
+    let single = temp_file(
+        "one.json",
+        r#"{"job_type": "report", "payload": {"id": 1}, "key": "report:1"}"#,
+    );
+    conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        single.to_str().unwrap(),
+    ])
+    .await
+    .assert_ok();
+    wait_for_depth(&client, &queue.url, (1, 0, 0)).await;
+
+    // 12 jobs: more than one SendMessageBatch call of 10. The default job type comes from --job-type.
+    let jobs: Vec<Value> = (0..12)
+        .map(|index| {
+            if index % 2 == 0 {
+                json!({ "payload": { "n": index }, "key": format!("k{index}"), "attributes": { "n": index } })
+            } else {
+                json!({ "job_type": "odd", "payload": { "n": index } })
+            }
+        })
+        .collect();
+    let batch = temp_file("batch.json", &serde_json::to_string_pretty(&jobs).unwrap());
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "even",
+        "--file",
+        batch.to_str().unwrap(),
+        "--output",
+        "json",
+    ])
+    .await;
+    run.assert_ok();
+    let output = run.json();
+    assert_eq!(output["sent"], 12);
+    let results = output["results"].as_array().unwrap();
+    assert_eq!(results.len(), 12);
+    let ids: HashSet<&str> = results
+        .iter()
+        .map(|result| result["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 12, "one distinct message id per job");
+    assert_eq!(results[0]["job_type"], "even");
+    assert_eq!(results[0]["key"], "k0");
+    assert_eq!(results[1]["job_type"], "odd");
+    wait_for_depth(&client, &queue.url, (13, 0, 0)).await;
+
+    let messages = drain(&client, &queue.url, 13).await;
+    let types: Vec<String> = messages
+        .iter()
+        .map(|message| {
+            message.message_attributes().unwrap()[JOB_TYPE_ATTRIBUTE]
+                .string_value()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(types.iter().filter(|job_type| *job_type == "even").count(), 6);
+    assert_eq!(types.iter().filter(|job_type| *job_type == "odd").count(), 6);
+    assert_eq!(types.iter().filter(|job_type| *job_type == "report").count(), 1);
+
+    // Text output: a table with one row per job and a summary.
+    let small = temp_file(
+        "two.json",
+        r#"[{"job_type":"a","payload":1},{"job_type":"b","payload":2}]"#,
+    );
+    let text = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        small.to_str().unwrap(),
+    ])
+    .await;
+    text.assert_ok();
+    assert!(text.stdout.contains("JOB TYPE"), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains(&format!("sent 2 of 2 jobs to {}", queue.name)),
+        "{}",
+        text.stdout
+    );
+}
+
+#[tokio::test]
+async fn a_long_file_shows_progress_and_sends_every_job() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-long"))
+        .await
+        .unwrap();
+    let jobs: Vec<Value> = (0..250)
+        .map(|index| json!({ "payload": { "n": index } }))
+        .collect();
+    let file = temp_file("long.json", &Value::Array(jobs).to_string());
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "bulk",
+        "--file",
+        file.to_str().unwrap(),
+        "--output",
+        "json",
+    ])
+    .await;
+    run.assert_ok();
+    assert_eq!(run.json()["sent"], 250);
+    for line in [
+        "sent 100 of 250 jobs",
+        "sent 200 of 250 jobs",
+        "sent 250 of 250 jobs",
+    ] {
+        assert!(
+            run.stderr.contains(line),
+            "progress line {line:?} missing:\n{}",
+            run.stderr
+        );
+    }
+    wait_for_depth(&client, &queue.url, (250, 0, 0)).await;
+}
+
+#[tokio::test]
+async fn a_batch_with_a_bad_job_names_it_and_sends_nothing() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-badjob"))
+        .await
+        .unwrap();
+    let jobs = json!([
+        { "job_type": "ok", "payload": {} },
+        { "job_type": "grouped", "payload": {}, "group_id": "g" },
+        { "job_type": "late", "payload": {}, "delay_secs": 901 },
+    ]);
+    let file = temp_file("bad.json", &jobs.to_string());
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    run.assert_failed_with(
+        1,
+        &[
+            "2 of 3 jobs",
+            "nothing was sent",
+            "job #1 (grouped)",
+            "standard queue",
+            "job #2 (late)",
+            "900s",
+        ],
+    );
+    wait_for_depth(&client, &queue.url, (0, 0, 0)).await;
+
+    let unknown_field = temp_file("typo.json", r#"[{"job_type":"a","payload":1,"dealy_secs":5}]"#);
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        unknown_field.to_str().unwrap(),
+    ])
+    .await;
+    run.assert_failed_with(1, &["job #0", "dealy_secs"]);
+}
+
+#[tokio::test]
+async fn malformed_json_is_refused_with_line_and_column() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-json"))
+        .await
+        .unwrap();
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "t",
+        "--payload",
+        r#"{"user_id": 42"#,
+    ])
+    .await;
+    run.assert_failed_with(1, &["--payload is not valid JSON", "line 1, column 14"]);
+
+    let file = temp_file(
+        "broken.json",
+        "[\n  {\"job_type\": \"a\", \"payload\": {}},\n  {\"job_type\" \"b\"}\n]\n",
+    );
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    run.assert_failed_with(1, &["is not valid JSON", "line 3, column 15"]);
+    wait_for_depth(&client, &queue.url, (0, 0, 0)).await;
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_with_its_size_and_the_limit() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-big"))
+        .await
+        .unwrap();
+    // The body is the payload's JSON: a string of 1 MiB plus its two quotes (1,048,578 bytes). SQS counts
+    // the attributes too: conveyor.type = String "big" (13 + 6 + 3) and conveyor.version = Number "1"
+    // (16 + 6 + 1), 45 bytes in all.
+    let big = json!({ "job_type": "big", "payload": "x".repeat(1024 * 1024) });
+    let file = temp_file("big.json", &big.to_string());
+    let run = conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    run.assert_failed_with(1, &["1048623 bytes", "over SQS's limit of 1048576 bytes"]);
+
+    // Exactly at the limit passes (1,048,576 - 45 - 2 characters of payload), and only that one is sent.
+    let fits = json!({ "job_type": "big", "payload": "x".repeat(1024 * 1024 - 47) });
+    let file = temp_file("fits.json", &fits.to_string());
+    conveyor(&[
+        "send",
+        "--queue-url",
+        &queue.url,
+        "--file",
+        file.to_str().unwrap(),
+    ])
+    .await
+    .assert_ok();
+    wait_for_depth(&client, &queue.url, (1, 0, 0)).await;
+}
+
+#[tokio::test]
+async fn fifo_parameters_are_checked_against_the_queue_kind() {
+    let client = setup().await;
+    let standard = create_queue(&client, &QueueSpec::standard("cli-std"))
+        .await
+        .unwrap();
+    // A FIFO queue without content-based deduplication.
+    let fifo_name = format!("{}.fifo", unique_name("cli-fifo"));
+    let fifo_url = client
+        .create_queue()
+        .queue_name(&fifo_name)
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let send = |url: &str, extra: &[&str]| {
+        let mut args = vec!["send", "--queue-url", url, "--job-type", "t", "--payload", "{}"];
+        args.extend_from_slice(extra);
+        args.iter().map(|arg| (*arg).to_owned()).collect::<Vec<String>>()
+    };
+    let run_with = |args: Vec<String>| async move {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        conveyor(&args).await
+    };
+
+    run_with(send(&fifo_url, &[]))
+        .await
+        .assert_failed_with(1, &[&fifo_name, "message group id", "--group-id"]);
+    run_with(send(&fifo_url, &["--group-id", "g"]))
+        .await
+        .assert_failed_with(1, &["content-based deduplication", "--dedup-id"]);
+    run_with(send(
+        &fifo_url,
+        &["--group-id", "g", "--dedup-id", "d", "--delay-secs", "5"],
+    ))
+    .await
+    .assert_failed_with(1, &["FIFO queue", "no per-message delay"]);
+    run_with(send(&standard.url, &["--group-id", "g"]))
+        .await
+        .assert_failed_with(1, &["standard queue", "--group-id", "only for FIFO"]);
+    run_with(send(&standard.url, &["--dedup-id", "d"]))
+        .await
+        .assert_failed_with(1, &["standard queue", "--dedup-id"]);
+    wait_for_depth(&client, &fifo_url, (0, 0, 0)).await;
+    wait_for_depth(&client, &standard.url, (0, 0, 0)).await;
+
+    run_with(send(&fifo_url, &["--group-id", "g", "--dedup-id", "d1"]))
+        .await
+        .assert_ok();
+    let delayed = run_with(send(&standard.url, &["--delay-secs", "60"])).await;
+    delayed.assert_ok();
+    wait_for_depth(&client, &fifo_url, (1, 0, 0)).await;
+    wait_for_depth(&client, &standard.url, (0, 0, 1)).await;
+}
+
+#[tokio::test]
+async fn an_unknown_queue_is_named_with_how_to_create_it() {
+    let client = setup().await;
+    let existing = create_queue(&client, &QueueSpec::standard("cli-known"))
+        .await
+        .unwrap();
+    let missing = format!("{}-missing", existing.url);
+    let missing_name = format!("{}-missing", existing.name);
+    let commands: Vec<Vec<&str>> = vec![
+        vec![
+            "send",
+            "--queue-url",
+            &missing,
+            "--job-type",
+            "t",
+            "--payload",
+            "{}",
+        ],
+        vec!["stats", "--queue-url", &missing],
+        vec!["dlq", "peek", "--queue-url", &missing],
+        vec!["dlq", "redrive", "--queue-url", &missing],
+        vec!["purge", "--queue-url", &missing, "--yes-i-really-mean-it"],
+    ];
+    for command in commands {
+        let run = conveyor(&command).await;
+        run.assert_failed_with(
+            1,
+            &[
+                &missing_name,
+                "does not exist",
+                "aws sqs create-queue --queue-name",
+            ],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// stats
+
+#[tokio::test]
+async fn stats_report_what_was_put_in_the_queue_and_its_dlq() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-stats").await;
+    for index in 0..4 {
+        conveyor(&[
+            "send",
+            "--queue-url",
+            &queue.url,
+            "--job-type",
+            "t",
+            "--payload",
+            &index.to_string(),
+        ])
+        .await
+        .assert_ok();
+    }
+    for _ in 0..2 {
+        conveyor(&[
+            "send",
+            "--queue-url",
+            &queue.url,
+            "--job-type",
+            "t",
+            "--payload",
+            "1",
+            "--delay-secs",
+            "300",
+        ])
+        .await
+        .assert_ok();
+    }
+    // One message in flight.
+    let received = client
+        .receive_message()
+        .queue_url(&queue.url)
+        .max_number_of_messages(1)
+        .visibility_timeout(300)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(received.messages.unwrap_or_default().len(), 1);
+    for index in 0..3 {
+        dead_letter_directly(&client, dlq_url(&queue), "t", "boom", &index.to_string()).await;
+    }
+    wait_for_depth(&client, &queue.url, (3, 1, 2)).await;
+    wait_for_depth(&client, dlq_url(&queue), (3, 0, 0)).await;
+
+    let run = conveyor(&["stats", "--queue-url", &queue.url, "--output", "json"]).await;
+    run.assert_ok();
+    let stats = run.json();
+    assert_eq!(stats["queue"]["name"], queue.name.as_str());
+    assert_eq!(stats["queue"]["visible"], 3);
+    assert_eq!(stats["queue"]["in_flight"], 1);
+    assert_eq!(stats["queue"]["delayed"], 2);
+    assert_eq!(stats["queue"]["oldest_message_age_secs"], Value::Null);
+    assert_eq!(stats["max_receive_count"], 3);
+    assert_eq!(
+        stats["dead_letter_queue"]["name"],
+        queue.dlq_name.as_deref().unwrap()
+    );
+    assert_eq!(stats["dead_letter_queue"]["visible"], 3);
+    assert_eq!(stats["dead_letter_queue"]["in_flight"], 0);
+
+    let text = conveyor(&["stats", "--queue-url", &queue.url]).await;
+    text.assert_ok();
+    assert!(text.stdout.contains("n/a (CloudWatch metric)"), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains(&format!("{} (DLQ)", queue.dlq_name.as_deref().unwrap())),
+        "{}",
+        text.stdout
+    );
+
+    // --peek-age derives the age from a peek and leaves the counts as they were.
+    let peeked = conveyor(&[
+        "stats",
+        "--queue-url",
+        &queue.url,
+        "--peek-age",
+        "--output",
+        "json",
+    ])
+    .await;
+    peeked.assert_ok();
+    let peeked = peeked.json();
+    assert_eq!(peeked["queue"]["oldest_message_age_source"], "peek");
+    assert_eq!(peeked["queue"]["peeked"], 3);
+    assert!(peeked["queue"]["oldest_message_age_secs"].as_u64().unwrap() < 120);
+    assert_eq!(peeked["dead_letter_queue"]["peeked"], 3);
+    wait_for_depth(&client, &queue.url, (3, 1, 2)).await;
+    wait_for_depth(&client, dlq_url(&queue), (3, 0, 0)).await;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// dlq peek
+
+#[tokio::test]
+async fn dlq_peek_shows_the_reason_and_leaves_the_messages() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-peek").await;
+    // Dead-letter two messages the way the worker does: receive, then SqsQueue::dead_letter.
+    let secret = "jane.doe@example.com";
+    for job_type in ["welcome_email", "webhook"] {
+        conveyor(&[
+            "send",
+            "--queue-url",
+            &queue.url,
+            "--job-type",
+            job_type,
+            "--payload",
+            &json!({ "email": secret }).to_string(),
+        ])
+        .await
+        .assert_ok();
+    }
+    let sqs_queue = SqsQueue::connect(client.clone(), queue.url.clone())
+        .await
+        .unwrap();
+    let mut dead_lettered = HashSet::new();
+    wait_until(SETTLE, POLL, async || {
+        for message in sqs_queue.receive(10, Duration::from_secs(1)).await.unwrap() {
+            let job_type = message.job_type().unwrap_or_default().to_owned();
+            let failure = Failure::now(
+                format!("{job_type}: permanent failure 410 Gone"),
+                1,
+                &queue.name,
+                &job_type,
+            );
+            sqs_queue.dead_letter(&message, &failure).await.unwrap();
+            sqs_queue
+                .delete_batch(std::slice::from_ref(&message.receipt_handle))
+                .await
+                .unwrap();
+            dead_lettered.insert(message.id);
+        }
+        dead_lettered.len() == 2
+    })
+    .await
+    .unwrap();
+    wait_for_depth(&client, dlq_url(&queue), (2, 0, 0)).await;
+
+    let first = conveyor(&["dlq", "peek", "--queue-url", &queue.url, "--output", "json"]).await;
+    first.assert_ok();
+    let first = first.json();
+    assert_eq!(first["shown"], 2);
+    let messages = first["messages"].as_array().unwrap();
+    for message in messages {
+        let job_type = message["job_type"].as_str().unwrap();
+        assert!(["welcome_email", "webhook"].contains(&job_type));
+        assert_eq!(
+            message["reason"],
+            format!("{job_type}: permanent failure 410 Gone")
+        );
+        assert_eq!(message["failure"]["handler"], job_type);
+        assert_eq!(message["failure"]["source_queue"], queue.name.as_str());
+        assert_eq!(message["receive_count"], 1);
+        assert!(message["sent_at"].as_str().unwrap().ends_with('Z'));
+        assert!(
+            message.get("body").is_none(),
+            "no body without --show-body: {message}"
+        );
+    }
+    assert!(
+        !first.to_string().contains(secret),
+        "the body must not leak: {first}"
+    );
+    // Left in place: visible again at once, and a second peek sees the same messages.
+    wait_for_depth(&client, dlq_url(&queue), (2, 0, 0)).await;
+    let ids = |output: &Value| -> HashSet<String> {
+        output["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["message_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let second = conveyor(&["dlq", "peek", "--queue-url", dlq_url(&queue), "--output", "json"]).await;
+    second.assert_ok();
+    assert_eq!(ids(&second.json()), ids(&first));
+    wait_for_depth(&client, dlq_url(&queue), (2, 0, 0)).await;
+
+    // Text: a table with the reason; the body only with --show-body.
+    let text = conveyor(&["dlq", "peek", "--queue-url", &queue.url]).await;
+    text.assert_ok();
+    assert!(text.stdout.contains("REASON"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("webhook: permanent failure 410 Gone"),
+        "{}",
+        text.stdout
+    );
+    assert!(!text.stdout.contains(secret), "{}", text.stdout);
+    let with_body = conveyor(&[
+        "dlq",
+        "peek",
+        "--queue-url",
+        &queue.url,
+        "--show-body",
+        "--max",
+        "1",
+    ])
+    .await;
+    with_body.assert_ok();
+    assert!(with_body.stdout.contains(secret), "{}", with_body.stdout);
+    wait_for_depth(&client, dlq_url(&queue), (2, 0, 0)).await;
+}
+
+#[tokio::test]
+async fn dlq_commands_need_a_dead_letter_queue() {
+    let client = setup().await;
+    let plain = create_queue(&client, &QueueSpec::standard("cli-nodlq"))
+        .await
+        .unwrap();
+    for command in [["dlq", "peek"], ["dlq", "redrive"]] {
+        let run = conveyor(&[command[0], command[1], "--queue-url", &plain.url]).await;
+        run.assert_failed_with(1, &[&plain.name, "has no dead-letter queue"]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// dlq redrive
+
+#[tokio::test]
+async fn redrive_with_a_move_task_moves_everything_back() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-task").await;
+    for index in 0..15 {
+        dead_letter_directly(
+            &client,
+            dlq_url(&queue),
+            "email",
+            "smtp down",
+            &format!("{{\"n\":{index}}}"),
+        )
+        .await;
+    }
+    wait_for_depth(&client, dlq_url(&queue), (15, 0, 0)).await;
+
+    let run = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--rate",
+        "50",
+        "--wait",
+        "--output",
+        "json",
+    ])
+    .await;
+    run.assert_ok();
+    let output = run.json();
+    assert_eq!(output["method"], "move_task");
+    assert_eq!(output["status"], "COMPLETED");
+    assert_eq!(output["moved"], 15);
+    assert_eq!(output["destination"], queue.name.as_str());
+    assert!(!output["task_handle"].as_str().unwrap().is_empty());
+    assert!(
+        run.stderr.contains("moved"),
+        "progress lines on stderr:\n{}",
+        run.stderr
+    );
+    wait_for_depth(&client, &queue.url, (15, 0, 0)).await;
+    wait_for_depth(&client, dlq_url(&queue), (0, 0, 0)).await;
+
+    let tasks = conveyor(&["dlq", "tasks", "--queue-url", &queue.url, "--output", "json"]).await;
+    tasks.assert_ok();
+    let tasks = tasks.json();
+    assert_eq!(tasks["tasks"][0]["status"], "COMPLETED");
+    assert_eq!(tasks["tasks"][0]["moved"], 15);
+}
+
+#[tokio::test]
+async fn redrive_without_wait_prints_the_task_handle() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-nowait").await;
+    for index in 0..3 {
+        dead_letter_directly(&client, dlq_url(&queue), "email", "x", &index.to_string()).await;
+    }
+    wait_for_depth(&client, dlq_url(&queue), (3, 0, 0)).await;
+    let run = conveyor(&["dlq", "redrive", "--queue-url", dlq_url(&queue)]).await;
+    run.assert_ok();
+    assert!(run.stdout.contains("task handle"), "{}", run.stdout);
+    assert!(run.stdout.contains("conveyor dlq tasks"), "{}", run.stdout);
+    wait_for_depth(&client, &queue.url, (3, 0, 0)).await;
+    wait_for_depth(&client, dlq_url(&queue), (0, 0, 0)).await;
+}
+
+#[tokio::test]
+async fn filtered_redrive_moves_only_matching_messages() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-filter").await;
+    // The non-matching messages come first, so the scan has to get past them.
+    let mut keep = HashSet::new();
+    for index in 0..12 {
+        keep.insert(
+            dead_letter_directly(
+                &client,
+                dlq_url(&queue),
+                "email",
+                "no valid email address",
+                &format!("e{index}"),
+            )
+            .await,
+        );
+    }
+    let mut moving = HashSet::new();
+    for index in 0..4 {
+        moving.insert(
+            dead_letter_directly(
+                &client,
+                dlq_url(&queue),
+                "webhook",
+                "HTTP 503 Service Unavailable",
+                &format!("w{index}"),
+            )
+            .await,
+        );
+    }
+    for index in 0..3 {
+        keep.insert(
+            dead_letter_directly(
+                &client,
+                dlq_url(&queue),
+                "webhook",
+                "HTTP 410 Gone",
+                &format!("g{index}"),
+            )
+            .await,
+        );
+    }
+    wait_for_depth(&client, dlq_url(&queue), (19, 0, 0)).await;
+
+    let run = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "webhook",
+        "--reason-contains",
+        "503",
+        "--output",
+        "json",
+    ])
+    .await;
+    run.assert_ok();
+    let output = run.json();
+    assert_eq!(output["method"], "move_loop");
+    assert_eq!(output["moved"], 4);
+    assert_eq!(output["examined"], 19);
+    assert_eq!(output["not_matching"], 15);
+    assert!(run.stderr.contains("examined"), "progress lines:\n{}", run.stderr);
+    // Non-matching messages are visible again as soon as the command returns.
+    assert_eq!(depth(&client, dlq_url(&queue)).await, (15, 0, 0));
+    wait_for_depth(&client, &queue.url, (4, 0, 0)).await;
+
+    let moved = drain(&client, &queue.url, 4).await;
+    assert_eq!(moved.len(), 4);
+    for message in &moved {
+        let attributes = message.message_attributes().unwrap();
+        assert!(
+            !attributes.contains_key(FAILURE_ATTRIBUTE),
+            "the failure record is dropped"
+        );
+        assert_eq!(attributes[JOB_TYPE_ATTRIBUTE].string_value(), Some("webhook"));
+        assert!(
+            message.body().unwrap().starts_with('w'),
+            "body kept: {:?}",
+            message.body()
+        );
+    }
+    let left = drain(&client, dlq_url(&queue), 15).await;
+    let left: HashSet<String> = left
+        .iter()
+        .map(|message| message.message_id().unwrap().to_owned())
+        .collect();
+    assert_eq!(left, keep);
+
+    // A reason filter alone, case-insensitive.
+    let queue = queue_with_dlq(&client, "cli-reason").await;
+    dead_letter_directly(&client, dlq_url(&queue), "email", "SMTP timeout", "a").await;
+    dead_letter_directly(&client, dlq_url(&queue), "email", "bad address", "b").await;
+    wait_for_depth(&client, dlq_url(&queue), (2, 0, 0)).await;
+    let run = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--reason-contains",
+        "smtp",
+    ])
+    .await;
+    run.assert_ok();
+    assert!(
+        run.stdout.contains("moved 1 of 2 examined messages"),
+        "{}",
+        run.stdout
+    );
+    wait_for_depth(&client, &queue.url, (1, 0, 0)).await;
+    wait_for_depth(&client, dlq_url(&queue), (1, 0, 0)).await;
+}
+
+#[tokio::test]
+async fn the_move_loop_moves_everything_when_asked_to() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-loop").await;
+    for index in 0..23 {
+        dead_letter_directly(&client, dlq_url(&queue), "email", "x", &format!("body-{index}")).await;
+    }
+    wait_for_depth(&client, dlq_url(&queue), (23, 0, 0)).await;
+    let run = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--method",
+        "loop",
+        "--output",
+        "json",
+    ])
+    .await;
+    run.assert_ok();
+    let output = run.json();
+    assert_eq!(output["moved"], 23);
+    assert_eq!(output["failed"].as_array().unwrap().len(), 0);
+    wait_for_depth(&client, &queue.url, (23, 0, 0)).await;
+    wait_for_depth(&client, dlq_url(&queue), (0, 0, 0)).await;
+    let bodies: HashSet<String> = drain(&client, &queue.url, 23)
+        .await
+        .iter()
+        .map(|message| message.body().unwrap().to_owned())
+        .collect();
+    assert_eq!(bodies, (0..23).map(|index| format!("body-{index}")).collect());
+
+    let task_with_filter = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--method",
+        "task",
+        "--job-type",
+        "x",
+    ])
+    .await;
+    task_with_filter.assert_failed_with(2, &["--method task moves every message"]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// purge
+
+#[tokio::test]
+async fn purge_is_refused_without_the_flag_and_empties_the_queue_with_it() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-purge"))
+        .await
+        .unwrap();
+    for index in 0..5 {
+        conveyor(&[
+            "send",
+            "--queue-url",
+            &queue.url,
+            "--job-type",
+            "t",
+            "--payload",
+            &index.to_string(),
+        ])
+        .await
+        .assert_ok();
+    }
+    wait_for_depth(&client, &queue.url, (5, 0, 0)).await;
+
+    let refused = conveyor(&["purge", "--queue-url", &queue.url]).await;
+    refused.assert_failed_with(
+        2,
+        &["refusing to purge", "--yes-i-really-mean-it", "cannot be undone"],
+    );
+    assert_eq!(depth(&client, &queue.url).await, (5, 0, 0));
+
+    let purged = conveyor(&[
+        "purge",
+        "--queue-url",
+        &queue.url,
+        "--yes-i-really-mean-it",
+        "--output",
+        "json",
+    ])
+    .await;
+    purged.assert_ok();
+    assert_eq!(purged.json()["before"]["visible"], 5);
+    wait_for_depth(&client, &queue.url, (0, 0, 0)).await;
+}

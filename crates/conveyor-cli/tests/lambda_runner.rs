@@ -1,0 +1,356 @@
+//! End to end: `conveyor lambda run` with the example application's real `bootstrap` binary, against
+//! LocalStack (SQS) and DynamoDB Local, as an SQS event source mapping would run it on AWS.
+//!
+//! The bootstrap lives in another package (`conveyor-examples`), so `bootstrap()` builds it with
+//! `cargo build -p conveyor-examples --bin bootstrap` once per test process (a no-op when it is up to
+//! date; `make test` builds it before the tests anyway) and finds it next to this package's `conveyor`
+//! binary (`CARGO_BIN_EXE_conveyor`), which is where cargo puts every binary of the workspace's profile.
+//!
+//! `run_lambda` and `send_job` are meant to be copied (or moved into conveyor-testing) by the
+//! cross-runtime test: worker then Lambda on one idempotency table.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style); helpers here are test code too
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
+use conveyor_testing::localstack::{
+    aws_env, create_queue, create_table, dynamodb_client, ensure_local_aws, sqs_client, unique_name,
+};
+use conveyor_testing::{QueueSpec, TestQueue};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// How long one runner may take before the test fails.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+static BOOTSTRAP: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// Variables cargo sets for the package under test, not meant for a nested build.
+const PACKAGE_VARIABLES: &[&str] = &[
+    "CARGO_PKG_",
+    "CARGO_MANIFEST_",
+    "CARGO_CRATE_",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "CARGO_CFG_",
+    "OUT_DIR",
+];
+
+/// The example application's bootstrap, built for this profile.
+async fn bootstrap() -> PathBuf {
+    BOOTSTRAP
+        .get_or_init(|| async {
+            let conveyor = PathBuf::from(env!("CARGO_BIN_EXE_conveyor"));
+            let profile_dir = conveyor.parent().unwrap().to_path_buf();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let mut command = tokio::process::Command::new(cargo);
+            command
+                .args(["build", "-p", "conveyor-examples", "--bin", "bootstrap"])
+                .current_dir(conveyor_testing::localstack::repo_root());
+            if profile_dir.file_name().is_some_and(|name| name == "release") {
+                command.arg("--release");
+            }
+            // Cargo gives this test process its own package's variables (CARGO_MANIFEST_DIR,
+            // CARGO_PKG_NAME, ...); build scripts (ring's) watch them, so passing them on would rebuild
+            // half the dependency tree here and again in the next plain build.
+            for (name, _) in std::env::vars_os() {
+                let name = name.to_string_lossy();
+                if PACKAGE_VARIABLES.iter().any(|prefix| name.starts_with(prefix)) {
+                    command.env_remove(name.as_ref());
+                }
+            }
+            let status = command.status().await.expect("running cargo");
+            assert!(status.success(), "cargo build -p conveyor-examples --bin bootstrap failed");
+            let path = profile_dir.join("bootstrap");
+            assert!(path.is_file(), "{} was not built", path.display());
+            path
+        })
+        .await
+        .clone()
+}
+
+/// What one `conveyor lambda run` printed.
+struct RunOutput {
+    stdout: String,
+    stderr: String,
+}
+
+impl RunOutput {
+    fn summary(&self) -> &str {
+        self.stdout
+            .lines()
+            .find(|line| line.starts_with("summary:"))
+            .unwrap_or_else(|| panic!("no summary line:\n{}\n{}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs `conveyor lambda run --until-empty` on `queue_url` with the bootstrap and `env` for the function.
+async fn run_lambda(queue_url: &str, extra_args: &[&str], env: &[(&str, String)]) -> anyhow::Result<RunOutput> {
+    let bootstrap = bootstrap().await;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
+    command
+        .args(["lambda", "run", "--until-empty", "--queue-url", queue_url])
+        .arg("--bootstrap")
+        .arg(&bootstrap)
+        .args(extra_args)
+        .envs(aws_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.arg("--env").arg(format!("{name}={value}"));
+    }
+    let child = command.spawn().context("starting conveyor")?;
+    let output = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+        .await
+        .with_context(|| format!("conveyor lambda run did not finish within {RUN_TIMEOUT:?}"))??;
+    let run = RunOutput {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    if !output.status.success() {
+        bail!("conveyor lambda run failed ({}):\n{}\n{}", output.status, run.stdout, run.stderr);
+    }
+    Ok(run)
+}
+
+/// Sends a job the way Conveyor's producer does: JSON body, `conveyor.type`, optional `conveyor.key`.
+async fn send_job(
+    client: &aws_sdk_sqs::Client,
+    queue: &TestQueue,
+    job_type: &str,
+    body: Value,
+    key: Option<&str>,
+    group: Option<&str>,
+) -> String {
+    let string = |value: &str| {
+        MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(value)
+            .build()
+            .unwrap()
+    };
+    let mut request = client
+        .send_message()
+        .queue_url(&queue.url)
+        .message_body(body.to_string())
+        .message_attributes("conveyor.type", string(job_type));
+    if let Some(key) = key {
+        request = request.message_attributes("conveyor.key", string(key));
+    }
+    if let Some(group) = group {
+        request = request
+            .message_group_id(group)
+            .message_deduplication_id(uuid_like());
+    }
+    request.send().await.unwrap().message_id.unwrap()
+}
+
+fn uuid_like() -> String {
+    unique_name("d")
+}
+
+fn welcome(user_id: u64, email: &str) -> Value {
+    json!({"user_id": user_id, "email": email, "name": format!("User {user_id}")})
+}
+
+fn outbox_path(name: &str) -> PathBuf {
+    let dir = conveyor_testing::localstack::repo_root().join("target").join("test-outboxes");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{}.jsonl", unique_name(name)))
+}
+
+/// The outbox lines (the example application's `Outbox` format: one JSON object per line).
+fn effects(path: &Path) -> Vec<Value> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text.lines().map(|line| serde_json::from_str(line).unwrap()).collect(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => panic!("reading {}: {error}", path.display()),
+    }
+}
+
+fn emailed_users(effects: &[Value]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter(|effect| effect["effect"] == "email_sent")
+        .map(|effect| effect["to_user"].as_u64().unwrap())
+        .collect()
+}
+
+/// Every message in a queue (the DLQ), received with a short poll loop until one comes back empty.
+async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    let mut all = Vec::new();
+    loop {
+        let output = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(60)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        let messages = output.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return all;
+        }
+        all.extend(messages);
+    }
+}
+
+async fn depth(client: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    let output = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .unwrap();
+    output
+        .attributes
+        .unwrap_or_default()
+        .values()
+        .map(|value| value.parse::<u64>().unwrap())
+        .sum()
+}
+
+fn app_env(outbox: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("WEBHOOK_SIGNING_SECRET", "e2e-secret".to_owned()),
+        ("CONVEYOR_DEMO_OUTBOX", outbox.display().to_string()),
+    ]
+}
+
+#[tokio::test]
+async fn partial_failures_backoff_and_dead_letters() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::standard("lambda-partial")
+        .visibility_timeout_secs(20)
+        .max_receive_count(2);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("partial");
+
+    for user in 1..=3 {
+        send_job(&client, &queue, "welcome_email", welcome(user, "user@example.com"), None, None).await;
+    }
+    // Permanent: straight to the DLQ with the failure recorded, on the first delivery.
+    send_job(&client, &queue, "welcome_email", welcome(99, "no-address"), None, None).await;
+    // Retryable (connection refused): backoff, then SQS's redrive after maxReceiveCount = 2.
+    let webhook = json!({"delivery_id": "d-1", "url": "http://127.0.0.1:1/hook", "event": "e", "payload": {}});
+    send_job(&client, &queue, "webhook", webhook, None, None).await;
+    // Runs into the invocation deadline (3 s - 500 ms margin): retried, then redriven the same way.
+    let report = json!({"report_id": "r-1", "sections": 8, "section_millis": 500});
+    send_job(&client, &queue, "report", report, None, None).await;
+
+    let run = run_lambda(&queue.url, &["--function-timeout-secs", "3"], &app_env(&outbox))
+        .await
+        .unwrap();
+
+    let mut users = emailed_users(&effects(&outbox));
+    users.sort_unstable();
+    assert_eq!(users, vec![1, 2, 3], "each good email sent once");
+    assert!(
+        run.stdout.contains("batch 1: 6 records, 2 failures"),
+        "the first batch lists the webhook and the report:\n{}",
+        run.stdout
+    );
+    let summary = run.summary();
+    assert!(summary.contains("0 invocation errors, 0 timeouts"), "{summary}");
+    assert!(summary.contains("cold start"), "{summary}");
+
+    let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
+    assert_eq!(dead.len(), 3, "{dead:#?}");
+    let in_dlq = |needle: &str| {
+        dead.iter()
+            .find(|message| message.body.as_deref().is_some_and(|body| body.contains(needle)))
+            .unwrap_or_else(|| panic!("no DLQ message with {needle}: {dead:#?}"))
+    };
+    let failure = |message: &aws_sdk_sqs::types::Message| {
+        message
+            .message_attributes
+            .as_ref()
+            .and_then(|attributes| attributes.get("conveyor.failure"))
+            .and_then(|value| value.string_value.clone())
+    };
+    let rejected: Value = serde_json::from_str(&failure(in_dlq("no-address")).unwrap()).unwrap();
+    assert_eq!(rejected["receive_count"], 1, "dead-lettered on its first delivery");
+    assert!(rejected["error"].as_str().unwrap().contains("no valid email"), "{rejected}");
+    // The retried ones were moved by SQS's redrive policy, not sent by the adapter.
+    for needle in ["\"d-1\"", "\"r-1\""] {
+        assert_eq!(failure(in_dlq(needle)), None, "{needle} was redriven by SQS");
+    }
+    assert_eq!(depth(&client, &queue.url).await, 0);
+}
+
+#[tokio::test]
+async fn fifo_groups_keep_their_order_across_batches() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::fifo("lambda-fifo").visibility_timeout_secs(20).max_receive_count(3);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("fifo");
+
+    let group_a = [1u64, 2, 3, 4, 5, 6];
+    let group_b = [101u64, 102, 103, 104];
+    for (index, user) in group_a.iter().enumerate() {
+        // One permanent failure in the middle of group a: it goes to the DLQ and the group goes on.
+        let email = if index == 2 { "broken" } else { "user@example.com" };
+        send_job(&client, &queue, "welcome_email", welcome(*user, email), None, Some("a")).await;
+    }
+    for user in group_b {
+        send_job(&client, &queue, "welcome_email", welcome(user, "user@example.com"), None, Some("b")).await;
+    }
+
+    let run = run_lambda(&queue.url, &["--batch-size", "3"], &app_env(&outbox))
+        .await
+        .unwrap();
+    let users = emailed_users(&effects(&outbox));
+    let a: Vec<u64> = users.iter().copied().filter(|user| *user < 100).collect();
+    let b: Vec<u64> = users.iter().copied().filter(|user| *user > 100).collect();
+    assert_eq!(a, vec![1, 2, 4, 5, 6], "group a in send order:\n{}", run.stdout);
+    assert_eq!(b, group_b.to_vec(), "group b in send order:\n{}", run.stdout);
+    assert!(run.summary().starts_with("summary: "), "{}", run.stdout);
+    let batches = run.stdout.lines().filter(|line| line.starts_with("batch ")).count();
+    assert!(batches >= 4, "10 messages in batches of at most 3:\n{}", run.stdout);
+    let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].body.as_deref().unwrap().contains("broken"));
+}
+
+#[tokio::test]
+async fn duplicates_are_suppressed_through_the_idempotency_table() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let table = create_table(&dynamodb_client().await, "lambda-dupes").await.unwrap();
+    let spec = QueueSpec::standard("lambda-dupes").visibility_timeout_secs(20).max_receive_count(3);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("dupes");
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table.clone()));
+
+    // The same business key sent twice, as a producer retrying after a timeout would.
+    let key = "welcome_email:user:42";
+    send_job(&client, &queue, "welcome_email", welcome(42, "user@example.com"), Some(key), None).await;
+    send_job(&client, &queue, "welcome_email", welcome(42, "user@example.com"), Some(key), None).await;
+    let first = run_lambda(&queue.url, &["--batch-size", "1"], &env).await.unwrap();
+    assert_eq!(emailed_users(&effects(&outbox)), vec![42], "{}", first.stdout);
+
+    // A third send, to a new execution environment (a second cold start): still a duplicate.
+    send_job(&client, &queue, "welcome_email", welcome(42, "user@example.com"), Some(key), None).await;
+    let second = run_lambda(&queue.url, &[], &env).await.unwrap();
+    assert_eq!(emailed_users(&effects(&outbox)), vec![42], "{}", second.stdout);
+    assert!(second.stdout.contains("batch 1: 1 records, 0 failures"), "{}", second.stdout);
+    assert_eq!(depth(&client, &queue.url).await, 0, "duplicates are deleted, not retried");
+    assert!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
+}

@@ -1,0 +1,107 @@
+//! What the conformance suites report: one [`SuiteFailure`] per failed case, never a panic, so a test can
+//! assert that a deliberately broken backend fails the right case.
+
+use std::fmt;
+use std::future::Future;
+
+/// One failed conformance case.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{case}: {message}")]
+pub struct SuiteFailure {
+    /// The case's name (its function's name).
+    pub case: &'static str,
+    /// What was expected and what happened.
+    pub message: String,
+}
+
+impl SuiteFailure {
+    /// A failure of `case`.
+    pub fn new(case: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            case,
+            message: message.into(),
+        }
+    }
+}
+
+/// The result of one case.
+pub type CaseResult = Result<(), SuiteFailure>;
+
+/// Every failed case of a suite run.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SuiteFailures(pub Vec<SuiteFailure>);
+
+impl SuiteFailures {
+    /// True when `case` is among the failures.
+    pub fn failed(&self, case: &str) -> bool {
+        self.0.iter().any(|failure| failure.case == case)
+    }
+
+    /// The failed cases' names.
+    pub fn cases(&self) -> Vec<&'static str> {
+        self.0.iter().map(|failure| failure.case).collect()
+    }
+}
+
+impl fmt::Display for SuiteFailures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} conformance case(s) failed:", self.0.len())?;
+        for failure in &self.0 {
+            writeln!(f, "  - {failure}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SuiteFailures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Runs cases one after another (they share nothing but the backend), logging each, and collects the
+/// failures.
+pub(crate) async fn run_cases<'a, F>(suite: &str, cases: Vec<(&'static str, F)>) -> Result<(), SuiteFailures>
+where
+    F: Future<Output = CaseResult> + 'a,
+{
+    let mut failures = Vec::new();
+    for (name, case) in cases {
+        let started = tokio::time::Instant::now();
+        let result = case.await;
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(()) => tracing::info!(suite, case = name, elapsed_ms, "conformance case passed"),
+            Err(failure) => {
+                tracing::warn!(suite, case = name, elapsed_ms, %failure, "conformance case failed");
+                failures.push(failure);
+            }
+        }
+    }
+    if failures.is_empty() {
+        return Ok(());
+    }
+    Err(SuiteFailures(failures))
+}
+
+/// Fails the current case with a formatted message unless the condition holds.
+macro_rules! ensure {
+    ($case:expr, $condition:expr, $($message:tt)+) => {
+        if !$condition {
+            return Err($crate::suite::SuiteFailure::new($case, format!($($message)+)));
+        }
+    };
+}
+pub(crate) use ensure;
+
+/// Turns an error of a backend call into the current case's failure.
+pub(crate) trait OrFail<T> {
+    /// `Err(e)` becomes a failure of `case` naming `what` and `e`.
+    fn or_fail(self, case: &'static str, what: &str) -> Result<T, SuiteFailure>;
+}
+
+impl<T, E: fmt::Display> OrFail<T> for Result<T, E> {
+    fn or_fail(self, case: &'static str, what: &str) -> Result<T, SuiteFailure> {
+        self.map_err(|error| SuiteFailure::new(case, format!("{what} failed: {error}")))
+    }
+}

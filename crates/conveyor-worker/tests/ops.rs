@@ -1,0 +1,113 @@
+//! The operations endpoint (real clock, real TCP): /healthz, /readyz, /metrics and `healthcheck`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use conveyor_core::config::WorkerConfig;
+use conveyor_core::{Pipeline, Queue, Router};
+use conveyor_testing::MemoryQueue;
+use conveyor_worker::{Worker, healthcheck};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let code = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_are_served() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("ops"));
+    queue.set_unavailable(true);
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
+    let config = WorkerConfig {
+        listen_addr: Some("127.0.0.1:0".into()),
+        stats_interval: Duration::from_millis(100),
+        ..config(&[("ops", 1)])
+    };
+    let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap();
+    let status = worker.status();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    eventually(5, "the endpoint to listen", || status.operations_addr().is_some()).await;
+    let addr = status.operations_addr().unwrap();
+
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    let (code, body) = get(addr, "/readyz").await;
+    assert_eq!(code, 503, "SQS is unavailable: not ready");
+    assert!(body.contains("not ready"), "{body}");
+    healthcheck(&addr.to_string()).await.unwrap();
+
+    queue.set_unavailable(false);
+    for id in 0..3 {
+        queue.push_message(message("plain", &job(id))).unwrap();
+    }
+    eventually(15, "readiness and the jobs", || {
+        status.is_ready() && log.count(Kind::Succeeded) == 3
+    })
+    .await;
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+    eventually(5, "the deletes", || queue.is_empty()).await;
+    // Give the depth poller (100 ms) a round after the deletes.
+    let metrics = conveyor_testing::wait_for(Duration::from_secs(5), Duration::from_millis(50), async || {
+        let (_, body) = get(addr, "/metrics").await;
+        body.contains("conveyor_queue_visible{queue=\"ops\"} 0")
+            .then_some(body)
+    })
+    .await
+    .unwrap();
+    for expected in [
+        "conveyor_messages_received_total{queue=\"ops\"} 3",
+        "conveyor_messages_succeeded_total{queue=\"ops\",job_type=\"plain\"} 3",
+        "conveyor_handler_duration_seconds_bucket{job_type=\"plain\",le=\"0.005\"}",
+        "conveyor_in_flight 0",
+        "conveyor_queue_in_flight{queue=\"ops\"}",
+    ] {
+        assert!(metrics.contains(expected), "missing {expected:?} in:\n{metrics}");
+    }
+    assert_eq!(get(addr, "/nope").await.0, 404);
+
+    shutdown.cancel();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.succeeded, 3);
+    let error = healthcheck(&addr.to_string()).await.unwrap_err().to_string();
+    assert!(error.contains("health check"), "{error}");
+}
+
+#[tokio::test]
+async fn a_busy_listen_address_is_a_clear_error() {
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("busy"));
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
+    let config = WorkerConfig {
+        listen_addr: Some(addr.clone()),
+        ..config(&[("busy", 1)])
+    };
+    let worker = Worker::new(config, pipeline, vec![queue as Arc<dyn Queue>]).unwrap();
+    let error = worker
+        .run(CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&addr) && error.contains("CONVEYOR_LISTEN_ADDR"),
+        "{error}"
+    );
+}
