@@ -739,6 +739,16 @@ async fn stats_report_what_was_put_in_the_queue_and_its_dlq() {
         text.stdout
     );
 
+    // Asked about the DLQ itself: its own numbers, and whose DLQ it is.
+    let of_dlq = conveyor(&["stats", "--queue-url", dlq_url(&queue)]).await;
+    of_dlq.assert_ok();
+    let expected = format!(
+        "{} is the DLQ of {}",
+        queue.dlq_name.as_deref().unwrap(),
+        queue.name
+    );
+    assert!(of_dlq.stdout.contains(&expected), "{}", of_dlq.stdout);
+
     // --peek-age derives the age from a peek and leaves the counts as they were.
     let peeked = conveyor(&[
         "stats",
@@ -935,6 +945,33 @@ async fn redrive_with_a_move_task_moves_everything_back() {
     let tasks = tasks.json();
     assert_eq!(tasks["tasks"][0]["status"], "COMPLETED");
     assert_eq!(tasks["tasks"][0]["moved"], 15);
+
+    // A second redrive of the same DLQ follows its own task, not the finished one listed before it.
+    for index in 0..5 {
+        dead_letter_directly(
+            &client,
+            dlq_url(&queue),
+            "email",
+            "smtp down",
+            &format!("again-{index}"),
+        )
+        .await;
+    }
+    wait_for_depth(&client, dlq_url(&queue), (5, 0, 0)).await;
+    let again = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--wait",
+        "--output",
+        "json",
+    ])
+    .await;
+    again.assert_ok();
+    assert_eq!(again.json()["moved"], 5);
+    wait_for_depth(&client, &queue.url, (20, 0, 0)).await;
+    wait_for_depth(&client, dlq_url(&queue), (0, 0, 0)).await;
 }
 
 #[tokio::test]

@@ -65,7 +65,10 @@ async fn bootstrap() -> PathBuf {
                 }
             }
             let status = command.status().await.expect("running cargo");
-            assert!(status.success(), "cargo build -p conveyor-examples --bin bootstrap failed");
+            assert!(
+                status.success(),
+                "cargo build -p conveyor-examples --bin bootstrap failed"
+            );
             let path = profile_dir.join("bootstrap");
             assert!(path.is_file(), "{} was not built", path.display());
             path
@@ -90,7 +93,11 @@ impl RunOutput {
 }
 
 /// Runs `conveyor lambda run --until-empty` on `queue_url` with the bootstrap and `env` for the function.
-async fn run_lambda(queue_url: &str, extra_args: &[&str], env: &[(&str, String)]) -> anyhow::Result<RunOutput> {
+async fn run_lambda(
+    queue_url: &str,
+    extra_args: &[&str],
+    env: &[(&str, String)],
+) -> anyhow::Result<RunOutput> {
     let bootstrap = bootstrap().await;
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
     command
@@ -115,7 +122,12 @@ async fn run_lambda(queue_url: &str, extra_args: &[&str], env: &[(&str, String)]
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     };
     if !output.status.success() {
-        bail!("conveyor lambda run failed ({}):\n{}\n{}", output.status, run.stdout, run.stderr);
+        bail!(
+            "conveyor lambda run failed ({}):\n{}\n{}",
+            output.status,
+            run.stdout,
+            run.stderr
+        );
     }
     Ok(run)
 }
@@ -161,7 +173,9 @@ fn welcome(user_id: u64, email: &str) -> Value {
 }
 
 fn outbox_path(name: &str) -> PathBuf {
-    let dir = conveyor_testing::localstack::repo_root().join("target").join("test-outboxes");
+    let dir = conveyor_testing::localstack::repo_root()
+        .join("target")
+        .join("test-outboxes");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(format!("{}.jsonl", unique_name(name)))
 }
@@ -169,7 +183,10 @@ fn outbox_path(name: &str) -> PathBuf {
 /// The outbox lines (the example application's `Outbox` format: one JSON object per line).
 fn effects(path: &Path) -> Vec<Value> {
     match std::fs::read_to_string(path) {
-        Ok(text) => text.lines().map(|line| serde_json::from_str(line).unwrap()).collect(),
+        Ok(text) => text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect(),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(error) => panic!("reading {}: {error}", path.display()),
     }
@@ -242,12 +259,29 @@ async fn partial_failures_backoff_and_dead_letters() {
     let outbox = outbox_path("partial");
 
     for user in 1..=3 {
-        send_job(&client, &queue, "welcome_email", welcome(user, "user@example.com"), None, None).await;
+        send_job(
+            &client,
+            &queue,
+            "welcome_email",
+            welcome(user, "user@example.com"),
+            None,
+            None,
+        )
+        .await;
     }
     // Permanent: straight to the DLQ with the failure recorded, on the first delivery.
-    send_job(&client, &queue, "welcome_email", welcome(99, "no-address"), None, None).await;
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(99, "no-address"),
+        None,
+        None,
+    )
+    .await;
     // Retryable (connection refused): backoff, then SQS's redrive after maxReceiveCount = 2.
-    let webhook = json!({"delivery_id": "d-1", "url": "http://127.0.0.1:1/hook", "event": "e", "payload": {}});
+    let webhook =
+        json!({"delivery_id": "d-1", "url": "http://127.0.0.1:1/hook", "event": "e", "payload": {}});
     send_job(&client, &queue, "webhook", webhook, None, None).await;
     // Runs into the invocation deadline (3 s - 500 ms margin): retried, then redriven the same way.
     let report = json!({"report_id": "r-1", "sections": 8, "section_millis": 500});
@@ -284,8 +318,14 @@ async fn partial_failures_backoff_and_dead_letters() {
             .and_then(|value| value.string_value.clone())
     };
     let rejected: Value = serde_json::from_str(&failure(in_dlq("no-address")).unwrap()).unwrap();
-    assert_eq!(rejected["receive_count"], 1, "dead-lettered on its first delivery");
-    assert!(rejected["error"].as_str().unwrap().contains("no valid email"), "{rejected}");
+    assert_eq!(
+        rejected["receive_count"], 1,
+        "dead-lettered on its first delivery"
+    );
+    assert!(
+        rejected["error"].as_str().unwrap().contains("no valid email"),
+        "{rejected}"
+    );
     // The retried ones were moved by SQS's redrive policy, not sent by the adapter.
     for needle in ["\"d-1\"", "\"r-1\""] {
         assert_eq!(failure(in_dlq(needle)), None, "{needle} was redriven by SQS");
@@ -297,7 +337,9 @@ async fn partial_failures_backoff_and_dead_letters() {
 async fn fifo_groups_keep_their_order_across_batches() {
     ensure_local_aws().await.unwrap();
     let client = sqs_client().await;
-    let spec = QueueSpec::fifo("lambda-fifo").visibility_timeout_secs(20).max_receive_count(3);
+    let spec = QueueSpec::fifo("lambda-fifo")
+        .visibility_timeout_secs(20)
+        .max_receive_count(3);
     let queue = create_queue(&client, &spec).await.unwrap();
     let outbox = outbox_path("fifo");
 
@@ -306,10 +348,26 @@ async fn fifo_groups_keep_their_order_across_batches() {
     for (index, user) in group_a.iter().enumerate() {
         // One permanent failure in the middle of group a: it goes to the DLQ and the group goes on.
         let email = if index == 2 { "broken" } else { "user@example.com" };
-        send_job(&client, &queue, "welcome_email", welcome(*user, email), None, Some("a")).await;
+        send_job(
+            &client,
+            &queue,
+            "welcome_email",
+            welcome(*user, email),
+            None,
+            Some("a"),
+        )
+        .await;
     }
     for user in group_b {
-        send_job(&client, &queue, "welcome_email", welcome(user, "user@example.com"), None, Some("b")).await;
+        send_job(
+            &client,
+            &queue,
+            "welcome_email",
+            welcome(user, "user@example.com"),
+            None,
+            Some("b"),
+        )
+        .await;
     }
 
     let run = run_lambda(&queue.url, &["--batch-size", "3"], &app_env(&outbox))
@@ -321,8 +379,16 @@ async fn fifo_groups_keep_their_order_across_batches() {
     assert_eq!(a, vec![1, 2, 4, 5, 6], "group a in send order:\n{}", run.stdout);
     assert_eq!(b, group_b.to_vec(), "group b in send order:\n{}", run.stdout);
     assert!(run.summary().starts_with("summary: "), "{}", run.stdout);
-    let batches = run.stdout.lines().filter(|line| line.starts_with("batch ")).count();
-    assert!(batches >= 4, "10 messages in batches of at most 3:\n{}", run.stdout);
+    let batches = run
+        .stdout
+        .lines()
+        .filter(|line| line.starts_with("batch "))
+        .count();
+    assert!(
+        batches >= 4,
+        "10 messages in batches of at most 3:\n{}",
+        run.stdout
+    );
     let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
     assert_eq!(dead.len(), 1);
     assert!(dead[0].body.as_deref().unwrap().contains("broken"));
@@ -332,8 +398,12 @@ async fn fifo_groups_keep_their_order_across_batches() {
 async fn duplicates_are_suppressed_through_the_idempotency_table() {
     ensure_local_aws().await.unwrap();
     let client = sqs_client().await;
-    let table = create_table(&dynamodb_client().await, "lambda-dupes").await.unwrap();
-    let spec = QueueSpec::standard("lambda-dupes").visibility_timeout_secs(20).max_receive_count(3);
+    let table = create_table(&dynamodb_client().await, "lambda-dupes")
+        .await
+        .unwrap();
+    let spec = QueueSpec::standard("lambda-dupes")
+        .visibility_timeout_secs(20)
+        .max_receive_count(3);
     let queue = create_queue(&client, &spec).await.unwrap();
     let outbox = outbox_path("dupes");
     let mut env = app_env(&outbox);
@@ -341,16 +411,50 @@ async fn duplicates_are_suppressed_through_the_idempotency_table() {
 
     // The same business key sent twice, as a producer retrying after a timeout would.
     let key = "welcome_email:user:42";
-    send_job(&client, &queue, "welcome_email", welcome(42, "user@example.com"), Some(key), None).await;
-    send_job(&client, &queue, "welcome_email", welcome(42, "user@example.com"), Some(key), None).await;
-    let first = run_lambda(&queue.url, &["--batch-size", "1"], &env).await.unwrap();
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(42, "user@example.com"),
+        Some(key),
+        None,
+    )
+    .await;
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(42, "user@example.com"),
+        Some(key),
+        None,
+    )
+    .await;
+    let first = run_lambda(&queue.url, &["--batch-size", "1"], &env)
+        .await
+        .unwrap();
     assert_eq!(emailed_users(&effects(&outbox)), vec![42], "{}", first.stdout);
 
     // A third send, to a new execution environment (a second cold start): still a duplicate.
-    send_job(&client, &queue, "welcome_email", welcome(42, "user@example.com"), Some(key), None).await;
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(42, "user@example.com"),
+        Some(key),
+        None,
+    )
+    .await;
     let second = run_lambda(&queue.url, &[], &env).await.unwrap();
     assert_eq!(emailed_users(&effects(&outbox)), vec![42], "{}", second.stdout);
-    assert!(second.stdout.contains("batch 1: 1 records, 0 failures"), "{}", second.stdout);
-    assert_eq!(depth(&client, &queue.url).await, 0, "duplicates are deleted, not retried");
+    assert!(
+        second.stdout.contains("batch 1: 1 records, 0 failures"),
+        "{}",
+        second.stdout
+    );
+    assert_eq!(
+        depth(&client, &queue.url).await,
+        0,
+        "duplicates are deleted, not retried"
+    );
     assert!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
 }

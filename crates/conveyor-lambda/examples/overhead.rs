@@ -97,7 +97,11 @@ async fn batch_overhead() {
             let event = parse_event(payload).unwrap();
             let deadline = Instant::now() + Duration::from_secs(10);
             let report = plain.process_batch_report(event, deadline).await;
-            let lines: usize = report.metrics.iter().map(|m| m.to_emf_line(SystemTime::now()).len()).sum();
+            let lines: usize = report
+                .metrics
+                .iter()
+                .map(|m| m.to_emf_line(SystemTime::now()).len())
+                .sum();
             let response = serde_json::to_vec(&report.response).unwrap();
             assert!(lines > 0 && report.response.batch_item_failures.is_empty() && !response.is_empty());
             started.elapsed()
@@ -141,8 +145,12 @@ async fn batch_overhead() {
 
     println!("adapter overhead per batch of {BATCH} no-op messages ({ITERATIONS} batches, MemoryQueue):");
     println!("  JSON bytes -> SqsEvent -> pipeline -> SqsBatchResponse + EMF line   {full:8.1} µs/batch");
-    println!("  SqsEvent -> pipeline -> SqsBatchResponse (no JSON)                   {pipeline_only:8.1} µs/batch");
-    println!("  the same with idempotency on MemoryIdempotencyStore (claim+complete) {with_store:8.1} µs/batch");
+    println!(
+        "  SqsEvent -> pipeline -> SqsBatchResponse (no JSON)                   {pipeline_only:8.1} µs/batch"
+    );
+    println!(
+        "  the same with idempotency on MemoryIdempotencyStore (claim+complete) {with_store:8.1} µs/batch"
+    );
 }
 
 fn workspace_root() -> PathBuf {
@@ -151,13 +159,23 @@ fn workspace_root() -> PathBuf {
 
 /// The release bootstrap, built when missing.
 fn release_bootstrap() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
     let path = target.join("release").join("bootstrap");
     if !path.is_file() {
-        println!("building the release bootstrap (cargo build --release -p conveyor-examples --bin bootstrap)...");
+        println!(
+            "building the release bootstrap (cargo build --release -p conveyor-examples --bin bootstrap)..."
+        );
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let status = std::process::Command::new(cargo)
-            .args(["build", "--release", "-p", "conveyor-examples", "--bin", "bootstrap"])
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "conveyor-examples",
+                "--bin",
+                "bootstrap",
+            ])
             .current_dir(workspace_root())
             .status()
             .unwrap();
@@ -183,7 +201,10 @@ async fn start_once(bootstrap: &Path, extra_env: &[(&str, &str)]) -> Duration {
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:4566")
         .env("WEBHOOK_SIGNING_SECRET", "overhead")
-        .env("CONVEYOR_DEMO_OUTBOX", std::env::temp_dir().join("overhead-outbox.jsonl"))
+        .env(
+            "CONVEYOR_DEMO_OUTBOX",
+            std::env::temp_dir().join("overhead-outbox.jsonl"),
+        )
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

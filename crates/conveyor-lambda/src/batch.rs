@@ -34,8 +34,7 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use conveyor_core::config::LambdaConfig;
 use conveyor_core::{
-    AckReason, Disposition, Lease, Message, Outcome, Pipeline, Queue, ReceiptHandle, VisibilityChange,
-    reject,
+    AckReason, Disposition, Lease, Message, Outcome, Pipeline, Queue, ReceiptHandle, VisibilityChange, reject,
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -178,16 +177,13 @@ impl BatchProcessor {
                     index,
                     message: Arc::new(message),
                 }),
-                Err(error @ RecordError::MissingMessageId) => {
-                    tracing::error!(index, %error, "skipping a record");
-                }
-                Err(error @ (RecordError::MissingReceiptHandle(_) | RecordError::MissingSource(_))) => {
+                Err(error) => {
                     tracing::error!(index, %error, "cannot process a record");
-                    sources[source].metrics.retried += 1;
                     let (RecordError::MissingReceiptHandle(id) | RecordError::MissingSource(id)) = error
                     else {
-                        continue;
+                        continue; // no message id: nothing to report it by
                     };
+                    sources[source].metrics.retried += 1;
                     failures.push((index, id));
                 }
             }
@@ -246,7 +242,11 @@ impl BatchProcessor {
                 Err(error) => {
                     tracing::error!(%error, records = items.len(), "reporting the queue's records as failures");
                     source.metrics.retried += items.len() as u64;
-                    failures.extend(items.into_iter().map(|item| (item.index, item.message.id.clone())));
+                    failures.extend(
+                        items
+                            .into_iter()
+                            .map(|item| (item.index, item.message.id.clone())),
+                    );
                     continue;
                 }
             };
@@ -439,7 +439,11 @@ fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
     if let Some(position) = sources.iter().position(|source| source.arn == arn) {
         return position;
     }
-    let name = if arn.is_empty() { "unknown" } else { queue_name(arn) };
+    let name = if arn.is_empty() {
+        "unknown"
+    } else {
+        queue_name(arn)
+    };
     sources.push(Source {
         arn: arn.to_owned(),
         name: Arc::from(name),

@@ -26,7 +26,10 @@ pub fn parse_event(payload: Value) -> Result<SqsEvent, EventError> {
     };
     for (index, record) in records.iter().enumerate() {
         if !record.is_object() {
-            return Err(error(format!("record {index} is {}, not an object", kind(record))));
+            return Err(error(format!(
+                "record {index} is {}, not an object",
+                kind(record)
+            )));
         }
         if let Some(source) = event_source(record)
             && source != SQS_EVENT_SOURCE
@@ -38,7 +41,9 @@ pub fn parse_event(payload: Value) -> Result<SqsEvent, EventError> {
     }
     match serde_json::from_value::<SqsEvent>(payload.clone()) {
         Ok(event) => Ok(event),
-        Err(serde_error) => Err(error(format!("the records do not have the SQS message shape: {serde_error}"))),
+        Err(serde_error) => Err(error(format!(
+            "the records do not have the SQS message shape: {serde_error}"
+        ))),
     }
 }
 
@@ -55,7 +60,10 @@ fn describe(payload: &Value) -> String {
     let Some(object) = payload.as_object() else {
         return kind(payload).to_owned();
     };
-    if let Some(first) = object.get("Records").and_then(Value::as_array).and_then(|r| r.first())
+    if let Some(first) = object
+        .get("Records")
+        .and_then(Value::as_array)
+        .and_then(|r| r.first())
         && let Some(source) = event_source(first)
     {
         return format!("an event whose records come from {source:?}");

@@ -152,6 +152,9 @@ mod tests {
         assert!(QueueArn::parse("arn:aws-cn:sqs:cn-north-1:1:q").is_ok());
         assert!(QueueArn::parse("arn:aws:sns:us-east-1:1:topic").is_err());
         assert!(QueueArn::parse("https://sqs.us-east-1.amazonaws.com/1/q").is_err());
-        assert_eq!(queue_name("arn:aws:sqs:us-east-2:123456789012:my-queue"), "my-queue");
+        assert_eq!(
+            queue_name("arn:aws:sqs:us-east-2:123456789012:my-queue"),
+            "my-queue"
+        );
     }
 }

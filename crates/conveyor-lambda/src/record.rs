@@ -107,10 +107,16 @@ mod tests {
         let attributes = HashMap::from([
             ("ApproximateReceiveCount".to_owned(), "3".to_owned()),
             ("SentTimestamp".to_owned(), "1573251510774".to_owned()),
-            ("ApproximateFirstReceiveTimestamp".to_owned(), "1573251510800".to_owned()),
+            (
+                "ApproximateFirstReceiveTimestamp".to_owned(),
+                "1573251510800".to_owned(),
+            ),
             ("MessageGroupId".to_owned(), "g1".to_owned()),
             ("MessageDeduplicationId".to_owned(), "d1".to_owned()),
-            ("AWSTraceHeader".to_owned(), "Root=1-5759e988-bd862e3fe1be46a994272793".to_owned()),
+            (
+                "AWSTraceHeader".to_owned(),
+                "Root=1-5759e988-bd862e3fe1be46a994272793".to_owned(),
+            ),
         ]);
         let message_attributes = HashMap::from([
             (
@@ -148,7 +154,10 @@ mod tests {
         assert_eq!(message.receipt_handle.as_str(), "rh1");
         assert_eq!(message.body, "{}");
         assert_eq!(message.receive_count, 3);
-        assert_eq!(message.sent_at, Some(UNIX_EPOCH + Duration::from_millis(1_573_251_510_774)));
+        assert_eq!(
+            message.sent_at,
+            Some(UNIX_EPOCH + Duration::from_millis(1_573_251_510_774))
+        );
         assert_eq!(
             message.first_received_at,
             Some(UNIX_EPOCH + Duration::from_millis(1_573_251_510_800))
@@ -178,7 +187,8 @@ mod tests {
     #[test]
     fn an_unreadable_receive_count_counts_as_first() {
         let mut odd = record();
-        odd.attributes.insert("ApproximateReceiveCount".to_owned(), "many".to_owned());
+        odd.attributes
+            .insert("ApproximateReceiveCount".to_owned(), "many".to_owned());
         assert_eq!(to_message(&odd).unwrap().receive_count, 1);
     }
 }

@@ -182,7 +182,10 @@ mod tests {
     #[test]
     fn bad_values_name_the_variable() {
         let error = config(&[(REJECT_MODE_ENV, "dlq")]).unwrap_err().to_string();
-        assert!(error.contains(REJECT_MODE_ENV) && error.contains("send_to_dlq"), "{error}");
+        assert!(
+            error.contains(REJECT_MODE_ENV) && error.contains("send_to_dlq"),
+            "{error}"
+        );
         let error = config(&[(BATCH_CONCURRENCY_ENV, "-1")]).unwrap_err().to_string();
         assert!(error.contains(BATCH_CONCURRENCY_ENV), "{error}");
     }

@@ -46,14 +46,20 @@ impl Handler for Scripted {
     async fn handle(&self, step: Step, _ctx: Context) -> Result<(), HandlerError> {
         self.log.lock().unwrap().push(step.name.clone());
         if let Some(store) = &self.store {
-            let leases = store.records().into_iter().filter_map(|record| record.lease_until);
+            let leases = store
+                .records()
+                .into_iter()
+                .filter_map(|record| record.lease_until);
             self.leases.lock().unwrap().extend(leases);
         }
         if step.sleep_ms > 0 {
             tokio::time::sleep(Duration::from_millis(step.sleep_ms)).await;
         }
         match step.action.as_str() {
-            "retry" => Err(HandlerError::retry_after("provider busy", Duration::from_secs(30))),
+            "retry" => Err(HandlerError::retry_after(
+                "provider busy",
+                Duration::from_secs(30),
+            )),
             "permanent" => Err(HandlerError::permanent("no such user")),
             "panic" => panic!("handler bug"),
             _ => Ok(()),
@@ -101,8 +107,13 @@ impl Harness {
     }
 
     fn push_step(&self, step: Value, group: Option<&str>) -> String {
-        let group_id = group.map(str::to_owned).or_else(|| self.queue.is_fifo().then(|| "g".to_owned()));
-        let deduplication_id = self.queue.is_fifo().then(|| step["name"].as_str().unwrap().to_owned());
+        let group_id = group
+            .map(str::to_owned)
+            .or_else(|| self.queue.is_fifo().then(|| "g".to_owned()));
+        let deduplication_id = self
+            .queue
+            .is_fifo()
+            .then(|| step["name"].as_str().unwrap().to_owned());
         self.queue
             .push_message(OutgoingMessage {
                 body: step.to_string(),
@@ -155,7 +166,9 @@ impl Harness {
     }
 
     async fn run(&self, messages: &[Message], deadline: Instant) -> BatchReport {
-        self.processor.process_batch_report(self.event(messages), deadline).await
+        self.processor
+            .process_batch_report(self.event(messages), deadline)
+            .await
     }
 
     fn ran(&self) -> Vec<String> {
@@ -193,7 +206,10 @@ fn documented_events_convert_field_for_field() {
     let standard: SqsEvent = parse_event(fixture("sqs-standard-event.json")).unwrap();
     let first = to_message(&standard.records[0]).unwrap();
     assert_eq!(first.id, "059f36b4-87a3-44ab-83d2-661975830a7d");
-    assert_eq!(first.receipt_handle.as_str(), "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a...");
+    assert_eq!(
+        first.receipt_handle.as_str(),
+        "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a..."
+    );
     assert_eq!(first.body, "Test message.");
     assert_eq!(first.receive_count, 1);
     assert_eq!(
@@ -220,7 +236,10 @@ async fn a_documented_event_that_succeeds_lists_nothing() {
     for record in &mut event.records {
         record.body = Some(json!({"name": record.message_id}).to_string());
     }
-    let report = harness.processor.process_batch_report(event, in_ten_seconds()).await;
+    let report = harness
+        .processor
+        .process_batch_report(event, in_ten_seconds())
+        .await;
     assert!(listed(&report).is_empty(), "{report:?}");
     assert_eq!(harness.ran().len(), 2);
     let metrics = &report.metrics[0];
@@ -230,10 +249,16 @@ async fn a_documented_event_that_succeeds_lists_nothing() {
     // The documented body ("Test message.") is not a job: permanent, so dead-lettered; this queue has
     // no DLQ, so it is listed and retried after the fallback delay rather than lost.
     let raw = parse_event(fixture("sqs-standard-event.json")).unwrap();
-    let report = harness.processor.process_batch_report(raw, in_ten_seconds()).await;
+    let report = harness
+        .processor
+        .process_batch_report(raw, in_ten_seconds())
+        .await;
     assert_eq!(
         listed(&report),
-        vec!["059f36b4-87a3-44ab-83d2-661975830a7d", "2e1424d4-f796-459a-8184-9c92662be6da"]
+        vec![
+            "059f36b4-87a3-44ab-83d2-661975830a7d",
+            "2e1424d4-f796-459a-8184-9c92662be6da"
+        ]
     );
 }
 
@@ -256,7 +281,12 @@ async fn partial_failures_are_listed_and_come_back_after_their_backoff() {
     );
     let metrics = &report.metrics[0];
     assert_eq!(
-        (metrics.received, metrics.succeeded, metrics.retried, metrics.dead_lettered),
+        (
+            metrics.received,
+            metrics.succeeded,
+            metrics.retried,
+            metrics.dead_lettered
+        ),
         (4, 2, 2, 0)
     );
 
@@ -285,7 +315,10 @@ async fn permanent_failures_go_to_the_dlq_at_once_and_are_not_listed() {
     let dead = dlq.snapshot();
     assert_eq!(dead.len(), 1);
     assert!(dead[0].body.contains("doomed"));
-    let failure = dead[0].attributes[FAILURE_ATTRIBUTE].string_value.clone().unwrap();
+    let failure = dead[0].attributes[FAILURE_ATTRIBUTE]
+        .string_value
+        .clone()
+        .unwrap();
     assert!(failure.contains("no such user"), "{failure}");
     assert_eq!(report.metrics[0].dead_lettered, 1);
     assert_eq!(harness.queue.requests().change_visibility, 0);
@@ -326,8 +359,16 @@ async fn fifo_stops_a_group_after_a_failure_and_lets_other_groups_go_on() {
     let report = harness.run(&received, in_ten_seconds()).await;
     assert_eq!(listed(&report), vec![a2.clone(), a3.clone()]);
     let ran = harness.ran();
-    let group_a: Vec<&str> = ran.iter().map(String::as_str).filter(|name| name.starts_with('a')).collect();
-    let group_b: Vec<&str> = ran.iter().map(String::as_str).filter(|name| name.starts_with('b')).collect();
+    let group_a: Vec<&str> = ran
+        .iter()
+        .map(String::as_str)
+        .filter(|name| name.starts_with('a'))
+        .collect();
+    let group_b: Vec<&str> = ran
+        .iter()
+        .map(String::as_str)
+        .filter(|name| name.starts_with('b'))
+        .collect();
     assert_eq!(group_a, vec!["a1", "a2"], "a3 never started");
     assert_eq!(group_b, vec!["b1", "b2"], "in order, after b1's sleep");
 
@@ -361,7 +402,9 @@ async fn messages_that_cannot_start_before_the_deadline_are_listed_untouched() {
 
     // The cut-off is 2 s - 1.5 s = 500 ms away: the slow one starts and runs into it; the others
     // cannot start.
-    let report = harness.run(&received, Instant::now() + Duration::from_secs(2)).await;
+    let report = harness
+        .run(&received, Instant::now() + Duration::from_secs(2))
+        .await;
     assert_eq!(listed(&report), vec![slow.clone(), late1.clone(), late2.clone()]);
     assert_eq!(harness.ran(), vec!["slow"]);
     // The timed-out one is a retry with backoff (at most 2 s on a first delivery); the others are
@@ -377,7 +420,9 @@ async fn messages_that_cannot_start_before_the_deadline_are_listed_untouched() {
     harness.push("too-late", "ok");
     let received = harness.receive().await;
     assert_eq!(received.len(), 2);
-    let report = harness.run(&received, Instant::now() + Duration::from_secs(1)).await;
+    let report = harness
+        .run(&received, Instant::now() + Duration::from_secs(1))
+        .await;
     assert_eq!(listed(&report).len(), 2);
     assert!(harness.ran().is_empty());
 }
@@ -425,7 +470,10 @@ async fn records_without_an_id_are_skipped_and_without_a_handle_are_listed() {
     let mut event = parse_event(fixture("sqs-standard-event.json")).unwrap();
     event.records[0].message_id = None;
     event.records[1].receipt_handle = None;
-    let report = harness.processor.process_batch_report(event, in_ten_seconds()).await;
+    let report = harness
+        .processor
+        .process_batch_report(event, in_ten_seconds())
+        .await;
     assert_eq!(listed(&report), vec!["2e1424d4-f796-459a-8184-9c92662be6da"]);
     assert!(harness.ran().is_empty());
     assert_eq!(report.metrics[0].received, 2);
@@ -434,7 +482,11 @@ async fn records_without_an_id_are_skipped_and_without_a_handle_are_listed() {
 #[tokio::test]
 async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_deadline() {
     let store = Arc::new(MemoryIdempotencyStore::new());
-    let harness = Harness::build(slow_queue("jobs"), LambdaConfig::default(), Some(Arc::clone(&store)));
+    let harness = Harness::build(
+        slow_queue("jobs"),
+        LambdaConfig::default(),
+        Some(Arc::clone(&store)),
+    );
     for _ in 0..2 {
         let mut attributes = conveyor_core::Attributes::new();
         attributes.insert(

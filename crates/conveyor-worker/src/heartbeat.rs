@@ -30,7 +30,7 @@
 //!    pipeline gives it a grace period, releases the claim and the message goes back at once).
 //! 6. **Unregister after the outcome is applied.** A delete sits in the delete batcher for up to
 //!    `delete_flush_interval`; if the heartbeat stopped before the delete was done, a message near its
-//!    deadline could reappear and run again. So the [`Registration`] travels with the delete request
+//!    deadline could reappear and run again. So the `Registration` travels with the delete request
 //!    and is dropped by the batcher once `DeleteMessageBatch` answered (or, for retries and rejects,
 //!    once the visibility change answered).
 //! 7. **At shutdown the heartbeat stops last**, after the drain, the releases and the final delete flush.

@@ -82,6 +82,13 @@ async fn run_in_span(
         }
     };
 
+    if lease.cancellation().is_cancelled() {
+        // The lease ended (lost, or the processing limit passed) while the message waited to start.
+        add(&runtime.status.counters().retried, 1);
+        tracing::info!("lease ended before the job started; not running it");
+        set_visibility(&runtime, queue, &message, Duration::ZERO).await;
+        return Settled::Returned;
+    }
     let message = Arc::new(message);
     let queue_name = Arc::clone(&runtime.names[queue]);
     let processed = runtime

@@ -128,13 +128,15 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
 }
 
 /// Checks a worker's `/healthz` at `addr` (for `worker --healthcheck` in an ECS container health check).
+/// A wildcard listen address (`0.0.0.0:9090`, `[::]:9090`) is checked on the loopback interface.
 pub async fn healthcheck(addr: &str) -> Result<(), WorkerError> {
     let unhealthy = |problem: String| WorkerError::Unhealthy {
         addr: addr.to_owned(),
         problem,
     };
+    let target = loopback_for_wildcard(addr);
     let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
+        let mut stream = TcpStream::connect(target.as_str()).await?;
         stream
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             .await?;
@@ -151,4 +153,27 @@ pub async fn healthcheck(addr: &str) -> Result<(), WorkerError> {
         return Ok(());
     }
     Err(unhealthy(format!("answered {status_line:?}")))
+}
+
+/// `0.0.0.0:port` → `127.0.0.1:port`, `[::]:port` → `[::1]:port`; anything else as is.
+fn loopback_for_wildcard(addr: &str) -> String {
+    if let Some(port) = addr.strip_prefix("0.0.0.0:") {
+        return format!("127.0.0.1:{port}");
+    }
+    if let Some(port) = addr.strip_prefix("[::]:") {
+        return format!("[::1]:{port}");
+    }
+    addr.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_addresses_are_checked_on_loopback() {
+        assert_eq!(loopback_for_wildcard("0.0.0.0:9090"), "127.0.0.1:9090");
+        assert_eq!(loopback_for_wildcard("[::]:9090"), "[::1]:9090");
+        assert_eq!(loopback_for_wildcard("10.0.0.5:9090"), "10.0.0.5:9090");
+    }
 }

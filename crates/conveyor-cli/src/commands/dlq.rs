@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
 use conveyor_sqs::admin::{
-    AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskStatus,
-    PeekOptions, QueueInfo, Received, describe, list_move_tasks, move_messages, peek, resolve_dead_letter,
-    start_move_task, wait_for_move_task,
+    AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskHandle,
+    MoveTaskStatus, PeekOptions, QueueInfo, Received, describe, list_move_tasks, move_messages, peek,
+    resolve_dead_letter, start_move_task, wait_for_move_task,
 };
 use serde_json::{Value, json};
 
@@ -315,32 +315,35 @@ async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: F
             Destinations::One(queue) => Some(queue),
             Destinations::BySource(_) => None,
         };
-        match run_task(args, client, &pair, destination, format).await {
+        let started = start_move_task(
+            client,
+            &pair.dlq.arn.arn,
+            destination.map(|queue| queue.arn.arn.as_str()),
+            args.rate,
+        )
+        .await;
+        match started {
+            Ok(task) => return follow_task(args, client, &pair, destination, &task, format).await,
             Err(AdminError::Unsupported { message, .. }) if args.method == Method::Auto => {
                 progress(&format!(
                     "the endpoint does not support StartMessageMoveTask ({message}); moving with the loop instead"
                 ));
             }
-            result => return Ok(result?),
+            Err(error) => return Err(error.into()),
         }
     }
     run_loop(args, client, &pair, &destinations, filter, format).await
 }
 
-async fn run_task(
+/// Reports a started move task and, with `--wait`, follows it to the end.
+async fn follow_task(
     args: &RedriveArgs,
     client: &aws_sdk_sqs::Client,
     pair: &DeadLetterPair,
     destination: Option<&QueueInfo>,
+    task: &MoveTaskHandle,
     format: Format,
-) -> Result<(), AdminError> {
-    let task = start_move_task(
-        client,
-        &pair.dlq.arn.arn,
-        destination.map(|queue| queue.arn.arn.as_str()),
-        args.rate,
-    )
-    .await?;
+) -> anyhow::Result<()> {
     let target = destination.map_or("each message's original source queue", QueueInfo::name);
     progress(&format!(
         "started a message move task from {} to {target} ({} messages visible, {}): task handle {}",
@@ -360,10 +363,10 @@ async fn run_task(
                 .map_or_else(|| "?".to_owned(), |count| count.to_string());
             progress(&format!("{}: moved {} of {to_move}", status.status, status.moved));
         };
-        last = Some(wait_for_move_task(client, &task, TASK_POLL_INTERVAL, &mut on_progress).await?);
+        last = Some(wait_for_move_task(client, task, TASK_POLL_INTERVAL, &mut on_progress).await?);
     }
     if format == Format::Json {
-        let _ = print_json(&json!({
+        return print_json(&json!({
             "method": "move_task",
             "task_handle": task.handle,
             "dead_letter_queue": pair.dlq.name(),
@@ -373,7 +376,6 @@ async fn run_task(
             "moved": last.as_ref().map(|status| status.moved),
             "to_move": last.as_ref().and_then(|status| status.to_move),
         }));
-        return Ok(());
     }
     match last {
         Some(status) => println!(

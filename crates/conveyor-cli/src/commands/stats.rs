@@ -39,6 +39,7 @@ pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) 
             "queue": queue_json(&stats.queue),
             "max_receive_count": max_receive_count,
             "dead_letter_queue": stats.dead_letter.as_ref().map(queue_json),
+            "dead_letter_queue_of": stats.dead_letter_of,
         }));
     }
     let mut table = Table::new(&["QUEUE", "VISIBLE", "IN FLIGHT", "DELAYED", "OLDEST MESSAGE"]);
@@ -52,6 +53,18 @@ pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) 
             println!("messages move to the DLQ after {count} receives (maxReceiveCount)")
         }
         (Some(_), None) => println!("the redrive policy gives no readable maxReceiveCount"),
+        (None, _) if !stats.dead_letter_of.is_empty() => {
+            let sources: Vec<&str> = stats
+                .dead_letter_of
+                .iter()
+                .map(|url| url.trim_end_matches('/').rsplit('/').next().unwrap_or(url))
+                .collect();
+            println!(
+                "{} is the DLQ of {}",
+                stats.queue.queue.name(),
+                sources.join(", ")
+            );
+        }
         (None, _) => println!("{} has no redrive policy, so no DLQ", stats.queue.queue.name()),
     }
     Ok(())

@@ -26,7 +26,15 @@ pub struct FunctionSettings {
 
 /// Variables passed through from the runner's environment besides `AWS_*` (endpoints, credentials,
 /// profile): what a developer expects to reach their function locally.
-const PASS_THROUGH: &[&str] = &["PATH", "HOME", "TMPDIR", "TZ", "LANG", "RUST_LOG", "RUST_BACKTRACE"];
+const PASS_THROUGH: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "TZ",
+    "LANG",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+];
 
 /// A running bootstrap.
 pub struct Bootstrap {
@@ -113,9 +121,10 @@ fn lambda_environment(settings: &FunctionSettings, api: SocketAddr) -> Vec<(&'st
 }
 
 fn handler_name(bootstrap: &Path) -> String {
-    bootstrap
-        .file_name()
-        .map_or_else(|| "bootstrap".to_owned(), |name| name.to_string_lossy().into_owned())
+    bootstrap.file_name().map_or_else(
+        || "bootstrap".to_owned(),
+        |name| name.to_string_lossy().into_owned(),
+    )
 }
 
 async fn forward(stream: impl AsyncRead + Unpin) {
@@ -139,7 +148,11 @@ mod tests {
             env: Vec::new(),
         };
         let env = lambda_environment(&settings, "127.0.0.1:9001".parse().unwrap());
-        let get = |name: &str| env.iter().find(|(key, _)| *key == name).map(|(_, value)| value.as_str());
+        let get = |name: &str| {
+            env.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.as_str())
+        };
         assert_eq!(get("AWS_LAMBDA_RUNTIME_API"), Some("127.0.0.1:9001"));
         assert_eq!(get("AWS_LAMBDA_FUNCTION_NAME"), Some("jobs"));
         assert_eq!(get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"), Some("256"));

@@ -76,7 +76,10 @@ pub async fn read_request<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Opt
     }
     let mut parts = line.split_whitespace();
     let (Some(method), Some(path), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(HttpError::Malformed(format!("request line {:?}", line.trim_end())));
+        return Err(HttpError::Malformed(format!(
+            "request line {:?}",
+            line.trim_end()
+        )));
     };
     if !version.starts_with("HTTP/1.") {
         return Err(HttpError::Malformed(format!("unsupported version {version}")));
@@ -171,7 +174,9 @@ async fn read_chunked<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Vec<u8>
             }
         }
         if body.len() + size > MAX_BODY_BYTES {
-            return Err(HttpError::TooLarge(format!("chunked body over {MAX_BODY_BYTES} bytes")));
+            return Err(HttpError::TooLarge(format!(
+                "chunked body over {MAX_BODY_BYTES} bytes"
+            )));
         }
         let start = body.len();
         body.resize(start + size, 0);
@@ -271,7 +276,10 @@ POST /x HTTP/1.1\r\ncontent-length: 2\r\nConnection: close\r\n\r\n{}";
     async fn malformed_and_oversized_requests_are_refused() {
         let bad = parse_all(b"NONSENSE\r\n\r\n").await;
         assert!(bad[0].as_ref().unwrap_err().contains("bad request"));
-        let huge = format!("POST /r HTTP/1.1\r\nContent-Length: {}\r\n\r\n", MAX_BODY_BYTES + 1);
+        let huge = format!(
+            "POST /r HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY_BYTES + 1
+        );
         let huge = parse_all(huge.as_bytes()).await;
         assert!(huge[0].as_ref().unwrap_err().contains("too large"));
         let truncated = parse_all(b"POST /r HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc").await;

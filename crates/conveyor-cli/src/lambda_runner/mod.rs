@@ -49,6 +49,11 @@ pub struct LambdaArgs {
 pub enum LambdaCommand {
     /// Run a bootstrap binary against a queue the way an SQS event source mapping does: serve the
     /// Lambda Runtime API on loopback, poll the queue, invoke with each batch, delete what succeeded.
+    ///
+    /// The function gets Lambda's variables (AWS_LAMBDA_RUNTIME_API, AWS_LAMBDA_FUNCTION_NAME, AWS_REGION,
+    /// ...), the runner's AWS_* variables (endpoints, credentials, profile), PATH, HOME, RUST_LOG and
+    /// RUST_BACKTRACE, and the --env pairs; nothing else. --region reaches it as AWS_REGION; for
+    /// --endpoint-url and --profile set AWS_ENDPOINT_URL_SQS and AWS_PROFILE instead.
     Run(RunArgs),
 }
 
@@ -118,13 +123,22 @@ impl RunArgs {
             );
         }
         if fifo && self.batch_size > 10 {
-            bail!("--batch-size {} is over 10, the most a FIFO queue's event source mapping takes", self.batch_size);
+            bail!(
+                "--batch-size {} is over 10, the most a FIFO queue's event source mapping takes",
+                self.batch_size
+            );
         }
         if self.batching_window_ms > 300_000 {
-            bail!("--batching-window-ms {} is over the 300 s maximum", self.batching_window_ms);
+            bail!(
+                "--batching-window-ms {} is over the 300 s maximum",
+                self.batching_window_ms
+            );
         }
         if !(1..=900).contains(&self.function_timeout_secs) {
-            bail!("--function-timeout-secs {} is outside Lambda's 1..=900", self.function_timeout_secs);
+            bail!(
+                "--function-timeout-secs {} is outside Lambda's 1..=900",
+                self.function_timeout_secs
+            );
         }
         if !self.bootstrap.is_file() {
             bail!(
@@ -186,7 +200,10 @@ fn millis(duration: Duration) -> f64 {
 #[derive(Debug)]
 enum Ended {
     Response(Vec<u8>),
-    Error { error_type: Option<String>, body: Vec<u8> },
+    Error {
+        error_type: Option<String>,
+        body: Vec<u8>,
+    },
     TimedOut,
     Exited(String),
     Undelivered,
@@ -234,7 +251,9 @@ pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<
         args.function_name
     );
 
-    let mut api = RuntimeApi::bind().await.context("cannot bind the Runtime API on 127.0.0.1")?;
+    let mut api = RuntimeApi::bind()
+        .await
+        .context("cannot bind the Runtime API on 127.0.0.1")?;
     let mut bootstrap = Bootstrap::spawn(&settings, api.addr())?;
     let mut summary = Summary::default();
     let mut runner = Runner {
@@ -277,13 +296,21 @@ impl Runner<'_> {
         let mut last_message = Instant::now();
         let mut crashes = 0u32;
         loop {
-            if self.args.max_batches.is_some_and(|max| self.summary.batches >= max) {
+            if self
+                .args
+                .max_batches
+                .is_some_and(|max| self.summary.batches >= max)
+            {
                 return Ok(());
             }
             let messages = self.poller.next_batch().await?;
             if messages.is_empty() {
                 if self.args.until_empty {
-                    let depth = self.queue.depth().await.context("cannot read the queue's depth")?;
+                    let depth = self
+                        .queue
+                        .depth()
+                        .await
+                        .context("cannot read the queue's depth")?;
                     if depth.visible + depth.in_flight + depth.delayed == 0 {
                         return Ok(());
                     }
@@ -303,7 +330,9 @@ impl Runner<'_> {
             }
             crashes += 1;
             if crashes >= MAX_CONSECUTIVE_CRASHES {
-                bail!("the bootstrap crashed or timed out {crashes} times in a row; its output is above (bootstrap| lines)");
+                bail!(
+                    "the bootstrap crashed or timed out {crashes} times in a row; its output is above (bootstrap| lines)"
+                );
             }
             self.restart().await?;
         }
@@ -315,8 +344,9 @@ impl Runner<'_> {
         loop {
             tokio::select! {
                 event = self.api.next_event() => match event {
-                    Some(ApiEvent::NextRequested { at }) => {
-                        let cold_start = at.saturating_duration_since(self.bootstrap.spawned_at());
+                    // A request from the process this one replaced does not count.
+                    Some(ApiEvent::NextRequested { at }) if at >= self.bootstrap.spawned_at() => {
+                        let cold_start = at - self.bootstrap.spawned_at();
                         self.summary.cold_starts.push(cold_start);
                         return Ok(());
                     }
@@ -378,7 +408,9 @@ impl Runner<'_> {
                     }
                     Verdict::WholeBatchFailed(reason) => {
                         self.summary.invocation_errors += 1;
-                        println!("{prefix}, response refused ({reason}), batch left in the queue, {elapsed:.0} ms");
+                        println!(
+                            "{prefix}, response refused ({reason}), batch left in the queue, {elapsed:.0} ms"
+                        );
                     }
                 }
                 Ok(true)
@@ -406,7 +438,9 @@ impl Runner<'_> {
             }
             Ended::Undelivered => {
                 self.summary.invocation_errors += 1;
-                println!("{prefix}, the bootstrap's connection failed, batch left in the queue; restarting it");
+                println!(
+                    "{prefix}, the bootstrap's connection failed, batch left in the queue; restarting it"
+                );
                 Ok(false)
             }
         }
@@ -444,7 +478,11 @@ impl Runner<'_> {
     }
 
     /// Deletes every message not in `failed`; returns how many were deleted.
-    async fn delete_all_but(&self, messages: &[aws_sdk_sqs::types::Message], failed: &HashSet<String>) -> u64 {
+    async fn delete_all_but(
+        &self,
+        messages: &[aws_sdk_sqs::types::Message],
+        failed: &HashSet<String>,
+    ) -> u64 {
         let receipts: Vec<ReceiptHandle> = messages
             .iter()
             .filter(|message| message.message_id.as_ref().is_none_or(|id| !failed.contains(id)))
@@ -461,7 +499,9 @@ impl Runner<'_> {
                 (receipts.len() - entry_failures.len()) as u64
             }
             Err(error) => {
-                eprintln!("DeleteMessageBatch failed ({error}); those messages come back after their visibility timeout");
+                eprintln!(
+                    "DeleteMessageBatch failed ({error}); those messages come back after their visibility timeout"
+                );
                 0
             }
         }
@@ -478,7 +518,9 @@ fn describe_error(error_type: Option<&str>, body: &[u8]) -> String {
             .and_then(|value| value.as_str())
             .map(str::to_owned)
     };
-    let kind = field("errorType").or_else(|| error_type.map(str::to_owned)).unwrap_or_default();
+    let kind = field("errorType")
+        .or_else(|| error_type.map(str::to_owned))
+        .unwrap_or_default();
     let message = field("errorMessage").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     let message = message.trim();
     if kind.is_empty() {
@@ -502,7 +544,10 @@ mod tests {
 
     #[test]
     fn env_pairs_parse() {
-        assert_eq!(parse_env_pair("A=b=c").unwrap(), ("A".to_owned(), "b=c".to_owned()));
+        assert_eq!(
+            parse_env_pair("A=b=c").unwrap(),
+            ("A".to_owned(), "b=c".to_owned())
+        );
         assert_eq!(parse_env_pair("A=").unwrap(), ("A".to_owned(), String::new()));
         assert!(parse_env_pair("=x").is_err());
         assert!(parse_env_pair("novalue").is_err());
@@ -510,7 +555,8 @@ mod tests {
 
     #[test]
     fn errors_are_described_from_the_runtime_document() {
-        let body = br#"{"errorType":"Conveyor.NotAnSqsEvent","errorMessage":"this function consumes SQS events"}"#;
+        let body =
+            br#"{"errorType":"Conveyor.NotAnSqsEvent","errorMessage":"this function consumes SQS events"}"#;
         assert_eq!(
             describe_error(Some("unhandled"), body),
             "Conveyor.NotAnSqsEvent: this function consumes SQS events"

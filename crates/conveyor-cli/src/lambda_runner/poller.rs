@@ -160,7 +160,12 @@ fn message_attribute(value: &MessageAttributeValue) -> SqsMessageAttribute {
         binary_list_values: value
             .binary_list_values
             .as_ref()
-            .map(|blobs| blobs.iter().map(|blob| Base64Data(blob.as_ref().to_vec())).collect())
+            .map(|blobs| {
+                blobs
+                    .iter()
+                    .map(|blob| Base64Data(blob.as_ref().to_vec()))
+                    .collect()
+            })
             .unwrap_or_default(),
         data_type: Some(value.data_type.clone()),
     }
@@ -193,9 +198,7 @@ pub fn verdict(body: &[u8], ids: &HashSet<String>) -> Verdict {
         Value::Null => return Verdict::Partial(HashSet::new()),
         Value::Object(object) => object.get("batchItemFailures"),
         _ => {
-            return Verdict::WholeBatchFailed(
-                "the response is not an SqsBatchResponse object".to_owned(),
-            );
+            return Verdict::WholeBatchFailed("the response is not an SqsBatchResponse object".to_owned());
         }
     };
     let failures = match failures {
@@ -303,11 +306,17 @@ mod tests {
         assert_eq!(record["receiptHandle"], "rh1");
         assert_eq!(record["md5OfBody"], "99914b932bd37a50b983c5e7c90ae93b");
         assert_eq!(record["eventSource"], "aws:sqs");
-        assert_eq!(record["eventSourceARN"], "arn:aws:sqs:us-east-1:000000000000:jobs");
+        assert_eq!(
+            record["eventSourceARN"],
+            "arn:aws:sqs:us-east-1:000000000000:jobs"
+        );
         assert_eq!(record["awsRegion"], "us-east-1");
         assert_eq!(record["attributes"]["ApproximateReceiveCount"], "2");
         assert_eq!(record["attributes"]["MessageGroupId"], "g");
-        assert_eq!(record["messageAttributes"]["conveyor.type"]["stringValue"], "welcome_email");
+        assert_eq!(
+            record["messageAttributes"]["conveyor.type"]["stringValue"],
+            "welcome_email"
+        );
         assert_eq!(record["messageAttributes"]["conveyor.type"]["dataType"], "String");
         assert_eq!(record["messageAttributes"]["blob"]["binaryValue"], "AQI=");
     }

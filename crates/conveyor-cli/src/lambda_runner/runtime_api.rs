@@ -228,12 +228,16 @@ async fn route(
         }),
         ("POST", ["invocation", id, "error"]) => answer(shared, id, |id| ApiEvent::Error {
             id,
-            error_type: request.header("lambda-runtime-function-error-type").map(str::to_owned),
+            error_type: request
+                .header("lambda-runtime-function-error-type")
+                .map(str::to_owned),
             body: request.body.clone(),
         }),
         ("POST", ["init", "error"]) => {
             shared.emit(ApiEvent::InitError {
-                error_type: request.header("lambda-runtime-function-error-type").map(str::to_owned),
+                error_type: request
+                    .header("lambda-runtime-function-error-type")
+                    .map(str::to_owned),
                 body: request.body.clone(),
             });
             accepted()
@@ -299,7 +303,10 @@ async fn next(
         ("Content-Type", "application/json".to_owned()),
         ("Lambda-Runtime-Aws-Request-Id", invocation.id.clone()),
         ("Lambda-Runtime-Deadline-Ms", deadline_ms.to_string()),
-        ("Lambda-Runtime-Invoked-Function-Arn", invocation.function_arn.clone()),
+        (
+            "Lambda-Runtime-Invoked-Function-Arn",
+            invocation.function_arn.clone(),
+        ),
         ("Lambda-Runtime-Trace-Id", invocation.trace_id.clone()),
     ];
     if http::write_response(write, 200, &headers, &invocation.body, close)
@@ -391,7 +398,10 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert!(head.contains("Lambda-Runtime-Aws-Request-Id: req-1"), "{head}");
         assert!(head.contains("Lambda-Runtime-Deadline-Ms: "), "{head}");
-        assert!(head.contains("Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:"), "{head}");
+        assert!(
+            head.contains("Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:"),
+            "{head}"
+        );
         assert!(head.contains("Lambda-Runtime-Trace-Id: Root="), "{head}");
         assert_eq!(body, br#"{"Records":[]}"#);
         assert!(matches!(event(&mut api).await, ApiEvent::Started { id, .. } if id == "req-1"));
@@ -417,7 +427,9 @@ mod tests {
         // A second answer for the same id is refused.
         client
             .get_mut()
-            .write_all(b"POST /2018-06-01/runtime/invocation/req-1/error HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+            .write_all(
+                b"POST /2018-06-01/runtime/invocation/req-1/error HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            )
             .await
             .unwrap();
         let (head, body) = read_response(&mut client).await;

@@ -52,6 +52,17 @@ pub enum AdminError {
         /// SQS's `FailureReason`.
         reason: String,
     },
+    /// A started move task never showed up in `ListMessageMoveTasks`.
+    #[error(
+        "the message move task from {source_queue} (handle {handle}) does not show up in ListMessageMoveTasks; \
+         check it with `conveyor dlq tasks`"
+    )]
+    MoveTaskNotListed {
+        /// The DLQ's ARN.
+        source_queue: String,
+        /// The task's handle.
+        handle: String,
+    },
     /// Another purge of the queue is still running: SQS allows one per 60 seconds.
     #[error(
         "a purge of {queue} is already in progress: SQS allows one purge per queue every 60 seconds; try again in a minute"

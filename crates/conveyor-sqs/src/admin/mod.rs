@@ -7,11 +7,11 @@
 //! |---|---|---|
 //! | [`describe`] | `GetQueueAttributes(All)` | none |
 //! | [`resolve_dead_letter`] | `GetQueueAttributes`, `GetQueueUrl` or `ListDeadLetterSourceQueues` | none |
-//! | [`stats`] | `GetQueueAttributes` on the queue and its DLQ (+ a peek of each with `peek_age`) | none (a peek: see below) |
-//! | [`peek`] | `ReceiveMessage` with a short visibility timeout, then `ChangeMessageVisibilityBatch(0)` | visible again at once; receive count + 1 |
+//! | [`stats()`] | `GetQueueAttributes` on the queue and its DLQ (+ a peek of each with `peek_age`) | none (a peek: see below) |
+//! | [`peek()`] | `ReceiveMessage` with a short visibility timeout, then `ChangeMessageVisibilityBatch(0)` | visible again at once; receive count + 1 |
 //! | [`start_move_task`], [`wait_for_move_task`] | `StartMessageMoveTask`, `ListMessageMoveTasks` | SQS moves every DLQ message, as is |
 //! | [`move_messages`] | `ReceiveMessage`, `SendMessageBatch` to the source, then `DeleteMessageBatch` on the DLQ | matching messages move without `conveyor.failure`; the rest are made visible again |
-//! | [`purge`] | `PurgeQueue` | every message deleted (within 60 s) |
+//! | [`purge()`] | `PurgeQueue` | every message deleted (within 60 s) |
 //!
 //! Design notes sit beside the code whose correctness depends on them: why a peek holds then releases
 //! ([`peek`](mod@peek)), why the move loop sends before it deletes and how it ends a scan

@@ -15,6 +15,8 @@ use super::error::{AdminError, admin_error};
 
 /// SQS's limit on `MaxNumberOfMessagesPerSecond`.
 pub const MAX_MOVE_RATE: u32 = 500;
+/// How long [`wait_for_move_task`] waits for a started task to show up in `ListMessageMoveTasks`.
+pub const TASK_LISTING_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A started move task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub struct MoveTaskHandle {
     pub source_arn: String,
     /// The destination's ARN; `None` for "each message's original source".
     pub destination_arn: Option<String>,
+    /// The start time (epoch ms) of the newest task listed before this one started: a listed task without
+    /// a handle is this one only if it started later.
+    pub started_after_ms: u64,
 }
 
 /// A move task's state as `ListMessageMoveTasks` reports it.
@@ -59,13 +64,20 @@ impl MoveTaskStatus {
 /// original source when `None`), at most `rate` messages per second (1..=500; SQS picks when `None`).
 ///
 /// An endpoint without the operation gives [`AdminError::Unsupported`]: the caller can fall back to
-/// [`move_messages`](super::move_messages).
+/// [`move_messages`](super::move_messages). One `ListMessageMoveTasks` comes first, to tell this task
+/// from earlier ones later (see [`move_task_status`]).
 pub async fn start_move_task(
     client: &Client,
     source_arn: &str,
     destination_arn: Option<&str>,
     rate: Option<u32>,
 ) -> Result<MoveTaskHandle, AdminError> {
+    let started_after_ms = list_move_tasks(client, source_arn)
+        .await?
+        .iter()
+        .map(|task| task.started_at_ms)
+        .max()
+        .unwrap_or(0);
     let rate = rate.map(|rate| i32::try_from(rate.clamp(1, MAX_MOVE_RATE)).unwrap_or(1));
     let output = client
         .start_message_move_task()
@@ -79,6 +91,7 @@ pub async fn start_move_task(
         handle: output.task_handle().unwrap_or_default().to_owned(),
         source_arn: source_arn.to_owned(),
         destination_arn: destination_arn.map(str::to_owned),
+        started_after_ms,
     })
 }
 
@@ -111,30 +124,53 @@ pub async fn list_move_tasks(client: &Client, source_arn: &str) -> Result<Vec<Mo
         .collect())
 }
 
-/// The status of the task `task`: the listed task with its handle, else the newest one (a DLQ runs one
-/// task at a time, and SQS drops the handle from finished tasks).
+/// The status of the task `task`: the listed task with its handle, else the newest task that started after
+/// the tasks listed before it (SQS reports the handle only while a task runs). `None` while the task does
+/// not show up yet.
 pub async fn move_task_status(
     client: &Client,
     task: &MoveTaskHandle,
 ) -> Result<Option<MoveTaskStatus>, AdminError> {
     let tasks = list_move_tasks(client, &task.source_arn).await?;
-    let mine = tasks
+    Ok(pick_task(tasks, task))
+}
+
+/// The entry of `tasks` (newest first) that is `task`.
+fn pick_task(tasks: Vec<MoveTaskStatus>, task: &MoveTaskHandle) -> Option<MoveTaskStatus> {
+    if let Some(position) = tasks
         .iter()
         .position(|status| status.handle.as_deref() == Some(task.handle.as_str()))
-        .unwrap_or(0);
-    Ok(tasks.into_iter().nth(mine))
+    {
+        return tasks.into_iter().nth(position);
+    }
+    tasks
+        .into_iter()
+        .filter(|status| status.handle.is_none() && status.started_at_ms > task.started_after_ms)
+        .max_by_key(|status| status.started_at_ms)
 }
 
 /// Polls the task every `interval` until it finishes, calling `on_progress` with each status read. A
 /// `FAILED` task is [`AdminError::MoveTaskFailed`]; `COMPLETED` and `CANCELLED` return their last status.
+/// A task that does not show up in the listing within [`TASK_LISTING_TIMEOUT`] is
+/// [`AdminError::MoveTaskNotListed`].
 pub async fn wait_for_move_task(
     client: &Client,
     task: &MoveTaskHandle,
     interval: Duration,
     on_progress: &mut dyn FnMut(&MoveTaskStatus),
 ) -> Result<MoveTaskStatus, AdminError> {
+    let listing_deadline = tokio::time::Instant::now() + TASK_LISTING_TIMEOUT;
+    let mut seen = false;
     loop {
-        if let Some(status) = move_task_status(client, task).await? {
+        let status = move_task_status(client, task).await?;
+        if status.is_none() && !seen && tokio::time::Instant::now() >= listing_deadline {
+            return Err(AdminError::MoveTaskNotListed {
+                source_queue: task.source_arn.clone(),
+                handle: task.handle.clone(),
+            });
+        }
+        if let Some(status) = status {
+            seen = true;
             on_progress(&status);
             if status.status == "FAILED" {
                 return Err(AdminError::MoveTaskFailed {
@@ -150,5 +186,43 @@ pub async fn wait_for_move_task(
             }
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(handle: Option<&str>, started_at_ms: u64, state: &str) -> MoveTaskStatus {
+        MoveTaskStatus {
+            status: state.to_owned(),
+            moved: 0,
+            to_move: None,
+            failure_reason: None,
+            handle: handle.map(str::to_owned),
+            destination_arn: None,
+            rate: None,
+            started_at_ms,
+        }
+    }
+
+    #[test]
+    fn a_task_is_found_by_handle_or_by_starting_after_the_earlier_ones() {
+        let task = MoveTaskHandle {
+            handle: "h2".to_owned(),
+            source_arn: "arn".to_owned(),
+            destination_arn: None,
+            started_after_ms: 100,
+        };
+        let running = vec![status(Some("h2"), 200, "RUNNING"), status(None, 100, "COMPLETED")];
+        assert_eq!(
+            pick_task(running, &task).map(|s| s.status),
+            Some("RUNNING".to_owned())
+        );
+        let finished = vec![status(None, 200, "COMPLETED"), status(None, 100, "COMPLETED")];
+        assert_eq!(pick_task(finished, &task).map(|s| s.started_at_ms), Some(200));
+        // Not listed yet: the older task is not mistaken for it.
+        let not_yet = vec![status(None, 100, "COMPLETED")];
+        assert_eq!(pick_task(not_yet, &task), None);
     }
 }

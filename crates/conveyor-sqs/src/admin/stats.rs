@@ -5,9 +5,9 @@
 //! SQS does not return the age of the oldest message from `GetQueueAttributes`: it is only the CloudWatch
 //! metric `ApproximateAgeOfOldestMessage` (one-minute resolution), and LocalStack here runs without
 //! CloudWatch. So by default [`OldestAge::Unavailable`] is reported. When the caller asks for it,
-//! the age is derived from a [`peek`](super::peek) of up to [`AGE_PEEK_MAX`] messages: the oldest
+//! the age is derived from a [`peek`](fn@super::peek) of up to [`AGE_PEEK_MAX`] messages: the oldest
 //! `SentTimestamp` among them. On a standard queue a receive samples a subset of the queue, so the value is
-//! a lower bound ([`OldestAge::AtLeast`]); the peek has the side effects described in [`super::peek`].
+//! a lower bound ([`OldestAge::AtLeast`]); the peek has the side effects described in [`peek`](mod@super::peek).
 
 use std::time::{Duration, SystemTime};
 
@@ -15,7 +15,7 @@ use aws_sdk_sqs::Client;
 
 use super::error::AdminError;
 use super::peek::{PeekOptions, peek};
-use super::queue_info::{QueueInfo, describe, url_for_arn};
+use super::queue_info::{QueueInfo, dead_letter_sources, describe, url_for_arn};
 
 /// The most messages peeked to estimate the oldest message's age.
 pub const AGE_PEEK_MAX: usize = 100;
@@ -52,9 +52,12 @@ pub struct Stats {
     pub queue: QueueStats,
     /// Its DLQ, from the redrive policy; `None` when it has none.
     pub dead_letter: Option<QueueStats>,
+    /// When the queue has no redrive policy: the URLs of the queues it is the DLQ of (often none).
+    pub dead_letter_of: Vec<String>,
 }
 
-/// Reads the depth of `queue_url` and of its DLQ; with `peek_age`, estimates each one's oldest message age
+/// Reads the depth of `queue_url` and of its DLQ (or, for a queue without one, which queues use it as
+/// theirs); with `peek_age`, estimates each one's oldest message age
 /// by peeking (see the module's design note).
 pub async fn stats(client: &Client, queue_url: &str, peek_age: bool) -> Result<Stats, AdminError> {
     let queue = describe(client, queue_url).await?;
@@ -65,12 +68,20 @@ pub async fn stats(client: &Client, queue_url: &str, peek_age: bool) -> Result<S
         }
         None => None,
     };
+    let dead_letter_of = match &queue.redrive {
+        Some(_) => Vec::new(),
+        None => dead_letter_sources(client, queue_url).await?,
+    };
     let queue = with_age(client, queue, peek_age).await?;
     let dead_letter = match dead_letter {
         Some(info) => Some(with_age(client, info, peek_age).await?),
         None => None,
     };
-    Ok(Stats { queue, dead_letter })
+    Ok(Stats {
+        queue,
+        dead_letter,
+        dead_letter_of,
+    })
 }
 
 async fn with_age(client: &Client, queue: QueueInfo, peek_age: bool) -> Result<QueueStats, AdminError> {

@@ -383,7 +383,10 @@ async fn an_endpoint_without_move_tasks_is_unsupported_and_the_request_names_the
         .then_error(|| {
             StartMessageMoveTaskError::generic(ErrorMetadata::builder().code("InvalidAction").build())
         });
-    let client = mock_sqs([&started, &unsupported, &moto_style]);
+    let listed = mock!(Client::list_message_move_tasks).then_output(|| {
+        aws_sdk_sqs::operation::list_message_move_tasks::ListMessageMoveTasksOutput::builder().build()
+    });
+    let client = mock_sqs([&started, &unsupported, &moto_style, &listed]);
 
     let task = start_move_task(&client, "arn:source", Some("arn:dest"), Some(9000))
         .await
