@@ -10,7 +10,8 @@ pub const MAX_RECEIVE_MESSAGES: usize = 10;
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// The longest long poll.
 pub const MAX_WAIT_TIME: Duration = Duration::from_secs(20);
-/// The longest visibility timeout, and the longest a message may stay in flight from its first receipt.
+/// The longest visibility timeout, and the longest one receipt of a message may stay in flight
+/// (SQS counts the 12 hours from each receive).
 pub const MAX_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(12 * 3600);
 /// The longest delivery delay.
 pub const MAX_DELAY: Duration = Duration::from_secs(15 * 60);

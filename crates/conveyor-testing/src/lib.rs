@@ -3,9 +3,14 @@
 pub mod localstack;
 pub mod memory_queue;
 pub mod memory_store;
+pub mod queue_conformance;
+pub mod store_conformance;
+pub mod suite;
 pub mod wait;
 
 pub use localstack::{QueueSpec, TestQueue};
 pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage};
 pub use memory_store::{MemoryIdempotencyStore, StoreRequests};
+pub use queue_conformance::{MemoryQueueFactory, QueueFactory, QueueUnderTest};
+pub use suite::{CaseResult, SuiteFailure, SuiteFailures};
 pub use wait::{wait_for, wait_until};

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 
 /// One failed conformance case.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,12 +60,12 @@ impl fmt::Debug for SuiteFailures {
     }
 }
 
+/// One case, ready to run.
+pub(crate) type Case<'a> = (&'static str, Pin<Box<dyn Future<Output = CaseResult> + 'a>>);
+
 /// Runs cases one after another (they share nothing but the backend), logging each, and collects the
 /// failures.
-pub(crate) async fn run_cases<'a, F>(suite: &str, cases: Vec<(&'static str, F)>) -> Result<(), SuiteFailures>
-where
-    F: Future<Output = CaseResult> + 'a,
-{
+pub(crate) async fn run_cases(suite: &str, cases: Vec<Case<'_>>) -> Result<(), SuiteFailures> {
     let mut failures = Vec::new();
     for (name, case) in cases {
         let started = tokio::time::Instant::now();

@@ -61,7 +61,10 @@ impl Handler for Parked {
 }
 
 fn size(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
 }
 
 fn config(url: &str, max_in_flight: usize) -> WorkerConfig {
@@ -92,21 +95,33 @@ async fn run_until(worker: Worker, done: impl Fn(&WorkerStatus) -> bool) -> Dura
 }
 
 async fn fill_sqs(client: &aws_sdk_sqs::Client, url: &str, count: usize) {
-    futures_util::stream::iter((0..count).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect::<Vec<_>>())
-        .for_each_concurrent(16, |chunk| async move {
-            let entries = chunk
-                .iter()
-                .map(|id| {
-                    SendMessageBatchRequestEntry::builder()
-                        .id(id.to_string())
-                        .message_body(format!("{{\"n\":{id}}}"))
-                        .build()
-                        .unwrap()
-                })
-                .collect::<Vec<_>>();
-            client.send_message_batch().queue_url(url).set_entries(Some(entries)).send().await.unwrap();
-        })
-        .await;
+    futures_util::stream::iter(
+        (0..count)
+            .collect::<Vec<_>>()
+            .chunks(10)
+            .map(<[usize]>::to_vec)
+            .collect::<Vec<_>>(),
+    )
+    .for_each_concurrent(16, |chunk| async move {
+        let entries = chunk
+            .iter()
+            .map(|id| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(id.to_string())
+                    .message_body(format!("{{\"n\":{id}}}"))
+                    .build()
+                    .unwrap()
+            })
+            .collect::<Vec<_>>();
+        client
+            .send_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+    })
+    .await;
 }
 
 /// (a): 4 loops of receive-10 + delete-batch until `count` messages were deleted; timed until the
@@ -154,12 +169,16 @@ fn resident_mib() -> f64 {
 fn main() {
     let sqs_messages = size("BENCH_SQS_MESSAGES", 5_000);
     let memory_messages = size("BENCH_MEMORY_MESSAGES", 500_000);
-    let multi = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
 
     // (d) first, while the process is fresh: memory with 500 jobs in flight.
     let (idle_rss, busy_rss) = multi.block_on(async {
         let idle = resident_mib();
-        let queue = Arc::new(MemoryQueue::standard("parked").with_visibility_timeout(Duration::from_secs(300)));
+        let queue =
+            Arc::new(MemoryQueue::standard("parked").with_visibility_timeout(Duration::from_secs(300)));
         for n in 0..500 {
             queue.push(format!("{{\"n\":{n}}}")).unwrap();
         }
@@ -170,8 +189,12 @@ fn main() {
             started: Arc::clone(&started),
         };
         let pipeline = Pipeline::new(Router::single(handler));
-        let worker = Worker::new(config("http://memory.invalid/0/parked", 500), pipeline, vec![queue as Arc<dyn Queue>])
-            .unwrap();
+        let worker = Worker::new(
+            config("http://memory.invalid/0/parked", 500),
+            pipeline,
+            vec![queue as Arc<dyn Queue>],
+        )
+        .unwrap();
         let status = worker.status();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(worker.run(shutdown.clone()));
@@ -189,41 +212,72 @@ fn main() {
     let (raw, worker_rate, requests_per_job) = multi.block_on(async {
         ensure_local_aws().await.unwrap();
         let client = sqs_client().await;
-        let raw_queue = create_queue(&client, &QueueSpec::standard("bench-raw")).await.unwrap();
+        let raw_queue = create_queue(&client, &QueueSpec::standard("bench-raw"))
+            .await
+            .unwrap();
         fill_sqs(&client, &raw_queue.url, sqs_messages).await;
-        let raw = raw_capacity(Arc::new(SqsQueue::connect(client.clone(), &raw_queue.url).await.unwrap()), sqs_messages)
-            .await;
+        let raw = raw_capacity(
+            Arc::new(SqsQueue::connect(client.clone(), &raw_queue.url).await.unwrap()),
+            sqs_messages,
+        )
+        .await;
 
-        let worker_queue = create_queue(&client, &QueueSpec::standard("bench-worker")).await.unwrap();
+        let worker_queue = create_queue(&client, &QueueSpec::standard("bench-worker"))
+            .await
+            .unwrap();
         fill_sqs(&client, &worker_queue.url, sqs_messages).await;
-        let queue = Arc::new(SqsQueue::connect(client.clone(), &worker_queue.url).await.unwrap());
+        let queue = Arc::new(
+            SqsQueue::connect(client.clone(), &worker_queue.url)
+                .await
+                .unwrap(),
+        );
         let before = queue.requests();
         let pipeline = Pipeline::new(Router::single(Noop));
-        let worker =
-            Worker::new(config(&worker_queue.url, 100), pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap();
+        let worker = Worker::new(
+            config(&worker_queue.url, 100),
+            pipeline,
+            vec![queue.clone() as Arc<dyn Queue>],
+        )
+        .unwrap();
         let elapsed = run_until(worker, |status| status.report().succeeded >= sqs_messages as u64).await;
         let requests = queue.requests() - before;
-        (raw, sqs_messages as f64 / elapsed.as_secs_f64(), requests as f64 / sqs_messages as f64)
+        (
+            raw,
+            sqs_messages as f64 / elapsed.as_secs_f64(),
+            requests as f64 / sqs_messages as f64,
+        )
     });
 
     // (c): MemoryQueue on one core.
-    let single = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let memory_rate = single.block_on(async {
         let queue = Arc::new(MemoryQueue::standard("bench"));
         for n in 0..memory_messages {
             queue.push(format!("{{\"n\":{n}}}")).unwrap();
         }
         let pipeline = Pipeline::new(Router::single(Noop));
-        let worker = Worker::new(config("http://memory.invalid/0/bench", 500), pipeline, vec![queue as Arc<dyn Queue>])
-            .unwrap();
-        let elapsed = run_until(worker, |status| status.report().succeeded >= memory_messages as u64).await;
+        let worker = Worker::new(
+            config("http://memory.invalid/0/bench", 500),
+            pipeline,
+            vec![queue as Arc<dyn Queue>],
+        )
+        .unwrap();
+        let elapsed = run_until(worker, |status| {
+            status.report().succeeded >= memory_messages as u64
+        })
+        .await;
         memory_messages as f64 / elapsed.as_secs_f64()
     });
 
     println!();
     println!("| measure | figure | target |");
     println!("|---|---|---|");
-    println!("| (a) LocalStack raw capacity, 4 loops of receive-10 + delete-batch, {sqs_messages} messages | {raw:.0} msg/s | |");
+    println!(
+        "| (a) LocalStack raw capacity, 4 loops of receive-10 + delete-batch, {sqs_messages} messages | {raw:.0} msg/s | |"
+    );
     println!(
         "| (b) worker, no-op jobs on LocalStack, {sqs_messages} messages, max_in_flight 100 | {worker_rate:.0} jobs/s ({:.0}% of a) | >= 90% of (a) |",
         100.0 * worker_rate / raw
@@ -232,5 +286,7 @@ fn main() {
     println!(
         "| (c) worker, no-op jobs on MemoryQueue, one core, {memory_messages} messages, max_in_flight 500 | {memory_rate:.0} jobs/s | >= 100000 |"
     );
-    println!("| (d) resident memory, 500 jobs in flight (process before the worker: {idle_rss:.1} MiB) | {busy_rss:.1} MiB | < 50 MiB |");
+    println!(
+        "| (d) resident memory, 500 jobs in flight (process before the worker: {idle_rss:.1} MiB) | {busy_rss:.1} MiB | < 50 MiB |"
+    );
 }

@@ -1,0 +1,16 @@
+//! Both conformance suites against the in-memory doubles, on tokio's paused clock (the visibility
+//! timeouts and delays pass instantly).
+
+use std::sync::Arc;
+
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueueFactory, queue_conformance, store_conformance};
+
+#[tokio::test(start_paused = true)]
+async fn memory_queue_passes_the_queue_suite() {
+    queue_conformance::run_all(&MemoryQueueFactory).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_passes_the_store_suite() {
+    store_conformance::run_all(Arc::new(MemoryIdempotencyStore::new())).await.unwrap();
+}
