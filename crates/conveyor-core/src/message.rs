@@ -79,7 +79,7 @@ pub struct Message {
     pub receive_count: u32,
     /// `SentTimestamp`.
     pub sent_at: Option<SystemTime>,
-    /// `ApproximateFirstReceiveTimestamp`: the 12-hour visibility limit counts from here.
+    /// `ApproximateFirstReceiveTimestamp`: when the message was first received.
     pub first_received_at: Option<SystemTime>,
     /// `MessageGroupId` on FIFO queues.
     pub group_id: Option<String>,

@@ -167,7 +167,8 @@ fn release_bootstrap() -> PathBuf {
             "building the release bootstrap (cargo build --release -p conveyor-examples --bin bootstrap)..."
         );
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let status = std::process::Command::new(cargo)
+        let mut command = std::process::Command::new(cargo);
+        command
             .args([
                 "build",
                 "--release",
@@ -176,9 +177,24 @@ fn release_bootstrap() -> PathBuf {
                 "--bin",
                 "bootstrap",
             ])
-            .current_dir(workspace_root())
-            .status()
-            .unwrap();
+            .current_dir(workspace_root());
+        // Not this package's CARGO_PKG_* / CARGO_MANIFEST_DIR: build scripts watch them (rebuilds).
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            let package_variable = [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_",
+            ]
+            .iter()
+            .any(|prefix| name.starts_with(prefix));
+            if package_variable {
+                command.env_remove(name.as_ref());
+            }
+        }
+        let status = command.status().unwrap();
         assert!(status.success(), "building the bootstrap failed");
     }
     path

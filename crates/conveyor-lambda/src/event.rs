@@ -39,7 +39,8 @@ pub fn parse_event(payload: Value) -> Result<SqsEvent, EventError> {
             )));
         }
     }
-    match serde_json::from_value::<SqsEvent>(payload.clone()) {
+    // From a reference, so the payload is still there to describe if it does not fit.
+    match <SqsEvent as serde::Deserialize>::deserialize(&payload) {
         Ok(event) => Ok(event),
         Err(serde_error) => Err(error(format!(
             "the records do not have the SQS message shape: {serde_error}"

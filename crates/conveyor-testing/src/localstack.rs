@@ -118,7 +118,8 @@ async fn start_local_aws() -> Result<(), String> {
     let root = repo_root();
     let script = root.join("localstack").join("start.sh");
     let log_dir = root.join(".local").join("logs");
-    std::fs::create_dir_all(&log_dir).map_err(|error| format!("cannot create {}: {error}", log_dir.display()))?;
+    std::fs::create_dir_all(&log_dir)
+        .map_err(|error| format!("cannot create {}: {error}", log_dir.display()))?;
     let log_path = log_dir.join("start-from-tests.log");
     let log = std::fs::File::create(&log_path)
         .map_err(|error| format!("cannot create {}: {error}", log_path.display()))?;
@@ -178,7 +179,10 @@ async fn answers(endpoint: &str) -> bool {
         return false;
     };
     let connect = tokio::net::TcpStream::connect(address);
-    matches!(tokio::time::timeout(Duration::from_secs(2), connect).await, Ok(Ok(_)))
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), connect).await,
+        Ok(Ok(_))
+    )
 }
 
 /// `host:port` of an `http(s)://host[:port][/...]` URL.
@@ -189,7 +193,10 @@ fn host_port(url: &str) -> Option<String> {
         None => (80, url),
     };
     let authority = rest.split('/').next().filter(|authority| !authority.is_empty())?;
-    if authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) {
+    if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, port)| port.parse::<u16>().is_ok())
+    {
         return Some(authority.to_owned());
     }
     Some(format!("{authority}:{default_port}"))
@@ -270,7 +277,13 @@ pub async fn dynamodb_client() -> aws_sdk_dynamodb::Client {
 pub fn unique_name(prefix: &str) -> String {
     let clean: String = prefix
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(48)
         .collect();
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..10];
@@ -417,16 +430,28 @@ mod tests {
         let two = unique_name("conveyor test/é");
         assert_ne!(one, two);
         assert!(one.starts_with("conveyor-test--"), "{one}");
-        assert!(one.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert!(
+            one.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
         assert!(unique_name(&"x".repeat(200)).len() <= 60);
         assert!(unique_name("").starts_with("t-"));
     }
 
     #[test]
     fn endpoints_parse_to_host_and_port() {
-        assert_eq!(host_port("http://127.0.0.1:4566").as_deref(), Some("127.0.0.1:4566"));
-        assert_eq!(host_port("http://localhost:8000/").as_deref(), Some("localhost:8000"));
-        assert_eq!(host_port("https://sqs.example").as_deref(), Some("sqs.example:443"));
+        assert_eq!(
+            host_port("http://127.0.0.1:4566").as_deref(),
+            Some("127.0.0.1:4566")
+        );
+        assert_eq!(
+            host_port("http://localhost:8000/").as_deref(),
+            Some("localhost:8000")
+        );
+        assert_eq!(
+            host_port("https://sqs.example").as_deref(),
+            Some("sqs.example:443")
+        );
         assert_eq!(host_port("http://"), None);
     }
 }

@@ -225,7 +225,9 @@ impl State {
     /// The in-flight message a receipt names, if that receipt is still its latest and unexpired.
     fn leased(&mut self, handle: &Receipt, now: Instant) -> Option<&mut Stored> {
         self.messages.get_mut(&handle.seq).filter(|message| {
-            message.status == Status::InFlight && message.receipt == handle.generation && message.visible_at > now
+            message.status == Status::InFlight
+                && message.receipt == handle.generation
+                && message.visible_at > now
         })
     }
 
@@ -551,7 +553,9 @@ impl MemoryQueue {
                 .map(|(name, value)| name.len() + value.size())
                 .sum::<usize>();
         if size > MAX_MESSAGE_BYTES {
-            return invalid(format!("message is {size} bytes, over the limit of {MAX_MESSAGE_BYTES}"));
+            return invalid(format!(
+                "message is {size} bytes, over the limit of {MAX_MESSAGE_BYTES}"
+            ));
         }
         if message.attributes.len() > MAX_MESSAGE_ATTRIBUTES {
             return invalid(format!(
@@ -787,7 +791,12 @@ impl MemoryQueue {
         Err(lease_lost(state.messages.contains_key(&receipt.seq)))
     }
 
-    fn change_one(&self, state: &mut State, change: &VisibilityChange, now: Instant) -> Result<(), EntryError> {
+    fn change_one(
+        &self,
+        state: &mut State,
+        change: &VisibilityChange,
+        now: Instant,
+    ) -> Result<(), EntryError> {
         let Some(receipt) = self.parse_receipt(&change.receipt_handle) else {
             return Err(invalid_receipt());
         };
@@ -808,7 +817,9 @@ impl MemoryQueue {
             ..
         } = state;
         let Some(message) = messages.get_mut(&receipt.seq).filter(|message| {
-            message.status == Status::InFlight && message.receipt == receipt.generation && message.visible_at > now
+            message.status == Status::InFlight
+                && message.receipt == receipt.generation
+                && message.visible_at > now
         }) else {
             return Err(lease_lost(messages.contains_key(&receipt.seq)));
         };
@@ -886,7 +897,9 @@ impl Queue for MemoryQueue {
         self.check_available()?;
         if !(1..=MAX_RECEIVE_MESSAGES).contains(&max_messages) {
             return Err(QueueError::Invalid {
-                message: format!("MaxNumberOfMessages is {max_messages}; it must be 1 to {MAX_RECEIVE_MESSAGES}"),
+                message: format!(
+                    "MaxNumberOfMessages is {max_messages}; it must be 1 to {MAX_RECEIVE_MESSAGES}"
+                ),
             });
         }
         if wait > MAX_WAIT_TIME {
@@ -972,12 +985,18 @@ impl Queue for MemoryQueue {
         };
         let dlq = &redrive.dead_letter_queue;
         let mut attributes = message.attributes.clone();
-        attributes.insert(FAILURE_ATTRIBUTE.to_owned(), AttributeValue::string(failure.to_json()));
+        attributes.insert(
+            FAILURE_ATTRIBUTE.to_owned(),
+            AttributeValue::string(failure.to_json()),
+        );
         let copy = OutgoingMessage {
             body: message.body.clone(),
             attributes,
             delay: None,
-            group_id: message.group_id.clone().or_else(|| dlq.fifo.then(|| "default".to_owned())),
+            group_id: message
+                .group_id
+                .clone()
+                .or_else(|| dlq.fifo.then(|| "default".to_owned())),
             deduplication_id: dlq.fifo.then(|| message.id.clone()),
             trace_header: message.trace_header.clone(),
         };
@@ -997,7 +1016,10 @@ mod tests {
     use super::*;
 
     fn receipts(messages: &[Message]) -> Vec<ReceiptHandle> {
-        messages.iter().map(|message| message.receipt_handle.clone()).collect()
+        messages
+            .iter()
+            .map(|message| message.receipt_handle.clone())
+            .collect()
     }
 
     #[tokio::test(start_paused = true)]
@@ -1015,7 +1037,10 @@ mod tests {
         let stale = queue.delete_batch(&receipts(&first)).await.unwrap();
         assert!(matches!(stale[0].error, EntryError::LeaseLost(_)));
         assert!(queue.delete_batch(&receipts(&again)).await.unwrap().is_empty());
-        assert!(queue.delete_batch(&receipts(&again)).await.unwrap().is_empty(), "repeat delete succeeds");
+        assert!(
+            queue.delete_batch(&receipts(&again)).await.unwrap().is_empty(),
+            "repeat delete succeeds"
+        );
         assert!(queue.is_empty());
     }
 
@@ -1049,7 +1074,13 @@ mod tests {
     async fn long_poll_gives_up_after_wait() {
         let queue = MemoryQueue::standard("q");
         let started = Instant::now();
-        assert!(queue.receive(10, Duration::from_secs(5)).await.unwrap().is_empty());
+        assert!(
+            queue
+                .receive(10, Duration::from_secs(5))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(started.elapsed(), Duration::from_secs(5));
         assert_eq!(queue.requests().empty_receive, 1);
     }
@@ -1063,14 +1094,26 @@ mod tests {
             receipt_handle: first[0].receipt_handle.clone(),
             timeout: Duration::from_secs(60),
         };
-        assert!(queue.change_visibility_batch(std::slice::from_ref(&extend)).await.unwrap().is_empty());
+        assert!(
+            queue
+                .change_visibility_batch(std::slice::from_ref(&extend))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         tokio::time::advance(Duration::from_secs(30)).await;
         assert!(queue.receive(1, Duration::ZERO).await.unwrap().is_empty());
         let release = VisibilityChange {
             timeout: Duration::ZERO,
             ..extend
         };
-        assert!(queue.change_visibility_batch(std::slice::from_ref(&release)).await.unwrap().is_empty());
+        assert!(
+            queue
+                .change_visibility_batch(std::slice::from_ref(&release))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let again = queue.receive(1, Duration::ZERO).await.unwrap();
         assert_eq!(again[0].receive_count, 2);
         let stale = queue.change_visibility_batch(&[release]).await.unwrap();
@@ -1088,7 +1131,9 @@ mod tests {
             timeout: MAX_VISIBILITY_TIMEOUT,
         };
         let failures = queue.change_visibility_batch(&[change]).await.unwrap();
-        assert!(matches!(&failures[0].error, EntryError::Failed { code, .. } if code == "InvalidParameterValue"));
+        assert!(
+            matches!(&failures[0].error, EntryError::Failed { code, .. } if code == "InvalidParameterValue")
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -1168,16 +1213,28 @@ mod tests {
     #[tokio::test]
     async fn limits_are_errors() {
         let queue = MemoryQueue::standard("q");
-        assert!(matches!(queue.receive(11, Duration::ZERO).await, Err(QueueError::Invalid { .. })));
-        assert!(matches!(queue.receive(0, Duration::ZERO).await, Err(QueueError::Invalid { .. })));
+        assert!(matches!(
+            queue.receive(11, Duration::ZERO).await,
+            Err(QueueError::Invalid { .. })
+        ));
+        assert!(matches!(
+            queue.receive(0, Duration::ZERO).await,
+            Err(QueueError::Invalid { .. })
+        ));
         assert!(matches!(queue.push(""), Err(QueueError::Invalid { .. })));
-        assert!(matches!(queue.push("x".repeat(MAX_MESSAGE_BYTES + 1)), Err(QueueError::Invalid { .. })));
+        assert!(matches!(
+            queue.push("x".repeat(MAX_MESSAGE_BYTES + 1)),
+            Err(QueueError::Invalid { .. })
+        ));
         let fifo = MemoryQueue::fifo("f");
         let no_group = OutgoingMessage {
             body: "x".to_owned(),
             ..OutgoingMessage::default()
         };
-        assert!(matches!(fifo.push_message(no_group), Err(QueueError::Invalid { .. })));
+        assert!(matches!(
+            fifo.push_message(no_group),
+            Err(QueueError::Invalid { .. })
+        ));
     }
 
     #[tokio::test]

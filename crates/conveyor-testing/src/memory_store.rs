@@ -149,11 +149,13 @@ impl MemoryIdempotencyStore {
 }
 
 fn epoch_secs(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 fn epoch_millis(time: SystemTime) -> u128 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_millis())
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis())
 }
 
 fn truncate_secs(time: SystemTime) -> SystemTime {
@@ -276,11 +278,19 @@ mod tests {
     #[tokio::test]
     async fn times_are_stored_at_dynamodb_granularity() {
         let store = MemoryIdempotencyStore::new();
-        let ClaimOutcome::Acquired(_) = store.claim(&request("k", Duration::from_secs(60))).await.unwrap() else {
+        let ClaimOutcome::Acquired(_) = store.claim(&request("k", Duration::from_secs(60))).await.unwrap()
+        else {
             panic!("expected to acquire a fresh key")
         };
         let record = store.get("k").await.unwrap().unwrap();
-        assert_eq!(record.expires_at.duration_since(UNIX_EPOCH).unwrap().subsec_nanos(), 0);
+        assert_eq!(
+            record
+                .expires_at
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos(),
+            0
+        );
         let lease = record.lease_until.unwrap().duration_since(UNIX_EPOCH).unwrap();
         assert_eq!(lease.subsec_nanos() % 1_000_000, 0);
     }
@@ -297,23 +307,40 @@ mod tests {
             validation: None,
             token: None,
         });
-        let outcome = store.claim(&request("powertools", Duration::from_secs(1))).await.unwrap();
+        let outcome = store
+            .claim(&request("powertools", Duration::from_secs(1)))
+            .await
+            .unwrap();
         assert!(matches!(outcome, ClaimOutcome::Exists(_)));
     }
 
     #[tokio::test]
     async fn large_outputs_are_refused_and_unavailable_fails_every_call() {
         let store = MemoryIdempotencyStore::new().with_max_output_bytes(4);
-        let ClaimOutcome::Acquired(claim) = store.claim(&request("k", Duration::from_secs(60))).await.unwrap()
+        let ClaimOutcome::Acquired(claim) =
+            store.claim(&request("k", Duration::from_secs(60))).await.unwrap()
         else {
             panic!("expected to acquire a fresh key")
         };
         let far = SystemTime::now() + Duration::from_secs(60);
         let error = store.complete(&claim, Some("\"12345\""), far).await.unwrap_err();
-        assert!(matches!(error, StoreError::OutputTooLarge { size: 7, limit: 4, .. }));
+        assert!(matches!(
+            error,
+            StoreError::OutputTooLarge {
+                size: 7,
+                limit: 4,
+                ..
+            }
+        ));
         store.set_unavailable(true);
-        assert!(matches!(store.get("k").await, Err(StoreError::Unavailable { .. })));
-        assert!(matches!(store.release(&claim).await, Err(StoreError::Unavailable { .. })));
+        assert!(matches!(
+            store.get("k").await,
+            Err(StoreError::Unavailable { .. })
+        ));
+        assert!(matches!(
+            store.release(&claim).await,
+            Err(StoreError::Unavailable { .. })
+        ));
         store.set_unavailable(false);
         store.release(&claim).await.unwrap();
         assert_eq!(store.requests().release, 2);

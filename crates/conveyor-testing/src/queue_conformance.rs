@@ -99,7 +99,10 @@ pub const CASES: &[&str] = &[
 /// Runs every case against queues from `factory`; returns every failed case.
 pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
     let cases: Vec<Case<'_>> = vec![
-        ("receive_returns_at_most_max", Box::pin(receive_returns_at_most_max(factory))),
+        (
+            "receive_returns_at_most_max",
+            Box::pin(receive_returns_at_most_max(factory)),
+        ),
         (
             "received_message_is_invisible_then_redelivered",
             Box::pin(received_message_is_invisible_then_redelivered(factory)),
@@ -108,9 +111,18 @@ pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
             "change_visibility_zero_makes_visible_at_once",
             Box::pin(change_visibility_zero_makes_visible_at_once(factory)),
         ),
-        ("change_visibility_extends_the_deadline", Box::pin(change_visibility_extends_the_deadline(factory))),
-        ("delete_removes_for_good", Box::pin(delete_removes_for_good(factory))),
-        ("stale_receipt_after_redelivery", Box::pin(stale_receipt_after_redelivery(factory))),
+        (
+            "change_visibility_extends_the_deadline",
+            Box::pin(change_visibility_extends_the_deadline(factory)),
+        ),
+        (
+            "delete_removes_for_good",
+            Box::pin(delete_removes_for_good(factory)),
+        ),
+        (
+            "stale_receipt_after_redelivery",
+            Box::pin(stale_receipt_after_redelivery(factory)),
+        ),
         (
             "redrive_moves_to_dlq_after_max_receive_count",
             Box::pin(redrive_moves_to_dlq_after_max_receive_count(factory)),
@@ -119,12 +131,27 @@ pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
             "dead_letter_copy_carries_failure_and_attributes",
             Box::pin(dead_letter_copy_carries_failure_and_attributes(factory)),
         ),
-        ("dead_letter_without_dlq", Box::pin(dead_letter_without_dlq(factory))),
-        ("fifo_group_order_and_blocking", Box::pin(fifo_group_order_and_blocking(factory))),
-        ("delayed_message_not_visible_before_delay", Box::pin(delayed_message_not_visible_before_delay(factory))),
-        ("batch_operations_of_23_entries", Box::pin(batch_operations_of_23_entries(factory))),
+        (
+            "dead_letter_without_dlq",
+            Box::pin(dead_letter_without_dlq(factory)),
+        ),
+        (
+            "fifo_group_order_and_blocking",
+            Box::pin(fifo_group_order_and_blocking(factory)),
+        ),
+        (
+            "delayed_message_not_visible_before_delay",
+            Box::pin(delayed_message_not_visible_before_delay(factory)),
+        ),
+        (
+            "batch_operations_of_23_entries",
+            Box::pin(batch_operations_of_23_entries(factory)),
+        ),
         ("attribute_round_trip", Box::pin(attribute_round_trip(factory))),
-        ("long_poll_returns_when_a_message_arrives", Box::pin(long_poll_returns_when_a_message_arrives(factory))),
+        (
+            "long_poll_returns_when_a_message_arrives",
+            Box::pin(long_poll_returns_when_a_message_arrives(factory)),
+        ),
         ("depth_counts", Box::pin(depth_counts(factory))),
     ];
     run_cases("queue", cases).await
@@ -146,7 +173,11 @@ fn spec(case: &str, visibility_timeout_secs: u32) -> QueueSpec {
     }
 }
 
-async fn create(case: &'static str, factory: &dyn QueueFactory, spec: QueueSpec) -> Result<QueueUnderTest, SuiteFailure> {
+async fn create(
+    case: &'static str,
+    factory: &dyn QueueFactory,
+    spec: QueueSpec,
+) -> Result<QueueUnderTest, SuiteFailure> {
     factory.create(&spec).await.or_fail(case, "creating the queue")
 }
 
@@ -157,18 +188,37 @@ fn body(case: &str, n: usize) -> OutgoingMessage {
     }
 }
 
-async fn send(case: &'static str, queue: &dyn Queue, message: OutgoingMessage) -> Result<String, SuiteFailure> {
+async fn send(
+    case: &'static str,
+    queue: &dyn Queue,
+    message: OutgoingMessage,
+) -> Result<String, SuiteFailure> {
     queue.send(message).await.or_fail(case, "send")
 }
 
-async fn receive(case: &'static str, queue: &dyn Queue, max: usize, wait: Duration) -> Result<Vec<Message>, SuiteFailure> {
+async fn receive(
+    case: &'static str,
+    queue: &dyn Queue,
+    max: usize,
+    wait: Duration,
+) -> Result<Vec<Message>, SuiteFailure> {
     let messages = queue.receive(max, wait).await.or_fail(case, "receive")?;
-    ensure!(case, messages.len() <= max, "receive({max}) returned {} messages", messages.len());
+    ensure!(
+        case,
+        messages.len() <= max,
+        "receive({max}) returned {} messages",
+        messages.len()
+    );
     Ok(messages)
 }
 
 /// Receives until a message with `id` comes (other messages are ignored), or fails after [`PATIENCE`].
-async fn receive_id(case: &'static str, queue: &dyn Queue, id: &str, what: &str) -> Result<Message, SuiteFailure> {
+async fn receive_id(
+    case: &'static str,
+    queue: &dyn Queue,
+    id: &str,
+    what: &str,
+) -> Result<Message, SuiteFailure> {
     let deadline = Instant::now() + PATIENCE;
     while Instant::now() < deadline {
         let batch = receive(case, queue, 10, POLL).await?;
@@ -176,21 +226,38 @@ async fn receive_id(case: &'static str, queue: &dyn Queue, id: &str, what: &str)
             return Ok(message);
         }
     }
-    Err(SuiteFailure::new(case, format!("{what}: message {id} not received within {PATIENCE:?}")))
+    Err(SuiteFailure::new(
+        case,
+        format!("{what}: message {id} not received within {PATIENCE:?}"),
+    ))
 }
 
 /// Receives until `count` distinct messages came, or fails after [`PATIENCE`].
-async fn receive_distinct(case: &'static str, queue: &dyn Queue, count: usize) -> Result<Vec<Message>, SuiteFailure> {
+async fn receive_distinct(
+    case: &'static str,
+    queue: &dyn Queue,
+    count: usize,
+) -> Result<Vec<Message>, SuiteFailure> {
     let deadline = Instant::now() + PATIENCE;
     let mut seen = HashSet::new();
     let mut received = Vec::new();
     while received.len() < count && Instant::now() < deadline {
         for message in receive(case, queue, 10, POLL).await? {
-            ensure!(case, seen.insert(message.id.clone()), "message {} was delivered twice while in flight", message.id);
+            ensure!(
+                case,
+                seen.insert(message.id.clone()),
+                "message {} was delivered twice while in flight",
+                message.id
+            );
             received.push(message);
         }
     }
-    ensure!(case, received.len() == count, "received {} of {count} messages within {PATIENCE:?}", received.len());
+    ensure!(
+        case,
+        received.len() == count,
+        "received {} of {count} messages within {PATIENCE:?}",
+        received.len()
+    );
     Ok(received)
 }
 
@@ -201,20 +268,41 @@ fn change(message: &Message, timeout: Duration) -> VisibilityChange {
     }
 }
 
-async fn change_ok(case: &'static str, queue: &dyn Queue, changes: &[VisibilityChange], what: &str) -> CaseResult {
+async fn change_ok(
+    case: &'static str,
+    queue: &dyn Queue,
+    changes: &[VisibilityChange],
+    what: &str,
+) -> CaseResult {
     let failures = queue.change_visibility_batch(changes).await.or_fail(case, what)?;
-    ensure!(case, failures.is_empty(), "{what}: unexpected entry failures {failures:?}");
+    ensure!(
+        case,
+        failures.is_empty(),
+        "{what}: unexpected entry failures {failures:?}"
+    );
     Ok(())
 }
 
-async fn delete_ok(case: &'static str, queue: &dyn Queue, receipts: &[ReceiptHandle], what: &str) -> CaseResult {
+async fn delete_ok(
+    case: &'static str,
+    queue: &dyn Queue,
+    receipts: &[ReceiptHandle],
+    what: &str,
+) -> CaseResult {
     let failures = queue.delete_batch(receipts).await.or_fail(case, what)?;
-    ensure!(case, failures.is_empty(), "{what}: unexpected entry failures {failures:?}");
+    ensure!(
+        case,
+        failures.is_empty(),
+        "{what}: unexpected entry failures {failures:?}"
+    );
     Ok(())
 }
 
 fn receipts(messages: &[Message]) -> Vec<ReceiptHandle> {
-    messages.iter().map(|message| message.receipt_handle.clone()).collect()
+    messages
+        .iter()
+        .map(|message| message.receipt_handle.clone())
+        .collect()
 }
 
 /// `receive` never returns more than asked, and returns each of 15 messages once while in flight.
@@ -227,9 +315,17 @@ pub async fn receive_returns_at_most_max(factory: &dyn QueueFactory) -> CaseResu
         sent.insert(send(case, queue, body(case, n)).await?);
     }
     let first = receive(case, queue, 3, POLL).await?;
-    ensure!(case, !first.is_empty(), "receive(3) with 15 visible messages returned none");
+    ensure!(
+        case,
+        !first.is_empty(),
+        "receive(3) with 15 visible messages returned none"
+    );
     let rest = receive_distinct(case, queue, 15 - first.len()).await?;
-    let all: HashSet<String> = first.iter().chain(&rest).map(|message| message.id.clone()).collect();
+    let all: HashSet<String> = first
+        .iter()
+        .chain(&rest)
+        .map(|message| message.id.clone())
+        .collect();
     ensure!(case, all == sent, "received ids differ from the sent ids");
     Ok(())
 }
@@ -244,7 +340,12 @@ pub async fn received_message_is_invisible_then_redelivered(factory: &dyn QueueF
     let id = send(case, queue, body(case, 0)).await?;
     let first = receive_id(case, queue, &id, "first delivery").await?;
     let received_at = Instant::now();
-    ensure!(case, first.receive_count == 1, "first delivery has receive_count {}", first.receive_count);
+    ensure!(
+        case,
+        first.receive_count == 1,
+        "first delivery has receive_count {}",
+        first.receive_count
+    );
     let during = receive(case, queue, 10, Duration::ZERO).await?;
     ensure!(
         case,
@@ -253,11 +354,30 @@ pub async fn received_message_is_invisible_then_redelivered(factory: &dyn QueueF
     );
     let second = receive_id(case, queue, &id, "redelivery after the visibility timeout").await?;
     let after = received_at.elapsed();
-    ensure!(case, after + SLACK >= visibility, "redelivered after {after:?}, before the {visibility:?} timeout");
-    ensure!(case, second.receive_count == 2, "redelivery has receive_count {}", second.receive_count);
-    ensure!(case, second.receipt_handle != first.receipt_handle, "redelivery reused the receipt handle");
+    ensure!(
+        case,
+        after + SLACK >= visibility,
+        "redelivered after {after:?}, before the {visibility:?} timeout"
+    );
+    ensure!(
+        case,
+        second.receive_count == 2,
+        "redelivery has receive_count {}",
+        second.receive_count
+    );
+    ensure!(
+        case,
+        second.receipt_handle != first.receipt_handle,
+        "redelivery reused the receipt handle"
+    );
     ensure!(case, second.body == first.body, "redelivery changed the body");
-    delete_ok(case, queue, &[second.receipt_handle], "delete with the latest handle").await
+    delete_ok(
+        case,
+        queue,
+        &[second.receipt_handle],
+        "delete with the latest handle",
+    )
+    .await
 }
 
 /// `change_visibility(0)` makes an in-flight message visible at once.
@@ -268,7 +388,13 @@ pub async fn change_visibility_zero_makes_visible_at_once(factory: &dyn QueueFac
     let id = send(case, queue, body(case, 0)).await?;
     let first = receive_id(case, queue, &id, "first delivery").await?;
     let changed_at = Instant::now();
-    change_ok(case, queue, &[change(&first, Duration::ZERO)], "change_visibility(0)").await?;
+    change_ok(
+        case,
+        queue,
+        &[change(&first, Duration::ZERO)],
+        "change_visibility(0)",
+    )
+    .await?;
     let again = receive_id(case, queue, &id, "delivery after change_visibility(0)").await?;
     ensure!(
         case,
@@ -276,7 +402,12 @@ pub async fn change_visibility_zero_makes_visible_at_once(factory: &dyn QueueFac
         "came back after {:?}, as if the 60 s timeout had run",
         changed_at.elapsed()
     );
-    ensure!(case, again.receive_count == 2, "receive_count {} after visibility 0", again.receive_count);
+    ensure!(
+        case,
+        again.receive_count == 2,
+        "receive_count {} after visibility 0",
+        again.receive_count
+    );
     Ok(())
 }
 
@@ -298,8 +429,17 @@ pub async fn change_visibility_extends_the_deadline(factory: &dyn QueueFactory) 
     );
     let again = receive_id(case, queue, &id, "delivery after the extended deadline").await?;
     let after = changed_at.elapsed();
-    ensure!(case, after + SLACK >= extended, "came back {after:?} after the change, before {extended:?}");
-    ensure!(case, again.receive_count == 2, "receive_count {}", again.receive_count);
+    ensure!(
+        case,
+        after + SLACK >= extended,
+        "came back {after:?} after the change, before {extended:?}"
+    );
+    ensure!(
+        case,
+        again.receive_count == 2,
+        "receive_count {}",
+        again.receive_count
+    );
     Ok(())
 }
 
@@ -312,10 +452,25 @@ pub async fn delete_removes_for_good(factory: &dyn QueueFactory) -> CaseResult {
     let first = receive_id(case, queue, &id, "first delivery").await?;
     delete_ok(case, queue, std::slice::from_ref(&first.receipt_handle), "delete").await?;
     let later = receive(case, queue, 10, Duration::from_secs(3)).await?;
-    ensure!(case, later.is_empty(), "a deleted message came back ({} messages)", later.len());
-    delete_ok(case, queue, &[first.receipt_handle], "repeated delete with the last handle").await?;
+    ensure!(
+        case,
+        later.is_empty(),
+        "a deleted message came back ({} messages)",
+        later.len()
+    );
+    delete_ok(
+        case,
+        queue,
+        &[first.receipt_handle],
+        "repeated delete with the last handle",
+    )
+    .await?;
     let depth = queue.depth().await.or_fail(case, "depth")?;
-    ensure!(case, depth.visible == 0 && depth.in_flight == 0, "depth after delete: {depth:?}");
+    ensure!(
+        case,
+        depth.visible == 0 && depth.in_flight == 0,
+        "depth after delete: {depth:?}"
+    );
     Ok(())
 }
 
@@ -341,7 +496,12 @@ pub async fn stale_receipt_after_redelivery(factory: &dyn QueueFactory) -> CaseR
     let id = send(case, queue, body(case, 0)).await?;
     let first = receive_id(case, queue, &id, "first delivery").await?;
     let second = receive_id(case, queue, &id, "redelivery").await?;
-    ensure!(case, second.receive_count == 2, "redelivery has receive_count {}", second.receive_count);
+    ensure!(
+        case,
+        second.receive_count == 2,
+        "redelivery has receive_count {}",
+        second.receive_count
+    );
 
     let stale_change = queue
         .change_visibility_batch(&[change(&first, Duration::from_secs(30))])
@@ -352,10 +512,20 @@ pub async fn stale_receipt_after_redelivery(factory: &dyn QueueFactory) -> CaseR
         stale_change.iter().all(|failure| failure.index == 0),
         "change_visibility with a stale handle reported {stale_change:?}"
     );
-    change_ok(case, queue, &[change(&second, Duration::ZERO)], "change_visibility(0) with the latest handle after a stale change")
-        .await?;
+    change_ok(
+        case,
+        queue,
+        &[change(&second, Duration::ZERO)],
+        "change_visibility(0) with the latest handle after a stale change",
+    )
+    .await?;
     let third = receive_id(case, queue, &id, "delivery after the stale visibility change").await?;
-    ensure!(case, third.receive_count == 3, "receive_count {}", third.receive_count);
+    ensure!(
+        case,
+        third.receive_count == 3,
+        "receive_count {}",
+        third.receive_count
+    );
 
     let stale_delete = queue
         .delete_batch(std::slice::from_ref(&second.receipt_handle))
@@ -367,11 +537,26 @@ pub async fn stale_receipt_after_redelivery(factory: &dyn QueueFactory) -> CaseR
             Ok(())
         }
         [failure] if failure.index == 0 => {
-            change_ok(case, queue, &[change(&third, Duration::ZERO)], "the latest handle after a refused stale delete").await?;
+            change_ok(
+                case,
+                queue,
+                &[change(&third, Duration::ZERO)],
+                "the latest handle after a refused stale delete",
+            )
+            .await?;
             let fourth = receive_id(case, queue, &id, "delivery after the refused stale delete").await?;
-            delete_ok(case, queue, &[fourth.receipt_handle], "delete with the latest handle").await
+            delete_ok(
+                case,
+                queue,
+                &[fourth.receipt_handle],
+                "delete with the latest handle",
+            )
+            .await
         }
-        other => Err(SuiteFailure::new(case, format!("stale delete of one entry reported {other:?}"))),
+        other => Err(SuiteFailure::new(
+            case,
+            format!("stale delete of one entry reported {other:?}"),
+        )),
     }
 }
 
@@ -383,32 +568,75 @@ pub async fn redrive_moves_to_dlq_after_max_receive_count(factory: &dyn QueueFac
     let under = create(case, factory, queue_spec).await?;
     let queue = under.queue.as_ref();
     let Some(dlq) = under.dead_letter_queue.as_deref() else {
-        return Err(SuiteFailure::new(case, "the factory made no DLQ for max_receive_count 2"));
+        return Err(SuiteFailure::new(
+            case,
+            "the factory made no DLQ for max_receive_count 2",
+        ));
     };
     let mut message = body(case, 0);
-    message.attributes.insert("origin".to_owned(), AttributeValue::string("conformance"));
+    message
+        .attributes
+        .insert("origin".to_owned(), AttributeValue::string("conformance"));
     let id = send(case, queue, message.clone()).await?;
     for expected in 1..=2 {
         let delivery = receive_id(case, queue, &id, "delivery before the redrive").await?;
-        ensure!(case, delivery.receive_count == expected, "delivery {expected} has receive_count {}", delivery.receive_count);
-        change_ok(case, queue, &[change(&delivery, Duration::ZERO)], "change_visibility(0)").await?;
+        ensure!(
+            case,
+            delivery.receive_count == expected,
+            "delivery {expected} has receive_count {}",
+            delivery.receive_count
+        );
+        change_ok(
+            case,
+            queue,
+            &[change(&delivery, Duration::ZERO)],
+            "change_visibility(0)",
+        )
+        .await?;
     }
     let deadline = Instant::now() + PATIENCE;
     let mut moved = None;
     while moved.is_none() && Instant::now() < deadline {
         let from_queue = receive(case, queue, 10, Duration::ZERO).await?;
         if let Some(third) = from_queue.iter().find(|message| message.id == id) {
-            return Err(SuiteFailure::new(case, format!("delivered a third time (receive_count {}) instead of moving", third.receive_count)));
+            return Err(SuiteFailure::new(
+                case,
+                format!(
+                    "delivered a third time (receive_count {}) instead of moving",
+                    third.receive_count
+                ),
+            ));
         }
         moved = receive(case, dlq, 10, POLL).await?.into_iter().next();
     }
     let Some(moved) = moved else {
-        return Err(SuiteFailure::new(case, format!("nothing reached the DLQ within {PATIENCE:?}")));
+        return Err(SuiteFailure::new(
+            case,
+            format!("nothing reached the DLQ within {PATIENCE:?}"),
+        ));
     };
-    ensure!(case, moved.body == message.body, "the DLQ message has another body");
-    ensure!(case, moved.id == id, "the redriven message has id {}, the original {id}", moved.id);
-    ensure!(case, moved.attributes == message.attributes, "attributes changed: {:?}", moved.attributes);
-    ensure!(case, !moved.attributes.contains_key(FAILURE_ATTRIBUTE), "a redriven message has no failure record");
+    ensure!(
+        case,
+        moved.body == message.body,
+        "the DLQ message has another body"
+    );
+    ensure!(
+        case,
+        moved.id == id,
+        "the redriven message has id {}, the original {id}",
+        moved.id
+    );
+    ensure!(
+        case,
+        moved.attributes == message.attributes,
+        "attributes changed: {:?}",
+        moved.attributes
+    );
+    ensure!(
+        case,
+        !moved.attributes.contains_key(FAILURE_ATTRIBUTE),
+        "a redriven message has no failure record"
+    );
     Ok(())
 }
 
@@ -421,31 +649,66 @@ pub async fn dead_letter_copy_carries_failure_and_attributes(factory: &dyn Queue
     let under = create(case, factory, queue_spec).await?;
     let queue = under.queue.as_ref();
     let Some(dlq) = under.dead_letter_queue.as_deref() else {
-        return Err(SuiteFailure::new(case, "the factory made no DLQ for max_receive_count 5"));
+        return Err(SuiteFailure::new(
+            case,
+            "the factory made no DLQ for max_receive_count 5",
+        ));
     };
     let mut message = body(case, 0);
-    message.attributes.insert("conveyor.type".to_owned(), AttributeValue::string("email"));
-    message.attributes.insert("attempt".to_owned(), AttributeValue::number(7));
+    message
+        .attributes
+        .insert("conveyor.type".to_owned(), AttributeValue::string("email"));
+    message
+        .attributes
+        .insert("attempt".to_owned(), AttributeValue::number(7));
     let id = send(case, queue, message.clone()).await?;
     let received = receive_id(case, queue, &id, "delivery").await?;
     let failure = Failure::now("no such user", received.receive_count, queue.name(), "email");
-    let sent = queue.dead_letter(&received, &failure).await.or_fail(case, "dead_letter")?;
-    ensure!(case, sent == DeadLetter::Sent(dlq.name().to_owned()), "dead_letter returned {sent:?}, the DLQ is {}", dlq.name());
+    let sent = queue
+        .dead_letter(&received, &failure)
+        .await
+        .or_fail(case, "dead_letter")?;
+    ensure!(
+        case,
+        sent == DeadLetter::Sent(dlq.name().to_owned()),
+        "dead_letter returned {sent:?}, the DLQ is {}",
+        dlq.name()
+    );
 
     let copies = receive_distinct(case, dlq, 1).await?;
     let copy = &copies[0];
     ensure!(case, copy.body == message.body, "the copy has another body");
     for (name, value) in &message.attributes {
-        ensure!(case, copy.attributes.get(name) == Some(value), "the copy lost attribute {name}: {:?}", copy.attributes);
+        ensure!(
+            case,
+            copy.attributes.get(name) == Some(value),
+            "the copy lost attribute {name}: {:?}",
+            copy.attributes
+        );
     }
     let recorded = copy.string_attribute(FAILURE_ATTRIBUTE).unwrap_or_default();
     let parsed: Result<Failure, _> = serde_json::from_str(recorded);
-    ensure!(case, parsed.as_ref().ok() == Some(&failure), "{FAILURE_ATTRIBUTE} is {recorded:?}, expected {failure:?}");
+    ensure!(
+        case,
+        parsed.as_ref().ok() == Some(&failure),
+        "{FAILURE_ATTRIBUTE} is {recorded:?}, expected {failure:?}"
+    );
 
     // The original was not deleted: it is still in flight under its receipt.
-    change_ok(case, queue, &[change(&received, Duration::ZERO)], "change_visibility(0) on the original").await?;
+    change_ok(
+        case,
+        queue,
+        &[change(&received, Duration::ZERO)],
+        "change_visibility(0) on the original",
+    )
+    .await?;
     let again = receive_id(case, queue, &id, "the original after dead_letter").await?;
-    ensure!(case, again.receive_count == 2, "receive_count {}", again.receive_count);
+    ensure!(
+        case,
+        again.receive_count == 2,
+        "receive_count {}",
+        again.receive_count
+    );
     Ok(())
 }
 
@@ -457,8 +720,15 @@ pub async fn dead_letter_without_dlq(factory: &dyn QueueFactory) -> CaseResult {
     let id = send(case, queue, body(case, 0)).await?;
     let received = receive_id(case, queue, &id, "delivery").await?;
     let failure = Failure::now("bad input", 1, queue.name(), "email");
-    let outcome = queue.dead_letter(&received, &failure).await.or_fail(case, "dead_letter")?;
-    ensure!(case, outcome == DeadLetter::NoDeadLetterQueue, "dead_letter without a DLQ returned {outcome:?}");
+    let outcome = queue
+        .dead_letter(&received, &failure)
+        .await
+        .or_fail(case, "dead_letter")?;
+    ensure!(
+        case,
+        outcome == DeadLetter::NoDeadLetterQueue,
+        "dead_letter without a DLQ returned {outcome:?}"
+    );
     Ok(())
 }
 
@@ -482,27 +752,72 @@ pub async fn fifo_group_order_and_blocking(factory: &dyn QueueFactory) -> CaseRe
 
     let first = receive(case, queue, 1, POLL).await?;
     let Some(head) = first.into_iter().next() else {
-        return Err(SuiteFailure::new(case, "no message from a FIFO queue with 5 visible"));
+        return Err(SuiteFailure::new(
+            case,
+            "no message from a FIFO queue with 5 visible",
+        ));
     };
     let head_group = group_of(&head);
-    ensure!(case, order.get(&head_group).and_then(|ids| ids.first()) == Some(&head.id), "first delivery is not its group's head");
+    ensure!(
+        case,
+        order.get(&head_group).and_then(|ids| ids.first()) == Some(&head.id),
+        "first delivery is not its group's head"
+    );
     let other_group = if head_group == "a" { "b" } else { "a" };
 
     let others = receive(case, queue, 10, POLL).await?;
-    ensure!(case, others.iter().all(|message| group_of(message) != head_group), "delivered a message of group {head_group} while its head was in flight");
+    ensure!(
+        case,
+        others.iter().all(|message| group_of(message) != head_group),
+        "delivered a message of group {head_group} while its head was in flight"
+    );
     let other_ids: Vec<&String> = others.iter().map(|message| &message.id).collect();
     let expected_other = &order[other_group];
-    ensure!(case, !other_ids.is_empty(), "group {other_group} had nothing in flight but was not delivered");
-    ensure!(case, other_ids.iter().zip(expected_other).all(|(got, want)| *got == want), "group {other_group} out of order");
+    ensure!(
+        case,
+        !other_ids.is_empty(),
+        "group {other_group} had nothing in flight but was not delivered"
+    );
+    ensure!(
+        case,
+        other_ids
+            .iter()
+            .zip(expected_other)
+            .all(|(got, want)| *got == want),
+        "group {other_group} out of order"
+    );
     let blocked = receive(case, queue, 10, POLL).await?;
-    ensure!(case, blocked.is_empty(), "delivered {} messages while both groups had messages in flight", blocked.len());
+    ensure!(
+        case,
+        blocked.is_empty(),
+        "delivered {} messages while both groups had messages in flight",
+        blocked.len()
+    );
 
     // A retried head comes back first, before the rest of its group.
-    change_ok(case, queue, &[change(&head, Duration::ZERO)], "change_visibility(0) on the head").await?;
+    change_ok(
+        case,
+        queue,
+        &[change(&head, Duration::ZERO)],
+        "change_visibility(0) on the head",
+    )
+    .await?;
     let retried = receive(case, queue, 10, POLL).await?;
-    ensure!(case, retried.first().map(|message| &message.id) == Some(&head.id), "the retried head did not come back first");
-    ensure!(case, retried.first().is_some_and(|message| message.receive_count == 2), "the retried head's receive_count is not 2");
-    ensure!(case, retried.iter().all(|message| group_of(message) == head_group), "delivered a message of a group in flight");
+    ensure!(
+        case,
+        retried.first().map(|message| &message.id) == Some(&head.id),
+        "the retried head did not come back first"
+    );
+    ensure!(
+        case,
+        retried.first().is_some_and(|message| message.receive_count == 2),
+        "the retried head's receive_count is not 2"
+    );
+    ensure!(
+        case,
+        retried.iter().all(|message| group_of(message) == head_group),
+        "delivered a message of a group in flight"
+    );
 
     // Delete as we go and check each group's complete order.
     let mut delivered: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -511,14 +826,21 @@ pub async fn fifo_group_order_and_blocking(factory: &dyn QueueFactory) -> CaseRe
     let deadline = Instant::now() + PATIENCE;
     while delivered.values().map(Vec::len).sum::<usize>() < 5 && Instant::now() < deadline {
         for message in &pending {
-            delivered.entry(group_of(message)).or_default().push(message.id.clone());
+            delivered
+                .entry(group_of(message))
+                .or_default()
+                .push(message.id.clone());
         }
         if !pending.is_empty() {
             delete_ok(case, queue, &receipts(&pending), "delete").await?;
         }
         pending = receive(case, queue, 10, POLL).await?;
     }
-    ensure!(case, delivered == order, "per-group delivery order {delivered:?}, sent {order:?}");
+    ensure!(
+        case,
+        delivered == order,
+        "per-group delivery order {delivered:?}, sent {order:?}"
+    );
     Ok(())
 }
 
@@ -534,13 +856,26 @@ pub async fn delayed_message_not_visible_before_delay(factory: &dyn QueueFactory
     let later_id = send(case, queue, later).await?;
     let now_id = send(case, queue, body(case, 0)).await?;
     let depth = queue.depth().await.or_fail(case, "depth")?;
-    ensure!(case, depth.delayed == 1 || sent_at.elapsed() >= delay, "depth right after sending: {depth:?}, expected 1 delayed");
+    ensure!(
+        case,
+        depth.delayed == 1 || sent_at.elapsed() >= delay,
+        "depth right after sending: {depth:?}, expected 1 delayed"
+    );
     let first = receive_id(case, queue, &now_id, "the undelayed message").await?;
     let _ = first;
     let delayed = receive_id(case, queue, &later_id, "the delayed message").await?;
     let after = sent_at.elapsed();
-    ensure!(case, after + SLACK >= delay, "the delayed message came after {after:?}, before its {delay:?} delay");
-    ensure!(case, delayed.receive_count == 1, "receive_count {}", delayed.receive_count);
+    ensure!(
+        case,
+        after + SLACK >= delay,
+        "the delayed message came after {after:?}, before its {delay:?} delay"
+    );
+    ensure!(
+        case,
+        delayed.receive_count == 1,
+        "receive_count {}",
+        delayed.receive_count
+    );
     Ok(())
 }
 
@@ -554,23 +889,51 @@ pub async fn batch_operations_of_23_entries(factory: &dyn QueueFactory) -> CaseR
         send(case, queue, body(case, n)).await?;
     }
     let first = receive_distinct(case, queue, 23).await?;
-    let mut changes: Vec<VisibilityChange> = first.iter().map(|message| change(message, Duration::ZERO)).collect();
+    let mut changes: Vec<VisibilityChange> = first
+        .iter()
+        .map(|message| change(message, Duration::ZERO))
+        .collect();
     change_ok(case, queue, &changes, "change_visibility_batch of 23").await?;
     let second = receive_distinct(case, queue, 23).await?;
-    ensure!(case, second.iter().all(|message| message.receive_count == 2), "not every message came back with receive_count 2");
+    ensure!(
+        case,
+        second.iter().all(|message| message.receive_count == 2),
+        "not every message came back with receive_count 2"
+    );
 
     // A deleted message's receipt in the middle of a batch fails alone, reported by its index.
-    delete_ok(case, queue, std::slice::from_ref(&second[0].receipt_handle), "delete one").await?;
-    changes = second[1..].iter().map(|message| change(message, Duration::from_secs(60))).collect();
+    delete_ok(
+        case,
+        queue,
+        std::slice::from_ref(&second[0].receipt_handle),
+        "delete one",
+    )
+    .await?;
+    changes = second[1..]
+        .iter()
+        .map(|message| change(message, Duration::from_secs(60)))
+        .collect();
     changes.insert(11, change(&second[0], Duration::from_secs(60)));
-    let failures = queue.change_visibility_batch(&changes).await.or_fail(case, "change_visibility_batch with a deleted entry")?;
+    let failures = queue
+        .change_visibility_batch(&changes)
+        .await
+        .or_fail(case, "change_visibility_batch with a deleted entry")?;
     let indexes: Vec<usize> = failures.iter().map(|failure| failure.index).collect();
-    ensure!(case, indexes == [11], "expected entry 11 (a deleted message) to fail alone, got {failures:?}");
+    ensure!(
+        case,
+        indexes == [11],
+        "expected entry 11 (a deleted message) to fail alone, got {failures:?}"
+    );
 
     // All 23 receipts, one of them of the message deleted above: deleting it again succeeds.
     delete_ok(case, queue, &receipts(&second), "delete_batch of 23").await?;
     let left = receive(case, queue, 10, POLL).await?;
-    ensure!(case, left.is_empty(), "{} messages left after deleting all 23", left.len());
+    ensure!(
+        case,
+        left.is_empty(),
+        "{} messages left after deleting all 23",
+        left.len()
+    );
     Ok(())
 }
 
@@ -581,7 +944,10 @@ pub async fn attribute_round_trip(factory: &dyn QueueFactory) -> CaseResult {
     let under = create(case, factory, spec(case, 60)).await?;
     let queue = under.queue.as_ref();
     let mut attributes = Attributes::new();
-    attributes.insert("conveyor.type".to_owned(), AttributeValue::string("welcome_email"));
+    attributes.insert(
+        "conveyor.type".to_owned(),
+        AttributeValue::string("welcome_email"),
+    );
     attributes.insert("conveyor.version".to_owned(), AttributeValue::number(2));
     attributes.insert("unicode".to_owned(), AttributeValue::string("héllo ✓ 東京"));
     attributes.insert(
@@ -603,19 +969,50 @@ pub async fn attribute_round_trip(factory: &dyn QueueFactory) -> CaseResult {
     let message = OutgoingMessage {
         body: "{\"text\":\"ünïcode ✓ and \\\"quotes\\\" and <xml/> & more\"}".to_owned(),
         attributes: attributes.clone(),
-        trace_header: Some("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1".to_owned()),
+        trace_header: Some(
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1".to_owned(),
+        ),
         ..OutgoingMessage::default()
     };
     let id = send(case, queue, message.clone()).await?;
     ensure!(case, !id.is_empty(), "send returned an empty message id");
     let received = receive_id(case, queue, &id, "delivery").await?;
-    ensure!(case, received.body == message.body, "body changed: {:?}", received.body);
-    ensure!(case, received.attributes == attributes, "attributes changed: {:?}", received.attributes);
-    ensure!(case, received.trace_header == message.trace_header, "trace header changed: {:?}", received.trace_header);
-    ensure!(case, received.receive_count == 1, "receive_count {}", received.receive_count);
+    ensure!(
+        case,
+        received.body == message.body,
+        "body changed: {:?}",
+        received.body
+    );
+    ensure!(
+        case,
+        received.attributes == attributes,
+        "attributes changed: {:?}",
+        received.attributes
+    );
+    ensure!(
+        case,
+        received.trace_header == message.trace_header,
+        "trace header changed: {:?}",
+        received.trace_header
+    );
+    ensure!(
+        case,
+        received.receive_count == 1,
+        "receive_count {}",
+        received.receive_count
+    );
     ensure!(case, received.sent_at.is_some(), "no SentTimestamp");
-    ensure!(case, received.first_received_at.is_some(), "no ApproximateFirstReceiveTimestamp");
-    ensure!(case, received.group_id.is_none(), "a standard queue's message has a group {:?}", received.group_id);
+    ensure!(
+        case,
+        received.first_received_at.is_some(),
+        "no ApproximateFirstReceiveTimestamp"
+    );
+    ensure!(
+        case,
+        received.group_id.is_none(),
+        "a standard queue's message has a group {:?}",
+        received.group_id
+    );
     Ok(())
 }
 
@@ -634,8 +1031,17 @@ pub async fn long_poll_returns_when_a_message_arrives(factory: &dyn QueueFactory
     let id = sent.or_fail(case, "send during the long poll")?;
     let received = received.or_fail(case, "long-poll receive")?;
     let elapsed = started.elapsed();
-    ensure!(case, received.iter().any(|message| message.id == id), "the long poll returned {} messages, not the one sent", received.len());
-    ensure!(case, elapsed < wait, "the long poll returned after {elapsed:?}, the whole wait");
+    ensure!(
+        case,
+        received.iter().any(|message| message.id == id),
+        "the long poll returned {} messages, not the one sent",
+        received.len()
+    );
+    ensure!(
+        case,
+        elapsed < wait,
+        "the long poll returned after {elapsed:?}, the whole wait"
+    );
     Ok(())
 }
 
@@ -652,12 +1058,20 @@ pub async fn depth_counts(factory: &dyn QueueFactory) -> CaseResult {
     while received.is_empty() && Instant::now() < deadline {
         received = receive(case, queue, 1, POLL).await?;
     }
-    ensure!(case, received.len() == 1, "no message received within {PATIENCE:?}");
+    ensure!(
+        case,
+        received.len() == 1,
+        "no message received within {PATIENCE:?}"
+    );
     let mut depth = queue.depth().await.or_fail(case, "depth")?;
     while (depth.visible, depth.in_flight) != (2, 1) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
         depth = queue.depth().await.or_fail(case, "depth")?;
     }
-    ensure!(case, (depth.visible, depth.in_flight, depth.delayed) == (2, 1, 0), "depth {depth:?}, expected 2 visible and 1 in flight");
+    ensure!(
+        case,
+        (depth.visible, depth.in_flight, depth.delayed) == (2, 1, 0),
+        "depth {depth:?}, expected 2 visible and 1 in flight"
+    );
     delete_ok(case, queue, &receipts(&received), "delete").await
 }

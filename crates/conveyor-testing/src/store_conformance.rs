@@ -9,7 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::{Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError};
+use conveyor_core::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+};
 
 use crate::suite::{Case, CaseResult, OrFail, SuiteFailure, SuiteFailures, ensure, run_cases};
 
@@ -29,18 +31,42 @@ pub const CASES: &[&str] = &[
 /// Runs every case against `store`; returns every failed case.
 pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailures> {
     let cases: Vec<Case<'_>> = vec![
-        ("claim_race_exactly_one_wins", Box::pin(claim_race_exactly_one_wins(Arc::clone(&store)))),
-        ("live_claim_blocks_a_second_claim", Box::pin(live_claim_blocks_a_second_claim(store.as_ref()))),
-        ("lapsed_lease_is_taken_over", Box::pin(lapsed_lease_is_taken_over(store.as_ref()))),
-        ("settling_is_fenced_after_takeover", Box::pin(settling_is_fenced_after_takeover(store.as_ref()))),
+        (
+            "claim_race_exactly_one_wins",
+            Box::pin(claim_race_exactly_one_wins(Arc::clone(&store))),
+        ),
+        (
+            "live_claim_blocks_a_second_claim",
+            Box::pin(live_claim_blocks_a_second_claim(store.as_ref())),
+        ),
+        (
+            "lapsed_lease_is_taken_over",
+            Box::pin(lapsed_lease_is_taken_over(store.as_ref())),
+        ),
+        (
+            "settling_is_fenced_after_takeover",
+            Box::pin(settling_is_fenced_after_takeover(store.as_ref())),
+        ),
         (
             "completed_is_a_duplicate_with_its_output",
             Box::pin(completed_is_a_duplicate_with_its_output(store.as_ref())),
         ),
-        ("expired_completed_record_is_claimable", Box::pin(expired_completed_record_is_claimable(store.as_ref()))),
-        ("release_makes_the_key_claimable", Box::pin(release_makes_the_key_claimable(store.as_ref()))),
-        ("extend_lease_moves_the_lease", Box::pin(extend_lease_moves_the_lease(store.as_ref()))),
-        ("validation_hash_is_kept", Box::pin(validation_hash_is_kept(store.as_ref()))),
+        (
+            "expired_completed_record_is_claimable",
+            Box::pin(expired_completed_record_is_claimable(store.as_ref())),
+        ),
+        (
+            "release_makes_the_key_claimable",
+            Box::pin(release_makes_the_key_claimable(store.as_ref())),
+        ),
+        (
+            "extend_lease_moves_the_lease",
+            Box::pin(extend_lease_moves_the_lease(store.as_ref())),
+        ),
+        (
+            "validation_hash_is_kept",
+            Box::pin(validation_hash_is_kept(store.as_ref())),
+        ),
     ];
     run_cases("store", cases).await
 }
@@ -71,33 +97,65 @@ fn lapsed(key: &str) -> ClaimRequest {
 }
 
 /// Claims and expects to acquire.
-async fn acquire(case: &'static str, store: &dyn IdempotencyStore, request: &ClaimRequest) -> Result<Claim, SuiteFailure> {
+async fn acquire(
+    case: &'static str,
+    store: &dyn IdempotencyStore,
+    request: &ClaimRequest,
+) -> Result<Claim, SuiteFailure> {
     match store.claim(request).await.or_fail(case, "claim")? {
         ClaimOutcome::Acquired(claim) => {
-            ensure!(case, claim.key == request.key, "claim returned key {}, asked for {}", claim.key, request.key);
+            ensure!(
+                case,
+                claim.key == request.key,
+                "claim returned key {}, asked for {}",
+                claim.key,
+                request.key
+            );
             Ok(claim)
         }
-        ClaimOutcome::Exists(record) => Err(SuiteFailure::new(case, format!("expected to acquire {}, found {record:?}", request.key))),
+        ClaimOutcome::Exists(record) => Err(SuiteFailure::new(
+            case,
+            format!("expected to acquire {}, found {record:?}", request.key),
+        )),
     }
 }
 
 /// Claims and expects an existing record.
-async fn existing(case: &'static str, store: &dyn IdempotencyStore, request: &ClaimRequest) -> Result<IdempotencyRecord, SuiteFailure> {
+async fn existing(
+    case: &'static str,
+    store: &dyn IdempotencyStore,
+    request: &ClaimRequest,
+) -> Result<IdempotencyRecord, SuiteFailure> {
     match store.claim(request).await.or_fail(case, "claim")? {
         ClaimOutcome::Exists(record) => {
-            ensure!(case, record.key == request.key, "claim returned the record of {}", record.key);
+            ensure!(
+                case,
+                record.key == request.key,
+                "claim returned the record of {}",
+                record.key
+            );
             Ok(record)
         }
-        ClaimOutcome::Acquired(claim) => Err(SuiteFailure::new(case, format!("acquired {} although a live record exists", claim.key))),
+        ClaimOutcome::Acquired(claim) => Err(SuiteFailure::new(
+            case,
+            format!("acquired {} although a live record exists", claim.key),
+        )),
     }
 }
 
-async fn read(case: &'static str, store: &dyn IdempotencyStore, key: &str) -> Result<Option<IdempotencyRecord>, SuiteFailure> {
+async fn read(
+    case: &'static str,
+    store: &dyn IdempotencyStore,
+    key: &str,
+) -> Result<Option<IdempotencyRecord>, SuiteFailure> {
     store.get(key).await.or_fail(case, "get")
 }
 
 fn close(a: SystemTime, b: SystemTime, tolerance: Duration) -> bool {
-    let difference = a.duration_since(b).or_else(|_| b.duration_since(a)).unwrap_or_default();
+    let difference = a
+        .duration_since(b)
+        .or_else(|_| b.duration_since(a))
+        .unwrap_or_default();
     difference <= tolerance
 }
 
@@ -123,14 +181,34 @@ pub async fn claim_race_exactly_one_wins(store: Arc<dyn IdempotencyStore>) -> Ca
             ClaimOutcome::Exists(record) => losers.push(record),
         }
     }
-    ensure!(case, winners.len() == 1, "{} of 20 concurrent claims acquired the key", winners.len());
+    ensure!(
+        case,
+        winners.len() == 1,
+        "{} of 20 concurrent claims acquired the key",
+        winners.len()
+    );
     let winner = &winners[0];
     for record in &losers {
-        ensure!(case, record.status == RecordStatus::InProgress, "a loser saw status {:?}", record.status);
-        ensure!(case, record.token.as_deref() == Some(winner.token.as_str()), "a loser saw token {:?}, the winner holds {}", record.token, winner.token);
+        ensure!(
+            case,
+            record.status == RecordStatus::InProgress,
+            "a loser saw status {:?}",
+            record.status
+        );
+        ensure!(
+            case,
+            record.token.as_deref() == Some(winner.token.as_str()),
+            "a loser saw token {:?}, the winner holds {}",
+            record.token,
+            winner.token
+        );
     }
     let stored = read(case, store.as_ref(), &key).await?;
-    ensure!(case, stored.and_then(|record| record.token).as_deref() == Some(winner.token.as_str()), "the stored record is not the winner's");
+    ensure!(
+        case,
+        stored.and_then(|record| record.token).as_deref() == Some(winner.token.as_str()),
+        "the stored record is not the winner's"
+    );
     Ok(())
 }
 
@@ -141,15 +219,27 @@ pub async fn live_claim_blocks_a_second_claim(store: &dyn IdempotencyStore) -> C
     let first = live(&key);
     acquire(case, store, &first).await?;
     let record = existing(case, store, &live(&key)).await?;
-    ensure!(case, record.status == RecordStatus::InProgress, "status {:?}", record.status);
     ensure!(
         case,
-        record.lease_until.is_some_and(|lease| close(lease, first.lease_until, Duration::from_millis(2))),
+        record.status == RecordStatus::InProgress,
+        "status {:?}",
+        record.status
+    );
+    ensure!(
+        case,
+        record
+            .lease_until
+            .is_some_and(|lease| close(lease, first.lease_until, Duration::from_millis(2))),
         "the record's lease {:?} is not the first claim's {:?}",
         record.lease_until,
         first.lease_until
     );
-    ensure!(case, close(record.expires_at, first.expires_at, Duration::from_secs(1)), "expiry {:?}", record.expires_at);
+    ensure!(
+        case,
+        close(record.expires_at, first.expires_at, Duration::from_secs(1)),
+        "expiry {:?}",
+        record.expires_at
+    );
     Ok(())
 }
 
@@ -159,9 +249,17 @@ pub async fn lapsed_lease_is_taken_over(store: &dyn IdempotencyStore) -> CaseRes
     let key = key(case);
     let crashed = acquire(case, store, &lapsed(&key)).await?;
     let next = acquire(case, store, &live(&key)).await?;
-    ensure!(case, next.token != crashed.token, "the takeover kept the old token");
+    ensure!(
+        case,
+        next.token != crashed.token,
+        "the takeover kept the old token"
+    );
     let record = read(case, store, &key).await?;
-    ensure!(case, record.and_then(|record| record.token).as_deref() == Some(next.token.as_str()), "the record does not carry the new token");
+    ensure!(
+        case,
+        record.and_then(|record| record.token).as_deref() == Some(next.token.as_str()),
+        "the record does not carry the new token"
+    );
     Ok(())
 }
 
@@ -172,16 +270,43 @@ pub async fn settling_is_fenced_after_takeover(store: &dyn IdempotencyStore) -> 
     let old = acquire(case, store, &lapsed(&key)).await?;
     let new = acquire(case, store, &live(&key)).await?;
     let later = SystemTime::now() + HOUR;
-    ensure!(case, is_fenced(&store.complete(&old, Some("\"old\""), later).await), "complete with the old claim was not fenced");
-    ensure!(case, is_fenced(&store.extend_lease(&old, later).await), "extend_lease with the old claim was not fenced");
-    ensure!(case, is_fenced(&store.release(&old).await), "release with the old claim was not fenced");
+    ensure!(
+        case,
+        is_fenced(&store.complete(&old, Some("\"old\""), later).await),
+        "complete with the old claim was not fenced"
+    );
+    ensure!(
+        case,
+        is_fenced(&store.extend_lease(&old, later).await),
+        "extend_lease with the old claim was not fenced"
+    );
+    ensure!(
+        case,
+        is_fenced(&store.release(&old).await),
+        "release with the old claim was not fenced"
+    );
     let record = read(case, store, &key).await?;
     let Some(record) = record else {
-        return Err(SuiteFailure::new(case, "the old claim's release deleted the new claim's record"));
+        return Err(SuiteFailure::new(
+            case,
+            "the old claim's release deleted the new claim's record",
+        ));
     };
-    ensure!(case, record.token.as_deref() == Some(new.token.as_str()), "token changed to {:?}", record.token);
-    ensure!(case, record.status == RecordStatus::InProgress && record.output.is_none(), "the old claim changed the record: {record:?}");
-    store.complete(&new, Some("\"new\""), later).await.or_fail(case, "complete with the new claim")?;
+    ensure!(
+        case,
+        record.token.as_deref() == Some(new.token.as_str()),
+        "token changed to {:?}",
+        record.token
+    );
+    ensure!(
+        case,
+        record.status == RecordStatus::InProgress && record.output.is_none(),
+        "the old claim changed the record: {record:?}"
+    );
+    store
+        .complete(&new, Some("\"new\""), later)
+        .await
+        .or_fail(case, "complete with the new claim")?;
     Ok(())
 }
 
@@ -191,12 +316,29 @@ pub async fn completed_is_a_duplicate_with_its_output(store: &dyn IdempotencySto
     let key = key(case);
     let output = "{\"provider_id\":\"msg-42\",\"note\":\"ünïcode ✓\"}";
     let claim = acquire(case, store, &lapsed(&key)).await?;
-    store.complete(&claim, Some(output), SystemTime::now() + HOUR).await.or_fail(case, "complete")?;
+    store
+        .complete(&claim, Some(output), SystemTime::now() + HOUR)
+        .await
+        .or_fail(case, "complete")?;
     let record = existing(case, store, &live(&key)).await?;
-    ensure!(case, record.status == RecordStatus::Completed, "status {:?} after complete", record.status);
-    ensure!(case, record.output.as_deref() == Some(output), "output {:?}", record.output);
+    ensure!(
+        case,
+        record.status == RecordStatus::Completed,
+        "status {:?} after complete",
+        record.status
+    );
+    ensure!(
+        case,
+        record.output.as_deref() == Some(output),
+        "output {:?}",
+        record.output
+    );
     let read_back = read(case, store, &key).await?;
-    ensure!(case, read_back.is_some_and(|record| record.status == RecordStatus::Completed), "get does not show the completed record");
+    ensure!(
+        case,
+        read_back.is_some_and(|record| record.status == RecordStatus::Completed),
+        "get does not show the completed record"
+    );
     Ok(())
 }
 
@@ -205,9 +347,16 @@ pub async fn expired_completed_record_is_claimable(store: &dyn IdempotencyStore)
     let case = "expired_completed_record_is_claimable";
     let key = key(case);
     let claim = acquire(case, store, &live(&key)).await?;
-    store.complete(&claim, Some("1"), SystemTime::now() - PAST).await.or_fail(case, "complete (already expired)")?;
+    store
+        .complete(&claim, Some("1"), SystemTime::now() - PAST)
+        .await
+        .or_fail(case, "complete (already expired)")?;
     let again = acquire(case, store, &live(&key)).await?;
-    ensure!(case, again.token != claim.token, "the new claim kept the old token");
+    ensure!(
+        case,
+        again.token != claim.token,
+        "the new claim kept the old token"
+    );
     Ok(())
 }
 
@@ -215,11 +364,23 @@ pub async fn expired_completed_record_is_claimable(store: &dyn IdempotencyStore)
 pub async fn release_makes_the_key_claimable(store: &dyn IdempotencyStore) -> CaseResult {
     let case = "release_makes_the_key_claimable";
     let key = key(case);
-    ensure!(case, read(case, store, &key).await?.is_none(), "a never-claimed key has a record");
+    ensure!(
+        case,
+        read(case, store, &key).await?.is_none(),
+        "a never-claimed key has a record"
+    );
     let claim = acquire(case, store, &live(&key)).await?;
     store.release(&claim).await.or_fail(case, "release")?;
-    ensure!(case, read(case, store, &key).await?.is_none(), "the record survived its release");
-    ensure!(case, is_fenced(&store.release(&claim).await), "a second release was not fenced");
+    ensure!(
+        case,
+        read(case, store, &key).await?.is_none(),
+        "the record survived its release"
+    );
+    ensure!(
+        case,
+        is_fenced(&store.release(&claim).await),
+        "a second release was not fenced"
+    );
     acquire(case, store, &live(&key)).await?;
     Ok(())
 }
@@ -230,15 +391,24 @@ pub async fn extend_lease_moves_the_lease(store: &dyn IdempotencyStore) -> CaseR
     let key = key(case);
     let claim = acquire(case, store, &lapsed(&key)).await?;
     let until = SystemTime::now() + Duration::from_secs(120);
-    store.extend_lease(&claim, until).await.or_fail(case, "extend_lease")?;
+    store
+        .extend_lease(&claim, until)
+        .await
+        .or_fail(case, "extend_lease")?;
     let record = existing(case, store, &live(&key)).await?;
     ensure!(
         case,
-        record.lease_until.is_some_and(|lease| close(lease, until, Duration::from_millis(2))),
+        record
+            .lease_until
+            .is_some_and(|lease| close(lease, until, Duration::from_millis(2))),
         "lease {:?} after extending to {until:?}",
         record.lease_until
     );
-    ensure!(case, record.token.as_deref() == Some(claim.token.as_str()), "extending changed the token");
+    ensure!(
+        case,
+        record.token.as_deref() == Some(claim.token.as_str()),
+        "extending changed the token"
+    );
     Ok(())
 }
 
@@ -251,6 +421,11 @@ pub async fn validation_hash_is_kept(store: &dyn IdempotencyStore) -> CaseResult
     first.validation = Some(hash.clone());
     acquire(case, store, &first).await?;
     let record = existing(case, store, &live(&key)).await?;
-    ensure!(case, record.validation.as_deref() == Some(hash.as_str()), "validation {:?}", record.validation);
+    ensure!(
+        case,
+        record.validation.as_deref() == Some(hash.as_str()),
+        "validation {:?}",
+        record.validation
+    );
     Ok(())
 }

@@ -9,12 +9,17 @@ use conveyor_testing::localstack::{
 async fn create_queue_wires_the_dlq_by_arn() -> anyhow::Result<()> {
     ensure_local_aws().await?;
     let client = sqs_client().await;
-    let spec = QueueSpec::standard("helpers").visibility_timeout_secs(7).max_receive_count(3);
+    let spec = QueueSpec::standard("helpers")
+        .visibility_timeout_secs(7)
+        .max_receive_count(3);
     let queue = create_queue(&client, &spec).await?;
     assert!(queue.name.starts_with("helpers-"));
     assert!(queue.arn.ends_with(&queue.name), "{}", queue.arn);
     let dlq_arn = queue.dlq_arn.clone().expect("a DLQ was asked for");
-    assert_eq!(queue.dlq_name.as_deref(), Some(format!("{}-dlq", queue.name).as_str()));
+    assert_eq!(
+        queue.dlq_name.as_deref(),
+        Some(format!("{}-dlq", queue.name).as_str())
+    );
 
     let attributes = client
         .get_queue_attributes()
@@ -37,7 +42,12 @@ async fn fifo_queues_get_a_fifo_dlq() -> anyhow::Result<()> {
     let client = sqs_client().await;
     let queue = create_queue(&client, &QueueSpec::fifo("helpers").max_receive_count(2)).await?;
     assert!(queue.name.ends_with(".fifo"));
-    assert!(queue.dlq_name.as_deref().is_some_and(|name| name.ends_with("-dlq.fifo")));
+    assert!(
+        queue
+            .dlq_name
+            .as_deref()
+            .is_some_and(|name| name.ends_with("-dlq.fifo"))
+    );
     let plain = create_queue(&client, &QueueSpec::standard("helpers")).await?;
     assert_eq!(plain.dlq_url, None);
     Ok(())
@@ -49,7 +59,10 @@ async fn create_table_makes_an_active_powertools_table() -> anyhow::Result<()> {
     let client = dynamodb_client().await;
     let table = create_table(&client, "helpers").await?;
     let described = client.describe_table().table_name(&table).send().await?;
-    let schema = described.table.and_then(|table| table.key_schema).unwrap_or_default();
+    let schema = described
+        .table
+        .and_then(|table| table.key_schema)
+        .unwrap_or_default();
     assert_eq!(schema.len(), 1);
     assert_eq!(schema[0].attribute_name, "id");
     Ok(())

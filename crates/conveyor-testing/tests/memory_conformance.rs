@@ -12,5 +12,7 @@ async fn memory_queue_passes_the_queue_suite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_passes_the_store_suite() {
-    store_conformance::run_all(Arc::new(MemoryIdempotencyStore::new())).await.unwrap();
+    store_conformance::run_all(Arc::new(MemoryIdempotencyStore::new()))
+        .await
+        .unwrap();
 }

@@ -1,0 +1,616 @@
+//! One test per row of the failure table in conveyor-core's `src/pipeline.rs`, run through the real
+//! `Pipeline` with `MemoryIdempotencyStore`, plus `reject()` against `MemoryQueue`.
+
+// Test helpers outside #[test] functions unwrap too (clippy's allow-unwrap-in-tests covers only the latter).
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use conveyor_core::idempotency::{idempotency_key, payload_hash};
+use conveyor_core::message::{JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
+use conveyor_core::{
+    AckReason, AttributeValue, Backoff, Context, Disposition, Failure, Handler, HandlerError,
+    HandlerSettings, IdempotencyRecord, IdempotencyStore, Lease, Message, Outcome, Pipeline, Processed,
+    Queue, RecordStatus, RejectMode, Router, reject,
+};
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+const JOB_TYPE: &str = "test_job";
+const LEASE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Deserialize)]
+struct TestJob {
+    n: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Behaviour {
+    Succeed,
+    SucceedWithLargeOutput,
+    Retryable,
+    Permanent,
+    Panic,
+    Sleep(Duration),
+    StopWhenCancelled,
+    IgnoreCancellation,
+}
+
+type Hook = Arc<dyn Fn() + Send + Sync>;
+
+struct TestHandler {
+    behaviour: Behaviour,
+    runs: Arc<AtomicUsize>,
+    settings: HandlerSettings,
+    during_run: Option<Hook>,
+}
+
+impl Handler for TestHandler {
+    type Job = TestJob;
+    type Output = serde_json::Value;
+    const JOB_TYPE: &'static str = JOB_TYPE;
+
+    async fn handle(&self, job: TestJob, ctx: Context) -> Result<serde_json::Value, HandlerError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if let Some(hook) = &self.during_run {
+            hook();
+        }
+        match self.behaviour {
+            Behaviour::Succeed => Ok(serde_json::json!({ "n": job.n })),
+            Behaviour::SucceedWithLargeOutput => Ok(serde_json::json!({ "blob": "x".repeat(1000) })),
+            Behaviour::Retryable => Err(HandlerError::retryable("provider returned 503")),
+            Behaviour::Permanent => Err(HandlerError::permanent("no such user")),
+            Behaviour::Panic => panic!("handler bug"),
+            Behaviour::Sleep(duration) => {
+                tokio::time::sleep(duration).await;
+                Ok(serde_json::Value::Null)
+            }
+            Behaviour::StopWhenCancelled => {
+                ctx.cancelled().await;
+                Err(HandlerError::retryable("stopped: cancelled"))
+            }
+            Behaviour::IgnoreCancellation => {
+                std::future::pending::<()>().await;
+                Ok(serde_json::Value::Null)
+            }
+        }
+    }
+
+    fn settings(&self) -> HandlerSettings {
+        self.settings.clone()
+    }
+}
+
+struct Fixture {
+    store: Arc<MemoryIdempotencyStore>,
+    runs: Arc<AtomicUsize>,
+    pipeline: Pipeline,
+}
+
+fn settings() -> HandlerSettings {
+    HandlerSettings {
+        timeout: Duration::from_secs(5),
+        backoff: Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(10),
+        },
+        ..HandlerSettings::default()
+    }
+}
+
+fn fixture_with(
+    behaviour: Behaviour,
+    store: MemoryIdempotencyStore,
+    settings: HandlerSettings,
+    during_run: impl FnOnce(Arc<MemoryIdempotencyStore>) -> Option<Hook>,
+) -> Fixture {
+    let store = Arc::new(store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let handler = TestHandler {
+        behaviour,
+        runs: Arc::clone(&runs),
+        settings,
+        during_run: during_run(Arc::clone(&store)),
+    };
+    let pipeline = Pipeline::new(Router::new().route(handler)).with_store(store.clone());
+    Fixture {
+        store,
+        runs,
+        pipeline,
+    }
+}
+
+fn fixture(behaviour: Behaviour) -> Fixture {
+    fixture_with(behaviour, MemoryIdempotencyStore::new(), settings(), |_| None)
+}
+
+fn message(body: &str) -> Message {
+    let mut message = Message::new(format!("m-{}", uuid_like()), body);
+    message
+        .attributes
+        .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(JOB_TYPE));
+    message
+}
+
+fn uuid_like() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("{:06}", NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+fn key_of(message: &Message) -> String {
+    idempotency_key(JOB_TYPE, message.idempotency_key(), &message.id)
+}
+
+impl Fixture {
+    async fn process(&self, message: &Message) -> (Processed, Lease) {
+        let lease = Lease::new(Instant::now() + LEASE);
+        let processed = self
+            .pipeline
+            .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, None)
+            .await;
+        (processed, lease)
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    async fn record(&self, message: &Message) -> Option<IdempotencyRecord> {
+        self.store.get(&key_of(message)).await.unwrap()
+    }
+}
+
+fn assert_reject(processed: &Processed, containing: &str) -> Failure {
+    let Outcome::Reject(failure) = &processed.outcome else {
+        panic!("expected a reject, got {:?}", processed.outcome)
+    };
+    assert!(
+        failure.error.contains(containing),
+        "{:?} does not mention {containing:?}",
+        failure.error
+    );
+    assert_eq!(failure.source_queue, "jobs");
+    failure.clone()
+}
+
+fn retry_delay(processed: &Processed) -> Duration {
+    let Outcome::Retry { delay, .. } = &processed.outcome else {
+        panic!("expected a retry, got {:?}", processed.outcome)
+    };
+    *delay
+}
+
+#[tokio::test]
+async fn success_completes_the_record_and_acks() {
+    let fixture = fixture(Behaviour::Succeed);
+    let message = message("{\"n\":7}");
+    let (processed, lease) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(processed.output.as_deref(), Some("{\"n\":7}"));
+    assert!(processed.ran());
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(record.status, RecordStatus::Completed);
+    assert_eq!(record.output.as_deref(), Some("{\"n\":7}"));
+    assert!(
+        lease.claim().is_none(),
+        "the claim was taken back from the lease before settling"
+    );
+}
+
+#[tokio::test]
+async fn unknown_job_type_is_rejected_without_touching_the_store() {
+    let fixture = fixture(Behaviour::Succeed);
+    let mut unknown = message("{\"n\":1}");
+    unknown.attributes.insert(
+        JOB_TYPE_ATTRIBUTE.to_owned(),
+        AttributeValue::string("nobody_handles_this"),
+    );
+    let (processed, _) = fixture.process(&unknown).await;
+    let failure = assert_reject(&processed, "unknown job type");
+    assert!(
+        failure.error.contains(JOB_TYPE),
+        "the reason names the known types: {}",
+        failure.error
+    );
+
+    let mut untyped = message("{\"n\":1}");
+    untyped.attributes.clear();
+    let (processed, _) = fixture.process(&untyped).await;
+    assert_reject(&processed, "no default route");
+    assert_eq!(fixture.runs(), 0);
+    assert_eq!(fixture.store.requests().total(), 0);
+}
+
+#[tokio::test]
+async fn newer_or_malformed_schema_version_is_rejected() {
+    let fixture = fixture(Behaviour::Succeed);
+    let mut newer = message("{\"n\":1}");
+    newer
+        .attributes
+        .insert(SCHEMA_VERSION_ATTRIBUTE.to_owned(), AttributeValue::number(2));
+    let (processed, _) = fixture.process(&newer).await;
+    assert_reject(&processed, "newer");
+
+    let mut garbled = message("{\"n\":1}");
+    garbled
+        .attributes
+        .insert(SCHEMA_VERSION_ATTRIBUTE.to_owned(), AttributeValue::string("two"));
+    let (processed, _) = fixture.process(&garbled).await;
+    assert_reject(&processed, "positive integer");
+    assert_eq!(fixture.runs(), 0);
+    assert_eq!(fixture.store.requests().claim, 0);
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_decode_is_rejected_before_claiming() {
+    let fixture = fixture(Behaviour::Succeed);
+    let (processed, _) = fixture.process(&message("{\"n\":\"not a number\"}")).await;
+    assert_reject(&processed, "not a valid test_job job");
+    assert_eq!(fixture.runs(), 0);
+    assert_eq!(fixture.store.requests().claim, 0, "decode comes before claim");
+}
+
+#[tokio::test]
+async fn store_unavailable_retries_and_never_runs_unclaimed() {
+    let fixture = fixture(Behaviour::Succeed);
+    fixture.store.set_unavailable(true);
+    let (processed, _) = fixture.process(&message("{\"n\":1}")).await;
+    let delay = retry_delay(&processed);
+    assert!(
+        delay <= Duration::from_secs(1),
+        "first delivery's backoff ceiling is 1 s, got {delay:?}"
+    );
+    assert_eq!(fixture.runs(), 0, "fail closed");
+    assert_eq!(fixture.store.requests().claim, 1);
+}
+
+#[tokio::test]
+async fn a_completed_key_is_acked_as_duplicate_with_the_stored_output() {
+    let fixture = fixture(Behaviour::Succeed);
+    let message = message("{\"n\":3}");
+    fixture.store.insert(IdempotencyRecord {
+        key: key_of(&message),
+        status: RecordStatus::Completed,
+        expires_at: SystemTime::now() + Duration::from_secs(3600),
+        lease_until: None,
+        output: Some("{\"n\":3,\"earlier\":true}".to_owned()),
+        validation: None,
+        token: Some("earlier".to_owned()),
+    });
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Duplicate));
+    assert_eq!(processed.output.as_deref(), Some("{\"n\":3,\"earlier\":true}"));
+    assert!(!processed.ran());
+    assert_eq!(fixture.runs(), 0);
+}
+
+#[tokio::test]
+async fn in_progress_elsewhere_retries_after_the_other_lease() {
+    let fixture = fixture(Behaviour::Succeed);
+    let message = message("{\"n\":4}");
+    let other_lease = Duration::from_secs(90);
+    fixture.store.insert(IdempotencyRecord {
+        key: key_of(&message),
+        status: RecordStatus::InProgress,
+        expires_at: SystemTime::now() + Duration::from_secs(3600),
+        lease_until: Some(SystemTime::now() + other_lease),
+        output: None,
+        validation: None,
+        token: Some("elsewhere".to_owned()),
+    });
+    let (processed, _) = fixture.process(&message).await;
+    let delay = retry_delay(&processed);
+    assert!(
+        delay >= other_lease - Duration::from_secs(1) && delay <= other_lease + Duration::from_secs(2),
+        "retry after {delay:?}, the other lease ends in {other_lease:?}"
+    );
+    assert_eq!(fixture.runs(), 0);
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(
+        record.token.as_deref(),
+        Some("elsewhere"),
+        "the other claim is untouched"
+    );
+}
+
+#[tokio::test]
+async fn same_key_with_another_payload_is_rejected() {
+    let validating = HandlerSettings {
+        validate_payload: true,
+        ..settings()
+    };
+    let fixture = fixture_with(
+        Behaviour::Succeed,
+        MemoryIdempotencyStore::new(),
+        validating,
+        |_| None,
+    );
+    let mut message = message("{\"n\":5}");
+    message.attributes.insert(
+        conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
+        AttributeValue::string("order:5"),
+    );
+    fixture.store.insert(IdempotencyRecord {
+        key: key_of(&message),
+        status: RecordStatus::Completed,
+        expires_at: SystemTime::now() + Duration::from_secs(3600),
+        lease_until: None,
+        output: Some("null".to_owned()),
+        validation: Some(payload_hash("{\"n\":6}")),
+        token: Some("earlier".to_owned()),
+    });
+    let (processed, _) = fixture.process(&message).await;
+    assert_reject(&processed, "different payload");
+    assert_eq!(fixture.runs(), 0);
+}
+
+#[tokio::test]
+async fn a_retryable_error_retries_with_backoff_and_releases_the_claim() {
+    let fixture = fixture(Behaviour::Retryable);
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert!(retry_delay(&processed) <= Duration::from_secs(1));
+    assert_eq!(fixture.runs(), 1);
+    assert_eq!(
+        fixture.record(&message).await,
+        None,
+        "released so the retry can claim"
+    );
+    assert_eq!(fixture.store.requests().release, 1);
+}
+
+#[tokio::test]
+async fn a_permanent_error_rejects_and_releases_the_claim() {
+    let fixture = fixture(Behaviour::Permanent);
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    let failure = assert_reject(&processed, "no such user");
+    assert_eq!(failure.handler, JOB_TYPE);
+    assert_eq!(fixture.record(&message).await, None);
+}
+
+#[tokio::test]
+async fn a_panic_retries_and_releases_the_claim() {
+    let fixture = fixture(Behaviour::Panic);
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    let Outcome::Retry { reason, .. } = &processed.outcome else {
+        panic!("expected a retry, got {:?}", processed.outcome)
+    };
+    assert!(reason.contains("handler bug"), "{reason}");
+    assert_eq!(fixture.record(&message).await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_retries_and_releases_the_claim() {
+    let fixture = fixture(Behaviour::Sleep(Duration::from_secs(600)));
+    let message = message("{\"n\":1}");
+    let started = Instant::now();
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(5),
+        "stopped at the handler's 5 s timeout"
+    );
+    let Outcome::Retry { reason, .. } = &processed.outcome else {
+        panic!("expected a retry, got {:?}", processed.outcome)
+    };
+    assert!(reason.contains("timed out"), "{reason}");
+    assert_eq!(fixture.record(&message).await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_run_goes_back_at_once_and_releases_the_claim() {
+    for behaviour in [Behaviour::StopWhenCancelled, Behaviour::IgnoreCancellation] {
+        let fixture = fixture(behaviour);
+        let message = message("{\"n\":1}");
+        let lease = Lease::new(Instant::now() + LEASE);
+        let run = fixture
+            .pipeline
+            .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, None);
+        let cancel = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            lease.cancellation().cancel();
+        };
+        let (processed, ()) = tokio::join!(run, cancel);
+        assert_eq!(retry_delay(&processed), Duration::ZERO, "{behaviour:?}");
+        assert_eq!(fixture.runs(), 1);
+        assert_eq!(
+            fixture.record(&message).await,
+            None,
+            "{behaviour:?}: claim released"
+        );
+    }
+}
+
+#[tokio::test]
+async fn complete_failing_with_the_store_down_still_acks() {
+    let fixture = fixture_with(
+        Behaviour::Succeed,
+        MemoryIdempotencyStore::new(),
+        settings(),
+        |store| Some(Arc::new(move || store.set_unavailable(true))),
+    );
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    fixture.store.set_unavailable(false);
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(
+        record.status,
+        RecordStatus::InProgress,
+        "the record lapses with its lease"
+    );
+}
+
+#[tokio::test]
+async fn complete_fenced_after_a_takeover_still_acks_and_keeps_the_new_claim() {
+    let fixture = fixture_with(
+        Behaviour::Succeed,
+        MemoryIdempotencyStore::new(),
+        settings(),
+        |store| {
+            Some(Arc::new(move || {
+                for record in store.records() {
+                    store.insert(IdempotencyRecord {
+                        token: Some("took-over".to_owned()),
+                        ..record
+                    });
+                }
+            }))
+        },
+    );
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(record.token.as_deref(), Some("took-over"));
+    assert_eq!(
+        record.status,
+        RecordStatus::InProgress,
+        "the fenced complete changed nothing"
+    );
+}
+
+#[tokio::test]
+async fn output_too_large_completes_without_output() {
+    let fixture = fixture_with(
+        Behaviour::SucceedWithLargeOutput,
+        MemoryIdempotencyStore::new().with_max_output_bytes(100),
+        settings(),
+        |_| None,
+    );
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(record.status, RecordStatus::Completed);
+    assert_eq!(record.output, None);
+    assert_eq!(
+        fixture.store.requests().complete,
+        2,
+        "tried with the output, then without"
+    );
+}
+
+#[tokio::test]
+async fn release_failing_leaves_the_outcome_unchanged() {
+    let fixture = fixture_with(
+        Behaviour::Retryable,
+        MemoryIdempotencyStore::new(),
+        settings(),
+        |store| Some(Arc::new(move || store.set_unavailable(true))),
+    );
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert!(matches!(processed.outcome, Outcome::Retry { .. }));
+    fixture.store.set_unavailable(false);
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(
+        record.status,
+        RecordStatus::InProgress,
+        "the claim stays until its lease lapses"
+    );
+}
+
+#[tokio::test]
+async fn the_claims_lease_is_the_messages_visibility_deadline() {
+    let fixture = fixture(Behaviour::Sleep(Duration::from_millis(1)));
+    let message = message("{\"n\":1}");
+    let lease = Lease::new(Instant::now() + LEASE);
+    let expected = lease.visible_until_wall();
+    fixture
+        .pipeline
+        .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, None)
+        .await;
+    // The record is completed now; its in-progress lease was written from the lease's deadline.
+    let record = fixture.record(&message).await.unwrap();
+    let written = record.lease_until.unwrap();
+    let difference = written
+        .duration_since(expected)
+        .or_else(|_| expected.duration_since(written))
+        .unwrap();
+    assert!(
+        difference < Duration::from_secs(1),
+        "lease written {difference:?} away from the deadline"
+    );
+}
+
+fn failure() -> Failure {
+    Failure::now("no such user", 1, "jobs", JOB_TYPE)
+}
+
+async fn received(queue: &MemoryQueue) -> Message {
+    queue.push("{\"n\":1}").unwrap();
+    queue.receive(1, Duration::ZERO).await.unwrap().remove(0)
+}
+
+#[tokio::test]
+async fn reject_sends_to_the_dlq_then_says_delete() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let message = received(&queue).await;
+    let disposition = reject(
+        &queue,
+        &message,
+        &failure(),
+        RejectMode::SendToDlq,
+        Duration::from_secs(9),
+    )
+    .await;
+    assert_eq!(disposition, Disposition::Delete);
+    let copies = queue.messages_in_dlq();
+    assert_eq!(copies.len(), 1);
+    assert!(
+        copies[0]
+            .attributes
+            .contains_key(conveyor_core::message::FAILURE_ATTRIBUTE)
+    );
+    assert_eq!(
+        queue.len(),
+        1,
+        "reject does not delete; the runtime does after Delete"
+    );
+}
+
+#[tokio::test]
+async fn reject_without_a_dlq_leaves_the_message_for_its_backoff() {
+    let queue = MemoryQueue::standard("jobs");
+    let message = received(&queue).await;
+    let fallback = Duration::from_secs(9);
+    let disposition = reject(&queue, &message, &failure(), RejectMode::SendToDlq, fallback).await;
+    assert_eq!(disposition, Disposition::Visible(fallback));
+}
+
+#[tokio::test]
+async fn reject_with_the_dlq_send_failing_leaves_the_message_for_its_backoff() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let message = received(&queue).await;
+    dlq.set_unavailable(true);
+    let fallback = Duration::from_secs(9);
+    let disposition = reject(&queue, &message, &failure(), RejectMode::SendToDlq, fallback).await;
+    assert_eq!(disposition, Disposition::Visible(fallback));
+    assert!(dlq.is_empty());
+}
+
+#[tokio::test]
+async fn reject_left_to_redrive_makes_the_message_visible_at_once() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let message = received(&queue).await;
+    let disposition = reject(
+        &queue,
+        &message,
+        &failure(),
+        RejectMode::LeaveToRedrive,
+        Duration::from_secs(9),
+    )
+    .await;
+    assert_eq!(disposition, Disposition::Visible(Duration::ZERO));
+    assert!(dlq.is_empty());
+    assert_eq!(queue.requests().dead_letter, 0);
+}
