@@ -35,13 +35,7 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// The environment of the example application: emulator endpoints, table, secret, outbox.
 pub fn app_env(table: &str, outbox: &Path) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = localstack::aws_env()
-        .into_iter()
-        .map(|(key, value)| (key.to_owned(), value))
-        .collect();
-    env.push(("CONVEYOR_IDEMPOTENCY_TABLE".to_owned(), table.to_owned()));
-    env.push(("WEBHOOK_SIGNING_SECRET".to_owned(), SECRET.to_owned()));
-    env.push(("CONVEYOR_DEMO_OUTBOX".to_owned(), outbox.display().to_string()));
+    let mut env = conveyor_examples::local_app_env(table, outbox, SECRET);
     env.push(("RUST_LOG".to_owned(), "warn".to_owned()));
     env
 }

@@ -51,7 +51,10 @@ async fn main() -> anyhow::Result<()> {
         .parent()
         .context("the demo binary has no folder")?
         .to_path_buf();
-    let work = localstack::repo_root().canonicalize()?.join(".local").join("demo");
+    let work = localstack::repo_root()
+        .canonicalize()?
+        .join(".local")
+        .join("demo");
     std::fs::create_dir_all(&work)?;
     let outbox_path = work.join(format!("outbox-{}.jsonl", std::process::id()));
 
@@ -87,21 +90,12 @@ async fn main() -> anyhow::Result<()> {
     let receiver = WebhookReceiver::start(SECRET.as_bytes().to_vec()).await?;
     println!("  webhook receiver at {}", receiver.url("/"));
 
-    let app_env = vec![
-        ("CONVEYOR_IDEMPOTENCY_TABLE".to_owned(), table.clone()),
-        ("WEBHOOK_SIGNING_SECRET".to_owned(), SECRET.to_owned()),
-        (
-            "CONVEYOR_DEMO_OUTBOX".to_owned(),
-            outbox_path.display().to_string(),
-        ),
-        ("RUST_LOG".to_owned(), "warn,conveyor=info".to_owned()),
-    ];
+    let app_env = conveyor_examples::local_app_env(&table, &outbox_path, SECRET);
 
     step("worker (ECS runtime)");
     let metrics_port = free_port()?;
     let worker_log = work.join("worker.log");
     let mut worker = tokio::process::Command::new(bin_dir.join("worker"))
-        .envs(localstack::aws_env())
         .envs(app_env.iter().cloned())
         .env("CONVEYOR_QUEUE_URL", &worker_queue.url)
         .env("CONVEYOR_VISIBILITY_TIMEOUT_SECS", VISIBILITY_SECS.to_string())
