@@ -49,7 +49,8 @@ struct Counters {
 ///   when it is in progress with an `in_progress_expiration` (epoch milliseconds) before now, compared
 ///   with `SystemTime::now()` at the call, at the same granularity DynamoDB stores (so records read back
 ///   carry times truncated to seconds and milliseconds, as they would from the table).
-/// - `complete`, `release` and `extend_lease` are fenced on the claim's token.
+/// - `complete`, `release` and `extend_lease` are fenced on the claim's token; `extend_lease` also
+///   requires the record to be in progress (a completed record's lease is never moved).
 /// - [`MemoryIdempotencyStore::set_unavailable`] makes every call fail with
 ///   [`StoreError::Unavailable`]; [`MemoryIdempotencyStore::with_max_output_bytes`] makes large outputs
 ///   fail with [`StoreError::OutputTooLarge`] (default: DynamoDB's 400 KB item limit).
@@ -128,16 +129,19 @@ impl MemoryIdempotencyStore {
         Ok(())
     }
 
-    /// Runs `change` on the claim's record if it still carries the claim's token.
+    /// Runs `change` on the claim's record if it still carries the claim's token (and, when
+    /// `in_progress_only`, is still in progress: the DynamoDB store's extend condition).
     fn fenced(
         &self,
         claim: &Claim,
+        in_progress_only: bool,
         change: impl FnOnce(&mut HashMap<String, IdempotencyRecord>),
     ) -> Result<(), StoreError> {
         let mut records = self.lock();
-        let held = records
-            .get(&claim.key)
-            .is_some_and(|record| record.token.as_deref() == Some(claim.token.as_str()));
+        let held = records.get(&claim.key).is_some_and(|record| {
+            record.token.as_deref() == Some(claim.token.as_str())
+                && (!in_progress_only || record.status == RecordStatus::InProgress)
+        });
         if !held {
             return Err(StoreError::Fenced {
                 key: claim.key.clone(),
@@ -230,7 +234,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
                 limit: self.max_output_bytes,
             });
         }
-        self.fenced(claim, |records| {
+        self.fenced(claim, false, |records| {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.status = RecordStatus::Completed;
                 record.output = output.map(str::to_owned);
@@ -241,14 +245,14 @@ impl IdempotencyStore for MemoryIdempotencyStore {
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
         self.check_available(&self.counters.release)?;
-        self.fenced(claim, |records| {
+        self.fenced(claim, false, |records| {
             records.remove(&claim.key);
         })
     }
 
     async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
         self.check_available(&self.counters.extend_lease)?;
-        self.fenced(claim, |records| {
+        self.fenced(claim, true, |records| {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.lease_until = Some(truncate_millis(lease_until));
             }

@@ -25,6 +25,7 @@ pub const CASES: &[&str] = &[
     "expired_completed_record_is_claimable",
     "release_makes_the_key_claimable",
     "extend_lease_moves_the_lease",
+    "extend_lease_refuses_a_completed_record",
     "validation_hash_is_kept",
 ];
 
@@ -408,6 +409,32 @@ pub async fn extend_lease_moves_the_lease(store: &dyn IdempotencyStore) -> CaseR
         case,
         record.token.as_deref() == Some(claim.token.as_str()),
         "extending changed the token"
+    );
+    Ok(())
+}
+
+/// A late heartbeat cannot extend a record that was already completed: fenced, and nothing changes.
+pub async fn extend_lease_refuses_a_completed_record(store: &dyn IdempotencyStore) -> CaseResult {
+    let case = "extend_lease_refuses_a_completed_record";
+    let key = key(case);
+    let claim = acquire(case, store, &live(&key)).await?;
+    store
+        .complete(&claim, Some("2"), SystemTime::now() + HOUR)
+        .await
+        .or_fail(case, "complete")?;
+    let extended = store.extend_lease(&claim, SystemTime::now() + HOUR).await;
+    ensure!(
+        case,
+        is_fenced(&extended),
+        "extend_lease on a completed record returned {extended:?}"
+    );
+    let record = read(case, store, &key).await?;
+    ensure!(
+        case,
+        record.is_some_and(
+            |record| record.status == RecordStatus::Completed && record.output.as_deref() == Some("2")
+        ),
+        "the completed record changed"
     );
     Ok(())
 }
