@@ -14,9 +14,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
 use conveyor_core::config::{QueueConfig, WorkerConfig};
+use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::JOB_TYPE_ATTRIBUTE;
 use conveyor_core::{
-    AttributeValue, Context, Handler, HandlerError, OutgoingMessage, Pipeline, Queue, Router,
+    AttributeValue, Context, Handler, HandlerError, IdempotencyStore, OutgoingMessage, Pipeline, Queue,
+    Router,
 };
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;
@@ -177,6 +179,22 @@ fn spawn_worker(name: &str, env: &[(&str, String)], dir: &Path) -> anyhow::Resul
     Ok(command.spawn()?)
 }
 
+/// The claim's lease end for `key`, once it exists and (when `after` is given) has moved past `after`.
+async fn lease_until(
+    store: &DynamoStore,
+    key: &str,
+    after: Option<SystemTime>,
+) -> anyhow::Result<SystemTime> {
+    conveyor_testing::wait_for(Duration::from_secs(30), Duration::from_millis(100), async || {
+        let record = store.get(key).await.ok().flatten()?;
+        record
+            .lease_until
+            .filter(|lease| after.is_none_or(|after| *lease > after))
+    })
+    .await
+    .with_context(|| format!("the claim on {key} never showed a lease (extended past {after:?})"))
+}
+
 async fn parent() -> anyhow::Result<()> {
     ensure_local_aws().await?;
     let sqs = sqs_client().await;
@@ -186,6 +204,7 @@ async fn parent() -> anyhow::Result<()> {
     )
     .await?;
     let table = create_table(&dynamodb_client().await, "crash").await?;
+    let store = DynamoStore::new(dynamodb_client().await, table.clone());
     let dir = std::env::temp_dir().join(conveyor_testing::localstack::unique_name("conveyor-crash"));
     std::fs::create_dir_all(&dir)?;
     let record = dir.join("record.txt");
@@ -203,12 +222,15 @@ async fn parent() -> anyhow::Result<()> {
     message
         .attributes
         .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string("crash"));
-    queue.send(message).await?;
+    let message_id = queue.send(message).await?;
+    let key = idempotency_key("crash", None, &message_id);
 
     let mut first = spawn_worker("first", &env, &dir)?;
     let started = wait_for_line(&record, "start", Duration::from_secs(60)).await?;
-    // Let the heartbeat extend the 3 s visibility at least once before the kill.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Wait until the heartbeat has extended the 3 s visibility (and with it the claim's lease) once,
+    // so the kill happens mid-job with a lease that follows the heartbeat.
+    let first_lease = lease_until(&store, &key, None).await?;
+    let extended_lease = lease_until(&store, &key, Some(first_lease)).await?;
     first.kill().await?; // SIGKILL: no drain, no release, no delete.
     let killed_at = epoch_ms();
     ensure!(
@@ -225,8 +247,14 @@ async fn parent() -> anyhow::Result<()> {
             bail!("{error}\nsecond worker's log:\n{logs}");
         }
     };
-    // Long enough for any second delivery (3 s visibility) to show itself.
-    tokio::time::sleep(Duration::from_secs(u64::from(VISIBILITY_SECS) + 2)).await;
+    // Once the message is deleted no further delivery can happen: wait for that, not for a time.
+    conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
+        queue
+            .depth()
+            .await
+            .is_ok_and(|depth| depth.visible + depth.in_flight + depth.delayed == 0)
+    })
+    .await?;
     second.kill().await?;
 
     let lines = read_record(&record);
@@ -248,6 +276,12 @@ async fn parent() -> anyhow::Result<()> {
         "the killed worker cannot have finished it"
     );
     let restarted = starts[1];
+    let lease_end_ms = extended_lease.duration_since(UNIX_EPOCH)?.as_millis();
+    ensure!(
+        restarted.at_ms >= lease_end_ms,
+        "the second worker started {} ms before the killed worker's lease ended: not before, not never",
+        lease_end_ms - restarted.at_ms
+    );
     ensure!(
         restarted.at_ms >= killed_at + 500,
         "the second worker started {} ms after the kill: before the visibility timeout could pass",
