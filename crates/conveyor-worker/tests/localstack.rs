@@ -159,8 +159,15 @@ async fn a_job_longer_than_the_visibility_timeout_is_done_once() {
     let queue = connect(&client, &created.url).await;
     send_all(&queue, vec![message("plain", &slow_job(1, 5_000))]).await;
     eventually(30, "the job", || log.count(Kind::Succeeded) == 1).await;
-    // Long enough for a lapsed message to be received again (2 s visibility) if the heartbeat failed.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Once the message is deleted it cannot be delivered again: wait for that, then count the runs.
+    conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
+        queue
+            .depth()
+            .await
+            .is_ok_and(|depth| depth == conveyor_core::QueueDepth::default())
+    })
+    .await
+    .unwrap();
     let mut extensions = 0;
     for worker in workers {
         let report = worker.stop().await;
