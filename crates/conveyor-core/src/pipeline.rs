@@ -372,3 +372,131 @@ async fn settle(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde::Deserialize;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::handler::Handler;
+    use crate::message::{AttributeValue, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
+    use crate::{Context, HandlerError};
+
+    /// Version 2 of an invoice job: amounts in cents. Version 1 had `amount` in whole euros.
+    #[derive(Debug, Deserialize)]
+    struct InvoiceV2 {
+        cents: u64,
+    }
+
+    struct ChargeInvoice;
+
+    impl Handler for ChargeInvoice {
+        type Job = InvoiceV2;
+        type Output = u64;
+        const JOB_TYPE: &'static str = "invoice";
+        const VERSION: u32 = 2;
+
+        async fn handle(&self, job: InvoiceV2, _ctx: Context) -> Result<u64, HandlerError> {
+            Ok(job.cents)
+        }
+
+        fn upgrade(&self, version: u32, payload: serde_json::Value) -> Result<InvoiceV2, HandlerError> {
+            match (version, payload["amount"].as_u64()) {
+                (1, Some(euros)) => Ok(InvoiceV2 { cents: euros * 100 }),
+                _ => Err(HandlerError::permanent(format!(
+                    "cannot upgrade invoice v{version}"
+                ))),
+            }
+        }
+    }
+
+    /// Version 2, with no upgrade from version 1.
+    struct Plain;
+
+    impl Handler for Plain {
+        type Job = serde_json::Value;
+        type Output = ();
+        const JOB_TYPE: &'static str = "plain";
+        const VERSION: u32 = 2;
+
+        async fn handle(&self, _job: serde_json::Value, _ctx: Context) -> Result<(), HandlerError> {
+            Ok(())
+        }
+    }
+
+    fn message(job_type: &str, version: Option<&str>, body: &str) -> Arc<Message> {
+        let mut message = Message::new("m-1", body);
+        message
+            .attributes
+            .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(job_type));
+        if let Some(version) = version {
+            message.attributes.insert(
+                SCHEMA_VERSION_ATTRIBUTE.to_owned(),
+                AttributeValue::number(version),
+            );
+        }
+        Arc::new(message)
+    }
+
+    async fn process(message: Arc<Message>) -> Processed {
+        let pipeline = Pipeline::new(Router::new().route(ChargeInvoice).route(Plain));
+        let lease = Lease::new(Instant::now() + Duration::from_secs(30));
+        pipeline.process(message, Arc::from("jobs"), &lease, None).await
+    }
+
+    fn rejection(processed: &Processed) -> &str {
+        match &processed.outcome {
+            Outcome::Reject(failure) => &failure.error,
+            other => panic!("expected a reject, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_older_version_runs_through_the_handlers_upgrade() {
+        let processed = process(message("invoice", Some("1"), r#"{"amount": 12}"#)).await;
+        assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+        assert_eq!(processed.output.as_deref(), Some("1200"));
+    }
+
+    #[tokio::test]
+    async fn the_current_version_and_an_unversioned_body_decode_directly() {
+        let current = process(message("invoice", Some("2"), r#"{"cents": 5}"#)).await;
+        assert_eq!(current.output.as_deref(), Some("5"));
+        let unversioned = process(message("invoice", None, r#"{"cents": 7}"#)).await;
+        assert_eq!(unversioned.output.as_deref(), Some("7"));
+    }
+
+    #[tokio::test]
+    async fn a_newer_version_is_rejected_with_what_to_do() {
+        let processed = process(message("invoice", Some("3"), r#"{"cents": 5}"#)).await;
+        let reason = rejection(&processed);
+        assert!(reason.contains("newer than the 2"), "{reason}");
+        assert!(reason.contains("redrive"), "{reason}");
+        assert!(!processed.ran());
+    }
+
+    #[tokio::test]
+    async fn malformed_versions_missing_and_failed_upgrades_are_rejected() {
+        let processed = process(message("plain", Some("0"), "{}")).await;
+        assert!(rejection(&processed).contains("positive integer"));
+        let processed = process(message("plain", Some("1"), "{}")).await;
+        assert!(
+            rejection(&processed).contains("defines no upgrade"),
+            "{}",
+            rejection(&processed)
+        );
+        let mut older = Message::new("m-2", "{}");
+        older
+            .attributes
+            .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string("invoice"));
+        older
+            .attributes
+            .insert(SCHEMA_VERSION_ATTRIBUTE.to_owned(), AttributeValue::number(1));
+        let processed = process(Arc::new(older)).await;
+        assert!(rejection(&processed).contains("cannot upgrade invoice v1"));
+    }
+}
