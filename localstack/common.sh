@@ -203,6 +203,12 @@ check_existing() {
   fi
   [[ -n "$quiet" ]] || rm -f "$pid_file" "${pid_file%.pid}.port"
   if port_in_use "$port"; then
+    # Someone else's emulator (Docker's LocalStack, another checkout) that already serves what we need is
+    # as good as ours: use it, and leave stopping it to whoever started it.
+    if "${svc}_healthy"; then
+      [[ -n "$quiet" ]] || log "$name not started by this checkout already answers on http://127.0.0.1:$port; using it"
+      return 0
+    fi
     port_taken_message "$port" "$name" "$port_var"
     return 2
   fi

@@ -43,52 +43,17 @@ resource "aws_iam_role" "task" {
   tags               = var.tags
 }
 
+module "permissions" {
+  source                = "../consumer-permissions"
+  queue_arn             = var.queue_arn
+  dlq_arn               = var.dlq_arn
+  idempotency_table_arn = var.idempotency_table_arn
+  kms_key_arns          = var.kms_key_arns
+}
+
 data "aws_iam_policy_document" "task" {
-  # Receive, delete (Ack), change visibility (heartbeats and Retry), read the redrive policy.
-  statement {
-    sid = "ConsumeQueue"
-    actions = [
-      "sqs:ReceiveMessage",
-      "sqs:DeleteMessage",
-      "sqs:ChangeMessageVisibility",
-      "sqs:GetQueueAttributes",
-      "sqs:GetQueueUrl",
-    ]
-    resources = [var.queue_arn]
-  }
-
-  # The Reject outcome sends a permanent failure to the DLQ with the reason attached. The DLQ's URL is
-  # looked up from the redrive policy's ARN (GetQueueUrl); its depth is read for metrics.
-  statement {
-    sid       = "SendToDeadLetterQueue"
-    actions   = ["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"]
-    resources = [var.dlq_arn]
-  }
-
-  # Claim (conditional PutItem), read, complete and extend (UpdateItem), release (DeleteItem).
-  statement {
-    sid = "IdempotencyRecords"
-    actions = [
-      "dynamodb:PutItem",
-      "dynamodb:UpdateItem",
-      "dynamodb:DeleteItem",
-      "dynamodb:GetItem",
-    ]
-    resources = [var.idempotency_table_arn]
-  }
-
-  dynamic "statement" {
-    for_each = length(var.kms_key_arns) > 0 ? [var.kms_key_arns] : []
-
-    content {
-      sid = "UseEncryptionKeys"
-      actions = [
-        "kms:Decrypt",
-        "kms:GenerateDataKey",
-      ]
-      resources = statement.value
-    }
-  }
+  # The consumer's queue, DLQ, table and key permissions, shared with the other runtime.
+  source_policy_documents = [module.permissions.json]
 }
 
 resource "aws_iam_role_policy" "task" {

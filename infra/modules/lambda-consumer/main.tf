@@ -33,39 +33,17 @@ resource "aws_iam_role" "this" {
 
 # Least privilege: every action is named and every resource is one ARN. No managed policy (AWS's
 # AWSLambdaBasicExecutionRole and AWSLambdaSQSQueueExecutionRole use "*" resources).
+module "permissions" {
+  source                = "../consumer-permissions"
+  queue_arn             = var.queue_arn
+  dlq_arn               = var.dlq_arn
+  idempotency_table_arn = var.idempotency_table_arn
+  kms_key_arns          = var.kms_key_arns
+}
+
 data "aws_iam_policy_document" "permissions" {
-  # The event source mapping polls with the function's role; the Retry outcome changes visibility.
-  statement {
-    sid = "ConsumeQueue"
-    actions = [
-      "sqs:ReceiveMessage",
-      "sqs:DeleteMessage",
-      "sqs:ChangeMessageVisibility",
-      "sqs:GetQueueAttributes",
-      "sqs:GetQueueUrl",
-    ]
-    resources = [var.queue_arn]
-  }
-
-  # The Reject outcome sends a permanent failure to the DLQ with the reason attached. The DLQ's URL is
-  # looked up from the redrive policy's ARN (GetQueueUrl); its depth is read for metrics.
-  statement {
-    sid       = "SendToDeadLetterQueue"
-    actions   = ["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"]
-    resources = [var.dlq_arn]
-  }
-
-  # Claim (conditional PutItem), read, complete and extend (UpdateItem), release (DeleteItem).
-  statement {
-    sid = "IdempotencyRecords"
-    actions = [
-      "dynamodb:PutItem",
-      "dynamodb:UpdateItem",
-      "dynamodb:DeleteItem",
-      "dynamodb:GetItem",
-    ]
-    resources = [var.idempotency_table_arn]
-  }
+  # The consumer's queue, DLQ, table and key permissions, shared with the other runtime.
+  source_policy_documents = [module.permissions.json]
 
   # ":*" addresses the log streams inside this one log group; it is not a wildcard over groups.
   statement {
@@ -75,19 +53,6 @@ data "aws_iam_policy_document" "permissions" {
       "logs:PutLogEvents",
     ]
     resources = ["${aws_cloudwatch_log_group.this.arn}:*"]
-  }
-
-  dynamic "statement" {
-    for_each = length(var.kms_key_arns) > 0 ? [var.kms_key_arns] : []
-
-    content {
-      sid = "UseEncryptionKeys"
-      actions = [
-        "kms:Decrypt",
-        "kms:GenerateDataKey",
-      ]
-      resources = statement.value
-    }
   }
 }
 
