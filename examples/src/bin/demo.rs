@@ -180,10 +180,14 @@ async fn main() -> anyhow::Result<()> {
     let dead = dead_lettered(&sqs, &[&worker_queue, &lambda_queue]).await?;
     let problems = report(&sent, &Outbox::read_all(&outbox_path)?, &receiver, &dead);
     step("worker metrics");
-    for line in metrics
+    // Queue-depth gauges are sampled every 30 s, so they would show the queue as it was at start-up: left out.
+    let mut lines: Vec<&str> = metrics
         .lines()
         .filter(|line| line.starts_with("conveyor_") && !line.contains("_bucket"))
-    {
+        .filter(|line| !line.starts_with("conveyor_queue_"))
+        .collect();
+    lines.sort_unstable();
+    for line in lines {
         println!("  {line}");
     }
     println!(
