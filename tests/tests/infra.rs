@@ -31,8 +31,13 @@ const MODULE_FILES: [&str; 5] = [
 ];
 
 /// The modules the rest of the project (examples, docs) refers to.
-const EXPECTED_MODULES: [&str; 5] =
-    ["queue", "idempotency-table", "consumer-permissions", "lambda-consumer", "ecs-consumer"];
+const EXPECTED_MODULES: [&str; 5] = [
+    "queue",
+    "idempotency-table",
+    "consumer-permissions",
+    "lambda-consumer",
+    "ecs-consumer",
+];
 
 // ---------------------------------------------------------------------------------------------
 // Finding and parsing files
