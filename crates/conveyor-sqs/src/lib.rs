@@ -7,6 +7,8 @@ mod convert;
 pub mod dead_letter;
 mod errors;
 mod job;
+#[cfg(test)]
+mod mock_client;
 mod producer;
 mod queue;
 pub mod redrive;

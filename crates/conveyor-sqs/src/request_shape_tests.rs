@@ -18,7 +18,9 @@ use aws_sdk_sqs::types::{
     MessageSystemAttributeName, MessageSystemAttributeNameForSends, QueueAttributeName,
     SendMessageBatchResultEntry,
 };
-use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock};
+use aws_smithy_mocks::{Rule, mock};
+
+use crate::mock_client::mock_sqs;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
     DeadLetter, EntryError, Failure, Message, Queue, QueueError, ReceiptHandle, VisibilityChange,
@@ -28,23 +30,6 @@ use crate::{Job, ProduceError, Producer, SqsQueue};
 
 const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
 const DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs-dlq";
-
-/// A client answered by `rules` (first match wins, rules stay). Built by hand rather than with
-/// `mock_client!`, whose `with_test_defaults_v2` needs a newer aws-sdk-sqs than the workspace's.
-fn mock_sqs<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Client {
-    let mut interceptor = MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny);
-    for rule in rules {
-        interceptor = interceptor.with_rule(rule);
-    }
-    let config = aws_sdk_sqs::config::Config::builder()
-        .with_test_defaults()
-        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-        .retry_config(aws_sdk_sqs::config::retry::RetryConfig::disabled())
-        .http_client(create_mock_http_client())
-        .interceptor(interceptor)
-        .build();
-    Client::from_conf(config)
-}
 
 /// Records every input a rule sees.
 fn recorder<T>() -> Arc<Mutex<Vec<T>>> {
