@@ -64,6 +64,14 @@ impl AttributeValue {
 /// Message attributes by name.
 pub type Attributes = BTreeMap<String, AttributeValue>;
 
+/// Attribute names, types and values, as SQS counts them against the 1 MiB message limit.
+pub fn attributes_size(attributes: &Attributes) -> usize {
+    attributes
+        .iter()
+        .map(|(name, value)| name.len() + value.size())
+        .sum()
+}
+
 /// A message as received from a queue (by the worker's `ReceiveMessage` or in a Lambda `SqsEvent`).
 #[derive(Debug, Clone)]
 pub struct Message {
@@ -127,11 +135,6 @@ impl Message {
 
     /// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
     pub fn size(&self) -> usize {
-        self.body.len()
-            + self
-                .attributes
-                .iter()
-                .map(|(name, value)| name.len() + value.size())
-                .sum::<usize>()
+        self.body.len() + attributes_size(&self.attributes)
     }
 }

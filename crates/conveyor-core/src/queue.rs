@@ -24,6 +24,13 @@ pub struct OutgoingMessage {
     pub trace_header: Option<String>,
 }
 
+impl OutgoingMessage {
+    /// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
+    pub fn size(&self) -> usize {
+        self.body.len() + crate::message::attributes_size(&self.attributes)
+    }
+}
+
 /// A visibility change for one receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VisibilityChange {

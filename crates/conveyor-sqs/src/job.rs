@@ -269,7 +269,7 @@ impl<J: Serialize> Job<J> {
             deduplication_id: self.deduplication_id.clone(),
             trace_header: self.trace_header.clone(),
         };
-        let size = message_size(&message);
+        let size = message.size();
         if size > MAX_MESSAGE_BYTES {
             return Err(ProduceError::TooLarge {
                 job_type: job_type(),
@@ -298,16 +298,6 @@ impl<J: Serialize> Job<J> {
         }
         Ok(message)
     }
-}
-
-/// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
-pub(crate) fn message_size(message: &OutgoingMessage) -> usize {
-    message.body.len()
-        + message
-            .attributes
-            .iter()
-            .map(|(name, value)| name.len() + value.size())
-            .sum::<usize>()
 }
 
 /// SQS's naming rules for message attributes, plus Conveyor's reserved prefix.

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::convert::queue_name;
 use crate::errors::{classify, classify_entry};
-use crate::job::{Job, ProduceError, message_size};
+use crate::job::{Job, ProduceError};
 use crate::send::{batch_entry, send_message};
 
 /// Attempts per batch entry (the first send and two retries) for failures SQS marks as not the sender's.
@@ -128,7 +128,7 @@ impl Producer {
         for (index, job) in jobs.iter().enumerate() {
             match job.to_message(&self.name) {
                 Ok(message) => {
-                    let size = message_size(&message);
+                    let size = message.size();
                     pending.push(Pending { index, message, size });
                 }
                 Err(error) => results[index] = Some(Err(error)),

@@ -10,7 +10,8 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageSystemAttributeName,
     QueueAttributeName,
 };
-use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
+use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
+use conveyor_core::message::attributes_size;
 use conveyor_core::{
     DeadLetter, EntryFailure, Failure, Message, OutgoingMessage, Queue, QueueDepth, QueueError,
     ReceiptHandle, VisibilityChange,
@@ -21,7 +22,7 @@ use crate::convert::{from_sdk_message, queue_name, visibility_seconds};
 use crate::dead_letter::dead_letter_attributes;
 use crate::errors::classify;
 use crate::redrive::{QueueArn, RedrivePolicy};
-use crate::send::{check_fifo_delay, invalid, send_message};
+use crate::send::{check_outgoing, invalid, send_message};
 
 /// SQS's default visibility timeout, used if `GetQueueAttributes` leaves it out.
 const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -278,7 +279,7 @@ impl Queue for SqsQueue {
     }
 
     async fn send(&self, message: OutgoingMessage) -> Result<String, QueueError> {
-        check_fifo_delay(&message, self.fifo)?;
+        check_outgoing(&message, self.fifo)?;
         self.count_request();
         send_message(&self.client, &self.url, &message).await
     }
@@ -290,9 +291,21 @@ impl Queue for SqsQueue {
         let fifo = dlq.name.ends_with(".fifo");
         // FIFO: keep the group (ordering in the DLQ follows the source), and deduplicate on the original
         // message id so dead-lettering the same message twice within 5 minutes leaves one copy.
+        let mut attributes = dead_letter_attributes(&message.attributes, failure);
+        if message.body.len() + attributes_size(&attributes) > MAX_MESSAGE_BYTES {
+            // The original fitted, the failure record does not: the message matters more than its reason,
+            // which stays in this log line. Its original attributes are kept as they were.
+            tracing::warn!(
+                queue = %self.name,
+                message_id = %message.id,
+                reason = %failure.error,
+                "no room for the failure record within 1 MiB; dead-lettering the message without it"
+            );
+            attributes = message.attributes.clone();
+        }
         let copy = OutgoingMessage {
             body: message.body.clone(),
-            attributes: dead_letter_attributes(&message.attributes, failure),
+            attributes,
             delay: None,
             group_id: fifo.then(|| message.group_id.clone().unwrap_or_else(|| message.id.clone())),
             deduplication_id: fifo.then(|| message.id.clone()),

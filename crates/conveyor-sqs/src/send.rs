@@ -8,6 +8,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     MessageSystemAttributeNameForSends, MessageSystemAttributeValue, SendMessageBatchRequestEntry,
 };
+use conveyor_core::limits::{MAX_DELAY, MAX_MESSAGE_BYTES};
 use conveyor_core::{OutgoingMessage, QueueError};
 
 use crate::convert::to_sdk_attributes;
@@ -47,11 +48,30 @@ fn system_attributes(trace_header: Option<&str>) -> Result<Option<SystemAttribut
     )])))
 }
 
-/// Refuses a per-message delay on a FIFO queue (SQS supports only the queue's own delay there).
-pub(crate) fn check_fifo_delay(message: &OutgoingMessage, fifo: bool) -> Result<(), QueueError> {
+/// Checks a message against SQS's limits before sending, so the error says what was wrong: a per-message
+/// delay on a FIFO queue (SQS supports only the queue's own delay there), a delay over 15 minutes, a
+/// message over 1 MiB.
+pub(crate) fn check_outgoing(message: &OutgoingMessage, fifo: bool) -> Result<(), QueueError> {
     if fifo && delay_seconds(message.delay).is_some() {
         return Err(QueueError::Invalid {
             message: "FIFO queues do not support a per-message delay".to_owned(),
+        });
+    }
+    if let Some(delay) = message.delay.filter(|delay| *delay > MAX_DELAY) {
+        return Err(QueueError::Invalid {
+            message: format!(
+                "a delay of {delay:?} is over SQS's 15-minute limit; schedule later work with a scheduler \
+                 (e.g. EventBridge Scheduler) that sends when it is due"
+            ),
+        });
+    }
+    let size = message.size();
+    if size > MAX_MESSAGE_BYTES {
+        return Err(QueueError::Invalid {
+            message: format!(
+                "the message is {size} bytes (body and attributes), over SQS's limit of {MAX_MESSAGE_BYTES}; \
+                 store the payload elsewhere (S3) and send a reference"
+            ),
         });
     }
     Ok(())
@@ -107,5 +127,37 @@ mod tests {
         assert_eq!(delay_seconds(Some(Duration::ZERO)), None);
         assert_eq!(delay_seconds(Some(Duration::from_millis(1500))), Some(2));
         assert_eq!(delay_seconds(Some(Duration::from_secs(900))), Some(900));
+    }
+
+    #[test]
+    fn limits_are_checked_before_sending() {
+        let too_late = OutgoingMessage {
+            body: "{}".into(),
+            delay: Some(Duration::from_secs(16 * 60)),
+            ..OutgoingMessage::default()
+        };
+        assert!(
+            check_outgoing(&too_late, false)
+                .unwrap_err()
+                .to_string()
+                .contains("15-minute")
+        );
+        let too_big = OutgoingMessage {
+            body: "x".repeat(MAX_MESSAGE_BYTES + 1),
+            ..OutgoingMessage::default()
+        };
+        assert!(
+            check_outgoing(&too_big, false)
+                .unwrap_err()
+                .to_string()
+                .contains("over SQS's limit")
+        );
+        let fifo_delay = OutgoingMessage {
+            body: "{}".into(),
+            delay: Some(Duration::from_secs(1)),
+            ..OutgoingMessage::default()
+        };
+        assert!(check_outgoing(&fifo_delay, true).is_err());
+        assert!(check_outgoing(&fifo_delay, false).is_ok());
     }
 }

@@ -17,8 +17,8 @@ use anyhow::Context as _;
 use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
-    AttributeValue, DeadLetter, EntryError, Failure, Message, Queue, QueueError, ReceiptHandle,
-    VisibilityChange,
+    AttributeValue, DeadLetter, EntryError, Failure, Message, OutgoingMessage, Queue, QueueError,
+    ReceiptHandle, VisibilityChange,
 };
 use conveyor_sqs::{Job, ProduceError, Producer, SqsQueue};
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client, unique_name};
@@ -213,6 +213,32 @@ async fn dead_letter_goes_to_the_dlq_named_by_the_redrive_policy() -> anyhow::Re
     assert_eq!(recorded, failure);
     // The original stays until the caller deletes it.
     assert_eq!(queue.depth().await?.in_flight, 1);
+    Ok(())
+}
+
+/// A message that fits SQS's 1 MiB but not with the failure record added still reaches the DLQ (without
+/// the record, which stays in the log) instead of failing the send and looping.
+#[tokio::test]
+async fn a_message_too_large_for_its_failure_record_is_dead_lettered_without_it() -> anyhow::Result<()> {
+    let client = client().await?;
+    let created = create_queue(&client, &QueueSpec::standard("sqs-dlq-big").max_receive_count(5)).await?;
+    let queue = SqsQueue::connect(client.clone(), &created.url).await?;
+    let body = "x".repeat(conveyor_core::limits::MAX_MESSAGE_BYTES - 64);
+    queue
+        .send(OutgoingMessage {
+            body: body.clone(),
+            ..OutgoingMessage::default()
+        })
+        .await?;
+    let message = receive_one(&queue).await?;
+    let failure = Failure::now("too big to explain", message.receive_count, queue.name(), "blob");
+    let outcome = queue.dead_letter(&message, &failure).await?;
+    assert!(matches!(outcome, DeadLetter::Sent(_)), "{outcome:?}");
+
+    let dlq = SqsQueue::connect(client.clone(), created.dlq_url.clone().context("dlq url")?).await?;
+    let copy = receive_one(&dlq).await?;
+    assert_eq!(copy.body.len(), body.len());
+    assert_eq!(copy.string_attribute(FAILURE_ATTRIBUTE), None);
     Ok(())
 }
 

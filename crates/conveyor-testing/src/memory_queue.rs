@@ -546,12 +546,7 @@ impl MemoryQueue {
         if message.body.is_empty() {
             return invalid("the message body must not be empty".to_owned());
         }
-        let size = message.body.len()
-            + message
-                .attributes
-                .iter()
-                .map(|(name, value)| name.len() + value.size())
-                .sum::<usize>();
+        let size = message.size();
         if size > MAX_MESSAGE_BYTES {
             return invalid(format!(
                 "message is {size} bytes, over the limit of {MAX_MESSAGE_BYTES}"
