@@ -6,12 +6,12 @@ CARGO ?= cargo
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
-	$(CARGO) build -p conveyor-examples -p conveyor-cli --bins
+	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
 	./target/debug/demo
 
 ## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack).
 test: lint local-aws
-	$(CARGO) build -p conveyor-examples -p conveyor-cli --bins
+	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(CARGO) test --workspace --doc
 

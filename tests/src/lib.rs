@@ -26,7 +26,7 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
     let path = bin_dir().join(name);
     if !path.exists() {
         bail!(
-            "{} is missing: `make test` builds it first; by hand: cargo build -p conveyor-examples -p conveyor-cli --bins",
+            "{} is missing: `make test` builds it first; by hand: cargo build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins",
             path.display()
         );
     }
@@ -35,7 +35,7 @@ pub fn binary(name: &str) -> anyhow::Result<PathBuf> {
 
 /// The environment of the example application: emulator endpoints, table, secret, outbox.
 pub fn app_env(table: &str, outbox: &Path) -> Vec<(String, String)> {
-    let mut env = conveyor_examples::local_app_env(table, outbox, SECRET);
+    let mut env = conveyor_demo::local_app_env(table, outbox, SECRET);
     env.push(("RUST_LOG".to_owned(), "warn".to_owned()));
     env
 }

@@ -90,7 +90,7 @@ async fn main() -> anyhow::Result<()> {
     let receiver = WebhookReceiver::start(SECRET.as_bytes().to_vec()).await?;
     println!("  webhook receiver at {}", receiver.url("/"));
 
-    let app_env = conveyor_examples::local_app_env(&table, &outbox_path, SECRET);
+    let app_env = conveyor_demo::local_app_env(&table, &outbox_path, SECRET);
 
     step("worker (ECS runtime)");
     let metrics_port = free_port()?;
