@@ -23,6 +23,11 @@ require_cmd curl "Install curl (Debian: apt-get install -y curl)."
 
 take_run_lock
 started_at=$SECONDS
+if ! sqs_pid >/dev/null && port_in_use "$SQS_PORT"; then
+  err "the LocalStack on port $SQS_PORT was not started by this checkout ($CONVEYOR_LOCALSTACK_DIR/start.sh), so it"
+  err "  cannot be restarted from here: stop it (its own stop.sh, or docker compose down) and run this again"
+  exit 2
+fi
 if [[ "$signal" == KILL ]] && pid="$(sqs_pid)"; then
   log "killing LocalStack (pid $pid) with SIGKILL"
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
