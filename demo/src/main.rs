@@ -7,12 +7,12 @@
 //! Prints per job what happened, and exits non-zero if any job was lost or doubled.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{Failure, Queue as _};
+use conveyor_demo::{Binaries, terminate};
 use conveyor_examples::jobs::report::GenerateReport;
 use conveyor_examples::jobs::webhook::WebhookDelivery;
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
@@ -90,21 +90,21 @@ async fn main() -> anyhow::Result<()> {
     let receiver = WebhookReceiver::start(SECRET.as_bytes().to_vec()).await?;
     println!("  webhook receiver at {}", receiver.url("/"));
 
-    let app_env = conveyor_demo::local_app_env(&table, &outbox_path, SECRET);
+    let app_env = conveyor_demo::local_app_env(&table, &outbox_path, SECRET, "warn,conveyor=info");
+    let binaries = Binaries::in_dir(&bin_dir);
 
     step("worker (ECS runtime)");
     let metrics_port = free_port()?;
     let worker_log = work.join("worker.log");
-    let mut worker = tokio::process::Command::new(bin_dir.join("worker"))
-        .envs(app_env.iter().cloned())
-        .env("CONVEYOR_QUEUE_URL", &worker_queue.url)
-        .env("CONVEYOR_VISIBILITY_TIMEOUT_SECS", VISIBILITY_SECS.to_string())
-        .env("CONVEYOR_LISTEN_ADDR", format!("127.0.0.1:{metrics_port}"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&worker_log)?)
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting target/debug/worker (run `make demo`, which builds it)")?;
+    let listen_addr = format!("127.0.0.1:{metrics_port}");
+    let worker_log_file = std::fs::File::create(&worker_log)?;
+    let mut worker = binaries.spawn_worker(
+        &worker_queue.url,
+        VISIBILITY_SECS,
+        Some(&listen_addr),
+        &app_env,
+        Some(worker_log_file),
+    )?;
     println!(
         "  worker pid {} (logs: {})",
         worker.id().unwrap_or(0),
@@ -128,42 +128,18 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .text()
         .await?;
-    stop(&mut worker).await?;
+    let status = terminate(&mut worker).await?;
+    println!("\n  SIGTERM -> worker drained and exited with {status}");
 
     step("Lambda runtime (conveyor lambda run + bootstrap)");
     let lambda_producer = Producer::new(sqs.clone(), &lambda_queue.url);
     sent.extend(send_lambda_jobs(&lambda_producer, &receiver).await?);
     let lambda_log = work.join("lambda.log");
     let log_file = std::fs::File::create(&lambda_log)?;
-    let status = tokio::process::Command::new(bin_dir.join("conveyor"))
-        .args([
-            "lambda",
-            "run",
-            "--queue-url",
-            &lambda_queue.url,
-            "--until-empty",
-            "--batch-size",
-            "10",
-        ])
-        .arg("--bootstrap")
-        .arg(bin_dir.join("bootstrap"))
-        .args(
-            app_env
-                .iter()
-                .flat_map(|(key, value)| ["--env".to_owned(), format!("{key}={value}")]),
-        )
-        .envs(localstack::aws_env())
-        .stdout(log_file.try_clone()?)
-        .stderr(log_file)
-        .status()
+    binaries
+        .run_lambda(&lambda_queue.url, &app_env, Some(log_file))
         .await
-        .context("starting target/debug/conveyor")?;
-    if !status.success() {
-        bail!(
-            "conveyor lambda run failed with {status}; see {}",
-            lambda_log.display()
-        );
-    }
+        .with_context(|| format!("see {}", lambda_log.display()))?;
     let runner_output = std::fs::read_to_string(&lambda_log)?;
     for line in runner_output
         .lines()
@@ -378,22 +354,6 @@ async fn wait_settled(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-async fn stop(worker: &mut tokio::process::Child) -> anyhow::Result<()> {
-    let pid = worker.id().context("worker already exited")?;
-    tokio::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .await?;
-    let status = tokio::time::timeout(Duration::from_secs(40), worker.wait())
-        .await
-        .context("worker ignored SIGTERM")??;
-    println!("\n  SIGTERM -> worker drained and exited with {status}");
-    if !status.success() {
-        bail!("worker exited with {status}");
-    }
-    Ok(())
 }
 
 /// (body, failure) for everything in the queues' DLQs (peeked: they become visible again in 1 s).

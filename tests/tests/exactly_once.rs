@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use conveyor_core::Queue as _;
-use conveyor_e2e::{app_env, emails_per_user, outbox_path, run_lambda, spawn_worker, terminate};
+use conveyor_demo::{queue_is_empty, terminate};
+use conveyor_e2e::{app_env, binaries, emails_per_user, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
@@ -20,14 +20,6 @@ fn welcome(user_id: u64) -> Job<WelcomeEmail> {
     };
     let key = job.idempotency_key();
     Job::new("welcome_email", job).key(key)
-}
-
-/// True when nothing is visible, in flight or delayed.
-async fn is_empty(queue: &SqsQueue) -> bool {
-    queue
-        .depth()
-        .await
-        .is_ok_and(|depth| depth.visible + depth.in_flight + depth.delayed == 0)
 }
 
 fn queue_spec(prefix: &str) -> QueueSpec {
@@ -54,8 +46,8 @@ async fn two_workers_and_a_thousand_jobs_each_sent_twice_have_each_effect_once()
         let report = producer.send_batch(&jobs).await;
         assert!(report.all_sent(), "round {round}: {} of 1000 sent", report.sent());
     }
-    let mut first = spawn_worker(&queue.url, 10, &env)?;
-    let mut second = spawn_worker(&queue.url, 10, &env)?;
+    let mut first = binaries().spawn_worker(&queue.url, 10, None, &env, None)?;
+    let mut second = binaries().spawn_worker(&queue.url, 10, None, &env, None)?;
 
     wait_until(Duration::from_secs(240), Duration::from_millis(500), async || {
         emails_per_user(&outbox).is_ok_and(|counts| counts.len() == 1000)
@@ -63,7 +55,7 @@ async fn two_workers_and_a_thousand_jobs_each_sent_twice_have_each_effect_once()
     .await?;
     let sqs_queue = SqsQueue::connect(sqs.clone(), &queue.url).await?;
     wait_until(Duration::from_secs(60), Duration::from_millis(500), async || {
-        is_empty(&sqs_queue).await
+        queue_is_empty(&sqs_queue).await
     })
     .await?;
     terminate(&mut first).await?;
@@ -90,7 +82,7 @@ async fn a_job_done_by_one_runtime_is_skipped_by_the_other() -> anyhow::Result<(
 
     // Worker first, then the same key through the Lambda.
     to_worker.send(&welcome(77)).await?;
-    let mut worker = spawn_worker(&worker_queue.url, 10, &env)?;
+    let mut worker = binaries().spawn_worker(&worker_queue.url, 10, None, &env, None)?;
     wait_until(Duration::from_secs(60), Duration::from_millis(200), async || {
         emails_per_user(&outbox).is_ok_and(|counts| counts.contains_key(&77))
     })
@@ -98,7 +90,7 @@ async fn a_job_done_by_one_runtime_is_skipped_by_the_other() -> anyhow::Result<(
     to_lambda.send(&welcome(77)).await?;
     // Lambda first, then the same key through the (still running) worker.
     to_lambda.send(&welcome(78)).await?;
-    run_lambda(&lambda_queue.url, &env).await?;
+    binaries().run_lambda(&lambda_queue.url, &env, None).await?;
     assert_eq!(
         emails_per_user(&outbox)?.get(&78),
         Some(&1),
@@ -108,7 +100,7 @@ async fn a_job_done_by_one_runtime_is_skipped_by_the_other() -> anyhow::Result<(
 
     let worker_queue_port = SqsQueue::connect(sqs.clone(), &worker_queue.url).await?;
     wait_until(Duration::from_secs(60), Duration::from_millis(200), async || {
-        is_empty(&worker_queue_port).await
+        queue_is_empty(&worker_queue_port).await
     })
     .await?;
     terminate(&mut worker).await?;
