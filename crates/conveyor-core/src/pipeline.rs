@@ -230,9 +230,6 @@ async fn claim(
         expires_at: now + settings.record_ttl,
         validation: settings.validate_payload.then(|| payload_hash(&message.body)),
     };
-    let retry = |delay: Duration, reason: String| {
-        Box::new(Processed::early(Outcome::Retry { delay, reason }, Some(job_type)))
-    };
     match store.claim(&request).await {
         Ok(ClaimOutcome::Acquired(claim)) => {
             lease.hold_claim(claim.clone());
@@ -243,10 +240,12 @@ async fn claim(
         ))),
         Err(error) => {
             tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
-            Err(retry(
-                settings.backoff.delay(message.receive_count),
-                format!("claim failed: {error}"),
-            ))
+            let delay = settings.backoff.delay(message.receive_count);
+            let reason = format!("claim failed: {error}");
+            Err(Box::new(Processed::early(
+                Outcome::Retry { delay, reason },
+                Some(job_type),
+            )))
         }
     }
 }
