@@ -1,6 +1,7 @@
 //! The mocked SQS client the request-shape tests share.
 
 use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::BatchResultErrorEntry;
 use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, create_mock_http_client};
 
 /// A client answered by `rules` (first match wins, rules stay). Built by hand rather than with
@@ -18,4 +19,21 @@ pub(crate) fn mock_sqs<'a>(rules: impl IntoIterator<Item = &'a Rule>) -> Client 
         .interceptor(interceptor)
         .build();
     Client::from_conf(config)
+}
+
+/// A batch entry's failure as SQS reports it: the entry `id`, the error `code`, whose fault, and the
+/// optional message.
+pub(crate) fn failed_entry(
+    id: &str,
+    code: &str,
+    sender_fault: bool,
+    message: Option<&str>,
+) -> BatchResultErrorEntry {
+    BatchResultErrorEntry::builder()
+        .id(id)
+        .code(code)
+        .sender_fault(sender_fault)
+        .set_message(message.map(str::to_owned))
+        .build()
+        .expect("id, code and sender_fault are set")
 }

@@ -14,13 +14,12 @@ use aws_sdk_sqs::operation::send_message::{SendMessageInput, SendMessageOutput};
 use aws_sdk_sqs::operation::send_message_batch::{SendMessageBatchInput, SendMessageBatchOutput};
 use aws_sdk_sqs::types::error::QueueDoesNotExist;
 use aws_sdk_sqs::types::{
-    BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry,
-    MessageSystemAttributeName, MessageSystemAttributeNameForSends, QueueAttributeName,
-    SendMessageBatchResultEntry,
+    ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry, MessageSystemAttributeName,
+    MessageSystemAttributeNameForSends, QueueAttributeName, SendMessageBatchResultEntry,
 };
 use aws_smithy_mocks::{Rule, mock};
 
-use crate::mock_client::mock_sqs;
+use crate::mock_client::{failed_entry, mock_sqs};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
     DeadLetter, EntryError, Failure, Message, Queue, QueueError, ReceiptHandle, VisibilityChange,
@@ -130,26 +129,15 @@ async fn delete_batch_of_23_makes_calls_of_10_10_3_and_maps_failures_to_indices(
         for entry in input.entries() {
             match entry.id() {
                 "14" => {
-                    output = output.failed(
-                        BatchResultErrorEntry::builder()
-                            .id("14")
-                            .code("InternalError")
-                            .sender_fault(false)
-                            .message("try again")
-                            .build()
-                            .unwrap(),
-                    );
+                    output = output.failed(failed_entry("14", "InternalError", false, Some("try again")));
                 }
                 "21" => {
-                    output = output.failed(
-                        BatchResultErrorEntry::builder()
-                            .id("21")
-                            .code("ReceiptHandleIsInvalid")
-                            .sender_fault(true)
-                            .message("The input receipt handle is not a valid receipt handle.")
-                            .build()
-                            .unwrap(),
-                    );
+                    output = output.failed(failed_entry(
+                        "21",
+                        "ReceiptHandleIsInvalid",
+                        true,
+                        Some("The input receipt handle is not a valid receipt handle."),
+                    ));
                 }
                 id => successful.push(DeleteMessageBatchResultEntry::builder().id(id).build().unwrap()),
             }
@@ -187,18 +175,15 @@ async fn a_visibility_change_on_a_gone_message_is_lease_lost() {
                     .build()
                     .unwrap(),
             )
-            .failed(
-                BatchResultErrorEntry::builder()
-                    .id(input.entries()[1].id())
-                    .code("InvalidParameterValueException")
-                    .sender_fault(false)
-                    .message(
-                        "Value abc for parameter ReceiptHandle is invalid. Reason: Message does not exist or is \
+            .failed(failed_entry(
+                input.entries()[1].id(),
+                "InvalidParameterValueException",
+                false,
+                Some(
+                    "Value abc for parameter ReceiptHandle is invalid. Reason: Message does not exist or is \
                          not available for visibility timeout change.",
-                    )
-                    .build()
-                    .unwrap(),
-            )
+                ),
+            ))
             .build()
             .unwrap()
     });
@@ -440,25 +425,14 @@ async fn a_partial_batch_failure_retries_only_the_failed_retryable_entry() {
         for entry in input.entries() {
             let id = entry.id();
             if first_call && id == "1" {
-                output = output.failed(
-                    BatchResultErrorEntry::builder()
-                        .id(id)
-                        .code("InternalError")
-                        .sender_fault(false)
-                        .message("try again")
-                        .build()
-                        .unwrap(),
-                );
+                output = output.failed(failed_entry(id, "InternalError", false, Some("try again")));
             } else if id == "2" {
-                output = output.failed(
-                    BatchResultErrorEntry::builder()
-                        .id(id)
-                        .code("InvalidMessageContents")
-                        .sender_fault(true)
-                        .message("bad characters")
-                        .build()
-                        .unwrap(),
-                );
+                output = output.failed(failed_entry(
+                    id,
+                    "InvalidMessageContents",
+                    true,
+                    Some("bad characters"),
+                ));
             } else {
                 successful.push(
                     SendMessageBatchResultEntry::builder()
@@ -499,14 +473,7 @@ async fn a_batch_entry_that_keeps_failing_gives_up_after_three_attempts() {
     let batch = mock!(Client::send_message_batch).then_compute_output(|input| {
         let mut output = SendMessageBatchOutput::builder().set_successful(Some(Vec::new()));
         for entry in input.entries() {
-            output = output.failed(
-                BatchResultErrorEntry::builder()
-                    .id(entry.id())
-                    .code("InternalError")
-                    .sender_fault(false)
-                    .build()
-                    .unwrap(),
-            );
+            output = output.failed(failed_entry(entry.id(), "InternalError", false, None));
         }
         output.build().unwrap()
     });

@@ -11,11 +11,11 @@ use conveyor_core::{
     IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, RecordStatus,
     StoreError, VisibilityChange,
 };
-use conveyor_testing::queue_conformance::{self, QueueFactory, QueueUnderTest};
-use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, QueueSpec, store_conformance};
+use conveyor_testing::queue_conformance::{self, MemoryQueueFactory, QueueFactory, QueueUnderTest};
+use conveyor_testing::{MemoryIdempotencyStore, QueueSpec, store_conformance};
 
 /// Delivers each message once: after its visibility timeout it stays in flight forever.
-struct NeverRedelivers(MemoryQueue);
+struct NeverRedelivers(Arc<dyn Queue>);
 
 #[async_trait]
 impl Queue for NeverRedelivers {
@@ -58,25 +58,10 @@ struct BrokenQueueFactory;
 #[async_trait]
 impl QueueFactory for BrokenQueueFactory {
     async fn create(&self, spec: &QueueSpec) -> anyhow::Result<QueueUnderTest> {
-        let name = conveyor_testing::localstack::unique_name(&spec.name_prefix);
-        let make = |name: &str| {
-            let queue = if spec.fifo {
-                MemoryQueue::fifo(name)
-            } else {
-                MemoryQueue::standard(name)
-            };
-            queue.with_visibility_timeout(Duration::from_secs(u64::from(spec.visibility_timeout_secs)))
-        };
-        let dlq = spec
-            .max_receive_count
-            .map(|_| Arc::new(make(&format!("{name}-dlq"))));
-        let mut queue = make(&name);
-        if let (Some(dlq), Some(count)) = (&dlq, spec.max_receive_count) {
-            queue = queue.with_dead_letter_queue(Arc::clone(dlq), count);
-        }
+        let under = MemoryQueueFactory.create(spec).await?;
         Ok(QueueUnderTest {
-            queue: Arc::new(NeverRedelivers(queue)),
-            dead_letter_queue: dlq.map(|dlq| dlq as Arc<dyn Queue>),
+            queue: Arc::new(NeverRedelivers(under.queue)),
+            ..under
         })
     }
 }

@@ -543,6 +543,13 @@ fn failure() -> Failure {
     Failure::now("no such user", 1, "jobs", JOB_TYPE)
 }
 
+/// A queue `jobs` with its DLQ `jobs-dlq` (max receive count 5).
+fn queue_with_dlq() -> (MemoryQueue, Arc<MemoryQueue>) {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    (queue, dlq)
+}
+
 async fn received(queue: &MemoryQueue) -> Message {
     queue.push("{\"n\":1}").unwrap();
     queue.receive(1, Duration::ZERO).await.unwrap().remove(0)
@@ -550,8 +557,7 @@ async fn received(queue: &MemoryQueue) -> Message {
 
 #[tokio::test]
 async fn reject_sends_to_the_dlq_then_says_delete() {
-    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
-    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let (queue, _dlq) = queue_with_dlq();
     let message = received(&queue).await;
     let disposition = reject(
         &queue,
@@ -587,8 +593,7 @@ async fn reject_without_a_dlq_leaves_the_message_for_its_backoff() {
 
 #[tokio::test]
 async fn reject_with_the_dlq_send_failing_leaves_the_message_for_its_backoff() {
-    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
-    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let (queue, dlq) = queue_with_dlq();
     let message = received(&queue).await;
     dlq.set_unavailable(true);
     let fallback = Duration::from_secs(9);
@@ -599,8 +604,7 @@ async fn reject_with_the_dlq_send_failing_leaves_the_message_for_its_backoff() {
 
 #[tokio::test]
 async fn reject_left_to_redrive_makes_the_message_visible_at_once() {
-    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
-    let queue = MemoryQueue::standard("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let (queue, dlq) = queue_with_dlq();
     let message = received(&queue).await;
     let disposition = reject(
         &queue,

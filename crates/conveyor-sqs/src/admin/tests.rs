@@ -16,12 +16,12 @@ use aws_sdk_sqs::operation::start_message_move_task::{
 };
 use aws_sdk_sqs::types::error::{PurgeQueueInProgress, UnsupportedOperation};
 use aws_sdk_sqs::types::{
-    BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry, Message,
-    MessageAttributeValue, SendMessageBatchResultEntry,
+    ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry, Message, MessageAttributeValue,
+    SendMessageBatchResultEntry,
 };
 use aws_smithy_mocks::{Rule, mock};
 
-use crate::mock_client::mock_sqs;
+use crate::mock_client::{failed_entry, mock_sqs};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{Failure, QueueDepth};
 
@@ -206,14 +206,7 @@ async fn the_move_loop_sends_before_it_deletes_and_keeps_what_it_could_not_send(
                     input.queue_url().unwrap_or_default()
                 ));
                 if entry.message_body() == "body-m4" {
-                    failed.push(
-                        BatchResultErrorEntry::builder()
-                            .id(entry.id())
-                            .code("InternalError")
-                            .sender_fault(false)
-                            .build()
-                            .unwrap(),
-                    );
+                    failed.push(failed_entry(entry.id(), "InternalError", false, None));
                 } else {
                     successful.push(
                         SendMessageBatchResultEntry::builder()
@@ -243,14 +236,7 @@ async fn the_move_loop_sends_before_it_deletes_and_keeps_what_it_could_not_send(
                     .unwrap()
                     .push(format!("delete {}", entry.receipt_handle()));
                 if entry.receipt_handle() == "rh-m3" {
-                    failed.push(
-                        BatchResultErrorEntry::builder()
-                            .id(entry.id())
-                            .code("ReceiptHandleIsInvalid")
-                            .sender_fault(true)
-                            .build()
-                            .unwrap(),
-                    );
+                    failed.push(failed_entry(entry.id(), "ReceiptHandleIsInvalid", true, None));
                 } else {
                     successful.push(
                         DeleteMessageBatchResultEntry::builder()
