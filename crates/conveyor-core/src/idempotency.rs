@@ -52,6 +52,21 @@ pub struct IdempotencyRecord {
     pub token: Option<String>,
 }
 
+impl IdempotencyRecord {
+    /// The in-progress record a claim for `request` writes under `token`.
+    pub fn in_progress(request: &ClaimRequest, token: &str) -> Self {
+        Self {
+            key: request.key.clone(),
+            status: RecordStatus::InProgress,
+            expires_at: request.expires_at,
+            lease_until: Some(request.lease_until),
+            output: None,
+            validation: request.validation.clone(),
+            token: Some(token.to_owned()),
+        }
+    }
+}
+
 /// A request to claim a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {

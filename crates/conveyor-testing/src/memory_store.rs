@@ -202,15 +202,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
             return Ok(ClaimOutcome::Exists(record.clone()));
         }
         let token = new_token();
-        let record = stored(IdempotencyRecord {
-            key: request.key.clone(),
-            status: RecordStatus::InProgress,
-            expires_at: request.expires_at,
-            lease_until: Some(request.lease_until),
-            output: None,
-            validation: request.validation.clone(),
-            token: Some(token.clone()),
-        });
+        let record = stored(IdempotencyRecord::in_progress(request, &token));
         records.insert(request.key.clone(), record);
         Ok(ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),

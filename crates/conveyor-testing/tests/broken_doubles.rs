@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use conveyor_core::idempotency::new_token;
 use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, Failure, IdempotencyRecord,
-    IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, RecordStatus,
-    StoreError, VisibilityChange,
+    IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, StoreError,
+    VisibilityChange,
 };
 use conveyor_testing::queue_conformance::{self, MemoryQueueFactory, QueueFactory, QueueUnderTest};
 use conveyor_testing::{MemoryIdempotencyStore, QueueSpec, store_conformance};
@@ -111,15 +111,7 @@ impl IdempotencyStore for AlwaysAcquires {
             return Ok(ClaimOutcome::Acquired(claim));
         }
         let token = new_token();
-        self.0.insert(IdempotencyRecord {
-            key: request.key.clone(),
-            status: RecordStatus::InProgress,
-            expires_at: request.expires_at,
-            lease_until: Some(request.lease_until),
-            output: None,
-            validation: request.validation.clone(),
-            token: Some(token.clone()),
-        });
+        self.0.insert(IdempotencyRecord::in_progress(request, &token));
         Ok(ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),
             token,
