@@ -93,9 +93,29 @@ async fn conveyor(args: &[&str]) -> Run {
     }
 }
 
+/// `conveyor send` of one `job_type` job with `payload` to `url`, plus `extra` arguments.
+async fn send(url: &str, job_type: &str, payload: &str, extra: &[&str]) -> Run {
+    let mut args = vec![
+        "send",
+        "--queue-url",
+        url,
+        "--job-type",
+        job_type,
+        "--payload",
+        payload,
+    ];
+    args.extend_from_slice(extra);
+    conveyor(&args).await
+}
+
 async fn setup() -> Client {
     ensure_local_aws().await.expect("LocalStack starts");
     sqs_client().await
+}
+
+/// A standard queue without a DLQ.
+async fn standard_queue(client: &Client, prefix: &str) -> TestQueue {
+    create_queue(client, &QueueSpec::standard(prefix)).await.unwrap()
 }
 
 /// A standard queue with a DLQ (maxReceiveCount 3).
@@ -165,6 +185,21 @@ async fn dead_letter_directly(
         .unwrap()
         .message_id
         .unwrap()
+}
+
+/// [`dead_letter_directly`] once per body, in order; the message ids.
+async fn dead_letter_all(
+    client: &Client,
+    dlq_url: &str,
+    job_type: &str,
+    reason: &str,
+    bodies: impl IntoIterator<Item = String>,
+) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for body in bodies {
+        ids.insert(dead_letter_directly(client, dlq_url, job_type, reason, &body).await);
+    }
+    ids
 }
 
 /// Every message of a queue (received with a long visibility timeout, so each is returned once).
@@ -253,9 +288,7 @@ async fn bad_arguments_are_usage_errors_with_exit_code_2() {
 #[tokio::test]
 async fn send_from_arguments_sets_type_version_key_and_attributes() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-send"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-send").await;
     let run = conveyor(&[
         "send",
         "--queue-url",
@@ -322,9 +355,7 @@ async fn send_from_arguments_sets_type_version_key_and_attributes() {
 #[tokio::test]
 async fn send_from_a_file_sends_one_job_or_a_batch_with_per_job_results() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-file"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-file").await;
 
     let single = temp_file(
         "one.json",
@@ -419,9 +450,7 @@ async fn send_from_a_file_sends_one_job_or_a_batch_with_per_job_results() {
 #[tokio::test]
 async fn a_long_file_shows_progress_and_sends_every_job() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-long"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-long").await;
     let jobs: Vec<Value> = (0..250)
         .map(|index| json!({ "payload": { "n": index } }))
         .collect();
@@ -457,9 +486,7 @@ async fn a_long_file_shows_progress_and_sends_every_job() {
 #[tokio::test]
 async fn a_batch_with_a_bad_job_names_it_and_sends_nothing() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-badjob"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-badjob").await;
     let jobs = json!([
         { "job_type": "ok", "payload": {} },
         { "job_type": "grouped", "payload": {}, "group_id": "g" },
@@ -502,9 +529,7 @@ async fn a_batch_with_a_bad_job_names_it_and_sends_nothing() {
 #[tokio::test]
 async fn malformed_json_is_refused_with_line_and_column() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-json"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-json").await;
     let run = conveyor(&[
         "send",
         "--queue-url",
@@ -536,9 +561,7 @@ async fn malformed_json_is_refused_with_line_and_column() {
 #[tokio::test]
 async fn an_oversized_body_is_refused_with_its_size_and_the_limit() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-big"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-big").await;
     // The body is the payload's JSON: a string of 1 MiB plus its two quotes (1,048,578 bytes). SQS counts
     // the attributes too: conveyor.type = String "big" (13 + 6 + 3) and conveyor.version = Number "1"
     // (16 + 6 + 1), 45 bytes in all.
@@ -572,9 +595,7 @@ async fn an_oversized_body_is_refused_with_its_size_and_the_limit() {
 #[tokio::test]
 async fn fifo_parameters_are_checked_against_the_queue_kind() {
     let client = setup().await;
-    let standard = create_queue(&client, &QueueSpec::standard("cli-std"))
-        .await
-        .unwrap();
+    let standard = standard_queue(&client, "cli-std").await;
     // A FIFO queue without content-based deduplication.
     let fifo_name = format!("{}.fifo", unique_name("cli-fifo"));
     let fifo_url = client
@@ -586,41 +607,29 @@ async fn fifo_parameters_are_checked_against_the_queue_kind() {
         .unwrap()
         .queue_url
         .unwrap();
-    let send = |url: &str, extra: &[&str]| {
-        let mut args = vec!["send", "--queue-url", url, "--job-type", "t", "--payload", "{}"];
-        args.extend_from_slice(extra);
-        args.iter().map(|arg| (*arg).to_owned()).collect::<Vec<String>>()
-    };
-    let run_with = |args: Vec<String>| async move {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        conveyor(&args).await
-    };
-
-    run_with(send(&fifo_url, &[]))
+    send(&fifo_url, "t", "{}", &[])
         .await
         .assert_failed_with(1, &[&fifo_name, "message group id", "--group-id"]);
-    run_with(send(&fifo_url, &["--group-id", "g"]))
+    send(&fifo_url, "t", "{}", &["--group-id", "g"])
         .await
         .assert_failed_with(1, &["content-based deduplication", "--dedup-id"]);
-    run_with(send(
-        &fifo_url,
-        &["--group-id", "g", "--dedup-id", "d", "--delay-secs", "5"],
-    ))
-    .await
-    .assert_failed_with(1, &["FIFO queue", "no per-message delay"]);
-    run_with(send(&standard.url, &["--group-id", "g"]))
+    let delayed_fifo = ["--group-id", "g", "--dedup-id", "d", "--delay-secs", "5"];
+    send(&fifo_url, "t", "{}", &delayed_fifo)
+        .await
+        .assert_failed_with(1, &["FIFO queue", "no per-message delay"]);
+    send(&standard.url, "t", "{}", &["--group-id", "g"])
         .await
         .assert_failed_with(1, &["standard queue", "--group-id", "only for FIFO"]);
-    run_with(send(&standard.url, &["--dedup-id", "d"]))
+    send(&standard.url, "t", "{}", &["--dedup-id", "d"])
         .await
         .assert_failed_with(1, &["standard queue", "--dedup-id"]);
     wait_for_depth(&client, &fifo_url, (0, 0, 0)).await;
     wait_for_depth(&client, &standard.url, (0, 0, 0)).await;
 
-    run_with(send(&fifo_url, &["--group-id", "g", "--dedup-id", "d1"]))
+    send(&fifo_url, "t", "{}", &["--group-id", "g", "--dedup-id", "d1"])
         .await
         .assert_ok();
-    let delayed = run_with(send(&standard.url, &["--delay-secs", "60"])).await;
+    let delayed = send(&standard.url, "t", "{}", &["--delay-secs", "60"]).await;
     delayed.assert_ok();
     wait_for_depth(&client, &fifo_url, (1, 0, 0)).await;
     wait_for_depth(&client, &standard.url, (0, 0, 1)).await;
@@ -629,9 +638,7 @@ async fn fifo_parameters_are_checked_against_the_queue_kind() {
 #[tokio::test]
 async fn an_unknown_queue_is_named_with_how_to_create_it() {
     let client = setup().await;
-    let existing = create_queue(&client, &QueueSpec::standard("cli-known"))
-        .await
-        .unwrap();
+    let existing = standard_queue(&client, "cli-known").await;
     let missing = format!("{}-missing", existing.url);
     let missing_name = format!("{}-missing", existing.name);
     let commands: Vec<Vec<&str>> = vec![
@@ -670,32 +677,12 @@ async fn stats_report_what_was_put_in_the_queue_and_its_dlq() {
     let client = setup().await;
     let queue = queue_with_dlq(&client, "cli-stats").await;
     for index in 0..4 {
-        conveyor(&[
-            "send",
-            "--queue-url",
-            &queue.url,
-            "--job-type",
-            "t",
-            "--payload",
-            &index.to_string(),
-        ])
-        .await
-        .assert_ok();
+        send(&queue.url, "t", &index.to_string(), &[]).await.assert_ok();
     }
     for _ in 0..2 {
-        conveyor(&[
-            "send",
-            "--queue-url",
-            &queue.url,
-            "--job-type",
-            "t",
-            "--payload",
-            "1",
-            "--delay-secs",
-            "300",
-        ])
-        .await
-        .assert_ok();
+        send(&queue.url, "t", "1", &["--delay-secs", "300"])
+            .await
+            .assert_ok();
     }
     // One message in flight.
     let received = client
@@ -707,9 +694,14 @@ async fn stats_report_what_was_put_in_the_queue_and_its_dlq() {
         .await
         .unwrap();
     assert_eq!(received.messages.unwrap_or_default().len(), 1);
-    for index in 0..3 {
-        dead_letter_directly(&client, dlq_url(&queue), "t", "boom", &index.to_string()).await;
-    }
+    dead_letter_all(
+        &client,
+        dlq_url(&queue),
+        "t",
+        "boom",
+        (0..3).map(|i| i.to_string()),
+    )
+    .await;
     wait_for_depth(&client, &queue.url, (3, 1, 2)).await;
     wait_for_depth(&client, dlq_url(&queue), (3, 0, 0)).await;
 
@@ -779,17 +771,9 @@ async fn dlq_peek_shows_the_reason_and_leaves_the_messages() {
     // Dead-letter two messages the way the worker does: receive, then SqsQueue::dead_letter.
     let secret = "jane.doe@example.com";
     for job_type in ["welcome_email", "webhook"] {
-        conveyor(&[
-            "send",
-            "--queue-url",
-            &queue.url,
-            "--job-type",
-            job_type,
-            "--payload",
-            &json!({ "email": secret }).to_string(),
-        ])
-        .await
-        .assert_ok();
+        send(&queue.url, job_type, &json!({ "email": secret }).to_string(), &[])
+            .await
+            .assert_ok();
     }
     let sqs_queue = SqsQueue::connect(client.clone(), queue.url.clone())
         .await
@@ -885,9 +869,7 @@ async fn dlq_peek_shows_the_reason_and_leaves_the_messages() {
 #[tokio::test]
 async fn dlq_commands_need_a_dead_letter_queue() {
     let client = setup().await;
-    let plain = create_queue(&client, &QueueSpec::standard("cli-nodlq"))
-        .await
-        .unwrap();
+    let plain = standard_queue(&client, "cli-nodlq").await;
     for command in [["dlq", "peek"], ["dlq", "redrive"]] {
         let run = conveyor(&[command[0], command[1], "--queue-url", &plain.url]).await;
         run.assert_failed_with(1, &[&plain.name, "has no dead-letter queue"]);
@@ -901,16 +883,8 @@ async fn dlq_commands_need_a_dead_letter_queue() {
 async fn redrive_with_a_move_task_moves_everything_back() {
     let client = setup().await;
     let queue = queue_with_dlq(&client, "cli-task").await;
-    for index in 0..15 {
-        dead_letter_directly(
-            &client,
-            dlq_url(&queue),
-            "email",
-            "smtp down",
-            &format!("{{\"n\":{index}}}"),
-        )
-        .await;
-    }
+    let bodies = (0..15).map(|i| format!("{{\"n\":{i}}}"));
+    dead_letter_all(&client, dlq_url(&queue), "email", "smtp down", bodies).await;
     wait_for_depth(&client, dlq_url(&queue), (15, 0, 0)).await;
 
     let run = conveyor(&[
@@ -947,16 +921,8 @@ async fn redrive_with_a_move_task_moves_everything_back() {
     assert_eq!(tasks["tasks"][0]["moved"], 15);
 
     // A second redrive of the same DLQ follows its own task, not the finished one listed before it.
-    for index in 0..5 {
-        dead_letter_directly(
-            &client,
-            dlq_url(&queue),
-            "email",
-            "smtp down",
-            &format!("again-{index}"),
-        )
-        .await;
-    }
+    let bodies = (0..5).map(|i| format!("again-{i}"));
+    dead_letter_all(&client, dlq_url(&queue), "email", "smtp down", bodies).await;
     wait_for_depth(&client, dlq_url(&queue), (5, 0, 0)).await;
     let again = conveyor(&[
         "dlq",
@@ -978,9 +944,14 @@ async fn redrive_with_a_move_task_moves_everything_back() {
 async fn redrive_without_wait_prints_the_task_handle() {
     let client = setup().await;
     let queue = queue_with_dlq(&client, "cli-nowait").await;
-    for index in 0..3 {
-        dead_letter_directly(&client, dlq_url(&queue), "email", "x", &index.to_string()).await;
-    }
+    dead_letter_all(
+        &client,
+        dlq_url(&queue),
+        "email",
+        "x",
+        (0..3).map(|i| i.to_string()),
+    )
+    .await;
     wait_for_depth(&client, dlq_url(&queue), (3, 0, 0)).await;
     let run = conveyor(&["dlq", "redrive", "--queue-url", dlq_url(&queue)]).await;
     run.assert_ok();
@@ -995,44 +966,33 @@ async fn filtered_redrive_moves_only_matching_messages() {
     let client = setup().await;
     let queue = queue_with_dlq(&client, "cli-filter").await;
     // The non-matching messages come first, so the scan has to get past them.
-    let mut keep = HashSet::new();
-    for index in 0..12 {
-        keep.insert(
-            dead_letter_directly(
-                &client,
-                dlq_url(&queue),
-                "email",
-                "no valid email address",
-                &format!("e{index}"),
-            )
-            .await,
-        );
-    }
-    let mut moving = HashSet::new();
-    for index in 0..4 {
-        moving.insert(
-            dead_letter_directly(
-                &client,
-                dlq_url(&queue),
-                "webhook",
-                "HTTP 503 Service Unavailable",
-                &format!("w{index}"),
-            )
-            .await,
-        );
-    }
-    for index in 0..3 {
-        keep.insert(
-            dead_letter_directly(
-                &client,
-                dlq_url(&queue),
-                "webhook",
-                "HTTP 410 Gone",
-                &format!("g{index}"),
-            )
-            .await,
-        );
-    }
+    let dlq = dlq_url(&queue);
+    let mut keep = dead_letter_all(
+        &client,
+        dlq,
+        "email",
+        "no valid email address",
+        (0..12).map(|i| format!("e{i}")),
+    )
+    .await;
+    dead_letter_all(
+        &client,
+        dlq,
+        "webhook",
+        "HTTP 503 Service Unavailable",
+        (0..4).map(|i| format!("w{i}")),
+    )
+    .await;
+    keep.extend(
+        dead_letter_all(
+            &client,
+            dlq,
+            "webhook",
+            "HTTP 410 Gone",
+            (0..3).map(|i| format!("g{i}")),
+        )
+        .await,
+    );
     wait_for_depth(&client, dlq_url(&queue), (19, 0, 0)).await;
 
     let run = conveyor(&[
@@ -1109,9 +1069,8 @@ async fn filtered_redrive_moves_only_matching_messages() {
 async fn the_move_loop_moves_everything_when_asked_to() {
     let client = setup().await;
     let queue = queue_with_dlq(&client, "cli-loop").await;
-    for index in 0..23 {
-        dead_letter_directly(&client, dlq_url(&queue), "email", "x", &format!("body-{index}")).await;
-    }
+    let bodies = (0..23).map(|i| format!("body-{i}"));
+    dead_letter_all(&client, dlq_url(&queue), "email", "x", bodies).await;
     wait_for_depth(&client, dlq_url(&queue), (23, 0, 0)).await;
     let run = conveyor(&[
         "dlq",
@@ -1157,21 +1116,9 @@ async fn the_move_loop_moves_everything_when_asked_to() {
 #[tokio::test]
 async fn purge_is_refused_without_the_flag_and_empties_the_queue_with_it() {
     let client = setup().await;
-    let queue = create_queue(&client, &QueueSpec::standard("cli-purge"))
-        .await
-        .unwrap();
+    let queue = standard_queue(&client, "cli-purge").await;
     for index in 0..5 {
-        conveyor(&[
-            "send",
-            "--queue-url",
-            &queue.url,
-            "--job-type",
-            "t",
-            "--payload",
-            &index.to_string(),
-        ])
-        .await
-        .assert_ok();
+        send(&queue.url, "t", &index.to_string(), &[]).await.assert_ok();
     }
     wait_for_depth(&client, &queue.url, (5, 0, 0)).await;
 

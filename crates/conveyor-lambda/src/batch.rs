@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use conveyor_core::config::LambdaConfig;
 use conveyor_core::{
-    AckReason, Disposition, Lease, Message, Outcome, Pipeline, Queue, ReceiptHandle, VisibilityChange, reject,
+    AckReason, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -113,12 +113,20 @@ struct Lane {
     items: Vec<Item>,
 }
 
+/// The invocation's time limits, the same for every record of the batch.
+#[derive(Debug, Clone, Copy)]
+struct Invocation {
+    /// When the invocation ends; the idempotency claim's lease ends here too.
+    deadline: Instant,
+    /// The last moment a message may start: the deadline less the configured margin.
+    cutoff: Instant,
+}
+
 /// One record's result.
 struct ItemResult {
     index: usize,
     source: usize,
-    message_id: String,
-    receipt: ReceiptHandle,
+    message: Arc<Message>,
     settled: Settled,
     handler_duration: Option<Duration>,
 }
@@ -164,12 +172,14 @@ impl BatchProcessor {
     pub async fn process_batch_report(&self, event: SqsEvent, deadline: Instant) -> BatchReport {
         let mut sources: Vec<Source> = Vec::new();
         let mut failures: Vec<(usize, String)> = Vec::new();
-        for (index, record) in event.records.iter().enumerate() {
-            let arn = record.event_source_arn.clone().unwrap_or_default();
-            let source = source_for(&mut sources, &arn);
+        for (index, record) in event.records.into_iter().enumerate() {
+            let source = source_for(
+                &mut sources,
+                record.event_source_arn.as_deref().unwrap_or_default(),
+            );
             sources[source].metrics.received += 1;
-            let message = match record::to_message(record) {
-                Ok(message) if arn.is_empty() => Err(RecordError::MissingSource(message.id)),
+            let message = match record::into_message(record) {
+                Ok(message) if sources[source].arn.is_empty() => Err(RecordError::MissingSource(message.id)),
                 other => other,
             };
             match message {
@@ -191,8 +201,14 @@ impl BatchProcessor {
 
         let lanes = self.lanes(&mut sources, &mut failures).await;
         let concurrency = self.config.batch_concurrency.max(1);
+        let invocation = Invocation {
+            deadline,
+            cutoff: deadline
+                .checked_sub(self.config.deadline_margin)
+                .unwrap_or(deadline),
+        };
         let results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
-            .map(|lane| self.run_lane(lane, deadline))
+            .map(|lane| self.run_lane(lane, invocation))
             .buffer_unordered(concurrency)
             .collect()
             .await;
@@ -210,7 +226,7 @@ impl BatchProcessor {
                     Settled::DeadLettered => metrics.dead_lettered += 1,
                     Settled::Retry { .. } | Settled::Untouched => {
                         metrics.retried += 1;
-                        failures.push((result.index, result.message_id.clone()));
+                        failures.push((result.index, result.message.id.clone()));
                     }
                 }
             }
@@ -276,7 +292,7 @@ impl BatchProcessor {
     }
 
     /// Runs a lane's records in order; after a failure on a FIFO queue the rest stay untouched.
-    async fn run_lane(&self, lane: Lane, deadline: Instant) -> (Lane, Vec<ItemResult>) {
+    async fn run_lane(&self, lane: Lane, invocation: Invocation) -> (Lane, Vec<ItemResult>) {
         let mut results = Vec::with_capacity(lane.items.len());
         let mut blocked = false;
         for item in &lane.items {
@@ -287,7 +303,7 @@ impl BatchProcessor {
                 );
                 (Settled::Untouched, None)
             } else {
-                self.run_one(&lane, item, deadline).await
+                self.run_one(&lane, item, invocation).await
             };
             if lane.fifo && settled.is_failure() {
                 blocked = true;
@@ -295,8 +311,7 @@ impl BatchProcessor {
             results.push(ItemResult {
                 index: item.index,
                 source: lane.source,
-                message_id: item.message.id.clone(),
-                receipt: item.message.receipt_handle.clone(),
+                message: Arc::clone(&item.message),
                 settled,
                 handler_duration,
             });
@@ -306,7 +321,7 @@ impl BatchProcessor {
 
     /// One message, in its span, with panics caught (the pipeline catches the handler's; this catches
     /// anything else, so one message never fails the batch).
-    async fn run_one(&self, lane: &Lane, item: &Item, deadline: Instant) -> (Settled, Option<Duration>) {
+    async fn run_one(&self, lane: &Lane, item: &Item, invocation: Invocation) -> (Settled, Option<Duration>) {
         let message = &item.message;
         let span = tracing::info_span!(
             "message",
@@ -316,7 +331,7 @@ impl BatchProcessor {
             job_type = message.job_type(),
             trace_header = message.trace_header.as_deref(),
         );
-        let run = AssertUnwindSafe(self.settle(lane, message, deadline, span.clone())).catch_unwind();
+        let run = AssertUnwindSafe(self.settle(lane, message, invocation, span.clone())).catch_unwind();
         match run.instrument(span).await {
             Ok(result) => result,
             Err(_) => {
@@ -330,20 +345,22 @@ impl BatchProcessor {
         &self,
         lane: &Lane,
         message: &Arc<Message>,
-        deadline: Instant,
+        invocation: Invocation,
         span: tracing::Span,
     ) -> (Settled, Option<Duration>) {
-        let cutoff = deadline
-            .checked_sub(self.config.deadline_margin)
-            .unwrap_or(deadline);
-        if Instant::now() >= cutoff {
+        if Instant::now() >= invocation.cutoff {
             tracing::info!("not started: too close to the invocation deadline; reporting it as a failure");
             return (Settled::Untouched, None);
         }
-        let lease = Lease::new(deadline);
+        let lease = Lease::new(invocation.deadline);
         let processed = self
             .pipeline
-            .process(Arc::clone(message), Arc::clone(&lane.name), &lease, Some(cutoff))
+            .process(
+                Arc::clone(message),
+                Arc::clone(&lane.name),
+                &lease,
+                Some(invocation.cutoff),
+            )
             .await;
         // Untyped messages learn their job type from the default route.
         if message.job_type().is_none()
@@ -397,10 +414,10 @@ impl BatchProcessor {
                 };
                 let group = &mut per_source[position];
                 group.changes.push(VisibilityChange {
-                    receipt_handle: result.receipt.clone(),
+                    receipt_handle: result.message.receipt_handle.clone(),
                     timeout: delay,
                 });
-                group.ids.push(&result.message_id);
+                group.ids.push(&result.message.id);
             }
         }
         for group in per_source {

@@ -13,7 +13,7 @@ pub use batch::{BatchProcessor, BatchReport};
 pub use error::{EventError, LambdaError};
 pub use event::{SQS_EVENT_SOURCE, parse_event};
 pub use metrics::{BatchMetrics, NAMESPACE};
-pub use queues::{FixedQueue, QueueArn, QueueResolver, ResolveError, SqsQueues, queue_name};
+pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name};
 pub use record::{RecordError, to_message};
 pub use runtime::{
     BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, REJECT_MODE_ENV, config_from_env, init_tracing, instant_at,

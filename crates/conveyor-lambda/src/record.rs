@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
-use conveyor_core::{AttributeValue, Attributes, Message, ReceiptHandle};
+use conveyor_core::{AttributeValue, Message, ReceiptHandle};
 
 /// System attribute names, as SQS spells them in the record's `attributes`.
 mod names {
@@ -33,10 +33,15 @@ pub enum RecordError {
 /// Converts a record. The body defaults to empty (it then fails to decode and is dead-lettered); an
 /// unreadable receive count counts as a first delivery (logged).
 pub fn to_message(record: &SqsMessage) -> Result<Message, RecordError> {
-    let Some(id) = record.message_id.clone().filter(|id| !id.is_empty()) else {
+    into_message(record.clone())
+}
+
+/// [`to_message`] taking the record, so its body and attributes move instead of being copied.
+pub(crate) fn into_message(record: SqsMessage) -> Result<Message, RecordError> {
+    let Some(id) = record.message_id.filter(|id| !id.is_empty()) else {
         return Err(RecordError::MissingMessageId);
     };
-    let Some(receipt) = record.receipt_handle.clone().filter(|handle| !handle.is_empty()) else {
+    let Some(receipt) = record.receipt_handle.filter(|handle| !handle.is_empty()) else {
         return Err(RecordError::MissingReceiptHandle(id));
     };
     let system = &record.attributes;
@@ -51,8 +56,12 @@ pub fn to_message(record: &SqsMessage) -> Result<Message, RecordError> {
     };
     Ok(Message {
         receipt_handle: ReceiptHandle(receipt),
-        body: record.body.clone().unwrap_or_default(),
-        attributes: attributes(record),
+        body: record.body.unwrap_or_default(),
+        attributes: record
+            .message_attributes
+            .into_iter()
+            .map(|(name, value)| (name, attribute(value)))
+            .collect(),
         receive_count,
         sent_at: system.get(names::SENT_TIMESTAMP).and_then(|ms| epoch_millis(ms)),
         first_received_at: system
@@ -65,18 +74,10 @@ pub fn to_message(record: &SqsMessage) -> Result<Message, RecordError> {
     })
 }
 
-fn attributes(record: &SqsMessage) -> Attributes {
-    record
-        .message_attributes
-        .iter()
-        .map(|(name, value)| (name.clone(), attribute(value)))
-        .collect()
-}
-
 /// Lambda writes `dataType` on every attribute; when it is missing, the value's kind says it.
-fn attribute(value: &SqsMessageAttribute) -> AttributeValue {
-    let binary_value = value.binary_value.as_ref().map(|data| data.0.clone());
-    let data_type = value.data_type.clone().unwrap_or_else(|| {
+fn attribute(value: SqsMessageAttribute) -> AttributeValue {
+    let binary_value = value.binary_value.map(|data| data.0);
+    let data_type = value.data_type.unwrap_or_else(|| {
         if binary_value.is_some() && value.string_value.is_none() {
             "Binary".to_owned()
         } else {
@@ -85,7 +86,7 @@ fn attribute(value: &SqsMessageAttribute) -> AttributeValue {
     });
     AttributeValue {
         data_type,
-        string_value: value.string_value.clone(),
+        string_value: value.string_value,
         binary_value,
     }
 }

@@ -370,6 +370,11 @@ mod tests {
         (head, body)
     }
 
+    /// Writes raw request bytes on a test connection.
+    async fn send(client: &mut BufReader<TcpStream>, bytes: &[u8]) {
+        client.get_mut().write_all(bytes).await.unwrap();
+    }
+
     async fn event(api: &mut RuntimeApi) -> ApiEvent {
         tokio::time::timeout(Duration::from_secs(5), api.next_event())
             .await
@@ -381,11 +386,11 @@ mod tests {
     async fn next_is_held_until_an_event_then_answers_flow_on_one_connection() {
         let mut api = RuntimeApi::bind().await.unwrap();
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        client
-            .get_mut()
-            .write_all(b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
+        send(
+            &mut client,
+            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .await;
         assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
 
         // Nothing is written before an invocation is submitted.
@@ -412,8 +417,8 @@ mod tests {
             "POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
             response.len()
         );
-        client.get_mut().write_all(request.as_bytes()).await.unwrap();
-        client.get_mut().write_all(response).await.unwrap();
+        send(&mut client, request.as_bytes()).await;
+        send(&mut client, response).await;
         let (head, _) = read_response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 202"), "{head}");
         assert_eq!(
@@ -425,13 +430,11 @@ mod tests {
         );
 
         // A second answer for the same id is refused.
-        client
-            .get_mut()
-            .write_all(
-                b"POST /2018-06-01/runtime/invocation/req-1/error HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
-            )
-            .await
-            .unwrap();
+        send(
+            &mut client,
+            b"POST /2018-06-01/runtime/invocation/req-1/error HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+        )
+        .await;
         let (head, body) = read_response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 400"), "{head}");
         assert!(String::from_utf8(body).unwrap().contains("InvalidRequestID"));
@@ -448,11 +451,11 @@ mod tests {
         drop(gone);
 
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        client
-            .get_mut()
-            .write_all(b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n")
-            .await
-            .unwrap();
+        send(
+            &mut client,
+            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
+        )
+        .await;
         assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
         api.submit(invocation("req-2"));
         let (head, _) = read_response(&mut client).await;
@@ -463,13 +466,7 @@ mod tests {
     async fn init_errors_invocation_errors_and_unknown_routes() {
         let mut api = RuntimeApi::bind().await.unwrap();
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        client
-            .get_mut()
-            .write_all(
-                b"POST /2018-06-01/runtime/init/error HTTP/1.1\r\nLambda-Runtime-Function-Error-Type: Runtime.Boom\r\nContent-Length: 2\r\n\r\n{}",
-            )
-            .await
-            .unwrap();
+        send(&mut client, b"POST /2018-06-01/runtime/init/error HTTP/1.1\r\nLambda-Runtime-Function-Error-Type: Runtime.Boom\r\nContent-Length: 2\r\n\r\n{}").await;
         let (head, _) = read_response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 202"), "{head}");
         assert_eq!(
@@ -479,29 +476,25 @@ mod tests {
                 body: b"{}".to_vec()
             }
         );
-        client
-            .get_mut()
-            .write_all(b"GET /2018-06-01/runtime/nope HTTP/1.1\r\n\r\n")
-            .await
-            .unwrap();
+        send(&mut client, b"GET /2018-06-01/runtime/nope HTTP/1.1\r\n\r\n").await;
         let (head, _) = read_response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 404"), "{head}");
-        client
-            .get_mut()
-            .write_all(b"POST /2018-06-01/runtime/invocation/next HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-            .await
-            .unwrap();
+        send(
+            &mut client,
+            b"POST /2018-06-01/runtime/invocation/next HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
         let (head, _) = read_response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 405"), "{head}");
 
         // An invocation withdrawn before anyone took it is never delivered.
         api.submit(invocation("req-3"));
         api.withdraw();
-        client
-            .get_mut()
-            .write_all(b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n")
-            .await
-            .unwrap();
+        send(
+            &mut client,
+            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
+        )
+        .await;
         assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
         let mut probe = [0u8; 1];
         let early = tokio::time::timeout(Duration::from_millis(100), client.get_mut().peek(&mut probe)).await;
