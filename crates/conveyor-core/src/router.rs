@@ -65,6 +65,19 @@ impl Router {
         types
     }
 
+    /// The job type that would handle `message`, if any: a cheap lookup for logs and admission control
+    /// (no error is built; [`Router::handler_for`] says why there is none).
+    pub fn job_type_for(&self, message: &Message) -> Option<&'static str> {
+        self.route_for(message).map(|handler| handler.job_type())
+    }
+
+    fn route_for(&self, message: &Message) -> Option<&Arc<dyn ErasedHandler>> {
+        match message.job_type() {
+            Some(job_type) => self.routes.get(job_type),
+            None => self.default_route.as_ref(),
+        }
+    }
+
     /// The handler for `message`, or a permanent error saying why there is none.
     pub fn handler_for(&self, message: &Message) -> Result<&Arc<dyn ErasedHandler>, HandlerError> {
         match message.job_type() {

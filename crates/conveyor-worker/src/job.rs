@@ -53,12 +53,7 @@ async fn run_in_span(
         permit,
         in_flight,
     } = received;
-    let job_type = runtime
-        .pipeline
-        .router()
-        .handler_for(&message)
-        .ok()
-        .map(|handler| handler.job_type());
+    let job_type = runtime.pipeline.router().job_type_for(&message);
     if let Some(job_type) = job_type {
         span.record("job_type", job_type);
     }
