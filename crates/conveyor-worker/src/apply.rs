@@ -113,11 +113,11 @@ fn delete(runtime: &Runtime, queue: usize, message: &Message, registration: Regi
 /// Makes one message visible again after `delay`, retrying transient failures a few times. If it
 /// still fails, the message comes back when its current visibility timeout ends: later, never lost.
 pub(crate) async fn set_visibility(runtime: &Runtime, queue: usize, message: &Message, delay: Duration) {
-    let changes = [VisibilityChange {
+    let change = VisibilityChange {
         receipt_handle: message.receipt_handle.clone(),
         timeout: delay.min(MAX_VISIBILITY_TIMEOUT),
-    }];
-    change_visibility(runtime, queue, &changes).await;
+    };
+    change_visibility(runtime, queue, vec![change]).await;
 }
 
 /// Makes messages visible again at once, in the given order (one batch call; the queue splits it
@@ -130,12 +130,11 @@ pub(crate) async fn release_in_order(runtime: &Runtime, queue: usize, messages: 
             timeout: Duration::ZERO,
         })
         .collect();
-    change_visibility(runtime, queue, &changes).await;
+    change_visibility(runtime, queue, changes).await;
 }
 
-async fn change_visibility(runtime: &Runtime, queue: usize, changes: &[VisibilityChange]) {
+async fn change_visibility(runtime: &Runtime, queue: usize, mut remaining: Vec<VisibilityChange>) {
     let target = &runtime.queues[queue];
-    let mut remaining: Vec<VisibilityChange> = changes.to_vec();
     for attempt in 0..VISIBILITY_ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(VISIBILITY_RETRY_PAUSE * 2u32.pow(attempt - 1)).await;

@@ -15,34 +15,8 @@ use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{Pipeline, Queue, RecordStatus, Router};
 use conveyor_testing::localstack::{QueueSpec, create_queue};
-use conveyor_worker::{Worker, WorkerError, WorkerReport, WorkerStatus};
-use tokio::task::JoinHandle;
+use conveyor_worker::Worker;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-
-struct Running {
-    shutdown: CancellationToken,
-    handle: JoinHandle<Result<WorkerReport, WorkerError>>,
-    status: WorkerStatus,
-}
-
-fn start(worker: Worker) -> Running {
-    let shutdown = CancellationToken::new();
-    let status = worker.status();
-    let handle = tokio::spawn(worker.run(shutdown.clone()));
-    Running {
-        shutdown,
-        handle,
-        status,
-    }
-}
-
-impl Running {
-    async fn stop(self) -> WorkerReport {
-        self.shutdown.cancel();
-        self.handle.await.unwrap().unwrap()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_outcome_path_against_localstack() {
@@ -267,14 +241,7 @@ async fn fifo_order_holds_under_failures() {
         queue.send(message).await.unwrap();
     }
     let log = Log::new();
-    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
-    let worker = Worker::new(
-        aws::config(&[(&created.url, 1)]),
-        pipeline,
-        vec![queue.clone() as Arc<dyn Queue>],
-    )
-    .unwrap();
-    let running = start(worker);
+    let running = start(plain_worker(aws::config(&[(&created.url, 1)]), &log, &queue));
     eventually(60, "all but the poison one", || log.count(Kind::Succeeded) == 9).await;
     let report = running.stop().await;
     let succeeded = log.ids(Kind::Succeeded);

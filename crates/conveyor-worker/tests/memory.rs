@@ -14,34 +14,9 @@ use conveyor_core::config::{PriorityMode, WorkerConfig};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{IdempotencyStore, Pipeline, Queue, Router};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
-use conveyor_worker::{BreakerSettings, Worker, WorkerError, WorkerReport, WorkerStatus};
-use tokio::task::JoinHandle;
+use conveyor_worker::{BreakerSettings, Worker};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-struct Running {
-    shutdown: CancellationToken,
-    handle: JoinHandle<Result<WorkerReport, WorkerError>>,
-    status: WorkerStatus,
-}
-
-fn start(worker: Worker) -> Running {
-    let shutdown = CancellationToken::new();
-    let status = worker.status();
-    let handle = tokio::spawn(worker.run(shutdown.clone()));
-    Running {
-        shutdown,
-        handle,
-        status,
-    }
-}
-
-impl Running {
-    async fn stop(self) -> WorkerReport {
-        self.shutdown.cancel();
-        self.handle.await.unwrap().unwrap()
-    }
-}
 
 fn queue(name: &str) -> Arc<MemoryQueue> {
     Arc::new(MemoryQueue::standard(name).with_visibility_timeout(Duration::from_secs(30)))
@@ -54,11 +29,6 @@ fn queue_with_dlq(name: &str, max_receive_count: u32) -> Arc<MemoryQueue> {
             .with_visibility_timeout(Duration::from_secs(30))
             .with_dead_letter_queue(dlq, max_receive_count),
     )
-}
-
-fn plain_worker(config: WorkerConfig, log: &Arc<Log>, queue: &Arc<MemoryQueue>) -> Worker {
-    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(log)));
-    Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap()
 }
 
 #[tokio::test(start_paused = true)]

@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use conveyor_core::config::WorkerConfig;
-use conveyor_core::{Pipeline, Queue, Router};
 use conveyor_testing::MemoryQueue;
-use conveyor_worker::{Worker, healthcheck};
+use conveyor_worker::healthcheck;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -34,16 +33,13 @@ async fn health_readiness_and_metrics_are_served() {
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::standard("ops"));
     queue.set_unavailable(true);
-    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
     let config = WorkerConfig {
         listen_addr: Some("127.0.0.1:0".into()),
         stats_interval: Duration::from_millis(100),
         ..config(&[("ops", 1)])
     };
-    let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap();
-    let status = worker.status();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let running = start(plain_worker(config, &log, &queue));
+    let status = running.status.clone();
     eventually(5, "the endpoint to listen", || status.operations_addr().is_some()).await;
     let addr = status.operations_addr().unwrap();
 
@@ -82,8 +78,7 @@ async fn health_readiness_and_metrics_are_served() {
     }
     assert_eq!(get(addr, "/nope").await.0, 404);
 
-    shutdown.cancel();
-    let report = running.await.unwrap().unwrap();
+    let report = running.stop().await;
     assert_eq!(report.succeeded, 3);
     let error = healthcheck(&addr.to_string()).await.unwrap_err().to_string();
     assert!(error.contains("health check"), "{error}");
@@ -95,13 +90,11 @@ async fn a_busy_listen_address_is_a_clear_error() {
     let addr = taken.local_addr().unwrap().to_string();
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::standard("busy"));
-    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
     let config = WorkerConfig {
         listen_addr: Some(addr.clone()),
         ..config(&[("busy", 1)])
     };
-    let worker = Worker::new(config, pipeline, vec![queue as Arc<dyn Queue>]).unwrap();
-    let error = worker
+    let error = plain_worker(config, &log, &queue)
         .run(CancellationToken::new())
         .await
         .unwrap_err()

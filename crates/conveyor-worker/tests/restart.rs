@@ -7,15 +7,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::aws::{self, connect, send_all};
 use common::*;
-use conveyor_core::{Pipeline, Queue, Router};
 use conveyor_testing::localstack::{QueueSpec, create_queue, repo_root};
-use conveyor_worker::Worker;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_rides_out_an_emulator_restart() {
@@ -25,16 +20,8 @@ async fn the_worker_rides_out_an_emulator_restart() {
         .unwrap();
     let queue = connect(&client, &created.url).await;
     let log = Log::new();
-    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
-    let worker = Worker::new(
-        aws::config(&[(&created.url, 1)]),
-        pipeline,
-        vec![queue.clone() as Arc<dyn Queue>],
-    )
-    .unwrap();
-    let status = worker.status();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let running = start(plain_worker(aws::config(&[(&created.url, 1)]), &log, &queue));
+    let status = running.status.clone();
 
     send_all(&queue, (0..5).map(|id| message("plain", &job(id))).collect()).await;
     eventually(30, "the first jobs", || {
@@ -57,7 +44,7 @@ async fn the_worker_rides_out_an_emulator_restart() {
     // The queue is gone with the old emulator: receives fail until it is created again.
     eventually(60, "the worker to report not ready", || !status.is_ready()).await;
     assert!(
-        !running.is_finished(),
+        !running.handle.is_finished(),
         "the worker keeps running through the outage"
     );
 
@@ -74,8 +61,7 @@ async fn the_worker_rides_out_an_emulator_restart() {
     })
     .await;
 
-    shutdown.cancel();
-    let report = running.await.unwrap().unwrap();
+    let report = running.stop().await;
     assert_eq!(report.succeeded, 10);
     assert_eq!(log.count(Kind::Started), 10, "no job ran twice");
 }

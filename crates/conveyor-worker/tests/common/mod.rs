@@ -9,10 +9,14 @@ use std::time::Duration;
 use conveyor_core::config::{PriorityMode, QueueConfig, WorkerConfig};
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE};
 use conveyor_core::{
-    AttributeValue, Backoff, Context, Handler, HandlerError, HandlerSettings, OutgoingMessage,
+    AttributeValue, Backoff, Context, Handler, HandlerError, HandlerSettings, OutgoingMessage, Pipeline,
+    Queue, Router,
 };
+use conveyor_worker::{Worker, WorkerError, WorkerReport, WorkerStatus};
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// What a test job does.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -307,6 +311,39 @@ pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
         listen_addr: None,
         ..WorkerConfig::default()
     }
+}
+
+/// A worker running in its own task.
+pub struct Running {
+    pub shutdown: CancellationToken,
+    pub handle: JoinHandle<Result<WorkerReport, WorkerError>>,
+    pub status: WorkerStatus,
+}
+
+/// Runs `worker` until its `shutdown` token is cancelled.
+pub fn start(worker: Worker) -> Running {
+    let shutdown = CancellationToken::new();
+    let status = worker.status();
+    let handle = tokio::spawn(worker.run(shutdown.clone()));
+    Running {
+        shutdown,
+        handle,
+        status,
+    }
+}
+
+impl Running {
+    /// Shuts the worker down gracefully and returns its report.
+    pub async fn stop(self) -> WorkerReport {
+        self.shutdown.cancel();
+        self.handle.await.unwrap().unwrap()
+    }
+}
+
+/// A worker for one queue whose only route is `Recorder<Plain>`, without idempotency.
+pub fn plain_worker<Q: Queue + 'static>(config: WorkerConfig, log: &Arc<Log>, queue: &Arc<Q>) -> Worker {
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(log)));
+    Worker::new(config, pipeline, vec![Arc::clone(queue) as Arc<dyn Queue>]).unwrap()
 }
 
 /// Waits for `condition` for up to `secs` (tokio's clock: instant under a paused clock).
