@@ -79,15 +79,18 @@ fn config(url: &str, max_in_flight: usize) -> WorkerConfig {
     }
 }
 
+/// No benchmark step may hang longer than this.
+const BENCH_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Runs `worker` until `done(status)`; returns the elapsed time.
 async fn run_until(worker: Worker, done: impl Fn(&WorkerStatus) -> bool) -> Duration {
     let status = worker.status();
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     let running = tokio::spawn(worker.run(shutdown.clone()));
-    while !done(&status) {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    conveyor_testing::wait_until(BENCH_TIMEOUT, Duration::from_millis(2), async || done(&status))
+        .await
+        .expect("the benchmark run did not finish: is the local stack healthy?");
     let elapsed = started.elapsed();
     shutdown.cancel();
     running.await.unwrap().unwrap();
@@ -198,9 +201,11 @@ fn main() {
         let status = worker.status();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(worker.run(shutdown.clone()));
-        while started.load(Ordering::SeqCst) < 500 || status.in_flight() < 500 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        conveyor_testing::wait_until(BENCH_TIMEOUT, Duration::from_millis(5), async || {
+            started.load(Ordering::SeqCst) >= 500 && status.in_flight() >= 500
+        })
+        .await
+        .expect("500 jobs never got in flight");
         let busy = resident_mib();
         release.notify_waiters();
         shutdown.cancel();
