@@ -4,8 +4,10 @@
 //! and dummy credentials in its environment, as a user would after `source localstack/env.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style); helpers here are test code too
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
@@ -15,83 +17,12 @@ use conveyor_core::message::{
 };
 use conveyor_core::{Failure, Queue as _};
 use conveyor_sqs::SqsQueue;
-use conveyor_testing::localstack::{
-    QueueSpec, TestQueue, aws_env, create_queue, ensure_local_aws, sqs_client, unique_name,
-};
+use conveyor_testing::localstack::{QueueSpec, TestQueue, create_queue, unique_name};
 use conveyor_testing::wait_until;
 use serde_json::{Value, json};
 
-/// How long a test waits for SQS's approximate counts to settle.
-const SETTLE: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(100);
-
-/// What one run of the binary did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|error| {
-            panic!(
-                "stdout is not one JSON document ({error}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
-    }
-
-    #[track_caller]
-    fn assert_ok(&self) -> &Self {
-        assert_eq!(
-            self.code, 0,
-            "expected success\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-
-    #[track_caller]
-    fn assert_failed_with(&self, code: i32, words: &[&str]) {
-        assert_eq!(
-            self.code, code,
-            "exit code\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
-        assert!(
-            self.stderr.starts_with("error: "),
-            "errors start with `error: `:\n{}",
-            self.stderr
-        );
-        for word in words {
-            assert!(
-                self.stderr.contains(word),
-                "stderr lacks {word:?}:\n{}",
-                self.stderr
-            );
-        }
-    }
-}
-
-/// Runs `conveyor` with `args`, pointed at LocalStack.
-async fn conveyor(args: &[&str]) -> Run {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
-    command
-        .args(args)
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_ENDPOINT_URL");
-    for (name, value) in aws_env() {
-        command.env(name, value);
-    }
-    let output = command.output().await.expect("the conveyor binary runs");
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
+mod common;
+use common::{POLL, Run, SETTLE, conveyor, setup};
 
 /// `conveyor send` of one `job_type` job with `payload` to `url`, plus `extra` arguments.
 async fn send(url: &str, job_type: &str, payload: &str, extra: &[&str]) -> Run {
@@ -106,11 +37,6 @@ async fn send(url: &str, job_type: &str, payload: &str, extra: &[&str]) -> Run {
     ];
     args.extend_from_slice(extra);
     conveyor(&args).await
-}
-
-async fn setup() -> Client {
-    ensure_local_aws().await.expect("LocalStack starts");
-    sqs_client().await
 }
 
 /// A standard queue without a DLQ.
@@ -1108,6 +1034,104 @@ async fn the_move_loop_moves_everything_when_asked_to() {
     ])
     .await;
     task_with_filter.assert_failed_with(2, &["--method task moves every message"]);
+}
+
+/// A consumer standing in for a worker whose handler fails every job permanently: it receives from the
+/// source queue, sends a copy to the DLQ under a new message id (with a fresh failure record, as the
+/// worker's `dead_letter` does), then deletes the original. Counts the calls per body.
+async fn dead_lettering_consumer(
+    client: Client,
+    queue_url: String,
+    dlq_url: String,
+    stop: Arc<AtomicBool>,
+) -> HashMap<String, usize> {
+    let mut calls = HashMap::new();
+    while !stop.load(Ordering::Relaxed) {
+        let received = client
+            .receive_message()
+            .queue_url(&queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        for message in received.messages.unwrap_or_default() {
+            let body = message.body().unwrap().to_owned();
+            *calls.entry(body.clone()).or_insert(0) += 1;
+            dead_letter_directly(&client, &dlq_url, "webhook", "HTTP 410 Gone again", &body).await;
+            client
+                .delete_message()
+                .queue_url(&queue_url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    calls
+}
+
+#[tokio::test]
+async fn a_filtered_redrive_moves_each_message_once_while_a_consumer_dead_letters_them_again() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-storm").await;
+    let dlq = dlq_url(&queue).to_owned();
+    dead_letter_all(
+        &client,
+        &dlq,
+        "email",
+        "bad address",
+        (0..3).map(|i| format!("e{i}")),
+    )
+    .await;
+    let gone: Vec<String> = (0..5).map(|i| format!("w{i}")).collect();
+    dead_letter_all(&client, &dlq, "webhook", "HTTP 410 Gone", gone.clone()).await;
+    wait_for_depth(&client, &dlq, (8, 0, 0)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let consumer = tokio::spawn(dead_lettering_consumer(
+        client.clone(),
+        queue.url.clone(),
+        dlq.clone(),
+        Arc::clone(&stop),
+    ));
+    let run = tokio::time::timeout(
+        Duration::from_secs(60),
+        conveyor(&[
+            "dlq",
+            "redrive",
+            "--queue-url",
+            &queue.url,
+            "--job-type",
+            "webhook",
+            "--reason-contains",
+            "410",
+            "--output",
+            "json",
+        ]),
+    )
+    .await;
+    // The consumer finishes what was moved, then stops.
+    let drained = wait_until(SETTLE, POLL, async || {
+        depth(&client, &queue.url).await == (0, 0, 0)
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let calls = consumer.await.unwrap();
+    let run = run.expect("the redrive ends while the consumer dead-letters the moved copies again");
+    drained.unwrap();
+    run.assert_ok();
+    let output = run.json();
+    assert_eq!(output["moved"], 5, "{output:#}");
+    assert_eq!(output["not_matching"], 3, "{output:#}");
+    let expected: HashMap<String, usize> = gone.iter().map(|body| (body.clone(), 1)).collect();
+    assert_eq!(calls, expected, "the consumer ran once per original message");
+    // Left in the DLQ: the 3 that do not match, and the 5 copies the consumer dead-lettered (those that
+    // arrived before the scan ended are reported as such, the others came after it).
+    let arrived = output["arrived_after_start"].as_u64().unwrap_or(u64::MAX);
+    assert!(arrived <= 5, "{output:#}");
+    wait_for_depth(&client, &dlq, (8, 0, 0)).await;
 }
 
 // ---------------------------------------------------------------------------------------------------

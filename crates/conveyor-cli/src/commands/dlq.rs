@@ -426,12 +426,13 @@ async fn run_loop(
     ));
     let mut on_progress = |report: &MoveReport| {
         progress(&format!(
-            "examined {}: moved {}, not matching {}, unknown source {}, failed {}",
+            "examined {}: moved {}, not matching {}, unknown source {}, failed {}; arrived after the start {}",
             report.examined,
             report.moved,
             report.skipped,
             report.unroutable,
-            report.failed.len()
+            report.failed.len(),
+            report.arrived_after_start
         ));
     };
     let result = move_messages(client, &pair.dlq, destinations, &options, &mut on_progress).await;
@@ -446,6 +447,7 @@ async fn run_loop(
             "moved": report.moved,
             "not_matching": report.skipped,
             "unknown_source": report.unroutable,
+            "arrived_after_start": report.arrived_after_start,
             "failed": report.failed.iter().map(|failure| json!({
                 "message_id": failure.message_id,
                 "error": failure.error,
@@ -456,7 +458,7 @@ async fn run_loop(
     } else {
         println!(
             "moved {} of {} examined messages from {}; {} left there ({} not matching, {} with an unknown source, \
-             {} failed){}",
+             {} failed, {} sent to the DLQ after the redrive started and left for a later run){}",
             report.moved,
             report.examined,
             pair.dlq.name(),
@@ -464,6 +466,7 @@ async fn run_loop(
             report.skipped,
             report.unroutable,
             report.failed.len(),
+            report.arrived_after_start,
             if report.stopped { "; stopped by Ctrl-C" } else { "" }
         );
         for failure in &report.failed {

@@ -20,13 +20,30 @@
 //! already examined (a hold that ran out on a very long scan). If the process dies mid-scan, held messages
 //! come back by themselves when the hold ends. The release runs even when the loop stops on an error.
 //!
+//! # Design note: only what was there at the start
+//!
+//! A consumer that fails a moved message again puts a *new* message in the DLQ (the worker sends a copy
+//! under a new message id, then deletes the original), and that copy matches the same filter. A scan that
+//! moved it would feed the consumer the same job again and again for as long as the scan finds new
+//! messages: one poison webhook became 13,374 deliveries in five minutes (issue 19). So the loop moves only
+//! messages that were *sent before the scan started* (`SentTimestamp` earlier than the start) and holds
+//! every later one as "arrived after the start", to be looked at by a later run. This bound works because
+//! every message the loop can cause is sent after the start: the copy it sends to the source queue is new,
+//! so whatever comes back from it (the worker's dead-letter copy, or SQS's redrive of the copy, which keeps
+//! the copy's `SentTimestamp`) is newer than the start too. A message sent before the start that SQS's
+//! redrive moves into the DLQ during the scan may be moved, once: it was not caused by this scan. Each
+//! message is therefore moved at most once per run, and the scan ends, because arrivals are bounded by the
+//! number of messages moved. The comparison uses this machine's clock against SQS's; SigV4 already refuses
+//! a clock more than 5 minutes off, and a clock ahead by `d` only lets copies made in the first `d` of the
+//! run through once more.
+//!
 //! Caveat on FIFO DLQs: a held message blocks the rest of its message group until the release, so a
 //! filtered scan of a FIFO DLQ sees at most the first 10 messages of each group per run.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_sqs::Client;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
@@ -153,6 +170,9 @@ pub struct MoveReport {
     pub skipped: u64,
     /// Matching messages whose source queue is unknown (left in the DLQ).
     pub unroutable: u64,
+    /// Messages sent to the DLQ after the loop started (left in the DLQ, not examined): among them the
+    /// copies a consumer dead-lettered again after this run moved them. See the module's design notes.
+    pub arrived_after_start: u64,
     /// Messages that could not be moved, or were sent but not deleted from the DLQ.
     pub failed: Vec<MoveFailure>,
     /// True when the loop stopped because `stop` was set.
@@ -201,6 +221,7 @@ async fn scan(
     on_progress: &mut dyn FnMut(&MoveReport),
 ) -> Result<(), AdminError> {
     let started = Instant::now();
+    let started_at = SystemTime::now();
     let batch_size = options.rate.map_or(MAX_RECEIVE_MESSAGES, |rate| {
         (rate.max(1) as usize).min(MAX_RECEIVE_MESSAGES)
     });
@@ -225,6 +246,15 @@ async fn scan(
                 continue;
             }
             new += 1;
+            if received
+                .message
+                .sent_at
+                .is_some_and(|sent_at| sent_at >= started_at)
+            {
+                report.arrived_after_start += 1;
+                held.insert(id, received.message.receipt_handle);
+                continue;
+            }
             report.examined += 1;
             if !options.filter.matches(&received) {
                 report.skipped += 1;
