@@ -14,9 +14,9 @@ pub struct UsageError(pub String);
 
 /// Prints `error` (with its causes) and a hint on stderr; returns the exit code.
 pub fn report(error: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {error:#}");
+    crate::errln!("error: {error:#}");
     if let Some(hint) = hint(error) {
-        eprintln!("hint: {hint}");
+        crate::errln!("hint: {hint}");
     }
     if error.downcast_ref::<UsageError>().is_some() {
         return ExitCode::from(2);

@@ -6,6 +6,7 @@ mod commands;
 mod errors;
 mod lambda_runner;
 mod output;
+mod stdio;
 
 use std::process::ExitCode;
 
@@ -23,17 +24,24 @@ fn main() -> ExitCode {
             return errors::report(&anyhow::Error::new(error).context("starting the async runtime"));
         }
     };
-    match runtime.block_on(cli.command.run(&cli)) {
+    let code = match runtime.block_on(cli.command.run(&cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => errors::report(&error),
+    };
+    stdio::flush_stdout();
+    match stdio::write_error() {
+        Some(error) if code == ExitCode::SUCCESS => errors::report(&anyhow::anyhow!(error)),
+        _ => code,
     }
 }
 
-/// Logs go to stderr, warnings and errors only unless RUST_LOG says otherwise.
+/// Logs go to stderr, warnings and errors only unless RUST_LOG says otherwise. A failed write is dropped
+/// silently (`log_internal_errors(false)`): reporting it would write to the same closed stderr.
 fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .try_init();
 }

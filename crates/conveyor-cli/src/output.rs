@@ -19,13 +19,13 @@ pub enum Format {
 
 /// Prints one JSON document.
 pub fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    crate::outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 /// Prints a progress line on stderr (in both formats: stdout carries only the result).
 pub fn progress(line: &str) {
-    eprintln!("{line}");
+    crate::errln!("{line}");
 }
 
 /// A plain text table: a header row and left-aligned columns separated by two spaces. The last column is

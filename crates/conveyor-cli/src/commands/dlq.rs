@@ -169,7 +169,7 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
 
 fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool) {
     let sources: Vec<&str> = pair.sources.iter().map(QueueInfo::name).collect();
-    println!(
+    crate::outln!(
         "dead-letter queue {} (source: {}): {} visible before the peek; showing {}, all left in the DLQ",
         pair.dlq.name(),
         sources.join(", "),
@@ -220,13 +220,13 @@ fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool
             received.reason(),
         ]);
     }
-    print!("{}", table.render());
+    crate::out!("{}", table.render());
     if sqs_counts {
-        println!("* no failure record: SQS's ApproximateReceiveCount, which counts peeks too");
+        crate::outln!("* no failure record: SQS's ApproximateReceiveCount, which counts peeks too");
     }
     if show_body {
         for received in messages {
-            println!("body of {}: {}", received.message.id, received.message.body);
+            crate::outln!("body of {}: {}", received.message.id, received.message.body);
         }
     }
 }
@@ -378,15 +378,16 @@ async fn follow_task(
         }));
     }
     match last {
-        Some(status) => println!(
+        Some(status) => crate::outln!(
             "move task {}: moved {} messages from {} to {target}",
             status.status,
             status.moved,
             pair.dlq.name()
         ),
-        None => println!(
+        None => crate::outln!(
             "move task started: task handle {}\nfollow it with `conveyor dlq tasks --queue-url {}` (or pass --wait)",
-            task.handle, pair.dlq.url
+            task.handle,
+            pair.dlq.url
         ),
     }
     Ok(())
@@ -406,7 +407,7 @@ async fn run_loop(
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 stop.store(true, Ordering::Relaxed);
-                eprintln!(
+                crate::errln!(
                     "stopping after the current batch; messages already examined are made visible again"
                 );
             }
@@ -456,7 +457,7 @@ async fn run_loop(
             "dead_letter_queue_after": { "visible": remaining.visible, "in_flight": remaining.in_flight },
         }))?;
     } else {
-        println!(
+        crate::outln!(
             "moved {} of {} examined messages from {}; {} left there ({} not matching, {} with an unknown source, \
              {} failed, {} sent to the DLQ after the redrive started and left for a later run){}",
             report.moved,
@@ -470,7 +471,7 @@ async fn run_loop(
             if report.stopped { "; stopped by Ctrl-C" } else { "" }
         );
         for failure in &report.failed {
-            println!("  {}: {}", failure.message_id, failure.error);
+            crate::outln!("  {}: {}", failure.message_id, failure.error);
         }
     }
     if !report.failed.is_empty() {
@@ -501,7 +502,7 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
         return print_json(&json!({ "dead_letter_queue": pair.dlq.name(), "tasks": tasks }));
     }
     if tasks.is_empty() {
-        println!("no message move tasks for {}", pair.dlq.name());
+        crate::outln!("no message move tasks for {}", pair.dlq.name());
         return Ok(());
     }
     let mut table = Table::new(&["STARTED", "STATUS", "MOVED", "TO MOVE", "DESTINATION", "FAILURE"]);
@@ -519,6 +520,6 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
             task.failure_reason.clone().unwrap_or_default(),
         ]);
     }
-    print!("{}", table.render());
+    crate::out!("{}", table.render());
     Ok(())
 }

@@ -43,7 +43,7 @@ pub async fn run(args: &PurgeArgs, client: aws_sdk_sqs::Client, format: Format) 
             "before": { "visible": depth.visible, "in_flight": depth.in_flight, "delayed": depth.delayed },
         }));
     }
-    println!(
+    crate::outln!(
         "purged {}: about {} messages deleted ({} visible, {} in flight, {} delayed); SQS finishes within 60 seconds",
         queue.name(),
         depth.visible + depth.in_flight + depth.delayed,

@@ -418,7 +418,7 @@ fn print_results(
         }));
     }
     if let ([job], [Ok(id)]) = (jobs, results) {
-        println!("sent {} job to {}: message id {id}", job.job_type, queue.name());
+        crate::outln!("sent {} job to {}: message id {id}", job.job_type, queue.name());
         return Ok(());
     }
     let mut table = Table::new(&["#", "JOB TYPE", "KEY", "RESULT"]);
@@ -434,8 +434,8 @@ fn print_results(
             outcome,
         ]);
     }
-    print!("{}", table.render());
-    println!("sent {sent} of {} jobs to {}", results.len(), queue.name());
+    crate::out!("{}", table.render());
+    crate::outln!("sent {sent} of {} jobs to {}", results.len(), queue.name());
     Ok(())
 }
 

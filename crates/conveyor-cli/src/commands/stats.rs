@@ -47,25 +47,25 @@ pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) 
     if let Some(dlq) = &stats.dead_letter {
         table.row(row(dlq, " (DLQ)"));
     }
-    print!("{}", table.render());
+    crate::out!("{}", table.render());
     match (&stats.queue.queue.redrive, max_receive_count) {
         (Some(_), Some(count)) => {
-            println!("messages move to the DLQ after {count} receives (maxReceiveCount)")
+            crate::outln!("messages move to the DLQ after {count} receives (maxReceiveCount)")
         }
-        (Some(_), None) => println!("the redrive policy gives no readable maxReceiveCount"),
+        (Some(_), None) => crate::outln!("the redrive policy gives no readable maxReceiveCount"),
         (None, _) if !stats.dead_letter_of.is_empty() => {
             let sources: Vec<&str> = stats
                 .dead_letter_of
                 .iter()
                 .map(|url| url.trim_end_matches('/').rsplit('/').next().unwrap_or(url))
                 .collect();
-            println!(
+            crate::outln!(
                 "{} is the DLQ of {}",
                 stats.queue.queue.name(),
                 sources.join(", ")
             );
         }
-        (None, _) => println!("{} has no redrive policy, so no DLQ", stats.queue.queue.name()),
+        (None, _) => crate::outln!("{} has no redrive policy, so no DLQ", stats.queue.queue.name()),
     }
     Ok(())
 }

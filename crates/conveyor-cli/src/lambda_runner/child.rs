@@ -130,7 +130,7 @@ fn handler_name(bootstrap: &Path) -> String {
 async fn forward(stream: impl AsyncRead + Unpin) {
     let mut lines = BufReader::new(stream).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        eprintln!("bootstrap| {line}");
+        crate::errln!("bootstrap| {line}");
     }
 }
 

@@ -269,13 +269,13 @@ pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<
     let outcome = tokio::select! {
         outcome = runner.drive() => outcome,
         _ = tokio::signal::ctrl_c() => {
-            eprintln!("interrupted: messages of an unfinished batch come back after their visibility timeout");
+            crate::errln!("interrupted: messages of an unfinished batch come back after their visibility timeout");
             Ok(())
         }
     };
     bootstrap.kill().await;
     outcome?;
-    println!("{summary}");
+    crate::outln!("{summary}");
     Ok(summary)
 }
 
@@ -404,11 +404,11 @@ impl Runner<'_> {
                         let deleted = self.delete_all_but(messages, &failed).await;
                         self.summary.deleted += deleted;
                         self.summary.failures += failed.len() as u64;
-                        println!("{prefix}, {} failures, {elapsed:.0} ms", failed.len());
+                        crate::outln!("{prefix}, {} failures, {elapsed:.0} ms", failed.len());
                     }
                     Verdict::WholeBatchFailed(reason) => {
                         self.summary.invocation_errors += 1;
-                        println!(
+                        crate::outln!(
                             "{prefix}, response refused ({reason}), batch left in the queue, {elapsed:.0} ms"
                         );
                     }
@@ -417,7 +417,7 @@ impl Runner<'_> {
             }
             Ended::Error { error_type, body } => {
                 self.summary.invocation_errors += 1;
-                println!(
+                crate::outln!(
                     "{prefix}, invocation error ({}), batch left in the queue, {elapsed:.0} ms",
                     describe_error(error_type.as_deref(), &body)
                 );
@@ -425,7 +425,7 @@ impl Runner<'_> {
             }
             Ended::TimedOut => {
                 self.summary.timeouts += 1;
-                println!(
+                crate::outln!(
                     "{prefix}, timed out after {} s, batch left in the queue; restarting the bootstrap",
                     timeout.as_secs()
                 );
@@ -433,12 +433,14 @@ impl Runner<'_> {
             }
             Ended::Exited(status) => {
                 self.summary.invocation_errors += 1;
-                println!("{prefix}, the bootstrap exited ({status}), batch left in the queue; restarting it");
+                crate::outln!(
+                    "{prefix}, the bootstrap exited ({status}), batch left in the queue; restarting it"
+                );
                 Ok(false)
             }
             Ended::Undelivered => {
                 self.summary.invocation_errors += 1;
-                println!(
+                crate::outln!(
                     "{prefix}, the bootstrap's connection failed, batch left in the queue; restarting it"
                 );
                 Ok(false)
@@ -464,7 +466,7 @@ impl Runner<'_> {
                     }
                     Some(ApiEvent::Undelivered { id: lost }) if lost == id => return Ended::Undelivered,
                     Some(ApiEvent::InitError { error_type, body }) => {
-                        eprintln!("bootstrap init error: {}", describe_error(error_type.as_deref(), &body));
+                        crate::errln!("bootstrap init error: {}", describe_error(error_type.as_deref(), &body));
                     }
                     Some(_) => {}
                     None => return Ended::Exited("the Runtime API stopped".to_owned()),
@@ -494,12 +496,12 @@ impl Runner<'_> {
         match self.queue.delete_batch(&receipts).await {
             Ok(entry_failures) => {
                 for failure in &entry_failures {
-                    eprintln!("delete failed for entry {}: {}", failure.index, failure.error);
+                    crate::errln!("delete failed for entry {}: {}", failure.index, failure.error);
                 }
                 (receipts.len() - entry_failures.len()) as u64
             }
             Err(error) => {
-                eprintln!(
+                crate::errln!(
                     "DeleteMessageBatch failed ({error}); those messages come back after their visibility timeout"
                 );
                 0

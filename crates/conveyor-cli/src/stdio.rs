@@ -1,0 +1,90 @@
+//! Writing to stdout and stderr without ever panicking: `println!` panics when the reader of a pipe has
+//! gone (`conveyor stats | head -3`), and a panic in the middle of a redrive or of the Lambda runner would
+//! abandon work half-way for the sake of a line nobody reads any more.
+//!
+//! # Design note: a closed pipe
+//!
+//! Every line the CLI prints goes through [`out!`](crate::out) / [`outln!`](crate::outln) (stdout) and
+//! [`errln!`](crate::errln) (stderr). When a write fails because the reader is gone (`EPIPE`), that stream
+//! is marked closed and everything later written to it is dropped, quietly: the command still finishes
+//! what it was doing (a redrive is not left half-way, the Lambda runner keeps deleting what succeeded),
+//! and the exit code is the command's own: 0 when it succeeded. That is what `| head` users expect (no
+//! `Broken pipe` noise, no failure), without the conventional death by `SIGPIPE` (exit 141), which would
+//! stop a state-changing command at an arbitrary point. Any other write error (a full disk) is kept and
+//! turned into exit code 1 by `main`, after the work is done.
+
+use std::fmt;
+use std::io::{self, Write as _};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once stdout's reader is gone (or stdout failed): later output is dropped.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+/// Set once stderr's reader is gone (or stderr failed).
+static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+/// The first write error that was not a closed pipe, reported by `main` at exit.
+static WRITE_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// Writes to stdout; a closed pipe ends stdout's output quietly. Use [`out!`](crate::out).
+pub fn write_stdout(args: fmt::Arguments<'_>) {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(error) = io::stdout().lock().write_fmt(args) {
+        failed(&STDOUT_CLOSED, "stdout", &error);
+    }
+}
+
+/// Writes to stderr; a closed pipe ends stderr's output quietly. Use [`errln!`](crate::errln).
+pub fn write_stderr(args: fmt::Arguments<'_>) {
+    if STDERR_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(error) = io::stderr().lock().write_fmt(args) {
+        failed(&STDERR_CLOSED, "stderr", &error);
+    }
+}
+
+/// Flushes stdout (whose lines may still sit in its buffer) with the same rules as a write.
+pub fn flush_stdout() {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(error) = io::stdout().lock().flush() {
+        failed(&STDOUT_CLOSED, "stdout", &error);
+    }
+}
+
+/// The first write error other than a closed pipe, if any.
+pub fn write_error() -> Option<String> {
+    WRITE_ERROR.lock().ok().and_then(|error| error.clone())
+}
+
+fn failed(closed: &AtomicBool, stream: &str, error: &io::Error) {
+    closed.store(true, Ordering::Relaxed);
+    if error.kind() == io::ErrorKind::BrokenPipe {
+        return;
+    }
+    if let Ok(mut first) = WRITE_ERROR.lock() {
+        first.get_or_insert_with(|| format!("writing to {stream} failed: {error}"));
+    }
+}
+
+/// `print!` that never panics (see the module's design note).
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::stdio::write_stdout(format_args!($($arg)*)) };
+}
+
+/// `println!` that never panics (see the module's design note).
+#[macro_export]
+macro_rules! outln {
+    () => { $crate::stdio::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::stdio::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// `eprintln!` that never panics (see the module's design note).
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::stdio::write_stderr(format_args!("{}\n", format_args!($($arg)*))) };
+}
