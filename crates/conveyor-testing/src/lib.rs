@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod faults;
 pub mod localstack;
 pub mod memory_queue;
 pub mod memory_store;
@@ -8,6 +9,10 @@ pub mod store_conformance;
 pub mod suite;
 pub mod wait;
 
+pub use faults::{
+    Fault, Faults, Rule, RuleId, RuleStats, faulty_dynamodb_client, faulty_sqs_client, with_faults_dynamodb,
+    with_faults_sqs,
+};
 pub use localstack::{QueueSpec, TestQueue};
 pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage};
 pub use memory_store::{MemoryIdempotencyStore, StoreRequests};
