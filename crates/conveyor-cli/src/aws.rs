@@ -1,7 +1,19 @@
-//! The SQS client, configured the standard AWS way.
+//! The AWS clients, configured the standard AWS way, and the configuration mistakes caught before the
+//! first call: no region, no credentials.
+//!
+//! Without these checks the SDK turns both into a "dispatch failure" of the first request, after probing
+//! the EC2 instance metadata service (IMDS) and logging its failures; the CLI would then call that an
+//! outage. Checking up front costs nothing on the happy path (the credentials are resolved once more by
+//! the SDK's own cache) and names what is missing and how to set it.
 
-use aws_config::{BehaviorVersion, Region};
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_sqs::config::ProvideCredentials as _;
 use clap::Args;
+use conveyor_sqs::admin::display_chain;
+
+/// What to run `source localstack/env.sh` for, said once in every configuration error.
+const LOCAL_HINT: &str =
+    "for the local emulators, `source localstack/env.sh` sets region, endpoints and dummy credentials";
 
 /// Where and as whom to call AWS. Without these options everything comes from the standard AWS
 /// environment and shared config (`AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL_SQS`, SSO, ...).
@@ -18,9 +30,39 @@ pub struct AwsArgs {
     pub endpoint_url: Option<String>,
 }
 
+/// A configuration mistake found before any call: fatal, with what to set.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// No region from `--region`, `AWS_REGION` / `AWS_DEFAULT_REGION` or the profile.
+    #[error(
+        "no AWS region is configured: pass --region (e.g. --region us-east-1), set AWS_REGION, or set `region` \
+         in your AWS profile; {LOCAL_HINT}"
+    )]
+    NoRegion,
+    /// The credential chain found nothing usable.
+    #[error(
+        "no AWS credentials were found ({reason}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE \
+         (after `aws configure` or `aws sso login`); {LOCAL_HINT}"
+    )]
+    NoCredentials {
+        /// The credential chain's own words, without the SDK's debug structures.
+        reason: String,
+    },
+}
+
+/// The loaded AWS configuration, with the settings the error messages name.
+#[derive(Debug, Clone)]
+pub struct Aws {
+    config: SdkConfig,
+    endpoint_override: Option<String>,
+    /// The region every client uses.
+    pub region: String,
+}
+
 impl AwsArgs {
-    /// An SQS client from the environment, with these options applied on top.
-    pub async fn sqs_client(&self) -> aws_sdk_sqs::Client {
+    /// Loads the standard AWS configuration with these options on top, and checks that it has a region
+    /// and credentials.
+    pub async fn load(&self) -> Result<Aws, ConfigError> {
         let mut loader = aws_config::defaults(BehaviorVersion::latest());
         if let Some(profile) = &self.profile {
             loader = loader.profile_name(profile);
@@ -29,10 +71,78 @@ impl AwsArgs {
             loader = loader.region(Region::new(region.clone()));
         }
         let config = loader.load().await;
-        let mut sqs = aws_sdk_sqs::config::Builder::from(&config);
-        if let Some(endpoint) = &self.endpoint_url {
+        let region = config
+            .region()
+            .map(ToString::to_string)
+            .filter(|region| !region.is_empty())
+            .ok_or(ConfigError::NoRegion)?;
+        let Some(provider) = config.credentials_provider() else {
+            return Err(ConfigError::NoCredentials {
+                reason: "no credential provider is configured".to_owned(),
+            });
+        };
+        if let Err(error) = provider.provide_credentials().await {
+            return Err(ConfigError::NoCredentials {
+                reason: credentials_reason(&display_chain(&error)),
+            });
+        }
+        Ok(Aws {
+            config,
+            endpoint_override: self.endpoint_url.clone(),
+            region,
+        })
+    }
+}
+
+impl Aws {
+    /// Settings for unit tests of the messages that name them.
+    #[cfg(test)]
+    pub fn for_tests(region: &str, endpoint: Option<&str>) -> Self {
+        Self {
+            config: SdkConfig::builder()
+                .region(Region::new(region.to_owned()))
+                .build(),
+            endpoint_override: endpoint.map(str::to_owned),
+            region: region.to_owned(),
+        }
+    }
+
+    /// An SQS client with `--endpoint-url` applied.
+    pub fn sqs_client(&self) -> aws_sdk_sqs::Client {
+        let mut sqs = aws_sdk_sqs::config::Builder::from(&self.config);
+        if let Some(endpoint) = &self.endpoint_override {
             sqs = sqs.endpoint_url(endpoint);
         }
         aws_sdk_sqs::Client::from_conf(sqs.build())
     }
+
+    /// The SQS endpoint the client calls, as a person would write it: `--endpoint-url`, else
+    /// `AWS_ENDPOINT_URL_SQS`, else `AWS_ENDPOINT_URL`, else AWS's regional endpoint.
+    pub fn sqs_endpoint(&self) -> String {
+        self.endpoint_override
+            .clone()
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL_SQS"))
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
+            .unwrap_or_else(|| format!("https://sqs.{}.amazonaws.com", self.region))
+    }
+
+    /// True when the SQS endpoint is not AWS's own (an emulator such as LocalStack).
+    pub fn sqs_endpoint_is_custom(&self) -> bool {
+        !self.sqs_endpoint().ends_with(".amazonaws.com")
+    }
+}
+
+/// The credential chain's failure in a few words. Its last attempt is the EC2 instance metadata service
+/// (IMDS), so its raw text is about IMDS even when the real problem is that nothing was configured at all.
+fn credentials_reason(chain: &str) -> String {
+    if chain.contains("IMDS") || chain.contains("no providers in chain provided credentials") {
+        return "none in the environment, the AWS config and credentials files, SSO, or the instance metadata \
+                service"
+            .to_owned();
+    }
+    chain.to_owned()
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
 }

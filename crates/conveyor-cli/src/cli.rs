@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::aws::AwsArgs;
+use crate::aws::{Aws, AwsArgs};
 use crate::commands::dlq::DlqArgs;
 use crate::commands::purge::PurgeArgs;
 use crate::commands::send::SendArgs;
@@ -45,10 +45,10 @@ pub enum Command {
 }
 
 impl Command {
-    /// Runs the command.
-    pub async fn run(&self, cli: &Cli) -> anyhow::Result<()> {
+    /// Runs the command with the loaded AWS configuration.
+    pub async fn run(&self, cli: &Cli, aws: &Aws) -> anyhow::Result<()> {
         let format = cli.output;
-        let client = cli.aws.sqs_client().await;
+        let client = aws.sqs_client();
         match self {
             Command::Send(args) => crate::commands::send::run(args, client, format).await,
             Command::Stats(args) => crate::commands::stats::run(args, client, format).await,

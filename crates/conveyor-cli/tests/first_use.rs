@@ -44,3 +44,124 @@ async fn a_closed_stdout_ends_the_output_quietly() {
         "stderr:\n{stderr}"
     );
 }
+
+/// Runs the binary with only `env` (and PATH, and a HOME without AWS files): no region, credentials or
+/// endpoint unless given, and no instance metadata service (a test machine may be an EC2 instance).
+async fn conveyor_with_env(args: &[&str], env: &[(&str, &str)]) -> common::Run {
+    let home = std::env::temp_dir().join(conveyor_testing::localstack::unique_name("home"));
+    std::fs::create_dir_all(&home).unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), command.output())
+        .await
+        .expect("the command ends")
+        .unwrap();
+    common::Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// No region, no credentials, a host that does not resolve, a port nobody listens on: each is one
+/// `error:` line (and a `hint:` line) saying what to set, with no SDK debug structures, no log noise,
+/// and no "retrying" from a command that exits.
+#[tokio::test]
+async fn configuration_mistakes_say_what_to_set_and_are_not_outages() {
+    let send = [
+        "send",
+        "--queue-url",
+        "http://127.0.0.1:4566/000000000000/jobs",
+        "--job-type",
+        "t",
+        "--payload",
+        "{}",
+    ];
+    let credentials = [("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test")];
+    let no_region = conveyor_with_env(&send, &credentials).await;
+    no_region.assert_failed_with(
+        2,
+        &[
+            "no AWS region",
+            "--region",
+            "AWS_REGION",
+            "source localstack/env.sh",
+        ],
+    );
+
+    let no_credentials = conveyor_with_env(&send, &[("AWS_REGION", "us-east-1")]).await;
+    no_credentials.assert_failed_with(
+        2,
+        &[
+            "no AWS credentials",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE",
+            "source localstack/env.sh",
+        ],
+    );
+
+    let mut bad_host = vec![
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL_SQS", "http://sqs.nosuchhost.invalid:4566"),
+    ];
+    bad_host.extend(credentials);
+    let dns = conveyor_with_env(&send, &bad_host).await;
+    dns.assert_failed_with(
+        1,
+        &[
+            "cannot reach SQS at http://sqs.nosuchhost.invalid:4566",
+            "does not resolve",
+            "AWS_ENDPOINT_URL_SQS",
+        ],
+    );
+
+    let mut refused = vec![
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL_SQS", "http://127.0.0.1:9"),
+    ];
+    refused.extend(credentials);
+    let refused = conveyor_with_env(&send, &refused).await;
+    refused.assert_failed_with(1, &["cannot reach SQS at http://127.0.0.1:9", "nothing listens"]);
+
+    for run in [&no_region, &no_credentials, &dns, &refused] {
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert!(lines.len() <= 2, "one error line and a hint:\n{}", run.stderr);
+        for noise in ["retrying", "WARN", "DispatchFailure", "{ ", "IMDS"] {
+            assert!(!run.stderr.contains(noise), "{noise:?} in:\n{}", run.stderr);
+        }
+    }
+}
+
+/// A mistyped queue URL is refused before any call, with the shape a URL has; a plain queue name is
+/// resolved with GetQueueUrl; a bad enumeration value lists the valid ones.
+#[tokio::test]
+async fn typos_are_caught_and_queue_names_are_resolved() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-name").max_receive_count(3))
+        .await
+        .unwrap();
+    let typo = queue.url.replacen("http://", "http//", 1);
+    let run = common::conveyor(&["stats", "--queue-url", &typo]).await;
+    run.assert_failed_with(2, &["is not a queue URL", "ACCOUNT_ID/NAME", "GetQueueUrl"]);
+    let no_account =
+        common::conveyor(&["stats", "--queue-url", "https://sqs.us-east-1.amazonaws.com/jobs"]).await;
+    no_account.assert_failed_with(2, &["12-digit account id"]);
+
+    let by_name = common::conveyor(&["stats", "--queue-url", &queue.name, "--output", "json"]).await;
+    by_name.assert_ok();
+    assert_eq!(by_name.json()["queue"]["url"], queue.url.as_str());
+    let unknown_name = common::conveyor(&["stats", "--queue-url", "no-such-queue-anywhere"]).await;
+    unknown_name.assert_failed_with(1, &["no-such-queue-anywhere", "does not exist"]);
+
+    let output = common::conveyor(&["stats", "--queue-url", &queue.url, "--output", "yaml"]).await;
+    output.assert_failed_with(2, &["yaml", "text", "json"]);
+    let method = common::conveyor(&["dlq", "redrive", "--queue-url", &queue.url, "--method", "lop"]).await;
+    method.assert_failed_with(2, &["lop", "auto", "task", "loop"]);
+}

@@ -106,7 +106,7 @@ pub enum QueueError {
         message: String,
     },
     /// Throttled, timed out, a 5xx or a dropped connection: trying again later may work.
-    #[error("SQS is unavailable ({message}); retrying with backoff")]
+    #[error("SQS is unavailable ({message})")]
     Unavailable {
         /// What happened.
         message: String,

@@ -3,7 +3,7 @@
 //! Classification is its own step (as in tower-http's `classify`): the queue code calls
 //! [`classify`] and never inspects raw SDK errors itself.
 
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::BatchResultErrorEntry;
 use aws_smithy_runtime_api::http::Response;
 use conveyor_core::{EntryError, QueueError};
@@ -47,11 +47,37 @@ where
         },
         _ => Failure::Response,
     };
-    let message = match error.message() {
-        Some(message) => message.to_owned(),
-        None => DisplayErrorContext(error).to_string(),
+    let message = match (error.message(), failure) {
+        (Some(message), _) => message.to_owned(),
+        (None, Failure::Dispatch) => format!("the request did not reach SQS: {}", source_chain(error)),
+        (None, Failure::Timeout) => format!("no answer from SQS in time: {}", source_chain(error)),
+        (None, _) => display_chain(error),
     };
     classify_failure(failure, message, queue)
+}
+
+/// An error and its sources as one line of `Display` texts: no SDK debug structures (which
+/// `DisplayErrorContext` appends), and no cause repeated when its text is already in the line.
+pub fn display_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The sources of `error` (not its own `dispatch failure` / `timeout` text), as [`display_chain`].
+fn source_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    match error.source() {
+        Some(source) => display_chain(source),
+        None => error.to_string(),
+    }
 }
 
 /// The classification table, as a pure function (unit-tested below).

@@ -8,8 +8,8 @@ use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
 use conveyor_sqs::admin::{
     AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskHandle,
-    MoveTaskStatus, PeekOptions, QueueInfo, Received, describe, list_move_tasks, move_messages, peek,
-    resolve_dead_letter, start_move_task, wait_for_move_task,
+    MoveTaskStatus, PeekOptions, QueueInfo, QueueRef, Received, describe, list_move_tasks, move_messages,
+    peek, resolve_dead_letter, resolve_queue_url, start_move_task, wait_for_move_task,
 };
 use serde_json::{Value, json};
 
@@ -46,9 +46,9 @@ Messages are received with a short visibility timeout and made visible again at 
 the DLQ (each peek adds one to their ApproximateReceiveCount). Bodies are not printed unless
 --show-body is given: they may carry personal data.")]
 pub struct PeekArgs {
-    /// URL of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
+    /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
-    pub queue_url: String,
+    pub queue_url: QueueRef,
     /// The most messages to show.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub max: u16,
@@ -87,9 +87,9 @@ source queue (same body and attributes, minus conveyor.failure) and deletes it f
 the send succeeded; messages that stay are made visible again when the scan ends. Ctrl-C stops the loop
 after the current batch.")]
 pub struct RedriveArgs {
-    /// URL of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
+    /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
-    pub queue_url: String,
+    pub queue_url: QueueRef,
     /// Move at most N messages per second (1 to 500).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     pub rate: Option<u32>,
@@ -102,9 +102,9 @@ pub struct RedriveArgs {
     /// Wait for a move task to finish, printing its progress (the loop always runs to the end).
     #[arg(long)]
     pub wait: bool,
-    /// Send messages to this queue instead of the queue they came from.
+    /// Send messages to this queue (URL or name) instead of the queue they came from.
     #[arg(long, value_name = "URL")]
-    pub to_queue_url: Option<String>,
+    pub to_queue_url: Option<QueueRef>,
     /// How to move the messages.
     #[arg(long, value_enum, default_value_t = Method::Auto)]
     pub method: Method,
@@ -120,7 +120,7 @@ pub struct RedriveArgs {
 pub struct TasksArgs {
     /// URL of the source queue or of the DLQ.
     #[arg(long, value_name = "URL")]
-    pub queue_url: String,
+    pub queue_url: QueueRef,
 }
 
 /// Runs a `conveyor dlq` subcommand.
@@ -133,7 +133,7 @@ pub async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: Format) ->
 }
 
 async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
-    let pair = resolve_dead_letter(client, &args.queue_url).await?;
+    let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
     let options = PeekOptions {
         max: usize::from(args.max),
         hold: Duration::from_secs(args.hold_secs),
@@ -279,13 +279,13 @@ fn queue_json(queue: &QueueInfo) -> Value {
 }
 
 async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
-    let pair = resolve_dead_letter(client, &args.queue_url).await?;
+    let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
     let filter = MoveFilter {
         job_type: args.job_type.clone(),
         reason_contains: args.reason_contains.clone(),
     };
     let destinations = match &args.to_queue_url {
-        Some(url) => Destinations::One(describe(client, url).await?),
+        Some(queue) => Destinations::One(describe(client, &resolve_queue_url(client, queue).await?).await?),
         None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
         None => Destinations::BySource(pair.sources.clone()),
     };
@@ -481,7 +481,7 @@ async fn run_loop(
 }
 
 async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
-    let pair = resolve_dead_letter(client, &args.queue_url).await?;
+    let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
     let tasks = list_move_tasks(client, &pair.dlq.arn.arn).await?;
     if format == Format::Json {
         let tasks: Vec<Value> = tasks

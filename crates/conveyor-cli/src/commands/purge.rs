@@ -1,7 +1,7 @@
 //! `conveyor purge`: delete every message of a queue, guarded by an explicit flag.
 
 use clap::Args;
-use conveyor_sqs::admin::{describe, purge};
+use conveyor_sqs::admin::{QueueRef, describe, purge, resolve_queue_url};
 use serde_json::json;
 
 use crate::errors::UsageError;
@@ -15,9 +15,9 @@ use crate::output::{Format, print_json};
 PurgeQueue deletes every message, visible, in flight and delayed, within 60 seconds; it cannot be
 undone, and SQS allows one purge per queue every 60 seconds. It purges only the queue given, not its DLQ.")]
 pub struct PurgeArgs {
-    /// URL of the queue to empty.
+    /// URL (or name) of the queue to empty.
     #[arg(long, value_name = "URL")]
-    pub queue_url: String,
+    pub queue_url: QueueRef,
     /// Confirms that every message of the queue should be deleted.
     #[arg(long)]
     pub yes_i_really_mean_it: bool,
@@ -33,8 +33,9 @@ pub async fn run(args: &PurgeArgs, client: aws_sdk_sqs::Client, format: Format) 
         ))
         .into());
     }
-    let queue = describe(&client, &args.queue_url).await?;
-    purge(&client, &args.queue_url).await?;
+    let url = resolve_queue_url(&client, &args.queue_url).await?;
+    let queue = describe(&client, &url).await?;
+    purge(&client, &url).await?;
     let depth = queue.depth;
     if format == Format::Json {
         return print_json(&json!({

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use conveyor_core::AttributeValue;
-use conveyor_sqs::admin::{QueueInfo, describe};
+use conveyor_sqs::admin::{QueueInfo, QueueRef, describe, resolve_queue_url};
 use conveyor_sqs::{Job, Producer};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -33,9 +33,9 @@ A job in a file: {\"job_type\": \"...\", \"payload\": {...}, \"key\": \"...\", \
 \"group_id\": \"...\", \"dedup_id\": \"...\", \"attributes\": {\"name\": \"value\"}}; only payload is required.
 Options given on the command line apply to every job of the file that does not set that field.")]
 pub struct SendArgs {
-    /// URL of the queue to send to.
+    /// URL (or name) of the queue to send to.
     #[arg(long, value_name = "URL")]
-    pub queue_url: String,
+    pub queue_url: QueueRef,
     /// Job type (the `conveyor.type` attribute the consumer's router dispatches on). Required with
     /// --payload; with --file, the type of jobs that do not set `job_type`.
     #[arg(long, value_name = "TYPE")]
@@ -146,9 +146,10 @@ impl Request {
 /// Runs `conveyor send`.
 pub async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let request = read_request(args)?;
-    let queue = describe(&client, &args.queue_url).await?;
+    let url = resolve_queue_url(&client, &args.queue_url).await?;
+    let queue = describe(&client, &url).await?;
     check_jobs(&queue, request.jobs())?;
-    let producer = Producer::new(client, &args.queue_url);
+    let producer = Producer::new(client, &url);
     let results: Vec<Result<String, String>> = match &request {
         Request::One(job) => vec![
             producer

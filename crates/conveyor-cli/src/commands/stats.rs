@@ -1,7 +1,7 @@
 //! `conveyor stats`: depth of a queue and of its DLQ.
 
 use clap::Args;
-use conveyor_sqs::admin::{OldestAge, QueueStats, stats};
+use conveyor_sqs::admin::{OldestAge, QueueRef, QueueStats, resolve_queue_url, stats};
 use serde_json::{Value, json};
 
 use crate::output::{Format, Table, format_age, print_json};
@@ -17,9 +17,9 @@ attribute, so it shows as n/a. --peek-age estimates it instead from the SentTime
 peeked messages: a lower bound on standard queues, and each peek counts as a receive of the peeked
 messages (on a queue with a low maxReceiveCount that can move them to the DLQ sooner).")]
 pub struct StatsArgs {
-    /// URL of the queue (its DLQ is found from its RedrivePolicy).
+    /// URL (or name) of the queue (its DLQ is found from its RedrivePolicy).
     #[arg(long, value_name = "URL")]
-    pub queue_url: String,
+    pub queue_url: QueueRef,
     /// Estimate the oldest message's age by peeking (see below).
     #[arg(long)]
     pub peek_age: bool,
@@ -27,7 +27,8 @@ pub struct StatsArgs {
 
 /// Runs `conveyor stats`.
 pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
-    let stats = stats(&client, &args.queue_url, args.peek_age).await?;
+    let url = resolve_queue_url(&client, &args.queue_url).await?;
+    let stats = stats(&client, &url, args.peek_age).await?;
     let max_receive_count = stats
         .queue
         .queue

@@ -70,9 +70,9 @@ pub struct RunArgs {
     /// The bootstrap executable (e.g. target/debug/bootstrap).
     #[arg(long)]
     pub bootstrap: PathBuf,
-    /// The queue to poll, as the event source mapping would.
+    /// The queue to poll (URL or name), as the event source mapping would.
     #[arg(long)]
-    pub queue_url: String,
+    pub queue_url: conveyor_sqs::admin::QueueRef,
     /// Most records per invocation (1-10000; above 10 needs a batching window of at least 1 s).
     #[arg(long, default_value_t = 10)]
     pub batch_size: usize,
@@ -216,13 +216,14 @@ pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<
         .config()
         .region()
         .map_or_else(|| "us-east-1".to_owned(), |region| region.to_string());
-    let queue = conveyor_sqs::SqsQueue::connect(client.clone(), args.queue_url.clone())
+    let queue_url = conveyor_sqs::admin::resolve_queue_url(&client, &args.queue_url).await?;
+    let queue = conveyor_sqs::SqsQueue::connect(client.clone(), queue_url.clone())
         .await
-        .with_context(|| format!("cannot read the attributes of {}", args.queue_url))?;
+        .with_context(|| format!("cannot read the attributes of {queue_url}"))?;
     args.validate(queue.is_fifo())?;
     let arn = queue.arn().to_owned();
     if arn.is_empty() {
-        bail!("GetQueueAttributes returned no QueueArn for {}", args.queue_url);
+        bail!("GetQueueAttributes returned no QueueArn for {queue_url}");
     }
     let account = arn.split(':').nth(4).unwrap_or("000000000000").to_owned();
     let poll_wait = if args.until_empty || args.max_idle_secs.is_some() {
@@ -232,7 +233,7 @@ pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<
     };
     let poller = Poller::new(
         client,
-        args.queue_url.clone(),
+        queue_url.clone(),
         arn,
         region.clone(),
         args.batch_size,

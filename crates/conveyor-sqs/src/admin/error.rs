@@ -1,10 +1,10 @@
 //! Why an administration operation failed.
 
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use conveyor_core::QueueError;
 
-use crate::errors::classify;
+use crate::errors::{classify, display_chain};
 
 /// Error codes an endpoint answers with when it does not implement an operation (AWS's
 /// `UnsupportedOperation`, and what emulators such as moto return for an action they lack).
@@ -24,6 +24,9 @@ pub enum AdminError {
     /// An SQS call failed (a missing queue, denied access, throttling, a refused request).
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// A `--queue-url` that is neither a queue URL nor a queue name.
+    #[error(transparent)]
+    BadQueueRef(#[from] super::queue_ref::BadQueueRef),
     /// The queue has no redrive policy and no queue names it as its DLQ.
     #[error(
         "queue {queue} has no dead-letter queue: it has no RedrivePolicy and no queue names it as its \
@@ -88,7 +91,7 @@ where
     ) {
         return AdminError::Unsupported {
             operation,
-            message: DisplayErrorContext(error).to_string(),
+            message: display_chain(error),
         };
     }
     AdminError::Queue(classify(error, queue))

@@ -12,6 +12,7 @@
 //! | [`start_move_task`], [`wait_for_move_task`] | `StartMessageMoveTask`, `ListMessageMoveTasks` | SQS moves every DLQ message, as is |
 //! | [`move_messages`] | `ReceiveMessage`, `SendMessageBatch` to the source, then `DeleteMessageBatch` on the DLQ | matching messages move without `conveyor.failure`; the rest are made visible again |
 //! | [`purge()`] | `PurgeQueue` | every message deleted (within 60 s) |
+//! | [`resolve_queue_url`] | `GetQueueUrl` when given a queue name (a URL is only checked for its shape) | none |
 //!
 //! Design notes sit beside the code whose correctness depends on them: why a peek holds then releases
 //! ([`peek`](mod@peek)), why the move loop sends before it deletes and how it ends a scan
@@ -29,11 +30,13 @@ pub mod move_task;
 pub mod peek;
 pub mod purge;
 pub mod queue_info;
+pub mod queue_ref;
 pub mod receive;
 pub mod stats;
 #[cfg(test)]
 mod tests;
 
+pub use crate::errors::display_chain;
 pub use error::AdminError;
 pub use move_loop::{
     Destinations, MoveFailure, MoveFilter, MoveOptions, MoveReport, move_messages, moved_copy,
@@ -47,5 +50,6 @@ pub use purge::purge;
 pub use queue_info::{
     DeadLetterPair, QueueInfo, dead_letter_sources, describe, resolve_dead_letter, url_for_arn,
 };
+pub use queue_ref::{BadQueueRef, QueueRef, is_queue_name, queue_url_region, resolve_queue_url};
 pub use receive::{Received, receive_held, release};
 pub use stats::{AGE_PEEK_MAX, OldestAge, QueueStats, Stats, stats};
