@@ -80,16 +80,28 @@ pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
     Ok(pipeline.with_store(Arc::new(store)))
 }
 
-/// Logs as JSON lines when `CONVEYOR_LOG_FORMAT=json` (ECS, Lambda), else as text; `RUST_LOG` filters.
-pub fn init_tracing() {
+/// Logs as JSON lines when `CONVEYOR_LOG_FORMAT=json` (ECS, CloudWatch), else as text (`text`, the
+/// default); any other value is an error that lists the valid ones. `RUST_LOG` filters. Colour only on a
+/// terminal.
+///
+/// Logs go to stderr through [`conveyor_core::log_output::stderr`]: a closed or full log pipe drops
+/// lines (counted) and never panics a job's task, so logging cannot change what happens to a job.
+pub fn init_tracing() -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+
+    use conveyor_core::log_output::{self, LogFormat};
+
+    let format = LogFormat::from_env()?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("CONVEYOR_LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().init();
-    } else {
-        builder.init();
+        .with_writer(log_output::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
+    Ok(())
 }

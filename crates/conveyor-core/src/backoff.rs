@@ -1,45 +1,77 @@
-//! Exponential backoff with full jitter over the receive count.
+//! Retry delays: a retry budget spread over the attempts the redrive policy allows, exponential, with
+//! full jitter.
+//!
+//! # The arithmetic
+//!
+//! A queue whose redrive policy allows `N` receives (`maxReceiveCount`) gives a failing job `N` runs and
+//! `N - 1` waits between them. The ceilings of those waits double: `c_k = b * 2^(k-1)` for the k-th
+//! failure, with `b` chosen so that they add up to twice the budget:
+//!
+//! ```text
+//! b = 2 * budget / (2^(N-1) - 1)
+//! ```
+//!
+//! Each wait is drawn uniformly in `[0, c_k]` ("full jitter", as in AWS's architecture blog), so a
+//! provider that was down is not hit by every retry at once when it comes back, and the waits add up
+//! to the budget on average (at most twice it). With the default budget of 15 minutes and SQS's usual
+//! `maxReceiveCount` of 5: ceilings of 2, 4, 8 and 16 minutes, about 15 minutes of retrying in all.
+//! A queue without a redrive policy retries forever; the spread then assumes
+//! [`MAX_RECEIVE_COUNT`](crate::defaults::MAX_RECEIVE_COUNT) attempts and later failures wait up to the
+//! last ceiling. No wait exceeds SQS's 12-hour visibility limit (the worker also keeps it within 12 hours
+//! of the receive).
 
 use std::time::Duration;
 
+use crate::defaults::MAX_RECEIVE_COUNT;
 use crate::limits::MAX_VISIBILITY_TIMEOUT;
 
-/// Exponential backoff with full jitter: the n-th failure waits a random time in
-/// `[0, min(cap, base * 2^(n-1))]` ("full jitter", as in AWS's architecture blog), so a provider that
-/// was down is not hit by every retry at once when it comes back.
+/// How long a failing job keeps being retried, spread over the attempts the redrive policy allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
-    /// The ceiling of the first retry's delay.
-    pub base: Duration,
-    /// No delay exceeds this (and none exceeds SQS's 12-hour visibility limit).
-    pub cap: Duration,
+    /// The time the retries of one job take on average (full jitter: at most twice this).
+    pub budget: Duration,
 }
 
 impl Default for Backoff {
     fn default() -> Self {
         Self {
-            base: Duration::from_secs(2),
-            cap: Duration::from_secs(15 * 60),
+            budget: crate::defaults::RETRY_BUDGET,
         }
     }
 }
 
+/// The largest number of waits the doubling is spread over (2^30 already exceeds any budget's use).
+const MAX_SPREAD: u32 = 30;
+
 impl Backoff {
-    /// The largest delay the `receive_count`-th delivery's failure may wait.
-    pub fn ceiling(&self, receive_count: u32) -> Duration {
-        let exponent = receive_count.saturating_sub(1).min(40);
-        let ceiling = self.base.saturating_mul(1u32 << exponent.min(31)).min(self.cap);
-        ceiling.min(MAX_VISIBILITY_TIMEOUT)
+    /// A backoff with this retry budget.
+    pub fn with_budget(budget: Duration) -> Self {
+        Self { budget }
     }
 
-    /// A delay for the failure of the `receive_count`-th delivery (1 = first), drawn with full jitter.
-    pub fn delay(&self, receive_count: u32) -> Duration {
-        self.delay_with(receive_count, fastrand::f64())
+    /// The largest wait after the failure of run `attempt` (1 = first) when the queue allows
+    /// `max_attempts` runs (its `maxReceiveCount`; `None`: no redrive policy).
+    pub fn ceiling(&self, attempt: u32, max_attempts: Option<u32>) -> Duration {
+        let waits = max_attempts
+            .unwrap_or(MAX_RECEIVE_COUNT)
+            .saturating_sub(1)
+            .clamp(1, MAX_SPREAD);
+        let first = self
+            .budget
+            .saturating_mul(2)
+            .div_f64(f64::from((1u32 << waits) - 1));
+        let k = attempt.clamp(1, waits);
+        first.saturating_mul(1u32 << (k - 1)).min(MAX_VISIBILITY_TIMEOUT)
     }
 
-    /// The delay for a given random draw in `[0, 1)`; [`Backoff::delay`] draws it.
-    pub fn delay_with(&self, receive_count: u32, draw: f64) -> Duration {
-        self.ceiling(receive_count).mul_f64(draw.clamp(0.0, 1.0))
+    /// A wait for the failure of run `attempt`, drawn with full jitter.
+    pub fn delay(&self, attempt: u32, max_attempts: Option<u32>) -> Duration {
+        self.delay_with(attempt, max_attempts, fastrand::f64())
+    }
+
+    /// The wait for a given random draw in `[0, 1)`; [`Backoff::delay`] draws it.
+    pub fn delay_with(&self, attempt: u32, max_attempts: Option<u32>, draw: f64) -> Duration {
+        self.ceiling(attempt, max_attempts).mul_f64(draw.clamp(0.0, 1.0))
     }
 }
 
@@ -47,42 +79,70 @@ impl Backoff {
 mod tests {
     use super::*;
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
     #[test]
-    fn ceiling_doubles_then_caps() {
-        let backoff = Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(10),
-        };
-        let ceilings: Vec<u64> = (1..=6).map(|n| backoff.ceiling(n).as_secs()).collect();
-        assert_eq!(ceilings, vec![1, 2, 4, 8, 10, 10]);
+    fn the_default_budget_spreads_over_five_receives() {
+        let backoff = Backoff::default();
+        let ceilings: Vec<Duration> = (1..=4).map(|n| backoff.ceiling(n, Some(5))).collect();
+        assert_eq!(ceilings, vec![2 * MINUTE, 4 * MINUTE, 8 * MINUTE, 16 * MINUTE]);
+        let total: Duration = ceilings.iter().sum();
+        assert_eq!(
+            total / 2,
+            backoff.budget,
+            "the waits add up to the budget on average"
+        );
+        assert_eq!(
+            backoff.ceiling(9, Some(5)),
+            16 * MINUTE,
+            "past the policy: the last ceiling"
+        );
     }
 
     #[test]
-    fn never_past_twelve_hours_even_for_huge_counts() {
-        let backoff = Backoff {
-            base: Duration::from_secs(3600),
-            cap: Duration::from_secs(100 * 3600),
-        };
-        assert_eq!(backoff.ceiling(u32::MAX), MAX_VISIBILITY_TIMEOUT);
-        assert!(backoff.delay(1000) <= MAX_VISIBILITY_TIMEOUT);
+    fn the_budget_follows_the_redrive_policy() {
+        let backoff = Backoff::with_budget(Duration::from_secs(3600));
+        for attempts in [2u32, 3, 10, 50] {
+            let total: Duration = (1..attempts).map(|n| backoff.ceiling(n, Some(attempts))).sum();
+            let expected = Duration::from_secs(7200);
+            let off = total.abs_diff(expected);
+            assert!(
+                off < Duration::from_secs(2) || attempts > MAX_SPREAD,
+                "{attempts}: {total:?}"
+            );
+        }
+        assert_eq!(
+            backoff.ceiling(1, None),
+            backoff.ceiling(1, Some(MAX_RECEIVE_COUNT))
+        );
+        assert_eq!(
+            backoff.ceiling(1, Some(1)),
+            Duration::from_secs(7200),
+            "one wait gets it all"
+        );
+    }
+
+    #[test]
+    fn never_past_twelve_hours() {
+        let backoff = Backoff::with_budget(Duration::from_secs(100 * 3600));
+        assert_eq!(backoff.ceiling(u32::MAX, Some(3)), MAX_VISIBILITY_TIMEOUT);
+        assert!(backoff.delay(1000, None) <= MAX_VISIBILITY_TIMEOUT);
     }
 
     #[test]
     fn full_jitter_spans_zero_to_ceiling() {
-        let backoff = Backoff {
-            base: Duration::from_secs(4),
-            cap: Duration::from_secs(60),
-        };
-        assert_eq!(backoff.delay_with(3, 0.0), Duration::ZERO);
-        assert_eq!(backoff.delay_with(3, 0.5), Duration::from_secs(8));
-        let draws: Vec<Duration> = (0..200).map(|_| backoff.delay(3)).collect();
-        assert!(draws.iter().all(|delay| *delay <= Duration::from_secs(16)));
+        let backoff = Backoff::default();
+        let ceiling = backoff.ceiling(3, Some(5));
+        assert_eq!(backoff.delay_with(3, Some(5), 0.0), Duration::ZERO);
+        assert_eq!(backoff.delay_with(3, Some(5), 0.5), ceiling / 2);
+        let draws: Vec<Duration> = (0..200).map(|_| backoff.delay(3, Some(5))).collect();
+        assert!(draws.iter().all(|delay| *delay <= ceiling));
         assert!(
-            draws.iter().any(|delay| *delay < Duration::from_secs(8)),
+            draws.iter().any(|delay| *delay < ceiling / 2),
             "jitter never went low"
         );
         assert!(
-            draws.iter().any(|delay| *delay > Duration::from_secs(8)),
+            draws.iter().any(|delay| *delay > ceiling / 2),
             "jitter never went high"
         );
     }

@@ -95,15 +95,21 @@ pub struct WorkerConfig {
     /// Long-poll wait per receive (at most 20 s).
     #[serde(with = "seconds")]
     pub receive_wait: Duration,
-    /// The queues' visibility timeout: the heartbeat extends by this much each time.
-    #[serde(with = "seconds")]
-    pub visibility_timeout: Duration,
+    /// Overrides the queues' own visibility timeout: sent with every receive and every extension. By
+    /// default (`None`) each queue's `VisibilityTimeout` attribute, read at connect, is what is sent.
+    #[serde(with = "optional_seconds")]
+    pub visibility_timeout: Option<Duration>,
     /// The longest a message is kept in flight by heartbeats (at most 12 h from first receipt).
     #[serde(with = "seconds")]
     pub max_processing_time: Duration,
-    /// On SIGTERM, how long in-flight jobs may finish before they are cancelled and released.
+    /// The platform's stop timeout (SIGTERM, then SIGKILL this long after; ECS's `stopTimeout`).
+    /// Shutdown (drain, cancel, release, flush) fits inside it.
     #[serde(with = "seconds")]
-    pub drain_deadline: Duration,
+    pub stop_timeout: Duration,
+    /// On SIGTERM, how long in-flight jobs may finish before they are cancelled and released. By
+    /// default (`None`) what fits: the stop timeout minus [`defaults::SHUTDOWN_RESERVE`].
+    #[serde(with = "optional_seconds")]
+    pub drain_deadline: Option<Duration>,
     /// Pending deletes are flushed at 10 or after this interval, whichever comes first.
     #[serde(with = "millis")]
     pub delete_flush_interval: Duration,
@@ -124,9 +130,10 @@ impl Default for WorkerConfig {
             queues: Vec::new(),
             max_in_flight: 100,
             receive_wait: MAX_WAIT_TIME,
-            visibility_timeout: Duration::from_secs(defaults::QUEUE_VISIBILITY_TIMEOUT_SECS),
+            visibility_timeout: None,
             max_processing_time: Duration::from_secs(2 * 3600),
-            drain_deadline: defaults::DRAIN_DEADLINE,
+            stop_timeout: Duration::from_secs(defaults::ECS_STOP_TIMEOUT_SECS),
+            drain_deadline: None,
             delete_flush_interval: Duration::from_millis(50),
             priority: PriorityMode::default(),
             reject_mode: RejectMode::default(),
@@ -137,6 +144,12 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The drain deadline in force: the configured one, or what fits in the stop timeout.
+    pub fn drain_deadline(&self) -> Duration {
+        self.drain_deadline
+            .unwrap_or_else(|| self.stop_timeout.saturating_sub(defaults::SHUTDOWN_RESERVE))
+    }
+
     /// Checks every setting; the error lists all problems with what to change.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Problems::default();
@@ -167,11 +180,17 @@ impl WorkerConfig {
         problems.check(self.receive_wait <= MAX_WAIT_TIME, "receive_wait", || {
             format!("{:?} is over SQS's 20 s long-poll limit", self.receive_wait)
         });
-        let visibility_ok = self.visibility_timeout >= Duration::from_secs(2)
-            && self.visibility_timeout <= MAX_VISIBILITY_TIMEOUT;
-        problems.check(visibility_ok, "visibility_timeout", || {
-            format!("{:?} is outside 2 s..=12 h", self.visibility_timeout)
-        });
+        if let Some(visibility) = self.visibility_timeout {
+            let visibility_ok =
+                visibility >= defaults::MIN_VISIBILITY_TIMEOUT && visibility <= MAX_VISIBILITY_TIMEOUT;
+            problems.check(visibility_ok, "visibility_timeout", || {
+                format!(
+                    "{visibility:?} is outside {:?}..=12 h: the heartbeat extends when a third is left and \
+                     needs that third to reach SQS; leave it unset to use each queue's own",
+                    defaults::MIN_VISIBILITY_TIMEOUT
+                )
+            });
+        }
         problems.check(
             self.max_processing_time <= MAX_VISIBILITY_TIMEOUT,
             "max_processing_time",
@@ -182,18 +201,25 @@ impl WorkerConfig {
                 )
             },
         );
-        problems.check(
-            self.drain_deadline < Duration::from_secs(defaults::ECS_STOP_TIMEOUT_SECS),
-            "drain_deadline",
-            || {
-                format!(
-                    "{:?} leaves no time to release messages before ECS's {} s stop timeout kills the task; \
-                 lower it or raise stop_timeout in infra/modules/ecs-consumer together",
-                    self.drain_deadline,
-                    defaults::ECS_STOP_TIMEOUT_SECS
-                )
-            },
-        );
+        let drain = self.drain_deadline();
+        let reserve = defaults::SHUTDOWN_RESERVE;
+        problems.check(self.stop_timeout > reserve, "stop_timeout", || {
+            format!(
+                "{:?} leaves no time to drain: shutdown needs {reserve:?} after the drain to cancel, release \
+                 and flush; raise it (CONVEYOR_STOP_TIMEOUT_SECS, ECS stopTimeout) together with the platform's",
+                self.stop_timeout
+            )
+        });
+        problems.check(drain + reserve <= self.stop_timeout, "drain_deadline", || {
+            format!(
+                "{drain:?} of drain plus {reserve:?} to cancel, release and flush is more than the {:?} stop \
+                 timeout, so the platform would kill the worker mid-shutdown; lower it to at most {:?}, or raise \
+                 stop_timeout (CONVEYOR_STOP_TIMEOUT_SECS, and stop_timeout_seconds in infra/modules/ecs-consumer) \
+                 together",
+                self.stop_timeout,
+                self.stop_timeout.saturating_sub(reserve)
+            )
+        });
         let flush_ok =
             !self.delete_flush_interval.is_zero() && self.delete_flush_interval < Duration::from_secs(5);
         problems.check(flush_ok, "delete_flush_interval", || {
@@ -283,6 +309,29 @@ mod seconds {
     }
 }
 
+/// Serialises an optional `Duration` as whole seconds (accepting fractions).
+mod optional_seconds {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) => serializer.serialize_some(&value.as_secs_f64()),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+        match Option::<f64>::deserialize(deserializer)? {
+            Some(seconds) => Duration::try_from_secs_f64(seconds)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+            None => Ok(None),
+        }
+    }
+}
+
 /// Serialises a `Duration` as milliseconds.
 mod millis {
     use std::time::Duration;
@@ -323,7 +372,7 @@ mod tests {
         let config = WorkerConfig {
             queues: vec![],
             receive_wait: Duration::from_secs(30),
-            drain_deadline: Duration::from_secs(40),
+            drain_deadline: Some(Duration::from_secs(40)),
             ..WorkerConfig::default()
         };
         let error = config.validate().unwrap_err();
@@ -336,6 +385,36 @@ mod tests {
         let text = error.to_string();
         assert!(text.contains("CONVEYOR_QUEUE_URL"), "{text}");
         assert!(text.contains("20 s"), "{text}");
+    }
+
+    #[test]
+    fn the_drain_deadline_defaults_to_what_fits_in_the_stop_timeout() {
+        let config = worker();
+        assert_eq!(
+            config.drain_deadline() + defaults::SHUTDOWN_RESERVE,
+            config.stop_timeout
+        );
+        let longer = WorkerConfig {
+            stop_timeout: Duration::from_secs(120),
+            ..worker()
+        };
+        assert_eq!(longer.drain_deadline(), Duration::from_secs(113));
+        longer.validate().unwrap();
+        let too_long = WorkerConfig {
+            drain_deadline: Some(Duration::from_secs(25)),
+            ..worker()
+        };
+        let text = too_long.validate().unwrap_err().to_string();
+        assert!(
+            text.contains("25s of drain") && text.contains("at most 23s"),
+            "{text}"
+        );
+        let short_visibility = WorkerConfig {
+            visibility_timeout: Some(Duration::from_secs(5)),
+            ..worker()
+        };
+        let text = short_visibility.validate().unwrap_err().to_string();
+        assert!(text.contains("visibility_timeout"), "{text}");
     }
 
     #[test]

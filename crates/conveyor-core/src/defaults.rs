@@ -22,12 +22,22 @@ pub const TOKEN_ATTRIBUTE: &str = "fencing_token";
 
 /// How many receives before SQS moves a message to the DLQ (the redrive policy's `maxReceiveCount`).
 pub const MAX_RECEIVE_COUNT: u32 = 5;
-/// The queue's visibility timeout the worker expects, in seconds.
+/// The visibility timeout `infra/modules/queue` gives a queue, in seconds. The worker does not assume
+/// it: it reads each queue's own `VisibilityTimeout` at connect and sends it with every receive.
 pub const QUEUE_VISIBILITY_TIMEOUT_SECS: u64 = 60;
-/// How long a worker lets in-flight jobs finish after SIGTERM (below ECS's 30 s default stop timeout).
-pub const DRAIN_DEADLINE: Duration = Duration::from_secs(25);
-/// The ECS stop timeout that matches [`DRAIN_DEADLINE`] plus time to release what is left.
+/// The shortest visibility timeout the worker's heartbeat can keep (it extends when a third is left,
+/// and each extension must answer within that third even when SQS is slow).
+pub const MIN_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The platform's stop timeout: SIGTERM, then SIGKILL this long after (ECS's default `stopTimeout`).
 pub const ECS_STOP_TIMEOUT_SECS: u64 = 30;
+/// What shutdown needs after the drain: the handlers' cancel grace (2 s), releasing their claims and
+/// messages (2 s), flushing pending deletes (2 s), and a second to exit.
+pub const SHUTDOWN_RESERVE: Duration = Duration::from_secs(7);
+/// How long a worker lets in-flight jobs finish after SIGTERM: what fits in ECS's default stop timeout
+/// after [`SHUTDOWN_RESERVE`].
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(ECS_STOP_TIMEOUT_SECS - SHUTDOWN_RESERVE.as_secs());
+/// How long a failing job keeps being retried, on average, before it reaches the DLQ.
+pub const RETRY_BUDGET: Duration = Duration::from_secs(15 * 60);
 /// The minimum ratio of a queue's visibility timeout to a Lambda consumer's timeout (AWS's advice).
 pub const LAMBDA_VISIBILITY_RATIO: u64 = 6;
 /// How long a completed idempotency record keeps suppressing duplicates.

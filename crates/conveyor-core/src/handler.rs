@@ -135,9 +135,11 @@ impl<H: Handler> Typed<H> {
     fn decode(&self, message: &Message) -> Result<H::Job, HandlerError> {
         let version = schema_version(message)?.unwrap_or(H::VERSION);
         if version > H::VERSION {
-            return Err(HandlerError::permanent(format!(
+            // Retryable: the producer deployed first; the consumer's deploy usually follows within the
+            // retry budget. Past it, the job reaches the DLQ with this reason.
+            return Err(HandlerError::retryable(format!(
                 "job {} has schema version {version}, newer than the {} this consumer decodes: deploy the \
-                 newer consumer, then redrive this message from the DLQ",
+                 newer consumer (a job still failing when its retries run out waits in the DLQ for a redrive)",
                 H::JOB_TYPE,
                 H::VERSION
             )));

@@ -3,13 +3,16 @@
 pub mod backoff;
 pub mod config;
 pub mod context;
+pub mod dead_letter;
 pub mod defaults;
+pub mod deferral;
 pub mod disposition;
 pub mod error;
 pub mod handler;
 pub mod idempotency;
 pub mod lease;
 pub mod limits;
+pub mod log_output;
 pub mod message;
 pub mod outcome;
 pub mod pipeline;
@@ -27,7 +30,7 @@ pub use idempotency::{
 pub use lease::Lease;
 pub use message::{AttributeValue, Attributes, Message, ReceiptHandle};
 pub use outcome::{AckReason, Failure, Outcome};
-pub use pipeline::{Pipeline, Processed};
+pub use pipeline::{Budget, Pipeline, Processed};
 pub use queue::{
     DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange,
 };

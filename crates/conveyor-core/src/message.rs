@@ -11,6 +11,8 @@ pub const SCHEMA_VERSION_ATTRIBUTE: &str = "conveyor.version";
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "conveyor.key";
 /// Message attribute added to dead-lettered messages: the failure as JSON.
 pub const FAILURE_ATTRIBUTE: &str = "conveyor.failure";
+/// Message attribute of a deferred copy: its history as JSON (see [`crate::deferral`]).
+pub const DEFERRAL_ATTRIBUTE: &str = "conveyor.deferral";
 
 /// The opaque handle SQS returns with each receive; needed to delete or extend that receipt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -136,5 +138,18 @@ impl Message {
     /// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
     pub fn size(&self) -> usize {
         self.body.len() + attributes_size(&self.attributes)
+    }
+
+    /// The id of the job's first copy: this message's id, or the original's when this is a deferred copy.
+    /// The idempotency key falls back to it when the producer set no key.
+    pub fn original_id(&self) -> String {
+        crate::deferral::DeferralRecord::of(self).map_or_else(|| self.id.clone(), |record| record.original_id)
+    }
+
+    /// Which run of the job this delivery is (1 = first): the receive count, plus the runs of earlier
+    /// copies when this is a deferred copy. Deferrals themselves never count.
+    pub fn attempt(&self) -> u32 {
+        let before = crate::deferral::DeferralRecord::of(self).map_or(0, |record| record.attempts);
+        before.saturating_add(self.receive_count.max(1))
     }
 }

@@ -22,6 +22,15 @@ pub enum Outcome {
     },
     /// Send the message to the DLQ with the failure recorded, then delete it.
     Reject(Failure),
+    /// Put the message back without running it, after `delay`, without spending one of its receives
+    /// (see [`crate::deferral`]): the job did not run here (a key in progress elsewhere, the store
+    /// unreachable, a circuit open).
+    Defer {
+        /// How long until the job may run.
+        delay: Duration,
+        /// Why, for logs.
+        reason: String,
+    },
 }
 
 /// Why a message is acknowledged.
@@ -38,7 +47,8 @@ pub enum AckReason {
 pub struct Failure {
     /// What went wrong.
     pub error: String,
-    /// The delivery that failed.
+    /// The run that failed (1 = first): the receive count, plus the runs of earlier copies when the
+    /// message had been deferred.
     pub receive_count: u32,
     /// The queue the message came from.
     pub source_queue: String,
@@ -46,6 +56,9 @@ pub struct Failure {
     pub handler: String,
     /// When it failed, in epoch milliseconds.
     pub failed_at_ms: u64,
+    /// True when the job was retryable but used its last allowed attempt (`maxReceiveCount`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retries_exhausted: bool,
 }
 
 impl Failure {
@@ -57,6 +70,7 @@ impl Failure {
             source_queue: source_queue.to_owned(),
             handler: handler.to_owned(),
             failed_at_ms: epoch_millis(SystemTime::now()),
+            retries_exhausted: false,
         }
     }
 
@@ -87,33 +101,44 @@ pub enum RunResult {
     Cancelled,
 }
 
-/// Where the outcome came from, for the failure record.
+/// Where the outcome came from, for the failure record and the retry arithmetic.
 #[derive(Debug, Clone, Copy)]
 pub struct Origin<'a> {
     /// The queue the message came from.
     pub queue: &'a str,
     /// The job type.
     pub handler: &'a str,
-    /// The delivery's receive count.
-    pub receive_count: u32,
+    /// Which run of the job this is (1 = first; [`Message::attempt`](crate::Message::attempt)).
+    pub attempt: u32,
+    /// The runs the queue's redrive policy allows (`maxReceiveCount`); `None` without a DLQ.
+    pub max_attempts: Option<u32>,
+}
+
+impl Origin<'_> {
+    /// True when this run is the last one the redrive policy allows.
+    pub fn is_last_attempt(&self) -> bool {
+        self.max_attempts.is_some_and(|max| self.attempt >= max)
+    }
 }
 
 /// Turns a handler run into an [`Outcome`]: the only place that does.
 ///
 /// Success acks; a permanent error rejects; retryable errors, panics and timeouts retry after the
-/// handler's explicit delay or the backoff; a cancelled run goes back at once (another worker or the
-/// next receive picks it up without waiting for a backoff it did not earn).
+/// handler's explicit delay or the backoff, and reject with their reason on the last attempt the
+/// redrive policy allows (see [`exhaust`]); a cancelled run goes back at once (another worker or the
+/// next receive picks it up without waiting for a backoff it did not earn), as a deferral when it
+/// was the last attempt, so a cancellation never spends a job's last receive.
 pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Outcome {
     let retry = |reason: String| Outcome::Retry {
-        delay: backoff.delay(origin.receive_count),
+        delay: backoff.delay(origin.attempt, origin.max_attempts),
         reason,
     };
-    match result {
+    let outcome = match result {
         RunResult::Succeeded => Outcome::Ack(AckReason::Completed),
         RunResult::Failed(error) => match error.kind() {
             ErrorKind::Permanent => Outcome::Reject(Failure::now(
                 error.message(),
-                origin.receive_count,
+                origin.attempt,
                 origin.queue,
                 origin.handler,
             )),
@@ -125,11 +150,39 @@ pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Out
         },
         RunResult::Panicked(message) => retry(format!("handler panicked: {message}")),
         RunResult::TimedOut(after) => retry(format!("handler timed out after {after:?}")),
-        RunResult::Cancelled => Outcome::Retry {
-            delay: Duration::ZERO,
-            reason: "cancelled".to_owned(),
-        },
-    }
+        RunResult::Cancelled if origin.is_last_attempt() => {
+            return Outcome::Defer {
+                delay: Duration::ZERO,
+                reason: "cancelled on its last allowed attempt".to_owned(),
+            };
+        }
+        RunResult::Cancelled => {
+            return Outcome::Retry {
+                delay: Duration::ZERO,
+                reason: "cancelled".to_owned(),
+            };
+        }
+    };
+    exhaust(outcome, origin)
+}
+
+/// A retry of the last attempt the redrive policy allows becomes a reject carrying the last error, so
+/// the DLQ copy says why (SQS's own redrive moves it without a reason; it stays the backstop for
+/// crashes).
+pub fn exhaust(outcome: Outcome, origin: Origin<'_>) -> Outcome {
+    let Outcome::Retry { reason, .. } = &outcome else {
+        return outcome;
+    };
+    let Some(max) = origin.max_attempts.filter(|_| origin.is_last_attempt()) else {
+        return outcome;
+    };
+    let error = format!(
+        "{reason} (attempt {} of the {max} the redrive policy allows)",
+        origin.attempt
+    );
+    let mut failure = Failure::now(error, origin.attempt, origin.queue, origin.handler);
+    failure.retries_exhausted = true;
+    Outcome::Reject(failure)
 }
 
 #[cfg(test)]
@@ -139,14 +192,12 @@ mod tests {
     const ORIGIN: Origin<'static> = Origin {
         queue: "jobs",
         handler: "email",
-        receive_count: 3,
+        attempt: 3,
+        max_attempts: Some(5),
     };
 
     fn backoff() -> Backoff {
-        Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(60),
-        }
+        Backoff::with_budget(Duration::from_secs(60))
     }
 
     #[test]
@@ -187,8 +238,8 @@ mod tests {
             panic!("expected retry")
         };
         assert!(
-            delay <= Duration::from_secs(4),
-            "third delivery's ceiling is 4 s, got {delay:?}"
+            delay <= backoff().ceiling(3, Some(5)),
+            "third run's ceiling, got {delay:?}"
         );
 
         let explicit = HandlerError::retry_after("429", Duration::from_secs(30));
@@ -208,5 +259,46 @@ mod tests {
     fn cancelled_goes_back_at_once() {
         let outcome = classify(RunResult::Cancelled, ORIGIN, &backoff());
         assert!(matches!(outcome, Outcome::Retry { delay, .. } if delay.is_zero()));
+    }
+
+    const LAST: Origin<'static> = Origin { attempt: 5, ..ORIGIN };
+
+    #[test]
+    fn the_last_attempt_rejects_with_the_last_error() {
+        let outcome = classify(
+            RunResult::Failed(HandlerError::retryable("503 from provider")),
+            LAST,
+            &backoff(),
+        );
+        let Outcome::Reject(failure) = outcome else {
+            panic!("expected a reject, got {outcome:?}")
+        };
+        assert!(failure.error.contains("503 from provider"), "{}", failure.error);
+        assert!(failure.error.contains("attempt 5 of the 5"), "{}", failure.error);
+        assert!(failure.retries_exhausted);
+        assert_eq!(failure.receive_count, 5);
+        let panicked = classify(RunResult::Panicked("boom".into()), LAST, &backoff());
+        assert!(matches!(panicked, Outcome::Reject(_)));
+    }
+
+    #[test]
+    fn without_a_redrive_policy_retries_never_run_out() {
+        let origin = Origin {
+            attempt: 50,
+            max_attempts: None,
+            ..ORIGIN
+        };
+        let outcome = classify(
+            RunResult::Failed(HandlerError::retryable("503")),
+            origin,
+            &backoff(),
+        );
+        assert!(matches!(outcome, Outcome::Retry { .. }));
+    }
+
+    #[test]
+    fn a_cancellation_never_spends_the_last_attempt() {
+        let outcome = classify(RunResult::Cancelled, LAST, &backoff());
+        assert!(matches!(outcome, Outcome::Defer { delay, .. } if delay.is_zero()));
     }
 }

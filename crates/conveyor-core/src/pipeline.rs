@@ -22,16 +22,17 @@
 //!
 //! | failure point | what happens | why it is safe |
 //! |---|---|---|
-//! | no handler for the job type, or no type and no default route | `Reject` (DLQ, reason names the known types) | no deploy of this consumer can handle it; nothing ran |
-//! | schema version newer than the handler's, or not a number | `Reject` | retrying on this build cannot help; redrive after deploying |
-//! | body does not decode | `Reject` | the body will not change; nothing ran |
-//! | store unreachable or refusing the claim | `Retry` (backoff), handler not run | fail closed: never run unclaimed; the DLQ catches it after `maxReceiveCount` |
+//! | no handler for the job type, or no type and no default route | `Retry` (backoff); `Reject` with the reason on the last allowed attempt | producers often deploy first; nothing ran; a redrive after the consumer's deploy runs it |
+//! | schema version newer than the handler's | `Retry` (backoff); `Reject` on the last attempt | as above |
+//! | schema version not a number, body does not decode | `Reject` | poison input: the body will not change; nothing ran |
+//! | store unreachable or refusing the claim | `Defer` (a delayed copy; no receive spent), handler not run | fail closed: never run unclaimed, and an outage of the store never dead-letters a job |
 //! | key completed before | `Ack(Duplicate)` without running | the effect already happened once |
-//! | key in progress elsewhere | `Retry` after the other lease ends | the other worker finishes (next delivery acks) or its lease lapses (next delivery takes over) |
+//! | key in progress elsewhere | `Defer` until the other lease ends (no receive spent) | the other worker finishes (the copy is acked as a duplicate) or its lease lapses (the copy takes over); a duplicate never reaches the DLQ |
 //! | same key, different payload (validation on) | `Reject` | a producer bug; running would apply the wrong payload |
 //! | handler returns a retryable error, panics or times out | release claim, `Retry` (backoff) | the retry can claim again |
+//! | the same, on the last attempt the redrive policy allows | release claim, `Reject` with the last error | the DLQ copy says why (SQS's own redrive would move it without a reason) |
 //! | handler returns a permanent error | release claim, `Reject` | retrying cannot help |
-//! | run cancelled (lease lost, shutdown) | release claim, `Retry` at once | another delivery runs it; the claim is free for it |
+//! | run cancelled (lease lost, shutdown) | release claim, `Retry` at once (`Defer` on the last attempt) | another delivery runs it; the claim is free for it; a cancellation never spends the last receive |
 //! | complete fails (store down) | `Ack` anyway, logged | the work is done; deleting the message stops SQS redelivery. The record stays in progress until its lease lapses, so only a producer re-send after that could run again |
 //! | complete fenced (lease taken over) | `Ack`, logged as a possible double run | only after a lapsed lease, which the heartbeat prevents |
 //! | output too large for the store | complete without output, `Ack` | succeeded work never becomes a failure |
@@ -47,6 +48,7 @@ use std::time::{Duration, SystemTime};
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::context::Context;
 use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
 use crate::idempotency::{
@@ -60,6 +62,8 @@ use crate::router::Router;
 
 /// How long a cancelled handler may take to return on its own before its future is dropped.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// How long a job waits when the idempotency store cannot be reached (half to all of it, jittered).
+const STORE_OUTAGE_DEFERRAL: Duration = Duration::from_secs(30);
 
 /// The per-message pipeline. Cheap to clone; share one per runtime.
 #[derive(Clone)]
@@ -75,6 +79,15 @@ impl std::fmt::Debug for Pipeline {
             .field("store", &self.store.is_some())
             .finish()
     }
+}
+
+/// What a runtime knows about the limits of one delivery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// Bounds the handler beyond its own timeout (the Lambda invocation's deadline).
+    pub run_deadline: Option<Instant>,
+    /// The runs the queue's redrive policy allows (`maxReceiveCount`); `None` when it has no DLQ.
+    pub max_attempts: Option<u32>,
 }
 
 /// What the pipeline did with one message.
@@ -108,7 +121,7 @@ impl Processed {
     /// The backoff delay to use if a reject cannot reach the DLQ.
     pub fn fallback_delay(&self) -> Duration {
         match &self.outcome {
-            Outcome::Retry { delay, .. } => *delay,
+            Outcome::Retry { delay, .. } | Outcome::Defer { delay, .. } => *delay,
             _ => Duration::from_secs(60),
         }
     }
@@ -137,25 +150,28 @@ impl Pipeline {
     }
 
     /// Runs one message through decode → claim → handle → settle, and returns the outcome.
-    ///
-    /// `run_deadline` bounds the handler beyond its own timeout (the Lambda invocation's deadline).
     pub async fn process(
         &self,
         message: Arc<Message>,
         queue: Arc<str>,
         lease: &Lease,
-        run_deadline: Option<Instant>,
+        budget: Budget,
     ) -> Processed {
+        let Budget {
+            run_deadline,
+            max_attempts,
+        } = budget;
         let origin = Origin {
             queue: &queue,
             handler: "",
-            receive_count: message.receive_count,
+            attempt: message.attempt(),
+            max_attempts,
         };
         let handler = match self.router.handler_for(&message) {
             Ok(handler) => Arc::clone(handler),
             Err(error) => {
-                let failure = Failure::now(error.message(), message.receive_count, &queue, "");
-                return Processed::early(Outcome::Reject(failure), None);
+                let outcome = classify(RunResult::Failed(error), origin, &Backoff::default());
+                return Processed::early(outcome, None);
             }
         };
         let job_type = handler.job_type();
@@ -175,7 +191,7 @@ impl Pipeline {
         let store = self.store.as_ref().filter(|_| settings.idempotent);
         let (claim, idempotency_key) = match store {
             None => (None, None),
-            Some(store) => match claim(store.as_ref(), handler.as_ref(), &message, &queue, lease).await {
+            Some(store) => match claim(store.as_ref(), handler.as_ref(), &message, origin, lease).await {
                 Ok(claim) => {
                     let key = claim.key.clone();
                     (Some(claim), Some(key))
@@ -218,14 +234,14 @@ async fn claim(
     store: &dyn IdempotencyStore,
     handler: &dyn ErasedHandler,
     message: &Message,
-    queue: &str,
+    origin: Origin<'_>,
     lease: &Lease,
 ) -> Result<Claim, Box<Processed>> {
     let job_type = handler.job_type();
     let settings = handler.settings();
     let now = SystemTime::now();
     let request = ClaimRequest {
-        key: idempotency_key(job_type, message.idempotency_key(), &message.id),
+        key: idempotency_key(job_type, message.idempotency_key(), &message.original_id()),
         lease_until: lease.visible_until_wall(),
         expires_at: now + settings.record_ttl,
         validation: settings.validate_payload.then(|| payload_hash(&message.body)),
@@ -235,15 +251,15 @@ async fn claim(
             lease.hold_claim(claim.clone());
             Ok(claim)
         }
-        Ok(ClaimOutcome::Exists(record)) => Err(Box::new(existing_record(
-            record, &request, message, queue, job_type, now,
-        ))),
+        Ok(ClaimOutcome::Exists(record)) => {
+            Err(Box::new(existing_record(record, &request, origin, job_type, now)))
+        }
         Err(error) => {
             tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
-            let delay = settings.backoff.delay(message.receive_count);
+            let delay = STORE_OUTAGE_DEFERRAL.mul_f64(0.5 + fastrand::f64() / 2.0);
             let reason = format!("claim failed: {error}");
             Err(Box::new(Processed::early(
-                Outcome::Retry { delay, reason },
+                Outcome::Defer { delay, reason },
                 Some(job_type),
             )))
         }
@@ -254,8 +270,7 @@ async fn claim(
 fn existing_record(
     record: IdempotencyRecord,
     request: &ClaimRequest,
-    message: &Message,
-    queue: &str,
+    origin: Origin<'_>,
     job_type: &'static str,
     now: SystemTime,
 ) -> Processed {
@@ -267,7 +282,7 @@ fn existing_record(
              for a different job",
             request.key
         );
-        let failure = Failure::now(reason, message.receive_count, queue, job_type);
+        let failure = Failure::now(reason, origin.attempt, origin.queue, job_type);
         return Processed::early(Outcome::Reject(failure), Some(job_type));
     }
     match record.status {
@@ -286,9 +301,9 @@ fn existing_record(
                 .duration_since(now)
                 .unwrap_or(Duration::from_secs(30));
             let delay = wait_for_lease(&record, now, fallback).min(crate::limits::MAX_VISIBILITY_TIMEOUT);
-            tracing::info!(key = %record.key, ?delay, "in progress elsewhere; retrying after its lease");
+            tracing::info!(key = %record.key, ?delay, "in progress elsewhere; deferring until its lease ends");
             let reason = "in progress elsewhere".to_owned();
-            Processed::early(Outcome::Retry { delay, reason }, Some(job_type))
+            Processed::early(Outcome::Defer { delay, reason }, Some(job_type))
         }
     }
 }
@@ -444,7 +459,9 @@ mod tests {
     async fn process(message: Arc<Message>) -> Processed {
         let pipeline = Pipeline::new(Router::new().route(ChargeInvoice).route(Plain));
         let lease = Lease::new(Instant::now() + Duration::from_secs(30));
-        pipeline.process(message, Arc::from("jobs"), &lease, None).await
+        pipeline
+            .process(message, Arc::from("jobs"), &lease, Budget::default())
+            .await
     }
 
     fn rejection(processed: &Processed) -> &str {
@@ -470,12 +487,30 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_newer_version_is_rejected_with_what_to_do() {
+    async fn a_newer_version_retries_and_reaches_the_dlq_with_its_reason_at_the_last_attempt() {
         let processed = process(message("invoice", Some("3"), r#"{"cents": 5}"#)).await;
-        let reason = rejection(&processed);
+        let Outcome::Retry { reason, .. } = &processed.outcome else {
+            panic!("expected a retry, got {:?}", processed.outcome)
+        };
         assert!(reason.contains("newer than the 2"), "{reason}");
-        assert!(reason.contains("redrive"), "{reason}");
         assert!(!processed.ran());
+
+        let pipeline = Pipeline::new(Router::new().route(ChargeInvoice));
+        let lease = Lease::new(Instant::now() + Duration::from_secs(30));
+        let mut last = (*message("invoice", Some("3"), r#"{"cents": 5}"#)).clone();
+        last.receive_count = 4;
+        let budget = Budget {
+            max_attempts: Some(4),
+            ..Budget::default()
+        };
+        let processed = pipeline
+            .process(Arc::new(last), Arc::from("jobs"), &lease, budget)
+            .await;
+        let reason = rejection(&processed);
+        assert!(
+            reason.contains("newer than the 2") && reason.contains("attempt 4 of the 4"),
+            "{reason}"
+        );
     }
 
     #[tokio::test]

@@ -129,9 +129,10 @@ impl QueueError {
 /// The queue port, implemented on `aws-sdk-sqs` (`conveyor-sqs`) and in memory (`conveyor-testing`).
 ///
 /// Contracts every implementation keeps (the conformance suite in `conveyor-testing` checks them):
-/// - `receive` returns at most `max_messages` (1..=10) messages, waiting up to `wait` (≤ 20 s) for the
-///   first; each returned message is invisible for the queue's visibility timeout, after which it is
-///   delivered again with `receive_count` one higher. A message received more than the redrive policy's
+/// - `receive_with_visibility` returns at most `max_messages` (1..=10) messages, waiting up to `wait`
+///   (≤ 20 s) for the first; each returned message is invisible for the `visibility_timeout` sent with
+///   the request (as SQS's `ReceiveMessage` `VisibilityTimeout`), after which it is delivered again with
+///   `receive_count` one higher. `receive` does the same with the queue's own visibility timeout. A message received more than the redrive policy's
 ///   `maxReceiveCount` times moves to the DLQ instead. FIFO queues never return a message of a group
 ///   while another message of that group is in flight. Dropping the future mid-wait is allowed; a
 ///   message received by a dropped call comes back after its visibility timeout.
@@ -152,8 +153,28 @@ pub trait Queue: Send + Sync {
         self.name().ends_with(".fifo")
     }
 
-    /// Long-polls for up to `max_messages` messages.
-    async fn receive(&self, max_messages: usize, wait: Duration) -> Result<Vec<Message>, QueueError>;
+    /// The queue's own visibility timeout (its `VisibilityTimeout` attribute, read when connecting).
+    fn visibility_timeout(&self) -> Duration;
+
+    /// The redrive policy's `maxReceiveCount`, when the queue has a DLQ.
+    fn max_receive_count(&self) -> Option<u32>;
+
+    /// Long-polls for up to `max_messages` messages, each invisible for `visibility_timeout` from now.
+    ///
+    /// The runtime sends the visibility timeout it computes its deadlines from, so the deadline SQS
+    /// applies and the one the heartbeat assumes are the same number.
+    async fn receive_with_visibility(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+        visibility_timeout: Duration,
+    ) -> Result<Vec<Message>, QueueError>;
+
+    /// Long-polls for up to `max_messages` messages with the queue's own visibility timeout.
+    async fn receive(&self, max_messages: usize, wait: Duration) -> Result<Vec<Message>, QueueError> {
+        self.receive_with_visibility(max_messages, wait, self.visibility_timeout())
+            .await
+    }
 
     /// Deletes the receipts; returns the entries that failed.
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<Vec<EntryFailure>, QueueError>;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::HandlerError;
-use crate::handler::{ErasedHandler, Handler, Typed};
+use crate::handler::{ErasedHandler, Handler, HandlerSettings, Typed};
 use crate::message::{JOB_TYPE_ATTRIBUTE, Message};
 
 /// Several job types on one queue: dispatches on the `conveyor.type` attribute.
@@ -65,6 +65,19 @@ impl Router {
         types
     }
 
+    /// Each routed handler's job type and settings (the default route included), for start-up checks.
+    pub fn settings(&self) -> Vec<(&'static str, HandlerSettings)> {
+        let mut all: Vec<(&'static str, HandlerSettings)> = self
+            .routes
+            .values()
+            .chain(self.default_route.iter())
+            .map(|handler| (handler.job_type(), handler.settings().clone()))
+            .collect();
+        all.sort_by_key(|(job_type, _)| *job_type);
+        all.dedup_by_key(|(job_type, _)| *job_type);
+        all
+    }
+
     /// The job type that would handle `message`, if any: a cheap lookup for logs and admission control
     /// (no error is built; [`Router::handler_for`] says why there is none).
     pub fn job_type_for(&self, message: &Message) -> Option<&'static str> {
@@ -81,9 +94,12 @@ impl Router {
     /// The handler for `message`, or a permanent error saying why there is none.
     pub fn handler_for(&self, message: &Message) -> Result<&Arc<dyn ErasedHandler>, HandlerError> {
         match message.job_type() {
+            // Retryable: producers often deploy first; the job reaches the DLQ with this reason once its
+            // retry budget is spent, and a redrive after the consumer's deploy runs it.
             Some(job_type) => self.routes.get(job_type).ok_or_else(|| {
-                HandlerError::permanent(format!(
-                    "unknown job type {job_type:?} (attribute {JOB_TYPE_ATTRIBUTE}); this consumer handles {:?}",
+                HandlerError::retryable(format!(
+                    "unknown job type {job_type:?} (attribute {JOB_TYPE_ATTRIBUTE}); this consumer handles {:?}; \
+                     deploy a consumer that routes it, then redrive",
                     self.job_types()
                 ))
             }),

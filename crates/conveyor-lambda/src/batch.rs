@@ -34,7 +34,7 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use conveyor_core::config::LambdaConfig;
 use conveyor_core::{
-    AckReason, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
+    AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -78,6 +78,8 @@ enum Settled {
     Acked { duplicate: bool },
     /// Not listed: a copy is in the DLQ.
     DeadLettered,
+    /// Not listed: a delayed copy was sent (a deferral that spends no receive).
+    Deferred,
     /// Listed, visible again after `delay`.
     Retry { delay: Duration },
     /// Listed, left as it is (visible again at the queue's visibility timeout).
@@ -224,6 +226,7 @@ impl BatchProcessor {
                     Settled::Acked { duplicate: false } => metrics.succeeded += 1,
                     Settled::Acked { duplicate: true } => metrics.duplicates += 1,
                     Settled::DeadLettered => metrics.dead_lettered += 1,
+                    Settled::Deferred => metrics.deferred += 1,
                     Settled::Retry { .. } | Settled::Untouched => {
                         metrics.retried += 1;
                         failures.push((result.index, result.message.id.clone()));
@@ -359,7 +362,10 @@ impl BatchProcessor {
                 Arc::clone(message),
                 Arc::clone(&lane.name),
                 &lease,
-                Some(invocation.cutoff),
+                Budget {
+                    run_deadline: Some(invocation.cutoff),
+                    max_attempts: lane.queue.max_receive_count(),
+                },
             )
             .await;
         // Untyped messages learn their job type from the default route.
@@ -379,6 +385,9 @@ impl BatchProcessor {
             Outcome::Retry { delay, reason } => {
                 tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");
                 Settled::Retry { delay: *delay }
+            }
+            Outcome::Defer { delay, reason } => {
+                defer(lane.queue.as_ref(), message, *delay, reason, invocation.cutoff).await
             }
             Outcome::Reject(failure) => {
                 let mode = self.config.reject_mode;
@@ -468,4 +477,38 @@ fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
         metrics: BatchMetrics::new(name),
     });
     sources.len() - 1
+}
+
+/// Defers a message without spending a receive: sends a delayed copy (see `conveyor_core::deferral`) and
+/// leaves the original out of `batchItemFailures`, so the event source mapping deletes it. When the copy
+/// cannot be built or sent before `cutoff`, the message is retried instead (that receive counts).
+async fn defer(
+    queue: &dyn conveyor_core::Queue,
+    message: &Message,
+    delay: Duration,
+    reason: &str,
+    cutoff: Instant,
+) -> Settled {
+    let copy = match conveyor_core::deferral::deferred_copy(message, delay, queue.is_fifo()) {
+        Ok(copy) => copy,
+        Err(why) => {
+            tracing::info!(%reason, %why, "cannot defer with a copy; retrying after the delay");
+            return Settled::Retry { delay };
+        }
+    };
+    let left = cutoff.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, queue.send(copy)).await {
+        Ok(Ok(copy_id)) => {
+            tracing::info!(%reason, delay_ms = delay.as_millis() as u64, %copy_id, "deferred: a delayed copy was sent");
+            Settled::Deferred
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, %reason, "could not send the deferred copy; retrying after the delay");
+            Settled::Retry { delay }
+        }
+        Err(_) => {
+            tracing::warn!(%reason, "the deferred copy was not sent before the invocation deadline; retrying");
+            Settled::Retry { delay }
+        }
+    }
 }

@@ -25,6 +25,8 @@ pub struct BatchMetrics {
     pub dead_lettered: u64,
     /// Acknowledged without running: an earlier delivery completed them.
     pub duplicates: u64,
+    /// Put back without running as a delayed copy (a key in progress elsewhere, the store unreachable).
+    pub deferred: u64,
     /// How long each handler run took.
     pub handler_durations: Vec<Duration>,
 }
@@ -47,6 +49,7 @@ impl BatchMetrics {
             count("Retried"),
             count("DeadLettered"),
             count("Duplicates"),
+            count("Deferred"),
         ];
         let mut document = json!({
             "queue": self.queue,
@@ -55,6 +58,7 @@ impl BatchMetrics {
             "Retried": self.retried,
             "DeadLettered": self.dead_lettered,
             "Duplicates": self.duplicates,
+            "Deferred": self.deferred,
         });
         // EMF takes an array of values (up to 100) per metric; an empty array is invalid, so the
         // metric is left out when no handler ran.
@@ -100,6 +104,7 @@ mod tests {
             retried: 1,
             dead_lettered: 1,
             duplicates: 0,
+            deferred: 0,
             handler_durations: vec![Duration::from_micros(1500), Duration::from_millis(2)],
         };
         let emf = metrics.to_emf(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));

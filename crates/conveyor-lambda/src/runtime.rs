@@ -122,7 +122,8 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
 /// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`,
 /// the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI colours (CloudWatch
 /// shows them as escape codes); no timestamps (CloudWatch adds its own). Does nothing when a global
-/// subscriber is already set.
+/// subscriber is already set. Logs go to stdout through [`conveyor_core::log_output::stdout`]: a write
+/// that fails is dropped and counted, never a panic.
 pub fn init_tracing() {
     use lambda_runtime::tracing::subscriber::EnvFilter;
     use lambda_runtime::tracing::subscriber::filter::LevelFilter;
@@ -139,7 +140,10 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_ansi(false)
         .with_target(false)
-        .without_time();
+        .without_time()
+        // A closed or full stdout drops log lines (counted) instead of panicking a record's task.
+        .with_writer(conveyor_core::log_output::stdout)
+        .log_internal_errors(false);
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
     let result = if json {
         builder.json().try_init()

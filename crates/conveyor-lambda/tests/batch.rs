@@ -407,12 +407,13 @@ async fn messages_that_cannot_start_before_the_deadline_are_listed_untouched() {
         .await;
     assert_eq!(listed(&report), vec![slow.clone(), late1.clone(), late2.clone()]);
     assert_eq!(harness.ran(), vec!["slow"]);
-    // The timed-out one is a retry with backoff (at most 2 s on a first delivery); the others are
-    // untouched, in flight until the queue's visibility timeout.
+    // The others are untouched, in flight until the queue's visibility timeout; the timed-out one is a
+    // retry with backoff (at most the first ceiling of the default retry budget).
     tokio::time::advance(Duration::from_secs(3)).await;
-    assert_eq!(harness.state_of(&slow), Some(MessageState::Visible));
     assert_eq!(harness.state_of(&late1), Some(MessageState::InFlight));
     assert_eq!(harness.state_of(&late2), Some(MessageState::InFlight));
+    tokio::time::advance(conveyor_core::Backoff::default().ceiling(1, None)).await;
+    assert_eq!(harness.state_of(&slow), Some(MessageState::Visible));
     assert_eq!(report.metrics[0].retried, 3);
 
     // A batch that arrives past the cut-off runs nothing (here: the timed-out one, back, and a new one).

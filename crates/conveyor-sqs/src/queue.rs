@@ -10,8 +10,8 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageSystemAttributeName,
     QueueAttributeName,
 };
-use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES, MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
-use conveyor_core::message::attributes_size;
+use conveyor_core::dead_letter::dead_letter_copy;
+use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
 use conveyor_core::{
     DeadLetter, EntryFailure, Failure, Message, OutgoingMessage, Queue, QueueDepth, QueueError,
     ReceiptHandle, VisibilityChange,
@@ -19,7 +19,6 @@ use conveyor_core::{
 
 use crate::batch::{all_failures, entry_id};
 use crate::convert::{from_sdk_message, queue_name, visibility_seconds};
-use crate::dead_letter::dead_letter_attributes;
 use crate::errors::classify;
 use crate::redrive::{QueueArn, RedrivePolicy};
 use crate::send::{check_outgoing, invalid, send_message};
@@ -144,16 +143,6 @@ impl SqsQueue {
         self.dead_letter.as_ref().map(|dlq| dlq.url.as_str())
     }
 
-    /// The redrive policy's `maxReceiveCount`, if the queue has one.
-    pub fn max_receive_count(&self) -> Option<u32> {
-        self.dead_letter.as_ref().and_then(|dlq| dlq.max_receive_count)
-    }
-
-    /// The queue's visibility timeout (`VisibilityTimeout`).
-    pub fn visibility_timeout(&self) -> Duration {
-        self.visibility_timeout
-    }
-
     /// How many AWS requests this queue has made so far (one per API call, including `connect`'s;
     /// the SDK's own retries of a call are not counted).
     pub fn requests(&self) -> u64 {
@@ -163,6 +152,19 @@ impl SqsQueue {
     fn count_request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A `ReceiveRequestAttemptId` (1–128 characters of `[a-zA-Z0-9]` and punctuation): unique per logical
+/// receive of this process.
+fn uuid_like_attempt_id(counter: &AtomicU64) -> String {
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let process = PROCESS.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos() as u64)
+            ^ u64::from(std::process::id())
+    });
+    format!("conveyor-{process:x}-{}", counter.load(Ordering::Relaxed))
 }
 
 async fn dead_letter_url(client: &Client, arn: &QueueArn, source: &str) -> Result<String, QueueError> {
@@ -189,18 +191,41 @@ impl Queue for SqsQueue {
         self.fifo
     }
 
-    async fn receive(&self, max_messages: usize, wait: Duration) -> Result<Vec<Message>, QueueError> {
+    fn visibility_timeout(&self) -> Duration {
+        self.visibility_timeout
+    }
+
+    fn max_receive_count(&self) -> Option<u32> {
+        self.dead_letter.as_ref().and_then(|dlq| dlq.max_receive_count)
+    }
+
+    async fn receive_with_visibility(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+        visibility_timeout: Duration,
+    ) -> Result<Vec<Message>, QueueError> {
         let max = max_messages.clamp(1, MAX_RECEIVE_MESSAGES);
         let wait = wait.min(MAX_WAIT_TIME);
         self.count_request();
+        // FIFO: the SDK's own retries of this call resend the same attempt id, so a receive whose
+        // response was lost returns the same messages instead of leaving them invisible and unread.
+        let attempt_id = self.fifo.then(|| uuid_like_attempt_id(&self.requests));
         let output = self
             .client
             .receive_message()
             .queue_url(&self.url)
             .max_number_of_messages(i32::try_from(max).unwrap_or(1))
             .wait_time_seconds(i32::try_from(wait.as_secs()).unwrap_or(0))
+            .visibility_timeout(visibility_seconds(visibility_timeout))
+            .set_receive_request_attempt_id(attempt_id)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
+            .customize()
+            .config_override(
+                aws_sdk_sqs::config::Builder::default()
+                    .timeout_config(crate::client::receive_timeout_config(wait)),
+            )
             .send()
             .await
             .map_err(|error| classify(&error, &self.url))?;
@@ -288,29 +313,7 @@ impl Queue for SqsQueue {
         let Some(dlq) = &self.dead_letter else {
             return Ok(DeadLetter::NoDeadLetterQueue);
         };
-        let fifo = dlq.name.ends_with(".fifo");
-        // FIFO: keep the group (ordering in the DLQ follows the source), and deduplicate on the original
-        // message id so dead-lettering the same message twice within 5 minutes leaves one copy.
-        let mut attributes = dead_letter_attributes(&message.attributes, failure);
-        if message.body.len() + attributes_size(&attributes) > MAX_MESSAGE_BYTES {
-            // The original fitted, the failure record does not: the message matters more than its reason,
-            // which stays in this log line. Its original attributes are kept as they were.
-            tracing::warn!(
-                queue = %self.name,
-                message_id = %message.id,
-                reason = %failure.error,
-                "no room for the failure record within 1 MiB; dead-lettering the message without it"
-            );
-            attributes = message.attributes.clone();
-        }
-        let copy = OutgoingMessage {
-            body: message.body.clone(),
-            attributes,
-            delay: None,
-            group_id: fifo.then(|| message.group_id.clone().unwrap_or_else(|| message.id.clone())),
-            deduplication_id: fifo.then(|| message.id.clone()),
-            trace_header: message.trace_header.clone(),
-        };
+        let copy = dead_letter_copy(message, failure, dlq.name.ends_with(".fifo"));
         self.count_request();
         let id = send_message(&self.client, &dlq.url, &copy).await?;
         tracing::debug!(queue = %self.name, dlq = %dlq.name, message_id = %message.id, dlq_message_id = %id, "dead-lettered");

@@ -36,14 +36,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use conveyor_core::dead_letter::dead_letter_copy;
 use conveyor_core::limits::{
     MAX_DELAY, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT_TIME,
 };
-use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
-    AttributeValue, Attributes, DeadLetter, EntryError, EntryFailure, Failure, Message, OutgoingMessage,
-    Queue, QueueDepth, QueueError, ReceiptHandle, VisibilityChange,
+    Attributes, DeadLetter, EntryError, EntryFailure, Failure, Message, OutgoingMessage, Queue, QueueDepth,
+    QueueError, ReceiptHandle, VisibilityChange,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -160,6 +160,13 @@ struct Stored {
     status: Status,
     /// Changes whenever the message is rescheduled; older `ready`/`timers` entries are stale.
     version: u64,
+}
+
+/// When a receive hands messages out and for how long they stay invisible.
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    now: Instant,
+    visibility: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -401,19 +408,9 @@ impl MemoryQueue {
         self
     }
 
-    /// The visibility timeout.
-    pub fn visibility_timeout(&self) -> Duration {
-        self.visibility_timeout
-    }
-
     /// The dead-letter queue, when a redrive policy is set.
     pub fn dead_letter_queue(&self) -> Option<&Arc<MemoryQueue>> {
         self.redrive.as_ref().map(|redrive| &redrive.dead_letter_queue)
-    }
-
-    /// The redrive policy's `maxReceiveCount`.
-    pub fn max_receive_count(&self) -> Option<u32> {
-        self.redrive.as_ref().map(|redrive| redrive.max_receive_count)
     }
 
     /// Makes every [`Queue`] call fail with [`QueueError::Unavailable`] (or work again), as when SQS is
@@ -642,13 +639,13 @@ impl MemoryQueue {
     }
 
     /// Takes up to `max` messages; redriven ones are returned in `moved` for the DLQ.
-    fn take(&self, state: &mut State, max: usize, now: Instant, moved: &mut Vec<Stored>) -> Vec<Message> {
-        state.promote_due(now, self.fifo);
+    fn take(&self, state: &mut State, max: usize, lease: Lease, moved: &mut Vec<Stored>) -> Vec<Message> {
+        state.promote_due(lease.now, self.fifo);
         let mut batch = Vec::with_capacity(max.min(state.messages.len()));
         if self.fifo {
-            self.take_fifo(state, max, now, &mut batch, moved);
+            self.take_fifo(state, max, lease, &mut batch, moved);
         } else {
-            self.take_standard(state, max, now, &mut batch, moved);
+            self.take_standard(state, max, lease, &mut batch, moved);
         }
         batch
     }
@@ -663,7 +660,7 @@ impl MemoryQueue {
         &self,
         state: &mut State,
         max: usize,
-        now: Instant,
+        lease: Lease,
         batch: &mut Vec<Message>,
         moved: &mut Vec<Stored>,
     ) {
@@ -681,7 +678,7 @@ impl MemoryQueue {
                 moved.extend(state.remove(seq, false));
                 continue;
             }
-            batch.extend(self.deliver(state, seq, now));
+            batch.extend(self.deliver(state, seq, lease));
         }
     }
 
@@ -689,7 +686,7 @@ impl MemoryQueue {
         &self,
         state: &mut State,
         max: usize,
-        now: Instant,
+        lease: Lease,
         batch: &mut Vec<Message>,
         moved: &mut Vec<Stored>,
     ) {
@@ -718,14 +715,15 @@ impl MemoryQueue {
             moved.extend(state.remove(seq, true));
         }
         for seq in deliver {
-            batch.extend(self.deliver(state, seq, now));
+            batch.extend(self.deliver(state, seq, lease));
         }
     }
 
     /// Marks a visible message in flight with a new receipt and returns it as received.
-    fn deliver(&self, state: &mut State, seq: u64, now: Instant) -> Option<Message> {
+    fn deliver(&self, state: &mut State, seq: u64, lease: Lease) -> Option<Message> {
+        let Lease { now, visibility } = lease;
         let version = state.version();
-        let deadline = now + self.visibility_timeout;
+        let deadline = now + visibility;
         let fifo = self.fifo;
         let State {
             messages,
@@ -887,7 +885,20 @@ impl Queue for MemoryQueue {
         self.fifo
     }
 
-    async fn receive(&self, max_messages: usize, wait: Duration) -> Result<Vec<Message>, QueueError> {
+    fn visibility_timeout(&self) -> Duration {
+        self.visibility_timeout
+    }
+
+    fn max_receive_count(&self) -> Option<u32> {
+        self.redrive.as_ref().map(|redrive| redrive.max_receive_count)
+    }
+
+    async fn receive_with_visibility(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Vec<Message>, QueueError> {
         bump(&self.counters.receive, 1);
         self.check_available()?;
         if !(1..=MAX_RECEIVE_MESSAGES).contains(&max_messages) {
@@ -902,6 +913,11 @@ impl Queue for MemoryQueue {
                 message: format!("WaitTimeSeconds {wait:?} is over the limit of {MAX_WAIT_TIME:?}"),
             });
         }
+        if visibility > MAX_VISIBILITY_TIMEOUT {
+            return Err(QueueError::Invalid {
+                message: format!("VisibilityTimeout {visibility:?} is over the limit of 12 hours"),
+            });
+        }
         let give_up = Instant::now() + wait;
         let mut moved = Vec::new();
         loop {
@@ -911,7 +927,8 @@ impl Queue for MemoryQueue {
             let now = Instant::now();
             let (batch, next_timer) = {
                 let mut state = self.lock();
-                let batch = self.take(&mut state, max_messages, now, &mut moved);
+                let lease = Lease { now, visibility };
+                let batch = self.take(&mut state, max_messages, lease, &mut moved);
                 (batch, state.next_timer())
             };
             self.redrive(std::mem::take(&mut moved));
@@ -979,23 +996,7 @@ impl Queue for MemoryQueue {
             return Ok(DeadLetter::NoDeadLetterQueue);
         };
         let dlq = &redrive.dead_letter_queue;
-        let mut attributes = message.attributes.clone();
-        attributes.insert(
-            FAILURE_ATTRIBUTE.to_owned(),
-            AttributeValue::string(failure.to_json()),
-        );
-        let copy = OutgoingMessage {
-            body: message.body.clone(),
-            attributes,
-            delay: None,
-            group_id: message
-                .group_id
-                .clone()
-                .or_else(|| dlq.fifo.then(|| "default".to_owned())),
-            deduplication_id: dlq.fifo.then(|| message.id.clone()),
-            trace_header: message.trace_header.clone(),
-        };
-        dlq.send(copy).await?;
+        dlq.send(dead_letter_copy(message, failure, dlq.fifo)).await?;
         Ok(DeadLetter::Sent(dlq.name.clone()))
     }
 

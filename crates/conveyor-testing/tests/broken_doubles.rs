@@ -23,8 +23,24 @@ impl Queue for NeverRedelivers {
         self.0.name()
     }
 
-    async fn receive(&self, max_messages: usize, wait: Duration) -> Result<Vec<Message>, QueueError> {
-        let mut messages = self.0.receive(max_messages, wait).await?;
+    fn visibility_timeout(&self) -> Duration {
+        self.0.visibility_timeout()
+    }
+
+    fn max_receive_count(&self) -> Option<u32> {
+        self.0.max_receive_count()
+    }
+
+    async fn receive_with_visibility(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Vec<Message>, QueueError> {
+        let mut messages = self
+            .0
+            .receive_with_visibility(max_messages, wait, visibility)
+            .await?;
         messages.retain(|message| message.receive_count == 1);
         Ok(messages)
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use conveyor_core::idempotency::{idempotency_key, payload_hash};
 use conveyor_core::message::{JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
 use conveyor_core::{
-    AckReason, AttributeValue, Backoff, Context, Disposition, Failure, Handler, HandlerError,
+    AckReason, AttributeValue, Backoff, Budget, Context, Disposition, Failure, Handler, HandlerError,
     HandlerSettings, IdempotencyRecord, IdempotencyStore, Lease, Message, Outcome, Pipeline, Processed,
     Queue, RecordStatus, RejectMode, Router, reject,
 };
@@ -93,10 +93,7 @@ struct Fixture {
 fn settings() -> HandlerSettings {
     HandlerSettings {
         timeout: Duration::from_secs(5),
-        backoff: Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(10),
-        },
+        backoff: Backoff::with_budget(Duration::from_secs(10)),
         ..HandlerSettings::default()
     }
 }
@@ -149,7 +146,12 @@ impl Fixture {
         let lease = Lease::new(Instant::now() + LEASE);
         let processed = self
             .pipeline
-            .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, None)
+            .process(
+                Arc::new(message.clone()),
+                Arc::from("jobs"),
+                &lease,
+                Budget::default(),
+            )
             .await;
         (processed, lease)
     }
@@ -183,6 +185,36 @@ fn retry_delay(processed: &Processed) -> Duration {
     *delay
 }
 
+fn retry_reason(processed: &Processed) -> &str {
+    let Outcome::Retry { reason, .. } = &processed.outcome else {
+        panic!("expected a retry, got {:?}", processed.outcome)
+    };
+    reason
+}
+
+fn defer_delay(processed: &Processed) -> Duration {
+    let Outcome::Defer { delay, .. } = &processed.outcome else {
+        panic!("expected a deferral, got {:?}", processed.outcome)
+    };
+    *delay
+}
+
+impl Fixture {
+    /// Processes `message` as the last attempt a redrive policy of `max_attempts` allows.
+    async fn process_last(&self, message: &Message, max_attempts: u32) -> Processed {
+        let mut last = message.clone();
+        last.receive_count = max_attempts;
+        let lease = Lease::new(Instant::now() + LEASE);
+        let budget = Budget {
+            max_attempts: Some(max_attempts),
+            ..Budget::default()
+        };
+        self.pipeline
+            .process(Arc::new(last), Arc::from("jobs"), &lease, budget)
+            .await
+    }
+}
+
 #[tokio::test]
 async fn success_completes_the_record_and_acks() {
     let fixture = fixture(Behaviour::Succeed);
@@ -201,7 +233,7 @@ async fn success_completes_the_record_and_acks() {
 }
 
 #[tokio::test]
-async fn unknown_job_type_is_rejected_without_touching_the_store() {
+async fn unknown_job_type_retries_then_reaches_the_dlq_with_its_reason_without_touching_the_store() {
     let fixture = fixture(Behaviour::Succeed);
     let mut unknown = message("{\"n\":1}");
     unknown.attributes.insert(
@@ -209,15 +241,22 @@ async fn unknown_job_type_is_rejected_without_touching_the_store() {
         AttributeValue::string("nobody_handles_this"),
     );
     let (processed, _) = fixture.process(&unknown).await;
+    assert!(
+        retry_reason(&processed).contains("unknown job type"),
+        "producers may deploy first"
+    );
+    let processed = fixture.process_last(&unknown, 4).await;
     let failure = assert_reject(&processed, "unknown job type");
     assert!(
         failure.error.contains(JOB_TYPE),
         "the reason names the known types: {}",
         failure.error
     );
+    assert!(failure.retries_exhausted);
 
     let mut untyped = message("{\"n\":1}");
     untyped.attributes.clear();
+    // No type and no default route: the producer is wrong, not early; a deploy will not help.
     let (processed, _) = fixture.process(&untyped).await;
     assert_reject(&processed, "no default route");
     assert_eq!(fixture.runs(), 0);
@@ -225,14 +264,15 @@ async fn unknown_job_type_is_rejected_without_touching_the_store() {
 }
 
 #[tokio::test]
-async fn newer_or_malformed_schema_version_is_rejected() {
+async fn a_newer_schema_version_retries_and_a_malformed_one_is_rejected() {
     let fixture = fixture(Behaviour::Succeed);
     let mut newer = message("{\"n\":1}");
     newer
         .attributes
         .insert(SCHEMA_VERSION_ATTRIBUTE.to_owned(), AttributeValue::number(2));
     let (processed, _) = fixture.process(&newer).await;
-    assert_reject(&processed, "newer");
+    assert!(retry_reason(&processed).contains("newer"));
+    assert_reject(&fixture.process_last(&newer, 5).await, "newer");
 
     let mut garbled = message("{\"n\":1}");
     garbled
@@ -254,17 +294,19 @@ async fn a_body_that_does_not_decode_is_rejected_before_claiming() {
 }
 
 #[tokio::test]
-async fn store_unavailable_retries_and_never_runs_unclaimed() {
+async fn store_unavailable_defers_and_never_runs_unclaimed() {
     let fixture = fixture(Behaviour::Succeed);
     fixture.store.set_unavailable(true);
     let (processed, _) = fixture.process(&message("{\"n\":1}")).await;
-    let delay = retry_delay(&processed);
+    let delay = defer_delay(&processed);
     assert!(
-        delay <= Duration::from_secs(1),
-        "first delivery's backoff ceiling is 1 s, got {delay:?}"
+        delay <= Duration::from_secs(30),
+        "a deferral of up to 30 s that spends no receive, got {delay:?}"
     );
+    let processed = fixture.process_last(&message("{\"n\":1}"), 3).await;
+    defer_delay(&processed);
     assert_eq!(fixture.runs(), 0, "fail closed");
-    assert_eq!(fixture.store.requests().claim, 1);
+    assert_eq!(fixture.store.requests().claim, 2);
 }
 
 #[tokio::test]
@@ -288,7 +330,7 @@ async fn a_completed_key_is_acked_as_duplicate_with_the_stored_output() {
 }
 
 #[tokio::test]
-async fn in_progress_elsewhere_retries_after_the_other_lease() {
+async fn in_progress_elsewhere_defers_until_the_other_lease_ends() {
     let fixture = fixture(Behaviour::Succeed);
     let message = message("{\"n\":4}");
     let other_lease = Duration::from_secs(90);
@@ -302,11 +344,13 @@ async fn in_progress_elsewhere_retries_after_the_other_lease() {
         token: Some("elsewhere".to_owned()),
     });
     let (processed, _) = fixture.process(&message).await;
-    let delay = retry_delay(&processed);
+    let delay = defer_delay(&processed);
     assert!(
         delay >= other_lease - Duration::from_secs(1) && delay <= other_lease + Duration::from_secs(2),
-        "retry after {delay:?}, the other lease ends in {other_lease:?}"
+        "deferred by {delay:?}, the other lease ends in {other_lease:?}"
     );
+    // Even on its last allowed receive a duplicate is deferred, never dead-lettered.
+    defer_delay(&fixture.process_last(&message, 2).await);
     assert_eq!(fixture.runs(), 0);
     let record = fixture.record(&message).await.unwrap();
     assert_eq!(
@@ -352,7 +396,7 @@ async fn a_retryable_error_retries_with_backoff_and_releases_the_claim() {
     let fixture = fixture(Behaviour::Retryable);
     let message = message("{\"n\":1}");
     let (processed, _) = fixture.process(&message).await;
-    assert!(retry_delay(&processed) <= Duration::from_secs(1));
+    assert!(retry_delay(&processed) <= settings().backoff.ceiling(1, None));
     assert_eq!(fixture.runs(), 1);
     assert_eq!(
         fixture.record(&message).await,
@@ -408,9 +452,12 @@ async fn a_cancelled_run_goes_back_at_once_and_releases_the_claim() {
         let fixture = fixture(behaviour);
         let message = message("{\"n\":1}");
         let lease = Lease::new(Instant::now() + LEASE);
-        let run = fixture
-            .pipeline
-            .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, None);
+        let run = fixture.pipeline.process(
+            Arc::new(message.clone()),
+            Arc::from("jobs"),
+            &lease,
+            Budget::default(),
+        );
         let cancel = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
             lease.cancellation().cancel();
@@ -524,7 +571,12 @@ async fn the_claims_lease_is_the_messages_visibility_deadline() {
     let expected = lease.visible_until_wall();
     fixture
         .pipeline
-        .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, None)
+        .process(
+            Arc::new(message.clone()),
+            Arc::from("jobs"),
+            &lease,
+            Budget::default(),
+        )
         .await;
     // The record is completed now; its in-progress lease was written from the lease's deadline.
     let record = fixture.record(&message).await.unwrap();

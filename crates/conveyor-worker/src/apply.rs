@@ -1,49 +1,58 @@
-//! Applying an outcome to the queue: delete, re-time, or dead-letter then delete.
+//! Applying an outcome to the queue: delete, re-time, defer with a delayed copy, or dead-letter then
+//! delete. Every call is bounded by the time left before the message's visibility deadline
+//! ([`crate::retry`]): past it the message reappears on its own, so nothing is gained by waiting longer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use conveyor_core::deferral::deferred_copy;
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::{
     AckReason, Disposition, EntryError, Lease, Message, Outcome, Processed, RejectMode, VisibilityChange,
     reject,
 };
+use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::deleter::DeleteRequest;
-use crate::heartbeat::Registration;
 use crate::report::add;
-use crate::runtime::Runtime;
+use crate::retry::{self, Attempts};
+use crate::runtime::{Held, Runtime};
 use crate::telemetry::seconds;
-
-/// Tries for a visibility change that fails transiently.
-const VISIBILITY_ATTEMPTS: u32 = 3;
-/// The first pause between tries; doubles each time.
-const VISIBILITY_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Whether the message left the queue (deleted, or dead-lettered and deleted) or went back to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
-    /// Gone from the queue (or being deleted): the next message of its FIFO group may run.
+    /// Gone from the queue: the next message of its FIFO group may run.
     Removed,
     /// Back in the queue: the rest of its FIFO group must go back too.
     Returned,
 }
 
-/// Applies the pipeline's outcome for `message` of queue `queue`; the heartbeat registration ends
-/// once the queue call answered.
+/// One received message, as the outcome step needs it.
+pub(crate) struct Applying<'a> {
+    pub(crate) queue: usize,
+    pub(crate) message: &'a Message,
+    pub(crate) lease: &'a Arc<Lease>,
+    /// When the receive returned: SQS's 12 hours per receipt count from here.
+    pub(crate) received_at: Instant,
+}
+
+/// Applies the pipeline's outcome; `held` (heartbeat, slot) is released once the queue call answered.
 pub(crate) async fn apply(
     runtime: &Runtime,
-    queue: usize,
-    message: &Message,
+    target: Applying<'_>,
     processed: Processed,
-    lease: &Lease,
-    registration: Registration,
+    held: Held,
 ) -> Settled {
+    let queue = target.queue;
     let job = runtime.metrics[queue].job(processed.job_type);
     if let Some(duration) = processed.handler_duration {
         job.duration.record(seconds(duration));
     }
     let counters = runtime.status.counters();
-    match &processed.outcome {
+    let fallback = processed.fallback_delay();
+    match processed.outcome {
         Outcome::Ack(reason) => {
             match reason {
                 AckReason::Completed => {
@@ -57,11 +66,10 @@ pub(crate) async fn apply(
                     tracing::info!("duplicate acknowledged without running");
                 }
             }
-            delete(runtime, queue, message, registration);
-            Settled::Removed
+            delete(runtime, &target, held).await
         }
         Outcome::Retry { delay, reason } => {
-            if runtime.hard_stop.is_cancelled() && lease.cancellation().is_cancelled() {
+            if runtime.hard_stop.is_cancelled() && target.lease.cancellation().is_cancelled() {
                 add(&counters.released_at_shutdown, 1);
                 tracing::info!("cancelled at shutdown; the message is visible again");
             } else {
@@ -69,19 +77,37 @@ pub(crate) async fn apply(
                 job.retried.increment(1);
                 tracing::info!(%reason, ?delay, "job will be retried");
             }
-            set_visibility(runtime, queue, message, *delay).await;
-            drop(registration);
+            set_visibility(runtime, &target, delay).await;
+            drop(held);
             Settled::Returned
         }
+        Outcome::Defer { delay, reason } => defer(runtime, &target, delay, &reason, held).await,
         Outcome::Reject(failure) => {
             let mode = runtime.config.reject_mode;
-            let target = runtime.queues[queue].as_ref();
-            match reject(target, message, failure, mode, processed.fallback_delay()).await {
+            let queue_ref = runtime.queues[queue].as_ref();
+            let left = target
+                .lease
+                .visible_until()
+                .saturating_duration_since(Instant::now());
+            let disposition = match tokio::time::timeout(
+                left,
+                reject(queue_ref, target.message, &failure, mode, fallback),
+            )
+            .await
+            {
+                Ok(disposition) => disposition,
+                Err(_) => {
+                    tracing::warn!(
+                        "dead-letter send did not answer before the visibility deadline; the message comes back"
+                    );
+                    Disposition::Visible(fallback)
+                }
+            };
+            match disposition {
                 Disposition::Delete => {
                     add(&counters.dead_lettered, 1);
                     job.dead_lettered.increment(1);
-                    delete(runtime, queue, message, registration);
-                    Settled::Removed
+                    delete(runtime, &target, held).await
                 }
                 Disposition::Visible(delay) => {
                     if mode == RejectMode::LeaveToRedrive {
@@ -92,8 +118,8 @@ pub(crate) async fn apply(
                         add(&counters.retried, 1);
                         job.retried.increment(1);
                     }
-                    set_visibility(runtime, queue, message, delay).await;
-                    drop(registration);
+                    set_visibility(runtime, &target, delay).await;
+                    drop(held);
                     Settled::Returned
                 }
             }
@@ -101,28 +127,96 @@ pub(crate) async fn apply(
     }
 }
 
-fn delete(runtime: &Runtime, queue: usize, message: &Message, registration: Registration) {
-    runtime.deleter.delete(DeleteRequest {
-        queue,
-        receipt: message.receipt_handle.clone(),
-        message_id: message.id.clone(),
-        registration,
-    });
+/// Puts the message back without spending a receive: a delayed copy, then the original's delete.
+async fn defer(
+    runtime: &Runtime,
+    target: &Applying<'_>,
+    delay: Duration,
+    reason: &str,
+    held: Held,
+) -> Settled {
+    let counters = runtime.status.counters();
+    let queue = &runtime.queues[target.queue];
+    let copy = match deferred_copy(target.message, delay, queue.is_fifo()) {
+        Ok(copy) => copy,
+        Err(why) => {
+            add(&counters.retried, 1);
+            tracing::warn!(%reason, %why, ?delay, "cannot defer with a copy; putting the message back (this receive counts toward maxReceiveCount)");
+            set_visibility(runtime, target, delay).await;
+            drop(held);
+            return Settled::Returned;
+        }
+    };
+    let deadline = target.lease.visible_until();
+    match retry::until(deadline, || queue.send(copy.clone())).await {
+        Ok(copy_id) => {
+            add(&counters.deferred, 1);
+            tracing::info!(%reason, ?delay, %copy_id, "deferred: a delayed copy was sent; deleting this receipt");
+            delete(runtime, target, held).await;
+            Settled::Returned
+        }
+        Err(error) => {
+            add(&counters.retried, 1);
+            tracing::warn!(%error, %reason, ?delay, "could not send the deferred copy; putting the message back instead");
+            set_visibility(runtime, target, delay).await;
+            drop(held);
+            Settled::Returned
+        }
+    }
 }
 
-/// Makes one message visible again after `delay`, retrying transient failures a few times. If it
-/// still fails, the message comes back when its current visibility timeout ends: later, never lost.
-pub(crate) async fn set_visibility(runtime: &Runtime, queue: usize, message: &Message, delay: Duration) {
-    let change = VisibilityChange {
-        receipt_handle: message.receipt_handle.clone(),
-        timeout: delay.min(MAX_VISIBILITY_TIMEOUT),
+/// Hands the delete to the batcher. On FIFO queues, waits until it is confirmed: the next message of the
+/// group may run only once its predecessor is gone (a failed delete sends the rest of the group back).
+async fn delete(runtime: &Runtime, target: &Applying<'_>, held: Held) -> Settled {
+    let fifo = runtime.queues[target.queue].is_fifo();
+    let (confirm, confirmed) = if fifo {
+        let (sender, receiver) = oneshot::channel();
+        (Some(sender), Some(receiver))
+    } else {
+        (None, None)
     };
-    change_visibility(runtime, queue, vec![change]).await;
+    let Some(pending) = runtime.deleter.slot().await else {
+        return Settled::Returned;
+    };
+    let Held { registration, .. } = held;
+    runtime.deleter.delete(DeleteRequest {
+        queue: target.queue,
+        receipt: target.message.receipt_handle.clone(),
+        message_id: target.message.id.clone(),
+        lease: Arc::clone(target.lease),
+        registration,
+        pending,
+        confirm,
+    });
+    match confirmed {
+        None => Settled::Removed,
+        Some(receiver) => match receiver.await {
+            Ok(true) => Settled::Removed,
+            _ => Settled::Returned,
+        },
+    }
+}
+
+/// Makes one message visible again after `delay` (kept within SQS's 12 hours of this receipt),
+/// retrying transient failures until its visibility deadline. If it still fails, the message comes
+/// back when its current visibility timeout ends: later, never lost.
+pub(crate) async fn set_visibility(runtime: &Runtime, target: &Applying<'_>, delay: Duration) {
+    let room = (target.received_at + MAX_VISIBILITY_TIMEOUT).saturating_duration_since(Instant::now());
+    let change = VisibilityChange {
+        receipt_handle: target.message.receipt_handle.clone(),
+        timeout: delay.min(room),
+    };
+    change_visibility(runtime, target.queue, vec![change], target.lease.visible_until()).await;
 }
 
 /// Makes messages visible again at once, in the given order (one batch call; the queue splits it
-/// into calls of 10 in order).
-pub(crate) async fn release_in_order(runtime: &Runtime, queue: usize, messages: &[&Message]) {
+/// into calls of 10 in order), trying until `deadline`.
+pub(crate) async fn release_in_order(
+    runtime: &Runtime,
+    queue: usize,
+    messages: &[&Message],
+    deadline: Instant,
+) {
     let changes: Vec<VisibilityChange> = messages
         .iter()
         .map(|message| VisibilityChange {
@@ -130,19 +224,27 @@ pub(crate) async fn release_in_order(runtime: &Runtime, queue: usize, messages: 
             timeout: Duration::ZERO,
         })
         .collect();
-    change_visibility(runtime, queue, changes).await;
+    change_visibility(runtime, queue, changes, deadline).await;
 }
 
-async fn change_visibility(runtime: &Runtime, queue: usize, mut remaining: Vec<VisibilityChange>) {
+async fn change_visibility(
+    runtime: &Runtime,
+    queue: usize,
+    mut remaining: Vec<VisibilityChange>,
+    deadline: Instant,
+) {
     let target = &runtime.queues[queue];
-    for attempt in 0..VISIBILITY_ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(VISIBILITY_RETRY_PAUSE * 2u32.pow(attempt - 1)).await;
-        }
-        let failures = match target.change_visibility_batch(&remaining).await {
+    let mut attempts = Attempts::until(deadline);
+    while let Some(left) = attempts.next().await {
+        let failures = match attempts
+            .run(left, target.change_visibility_batch(&remaining))
+            .await
+        {
             Ok(failures) => failures,
             Err(error) if error.is_retryable() => {
-                tracing::warn!(%error, queue = %target.name(), "visibility change failed; retrying");
+                if attempts.tries() == 1 {
+                    tracing::warn!(%error, queue = %target.name(), "visibility change failed; retrying");
+                }
                 continue;
             }
             Err(error) => {
@@ -179,6 +281,6 @@ async fn change_visibility(runtime: &Runtime, queue: usize, mut remaining: Vec<V
     tracing::warn!(
         queue = %target.name(),
         messages = remaining.len(),
-        "visibility change still failing; the messages come back when their visibility timeout ends"
+        "visibility change still failing at the deadline; the messages come back when their visibility timeout ends"
     );
 }

@@ -1,5 +1,6 @@
 //! Loading the worker's configuration: a TOML file, then environment overrides, then validation.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,27 +20,170 @@ pub const ENV_DRAIN_DEADLINE_SECS: &str = "CONVEYOR_DRAIN_DEADLINE_SECS";
 pub const ENV_LISTEN_ADDR: &str = "CONVEYOR_LISTEN_ADDR";
 /// `CONVEYOR_MAX_PROCESSING_SECS`: the longest a message is kept in flight by heartbeats, in seconds.
 pub const ENV_MAX_PROCESSING_SECS: &str = "CONVEYOR_MAX_PROCESSING_SECS";
+/// `CONVEYOR_STOP_TIMEOUT_SECS`: the platform's stop timeout (SIGTERM to SIGKILL), in seconds; shutdown
+/// fits inside it, and the drain deadline defaults to what fits.
+pub const ENV_STOP_TIMEOUT_SECS: &str = "CONVEYOR_STOP_TIMEOUT_SECS";
+/// `CONVEYOR_CONFIG`: the config file (the binaries' `--config`).
+pub const ENV_CONFIG: &str = "CONVEYOR_CONFIG";
+
+/// Every `CONVEYOR_*` environment variable the worker reads: the one list to extend when the worker
+/// starts reading another. At start-up, any other `CONVEYOR_*` name in the environment is reported
+/// as a likely typo, with the closest name from this list (and [`OTHER_CONVEYOR_VARIABLES`]).
+pub const WORKER_VARIABLES: &[&str] = &[
+    ENV_QUEUE_URL,
+    ENV_MAX_IN_FLIGHT,
+    ENV_VISIBILITY_TIMEOUT_SECS,
+    ENV_DRAIN_DEADLINE_SECS,
+    ENV_LISTEN_ADDR,
+    ENV_MAX_PROCESSING_SECS,
+    ENV_STOP_TIMEOUT_SECS,
+    ENV_CONFIG,
+];
+
+/// `CONVEYOR_*` variables that other parts of Conveyor read and that a worker's environment may
+/// carry (the binaries' log format, the idempotency table, the local stack's ports): never reported.
+pub const OTHER_CONVEYOR_VARIABLES: &[&str] = &[
+    conveyor_core::log_output::ENV_LOG_FORMAT,
+    "CONVEYOR_IDEMPOTENCY_TABLE",
+    "CONVEYOR_SQS_PORT",
+    "CONVEYOR_DYNAMODB_PORT",
+];
+
+/// A worker configuration and what start-up should warn about.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LoadedConfig {
+    /// The validated configuration.
+    pub config: WorkerConfig,
+    /// `CONVEYOR_*` variables set in the environment that nothing reads (most likely typos).
+    pub unknown_variables: Vec<UnknownVariable>,
+}
+
+/// A `CONVEYOR_*` environment variable that nothing reads: most likely a typo, and its value ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    /// The variable's name.
+    pub name: String,
+    /// The closest known name, when one is close enough to be the intended one.
+    pub closest: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is set but not read by the worker, so it has no effect",
+            self.name
+        )?;
+        match &self.closest {
+            Some(closest) => write!(f, "; did you mean {closest}?"),
+            None => write!(f, "; the worker reads {}", WORKER_VARIABLES.join(", ")),
+        }
+    }
+}
 
 /// Loads the worker config: the TOML file at `path` (defaults when `None`), then the `CONVEYOR_*`
-/// environment overrides, then [`WorkerConfig::validate`].
+/// environment overrides, then [`WorkerConfig::validate`]. Unknown `CONVEYOR_*` variables are logged
+/// as warnings naming the closest known variable.
 ///
 /// Errors name the file field or the environment variable and say what to change.
 pub fn load_config(path: Option<&Path>) -> Result<WorkerConfig, WorkerError> {
-    load_config_with(path, |name| std::env::var(name).ok())
+    load_config_reading(path, &[])
 }
 
-/// [`load_config`] with the environment given as a lookup function (for tests and embedding).
+/// [`load_config`] for an application that reads `CONVEYOR_*` variables of its own
+/// (`app_variables`): those are not reported as unknown.
+pub fn load_config_reading(path: Option<&Path>, app_variables: &[&str]) -> Result<WorkerConfig, WorkerError> {
+    let env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect();
+    let loaded = load_config_with(path, &env, app_variables)?;
+    for unknown in &loaded.unknown_variables {
+        tracing::warn!(
+            variable = %unknown.name,
+            did_you_mean = unknown.closest.as_deref().unwrap_or("-"),
+            "an environment variable starting with CONVEYOR_ is not one the worker reads (a typo?); it is ignored"
+        );
+    }
+    Ok(loaded.config)
+}
+
+/// [`load_config_reading`] with the environment given as a map (for tests and embedding): returns
+/// the unknown variables instead of logging them.
 pub fn load_config_with(
     path: Option<&Path>,
-    env: impl Fn(&str) -> Option<String>,
-) -> Result<WorkerConfig, WorkerError> {
+    env: &BTreeMap<String, String>,
+    app_variables: &[&str],
+) -> Result<LoadedConfig, WorkerError> {
     let mut config = match path {
         Some(path) => read_file(path)?,
         None => WorkerConfig::default(),
     };
-    apply_env(&mut config, &env)?;
+    apply_env(&mut config, &|name| env.get(name).cloned())?;
     config.validate()?;
-    Ok(config)
+    let unknown_variables = unknown_variables(env.keys().map(String::as_str), app_variables);
+    Ok(LoadedConfig {
+        config,
+        unknown_variables,
+    })
+}
+
+/// The `CONVEYOR_*` names in `names` that are neither the worker's, Conveyor's other variables nor
+/// `app_variables`, each with the closest known name when it is close enough to be the intended one.
+pub fn unknown_variables<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    app_variables: &[&str],
+) -> Vec<UnknownVariable> {
+    let known: Vec<&str> = WORKER_VARIABLES
+        .iter()
+        .chain(OTHER_CONVEYOR_VARIABLES)
+        .copied()
+        .chain(app_variables.iter().copied())
+        .collect();
+    names
+        .into_iter()
+        .filter(|name| name.starts_with("CONVEYOR_") && !known.contains(name))
+        .map(|name| UnknownVariable {
+            name: name.to_owned(),
+            closest: closest(name, &known).map(str::to_owned),
+        })
+        .collect()
+}
+
+/// The known name nearest to `name` by edit distance, if at most half of the part after `CONVEYOR_`
+/// differs (`CONVEYOR_MAX_INFLIGHT` → `CONVEYOR_MAX_IN_FLIGHT`; `CONVEYOR_COLOUR` → none).
+fn closest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
+    let suffix = |name: &str| name.strip_prefix("CONVEYOR_").unwrap_or(name).to_owned();
+    let wanted = suffix(name);
+    known
+        .iter()
+        .map(|candidate| {
+            let candidate_suffix = suffix(candidate);
+            let distance = edit_distance(&wanted, &candidate_suffix);
+            let longer = wanted.chars().count().max(candidate_suffix.chars().count());
+            (distance, longer, *candidate)
+        })
+        .filter(|(distance, longer, _)| distance * 2 <= *longer)
+        .min_by_key(|(distance, _, _)| *distance)
+        .map(|(_, _, candidate)| candidate)
+}
+
+/// Levenshtein distance: the fewest single-character insertions, deletions and substitutions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, a_char) in a.chars().enumerate() {
+        let mut current = Vec::with_capacity(b.len() + 1);
+        current.push(i + 1);
+        for (j, b_char) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(a_char != *b_char);
+            let deletion = previous[j + 1] + 1;
+            let insertion = current[j] + 1;
+            current.push(substitution.min(deletion).min(insertion));
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 fn read_file(path: &Path) -> Result<WorkerConfig, WorkerError> {
@@ -66,10 +210,13 @@ fn apply_env(config: &mut WorkerConfig, env: &impl Fn(&str) -> Option<String>) -
         config.max_in_flight = parse_number(ENV_MAX_IN_FLIGHT, &value)? as usize;
     }
     if let Some(value) = get(ENV_VISIBILITY_TIMEOUT_SECS) {
-        config.visibility_timeout = parse_seconds(ENV_VISIBILITY_TIMEOUT_SECS, &value)?;
+        config.visibility_timeout = Some(parse_seconds(ENV_VISIBILITY_TIMEOUT_SECS, &value)?);
     }
     if let Some(value) = get(ENV_DRAIN_DEADLINE_SECS) {
-        config.drain_deadline = parse_seconds(ENV_DRAIN_DEADLINE_SECS, &value)?;
+        config.drain_deadline = Some(parse_seconds(ENV_DRAIN_DEADLINE_SECS, &value)?);
+    }
+    if let Some(value) = get(ENV_STOP_TIMEOUT_SECS) {
+        config.stop_timeout = parse_seconds(ENV_STOP_TIMEOUT_SECS, &value)?;
     }
     if let Some(value) = get(ENV_MAX_PROCESSING_SECS) {
         config.max_processing_time = parse_seconds(ENV_MAX_PROCESSING_SECS, &value)?;
@@ -135,24 +282,27 @@ fn parse_seconds(name: &str, value: &str) -> Result<Duration, WorkerError> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
     use std::io::Write;
 
     use super::*;
 
     const URL: &str = "http://127.0.0.1:4566/000000000000/jobs";
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| map.get(name).cloned()
+            .collect()
+    }
+
+    /// Loads with no application variables; the config only.
+    fn load(path: Option<&Path>, env: BTreeMap<String, String>) -> Result<WorkerConfig, WorkerError> {
+        load_config_with(path, &env, &[]).map(|loaded| loaded.config)
     }
 
     #[test]
     fn env_alone_is_enough() {
-        let config = load_config_with(
+        let config = load(
             None,
             env(&[
                 (ENV_QUEUE_URL, URL),
@@ -172,8 +322,8 @@ mod tests {
             }]
         );
         assert_eq!(config.max_in_flight, 7);
-        assert_eq!(config.visibility_timeout, Duration::from_secs(30));
-        assert_eq!(config.drain_deadline, Duration::from_secs(10));
+        assert_eq!(config.visibility_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(config.drain_deadline, Some(Duration::from_secs(10)));
         assert_eq!(config.max_processing_time, Duration::from_secs(600));
         assert_eq!(config.listen_addr, None);
     }
@@ -181,7 +331,7 @@ mod tests {
     #[test]
     fn several_queues_with_weights() {
         let value = format!("{URL}-high=5, {URL}-low");
-        let config = load_config_with(None, env(&[(ENV_QUEUE_URL, &value)])).unwrap();
+        let config = load(None, env(&[(ENV_QUEUE_URL, &value)])).unwrap();
         let weights: Vec<(String, u32)> = config.queues.iter().map(|q| (q.url.clone(), q.weight)).collect();
         assert_eq!(
             weights,
@@ -191,11 +341,11 @@ mod tests {
 
     #[test]
     fn errors_name_the_variable() {
-        let error = load_config_with(None, env(&[(ENV_QUEUE_URL, URL), (ENV_MAX_IN_FLIGHT, "lots")]))
+        let error = load(None, env(&[(ENV_QUEUE_URL, URL), (ENV_MAX_IN_FLIGHT, "lots")]))
             .unwrap_err()
             .to_string();
         assert!(error.starts_with(ENV_MAX_IN_FLIGHT), "{error}");
-        let error = load_config_with(None, env(&[(ENV_QUEUE_URL, &format!("{URL}=high"))]))
+        let error = load(None, env(&[(ENV_QUEUE_URL, &format!("{URL}=high"))]))
             .unwrap_err()
             .to_string();
         assert!(
@@ -206,9 +356,9 @@ mod tests {
 
     #[test]
     fn validation_runs_after_overrides() {
-        let error = load_config_with(None, env(&[])).unwrap_err().to_string();
+        let error = load(None, env(&[])).unwrap_err().to_string();
         assert!(error.contains("CONVEYOR_QUEUE_URL"), "{error}");
-        let error = load_config_with(
+        let error = load(
             None,
             env(&[(ENV_QUEUE_URL, URL), (ENV_DRAIN_DEADLINE_SECS, "45")]),
         )
@@ -226,7 +376,7 @@ mod tests {
              [[queues]]\nurl = \"{URL}-high\"\nweight = 10\n\n[[queues]]\nurl = \"{URL}-low\"\n"
         )
         .unwrap();
-        let config = load_config_with(Some(&file.0), env(&[(ENV_MAX_IN_FLIGHT, "60")])).unwrap();
+        let config = load(Some(&file.0), env(&[(ENV_MAX_IN_FLIGHT, "60")])).unwrap();
         assert_eq!(config.max_in_flight, 60);
         assert_eq!(config.queues.len(), 2);
         assert_eq!(config.queues[0].weight, 10);
@@ -239,9 +389,72 @@ mod tests {
     fn unknown_fields_in_the_file_are_named() {
         let mut file = tempfile();
         writeln!(file.1, "max_inflight = 50\n[[queues]]\nurl = \"{URL}\"\n").unwrap();
-        let error = load_config_with(Some(&file.0), env(&[])).unwrap_err().to_string();
+        let error = load(Some(&file.0), env(&[])).unwrap_err().to_string();
         assert!(error.contains("max_inflight"), "{error}");
         std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn a_misspelled_variable_is_reported_with_the_closest_name() {
+        let loaded = load_config_with(
+            None,
+            &env(&[
+                (ENV_QUEUE_URL, URL),
+                ("CONVEYOR_MAX_INFLIGHT", "50"),
+                ("CONVEYOR_DRAIN_DEADLINE", "10"),
+                ("CONVEYOR_COLOUR", "blue"),
+                ("CONVEYOR_LOG_FORMAT", "json"),
+                ("CONVEYOR_SQS_PORT", "4567"),
+                ("CONVEYOR_DEMO_OUTBOX", "outbox.jsonl"),
+                ("AWS_REGION", "us-east-1"),
+            ]),
+            &["CONVEYOR_DEMO_OUTBOX"],
+        )
+        .unwrap();
+        // The misspelled variable has no effect: the default stands.
+        assert_eq!(loaded.config.max_in_flight, WorkerConfig::default().max_in_flight);
+        let reported: Vec<(&str, Option<&str>)> = loaded
+            .unknown_variables
+            .iter()
+            .map(|unknown| (unknown.name.as_str(), unknown.closest.as_deref()))
+            .collect();
+        assert_eq!(
+            reported,
+            vec![
+                ("CONVEYOR_COLOUR", None),
+                ("CONVEYOR_DRAIN_DEADLINE", Some(ENV_DRAIN_DEADLINE_SECS)),
+                ("CONVEYOR_MAX_INFLIGHT", Some(ENV_MAX_IN_FLIGHT)),
+            ]
+        );
+        let message = loaded.unknown_variables[2].to_string();
+        assert!(
+            message.contains("CONVEYOR_MAX_INFLIGHT")
+                && message.contains("did you mean CONVEYOR_MAX_IN_FLIGHT?"),
+            "{message}"
+        );
+        let message = loaded.unknown_variables[0].to_string();
+        assert!(
+            message.contains(ENV_QUEUE_URL),
+            "lists what the worker reads: {message}"
+        );
+    }
+
+    #[test]
+    fn known_variables_are_not_reported() {
+        let all: Vec<(&str, &str)> = WORKER_VARIABLES
+            .iter()
+            .chain(OTHER_CONVEYOR_VARIABLES)
+            .map(|name| (*name, "x"))
+            .collect();
+        assert!(unknown_variables(all.iter().map(|(name, _)| *name), &[]).is_empty());
+    }
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("MAX_INFLIGHT", "MAX_IN_FLIGHT"), 1);
+        assert_eq!(edit_distance("QUEUE_URL", "QUEUE_URL"), 0);
+        assert_eq!(edit_distance("", "ABC"), 3);
+        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
     }
 
     fn tempfile() -> (std::path::PathBuf, std::fs::File) {

@@ -2,26 +2,35 @@
 //!
 //! A queue's pending deletes are flushed when 10 are waiting, when the oldest has waited
 //! `delete_flush_interval`, and at shutdown. Flushes run concurrently with the batching, so a slow
-//! call never holds back the next batch. Each request carries the message's heartbeat
-//! [`Registration`], dropped only once the delete answered (see the heartbeat's design note).
+//! call never holds back the next batch.
+//!
+//! Each request holds the message's heartbeat registration, dropped only once the delete's fate is
+//! known, so the heartbeat keeps the message invisible until the delete is confirmed. Pending deletes
+//! are bounded by `max_in_flight`: a request takes a pending-delete slot before it is queued, and the
+//! message task waits for one while still holding its in-flight slot, so when deletes fail the receive
+//! loops wait instead of piling up receipts (in the normal flow the slots are never short).
+//!
+//! Failed deletes are retried (with jitter, [`crate::retry`]) until shortly before the message's
+//! visibility deadline, which the heartbeat keeps moving while the request is pending; a delete that
+//! still fails then is given up, and the message comes back to be acknowledged as a duplicate by its
+//! idempotency record.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_BATCH_ENTRIES;
-use conveyor_core::{EntryError, Queue, ReceiptHandle};
-use tokio::sync::mpsc;
+use conveyor_core::{EntryError, Lease, Queue, ReceiptHandle};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::heartbeat::Registration;
 use crate::report::{WorkerStatus, add};
+use crate::retry::Attempts;
 
-/// Tries per flush for transient failures.
-const FLUSH_ATTEMPTS: u32 = 4;
-/// The first pause between tries; doubles each time.
-const FLUSH_RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// Deletes stop being retried this long before the message's visibility deadline.
+const DELETE_MARGIN: Duration = Duration::from_secs(1);
 
 /// One acknowledged message to delete.
 #[derive(Debug)]
@@ -32,21 +41,49 @@ pub(crate) struct DeleteRequest {
     pub(crate) receipt: ReceiptHandle,
     /// For logs.
     pub(crate) message_id: String,
-    /// Ends the message's heartbeat when dropped, after the delete answered.
+    /// The message's lease: its visibility deadline bounds the retries.
+    pub(crate) lease: Arc<Lease>,
+    /// Keeps the message invisible (heartbeat) until the delete answered.
     #[expect(
         dead_code,
         reason = "held for its Drop: the heartbeat ends once the delete answered"
     )]
     pub(crate) registration: Registration,
+    /// One of the `max_in_flight` pending-delete slots.
+    #[expect(dead_code, reason = "held for its Drop: frees the pending-delete slot")]
+    pub(crate) pending: OwnedSemaphorePermit,
+    /// Told whether the delete succeeded (FIFO groups wait for it before the next message).
+    pub(crate) confirm: Option<oneshot::Sender<bool>>,
+}
+
+impl DeleteRequest {
+    fn deadline(&self) -> Instant {
+        self.lease
+            .visible_until()
+            .checked_sub(DELETE_MARGIN)
+            .unwrap_or_else(Instant::now)
+    }
+
+    fn finish(self, deleted: bool) {
+        if let Some(confirm) = self.confirm {
+            let _ = confirm.send(deleted);
+        }
+    }
 }
 
 /// Sends delete requests to the batcher. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Deleter {
     sender: mpsc::UnboundedSender<DeleteRequest>,
+    pending: Arc<Semaphore>,
 }
 
 impl Deleter {
+    /// Waits for a pending-delete slot (only short when deletes keep failing).
+    pub(crate) async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.pending).acquire_owned().await.ok()
+    }
+
     /// Queues a delete. If the batcher is gone (only after shutdown finished), the message comes back
     /// after its visibility timeout and is acknowledged as a duplicate then.
     pub(crate) fn delete(&self, request: DeleteRequest) {
@@ -58,6 +95,7 @@ impl Deleter {
 
 /// Starts the batcher; it flushes everything and returns after `stop` is cancelled.
 pub(crate) fn spawn(
+    max_pending: usize,
     queues: Vec<Arc<dyn Queue>>,
     flush_interval: Duration,
     status: WorkerStatus,
@@ -73,7 +111,8 @@ pub(crate) fn spawn(
         flushes: JoinSet::new(),
     };
     let task = tokio::spawn(batcher.run(receiver, stop));
-    (Deleter { sender }, task)
+    let pending = Arc::new(Semaphore::new(max_pending.max(1)));
+    (Deleter { sender, pending }, task)
 }
 
 struct Batcher {
@@ -154,19 +193,29 @@ async fn sleep_until_or_never(deadline: Option<Instant>) {
     }
 }
 
-/// Deletes a batch, retrying transient failures a few times. Each request (and so its heartbeat) is
-/// dropped as soon as its own fate is known.
+/// Deletes a batch, retrying transient failures until shortly before each message's deadline. Each
+/// request (and so its heartbeat and slot) is dropped as soon as its own fate is known.
 async fn delete_with_retries(queue: Arc<dyn Queue>, batch: Vec<DeleteRequest>, status: WorkerStatus) {
     let mut remaining = batch;
-    for attempt in 0..FLUSH_ATTEMPTS {
-        if attempt > 0 {
-            tokio::time::sleep(FLUSH_RETRY_PAUSE * 2u32.pow(attempt - 1)).await;
-        }
+    let earliest = |requests: &[DeleteRequest]| {
+        requests
+            .iter()
+            .map(DeleteRequest::deadline)
+            .min()
+            .unwrap_or_else(Instant::now)
+    };
+    let mut attempts = Attempts::until(earliest(&remaining));
+    let mut last_error = String::new();
+    while let Some(left) = attempts.next().await {
         let receipts: Vec<ReceiptHandle> = remaining.iter().map(|request| request.receipt.clone()).collect();
-        let failures = match queue.delete_batch(&receipts).await {
+        let failures = match attempts.run(left, queue.delete_batch(&receipts)).await {
             Ok(failures) => failures,
             Err(error) if error.is_retryable() => {
-                tracing::warn!(%error, queue = %queue.name(), messages = remaining.len(), "delete failed; retrying");
+                if attempts.tries() == 1 {
+                    tracing::warn!(%error, queue = %queue.name(), messages = remaining.len(), "delete failed; retrying");
+                }
+                last_error = error.to_string();
+                attempts.move_deadline(earliest(&remaining));
                 continue;
             }
             Err(error) => {
@@ -177,53 +226,65 @@ async fn delete_with_retries(queue: Arc<dyn Queue>, batch: Vec<DeleteRequest>, s
                     "delete refused; the messages will come back and be acknowledged as duplicates"
                 );
                 add(&status.counters().deletes_failed, remaining.len() as u64);
+                remaining.into_iter().for_each(|request| request.finish(false));
                 return;
             }
         };
-        let mut errors: Vec<Option<EntryError>> = vec![None; remaining.len()];
-        for failure in failures {
-            if let Some(slot) = errors.get_mut(failure.index) {
-                *slot = Some(failure.error);
-            }
-        }
-        let mut retry = Vec::new();
-        for (request, error) in remaining.into_iter().zip(errors) {
-            match error {
-                None => {}
-                Some(EntryError::Failed {
-                    sender_fault: false,
-                    code,
-                    message,
-                }) => {
-                    tracing::warn!(message_id = %request.message_id, %code, %message, "delete failed; retrying");
-                    retry.push(request);
-                }
-                Some(EntryError::LeaseLost(reason)) => {
-                    tracing::warn!(
-                        message_id = %request.message_id,
-                        queue = %queue.name(),
-                        %reason,
-                        "delete refused (lease lost): the job is done; if the message comes back it is \
-                         acknowledged as a duplicate by its idempotency record"
-                    );
-                    add(&status.counters().deletes_failed, 1);
-                }
-                Some(EntryError::Failed { code, message, .. }) => {
-                    tracing::error!(message_id = %request.message_id, %code, %message, "delete refused");
-                    add(&status.counters().deletes_failed, 1);
-                }
-            }
-        }
-        remaining = retry;
+        remaining = settle(&queue, remaining, failures, &status);
         if remaining.is_empty() {
             return;
         }
+        last_error = "an entry failed with a server fault".to_owned();
+        attempts.move_deadline(earliest(&remaining));
     }
     tracing::error!(
         queue = %queue.name(),
         messages = remaining.len(),
-        "delete still failing after {FLUSH_ATTEMPTS} tries; the messages will come back and be acknowledged \
-         as duplicates"
+        error = %last_error,
+        tries = attempts.tries(),
+        "delete still failing as the receipts expire; the messages will come back and be acknowledged as duplicates"
     );
     add(&status.counters().deletes_failed, remaining.len() as u64);
+    remaining.into_iter().for_each(|request| request.finish(false));
+}
+
+/// Applies one answer; returns the requests to try again.
+fn settle(
+    queue: &Arc<dyn Queue>,
+    batch: Vec<DeleteRequest>,
+    failures: Vec<conveyor_core::EntryFailure>,
+    status: &WorkerStatus,
+) -> Vec<DeleteRequest> {
+    let mut errors: Vec<Option<EntryError>> = vec![None; batch.len()];
+    for failure in failures {
+        if let Some(slot) = errors.get_mut(failure.index) {
+            *slot = Some(failure.error);
+        }
+    }
+    let mut retry = Vec::new();
+    for (request, error) in batch.into_iter().zip(errors) {
+        match error {
+            None => request.finish(true),
+            Some(EntryError::Failed {
+                sender_fault: false, ..
+            }) => retry.push(request),
+            Some(EntryError::LeaseLost(reason)) => {
+                tracing::warn!(
+                    message_id = %request.message_id,
+                    queue = %queue.name(),
+                    %reason,
+                    "delete refused (lease lost): the job is done; if the message comes back it is \
+                     acknowledged as a duplicate by its idempotency record"
+                );
+                add(&status.counters().deletes_failed, 1);
+                request.finish(false);
+            }
+            Some(EntryError::Failed { code, message, .. }) => {
+                tracing::error!(message_id = %request.message_id, %code, %message, "delete refused");
+                add(&status.counters().deletes_failed, 1);
+                request.finish(false);
+            }
+        }
+    }
+    retry
 }

@@ -59,6 +59,31 @@ pub enum WorkerError {
     /// The signal handlers could not be installed.
     #[error("cannot install the SIGTERM/SIGINT handlers: {0}")]
     Signals(std::io::Error),
+    /// A queue could not be connected at start-up because of the configuration (no region, no
+    /// credentials, a missing queue, denied access): nothing changes until someone fixes it.
+    #[error("cannot connect to queue {queue}: {problem}")]
+    Connect {
+        /// The queue's URL or name.
+        queue: String,
+        /// What is wrong and how to fix it.
+        problem: String,
+    },
+    /// SQS stayed unreachable at start-up for longer than the connect patience: an outage, not a
+    /// configuration error.
+    #[error(
+        "cannot connect to queue {queue}: SQS stayed unavailable for {elapsed:.0?} ({attempts} attempts, \
+         last: {last_error}); this is an outage, not a configuration error; giving up"
+    )]
+    Outage {
+        /// The queue's URL or name.
+        queue: String,
+        /// Connection attempts made.
+        attempts: u32,
+        /// How long they took.
+        elapsed: std::time::Duration,
+        /// The last attempt's error.
+        last_error: String,
+    },
     /// A health check failed.
     #[error("health check of {addr} failed: {problem}")]
     Unhealthy {

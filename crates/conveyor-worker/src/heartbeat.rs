@@ -1,77 +1,87 @@
-//! The heartbeat: one task that keeps every in-flight message invisible while its job runs.
+//! The heartbeat: keeps every in-flight message invisible while its job runs.
 //!
-//! # Design note: ordering
+//! # Design note: ordering and time budgets
 //!
 //! Each received message is registered here (with its [`Lease`]) *before* anything else happens to it,
 //! and unregistered only *after* its outcome was applied to the queue. Between those two points its
-//! visibility deadline is tracked in the lease and extended when less than a third of the visibility
-//! timeout remains, by `visibility_timeout`, in one `ChangeMessageVisibilityBatch` per queue (the
-//! `Queue` implementation splits it into calls of 10).
+//! visibility deadline is tracked in the lease and extended when less than a third of its queue's
+//! visibility timeout remains, by that visibility timeout, in `ChangeMessageVisibilityBatch` calls of up to
+//! 10 entries.
 //!
 //! 1. **Register at receipt, not at start.** A message can wait for a FIFO predecessor, a job-type slot
 //!    or a rate-limit token before its job starts; it is in flight all that time and must not reappear.
-//! 2. **The deadline is counted from when the receive returned** (SQS starts the timer when it hands
-//!    the message out; a long poll may have waited up to 20 s before that). An extension's new deadline
-//!    is counted from when the extension request was *sent*, so the tracked deadline is never later
-//!    than the real one.
-//! 3. **Visibility first, then the claim.** The idempotency claim's lease is extended only after the
-//!    message's visibility extension succeeded, and to the new visibility deadline. The claim must never
-//!    outlive the message's invisibility: if this worker dies, the claim lapses exactly when SQS hands
-//!    the message to someone else. The claim is read from the lease at that moment: the pipeline takes it
-//!    out of the lease before completing or releasing it, so a settled record is never extended; a
-//!    `Fenced` answer for a claim the lease no longer holds is that benign race and is ignored.
-//! 4. **A refused extension is a lost lease.** `LeaseLost` (receipt no longer valid: the message was
-//!    received again elsewhere or deleted) cancels the handler's token; the pipeline then releases the
-//!    claim (fenced if another worker took it over) and the outcome's queue call fails harmlessly.
-//!    Transient failures (the whole call failed, or an entry failed with a server fault) are retried
-//!    at the next tick, which comes within half of the remaining margin.
-//! 5. **Limits.** Extensions stop at `max_processing_time` after the receipt, and never go past SQS's
+//! 2. **The deadline is the one SQS applies.** Every receive sends the visibility timeout the worker
+//!    uses here (the queue's own, read at connect, or the configured override), and the deadline is
+//!    counted from when the receive returned. An extension's new deadline is counted from when the
+//!    request was *sent*, so the tracked deadline is never later than the real one.
+//! 3. **No call can stall the heartbeat.** The loop only decides what is due; each batch's extension runs
+//!    in its own task, retried promptly with jitter ([`crate::retry`]) and each try cut at the earliest
+//!    deadline in the batch. One hung request delays nothing else; an entry is not sent again while its
+//!    call is out.
+//! 4. **Visibility first, then the claim, independently.** The idempotency claim's lease is extended only
+//!    after the message's visibility extension succeeded, to the new visibility deadline, in a task of
+//!    its own (one at a time per message): a DynamoDB brownout never holds up visibility extensions. The
+//!    claim must never outlive the message's invisibility: if this worker dies, the claim lapses exactly
+//!    when SQS hands the message to someone else. The claim is read from the lease at that moment: the
+//!    pipeline takes it out of the lease before completing or releasing it, so a settled record is never
+//!    extended; a `Fenced` answer for a claim the lease no longer holds is that benign race and is
+//!    ignored. A `Fenced` answer for the claim still held means it was taken over: the handler is
+//!    cancelled.
+//! 5. **A lease is lost only when it is.** `LeaseLost` (receipt no longer valid: received again elsewhere
+//!    or deleted), a permanent refusal, or transient failures that last until the deadline itself: then
+//!    the handler's token is cancelled (the pipeline releases the claim and the message comes back).
+//! 6. **Limits.** Extensions stop at `max_processing_time` after the receipt, and never go past SQS's
 //!    12 hours per receipt. Then the message is left to expire: the handler's token is cancelled (the
 //!    pipeline gives it a grace period, releases the claim and the message goes back at once).
-//! 6. **Unregister after the outcome is applied.** A delete sits in the delete batcher for up to
-//!    `delete_flush_interval`; if the heartbeat stopped before the delete was done, a message near its
-//!    deadline could reappear and run again. So the `Registration` travels with the delete request
-//!    and is dropped by the batcher once `DeleteMessageBatch` answered (or, for retries and rejects,
-//!    once the visibility change answered).
-//! 7. **At shutdown the heartbeat stops last**, after the drain, the releases and the final delete flush.
+//! 7. **Unregister after the outcome is applied.** A delete is retried until shortly before the receipt
+//!    expires; the `Registration` travels with the delete request and is dropped once `DeleteMessageBatch`
+//!    answered, so the message stays invisible until its delete is confirmed.
+//! 8. **At shutdown the heartbeat stops last**, after the drain, the releases and the final delete flush.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
+use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_VISIBILITY_TIMEOUT};
 use conveyor_core::{
-    EntryError, IdempotencyStore, Lease, Message, Queue, ReceiptHandle, StoreError, VisibilityChange,
+    EntryError, IdempotencyStore, Lease, Message, Queue, QueueError, ReceiptHandle, StoreError,
+    VisibilityChange,
 };
-use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::report::{WorkerStatus, add};
+use crate::retry::Attempts;
 use crate::telemetry::QueueMetrics;
 
 /// Claim extensions run at most this many at once.
 const CLAIM_EXTENSION_CONCURRENCY: usize = 16;
+/// The loop looks again at least this often (new registrations, finished calls).
+const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// What the heartbeat needs to know.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HeartbeatSettings {
-    /// Each extension sets the visibility timeout to this (the queue's visibility timeout).
-    pub(crate) visibility_timeout: Duration,
     /// No extension past this long after the receipt.
     pub(crate) max_processing_time: Duration,
 }
 
-impl HeartbeatSettings {
+/// One queue the heartbeat extends messages of.
+#[derive(Clone)]
+pub(crate) struct HeartbeatQueue {
+    /// The queue.
+    pub(crate) queue: Arc<dyn Queue>,
+    /// The visibility timeout each receive sent and each extension sends.
+    pub(crate) visibility_timeout: Duration,
+}
+
+impl HeartbeatQueue {
     /// Extend when less than this remains.
     fn margin(&self) -> Duration {
         self.visibility_timeout / 3
-    }
-
-    /// The shortest pause between ticks (so failing extensions are not retried in a busy loop).
-    fn min_pause(&self) -> Duration {
-        (self.margin() / 4).min(Duration::from_secs(1))
     }
 }
 
@@ -85,8 +95,9 @@ struct Inner {
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     settings: HeartbeatSettings,
-    queues: Vec<Arc<dyn Queue>>,
+    queues: Vec<HeartbeatQueue>,
     store: Option<Arc<dyn IdempotencyStore>>,
+    claim_slots: Arc<Semaphore>,
     status: WorkerStatus,
     metrics: Vec<Arc<QueueMetrics>>,
 }
@@ -100,6 +111,10 @@ struct Entry {
     stop_at: Instant,
     /// False once the lease is lost or the limit is reached.
     extending: bool,
+    /// An extension call for this entry is out.
+    in_call: bool,
+    /// A claim extension for this entry is out.
+    claim_in_call: bool,
 }
 
 /// A message's place in the heartbeat; dropping it ends the message's heartbeat.
@@ -132,12 +147,26 @@ impl Inner {
     fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn name(&self, queue: usize) -> &str {
+        self.queues[queue].queue.name()
+    }
+
+    /// Marks entries as no longer in a call.
+    fn calls_done(&self, ids: &[u64]) {
+        let mut entries = self.lock();
+        for id in ids {
+            if let Some(entry) = entries.get_mut(id) {
+                entry.in_call = false;
+            }
+        }
+    }
 }
 
 impl Heartbeats {
     pub(crate) fn new(
         settings: HeartbeatSettings,
-        queues: Vec<Arc<dyn Queue>>,
+        queues: Vec<HeartbeatQueue>,
         store: Option<Arc<dyn IdempotencyStore>>,
         status: WorkerStatus,
         metrics: Vec<Arc<QueueMetrics>>,
@@ -149,6 +178,7 @@ impl Heartbeats {
                 settings,
                 queues,
                 store,
+                claim_slots: Arc::new(Semaphore::new(CLAIM_EXTENSION_CONCURRENCY)),
                 status,
                 metrics,
             }),
@@ -175,6 +205,8 @@ impl Heartbeats {
                 lease,
                 stop_at,
                 extending: true,
+                in_call: false,
+                claim_in_call: false,
             },
         );
         Registration {
@@ -191,191 +223,250 @@ impl Heartbeats {
 
     /// Runs until `stop` is cancelled.
     pub(crate) async fn run(self, stop: CancellationToken) {
+        let mut calls = JoinSet::new();
         loop {
-            let next = self.tick().await;
+            let next = self.dispatch_due(&mut calls);
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
-                () = stop.cancelled() => return,
+                Some(_) = calls.join_next(), if !calls.is_empty() => {}
+                () = stop.cancelled() => {
+                    calls.abort_all();
+                    return;
+                }
             }
         }
     }
 
-    /// Extends what is due; returns when to look again.
-    pub(crate) async fn tick(&self) -> Instant {
-        let settings = self.inner.settings;
+    /// Starts an extension call for each queue's due entries; returns when to look again.
+    fn dispatch_due(&self, calls: &mut JoinSet<()>) -> Instant {
         let now = Instant::now();
-        let due = self.collect_due(now);
-        let mut retry_soon = false;
-        let calls = due
-            .into_iter()
-            .enumerate()
-            .filter(|(_, due)| !due.is_empty())
-            .map(|(queue, due)| {
-                let inner = Arc::clone(&self.inner);
-                async move { extend_queue(&inner, queue, due, now).await }
-            });
-        let results = futures_util::future::join_all(calls).await;
-        let mut claims = Vec::new();
-        for (failed, extended) in results {
-            retry_soon |= failed;
-            claims.extend(extended);
+        let (due, next) = self.collect_due(now);
+        for (queue, due) in due.into_iter().enumerate() {
+            let mut due = due;
+            while !due.is_empty() {
+                let rest = due.split_off(due.len().min(MAX_BATCH_ENTRIES));
+                let batch = std::mem::replace(&mut due, rest);
+                calls.spawn(extend_batch(Arc::clone(&self.inner), queue, batch));
+            }
         }
-        self.extend_claims(claims).await;
-
-        let now = Instant::now();
-        let mut next = now + settings.margin();
-        for entry in self.inner.lock().values().filter(|entry| entry.extending) {
-            next = next.min(
-                entry
-                    .lease
-                    .visible_until()
-                    .checked_sub(settings.margin())
-                    .unwrap_or(now),
-            );
-        }
-        if retry_soon {
-            next = next.min(now + settings.min_pause());
-        }
-        next.max(now + settings.min_pause())
+        next
     }
 
-    /// The entries due for an extension, by queue; stops (and cancels) the ones past their limit.
-    fn collect_due(&self, now: Instant) -> Vec<Vec<Due>> {
-        let settings = self.inner.settings;
-        let mut due: Vec<Vec<Due>> = (0..self.inner.queues.len()).map(|_| Vec::new()).collect();
-        let mut entries = self.inner.lock();
-        for (id, entry) in entries.iter_mut().filter(|(_, entry)| entry.extending) {
+    /// The entries due for an extension, by queue, marked as in a call; stops (and cancels) the ones
+    /// past their limit. Also returns when the next entry falls due.
+    fn collect_due(&self, now: Instant) -> (Vec<Vec<Due>>, Instant) {
+        let inner = &self.inner;
+        let mut due: Vec<Vec<Due>> = inner.queues.iter().map(|_| Vec::new()).collect();
+        let mut next = now + MAX_SLEEP;
+        let mut entries = inner.lock();
+        for (id, entry) in entries
+            .iter_mut()
+            .filter(|(_, entry)| entry.extending && !entry.in_call)
+        {
+            let target = &inner.queues[entry.queue];
             let visible_until = entry.lease.visible_until();
-            if visible_until > now + settings.margin() {
+            let due_at = visible_until.checked_sub(target.margin()).unwrap_or(now);
+            if due_at > now {
+                next = next.min(due_at);
                 continue;
             }
             let room = entry.stop_at.saturating_duration_since(now);
-            if room <= settings.margin() {
+            if room <= target.margin() {
                 entry.extending = false;
                 tracing::warn!(
                     message_id = %entry.message_id,
-                    queue = %self.inner.queues[entry.queue].name(),
-                    max_processing_time = ?settings.max_processing_time,
+                    queue = %target.queue.name(),
+                    max_processing_time = ?inner.settings.max_processing_time,
                     "message reached its maximum processing time: no more visibility extensions; \
                      cancelling its handler and leaving it to expire"
                 );
                 entry.lease.cancellation().cancel();
                 continue;
             }
+            entry.in_call = true;
             due[entry.queue].push(Due {
                 id: *id,
                 receipt: entry.receipt.clone(),
                 message_id: entry.message_id.clone(),
                 lease: Arc::clone(&entry.lease),
-                timeout: settings.visibility_timeout.min(room),
+                timeout: target.visibility_timeout.min(room),
             });
         }
-        due
-    }
-
-    /// Extends the claims of freshly extended messages to their new visibility deadlines.
-    async fn extend_claims(&self, leases: Vec<(u64, usize, String, Arc<Lease>)>) {
-        let Some(store) = self.inner.store.clone() else {
-            return;
-        };
-        let inner = &self.inner;
-        futures_util::stream::iter(leases)
-            .for_each_concurrent(CLAIM_EXTENSION_CONCURRENCY, |(id, queue, message_id, lease)| {
-                let store = Arc::clone(&store);
-                async move {
-                    let Some(claim) = lease.claim() else {
-                        return;
-                    };
-                    match store.extend_lease(&claim, lease.visible_until_wall()).await {
-                        Ok(()) => {}
-                        Err(StoreError::Fenced { .. }) if lease.claim().as_ref() == Some(&claim) => {
-                            if mark_lost(inner, id, queue, &lease) {
-                                tracing::error!(
-                                    %message_id,
-                                    key = %claim.key,
-                                    "idempotency claim was taken over while the job ran; cancelling the handler"
-                                );
-                            }
-                        }
-                        Err(StoreError::Fenced { .. }) => {}
-                        Err(error) => tracing::warn!(
-                            %error,
-                            %message_id,
-                            key = %claim.key,
-                            "could not extend the idempotency claim; retrying at the next extension"
-                        ),
-                    }
-                }
-            })
-            .await;
+        (due, next)
     }
 }
 
-/// Sends one queue's extensions; returns (whether any should be retried soon, the extended leases).
-async fn extend_queue(
-    inner: &Inner,
-    queue: usize,
-    due: Vec<Due>,
-    sent_at: Instant,
-) -> (bool, Vec<(u64, usize, String, Arc<Lease>)>) {
-    let changes: Vec<VisibilityChange> = due
+/// Extends one batch of one queue, retrying transient failures until the earliest deadline in the
+/// batch; what still fails then has lost its lease.
+async fn extend_batch(inner: Arc<Inner>, queue: usize, batch: Vec<Due>) {
+    let ids: Vec<u64> = batch.iter().map(|due| due.id).collect();
+    let mut remaining = batch;
+    let deadline = remaining
         .iter()
-        .map(|due| VisibilityChange {
-            receipt_handle: due.receipt.clone(),
-            timeout: due.timeout,
-        })
-        .collect();
-    let queue_name = inner.queues[queue].name();
-    let failures = match inner.queues[queue].change_visibility_batch(&changes).await {
-        Ok(failures) => failures,
-        Err(error) => {
-            tracing::warn!(%error, queue = %queue_name, messages = due.len(), "visibility extension failed; retrying");
-            return (true, Vec::new());
-        }
-    };
-    let mut failed = vec![false; due.len()];
-    let mut retry_soon = false;
-    for failure in failures {
-        let Some(entry) = due.get(failure.index) else {
-            continue;
+        .map(|due| due.lease.visible_until())
+        .min()
+        .unwrap_or_else(Instant::now);
+    let mut attempts = Attempts::until(deadline);
+    let mut last_error = String::new();
+    while let Some(left) = attempts.next().await {
+        let changes: Vec<VisibilityChange> = remaining
+            .iter()
+            .map(|due| VisibilityChange {
+                receipt_handle: due.receipt.clone(),
+                timeout: due.timeout,
+            })
+            .collect();
+        let sent_at = Instant::now();
+        let target = &inner.queues[queue].queue;
+        let failures = match attempts.run(left, target.change_visibility_batch(&changes)).await {
+            Ok(failures) => failures,
+            Err(error) if error.is_retryable() => {
+                if attempts.tries() == 1 {
+                    tracing::warn!(%error, queue = %target.name(), messages = remaining.len(), "visibility extension failed; retrying");
+                }
+                last_error = error.to_string();
+                continue;
+            }
+            Err(error) => {
+                lose_all(&inner, queue, &remaining, &error);
+                remaining.clear();
+                break;
+            }
         };
-        failed[failure.index] = true;
-        match failure.error {
-            EntryError::LeaseLost(reason) => {
-                if mark_lost(inner, entry.id, queue, &entry.lease) {
+        remaining = settle_batch(&inner, queue, remaining, failures, sent_at);
+        if remaining.is_empty() {
+            break;
+        }
+        last_error = "an entry failed with a server fault".to_owned();
+    }
+    for due in &remaining {
+        if mark_lost(&inner, due.id, queue, &due.lease) {
+            tracing::error!(
+                message_id = %due.message_id,
+                queue = %inner.name(queue),
+                error = %last_error,
+                "visibility extension kept failing until the deadline: lease lost; cancelling its handler"
+            );
+        }
+    }
+    inner.calls_done(&ids);
+}
+
+/// Applies one answer: successful entries get their new deadline (and a claim extension), lost ones
+/// are cancelled; returns the entries to try again.
+fn settle_batch(
+    inner: &Arc<Inner>,
+    queue: usize,
+    batch: Vec<Due>,
+    failures: Vec<conveyor_core::EntryFailure>,
+    sent_at: Instant,
+) -> Vec<Due> {
+    let mut errors: Vec<Option<EntryError>> = vec![None; batch.len()];
+    for failure in failures {
+        if let Some(slot) = errors.get_mut(failure.index) {
+            *slot = Some(failure.error);
+        }
+    }
+    let mut retry = Vec::new();
+    for (due, error) in batch.into_iter().zip(errors) {
+        match error {
+            None => {
+                due.lease.set_visible_until(sent_at + due.timeout);
+                add(&inner.status.counters().heartbeat_extensions, 1);
+                inner.metrics[queue].extensions.increment(1);
+                extend_claim(inner, queue, &due);
+            }
+            Some(EntryError::Failed {
+                sender_fault: false, ..
+            }) => retry.push(due),
+            Some(error) => {
+                if mark_lost(inner, due.id, queue, &due.lease) {
                     tracing::warn!(
-                        message_id = %entry.message_id,
-                        queue = %queue_name,
-                        %reason,
+                        message_id = %due.message_id,
+                        queue = %inner.name(queue),
+                        %error,
                         "lease lost: the message is no longer in flight for this worker; cancelling its handler"
                     );
                 }
             }
-            EntryError::Failed { code, message, .. } => {
-                retry_soon = true;
-                tracing::warn!(
-                    message_id = %entry.message_id,
-                    queue = %queue_name,
-                    %code,
-                    %message,
-                    "visibility extension refused; retrying"
-                );
+        }
+    }
+    retry
+}
+
+fn lose_all(inner: &Inner, queue: usize, batch: &[Due], error: &QueueError) {
+    for due in batch {
+        if mark_lost(inner, due.id, queue, &due.lease) {
+            tracing::error!(
+                message_id = %due.message_id,
+                queue = %inner.name(queue),
+                %error,
+                "visibility extension refused: lease lost; cancelling its handler"
+            );
+        }
+    }
+}
+
+/// Extends the message's claim (if it holds one) to its new visibility deadline, in a task of its own,
+/// bounded by that deadline; one at a time per message.
+fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
+    let Some(store) = inner.store.clone() else {
+        return;
+    };
+    let Some(claim) = due.lease.claim() else {
+        return;
+    };
+    {
+        let mut entries = inner.lock();
+        let Some(entry) = entries.get_mut(&due.id) else {
+            return;
+        };
+        if entry.claim_in_call {
+            return;
+        }
+        entry.claim_in_call = true;
+    }
+    let inner = Arc::clone(inner);
+    let id = due.id;
+    let lease = Arc::clone(&due.lease);
+    let message_id = due.message_id.clone();
+    tokio::spawn(async move {
+        let _slot = Arc::clone(&inner.claim_slots).acquire_owned().await;
+        let mut attempts = Attempts::until(lease.visible_until());
+        while let Some(left) = attempts.next().await {
+            let call = store.extend_lease(&claim, lease.visible_until_wall());
+            let result = match tokio::time::timeout(left, call).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Unavailable {
+                    message: format!("no answer within {left:?}"),
+                }),
+            };
+            match result {
+                Ok(()) => break,
+                Err(StoreError::Fenced { .. }) if lease.claim().as_ref() == Some(&claim) => {
+                    if mark_lost(&inner, id, queue, &lease) {
+                        tracing::error!(
+                            %message_id,
+                            key = %claim.key,
+                            "idempotency claim was taken over while the job ran; cancelling the handler"
+                        );
+                    }
+                    break;
+                }
+                Err(StoreError::Fenced { .. }) => break,
+                Err(error) if attempts.tries() == 1 => tracing::warn!(
+                    %error,
+                    %message_id,
+                    key = %claim.key,
+                    "could not extend the idempotency claim; retrying"
+                ),
+                Err(_) => {}
             }
         }
-    }
-    let mut extended = Vec::new();
-    for (due, failed) in due.into_iter().zip(failed) {
-        if failed {
-            continue;
+        if let Some(entry) = inner.lock().get_mut(&id) {
+            entry.claim_in_call = false;
         }
-        due.lease.set_visible_until(sent_at + due.timeout);
-        add(&inner.status.counters().heartbeat_extensions, 1);
-        inner.metrics[queue].extensions.increment(1);
-        if due.lease.claim().is_some() {
-            extended.push((due.id, queue, due.message_id, due.lease));
-        }
-    }
-    (retry_soon, extended)
+    });
 }
 
 /// Stops extending entry `id`, cancels its handler and counts the lost lease. Does nothing when the
@@ -386,6 +477,9 @@ fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
         let Some(entry) = entries.get_mut(&id) else {
             return false;
         };
+        if !entry.extending {
+            return false;
+        }
         entry.extending = false;
     }
     if !lease.cancellation().is_cancelled() {
@@ -419,11 +513,11 @@ mod tests {
         let queue = Arc::new(MemoryQueue::standard("heartbeat").with_visibility_timeout(VISIBILITY));
         let status = WorkerStatus::new(1);
         let heartbeats = Heartbeats::new(
-            HeartbeatSettings {
+            HeartbeatSettings { max_processing_time },
+            vec![HeartbeatQueue {
+                queue: queue.clone() as Arc<dyn Queue>,
                 visibility_timeout: VISIBILITY,
-                max_processing_time,
-            },
-            vec![queue.clone() as Arc<dyn Queue>],
+            }],
             store,
             status.clone(),
             vec![Arc::new(QueueMetrics::new(Arc::from("heartbeat")))],
@@ -525,11 +619,11 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(25)).await;
         assert_eq!(setup.status.report().heartbeat_extensions, 0);
         setup.queue.set_unavailable(false);
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
         assert_eq!(
             setup.status.report().heartbeat_extensions,
             1,
-            "retried within a second"
+            "retried within two seconds"
         );
         assert!(!lease.cancellation().is_cancelled());
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -564,7 +658,7 @@ mod tests {
             "visibility failed, so the claim is left alone"
         );
         setup.queue.set_unavailable(false);
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(store.requests().extend_lease, 1);
 
         // A claim taken back by the pipeline (being settled) is not extended.
@@ -572,6 +666,204 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(store.requests().extend_lease, 1);
         assert!(setup.status.report().heartbeat_extensions >= 2);
+        setup.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_until_the_deadline_loses_the_lease() {
+        let setup = setup(Duration::from_secs(3600), None);
+        let (_message, lease, _registration) = receive(&setup).await;
+        setup.queue.set_unavailable(true);
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert!(
+            !lease.cancellation().is_cancelled(),
+            "retrying while time is left"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            lease.cancellation().is_cancelled(),
+            "lost at the deadline, not before"
+        );
+        assert_eq!(setup.status.report().leases_lost, 1);
+        setup.stop.cancel();
+    }
+
+    /// A queue whose visibility calls hang while `hang` is set.
+    struct Hanging {
+        inner: Arc<MemoryQueue>,
+        hang: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl Queue for Hanging {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn visibility_timeout(&self) -> Duration {
+            self.inner.visibility_timeout()
+        }
+        fn max_receive_count(&self) -> Option<u32> {
+            None
+        }
+        async fn receive_with_visibility(
+            &self,
+            max: usize,
+            wait: Duration,
+            visibility: Duration,
+        ) -> Result<Vec<Message>, QueueError> {
+            self.inner.receive_with_visibility(max, wait, visibility).await
+        }
+        async fn delete_batch(
+            &self,
+            receipts: &[ReceiptHandle],
+        ) -> Result<Vec<conveyor_core::EntryFailure>, QueueError> {
+            self.inner.delete_batch(receipts).await
+        }
+        async fn change_visibility_batch(
+            &self,
+            changes: &[VisibilityChange],
+        ) -> Result<Vec<conveyor_core::EntryFailure>, QueueError> {
+            if self.hang.load(Ordering::Relaxed) {
+                std::future::pending::<()>().await;
+            }
+            self.inner.change_visibility_batch(changes).await
+        }
+        async fn send(&self, message: conveyor_core::OutgoingMessage) -> Result<String, QueueError> {
+            self.inner.send(message).await
+        }
+        async fn dead_letter(
+            &self,
+            message: &Message,
+            failure: &conveyor_core::Failure,
+        ) -> Result<conveyor_core::DeadLetter, QueueError> {
+            self.inner.dead_letter(message, failure).await
+        }
+        async fn depth(&self) -> Result<conveyor_core::QueueDepth, QueueError> {
+            self.inner.depth().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_call_on_one_queue_stalls_nothing_else() {
+        let healthy = Arc::new(MemoryQueue::standard("healthy").with_visibility_timeout(VISIBILITY));
+        let hanging = Arc::new(Hanging {
+            inner: Arc::new(
+                MemoryQueue::standard("hanging").with_visibility_timeout(Duration::from_secs(12)),
+            ),
+            hang: std::sync::atomic::AtomicBool::new(true),
+        });
+        let status = WorkerStatus::new(2);
+        let heartbeats = Heartbeats::new(
+            HeartbeatSettings {
+                max_processing_time: Duration::from_secs(3600),
+            },
+            vec![
+                HeartbeatQueue {
+                    queue: hanging.clone() as Arc<dyn Queue>,
+                    visibility_timeout: Duration::from_secs(12),
+                },
+                HeartbeatQueue {
+                    queue: healthy.clone() as Arc<dyn Queue>,
+                    visibility_timeout: VISIBILITY,
+                },
+            ],
+            None,
+            status.clone(),
+            vec![
+                Arc::new(QueueMetrics::new(Arc::from("hanging"))),
+                Arc::new(QueueMetrics::new(Arc::from("healthy"))),
+            ],
+        );
+        let stop = CancellationToken::new();
+        tokio::spawn(heartbeats.clone().run(stop.clone()));
+        let mut registrations = Vec::new();
+        let mut leases = Vec::new();
+        for (index, queue) in [(0, hanging.inner.clone()), (1, healthy.clone())] {
+            queue.push("{}").unwrap();
+            let visibility = if index == 0 {
+                Duration::from_secs(12)
+            } else {
+                VISIBILITY
+            };
+            let message = queue
+                .receive_with_visibility(1, Duration::ZERO, visibility)
+                .await
+                .unwrap()
+                .pop()
+                .unwrap();
+            let lease = Arc::new(Lease::new(Instant::now() + visibility));
+            registrations.push(heartbeats.register(index, &message, Arc::clone(&lease), Instant::now()));
+            leases.push(lease);
+        }
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert!(
+            leases[0].cancellation().is_cancelled(),
+            "the hung call is cut at its deadline"
+        );
+        assert!(!leases[1].cancellation().is_cancelled());
+        assert_eq!(healthy.snapshot()[0].state, MessageState::InFlight);
+        assert!(status.report().heartbeat_extensions >= 5, "{:?}", status.report());
+        assert_eq!(status.report().leases_lost, 1);
+        stop.cancel();
+    }
+
+    /// A store whose lease extensions hang.
+    struct SlowStore(MemoryIdempotencyStore);
+
+    #[async_trait::async_trait]
+    impl IdempotencyStore for SlowStore {
+        async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+            self.0.claim(request).await
+        }
+        async fn complete(
+            &self,
+            claim: &conveyor_core::Claim,
+            output: Option<&str>,
+            expires_at: SystemTime,
+        ) -> Result<(), StoreError> {
+            self.0.complete(claim, output, expires_at).await
+        }
+        async fn release(&self, claim: &conveyor_core::Claim) -> Result<(), StoreError> {
+            self.0.release(claim).await
+        }
+        async fn extend_lease(
+            &self,
+            _claim: &conveyor_core::Claim,
+            _lease_until: SystemTime,
+        ) -> Result<(), StoreError> {
+            std::future::pending().await
+        }
+        async fn get(&self, key: &str) -> Result<Option<conveyor_core::IdempotencyRecord>, StoreError> {
+            self.0.get(key).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_store_never_holds_up_visibility() {
+        let store = Arc::new(SlowStore(MemoryIdempotencyStore::new()));
+        let setup = setup(
+            Duration::from_secs(3600),
+            Some(store.clone() as Arc<dyn IdempotencyStore>),
+        );
+        let (_message, lease, _registration) = receive(&setup).await;
+        let request = ClaimRequest {
+            key: "conveyor:test#slow".into(),
+            lease_until: lease.visible_until_wall(),
+            expires_at: SystemTime::now() + Duration::from_secs(3600),
+            validation: None,
+        };
+        let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
+            panic!("the key is free")
+        };
+        lease.hold_claim(claim);
+        tokio::time::sleep(Duration::from_secs(290)).await;
+        assert_eq!(
+            setup.status.report().heartbeat_extensions,
+            14,
+            "same pace as without a store"
+        );
+        assert_eq!(state(&setup.queue), MessageState::InFlight);
+        assert!(!lease.cancellation().is_cancelled());
         setup.stop.cancel();
     }
 }

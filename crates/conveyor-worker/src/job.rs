@@ -5,25 +5,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::{Lease, Message};
+use conveyor_core::{Budget, Lease, Message, Outcome, Processed};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::apply::{Settled, apply, release_in_order, set_visibility};
-use crate::capacity::Permit;
-use crate::heartbeat::Registration;
+use crate::apply::{Applying, Settled, apply, release_in_order, set_visibility};
 use crate::protect::{Admission, Breaker, acquire_slot};
 use crate::report::add;
-use crate::runtime::{InFlight, Runtime};
+use crate::runtime::{Held, Runtime};
 use crate::telemetry::record_deferral;
 
 /// A received message with everything that keeps it in flight.
 pub(crate) struct Received {
     pub(crate) message: Message,
     pub(crate) lease: Arc<Lease>,
-    pub(crate) registration: Registration,
-    pub(crate) permit: Permit,
-    pub(crate) in_flight: InFlight,
+    pub(crate) held: Held,
+    /// When the receive returned.
+    pub(crate) received_at: Instant,
 }
 
 /// Runs one message and applies its outcome.
@@ -40,6 +39,23 @@ pub(crate) async fn run_message(runtime: Arc<Runtime>, queue: usize, received: R
         .await
 }
 
+/// Why a message waits in flight instead of going back (FIFO: a copy would break the group's order).
+enum Wait {
+    /// Waited; try again.
+    Again,
+    /// Shutdown or the lease ended while waiting.
+    Stop,
+}
+
+/// Waits `delay` holding the message in flight (the heartbeat keeps it invisible).
+async fn wait_in_flight(runtime: &Runtime, lease: &Lease, delay: Duration) -> Wait {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => Wait::Again,
+        () = runtime.stop_receiving.cancelled() => Wait::Stop,
+        () = lease.cancellation().cancelled() => Wait::Stop,
+    }
+}
+
 async fn run_in_span(
     runtime: Arc<Runtime>,
     queue: usize,
@@ -49,58 +65,91 @@ async fn run_in_span(
     let Received {
         message,
         lease,
-        registration,
-        permit,
-        in_flight,
+        held,
+        received_at,
     } = received;
+    let message = Arc::new(message);
+    let target = Applying {
+        queue,
+        message: &message,
+        lease: &lease,
+        received_at,
+    };
     let job_type = runtime.pipeline.router().job_type_for(&message);
     if let Some(job_type) = job_type {
         span.record("job_type", job_type);
     }
+    let fifo = runtime.queues[queue].is_fifo();
+    let counters = runtime.status.counters();
 
-    let admitted = match admit(&runtime, job_type).await {
-        Admit::Run(admitted) => admitted,
-        Admit::Shutdown => {
-            add(&runtime.status.counters().released_at_shutdown, 1);
-            tracing::info!("shutting down before the job started; the message is visible again");
-            set_visibility(&runtime, queue, &message, Duration::ZERO).await;
-            return Settled::Returned;
-        }
-        Admit::Defer { delay, downstream } => {
-            let counters = runtime.status.counters();
+    loop {
+        let admitted = match admit(&runtime, job_type).await {
+            Admit::Run(admitted) => admitted,
+            Admit::Shutdown => {
+                add(&counters.released_at_shutdown, 1);
+                tracing::info!("shutting down before the job started; the message is visible again");
+                set_visibility(&runtime, &target, Duration::ZERO).await;
+                return Settled::Returned;
+            }
+            Admit::Defer { delay, downstream } => {
+                add(&counters.circuit_deferred, 1);
+                record_deferral(&downstream);
+                if fifo {
+                    tracing::info!(%downstream, ?delay, "circuit open; the FIFO message waits in flight");
+                    if let Wait::Again = wait_in_flight(&runtime, &lease, delay).await {
+                        continue;
+                    }
+                }
+                tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
+                let reason = format!("circuit of {downstream} open");
+                let processed = Processed {
+                    outcome: Outcome::Defer { delay, reason },
+                    job_type,
+                    handler_duration: None,
+                    output: None,
+                };
+                return apply(&runtime, target, processed, held).await;
+            }
+        };
+
+        if lease.cancellation().is_cancelled() {
+            // The lease ended (lost, or the processing limit passed) while the message waited to start.
             add(&counters.retried, 1);
-            add(&counters.circuit_deferred, 1);
-            record_deferral(&downstream);
-            tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
-            set_visibility(&runtime, queue, &message, delay).await;
+            tracing::info!("lease ended before the job started; not running it");
+            set_visibility(&runtime, &target, Duration::ZERO).await;
             return Settled::Returned;
         }
-    };
-
-    if lease.cancellation().is_cancelled() {
-        // The lease ended (lost, or the processing limit passed) while the message waited to start.
-        add(&runtime.status.counters().retried, 1);
-        tracing::info!("lease ended before the job started; not running it");
-        set_visibility(&runtime, queue, &message, Duration::ZERO).await;
-        return Settled::Returned;
+        let budget = Budget {
+            run_deadline: None,
+            max_attempts: runtime.queues[queue].max_receive_count(),
+        };
+        let processed = runtime
+            .pipeline
+            .process(
+                Arc::clone(&message),
+                Arc::clone(&runtime.names[queue]),
+                &lease,
+                budget,
+            )
+            .await;
+        let Admitted { slot, breaker } = admitted;
+        drop(slot);
+        if let Some(ticket) = breaker {
+            let verdict = (processed.ran() && !lease.cancellation().is_cancelled())
+                .then_some(!matches!(processed.outcome, Outcome::Retry { .. }));
+            ticket.finish(verdict);
+        }
+        if let (true, Outcome::Defer { delay, reason }) = (fifo, &processed.outcome) {
+            let room = (received_at + MAX_VISIBILITY_TIMEOUT).saturating_duration_since(Instant::now());
+            if *delay < room {
+                tracing::info!(%reason, ?delay, "the FIFO message waits in flight, then runs again");
+                if let Wait::Again = wait_in_flight(&runtime, &lease, *delay).await {
+                    continue;
+                }
+            }
+        }
+        return apply(&runtime, target, processed, held).await;
     }
-    let message = Arc::new(message);
-    let queue_name = Arc::clone(&runtime.names[queue]);
-    let processed = runtime
-        .pipeline
-        .process(Arc::clone(&message), queue_name, &lease, None)
-        .await;
-    let Admitted { slot, breaker } = admitted;
-    drop(slot);
-    if let Some(ticket) = breaker {
-        let verdict = (processed.ran() && !lease.cancellation().is_cancelled())
-            .then_some(!matches!(processed.outcome, conveyor_core::Outcome::Retry { .. }));
-        ticket.finish(verdict);
-    }
-    let settled = apply(&runtime, queue, &message, processed, &lease, registration).await;
-    drop(permit);
-    drop(in_flight);
-    settled
 }
 
 /// Runs a FIFO group's messages of one batch in order, one at a time. When one goes back to the
@@ -149,7 +198,12 @@ async fn release_rest(runtime: &Runtime, queue: usize, rest: VecDeque<Received>,
         return;
     }
     let messages: Vec<&Message> = rest.iter().map(|received| &received.message).collect();
-    release_in_order(runtime, queue, &messages).await;
+    let deadline = rest
+        .iter()
+        .map(|received| received.lease.visible_until())
+        .min()
+        .unwrap_or_else(Instant::now);
+    release_in_order(runtime, queue, &messages, deadline).await;
     let counters = runtime.status.counters();
     match reason {
         Reason::Shutdown => add(&counters.released_at_shutdown, rest.len() as u64),

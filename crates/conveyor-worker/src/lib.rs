@@ -3,6 +3,7 @@
 mod apply;
 mod capacity;
 pub mod config;
+pub mod connect;
 mod deleter;
 mod error;
 pub mod heartbeat;
@@ -11,6 +12,7 @@ mod ops;
 pub mod protect;
 mod receiver;
 mod report;
+mod retry;
 mod runtime;
 mod signals;
 mod stats;

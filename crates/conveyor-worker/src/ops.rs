@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::WorkerError;
 use crate::report::WorkerStatus;
+use crate::telemetry::record_log_write_errors;
 
 /// The longest request head accepted.
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -69,14 +70,13 @@ async fn respond(
     let path = path.split('?').next().unwrap_or("");
     let (code, content_type, body) = match (method, path) {
         ("GET" | "HEAD", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
-        ("GET" | "HEAD", "/readyz") if status.is_ready() => (200, "text/plain", "ready\n".to_owned()),
-        ("GET" | "HEAD", "/readyz") => (
-            503,
-            "text/plain",
-            "not ready: the last receive failed (or none succeeded yet); see the worker's logs\n".to_owned(),
-        ),
+        ("GET" | "HEAD", "/readyz") => match status.not_ready_because() {
+            None => (200, "text/plain", "ready\n".to_owned()),
+            Some(reason) => (503, "text/plain", format!("{reason}\n")),
+        },
         ("GET" | "HEAD", "/metrics") => match metrics {
             Some(handle) => {
+                record_log_write_errors();
                 handle.run_upkeep();
                 (200, "text/plain; version=0.0.4", handle.render())
             }

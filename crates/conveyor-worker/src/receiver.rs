@@ -21,13 +21,13 @@ use std::time::{Duration, SystemTime};
 
 use conveyor_core::config::WorkerConfig;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
-use conveyor_core::{Lease, Message, QueueError};
+use conveyor_core::{Lease, Message, QueueError, VisibilityChange};
 use tokio::time::Instant;
 
 use crate::capacity::Permit;
 use crate::job::{Received, run_group, run_message};
 use crate::report::add;
-use crate::runtime::{InFlight, Runtime};
+use crate::runtime::{Held, InFlight, Runtime};
 use crate::telemetry::seconds;
 
 /// In-flight slots per receive loop.
@@ -70,11 +70,18 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
         let wanted = if last_was_empty { 1 } else { batch };
         permits.extend(runtime.capacity.try_acquire(queue, wanted - 1));
 
+        let visibility = runtime.visibility[queue];
+        let receive = target.receive_with_visibility(permits.len(), wait, visibility);
+        tokio::pin!(receive);
         let result = tokio::select! {
             biased;
-            result = target.receive(permits.len(), wait) => result,
-            // The Queue contract allows dropping a receive mid-wait.
-            () = stop.cancelled() => return,
+            result = &mut receive => result,
+            () = stop.cancelled() => {
+                // Dropping the call could strand messages SQS already handed out (invisible for a
+                // whole visibility timeout): let it return, and release what it brings at once.
+                release_late(&runtime, queue, receive, permits).await;
+                return;
+            }
         };
         let received_at = Instant::now();
         match result {
@@ -124,6 +131,47 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
     }
 }
 
+/// Waits for a receive that was in flight when shutdown began (bounded by the drain deadline; the
+/// client's own deadline cuts it earlier) and makes what it brought visible again at once.
+async fn release_late(
+    runtime: &Arc<Runtime>,
+    queue: usize,
+    receive: impl std::future::Future<Output = Result<Vec<Message>, QueueError>>,
+    permits: Vec<Permit>,
+) {
+    let bound = runtime.config.drain_deadline();
+    let Ok(Ok(messages)) = tokio::time::timeout(bound, receive).await else {
+        return;
+    };
+    if messages.is_empty() {
+        return;
+    }
+    let target = &runtime.queues[queue];
+    let changes: Vec<VisibilityChange> = messages
+        .iter()
+        .map(|message| VisibilityChange {
+            receipt_handle: message.receipt_handle.clone(),
+            timeout: Duration::ZERO,
+        })
+        .collect();
+    let deadline = Instant::now() + runtime.visibility[queue];
+    let released = crate::retry::until(deadline.min(Instant::now() + bound), || {
+        target.change_visibility_batch(&changes)
+    })
+    .await;
+    add(
+        &runtime.status.counters().released_at_shutdown,
+        messages.len() as u64,
+    );
+    tracing::info!(
+        queue = %target.name(),
+        messages = messages.len(),
+        released = released.is_ok(),
+        "a receive in flight at shutdown brought messages; they are visible again"
+    );
+    drop(permits);
+}
+
 /// The pause after the `failures`-th failed receive in a row: exponential with "equal jitter" (half
 /// fixed, half random, so a fleet does not retry in step, and no pause is near zero). Transient
 /// errors start at 200 ms and cap at 20 s; a missing queue or denied access starts at 1 s and caps
@@ -148,7 +196,7 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
     add(&runtime.status.counters().received, messages.len() as u64);
     metrics.received.increment(messages.len() as u64);
     let now = SystemTime::now();
-    let visible_until = at + runtime.config.visibility_timeout;
+    let visible_until = at + runtime.visibility[queue];
     let fifo = runtime.queues[queue].is_fifo();
     let mut groups: HashMap<String, Vec<Received>> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -163,9 +211,12 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
         let received = Received {
             message,
             lease,
-            registration,
-            permit,
-            in_flight: InFlight::new(runtime),
+            held: Held {
+                registration,
+                permit,
+                in_flight: InFlight::new(runtime),
+            },
+            received_at: at,
         };
         if !fifo {
             runtime

@@ -1,7 +1,7 @@
 //! What a worker did: counters shared by its tasks, read as a [`WorkerReport`] or a live [`WorkerStatus`].
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Counts for a worker's run, returned by [`Worker::run`](crate::Worker::run).
@@ -25,12 +25,17 @@ pub struct WorkerReport {
     pub fifo_requeued: u64,
     /// Messages deferred unrun because their downstream's circuit was open (also counted in `retried`).
     pub circuit_deferred: u64,
+    /// Messages put back without running and without spending a receive (a delayed copy was sent).
+    pub deferred: u64,
     /// Visibility extensions made by the heartbeat.
     pub heartbeat_extensions: u64,
     /// Leases lost while a job ran (extension refused, or the claim was taken over).
     pub leases_lost: u64,
     /// Deletes that failed for good (the message comes back and is acked as a duplicate).
     pub deletes_failed: u64,
+    /// Log lines dropped in this process because the log output failed (a closed pipe, a full disk);
+    /// they change nothing else.
+    pub log_write_errors: u64,
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +48,7 @@ pub(crate) struct Counters {
     pub(crate) released_at_shutdown: AtomicU64,
     pub(crate) fifo_requeued: AtomicU64,
     pub(crate) circuit_deferred: AtomicU64,
+    pub(crate) deferred: AtomicU64,
     pub(crate) heartbeat_extensions: AtomicU64,
     pub(crate) leases_lost: AtomicU64,
     pub(crate) deletes_failed: AtomicU64,
@@ -65,19 +71,29 @@ impl Counters {
             released_at_shutdown: get(&self.released_at_shutdown),
             fifo_requeued: get(&self.fifo_requeued),
             circuit_deferred: get(&self.circuit_deferred),
+            deferred: get(&self.deferred),
             heartbeat_extensions: get(&self.heartbeat_extensions),
             leases_lost: get(&self.leases_lost),
             deletes_failed: get(&self.deletes_failed),
+            log_write_errors: conveyor_core::log_output::write_errors(),
         }
     }
 }
+
+/// [`StatusInner::phase`]: not running yet (or no longer), running, draining.
+const IDLE: u8 = 0;
+const RUNNING: u8 = 1;
+const DRAINING: u8 = 2;
 
 /// State shared by the worker's tasks and its [`WorkerStatus`] handles.
 #[derive(Debug)]
 pub(crate) struct StatusInner {
     pub(crate) counters: Counters,
-    /// Per queue: did the last receive succeed?
+    /// Per queue: false when the last receive failed (true until one does: the queues the worker was
+    /// given are connected).
     pub(crate) receiving: Vec<AtomicBool>,
+    /// [`IDLE`], [`RUNNING`] or [`DRAINING`].
+    phase: AtomicU8,
     pub(crate) in_flight: AtomicUsize,
     pub(crate) operations_addr: Mutex<Option<SocketAddr>>,
 }
@@ -93,16 +109,47 @@ impl WorkerStatus {
         Self {
             inner: Arc::new(StatusInner {
                 counters: Counters::default(),
-                receiving: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+                receiving: (0..queues).map(|_| AtomicBool::new(true)).collect(),
+                phase: AtomicU8::new(IDLE),
                 in_flight: AtomicUsize::new(0),
                 operations_addr: Mutex::new(None),
             }),
         }
     }
 
-    /// True when the last receive from every queue succeeded (what `/readyz` answers).
+    /// What `/readyz` answers: true while the worker runs (its queues are connected: it was given
+    /// them connected), is not draining, and no queue's last receive failed. It does not wait for a
+    /// first receive to return (an empty queue's long poll takes 20 s); it turns false as soon as a
+    /// shutdown starts, so a load balancer or ECS stops sending traffic to a draining worker.
     pub fn is_ready(&self) -> bool {
-        self.inner.receiving.iter().all(|ok| ok.load(Ordering::Relaxed))
+        self.not_ready_because().is_none()
+    }
+
+    /// True from the start of a shutdown (a signal, or the `run` token cancelled) until the run returns.
+    pub fn is_draining(&self) -> bool {
+        self.inner.phase.load(Ordering::Relaxed) == DRAINING
+    }
+
+    /// Why the worker is not ready, or `None` when it is (the body of a 503 from `/readyz`).
+    pub(crate) fn not_ready_because(&self) -> Option<&'static str> {
+        match self.inner.phase.load(Ordering::Relaxed) {
+            IDLE => Some("not ready: the worker is not running"),
+            DRAINING => Some("not ready: draining in-flight jobs before shutting down"),
+            _ if !self.inner.receiving.iter().all(|ok| ok.load(Ordering::Relaxed)) => {
+                Some("not ready: the last receive from a queue failed; see the worker's logs")
+            }
+            _ => None,
+        }
+    }
+
+    /// The run has started: its queues are connected and its receive loops are running.
+    pub(crate) fn set_running(&self) {
+        self.inner.phase.store(RUNNING, Ordering::Relaxed);
+    }
+
+    /// The shutdown has started: receiving stops, in-flight jobs drain.
+    pub(crate) fn set_draining(&self) {
+        self.inner.phase.store(DRAINING, Ordering::Relaxed);
     }
 
     /// Messages this worker holds in flight now (received and not yet settled).

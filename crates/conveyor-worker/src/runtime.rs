@@ -9,9 +9,11 @@ use metrics::Gauge;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::capacity::Capacity;
+use std::time::Duration;
+
+use crate::capacity::{Capacity, Permit};
 use crate::deleter::Deleter;
-use crate::heartbeat::Heartbeats;
+use crate::heartbeat::{Heartbeats, Registration};
 use crate::protect::Guards;
 use crate::report::WorkerStatus;
 use crate::telemetry::QueueMetrics;
@@ -23,6 +25,8 @@ pub(crate) struct Runtime {
     pub(crate) queues: Vec<Arc<dyn Queue>>,
     /// The queues' names, shared with the pipeline.
     pub(crate) names: Vec<Arc<str>>,
+    /// What each queue's receives send as `VisibilityTimeout` (and its extensions extend by).
+    pub(crate) visibility: Vec<Duration>,
     pub(crate) metrics: Vec<Arc<QueueMetrics>>,
     pub(crate) capacity: Arc<Capacity>,
     pub(crate) heartbeats: Heartbeats,
@@ -38,9 +42,29 @@ pub(crate) struct Runtime {
     pub(crate) tracker: TaskTracker,
 }
 
+/// What keeps one received message in flight: its heartbeat, its capacity slot, its count. Dropped
+/// once the message's outcome was applied to the queue (the visibility change answered, or the delete
+/// was queued: a pending delete keeps only the heartbeat registration and a pending-delete slot).
+#[derive(Debug)]
+#[expect(dead_code, reason = "held for their Drop")]
+pub(crate) struct Held {
+    /// Ends the message's heartbeat when dropped.
+    pub(crate) registration: Registration,
+    /// The in-flight slot; pending deletes keep theirs, so they count against `max_in_flight`.
+    pub(crate) permit: Permit,
+    /// The in-flight count.
+    pub(crate) in_flight: InFlight,
+}
+
 /// Counts one message as in flight in this worker until dropped.
 pub(crate) struct InFlight {
     runtime: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InFlight")
+    }
 }
 
 impl InFlight {

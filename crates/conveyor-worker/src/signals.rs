@@ -1,4 +1,5 @@
-//! SIGTERM and SIGINT: the first starts a graceful drain, the second skips it.
+//! SIGTERM and SIGINT: the first starts a graceful drain, the second skips it. Each signal is acted on
+//! before it is logged, so a broken log output cannot delay or lose a shutdown.
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,15 +24,16 @@ pub(crate) fn listen(
                     _ = interrupt.recv() => "SIGINT",
                 };
                 received += 1;
+                // Act first, log after: the shutdown must not depend on the log output.
                 if received == 1 {
+                    graceful.cancel();
                     tracing::info!(
                         signal = name,
                         "shutting down gracefully; send it again to stop at once"
                     );
-                    graceful.cancel();
                 } else {
-                    tracing::warn!(signal = name, "second signal: cancelling the remaining jobs now");
                     immediate.cancel();
+                    tracing::warn!(signal = name, "second signal: cancelling the remaining jobs now");
                 }
             }
         }))
@@ -44,8 +46,8 @@ pub(crate) fn listen(
                     return;
                 }
                 if round == 0 {
-                    tracing::info!("Ctrl-C: shutting down gracefully; press it again to stop at once");
                     graceful.cancel();
+                    tracing::info!("Ctrl-C: shutting down gracefully; press it again to stop at once");
                 } else {
                     immediate.cancel();
                 }

@@ -35,6 +35,14 @@ pub const QUEUE_VISIBLE: &str = "conveyor_queue_visible";
 pub const QUEUE_IN_FLIGHT: &str = "conveyor_queue_in_flight";
 /// `ApproximateNumberOfMessagesDelayed` (label `queue`).
 pub const QUEUE_DELAYED: &str = "conveyor_queue_delayed";
+/// Messages in a dead-letter queue the worker watches (label `queue`: the DLQ's name): visible, in
+/// flight and delayed together. Only DLQs passed to
+/// [`Worker::watch_dead_letter_queue`](crate::Worker::watch_dead_letter_queue) are measured. Alert when
+/// it is above zero: each message there is a job that will not run again until someone redrives it.
+pub const DLQ_MESSAGES: &str = "conveyor_dlq_messages";
+/// Log lines dropped because the log output failed (a closed pipe, a full disk): logging never
+/// changes what happens to a job, so a failed write is counted here instead.
+pub const LOG_WRITE_ERRORS: &str = "conveyor_log_write_errors_total";
 
 const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
@@ -95,6 +103,8 @@ fn describe() {
     metrics::describe_gauge!(QUEUE_VISIBLE, "Approximate visible messages.");
     metrics::describe_gauge!(QUEUE_IN_FLIGHT, "Approximate in-flight messages.");
     metrics::describe_gauge!(QUEUE_DELAYED, "Approximate delayed messages.");
+    metrics::describe_gauge!(DLQ_MESSAGES, "Messages in a watched dead-letter queue.");
+    metrics::describe_counter!(LOG_WRITE_ERRORS, "Log writes that failed and were dropped.");
 }
 
 /// One queue's metric handles, resolved once so the hot path does not build keys per message.
@@ -158,6 +168,18 @@ pub(crate) fn record_depth(queue: &Arc<str>, depth: conveyor_core::QueueDepth) {
     metrics::gauge!(QUEUE_VISIBLE, "queue" => Arc::clone(queue)).set(depth.visible as f64);
     metrics::gauge!(QUEUE_IN_FLIGHT, "queue" => Arc::clone(queue)).set(depth.in_flight as f64);
     metrics::gauge!(QUEUE_DELAYED, "queue" => Arc::clone(queue)).set(depth.delayed as f64);
+}
+
+/// Records a watched dead-letter queue's depth: [`DLQ_MESSAGES`], and the same gauges as a queue.
+pub(crate) fn record_dlq_depth(dlq: &Arc<str>, depth: conveyor_core::QueueDepth) {
+    let total = depth.visible + depth.in_flight + depth.delayed;
+    metrics::gauge!(DLQ_MESSAGES, "queue" => Arc::clone(dlq)).set(total as f64);
+    record_depth(dlq, depth);
+}
+
+/// Copies the process's count of dropped log writes into its counter (before each `/metrics` render).
+pub(crate) fn record_log_write_errors() {
+    metrics::counter!(LOG_WRITE_ERRORS).absolute(conveyor_core::log_output::write_errors());
 }
 
 /// Records a circuit deferral.

@@ -2,9 +2,15 @@
 //!
 //! # Shutdown sequence
 //!
-//! 1. Stop receiving: the long polls are dropped mid-wait; messages received but not started (waiting
-//!    for a FIFO predecessor, a job-type slot or a rate token) are made visible again at once.
-//! 2. Drain: in-flight jobs may finish within `drain_deadline`; heartbeats keep extending them, and
+//! Everything below fits in the platform's stop timeout (`stop_timeout`, `CONVEYOR_STOP_TIMEOUT_SECS`,
+//! 30 s by default as on ECS): the drain deadline plus [`SHUTDOWN_RESERVE`] (cancel grace, releases,
+//! delete flush), which the config's validation enforces.
+//!
+//! 1. Stop receiving: no new long poll starts. A long poll in flight is allowed to return (SQS may
+//!    already have handed out its messages) and what it brings is made visible again at once. Messages
+//!    received but not started (waiting for a FIFO predecessor, a job-type slot or a rate token) are
+//!    made visible again at once.
+//! 2. Drain: in-flight jobs may finish within the drain deadline; heartbeats keep extending them, and
 //!    their outcomes are applied as usual.
 //! 3. Past the deadline (or at once on a second signal): every remaining lease's token is cancelled;
 //!    the pipeline gives handlers a short grace, releases their claims, and their messages are made
@@ -16,15 +22,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::config::WorkerConfig;
+use conveyor_core::defaults::{MIN_VISIBILITY_TIMEOUT, SHUTDOWN_RESERVE};
 use conveyor_core::pipeline::CANCEL_GRACE;
 use conveyor_core::{Pipeline, Queue};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::capacity::Capacity;
 use crate::error::WorkerError;
-use crate::heartbeat::{HeartbeatSettings, Heartbeats};
+use crate::heartbeat::{HeartbeatQueue, HeartbeatSettings, Heartbeats};
 use crate::protect::{BreakerSettings, Guards, Protections};
 use crate::receiver::{plan_loops, receive_loop};
 use crate::report::{WorkerReport, WorkerStatus};
@@ -33,9 +41,13 @@ use crate::telemetry::{QueueMetrics, in_flight_gauge, install_recorder};
 use crate::{deleter, ops, signals, stats};
 
 /// How long cancelled jobs get to apply their outcome after the pipeline's grace period.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the final delete flush may take.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+const _: () = assert!(
+    CANCEL_GRACE.as_secs() + RELEASE_TIMEOUT.as_secs() + FLUSH_TIMEOUT.as_secs() < SHUTDOWN_RESERVE.as_secs(),
+    "the shutdown steps after the drain must fit in SHUTDOWN_RESERVE"
+);
 
 /// A long-poll worker: receives from one or more queues and runs each message through the pipeline.
 ///
@@ -54,6 +66,8 @@ pub struct Worker {
     config: WorkerConfig,
     pipeline: Pipeline,
     queues: Vec<Arc<dyn Queue>>,
+    /// What each queue's receives send as `VisibilityTimeout`.
+    visibility: Vec<Duration>,
     dead_letter_queues: Vec<Arc<dyn Queue>>,
     protections: Protections,
     status: WorkerStatus,
@@ -72,7 +86,10 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     /// A worker for `queues`, which line up with `config.queues` (same count and order: `queues[i]`
-    /// has the weight `config.queues[i].weight`). Validates the config.
+    /// has the weight `config.queues[i].weight`). Validates the config against the queues: each
+    /// receive sends the queue's own visibility timeout (or `config.visibility_timeout`), which must
+    /// leave the heartbeat room to work, and every handler's idempotency record must outlive the
+    /// longest processing time.
     pub fn new(
         config: WorkerConfig,
         pipeline: Pipeline,
@@ -85,11 +102,14 @@ impl Worker {
                 configured: config.queues.len(),
             });
         }
+        let visibility = check_queues(&config, &queues)?;
+        check_record_lifetimes(&config, &pipeline)?;
         let status = WorkerStatus::new(queues.len());
         Ok(Worker {
             config,
             pipeline,
             queues,
+            visibility,
             dead_letter_queues: Vec::new(),
             protections: Protections::default(),
             status,
@@ -129,7 +149,8 @@ impl Worker {
         self
     }
 
-    /// Also reports this dead-letter queue's depth in the queue metrics (label `queue` = its name).
+    /// Also reports this dead-letter queue's depth: `conveyor_dlq_messages{queue="<its name>"}` (and the
+    /// queue depth gauges under its name).
     pub fn watch_dead_letter_queue(mut self, queue: Arc<dyn Queue>) -> Self {
         self.dead_letter_queues.push(queue);
         self
@@ -186,12 +207,20 @@ impl Worker {
         let weights: Vec<u32> = config.queues.iter().map(|queue| queue.weight).collect();
 
         let background = CancellationToken::new();
+        let heartbeat_queues = self
+            .queues
+            .iter()
+            .zip(&self.visibility)
+            .map(|(queue, visibility)| HeartbeatQueue {
+                queue: Arc::clone(queue),
+                visibility_timeout: *visibility,
+            })
+            .collect();
         let heartbeats = Heartbeats::new(
             HeartbeatSettings {
-                visibility_timeout: config.visibility_timeout,
                 max_processing_time: config.max_processing_time,
             },
-            self.queues.clone(),
+            heartbeat_queues,
             self.pipeline.store().cloned(),
             status.clone(),
             metrics.clone(),
@@ -199,6 +228,7 @@ impl Worker {
         let heartbeat_task = tokio::spawn(heartbeats.clone().run(background.clone()));
         let deleter_stop = CancellationToken::new();
         let (deleter, deleter_task) = deleter::spawn(
+            config.max_in_flight,
             self.queues.clone(),
             config.delete_flush_interval,
             status.clone(),
@@ -208,14 +238,15 @@ impl Worker {
         if let Some(listener) = listener {
             background_tasks.spawn(ops::serve(listener, status.clone(), recorder, background.clone()));
         }
-        let mut watched: Vec<(Arc<str>, Arc<dyn Queue>)> =
+        let watched: Vec<(Arc<str>, Arc<dyn Queue>)> =
             names.iter().cloned().zip(self.queues.iter().cloned()).collect();
-        watched.extend(
-            self.dead_letter_queues
-                .iter()
-                .map(|queue| (Arc::from(queue.name()), Arc::clone(queue))),
-        );
-        background_tasks.spawn(stats::run(watched, config.stats_interval, background.clone()));
+        let dlqs = self.dead_letter_queues.clone();
+        background_tasks.spawn(stats::run(
+            watched,
+            dlqs,
+            config.stats_interval,
+            background.clone(),
+        ));
 
         let plan = plan_loops(&config);
         let runtime = Arc::new(Runtime {
@@ -224,6 +255,7 @@ impl Worker {
             pipeline: self.pipeline,
             queues: self.queues,
             names,
+            visibility: self.visibility,
             metrics,
             heartbeats,
             deleter,
@@ -238,8 +270,12 @@ impl Worker {
         for (queue, batch) in &plan {
             loops.spawn(receive_loop(Arc::clone(&runtime), *queue, *batch));
         }
+        status.set_running();
         tracing::info!(
             queues = ?runtime.names,
+            visibility_timeouts = ?runtime.visibility,
+            drain_deadline = ?runtime.config.drain_deadline(),
+            stop_timeout = ?runtime.config.stop_timeout,
             receive_loops = plan.len(),
             max_in_flight = runtime.config.max_in_flight,
             priority = ?runtime.config.priority,
@@ -300,23 +336,84 @@ impl Worker {
     }
 }
 
-/// Steps 1–3 of the shutdown sequence.
+/// The visibility timeout each queue's receives send; refuses ones too short for the heartbeat, and
+/// warns about queues without a redrive policy.
+fn check_queues(config: &WorkerConfig, queues: &[Arc<dyn Queue>]) -> Result<Vec<Duration>, WorkerError> {
+    let mut visibility = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let chosen = config
+            .visibility_timeout
+            .unwrap_or_else(|| queue.visibility_timeout());
+        if chosen < MIN_VISIBILITY_TIMEOUT {
+            return Err(WorkerError::Setting {
+                setting: format!("visibility timeout of queue {}", queue.name()),
+                problem: format!(
+                    "{chosen:?} is too short for the heartbeat (it extends when a third is left, and needs that \
+                     third to reach SQS even when SQS is slow); give the queue a VisibilityTimeout of at least \
+                     {}s (aws sqs set-queue-attributes, or visibility_timeout_seconds in infra/modules/queue), \
+                     or set CONVEYOR_VISIBILITY_TIMEOUT_SECS, which every receive then sends",
+                    MIN_VISIBILITY_TIMEOUT.as_secs()
+                ),
+            });
+        }
+        if queue.max_receive_count().is_none() {
+            tracing::warn!(
+                queue = %queue.name(),
+                "the queue has no redrive policy: permanent failures and jobs out of retries stay in the queue, \
+                 coming back after their backoff, instead of going to a DLQ; add one (infra/modules/queue, or \
+                 `conveyor local init`)"
+            );
+        }
+        visibility.push(chosen);
+    }
+    Ok(visibility)
+}
+
+/// Every idempotent handler's record must outlive the longest time a job may run, or a long job's
+/// record could expire (and be claimed again) while it still runs.
+fn check_record_lifetimes(config: &WorkerConfig, pipeline: &Pipeline) -> Result<(), WorkerError> {
+    if pipeline.store().is_none() {
+        return Ok(());
+    }
+    for (job_type, settings) in pipeline.router().settings() {
+        if settings.idempotent && settings.record_ttl <= config.max_processing_time {
+            return Err(WorkerError::Setting {
+                setting: format!("record_ttl of job type {job_type}"),
+                problem: format!(
+                    "its idempotency record lives {:?}, not longer than max_processing_time ({:?}): a job still \
+                     running when its record expires could be run again; raise HandlerSettings::record_ttl or \
+                     lower max_processing_time (CONVEYOR_MAX_PROCESSING_SECS)",
+                    settings.record_ttl, config.max_processing_time
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Steps 1–3 of the shutdown sequence, within the drain deadline (and the reserve after it).
 async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mut JoinSet<()>) {
-    let drain_deadline = runtime.config.drain_deadline;
+    let drain_deadline = runtime.config.drain_deadline();
+    let deadline = Instant::now() + drain_deadline;
+    runtime.status.set_draining();
     tracing::info!(
         in_flight = runtime.status.in_flight(),
         ?drain_deadline,
         "shutting down: receiving stopped, draining in-flight jobs"
     );
     runtime.stop_receiving.cancel();
-    while loops.join_next().await.is_some() {}
     runtime.tracker.close();
+    // The receive loops finish their last long poll (releasing what it brings) while jobs drain.
     let drained = !immediate.is_cancelled()
         && tokio::select! {
-            () = runtime.tracker.wait() => true,
-            () = tokio::time::sleep(drain_deadline) => false,
+            () = async {
+                while loops.join_next().await.is_some() {}
+                runtime.tracker.wait().await;
+            } => true,
+            () = tokio::time::sleep_until(deadline) => false,
             () = immediate.cancelled() => false,
         };
+    loops.abort_all();
     if drained {
         tracing::info!("all in-flight jobs finished");
         return;

@@ -32,7 +32,7 @@ const CHILD: &str = "CONVEYOR_CRASH_CHILD";
 const QUEUE_URL: &str = "CONVEYOR_CRASH_QUEUE_URL";
 const TABLE: &str = "CONVEYOR_CRASH_TABLE";
 const RECORD: &str = "CONVEYOR_CRASH_RECORD";
-const VISIBILITY_SECS: u32 = 3;
+const VISIBILITY_SECS: u32 = 10;
 const JOB_MS: u64 = 6_000;
 
 fn main() -> anyhow::Result<()> {
@@ -127,7 +127,6 @@ async fn child() -> anyhow::Result<()> {
     let pipeline = Pipeline::new(Router::new().route(Slow { record })).with_store(Arc::new(store));
     let config = WorkerConfig {
         queues: vec![QueueConfig { url, weight: 1 }],
-        visibility_timeout: Duration::from_secs(u64::from(VISIBILITY_SECS)),
         listen_addr: None,
         ..WorkerConfig::default()
     };

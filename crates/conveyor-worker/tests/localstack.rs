@@ -111,7 +111,7 @@ async fn a_job_longer_than_the_visibility_timeout_is_done_once() {
     let client = aws::sqs().await;
     let created = create_queue(
         &client,
-        &QueueSpec::standard("long-job").visibility_timeout_secs(2),
+        &QueueSpec::standard("long-job").visibility_timeout_secs(10),
     )
     .await
     .unwrap();
@@ -122,16 +122,14 @@ async fn a_job_longer_than_the_visibility_timeout_is_done_once() {
         let queue = connect(&client, &created.url).await;
         let pipeline =
             Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log))).with_store(Arc::clone(&store));
-        let config = WorkerConfig {
-            visibility_timeout: Duration::from_secs(2),
-            ..aws::config(&[(&created.url, 1)])
-        };
+        // The worker takes the visibility timeout from the queue (10 s) and sends it with each receive.
+        let config = aws::config(&[(&created.url, 1)]);
         workers.push(start(
             Worker::new(config, pipeline, vec![queue as Arc<dyn Queue>]).unwrap(),
         ));
     }
     let queue = connect(&client, &created.url).await;
-    send_all(&queue, vec![message("plain", &slow_job(1, 5_000))]).await;
+    send_all(&queue, vec![message("plain", &slow_job(1, 14_000))]).await;
     eventually(30, "the job", || log.count(Kind::Succeeded) == 1).await;
     // Once the message is deleted it cannot be delivered again: wait for that, then count the runs.
     conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {

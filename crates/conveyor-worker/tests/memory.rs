@@ -143,7 +143,7 @@ async fn an_undecodable_body_is_rejected_without_running() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn panics_are_retried_until_the_redrive_policy_moves_the_message() {
+async fn panics_are_retried_and_the_last_allowed_attempt_goes_to_the_dlq_with_its_reason() {
     let log = Log::new();
     let queue = queue_with_dlq("panics", 3);
     let script = TestJob {
@@ -153,17 +153,19 @@ async fn panics_are_retried_until_the_redrive_policy_moves_the_message() {
     };
     queue.push_message(message("plain", &script)).unwrap();
     let running = start(plain_worker(config(&[("panics", 1)]), &log, &queue));
-    eventually(120, "the redrive to the DLQ", || {
-        queue.messages_in_dlq().len() == 1
-    })
-    .await;
+    eventually(120, "the DLQ copy", || queue.messages_in_dlq().len() == 1).await;
     let report = running.stop().await;
-    assert_eq!(
-        log.count(Kind::Started),
-        3,
-        "maxReceiveCount deliveries, then the DLQ"
-    );
-    assert_eq!(report.retried, 3);
+    assert_eq!(log.count(Kind::Started), 3, "maxReceiveCount runs, then the DLQ");
+    assert_eq!((report.retried, report.dead_lettered), (2, 1));
+    let copy = &queue.messages_in_dlq()[0];
+    let record = copy.attributes[conveyor_core::message::FAILURE_ATTRIBUTE]
+        .string_value
+        .clone()
+        .unwrap();
+    let failure: conveyor_core::Failure = serde_json::from_str(&record).unwrap();
+    assert!(failure.error.contains("handler panicked"), "{}", failure.error);
+    assert!(failure.retries_exhausted, "{failure:?}");
+    assert_eq!(failure.receive_count, 3, "the attempt count");
 }
 
 #[tokio::test(start_paused = true)]
@@ -202,17 +204,16 @@ async fn a_duplicate_send_is_acknowledged_without_running() {
 #[tokio::test(start_paused = true)]
 async fn a_job_longer_than_the_visibility_timeout_runs_once_across_two_workers() {
     let log = Log::new();
-    let visibility = Duration::from_secs(2);
+    let visibility = Duration::from_secs(10);
     let queue = Arc::new(MemoryQueue::standard("long").with_visibility_timeout(visibility));
     let store = Arc::new(MemoryIdempotencyStore::new());
-    queue.push_message(message("plain", &slow_job(1, 5_000))).unwrap();
+    queue
+        .push_message(message("plain", &slow_job(1, 25_000)))
+        .unwrap();
     let worker = |log: &Arc<Log>| {
         let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(log)))
             .with_store(store.clone() as Arc<dyn IdempotencyStore>);
-        let config = WorkerConfig {
-            visibility_timeout: visibility,
-            ..config(&[("long", 1)])
-        };
+        let config = config(&[("long", 1)]);
         Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap()
     };
     let first = start(worker(&log));
@@ -306,7 +307,7 @@ async fn past_the_drain_deadline_jobs_are_cancelled_and_their_claims_released() 
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
         .with_store(store.clone() as Arc<dyn IdempotencyStore>);
     let config = WorkerConfig {
-        drain_deadline: Duration::from_secs(3),
+        drain_deadline: Some(Duration::from_secs(3)),
         ..config(&[("deadline", 1)])
     };
     let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap();

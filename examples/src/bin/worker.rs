@@ -27,7 +27,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    conveyor_examples::init_tracing();
+    conveyor_examples::init_tracing()?;
     let config = conveyor_worker::load_config(args.config.as_deref())?;
     if args.healthcheck {
         let addr = config

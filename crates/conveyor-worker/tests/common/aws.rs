@@ -51,8 +51,7 @@ pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
             })
             .collect(),
         max_in_flight: 10,
-        visibility_timeout: Duration::from_secs(30),
-        drain_deadline: Duration::from_secs(10),
+        drain_deadline: Some(Duration::from_secs(10)),
         listen_addr: None,
         ..WorkerConfig::default()
     }

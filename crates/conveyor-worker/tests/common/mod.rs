@@ -240,10 +240,8 @@ impl<K: JobKind> Handler for Recorder<K> {
 
     fn settings(&self) -> HandlerSettings {
         HandlerSettings {
-            backoff: Backoff {
-                base: Duration::from_secs(1),
-                cap: Duration::from_secs(2),
-            },
+            // Short retries for tests: waits of at most 0.4, 0.8, 1.6 and 3.2 s.
+            backoff: Backoff::with_budget(Duration::from_secs(3)),
             ..HandlerSettings::default()
         }
     }
@@ -305,8 +303,7 @@ pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
             })
             .collect(),
         max_in_flight: 10,
-        visibility_timeout: Duration::from_secs(30),
-        drain_deadline: Duration::from_secs(10),
+        drain_deadline: Some(Duration::from_secs(10)),
         priority: PriorityMode::Weighted,
         listen_addr: None,
         ..WorkerConfig::default()

@@ -11,15 +11,23 @@
 //!    object by attribute name, each `{"data_type": …, "string_value": …}` or
 //!    `{"data_type": …, "binary_value": <base64>}`. [`original_attributes`] undoes it.
 //!
-//! Producers built on this crate never reach step 3: [`Producer`](crate::Producer) allows at most 9
+//! Producers built on Conveyor never reach step 3: `conveyor_sqs::Producer` allows at most 9
 //! attributes, keeping one slot for the failure. Step 3 covers messages sent by other producers.
+//!
+//! [`dead_letter_copy`] builds the whole copy (body, attributes, FIFO group and deduplication id, trace
+//! header, the 1 MiB fallback); every [`Queue`](crate::Queue) implementation sends what it returns, so the
+//! in-memory double and the SQS adapter cannot drift apart.
 
 use std::collections::BTreeMap;
 
-use conveyor_core::limits::MAX_MESSAGE_ATTRIBUTES;
-use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{AttributeValue, Attributes, Failure};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
+
+use crate::limits::{MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES};
+use crate::message::{AttributeValue, Attributes, FAILURE_ATTRIBUTE, Message, attributes_size};
+use crate::outcome::Failure;
+use crate::queue::OutgoingMessage;
 
 /// Attribute holding the originals that did not fit next to the failure record (JSON).
 pub const OVERFLOW_ATTRIBUTE: &str = "conveyor.overflow";
@@ -44,13 +52,13 @@ impl Stored {
         Self {
             data_type: value.data_type.clone(),
             string_value: value.string_value.clone(),
-            binary_value: value.binary_value.as_ref().map(aws_smithy_types::base64::encode),
+            binary_value: value.binary_value.as_ref().map(|bytes| BASE64.encode(bytes)),
         }
     }
 
     fn into_value(self) -> Option<AttributeValue> {
         let binary_value = match self.binary_value {
-            Some(text) => Some(aws_smithy_types::base64::decode(text).ok()?),
+            Some(text) => Some(BASE64.decode(text).ok()?),
             None => None,
         };
         Some(AttributeValue {
@@ -120,6 +128,32 @@ pub fn original_attributes(attributes: &Attributes) -> Attributes {
         }
     }
     originals
+}
+
+/// The copy of `message` to send to its DLQ with `failure` recorded (`dlq_fifo`: the DLQ is a FIFO queue).
+///
+/// On a FIFO DLQ the copy keeps the message's group (ordering in the DLQ follows the source) and is
+/// deduplicated on the original message id, so dead-lettering the same message twice within 5 minutes
+/// leaves one copy. If the original fitted in 1 MiB but the failure record does not, the copy goes
+/// without it (the message matters more than its reason, which the caller logs).
+pub fn dead_letter_copy(message: &Message, failure: &Failure, dlq_fifo: bool) -> OutgoingMessage {
+    let mut attributes = dead_letter_attributes(&message.attributes, failure);
+    if message.body.len() + attributes_size(&attributes) > MAX_MESSAGE_BYTES {
+        tracing::warn!(
+            message_id = %message.id,
+            reason = %failure.error,
+            "no room for the failure record within 1 MiB; dead-lettering the message without it"
+        );
+        attributes = message.attributes.clone();
+    }
+    OutgoingMessage {
+        body: message.body.clone(),
+        attributes,
+        delay: None,
+        group_id: dlq_fifo.then(|| message.group_id.clone().unwrap_or_else(|| message.id.clone())),
+        deduplication_id: dlq_fifo.then(|| message.id.clone()),
+        trace_header: message.trace_header.clone(),
+    }
 }
 
 fn bounded(failure: &Failure) -> Failure {

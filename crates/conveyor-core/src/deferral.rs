@@ -1,0 +1,210 @@
+//! Putting a message back without running it, without spending one of its receives.
+//!
+//! # Design note: why a delayed copy, not a visibility change
+//!
+//! SQS counts every receive toward the redrive policy's `maxReceiveCount`, including receives whose
+//! message the consumer only put back (circuit open, a key in progress on another worker, the store
+//! unreachable). With a visibility change, a 7-minute outage of a downstream dead-letters jobs that
+//! never ran. So a deferral sends a *delayed copy* of the message (`DelaySeconds` up to 15 minutes) and
+//! then deletes the original: the copy starts again at receive count 1.
+//!
+//! The copy keeps what identifies the job and its history, in one attribute, `conveyor.deferral`
+//! (JSON, see [`DeferralRecord`]): the original message id (so the idempotency key of a job without a
+//! producer key stays the same), the first-sent time, the runs so far and the deferrals so far. Body,
+//! attributes, the trace header and the FIFO group are copied as they are.
+//!
+//! Costs: one `SendMessage` per deferral (the delete rides in the batched deletes), and a new message
+//! id on each copy. When the copy cannot be built (11 attributes, over 1 MiB, a FIFO queue, whose
+//! order a copy would break) the runtime falls back to a visibility change, or keeps the message in
+//! flight until it may run, and says so.
+//!
+//! Order matters: the copy is sent first and the original deleted only after the send succeeded. A
+//! crash between the two leaves both: the original comes back and is deferred or run again, and its
+//! idempotency record makes the second run a duplicate.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{MAX_DELAY, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES};
+use crate::message::{AttributeValue, DEFERRAL_ATTRIBUTE, Message, attributes_size};
+use crate::outcome::epoch_millis;
+use crate::queue::OutgoingMessage;
+
+/// The history a deferred copy carries (attribute `conveyor.deferral`, JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeferralRecord {
+    /// The message id of the first copy: the idempotency key's fallback.
+    pub original_id: String,
+    /// When the first copy was sent (epoch milliseconds), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_sent_ms: Option<u64>,
+    /// Runs (receives that reached the handler or failed it) before this copy.
+    pub attempts: u32,
+    /// How many times the job was deferred so far.
+    pub deferrals: u32,
+}
+
+impl DeferralRecord {
+    /// The record a message carries, if it is a deferred copy (an unreadable one counts as none).
+    pub fn of(message: &Message) -> Option<DeferralRecord> {
+        let json = message.string_attribute(DEFERRAL_ATTRIBUTE)?;
+        serde_json::from_str(json).ok()
+    }
+}
+
+/// Why a deferred copy cannot be built; the runtime falls back and logs this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeferralError {
+    /// FIFO queues: a copy would go behind the rest of its group.
+    #[error("a copy on a FIFO queue would break the group's order")]
+    Fifo,
+    /// The message already has 10 attributes and is not a deferred copy.
+    #[error("the message has {0} attributes; the deferral record would be one too many")]
+    TooManyAttributes(usize),
+    /// The copy with its record would be over 1 MiB.
+    #[error("the copy with its deferral record would be {0} bytes, over SQS's 1 MiB")]
+    TooLarge(usize),
+}
+
+/// The delayed copy that defers `message` by `delay` (at most SQS's 15 minutes: a longer deferral
+/// comes back and is deferred again) without counting this receive as a run.
+pub fn deferred_copy(
+    message: &Message,
+    delay: Duration,
+    fifo: bool,
+) -> Result<OutgoingMessage, DeferralError> {
+    if fifo {
+        return Err(DeferralError::Fifo);
+    }
+    let previous = DeferralRecord::of(message);
+    let record = DeferralRecord {
+        original_id: previous
+            .as_ref()
+            .map_or_else(|| message.id.clone(), |record| record.original_id.clone()),
+        first_sent_ms: previous
+            .as_ref()
+            .and_then(|record| record.first_sent_ms)
+            .or_else(|| message.sent_at.map(epoch_millis)),
+        // This receive did not run the job; the ones before it on this copy did (or failed it).
+        attempts: previous.as_ref().map_or(0, |record| record.attempts)
+            + message.receive_count.saturating_sub(1),
+        deferrals: previous.as_ref().map_or(0, |record| record.deferrals) + 1,
+    };
+    let mut attributes = message.attributes.clone();
+    let json = serde_json::to_string(&record).unwrap_or_default();
+    attributes.insert(DEFERRAL_ATTRIBUTE.to_owned(), AttributeValue::string(json));
+    if attributes.len() > MAX_MESSAGE_ATTRIBUTES {
+        return Err(DeferralError::TooManyAttributes(message.attributes.len()));
+    }
+    let size = message.body.len() + attributes_size(&attributes);
+    if size > MAX_MESSAGE_BYTES {
+        return Err(DeferralError::TooLarge(size));
+    }
+    Ok(OutgoingMessage {
+        body: message.body.clone(),
+        attributes,
+        delay: Some(delay.min(MAX_DELAY)),
+        group_id: None,
+        deduplication_id: None,
+        trace_header: message.trace_header.clone(),
+    })
+}
+
+/// When the job was first sent: the deferral record's time, else `SentTimestamp`.
+pub fn first_sent(message: &Message) -> Option<SystemTime> {
+    DeferralRecord::of(message)
+        .and_then(|record| record.first_sent_ms)
+        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+        .or(message.sent_at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+
+    fn received(id: &str, receive_count: u32) -> Message {
+        let mut message = Message::new(id, "{\"to\":\"a@b\"}");
+        message.receive_count = receive_count;
+        message.sent_at = Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_000));
+        message.trace_header = Some("Root=1-abc".into());
+        message
+    }
+
+    fn as_received(copy: OutgoingMessage, id: &str, receive_count: u32) -> Message {
+        let mut message = Message::new(id, copy.body);
+        message.attributes = copy.attributes;
+        message.receive_count = receive_count;
+        message.sent_at = Some(SystemTime::UNIX_EPOCH + Duration::from_millis(99_000));
+        message
+    }
+
+    #[test]
+    fn a_copy_keeps_identity_history_and_trace() {
+        let original = received("m-1", 3);
+        let copy = deferred_copy(&original, Duration::from_secs(40 * 60), false).unwrap();
+        assert_eq!(copy.delay, Some(MAX_DELAY), "capped at 15 minutes");
+        assert_eq!(copy.trace_header.as_deref(), Some("Root=1-abc"));
+        let first = as_received(copy, "m-2", 2);
+        let record = DeferralRecord::of(&first).unwrap();
+        assert_eq!(record.original_id, "m-1");
+        assert_eq!(record.attempts, 2, "receives 1 and 2 ran; the third was deferred");
+        assert_eq!(record.deferrals, 1);
+        assert_eq!(first.original_id(), "m-1");
+        assert_eq!(
+            first.attempt(),
+            4,
+            "two runs before, this is the copy's second receive"
+        );
+        assert_eq!(first_sent(&first), original.sent_at);
+
+        let again = deferred_copy(&first, Duration::from_secs(1), false).unwrap();
+        let second = as_received(again, "m-3", 1);
+        let record = DeferralRecord::of(&second).unwrap();
+        assert_eq!(
+            (record.original_id.as_str(), record.attempts, record.deferrals),
+            ("m-1", 3, 2)
+        );
+        assert_eq!(
+            first_sent(&second),
+            original.sent_at,
+            "the first copy's time survives"
+        );
+    }
+
+    #[test]
+    fn a_producer_key_is_kept_as_it_is() {
+        let mut original = received("m-1", 1);
+        original.attributes.insert(
+            IDEMPOTENCY_KEY_ATTRIBUTE.into(),
+            AttributeValue::string("user:42"),
+        );
+        let copy = deferred_copy(&original, Duration::from_secs(5), false).unwrap();
+        let copy = as_received(copy, "m-2", 1);
+        assert_eq!(copy.idempotency_key(), Some("user:42"));
+    }
+
+    #[test]
+    fn fifo_full_and_large_messages_are_refused_with_the_reason() {
+        let original = received("m-1", 1);
+        assert_eq!(
+            deferred_copy(&original, Duration::ZERO, true),
+            Err(DeferralError::Fifo)
+        );
+        let mut full = received("m-1", 1);
+        for i in 0..10 {
+            full.attributes
+                .insert(format!("a{i}"), AttributeValue::string("x"));
+        }
+        assert_eq!(
+            deferred_copy(&full, Duration::ZERO, false),
+            Err(DeferralError::TooManyAttributes(10))
+        );
+        let large = Message::new("m-1", "x".repeat(MAX_MESSAGE_BYTES - 10));
+        assert!(matches!(
+            deferred_copy(&large, Duration::ZERO, false),
+            Err(DeferralError::TooLarge(_))
+        ));
+    }
+}
