@@ -8,7 +8,7 @@ use crate::commands::purge::PurgeArgs;
 use crate::commands::send::SendArgs;
 use crate::commands::stats::StatsArgs;
 use crate::lambda_runner::LambdaArgs;
-use crate::output::Format;
+use crate::output::{Color, Format};
 
 /// Operate Conveyor's SQS queues: send jobs, read queue stats, inspect and redrive dead letters, purge.
 ///
@@ -21,6 +21,10 @@ pub struct Cli {
     /// Output format: human-readable tables, or one JSON document for scripts.
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub output: Format,
+    /// Colours in log lines: `auto` colours only when stderr is a terminal and NO_COLOR is not set;
+    /// logs written to a file or a pipe carry no escape codes.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = Color::Auto)]
+    pub color: Color,
     /// AWS settings.
     #[command(flatten)]
     pub aws: AwsArgs,

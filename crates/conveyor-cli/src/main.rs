@@ -17,7 +17,7 @@ use crate::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(cli.color.enabled());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -49,8 +49,9 @@ fn main() -> ExitCode {
 /// credentials, which fail on every machine that is not an EC2 instance; a missing region or missing
 /// credentials is reported once, with its fix, by `AwsArgs::load`. A failed write is dropped silently
 /// (`log_internal_errors(false)`): reporting it would write to the same closed stderr.
-/// A `RUST_LOG` that does not parse is said once, not silently replaced by the default.
-fn init_tracing() {
+/// A `RUST_LOG` that does not parse is said once, not silently replaced by the default. Colours only
+/// when `ansi` (`--color`; by default only on a terminal), so logs in a file or a pipe stay plain text.
+fn init_tracing(ansi: bool) {
     let default = || EnvFilter::new("warn,aws_config=error");
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.is_empty() => EnvFilter::try_new(&directives).unwrap_or_else(|error| {
@@ -65,6 +66,7 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .log_internal_errors(false)
         .try_init();
 }

@@ -17,6 +17,33 @@ pub enum Format {
     Json,
 }
 
+/// When log lines are coloured (`--color`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Color {
+    /// Only when stderr is a terminal and `NO_COLOR` is not set (<https://no-color.org>).
+    #[default]
+    Auto,
+    /// Always, even into a file or a pipe (for `less -R`).
+    Always,
+    /// Never.
+    Never,
+}
+
+impl Color {
+    /// True when log lines written to stderr should carry ANSI colour codes.
+    pub fn enabled(self) -> bool {
+        use std::io::IsTerminal as _;
+        match self {
+            Color::Always => true,
+            Color::Never => false,
+            Color::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+                    && std::io::stderr().is_terminal()
+            }
+        }
+    }
+}
+
 /// Prints one JSON document.
 pub fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     crate::outln!("{}", serde_json::to_string_pretty(value)?);

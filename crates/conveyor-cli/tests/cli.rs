@@ -186,7 +186,14 @@ async fn every_command_has_help() {
 
 #[tokio::test]
 async fn bad_arguments_are_usage_errors_with_exit_code_2() {
-    let no_payload = conveyor(&["send", "--queue-url", "http://x/000000000000/q", "--job-type", "t"]).await;
+    let no_payload = conveyor(&[
+        "send",
+        "--queue-url",
+        "http://x/000000000000/q",
+        "--job-type",
+        "t",
+    ])
+    .await;
     assert_eq!(no_payload.code, 2, "{}", no_payload.stderr);
     assert!(no_payload.stderr.contains("--payload"), "{}", no_payload.stderr);
     let both = conveyor(&[
@@ -202,9 +209,24 @@ async fn bad_arguments_are_usage_errors_with_exit_code_2() {
     ])
     .await;
     assert_eq!(both.code, 2, "{}", both.stderr);
-    let bad_rate = conveyor(&["dlq", "redrive", "--queue-url", "http://x/000000000000/q", "--rate", "0"]).await;
+    let bad_rate = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        "http://x/000000000000/q",
+        "--rate",
+        "0",
+    ])
+    .await;
     assert_eq!(bad_rate.code, 2, "{}", bad_rate.stderr);
-    let no_type = conveyor(&["send", "--queue-url", "http://x/000000000000/q", "--payload", "{}"]).await;
+    let no_type = conveyor(&[
+        "send",
+        "--queue-url",
+        "http://x/000000000000/q",
+        "--payload",
+        "{}",
+    ])
+    .await;
     no_type.assert_failed_with(2, &["--job-type"]);
 }
 

@@ -152,7 +152,14 @@ async fn typos_are_caught_and_queue_names_are_resolved() {
     run.assert_failed_with(2, &["is not a queue URL", "ACCOUNT_ID/NAME", "GetQueueUrl"]);
     let no_account =
         common::conveyor(&["stats", "--queue-url", "https://sqs.us-east-1.amazonaws.com/jobs"]).await;
-    no_account.assert_failed_with(2, &["12-digit account id"]);
+    no_account.assert_failed_with(2, &["/ACCOUNT_ID/QUEUE_NAME"]);
+    let short_account = common::conveyor(&[
+        "stats",
+        "--queue-url",
+        "https://sqs.us-east-1.amazonaws.com/1234/jobs",
+    ])
+    .await;
+    short_account.assert_failed_with(2, &["12-digit account id"]);
 
     let by_name = common::conveyor(&["stats", "--queue-url", &queue.name, "--output", "json"]).await;
     by_name.assert_ok();
@@ -164,4 +171,32 @@ async fn typos_are_caught_and_queue_names_are_resolved() {
     output.assert_failed_with(2, &["yaml", "text", "json"]);
     let method = common::conveyor(&["dlq", "redrive", "--queue-url", &queue.url, "--method", "lop"]).await;
     method.assert_failed_with(2, &["lop", "auto", "task", "loop"]);
+}
+
+/// Log lines written to a pipe (or a file) carry no ANSI colour codes; `--color always` asks for them.
+#[tokio::test]
+async fn logs_into_a_pipe_carry_no_colour_codes() {
+    let client = setup().await;
+    let queue = create_queue(&client, &QueueSpec::standard("cli-color"))
+        .await
+        .unwrap();
+    let mut env: Vec<(&str, String)> = aws_env();
+    env.push(("RUST_LOG", "debug".to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let plain = conveyor_with_env(&["stats", "--queue-url", &queue.url], &env).await;
+    plain.assert_ok();
+    assert!(plain.stderr.contains("DEBUG"), "debug logs:\n{}", plain.stderr);
+    assert!(
+        !plain.stderr.contains('\u{1b}'),
+        "escape codes in:\n{}",
+        plain.stderr
+    );
+
+    let coloured = conveyor_with_env(&["stats", "--queue-url", &queue.url, "--color", "always"], &env).await;
+    coloured.assert_ok();
+    assert!(
+        coloured.stderr.contains('\u{1b}'),
+        "no escape codes:\n{}",
+        coloured.stderr
+    );
 }
