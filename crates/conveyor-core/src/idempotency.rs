@@ -141,7 +141,8 @@ pub enum StoreError {
 /// - `complete`, `release` and `extend_lease` succeed only while the record still carries the claim's
 ///   token; otherwise they fail with `StoreError::Fenced` and change nothing.
 /// - `complete` sets the status to completed, stores the output and the new expiry; `release` deletes
-///   the record; `extend_lease` moves `lease_until`.
+///   the record; `extend_lease` moves `lease_until`, and `expires_at` to [`EXPIRY_PAST_LEASE`] after it,
+///   so a long job's record can neither be taken over as expired nor deleted by TTL while it runs.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
     /// Claims a key.
@@ -164,6 +165,9 @@ pub trait IdempotencyStore: Send + Sync {
     /// Reads a record (expired or not).
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError>;
 }
+
+/// How far past its lease an in-progress record's expiry is set on each extension.
+pub const EXPIRY_PAST_LEASE: Duration = Duration::from_secs(3600);
 
 /// Keys longer than this are hashed (DynamoDB allows 2,048 bytes in a partition key).
 const MAX_PLAIN_KEY_BYTES: usize = 1024;

@@ -22,7 +22,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::http::Response;
-use conveyor_core::idempotency::new_token;
+use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, new_token};
 use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
 };
@@ -339,9 +339,11 @@ impl IdempotencyStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .key(&names.id, string(&claim.key))
-            .update_expression("SET #in_progress_expiry = :in_progress_expiry")
+            .update_expression("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
             .condition_expression(EXTEND_CONDITION)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
+            .expression_attribute_names("#expiry", &names.expiration)
+            .expression_attribute_values(":expiry", number(epoch_secs(lease_until + EXPIRY_PAST_LEASE)))
             .expression_attribute_names("#token", &names.fencing_token)
             .expression_attribute_names("#status", &names.status)
             .expression_attribute_values(":in_progress_expiry", number(epoch_millis(lease_until)))

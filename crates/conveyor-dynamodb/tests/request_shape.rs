@@ -385,7 +385,7 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     let input = &seen[0];
     assert_eq!(
         input.update_expression(),
-        Some("SET #in_progress_expiry = :in_progress_expiry")
+        Some("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
     );
     assert_eq!(
         input.condition_expression(),
@@ -393,10 +393,16 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     );
     let names = names_of(input.expression_attribute_names());
     assert_eq!(names["#in_progress_expiry"], "in_progress_expiration");
+    assert_eq!(names["#expiry"], "expiration");
     assert_eq!(names["#token"], "fencing_token");
     assert_eq!(names["#status"], "status");
     let values = input.expression_attribute_values().unwrap();
     assert_eq!(n(&values[":in_progress_expiry"]), 1_795_961_180_693);
+    assert_eq!(
+        n(&values[":expiry"]),
+        1_795_961_180 + 3600,
+        "the record expires an hour past its lease, so TTL cannot delete it under a running job"
+    );
     assert_eq!(s(&values[":inprogress"]), "INPROGRESS");
     assert_eq!(s(&values[":token"]), "token-1");
 }

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use conveyor_core::idempotency::new_token;
+use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, new_token};
 use conveyor_core::limits::MAX_ITEM_BYTES;
 use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
@@ -247,6 +247,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         self.fenced(claim, true, |records| {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.lease_until = Some(truncate_millis(lease_until));
+                record.expires_at = truncate_secs(lease_until + EXPIRY_PAST_LEASE);
             }
         })
     }

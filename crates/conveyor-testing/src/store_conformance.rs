@@ -391,7 +391,8 @@ pub async fn extend_lease_moves_the_lease(store: &dyn IdempotencyStore) -> CaseR
     let case = "extend_lease_moves_the_lease";
     let key = key(case);
     let claim = acquire(case, store, &lapsed(&key)).await?;
-    let until = SystemTime::now() + Duration::from_secs(120);
+    // Past the record's expiry: a long job's record must not expire under it.
+    let until = SystemTime::now() + 2 * HOUR;
     store
         .extend_lease(&claim, until)
         .await
@@ -404,6 +405,12 @@ pub async fn extend_lease_moves_the_lease(store: &dyn IdempotencyStore) -> CaseR
             .is_some_and(|lease| close(lease, until, Duration::from_millis(2))),
         "lease {:?} after extending to {until:?}",
         record.lease_until
+    );
+    ensure!(
+        case,
+        record.expires_at >= until,
+        "the record expires at {:?}, before its lease {until:?}: TTL could delete it under the running job",
+        record.expires_at
     );
     ensure!(
         case,
