@@ -116,6 +116,29 @@ impl Aws {
         aws_sdk_sqs::Client::from_conf(sqs.build())
     }
 
+    /// A DynamoDB client (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`, as the worker's).
+    pub fn dynamodb_client(&self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.config)
+    }
+
+    /// The DynamoDB endpoint the client calls: `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`, else
+    /// AWS's regional endpoint.
+    pub fn dynamodb_endpoint(&self) -> String {
+        env_nonempty("AWS_ENDPOINT_URL_DYNAMODB")
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
+            .unwrap_or_else(|| format!("https://dynamodb.{}.amazonaws.com", self.region))
+    }
+
+    /// The SQS endpoint when it is not AWS's own (an emulator).
+    pub fn local_sqs_endpoint(&self) -> Option<String> {
+        Some(self.sqs_endpoint()).filter(|endpoint| !is_aws(endpoint))
+    }
+
+    /// The DynamoDB endpoint when it is not AWS's own (an emulator).
+    pub fn local_dynamodb_endpoint(&self) -> Option<String> {
+        Some(self.dynamodb_endpoint()).filter(|endpoint| !is_aws(endpoint))
+    }
+
     /// The SQS endpoint the client calls, as a person would write it: `--endpoint-url`, else
     /// `AWS_ENDPOINT_URL_SQS`, else `AWS_ENDPOINT_URL`, else AWS's regional endpoint.
     pub fn sqs_endpoint(&self) -> String {
@@ -128,7 +151,7 @@ impl Aws {
 
     /// True when the SQS endpoint is not AWS's own (an emulator such as LocalStack).
     pub fn sqs_endpoint_is_custom(&self) -> bool {
-        !self.sqs_endpoint().ends_with(".amazonaws.com")
+        !is_aws(&self.sqs_endpoint())
     }
 }
 
@@ -141,6 +164,13 @@ fn credentials_reason(chain: &str) -> String {
             .to_owned();
     }
     chain.to_owned()
+}
+
+/// True for AWS's own endpoints (`https://sqs.us-east-1.amazonaws.com`, `....amazonaws.com.cn`).
+fn is_aws(endpoint: &str) -> bool {
+    let host = endpoint.split("://").nth(1).unwrap_or(endpoint);
+    let host = host.split(['/', ':']).next().unwrap_or(host);
+    host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
 }
 
 fn env_nonempty(name: &str) -> Option<String> {

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 use crate::aws::{Aws, AwsArgs};
 use crate::commands::dlq::DlqArgs;
+use crate::commands::local::LocalArgs;
 use crate::commands::purge::PurgeArgs;
 use crate::commands::send::SendArgs;
 use crate::commands::stats::StatsArgs;
@@ -46,6 +47,8 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Run a Lambda bootstrap locally behind an emulated SQS event source mapping.
     Lambda(LambdaArgs),
+    /// Set up the local emulators: a queue with its DLQ and redrive policy, and the idempotency table.
+    Local(LocalArgs),
 }
 
 impl Command {
@@ -59,6 +62,7 @@ impl Command {
             Command::Dlq(args) => crate::commands::dlq::run(args, client, format).await,
             Command::Purge(args) => crate::commands::purge::run(args, client, format).await,
             Command::Lambda(args) => crate::lambda_runner::run_command(args, client).await,
+            Command::Local(args) => crate::commands::local::run(args, aws, format).await,
         }
     }
 }

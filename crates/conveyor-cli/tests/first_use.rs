@@ -200,3 +200,102 @@ async fn logs_into_a_pipe_carry_no_colour_codes() {
         coloured.stderr
     );
 }
+
+/// `conveyor local init` creates the queue, its DLQ with the redrive policy and the idempotency table,
+/// prints the environment to export, and a second run finds everything in place and says so.
+#[tokio::test]
+async fn local_init_twice_creates_then_finds_everything() {
+    setup().await;
+    let name = conveyor_testing::localstack::unique_name("cli-init");
+    let table = conveyor_testing::localstack::unique_name("cli-init-table");
+    let args = [
+        "local",
+        "init",
+        "--queue",
+        &name,
+        "--max-receive-count",
+        "4",
+        "--table",
+        &table,
+    ];
+    let first = common::conveyor(&args).await;
+    first.assert_ok();
+    for line in [
+        format!("queue {name}: created"),
+        format!("dead-letter queue {name}-dlq: created"),
+        format!("idempotency table {table}: created"),
+    ] {
+        assert!(
+            first.stderr.contains(&line),
+            "{line:?} missing:\n{}",
+            first.stderr
+        );
+    }
+    let url = first
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("export CONVEYOR_QUEUE_URL="))
+        .expect("the queue URL is exported")
+        .to_owned();
+    assert!(
+        first
+            .stdout
+            .contains(&format!("export CONVEYOR_IDEMPOTENCY_TABLE={table}\n")),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first.stdout.contains("export AWS_ENDPOINT_URL_SQS="),
+        "{}",
+        first.stdout
+    );
+
+    let second = common::conveyor(&args).await;
+    second.assert_ok();
+    for line in [
+        format!("queue {name}: already existed"),
+        format!("dead-letter queue {name}-dlq: already existed"),
+        format!("idempotency table {table}: already existed"),
+    ] {
+        assert!(
+            second.stderr.contains(&line),
+            "{line:?} missing:\n{}",
+            second.stderr
+        );
+    }
+    assert_eq!(first.stdout, second.stdout, "the same environment both times");
+
+    // What was created is what the worker needs: the redrive policy, and the table's key and TTL.
+    let stats = common::conveyor(&["stats", "--queue-url", &url, "--output", "json"]).await;
+    stats.assert_ok();
+    let stats = stats.json();
+    assert_eq!(stats["max_receive_count"], 4);
+    assert_eq!(stats["dead_letter_queue"]["name"], format!("{name}-dlq"));
+    let dynamodb = conveyor_testing::localstack::dynamodb_client().await;
+    let described = dynamodb.describe_table().table_name(&table).send().await.unwrap();
+    let key = described.table().unwrap().key_schema();
+    assert_eq!(key.len(), 1);
+    assert_eq!(key[0].attribute_name(), "id");
+    let ttl = dynamodb
+        .describe_time_to_live()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        ttl.time_to_live_description()
+            .and_then(|ttl| ttl.attribute_name()),
+        Some("expiration")
+    );
+
+    let on_aws = conveyor_with_env(
+        &["local", "init", "--queue", "jobs"],
+        &[
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "x"),
+            ("AWS_SECRET_ACCESS_KEY", "x"),
+        ],
+    )
+    .await;
+    on_aws.assert_failed_with(2, &["local emulators", "source localstack/env.sh"]);
+}

@@ -379,9 +379,17 @@ pub async fn queue_arn(client: &aws_sdk_sqs::Client, url: &str) -> anyhow::Resul
 /// and returns its name.
 pub async fn create_table(client: &aws_sdk_dynamodb::Client, prefix: &str) -> anyhow::Result<String> {
     let name = unique_name(prefix);
+    create_idempotency_table(client, &name).await?;
+    Ok(name)
+}
+
+/// Creates the idempotency table `name` with the layout of `infra/modules/idempotency-table` (partition
+/// key `id` of type S, on-demand billing, TTL on `expiration`) and waits until it is active. The one
+/// definition of the table outside Terraform: the tests and `conveyor local init` both use it.
+pub async fn create_idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) -> anyhow::Result<()> {
     client
         .create_table()
-        .table_name(&name)
+        .table_name(name)
         .attribute_definitions(
             AttributeDefinition::builder()
                 .attribute_name(IDEMPOTENCY_KEY_ATTRIBUTE)
@@ -399,7 +407,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, prefix: &str) -> an
         .await
         .with_context(|| format!("CreateTable {name} at {}", dynamodb_endpoint()))?;
     wait_for(Duration::from_secs(30), Duration::from_millis(100), async || {
-        let described = client.describe_table().table_name(&name).send().await.ok()?;
+        let described = client.describe_table().table_name(name).send().await.ok()?;
         let status = described.table?.table_status?;
         (status == TableStatus::Active).then_some(())
     })
@@ -407,7 +415,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, prefix: &str) -> an
     .with_context(|| format!("table {name} did not become active"))?;
     client
         .update_time_to_live()
-        .table_name(&name)
+        .table_name(name)
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
                 .enabled(true)
@@ -417,7 +425,7 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, prefix: &str) -> an
         .send()
         .await
         .with_context(|| format!("UpdateTimeToLive on {name}"))?;
-    Ok(name)
+    Ok(())
 }
 
 #[cfg(test)]

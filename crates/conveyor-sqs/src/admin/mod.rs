@@ -12,6 +12,7 @@
 //! | [`start_move_task`], [`wait_for_move_task`] | `StartMessageMoveTask`, `ListMessageMoveTasks` | SQS moves every DLQ message, as is |
 //! | [`move_messages`] | `ReceiveMessage`, `SendMessageBatch` to the source, then `DeleteMessageBatch` on the DLQ | matching messages move without `conveyor.failure`; the rest are made visible again |
 //! | [`purge()`] | `PurgeQueue` | every message deleted (within 60 s) |
+//! | [`ensure_queue_with_dlq`] | `GetQueueUrl`, `CreateQueue` (DLQ, then the queue with its redrive policy), `SetQueueAttributes` | none (creates queues) |
 //! | [`resolve_queue_url`] | `GetQueueUrl` when given a queue name (a URL is only checked for its shape) | none |
 //!
 //! Design notes sit beside the code whose correctness depends on them: why a peek holds then releases
@@ -24,6 +25,7 @@
 //! Messages SQS's redrive moved after `maxReceiveCount` receives carry no record, but SQS marks them with
 //! `DeadLetterQueueSourceArn`; [`Received::reason`] says which case applies.
 
+pub mod create;
 pub mod error;
 pub mod move_loop;
 pub mod move_task;
@@ -37,6 +39,7 @@ pub mod stats;
 mod tests;
 
 pub use crate::errors::display_chain;
+pub use create::{Created, QueueSetup, QueueSetupReport, ensure_queue_with_dlq};
 pub use error::AdminError;
 pub use move_loop::{
     Destinations, MoveFailure, MoveFilter, MoveOptions, MoveReport, move_messages, moved_copy,
