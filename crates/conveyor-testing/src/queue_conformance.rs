@@ -81,6 +81,7 @@ impl QueueFactory for MemoryQueueFactory {
 pub const CASES: &[&str] = &[
     "receive_returns_at_most_max",
     "received_message_is_invisible_then_redelivered",
+    "receive_applies_the_visibility_timeout_it_sends",
     "change_visibility_zero_makes_visible_at_once",
     "change_visibility_extends_the_deadline",
     "delete_removes_for_good",
@@ -106,6 +107,10 @@ pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
         (
             "received_message_is_invisible_then_redelivered",
             Box::pin(received_message_is_invisible_then_redelivered(factory)),
+        ),
+        (
+            "receive_applies_the_visibility_timeout_it_sends",
+            Box::pin(receive_applies_the_visibility_timeout_it_sends(factory)),
         ),
         (
             "change_visibility_zero_makes_visible_at_once",
@@ -378,6 +383,45 @@ pub async fn received_message_is_invisible_then_redelivered(factory: &dyn QueueF
         "delete with the latest handle",
     )
     .await
+}
+
+/// A receive's own `VisibilityTimeout` applies, not the queue's: the worker sends the one its heartbeat
+/// computes deadlines from, so the two cannot disagree.
+pub async fn receive_applies_the_visibility_timeout_it_sends(factory: &dyn QueueFactory) -> CaseResult {
+    let case = "receive_applies_the_visibility_timeout_it_sends";
+    let sent = Duration::from_secs(2);
+    let under = create(case, factory, spec(case, 60)).await?;
+    let queue = under.queue.as_ref();
+    let id = send(case, queue, body(case, 0)).await?;
+    let deadline = Instant::now() + PATIENCE;
+    let mut first = None;
+    while first.is_none() && Instant::now() < deadline {
+        let batch = queue
+            .receive_with_visibility(10, POLL, sent)
+            .await
+            .or_fail(case, "receive with a visibility timeout")?;
+        first = batch.into_iter().find(|message| message.id == id);
+    }
+    ensure!(
+        case,
+        first.is_some(),
+        "message {id} not received within {PATIENCE:?}"
+    );
+    let received_at = Instant::now();
+    let again = receive_id(
+        case,
+        queue,
+        &id,
+        "redelivery after the 2 s the receive sent (not the queue's 60 s)",
+    )
+    .await?;
+    let after = received_at.elapsed();
+    ensure!(
+        case,
+        after + SLACK >= sent,
+        "redelivered after {after:?}, before the {sent:?} the receive sent"
+    );
+    delete_ok(case, queue, &[again.receipt_handle], "delete").await
 }
 
 /// `change_visibility(0)` makes an in-flight message visible at once.

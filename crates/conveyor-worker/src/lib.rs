@@ -5,6 +5,7 @@ mod capacity;
 pub mod config;
 pub mod connect;
 mod deleter;
+mod entry;
 mod error;
 pub mod heartbeat;
 mod job;
@@ -20,6 +21,7 @@ pub mod telemetry;
 mod worker;
 
 pub use config::{load_config, load_config_with};
+pub use entry::{Runner, run};
 pub use error::WorkerError;
 pub use ops::healthcheck;
 pub use protect::BreakerSettings;

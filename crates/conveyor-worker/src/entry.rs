@@ -1,0 +1,116 @@
+//! The one-call entry point, as the Lambda adapter has: read the configuration, build the SQS client,
+//! connect the queues (checking them), run until SIGTERM/SIGINT.
+//!
+//! ```no_run
+//! # async fn example(pipeline: conveyor_core::Pipeline) -> Result<(), conveyor_worker::WorkerError> {
+//! // main.rs of an ECS service: the same size as a Lambda function's.
+//! let report = conveyor_worker::run(pipeline).await?;
+//! println!("{} jobs succeeded", report.succeeded);
+//! # Ok(()) }
+//! ```
+//!
+//! What it does, in order: loads the TOML file named by `CONVEYOR_CONFIG` (if set) and the
+//! `CONVEYOR_*` variables ([`crate::load_config`], unknown variables are warned about with the closest
+//! known name); builds the SQS client from the environment with deadlines on every call
+//! ([`conveyor_sqs::sqs_client_from_env`]); connects each queue, reading its visibility timeout, FIFO
+//! flag and redrive policy (a configuration error stops here with its fix, an outage is retried,
+//! [`crate::connect`]); watches each queue's DLQ depth; builds the [`Worker`] (which refuses a queue whose
+//! visibility timeout is too short for the heartbeat, a drain that does not fit in the stop timeout, a
+//! record lifetime shorter than the longest job) and runs it until a signal.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use conveyor_core::{Pipeline, Queue};
+
+use crate::config::{ENV_CONFIG, load_config_reading};
+use crate::connect::{DEFAULT_CONNECT_PATIENCE, connect_with_retry};
+use crate::error::WorkerError;
+use crate::report::WorkerReport;
+use crate::worker::Worker;
+
+/// Runs a worker for `pipeline` as a deployment does (see the module docs); returns after the graceful
+/// shutdown that follows SIGTERM or SIGINT.
+pub async fn run(pipeline: Pipeline) -> Result<WorkerReport, WorkerError> {
+    Runner::new(pipeline).run().await
+}
+
+/// [`run`] with choices: a config file, the application's own variables, protections.
+pub struct Runner {
+    pipeline: Pipeline,
+    config_path: Option<PathBuf>,
+    app_variables: Vec<&'static str>,
+    configure: Vec<Box<dyn FnOnce(Worker) -> Worker + Send>>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("config_path", &self.config_path)
+            .field("app_variables", &self.app_variables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runner {
+    /// A runner for `pipeline`; the config file is the one `CONVEYOR_CONFIG` names, if any.
+    pub fn new(pipeline: Pipeline) -> Self {
+        Self {
+            pipeline,
+            config_path: std::env::var_os(ENV_CONFIG).map(PathBuf::from),
+            app_variables: Vec::new(),
+            configure: Vec::new(),
+        }
+    }
+
+    /// Reads this TOML file (environment variables still override it).
+    pub fn config_file(mut self, path: Option<PathBuf>) -> Self {
+        if path.is_some() {
+            self.config_path = path;
+        }
+        self
+    }
+
+    /// `CONVEYOR_*` variables the application reads itself, so they are not reported as typos.
+    pub fn app_variables(mut self, names: &[&'static str]) -> Self {
+        self.app_variables.extend_from_slice(names);
+        self
+    }
+
+    /// Adjusts the worker before it runs (protections: [`Worker::limit_job_type`],
+    /// [`Worker::rate_limit_job_type`], [`Worker::circuit_breaker`]).
+    pub fn configure(mut self, adjust: impl FnOnce(Worker) -> Worker + Send + 'static) -> Self {
+        self.configure.push(Box::new(adjust));
+        self
+    }
+
+    /// Connects and runs until SIGTERM/SIGINT.
+    pub async fn run(self) -> Result<WorkerReport, WorkerError> {
+        let config = load_config_reading(self.config_path.as_deref(), &self.app_variables)?;
+        let client = conveyor_sqs::sqs_client_from_env().await;
+        let mut queues: Vec<Arc<dyn Queue>> = Vec::new();
+        let mut dead_letter_queues: Vec<Arc<dyn Queue>> = Vec::new();
+        for queue in &config.queues {
+            let connected = connect_with_retry(&queue.url, DEFAULT_CONNECT_PATIENCE, || {
+                conveyor_sqs::SqsQueue::connect(client.clone(), &queue.url)
+            })
+            .await?;
+            if let Some(dlq_url) = connected.dead_letter_queue_url() {
+                let dlq = connect_with_retry(dlq_url, DEFAULT_CONNECT_PATIENCE, || {
+                    conveyor_sqs::SqsQueue::connect(client.clone(), dlq_url)
+                })
+                .await?;
+                dead_letter_queues.push(Arc::new(dlq));
+            }
+            queues.push(Arc::new(connected));
+        }
+        let mut worker = Worker::new(config, self.pipeline, queues)?;
+        for dlq in dead_letter_queues {
+            worker = worker.watch_dead_letter_queue(dlq);
+        }
+        for adjust in self.configure {
+            worker = adjust(worker);
+        }
+        worker.run_until_signal().await
+    }
+}

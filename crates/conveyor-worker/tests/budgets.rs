@@ -1,0 +1,393 @@
+//! Issue 10's regressions, on `MemoryQueue` (strict like SQS) under a paused clock: every time budget
+//! the long-poll path depends on is derived from the queue and enforced, not assumed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conveyor_core::config::WorkerConfig;
+use conveyor_core::{
+    DeadLetter, EntryFailure, Failure, IdempotencyStore, Message, OutgoingMessage, Pipeline, Queue,
+    QueueDepth, QueueError, ReceiptHandle, Router, VisibilityChange,
+};
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
+use conveyor_worker::{BreakerSettings, Worker};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use common::*;
+
+fn dlq_queue(name: &str, visibility_secs: u64, max_receive_count: u32) -> Arc<MemoryQueue> {
+    let dlq = Arc::new(MemoryQueue::standard(&format!("{name}-dlq")));
+    Arc::new(
+        MemoryQueue::standard(name)
+            .with_visibility_timeout(Duration::from_secs(visibility_secs))
+            .with_dead_letter_queue(dlq, max_receive_count),
+    )
+}
+
+/// SQS's defaults (30 s), two workers with default settings, a 45 s job: it runs once. The worker used
+/// to assume 60 s and extend too late, so the second worker received the message at 30 s.
+#[tokio::test(start_paused = true)]
+async fn a_job_longer_than_the_queues_own_visibility_runs_once_on_two_default_workers() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("defaults").with_visibility_timeout(Duration::from_secs(30)));
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    queue
+        .push_message(message("plain", &slow_job(1, 45_000)))
+        .unwrap();
+    let worker = || {
+        let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
+            .with_store(store.clone() as Arc<dyn IdempotencyStore>);
+        let config = WorkerConfig {
+            listen_addr: None,
+            ..config(&[("defaults", 1)])
+        };
+        assert_eq!(
+            config.visibility_timeout, None,
+            "no override: the queue's own is used"
+        );
+        start(Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap())
+    };
+    let (first, second) = (worker(), worker());
+    eventually(120, "the job to finish and be deleted", || {
+        log.count(Kind::Succeeded) == 1 && queue.is_empty()
+    })
+    .await;
+    let (a, b) = (first.stop().await, second.stop().await);
+    assert_eq!(log.count(Kind::Started), 1, "ran once");
+    assert_eq!(a.received + b.received, 1, "never delivered to the second worker");
+    assert!(a.heartbeat_extensions + b.heartbeat_extensions >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_too_short_for_the_heartbeat_is_refused_with_the_fix() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("short").with_visibility_timeout(Duration::from_secs(5)));
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
+    let error = Worker::new(
+        config(&[("short", 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("queue short"), "{error}");
+    assert!(error.contains("at least 10s"), "{error}");
+    assert!(error.contains("CONVEYOR_VISIBILITY_TIMEOUT_SECS"), "{error}");
+
+    // The override is what every receive sends: the short queue works with it.
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
+    let config = WorkerConfig {
+        visibility_timeout: Some(Duration::from_secs(40)),
+        ..config(&[("short", 1)])
+    };
+    queue
+        .push_message(message("plain", &slow_job(1, 20_000)))
+        .unwrap();
+    let running = start(Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap());
+    eventually(5, "the job to start", || log.count(Kind::Started) == 1).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        queue.snapshot()[0].state,
+        MessageState::InFlight,
+        "40 s applied, not the queue's 5 s"
+    );
+    assert_eq!(
+        running.status.report().heartbeat_extensions,
+        0,
+        "no extension needed within 40 s"
+    );
+    eventually(30, "the job", || queue.is_empty()).await;
+    running.stop().await;
+    assert_eq!(log.count(Kind::Started), 1);
+}
+
+/// A 10-minute downstream outage with `maxReceiveCount` 5: the circuit defers jobs without spending
+/// their receives, so none reaches the DLQ and each runs once it is back.
+#[tokio::test(start_paused = true)]
+async fn a_ten_minute_outage_behind_a_circuit_breaker_dead_letters_nothing() {
+    let log = Log::new();
+    let down = Arc::new(AtomicBool::new(true));
+    let queue = dlq_queue("outage", 30, 5);
+    for id in 0..20 {
+        queue.push_message(message("email", &job(id))).unwrap();
+    }
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Email>::with_downstream(&log, &down)));
+    let settings = BreakerSettings {
+        failure_threshold: 3,
+        open_for: Duration::from_secs(30),
+        max_open_for: Duration::from_secs(120),
+    };
+    let worker = Worker::new(
+        config(&[("outage", 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap()
+    .circuit_breaker("email-provider", &["email"], settings);
+    let running = start(worker);
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert!(
+        queue.messages_in_dlq().is_empty(),
+        "nothing dead-lettered during the outage"
+    );
+    down.store(false, Ordering::SeqCst);
+    eventually(900, "every job once the provider is back", || {
+        log.count(Kind::Succeeded) == 20 && queue.is_empty()
+    })
+    .await;
+    let report = running.stop().await;
+    assert!(queue.messages_in_dlq().is_empty());
+    assert_eq!(report.succeeded, 20);
+    assert!(report.deferred > 0, "{report:?}");
+    let mut ids = log.ids(Kind::Succeeded);
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 20, "each once");
+}
+
+/// A duplicate of a 10-minute job in progress on another worker is deferred without spending
+/// receives, and acknowledged once the holder completes: never dead-lettered.
+#[tokio::test(start_paused = true)]
+async fn a_duplicate_of_a_long_job_in_progress_never_reaches_the_dlq() {
+    let log = Log::new();
+    let queue = dlq_queue("dupe", 30, 3);
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    queue
+        .push_message(keyed_message("plain", &slow_job(1, 600_000), "report:1"))
+        .unwrap();
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
+        .with_store(store.clone() as Arc<dyn IdempotencyStore>);
+    let running = start(
+        Worker::new(
+            config(&[("dupe", 1)]),
+            pipeline,
+            vec![queue.clone() as Arc<dyn Queue>],
+        )
+        .unwrap(),
+    );
+    eventually(5, "the job to start", || log.count(Kind::Started) == 1).await;
+    queue
+        .push_message(keyed_message("plain", &slow_job(1, 600_000), "report:1"))
+        .unwrap();
+    eventually(900, "the job and its duplicate", || queue.is_empty()).await;
+    let report = running.stop().await;
+    assert!(
+        queue.messages_in_dlq().is_empty(),
+        "the duplicate never reached the DLQ"
+    );
+    assert_eq!(log.count(Kind::Started), 1);
+    assert_eq!((report.succeeded, report.duplicates), (1, 1), "{report:?}");
+    assert!(report.deferred >= 1, "{report:?}");
+}
+
+/// A queue whose deletes fail while `failing` is set, and that tells when one succeeded.
+struct FlakyDeletes {
+    inner: Arc<MemoryQueue>,
+    failing: AtomicBool,
+    deleted_at: Mutex<Vec<Instant>>,
+    /// A receive takes its messages, then waits here (when armed) before returning them.
+    gate: Option<Arc<Notify>>,
+    receiving: Notify,
+}
+
+impl FlakyDeletes {
+    fn new(inner: Arc<MemoryQueue>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            failing: AtomicBool::new(false),
+            deleted_at: Mutex::new(Vec::new()),
+            gate: None,
+            receiving: Notify::new(),
+        })
+    }
+}
+
+#[async_trait]
+impl Queue for FlakyDeletes {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn is_fifo(&self) -> bool {
+        self.inner.is_fifo()
+    }
+    fn visibility_timeout(&self) -> Duration {
+        self.inner.visibility_timeout()
+    }
+    fn max_receive_count(&self) -> Option<u32> {
+        self.inner.max_receive_count()
+    }
+    async fn receive_with_visibility(
+        &self,
+        max: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Vec<Message>, QueueError> {
+        let Some(gate) = &self.gate else {
+            return self.inner.receive_with_visibility(max, wait, visibility).await;
+        };
+        self.receiving.notify_one();
+        let messages = self.inner.receive_with_visibility(max, wait, visibility).await?;
+        gate.notified().await;
+        Ok(messages)
+    }
+    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<Vec<EntryFailure>, QueueError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(QueueError::Unavailable {
+                message: "503 from DeleteMessageBatch".into(),
+            });
+        }
+        let result = self.inner.delete_batch(receipts).await;
+        self.deleted_at.lock().unwrap().push(Instant::now());
+        result
+    }
+    async fn change_visibility_batch(
+        &self,
+        changes: &[VisibilityChange],
+    ) -> Result<Vec<EntryFailure>, QueueError> {
+        self.inner.change_visibility_batch(changes).await
+    }
+    async fn send(&self, message: OutgoingMessage) -> Result<String, QueueError> {
+        self.inner.send(message).await
+    }
+    async fn dead_letter(&self, message: &Message, failure: &Failure) -> Result<DeadLetter, QueueError> {
+        self.inner.dead_letter(message, failure).await
+    }
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        self.inner.depth().await
+    }
+}
+
+/// Deletes failing for 20 s are retried until they succeed (they used to stop after 0.7 s, and the
+/// message ran again when it reappeared); the heartbeat keeps the message invisible meanwhile.
+#[tokio::test(start_paused = true)]
+async fn deletes_failing_for_a_while_are_retried_until_the_receipt_expires() {
+    let log = Log::new();
+    let inner = Arc::new(MemoryQueue::standard("deletes").with_visibility_timeout(Duration::from_secs(30)));
+    let queue = FlakyDeletes::new(Arc::clone(&inner));
+    queue.failing.store(true, Ordering::SeqCst);
+    inner.push_message(message("plain", &job(1))).unwrap();
+    let running = start(plain_worker(config(&[("deletes", 1)]), &log, &queue));
+    eventually(5, "the job", || log.count(Kind::Succeeded) == 1).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        inner.snapshot()[0].state,
+        MessageState::InFlight,
+        "kept invisible while deleting"
+    );
+    queue.failing.store(false, Ordering::SeqCst);
+    eventually(10, "the delete", || inner.is_empty()).await;
+    let report = running.stop().await;
+    assert_eq!(log.count(Kind::Started), 1, "never ran again");
+    assert_eq!(report.deletes_failed, 0);
+}
+
+/// In a FIFO group the next message starts only once its predecessor's delete is confirmed.
+#[tokio::test(start_paused = true)]
+async fn a_fifo_successor_waits_for_its_predecessors_delete() {
+    let log = Log::new();
+    let inner = Arc::new(MemoryQueue::fifo("ordered.fifo").with_visibility_timeout(Duration::from_secs(30)));
+    let queue = FlakyDeletes::new(Arc::clone(&inner));
+    queue.failing.store(true, Ordering::SeqCst);
+    for id in 1..=2 {
+        inner.push_message(fifo_message("plain", &job(id), "g")).unwrap();
+    }
+    let running = start(plain_worker(config(&[("ordered.fifo", 1)]), &log, &queue));
+    eventually(5, "the first job", || log.count(Kind::Succeeded) == 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        log.count(Kind::Started),
+        1,
+        "the second waits while the first's delete fails"
+    );
+    queue.failing.store(false, Ordering::SeqCst);
+    eventually(10, "both", || log.count(Kind::Succeeded) == 2 && inner.is_empty()).await;
+    running.stop().await;
+    let first_delete = queue.deleted_at.lock().unwrap()[0];
+    let second_start = log
+        .events()
+        .into_iter()
+        .find(|event| event.id == 2 && event.kind == Kind::Started)
+        .unwrap()
+        .at;
+    assert!(
+        second_start >= first_delete,
+        "started before its predecessor was deleted"
+    );
+}
+
+/// A long poll in flight at shutdown is allowed to return; what it brings is made visible again at
+/// once instead of being stranded invisible for a whole visibility timeout.
+#[tokio::test(start_paused = true)]
+async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
+    let log = Log::new();
+    let inner = Arc::new(MemoryQueue::standard("late").with_visibility_timeout(Duration::from_secs(300)));
+    let gate = Arc::new(Notify::new());
+    let queue = Arc::new(FlakyDeletes {
+        inner: Arc::clone(&inner),
+        failing: AtomicBool::new(false),
+        deleted_at: Mutex::new(Vec::new()),
+        gate: Some(Arc::clone(&gate)),
+        receiving: Notify::new(),
+    });
+    let config = WorkerConfig {
+        max_in_flight: 1,
+        ..config(&[("late", 1)])
+    };
+    let running = start(plain_worker(config, &log, &queue));
+    queue.receiving.notified().await;
+    inner.push_message(message("plain", &job(1))).unwrap();
+    eventually(5, "the receive to take the message", || {
+        inner
+            .snapshot()
+            .first()
+            .is_some_and(|m| m.state == MessageState::InFlight)
+    })
+    .await;
+    running.shutdown.cancel();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    gate.notify_one();
+    let report = running.handle.await.unwrap().unwrap();
+    assert_eq!(
+        inner.snapshot()[0].state,
+        MessageState::Visible,
+        "released at once, not in 300 s"
+    );
+    assert_eq!(log.count(Kind::Started), 0);
+    assert_eq!(report.released_at_shutdown, 1);
+}
+
+/// Shutdown fits in the stop timeout: a job that ignores cancellation cannot stretch it.
+#[tokio::test(start_paused = true)]
+async fn shutdown_fits_in_the_stop_timeout() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("stop").with_visibility_timeout(Duration::from_secs(30)));
+    let stubborn = TestJob {
+        stubborn: true,
+        ..slow_job(1, 3_600_000)
+    };
+    queue.push_message(message("plain", &stubborn)).unwrap();
+    let config = WorkerConfig {
+        stop_timeout: Duration::from_secs(30),
+        ..WorkerConfig {
+            drain_deadline: None,
+            ..config(&[("stop", 1)])
+        }
+    };
+    let running = start(plain_worker(config, &log, &queue));
+    eventually(5, "the job", || log.count(Kind::Started) == 1).await;
+    let began = Instant::now();
+    running.shutdown.cancel();
+    running.handle.await.unwrap().unwrap();
+    let took = began.elapsed();
+    assert!(took <= Duration::from_secs(30), "shutdown took {took:?}");
+    assert!(
+        took >= Duration::from_secs(23),
+        "the drain deadline is what fits: {took:?}"
+    );
+}
