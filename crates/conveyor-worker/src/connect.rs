@@ -95,9 +95,20 @@ where
 
 /// What to fix, when `error` is a configuration error rather than an outage.
 fn configuration_problem(error: &QueueError) -> Option<String> {
-    let QueueError::Unavailable { message } = error else {
-        // QueueMissing, AccessDenied and Invalid say what to change in their own words.
-        return Some(error.to_string());
+    let message = match error {
+        QueueError::QueueMissing { .. } => {
+            return Some(
+                "it does not exist: create it (infra/modules/queue) or fix the queue URL (CONVEYOR_QUEUE_URL)"
+                    .to_owned(),
+            );
+        }
+        QueueError::AccessDenied { message, .. } => {
+            return Some(format!(
+                "access denied ({message}): grant the worker's role the IAM actions listed in infra/README.md"
+            ));
+        }
+        QueueError::Invalid { message } => return Some(format!("SQS refused the request: {message}")),
+        QueueError::Unavailable { message } => message,
     };
     let lower = message.to_ascii_lowercase();
     if lower.contains("missing signing region") || lower.contains("no region") {
