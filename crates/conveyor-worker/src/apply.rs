@@ -49,6 +49,7 @@ pub(crate) async fn apply(
     let job = runtime.metrics[queue].job(processed.job_type);
     if let Some(duration) = processed.handler_duration {
         job.duration.record(seconds(duration));
+        runtime.observe_job(duration);
     }
     let counters = runtime.status.counters();
     let fallback = processed.fallback_delay();

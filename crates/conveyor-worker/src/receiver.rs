@@ -11,6 +11,10 @@
 //!
 //! A loop receives only when it holds free slots: it waits for one, takes up to `batch - 1` more that
 //! are free without waiting, and asks for that many messages (`MaxNumberOfMessages = min(10, free)`).
+//! While the queue has a backlog (the last receive came back full), a loop that holds fewer than a
+//! full batch waits a moment ([`RECEIVE_LINGER`], a tenth of a typical job, at most 20 ms) for more slots to
+//! free up, so a small worker (`max_in_flight` 10) receives full batches instead of one or two
+//! messages per request, without leaving slots idle for long.
 //! After an empty receive it asks for one message only, so idle loops hold one slot each, not ten,
 //! and a busy queue elsewhere keeps the rest. Each message runs in its own task with its slot; the
 //! loop goes straight back to receiving, so receiving and processing overlap.
@@ -29,6 +33,9 @@ use crate::job::{Received, run_group, run_message};
 use crate::report::add;
 use crate::runtime::{Held, InFlight, Runtime};
 use crate::telemetry::seconds;
+
+/// The longest a loop waits for a fuller batch while the queue has a backlog.
+pub(crate) const RECEIVE_LINGER: Duration = Duration::from_millis(20);
 
 /// In-flight slots per receive loop.
 const SLOTS_PER_LOOP: usize = 20;
@@ -60,6 +67,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
     let wait = runtime.config.receive_wait;
     let mut failures: u32 = 0;
     let mut last_was_empty = false;
+    let mut last_was_full = false;
     loop {
         let first = tokio::select! {
             biased;
@@ -69,6 +77,19 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
         let mut permits = vec![first];
         let wanted = if last_was_empty { 1 } else { batch };
         permits.extend(runtime.capacity.try_acquire(queue, wanted - 1));
+        if last_was_full && permits.len() < wanted {
+            let linger = runtime.linger();
+            let until = Instant::now() + linger;
+            while permits.len() < wanted {
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    permit = runtime.capacity.acquire(queue) => permits.push(permit),
+                    () = tokio::time::sleep_until(until) => break,
+                }
+                permits.extend(runtime.capacity.try_acquire(queue, wanted - permits.len()));
+            }
+        }
 
         let visibility = runtime.visibility[queue];
         let receive = target.receive_with_visibility(permits.len(), wait, visibility);
@@ -92,6 +113,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
                 failures = 0;
                 runtime.status.set_receiving(queue, true);
                 last_was_empty = messages.is_empty();
+                last_was_full = messages.len() == permits.len();
                 runtime
                     .capacity
                     .set_backlogged(queue, messages.len() == permits.len());
@@ -107,6 +129,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             }
             Err(error) => {
                 drop(permits);
+                last_was_full = false;
                 runtime.capacity.set_backlogged(queue, false);
                 failures = failures.saturating_add(1);
                 runtime.status.set_receiving(queue, false);

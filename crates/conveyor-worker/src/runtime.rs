@@ -1,7 +1,7 @@
 //! The state a running worker's tasks share.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use conveyor_core::config::WorkerConfig;
 use conveyor_core::{Pipeline, Queue};
@@ -40,6 +40,29 @@ pub(crate) struct Runtime {
     pub(crate) hard_stop: CancellationToken,
     /// Every message task, for the drain.
     pub(crate) tracker: TaskTracker,
+    /// A moving average of how long handlers run, in microseconds (for the receive linger).
+    pub(crate) typical_job_micros: AtomicU64,
+}
+
+impl Runtime {
+    /// Records one handler run's duration.
+    pub(crate) fn observe_job(&self, duration: Duration) {
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        let old = self.typical_job_micros.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            micros
+        } else {
+            old - old / 8 + micros / 8
+        };
+        self.typical_job_micros.store(new, Ordering::Relaxed);
+    }
+
+    /// How long a receive loop waits for a fuller batch: a tenth of a typical job, at most
+    /// 20 ms, so waiting never idles a slot for more than a small share of a job's time.
+    pub(crate) fn linger(&self) -> Duration {
+        let typical = Duration::from_micros(self.typical_job_micros.load(Ordering::Relaxed));
+        (typical / 10).clamp(Duration::from_millis(1), crate::receiver::RECEIVE_LINGER)
+    }
 }
 
 /// What keeps one received message in flight: its heartbeat, its capacity slot, its count. Dropped

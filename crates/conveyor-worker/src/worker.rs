@@ -264,6 +264,7 @@ impl Worker {
             stop_receiving: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            typical_job_micros: std::sync::atomic::AtomicU64::new(0),
             config,
         });
         let mut loops = JoinSet::new();
