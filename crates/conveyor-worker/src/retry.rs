@@ -18,6 +18,8 @@ use tokio::time::Instant;
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 /// The longest pause between tries.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
+/// Less time than this left before the deadline: no further try.
+const MIN_TRY: Duration = Duration::from_millis(50);
 
 /// The tries of one call, until a deadline.
 #[derive(Debug)]
@@ -46,11 +48,13 @@ impl Attempts {
     /// the deadline leaves no room for another try.
     pub(crate) async fn next(&mut self) -> Option<Duration> {
         if self.tries > 0 {
-            let pause = pause(self.tries);
-            if Instant::now() + pause >= self.deadline {
+            // Never pause past the deadline: the last tries come closer together, until too little
+            // time is left for one.
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left < MIN_TRY {
                 return None;
             }
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(pause(self.tries).min(left / 2)).await;
         }
         self.tries += 1;
         let left = self.deadline.saturating_duration_since(Instant::now());
