@@ -36,6 +36,8 @@ use conveyor_core::config::LambdaConfig;
 use conveyor_core::{
     AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
 };
+use std::io::Write as _;
+
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -163,8 +165,10 @@ impl BatchProcessor {
         let report = self.process_batch_report(event, deadline).await;
         if self.emit_metrics {
             let now = SystemTime::now();
+            // A closed stdout must not fail the invocation: the line is dropped (and counted).
+            let mut out = conveyor_core::log_output::stdout();
             for metrics in &report.metrics {
-                println!("{}", metrics.to_emf_line(now));
+                let _ = writeln!(out, "{}", metrics.to_emf_line(now));
             }
         }
         report.response

@@ -6,12 +6,9 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
-use conveyor_core::Queue;
-use conveyor_worker::connect::{DEFAULT_CONNECT_PATIENCE, connect_with_retry};
 
 /// Command-line arguments.
 #[derive(Debug, Parser)]
@@ -30,11 +27,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     conveyor_examples::init_tracing()?;
     // The application's own CONVEYOR_* variable, so it is not reported as a typo.
-    let config = conveyor_worker::config::load_config_reading(
-        args.config.as_deref(),
-        &[conveyor_examples::OUTBOX_ENV],
-    )?;
+    let app_variables = [conveyor_examples::OUTBOX_ENV];
     if args.healthcheck {
+        let config = conveyor_worker::config::load_config_reading(args.config.as_deref(), &app_variables)?;
         let addr = config
             .listen_addr
             .clone()
@@ -43,31 +38,13 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let pipeline = conveyor_examples::app_pipeline().await?;
-    let client = conveyor_sqs::sqs_client_from_env().await;
-    // A configuration error (no region, no credentials, a missing queue, denied access) stops here at
-    // once with its fix; an outage is retried with backoff.
-    let mut queues: Vec<Arc<dyn Queue>> = Vec::new();
-    let mut dead_letter_queues: Vec<Arc<dyn Queue>> = Vec::new();
-    for queue in &config.queues {
-        let connected = connect_with_retry(&queue.url, DEFAULT_CONNECT_PATIENCE, || {
-            conveyor_sqs::SqsQueue::connect(client.clone(), &queue.url)
-        })
+    // Reads the config, connects the queues (a configuration error stops here with its fix, an outage
+    // is retried), watches their DLQs, runs until SIGTERM/SIGINT.
+    let report = conveyor_worker::Runner::new(pipeline)
+        .config_file(args.config)
+        .app_variables(&app_variables)
+        .run()
         .await?;
-        if let Some(dlq_url) = connected.dead_letter_queue_url() {
-            let dlq = connect_with_retry(dlq_url, DEFAULT_CONNECT_PATIENCE, || {
-                conveyor_sqs::SqsQueue::connect(client.clone(), dlq_url)
-            })
-            .await?;
-            dead_letter_queues.push(Arc::new(dlq));
-        }
-        queues.push(Arc::new(connected));
-    }
-    let mut worker = conveyor_worker::Worker::new(config, pipeline, queues)?;
-    // conveyor_dlq_messages{queue=...} on /metrics.
-    for dlq in dead_letter_queues {
-        worker = worker.watch_dead_letter_queue(dlq);
-    }
-    let report = worker.run_until_signal().await?;
     tracing::info!(?report, "worker stopped");
     Ok(())
 }
