@@ -351,9 +351,18 @@ fn ecs_shutdown_defaults_match_the_code() -> Result<()> {
         "ecs-consumer drain_deadline_seconds defaults to {drain_deadline}, the code to {}",
         defaults::DRAIN_DEADLINE.as_secs()
     );
+    let locals = blocks_in(&bodies, "locals")
+        .find_map(|block| attr(block.body(), "shutdown_reserve_seconds"))
+        .context("ecs-consumer has no local shutdown_reserve_seconds")?;
+    let reserve = as_number(locals).context("shutdown_reserve_seconds is not a number")?;
     ensure!(
-        stop_timeout > drain_deadline,
-        "the stop timeout must leave time after the drain deadline"
+        reserve == defaults::SHUTDOWN_RESERVE.as_secs(),
+        "ecs-consumer's shutdown_reserve_seconds is {reserve}, the code's SHUTDOWN_RESERVE {:?}",
+        defaults::SHUTDOWN_RESERVE
+    );
+    ensure!(
+        drain_deadline + reserve <= stop_timeout,
+        "the stop timeout must hold the drain deadline and the shutdown reserve"
     );
     Ok(())
 }

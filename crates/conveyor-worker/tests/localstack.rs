@@ -148,8 +148,8 @@ async fn a_job_longer_than_the_visibility_timeout_is_done_once() {
     }
     assert_eq!(log.count(Kind::Started), 1, "exactly once: {:?}", log.events());
     assert!(
-        extensions >= 3,
-        "{extensions} extensions for a 5 s job at 2 s visibility"
+        extensions >= 2,
+        "{extensions} extensions for a 14 s job at 10 s visibility (one when a third is left: at ~7 s and ~13 s)"
     );
     assert_eq!(queue.depth().await.unwrap(), conveyor_core::QueueDepth::default());
 }

@@ -8,11 +8,15 @@ locals {
   log_group_name = "/ecs/${var.name}"
   container_name = "worker"
   listen_port    = 9090
+  # What the worker's shutdown needs after the drain (cancel grace, releases, delete flush, exit):
+  # conveyor_core::defaults::SHUTDOWN_RESERVE. The worker refuses a drain that leaves less.
+  shutdown_reserve_seconds = 7
 
   environment = merge(var.environment, {
     CONVEYOR_QUEUE_URL           = var.queue_url
     CONVEYOR_IDEMPOTENCY_TABLE   = var.idempotency_table_name
     CONVEYOR_DRAIN_DEADLINE_SECS = tostring(var.drain_deadline_seconds)
+    CONVEYOR_STOP_TIMEOUT_SECS   = tostring(var.stop_timeout_seconds)
     CONVEYOR_LISTEN_ADDR         = "0.0.0.0:${local.listen_port}"
     RUST_LOG                     = var.rust_log
   })
@@ -127,8 +131,8 @@ resource "aws_ecs_task_definition" "this" {
 
   lifecycle {
     precondition {
-      condition     = var.stop_timeout_seconds > var.drain_deadline_seconds
-      error_message = "stop_timeout_seconds must be greater than drain_deadline_seconds: after SIGTERM the worker drains for drain_deadline_seconds, then cancels what is left, releases its claims and makes its messages visible again; ECS's SIGKILL at stop_timeout_seconds must come after that, or those messages stay invisible until their visibility timeout ends."
+      condition     = var.drain_deadline_seconds + local.shutdown_reserve_seconds <= var.stop_timeout_seconds
+      error_message = "drain_deadline_seconds plus 7 s (the worker's cancel grace, releases and delete flush after the drain) must fit in stop_timeout_seconds: after SIGTERM the worker drains, then cancels what is left, releases its claims and makes its messages visible again; ECS's SIGKILL at stop_timeout_seconds must come after that. The worker refuses the same combination at start-up."
     }
   }
 }

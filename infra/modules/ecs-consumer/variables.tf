@@ -99,9 +99,9 @@ variable "kms_key_arns" {
 }
 
 variable "drain_deadline_seconds" {
-  description = "How long the worker lets in-flight jobs finish after SIGTERM (CONVEYOR_DRAIN_DEADLINE_SECS). Matches conveyor_core::defaults::DRAIN_DEADLINE."
+  description = "How long the worker lets in-flight jobs finish after SIGTERM (CONVEYOR_DRAIN_DEADLINE_SECS). At most stop_timeout_seconds - 7. Matches conveyor_core::defaults::DRAIN_DEADLINE."
   type        = number
-  default     = 25
+  default     = 23
 
   validation {
     condition     = var.drain_deadline_seconds >= 1
@@ -110,7 +110,7 @@ variable "drain_deadline_seconds" {
 }
 
 variable "stop_timeout_seconds" {
-  description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout). Must exceed drain_deadline_seconds so the worker can release what is left. Matches conveyor_core::defaults::ECS_STOP_TIMEOUT_SECS."
+  description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout); passed to the worker as CONVEYOR_STOP_TIMEOUT_SECS. Must hold drain_deadline_seconds plus 7 s so the worker can release what is left. Matches conveyor_core::defaults::ECS_STOP_TIMEOUT_SECS."
   type        = number
   default     = 30
 
