@@ -531,3 +531,87 @@ async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_
         leases[0]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_last_allowed_attempt_goes_to_the_dlq_with_its_last_error() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 2);
+    let harness = Harness::new(queue, LambdaConfig::default());
+    let flaky = harness.push("flaky", "retry");
+
+    let first = harness.receive().await;
+    let report = harness.run(&first, in_ten_seconds()).await;
+    assert_eq!(
+        listed(&report),
+        vec![flaky.clone()],
+        "the first attempt is retried"
+    );
+    assert!(dlq.snapshot().is_empty());
+
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let second = harness.receive().await;
+    assert_eq!(second[0].receive_count, 2);
+    let report = harness.run(&second, in_ten_seconds()).await;
+    assert!(
+        listed(&report).is_empty(),
+        "the last attempt is not listed: {report:?}"
+    );
+    let dead = dlq.snapshot();
+    assert_eq!(dead.len(), 1);
+    let record = dead[0].attributes[FAILURE_ATTRIBUTE]
+        .string_value
+        .clone()
+        .unwrap();
+    let failure: conveyor_core::Failure = serde_json::from_str(&record).unwrap();
+    assert!(failure.error.contains("provider busy"), "{failure:?}");
+    assert!(failure.retries_exhausted);
+    assert_eq!(failure.receive_count, 2);
+    assert_eq!(report.metrics[0].dead_lettered, 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive() {
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 2);
+    let harness = Harness::build(queue, LambdaConfig::default(), Some(Arc::clone(&store)));
+    let mut key = conveyor_core::Attributes::new();
+    key.insert(
+        IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
+        conveyor_core::AttributeValue::string("report:9"),
+    );
+    harness
+        .queue
+        .push_message(OutgoingMessage {
+            body: json!({"name": "dupe"}).to_string(),
+            attributes: key,
+            ..OutgoingMessage::default()
+        })
+        .unwrap();
+    // Another consumer holds the key for ten minutes.
+    let held = conveyor_core::ClaimRequest {
+        key: conveyor_core::idempotency::idempotency_key("scripted", Some("report:9"), "unused"),
+        lease_until: SystemTime::now() + Duration::from_secs(600),
+        expires_at: SystemTime::now() + Duration::from_secs(3600),
+        validation: None,
+    };
+    conveyor_core::IdempotencyStore::claim(store.as_ref(), &held)
+        .await
+        .unwrap();
+    let received = harness.receive().await;
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty(), "not a failure: {report:?}");
+    assert!(harness.ran().is_empty());
+    assert_eq!(report.metrics[0].deferred, 1);
+    let copies: Vec<_> = harness
+        .queue
+        .snapshot()
+        .into_iter()
+        .filter(|message| message.id != received[0].id)
+        .collect();
+    assert_eq!(copies.len(), 1, "a delayed copy was sent");
+    assert_eq!(copies[0].state, MessageState::Delayed);
+    assert_eq!(copies[0].receive_count, 0, "the copy starts afresh");
+    assert!(dlq.snapshot().is_empty());
+}
