@@ -458,3 +458,42 @@ async fn duplicates_are_suppressed_through_the_idempotency_table() {
     );
     assert!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
 }
+
+/// The function's variables come from the caller's environment, as a deployed function's come from its
+/// configuration: the example bootstrap needs WEBHOOK_SIGNING_SECRET, given here without --env.
+#[tokio::test]
+async fn the_callers_environment_reaches_the_bootstrap() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let queue = create_queue(&client, &QueueSpec::standard("lambda-env").max_receive_count(3))
+        .await
+        .unwrap();
+    let outbox = outbox_path("env");
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(7, "env@example.com"),
+        None,
+        None,
+    )
+    .await;
+    let bootstrap = bootstrap().await;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
+    command
+        .args(["lambda", "run", "--until-empty", "--queue-url", &queue.url])
+        .arg("--bootstrap")
+        .arg(&bootstrap)
+        .envs(aws_env())
+        .envs(app_env(&outbox))
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
+        .await
+        .expect("the runner ends")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("init error"), "{stderr}");
+    assert_eq!(emailed_users(&effects(&outbox)), [7]);
+}

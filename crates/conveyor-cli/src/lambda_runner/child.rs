@@ -24,17 +24,24 @@ pub struct FunctionSettings {
     pub env: Vec<(String, String)>,
 }
 
-/// Variables passed through from the runner's environment besides `AWS_*` (endpoints, credentials,
-/// profile): what a developer expects to reach their function locally.
-const PASS_THROUGH: &[&str] = &[
-    "PATH",
-    "HOME",
-    "TMPDIR",
-    "TZ",
-    "LANG",
-    "RUST_LOG",
-    "RUST_BACKTRACE",
+/// Variables Lambda reserves for itself (a function's configuration cannot set them): the runner sets
+/// its own values (see `lambda_environment`) and never passes the caller's through.
+const RESERVED: &[&str] = &[
+    "_HANDLER",
+    "_X_AMZN_TRACE_ID",
+    "AWS_EXECUTION_ENV",
+    "LAMBDA_TASK_ROOT",
+    "LAMBDA_RUNTIME_DIR",
 ];
+
+/// True for a variable of the caller's environment that reaches the bootstrap: everything but what
+/// Lambda reserves. On AWS a function sees the variables of its configuration (the console's
+/// "Environment variables", Terraform's `environment` block); locally, the caller's shell plays that
+/// part, so `WEBHOOK_SIGNING_SECRET=... conveyor lambda run ...` works as the deployed function would
+/// with that variable configured. `--env NAME=VALUE` adds or overrides variables on top.
+fn passes_through(name: &str) -> bool {
+    !name.starts_with("AWS_LAMBDA_") && !RESERVED.contains(&name)
+}
 
 /// A running bootstrap.
 pub struct Bootstrap {
@@ -48,9 +55,8 @@ impl Bootstrap {
     pub fn spawn(settings: &FunctionSettings, api: SocketAddr) -> anyhow::Result<Self> {
         let mut command = Command::new(&settings.bootstrap);
         command.env_clear();
-        for (name, value) in std::env::vars() {
-            let lambda_reserved = name.starts_with("AWS_LAMBDA_");
-            if (name.starts_with("AWS_") && !lambda_reserved) || PASS_THROUGH.contains(&name.as_str()) {
+        for (name, value) in std::env::vars_os() {
+            if name.to_str().is_some_and(passes_through) {
                 command.env(name, value);
             }
         }
@@ -160,5 +166,25 @@ mod tests {
         assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
         assert_eq!(get("_HANDLER"), Some("bootstrap"));
         assert_eq!(get("LAMBDA_TASK_ROOT"), Some("/opt/fn"));
+    }
+
+    #[test]
+    fn the_callers_variables_pass_except_those_lambda_reserves() {
+        for name in [
+            "WEBHOOK_SIGNING_SECRET",
+            "CONVEYOR_IDEMPOTENCY_TABLE",
+            "AWS_ENDPOINT_URL_SQS",
+            "PATH",
+        ] {
+            assert!(passes_through(name), "{name}");
+        }
+        for name in [
+            "AWS_LAMBDA_RUNTIME_API",
+            "AWS_LAMBDA_FUNCTION_NAME",
+            "_HANDLER",
+            "LAMBDA_TASK_ROOT",
+        ] {
+            assert!(!passes_through(name), "{name}");
+        }
     }
 }

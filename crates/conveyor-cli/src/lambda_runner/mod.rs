@@ -51,11 +51,17 @@ pub enum LambdaCommand {
     /// Lambda Runtime API on loopback, poll the queue, invoke with each batch, delete what succeeded.
     ///
     /// The function gets Lambda's variables (AWS_LAMBDA_RUNTIME_API, AWS_LAMBDA_FUNCTION_NAME, AWS_REGION,
-    /// ...), the runner's AWS_* variables (endpoints, credentials, profile), PATH, HOME, RUST_LOG and
-    /// RUST_BACKTRACE, and the --env pairs; nothing else. --region reaches it as AWS_REGION; for
-    /// --endpoint-url and --profile set AWS_ENDPOINT_URL_SQS and AWS_PROFILE instead.
+    /// ...), then the runner's whole environment except the names Lambda reserves (the shell plays the
+    /// part of the function's configured environment variables: WEBHOOK_SIGNING_SECRET=... works), then
+    /// the --env pairs. --region reaches it as AWS_REGION; for --endpoint-url and --profile set
+    /// AWS_ENDPOINT_URL_SQS and AWS_PROFILE instead.
     Run(RunArgs),
 }
+
+/// Where a failing bootstrap's variables come from, said when it fails at init.
+const ENVIRONMENT_HINT: &str = "the bootstrap gets this shell's environment (as a deployed function gets its \
+    configured environment variables) plus each --env NAME=VALUE: set what it asks for either way, and on AWS \
+    in the function's configuration (infra/modules/lambda-consumer's `environment`)";
 
 /// Runs a `conveyor lambda` command with the CLI's SQS client.
 pub async fn run_command(args: &LambdaArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<()> {
@@ -359,7 +365,7 @@ impl Runner<'_> {
                     None => bail!("the Runtime API stopped"),
                 },
                 status = self.bootstrap.wait() => bail!(
-                    "the bootstrap exited during init ({}); its output is above (bootstrap| lines)",
+                    "the bootstrap exited during init ({}); its output is above (bootstrap| lines); {ENVIRONMENT_HINT}",
                     status.map_or_else(|error| error.to_string(), |status| status.to_string())
                 ),
                 () = tokio::time::sleep_until(limit) => bail!(
@@ -468,6 +474,7 @@ impl Runner<'_> {
                     Some(ApiEvent::Undelivered { id: lost }) if lost == id => return Ended::Undelivered,
                     Some(ApiEvent::InitError { error_type, body }) => {
                         crate::errln!("bootstrap init error: {}", describe_error(error_type.as_deref(), &body));
+                        crate::errln!("hint: {ENVIRONMENT_HINT}");
                     }
                     Some(_) => {}
                     None => return Ended::Exited("the Runtime API stopped".to_owned()),
