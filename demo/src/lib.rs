@@ -52,11 +52,11 @@ impl Binaries {
     }
 
     /// Starts the example `worker` on `queue_url`, killed when the handle drops. Its logs go to `log`
-    /// (inherited stderr when `None`); `listen_addr` serves `/metrics` (`None`: off).
+    /// (inherited stderr when `None`); `listen_addr` serves `/metrics` (`None`: off). The worker takes
+    /// the queue's own visibility timeout, as a deployment does.
     pub fn spawn_worker(
         &self,
         queue_url: &str,
-        visibility_secs: u32,
         listen_addr: Option<&str>,
         env: &[(String, String)],
         log: Option<File>,
@@ -64,7 +64,6 @@ impl Binaries {
         Command::new(self.path("worker")?)
             .envs(env.iter().cloned())
             .env("CONVEYOR_QUEUE_URL", queue_url)
-            .env("CONVEYOR_VISIBILITY_TIMEOUT_SECS", visibility_secs.to_string())
             .env("CONVEYOR_LISTEN_ADDR", listen_addr.unwrap_or("off"))
             .stdout(Stdio::null())
             .stderr(log.map_or_else(Stdio::inherit, Stdio::from))

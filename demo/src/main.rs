@@ -22,7 +22,7 @@ use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 
 const SECRET: &str = "demo-signing-secret";
-const VISIBILITY_SECS: u32 = 5;
+const VISIBILITY_SECS: u32 = 10;
 const MAX_RECEIVE_COUNT: u32 = 3;
 
 /// One job the demo sent, and what it expects to happen.
@@ -100,7 +100,6 @@ async fn main() -> anyhow::Result<()> {
     let worker_log_file = std::fs::File::create(&worker_log)?;
     let mut worker = binaries.spawn_worker(
         &worker_queue.url,
-        VISIBILITY_SECS,
         Some(&listen_addr),
         &app_env,
         Some(worker_log_file),
@@ -265,11 +264,11 @@ async fn send_worker_jobs(producer: &Producer, receiver: &WebhookReceiver) -> an
     let report = GenerateReport {
         report_id: "r-1".into(),
         sections: 4,
-        section_millis: 2_000,
+        section_millis: 3_500,
     };
     producer.send(&Job::new("report", report)).await?;
     sent.push(Sent {
-        label: format!("report r-1 (8 s, visibility {VISIBILITY_SECS} s)"),
+        label: format!("report r-1 (14 s, visibility {VISIBILITY_SECS} s)"),
         runtime: "worker",
         expect: Expect::Effect {
             field: "report_id",

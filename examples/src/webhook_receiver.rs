@@ -1,6 +1,7 @@
 //! A local webhook receiver for the demo and the tests: verifies signatures and answers by path.
 //!
-//! `/ok` answers 200; `/flaky` answers 503 to a delivery's first attempt, then 200; `/gone` answers 410.
+//! `/ok` answers 200; `/flaky` answers 503 with `Retry-After: 1` to a delivery's first attempt, then 200;
+//! `/gone` answers 410.
 //! Every request is counted per delivery id, so the demo can say how many attempts a delivery took.
 
 use std::collections::HashMap;
@@ -108,7 +109,9 @@ async fn serve(mut stream: TcpStream, secret: &[u8], log: &Mutex<Vec<Received>>)
             });
             status
         };
-        let response = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+        // A 503 says when to come back, as a well-behaved receiver does.
+        let retry_after = if status == 503 { "retry-after: 1\r\n" } else { "" };
+        let response = format!("HTTP/1.1 {status} X\r\n{retry_after}content-length: 0\r\n\r\n");
         stream.write_all(response.as_bytes()).await?;
     }
 }

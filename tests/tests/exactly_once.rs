@@ -46,8 +46,8 @@ async fn two_workers_and_a_thousand_jobs_each_sent_twice_have_each_effect_once()
         let report = producer.send_batch(&jobs).await;
         assert!(report.all_sent(), "round {round}: {} of 1000 sent", report.sent());
     }
-    let mut first = binaries().spawn_worker(&queue.url, 10, None, &env, None)?;
-    let mut second = binaries().spawn_worker(&queue.url, 10, None, &env, None)?;
+    let mut first = binaries().spawn_worker(&queue.url, None, &env, None)?;
+    let mut second = binaries().spawn_worker(&queue.url, None, &env, None)?;
 
     wait_until(Duration::from_secs(240), Duration::from_millis(500), async || {
         emails_per_user(&outbox).is_ok_and(|counts| counts.len() == 1000)
@@ -82,7 +82,7 @@ async fn a_job_done_by_one_runtime_is_skipped_by_the_other() -> anyhow::Result<(
 
     // Worker first, then the same key through the Lambda.
     to_worker.send(&welcome(77)).await?;
-    let mut worker = binaries().spawn_worker(&worker_queue.url, 10, None, &env, None)?;
+    let mut worker = binaries().spawn_worker(&worker_queue.url, None, &env, None)?;
     wait_until(Duration::from_secs(60), Duration::from_millis(200), async || {
         emails_per_user(&outbox).is_ok_and(|counts| counts.contains_key(&77))
     })

@@ -1,7 +1,7 @@
 //! A webhook delivery, signed with HMAC-SHA256 over the timestamp and the body.
 //!
-//! 2xx is success; 429 retries after the receiver's `Retry-After`; 5xx, timeouts and connection errors
-//! are retryable; any other 4xx is permanent (the receiver refuses this delivery for good).
+//! 2xx is success; 429 retries after the receiver's `Retry-After` (30 s without one); 5xx, timeouts and
+//! connection errors are retryable (after `Retry-After` when a 5xx gives one, else the backoff); any other 4xx is permanent (the receiver refuses this delivery for good).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -105,6 +105,13 @@ impl Handler for DeliverWebhook {
             ));
         }
         if status.is_server_error() {
+            // A 503 may say when to come back (RFC 9110's Retry-After); other 5xx take the backoff.
+            if let Some(wait) = retry_after(&response) {
+                return Err(HandlerError::retry_after(
+                    format!("receiver failed with {status}"),
+                    wait,
+                ));
+            }
             return Err(HandlerError::retryable(format!("receiver failed with {status}")));
         }
         Err(HandlerError::permanent(format!(
