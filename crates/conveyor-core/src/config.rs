@@ -185,8 +185,8 @@ impl WorkerConfig {
                 visibility >= defaults::MIN_VISIBILITY_TIMEOUT && visibility <= MAX_VISIBILITY_TIMEOUT;
             problems.check(visibility_ok, "visibility_timeout", || {
                 format!(
-                    "{visibility:?} is outside {:?}..=12 h: the heartbeat extends when a third is left and \
-                     needs that third to reach SQS; leave it unset to use each queue's own",
+                    "{visibility:?} is outside {:?}..=12 h: the heartbeat extends when half is left and \
+                     needs that time to reach SQS; leave it unset to use each queue's own",
                     defaults::MIN_VISIBILITY_TIMEOUT
                 )
             });

@@ -25,8 +25,8 @@ pub const MAX_RECEIVE_COUNT: u32 = 5;
 /// The visibility timeout `infra/modules/queue` gives a queue, in seconds. The worker does not assume
 /// it: it reads each queue's own `VisibilityTimeout` at connect and sends it with every receive.
 pub const QUEUE_VISIBILITY_TIMEOUT_SECS: u64 = 60;
-/// The shortest visibility timeout the worker's heartbeat can keep (it extends when a third is left,
-/// and each extension must answer within that third even when SQS is slow).
+/// The shortest visibility timeout the worker's heartbeat can keep (it extends when half is left,
+/// and each extension must answer within that half even when SQS is slow).
 pub const MIN_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The platform's stop timeout: SIGTERM, then SIGKILL this long after (ECS's default `stopTimeout`).
 pub const ECS_STOP_TIMEOUT_SECS: u64 = 30;

@@ -84,6 +84,18 @@ pub fn receive_timeout_config(wait: Duration) -> TimeoutConfig {
         .build()
 }
 
+/// The deadline of a visibility change or delete batch: one attempt may take the whole operation
+/// timeout. A slow SQS (answers in 5 s, say) must still be able to extend a message; the worker cuts
+/// each call itself at the visibility deadline it protects and retries with jitter, so a shorter
+/// attempt timeout would only turn slow answers into failures.
+pub fn lease_timeout_config() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(OPERATION_TIMEOUT)
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+}
+
 /// An SQS client built from `config` (one you loaded yourself, with its region, credentials and
 /// endpoint) with [`timeout_config`] and [`retry_config`] in place of the connect, attempt and operation
 /// timeouts and the retry settings `config` carries (its other timeouts are kept), so it has the same

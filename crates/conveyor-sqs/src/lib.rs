@@ -21,8 +21,8 @@ mod send;
 
 pub use client::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,
-    RECEIVE_MARGIN, receive_timeout_config, retry_config, sqs_client_from_env, sqs_client_with_timeouts,
-    timeout_config,
+    RECEIVE_MARGIN, lease_timeout_config, receive_timeout_config, retry_config, sqs_client_from_env,
+    sqs_client_with_timeouts, timeout_config,
 };
 pub use job::{Job, ProduceError};
 pub use producer::{BATCH_ATTEMPTS, BATCH_RETRY_BASE, BatchReport, Producer};

@@ -154,6 +154,11 @@ impl SqsQueue {
     }
 }
 
+/// The per-call deadlines of visibility changes and deletes ([`crate::lease_timeout_config`]).
+fn lease_timeouts() -> aws_sdk_sqs::config::Builder {
+    aws_sdk_sqs::config::Builder::default().timeout_config(crate::client::lease_timeout_config())
+}
+
 /// A `ReceiveRequestAttemptId` (1–128 characters of `[a-zA-Z0-9]` and punctuation): unique per logical
 /// receive of this process.
 fn uuid_like_attempt_id(counter: &AtomicU64) -> String {
@@ -260,6 +265,8 @@ impl Queue for SqsQueue {
                 .delete_message_batch()
                 .queue_url(&self.url)
                 .set_entries(Some(entries))
+                .customize()
+                .config_override(lease_timeouts())
                 .send()
                 .await
                 .map_err(|error| classify(&error, &self.url))?;
@@ -294,6 +301,8 @@ impl Queue for SqsQueue {
                 .change_message_visibility_batch()
                 .queue_url(&self.url)
                 .set_entries(Some(entries))
+                .customize()
+                .config_override(lease_timeouts())
                 .send()
                 .await
                 .map_err(|error| classify(&error, &self.url))?;

@@ -4,9 +4,12 @@
 //!
 //! Each received message is registered here (with its [`Lease`]) *before* anything else happens to it,
 //! and unregistered only *after* its outcome was applied to the queue. Between those two points its
-//! visibility deadline is tracked in the lease and extended when less than a third of its queue's
-//! visibility timeout remains, by that visibility timeout, in `ChangeMessageVisibilityBatch` calls of up to
-//! 10 entries.
+//! visibility deadline is tracked in the lease and extended when less than half of its queue's
+//! visibility timeout remains (more when extension calls have been slow: twice the slowest recent
+//! call plus a second, up to three quarters), by that visibility timeout, in
+//! `ChangeMessageVisibilityBatch` calls of up to 10 entries. Half, not a third: an SQS that answers in
+//! more than a third of the visibility timeout must still be able to extend a message before its
+//! deadline, and the first extension happens before any latency was observed.
 //!
 //! 1. **Register at receipt, not at start.** A message can wait for a FIFO predecessor, a job-type slot
 //!    or a rate-limit token before its job starts; it is in flight all that time and must not reappear.
@@ -78,10 +81,29 @@ pub(crate) struct HeartbeatQueue {
     pub(crate) visibility_timeout: Duration,
 }
 
-impl HeartbeatQueue {
-    /// Extend when less than this remains.
+/// A queue as the heartbeat tracks it: its settings and how slow its extension calls have been.
+struct Tracked {
+    target: HeartbeatQueue,
+    /// A decaying maximum of recent extension call durations, in microseconds.
+    slowest_micros: AtomicU64,
+}
+
+impl Tracked {
+    /// Extend when less than this remains: half the visibility timeout, or twice the slowest recent
+    /// call plus a second when that is more (at most three quarters).
     fn margin(&self) -> Duration {
-        self.visibility_timeout / 3
+        let visibility = self.target.visibility_timeout;
+        let slowest = Duration::from_micros(self.slowest_micros.load(Ordering::Relaxed));
+        let wanted = slowest.saturating_mul(2) + Duration::from_secs(1);
+        (visibility / 2).max(wanted.min(visibility * 3 / 4))
+    }
+
+    /// Records how long one extension call took.
+    fn observe(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let old = self.slowest_micros.load(Ordering::Relaxed);
+        self.slowest_micros
+            .store(micros.max(old - old / 8), Ordering::Relaxed);
     }
 }
 
@@ -95,7 +117,7 @@ struct Inner {
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     settings: HeartbeatSettings,
-    queues: Vec<HeartbeatQueue>,
+    queues: Vec<Tracked>,
     store: Option<Arc<dyn IdempotencyStore>>,
     claim_slots: Arc<Semaphore>,
     status: WorkerStatus,
@@ -149,7 +171,7 @@ impl Inner {
     }
 
     fn name(&self, queue: usize) -> &str {
-        self.queues[queue].queue.name()
+        self.queues[queue].target.queue.name()
     }
 
     /// Marks entries as no longer in a call.
@@ -176,7 +198,13 @@ impl Heartbeats {
                 entries: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
                 settings,
-                queues,
+                queues: queues
+                    .into_iter()
+                    .map(|target| Tracked {
+                        target,
+                        slowest_micros: AtomicU64::new(0),
+                    })
+                    .collect(),
                 store,
                 claim_slots: Arc::new(Semaphore::new(CLAIM_EXTENSION_CONCURRENCY)),
                 status,
@@ -263,19 +291,20 @@ impl Heartbeats {
             .iter_mut()
             .filter(|(_, entry)| entry.extending && !entry.in_call)
         {
-            let target = &inner.queues[entry.queue];
+            let tracked = &inner.queues[entry.queue];
+            let margin = tracked.margin();
             let visible_until = entry.lease.visible_until();
-            let due_at = visible_until.checked_sub(target.margin()).unwrap_or(now);
+            let due_at = visible_until.checked_sub(margin).unwrap_or(now);
             if due_at > now {
                 next = next.min(due_at);
                 continue;
             }
             let room = entry.stop_at.saturating_duration_since(now);
-            if room <= target.margin() {
+            if room <= margin {
                 entry.extending = false;
                 tracing::warn!(
                     message_id = %entry.message_id,
-                    queue = %target.queue.name(),
+                    queue = %tracked.target.queue.name(),
                     max_processing_time = ?inner.settings.max_processing_time,
                     "message reached its maximum processing time: no more visibility extensions; \
                      cancelling its handler and leaving it to expire"
@@ -289,7 +318,7 @@ impl Heartbeats {
                 receipt: entry.receipt.clone(),
                 message_id: entry.message_id.clone(),
                 lease: Arc::clone(&entry.lease),
-                timeout: target.visibility_timeout.min(room),
+                timeout: tracked.target.visibility_timeout.min(room),
             });
         }
         (due, next)
@@ -317,8 +346,11 @@ async fn extend_batch(inner: Arc<Inner>, queue: usize, batch: Vec<Due>) {
             })
             .collect();
         let sent_at = Instant::now();
-        let target = &inner.queues[queue].queue;
-        let failures = match attempts.run(left, target.change_visibility_batch(&changes)).await {
+        let tracked = &inner.queues[queue];
+        let target = &tracked.target.queue;
+        let answer = attempts.run(left, target.change_visibility_batch(&changes)).await;
+        tracked.observe(sent_at.elapsed());
+        let failures = match answer {
             Ok(failures) => failures,
             Err(error) if error.is_retryable() => {
                 if attempts.tries() == 1 {
@@ -554,9 +586,9 @@ mod tests {
         assert_eq!(state(&setup.queue), MessageState::InFlight);
         assert_eq!(setup.queue.snapshot()[0].receive_count, 1);
         let extensions = setup.status.report().heartbeat_extensions;
-        // One extension every 20 s (when a third of 30 s remains), at 20, 40, ..., 280 s.
-        assert_eq!(extensions, 14);
-        assert!(lease.visible_until() > Instant::now() + VISIBILITY / 3);
+        // One extension every 15 s (when half of 30 s remains), at 15, 30, ..., 285 s.
+        assert_eq!(extensions, 19);
+        assert!(lease.visible_until() > Instant::now() + VISIBILITY / 2);
         assert_eq!(setup.queue.requests().change_visibility, extensions);
 
         drop(registration);
@@ -593,10 +625,11 @@ mod tests {
     async fn stops_at_the_maximum_processing_time_and_cancels() {
         let setup = setup(Duration::from_secs(50), None);
         let (_message, lease, _registration) = receive(&setup).await;
-        tokio::time::sleep(Duration::from_secs(35)).await;
+        // Extended at 15 s (to 45 s) and at 30 s (to 50 s, the limit); at 35 s no room is left.
+        tokio::time::sleep(Duration::from_secs(32)).await;
         assert!(!lease.cancellation().is_cancelled());
         assert_eq!(state(&setup.queue), MessageState::InFlight);
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_secs(13)).await;
         assert!(
             lease.cancellation().is_cancelled(),
             "cancelled once no room is left"
@@ -859,7 +892,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(290)).await;
         assert_eq!(
             setup.status.report().heartbeat_extensions,
-            14,
+            19,
             "same pace as without a store"
         );
         assert_eq!(state(&setup.queue), MessageState::InFlight);

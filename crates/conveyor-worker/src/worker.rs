@@ -349,8 +349,8 @@ fn check_queues(config: &WorkerConfig, queues: &[Arc<dyn Queue>]) -> Result<Vec<
             return Err(WorkerError::Setting {
                 setting: format!("visibility timeout of queue {}", queue.name()),
                 problem: format!(
-                    "{chosen:?} is too short for the heartbeat (it extends when a third is left, and needs that \
-                     third to reach SQS even when SQS is slow); give the queue a VisibilityTimeout of at least \
+                    "{chosen:?} is too short for the heartbeat (it extends when half is left, and needs that \
+                     time to reach SQS even when SQS is slow); give the queue a VisibilityTimeout of at least \
                      {}s (aws sqs set-queue-attributes, or visibility_timeout_seconds in infra/modules/queue), \
                      or set CONVEYOR_VISIBILITY_TIMEOUT_SECS, which every receive then sends",
                     MIN_VISIBILITY_TIMEOUT.as_secs()
