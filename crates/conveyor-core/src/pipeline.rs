@@ -212,7 +212,10 @@ impl Pipeline {
             lease.cancellation().clone(),
             idempotency_key,
         );
-        let (result, output) = run(job, ctx, deadline, settings.timeout, lease).await;
+        // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
+        // invocation's) comes first, so a timeout's reason names the real limit.
+        let allowed = deadline.saturating_duration_since(started);
+        let (result, output) = run(job, ctx, deadline, allowed, lease).await;
         let handler_duration = Some(started.elapsed());
         let outcome = classify(result, origin, &settings.backoff);
 
@@ -532,5 +535,37 @@ mod tests {
             .insert(SCHEMA_VERSION_ATTRIBUTE.to_owned(), AttributeValue::number(1));
         let processed = process(Arc::new(older)).await;
         assert!(rejection(&processed).contains("cannot upgrade invoice v1"));
+    }
+
+    /// Sleeps far longer than any deadline in these tests.
+    struct Sleeper;
+
+    impl Handler for Sleeper {
+        type Job = serde_json::Value;
+        type Output = ();
+        const JOB_TYPE: &'static str = "sleeper";
+
+        async fn handle(&self, _job: serde_json::Value, _ctx: Context) -> Result<(), HandlerError> {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_at_the_run_deadline_names_the_real_limit() {
+        let pipeline = Pipeline::new(Router::new().route(Sleeper));
+        let lease = Lease::new(Instant::now() + Duration::from_secs(30));
+        let budget = Budget {
+            run_deadline: Some(Instant::now() + Duration::from_millis(9_500)),
+            ..Budget::default()
+        };
+        let processed = pipeline
+            .process(message("sleeper", None, "{}"), Arc::from("jobs"), &lease, budget)
+            .await;
+        let Outcome::Retry { reason, .. } = &processed.outcome else {
+            panic!("expected a retry, got {:?}", processed.outcome)
+        };
+        assert!(reason.contains("9.5s"), "{reason}");
+        assert!(!reason.contains("900s"), "the handler's own 15-minute timeout is not what cut it: {reason}");
     }
 }
