@@ -22,6 +22,10 @@ pub const OUTBOX_ENV: &str = "CONVEYOR_DEMO_OUTBOX";
 pub const WEBHOOK_SECRET_ENV: &str = "WEBHOOK_SIGNING_SECRET";
 /// Environment variable naming the idempotency table.
 pub const TABLE_ENV: &str = "CONVEYOR_IDEMPOTENCY_TABLE";
+/// Environment variable overriding every handler's retry budget, in seconds (15 minutes by default).
+pub const RETRY_BUDGET_ENV: &str = "CONVEYOR_RETRY_BUDGET_SECS";
+/// The application's own `CONVEYOR_*` variables (so the worker does not report them as typos).
+pub const APP_VARIABLES: &[&str] = &[OUTBOX_ENV, RETRY_BUDGET_ENV];
 
 /// The application's settings, from the environment.
 #[derive(Debug, Clone)]
@@ -70,7 +74,10 @@ pub fn app_router() -> anyhow::Result<Router> {
 
 /// The pipeline, with idempotency on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE` is set.
 pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
-    let pipeline = Pipeline::new(app_router()?);
+    let mut pipeline = Pipeline::new(app_router()?);
+    if let Some(budget) = retry_budget_from_env()? {
+        pipeline = pipeline.with_retry_budget(budget);
+    }
     let Ok(table) = std::env::var(TABLE_ENV) else {
         tracing::warn!("{TABLE_ENV} is not set: running WITHOUT idempotency; duplicates will run twice");
         return Ok(pipeline);
@@ -78,6 +85,19 @@ pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
     let client = conveyor_dynamodb::dynamodb_client_from_env().await;
     let store = conveyor_dynamodb::DynamoStore::new(client, table);
     Ok(pipeline.with_store(Arc::new(store)))
+}
+
+/// `CONVEYOR_RETRY_BUDGET_SECS`, when set: how long a failing job keeps being retried.
+fn retry_budget_from_env() -> anyhow::Result<Option<Duration>> {
+    let Ok(value) = std::env::var(RETRY_BUDGET_ENV) else {
+        return Ok(None);
+    };
+    let seconds: f64 = value.trim().parse().with_context(|| {
+        format!("{RETRY_BUDGET_ENV}={value:?} is not a number of seconds (the default budget is 900)")
+    })?;
+    let budget = Duration::try_from_secs_f64(seconds)
+        .with_context(|| format!("{RETRY_BUDGET_ENV}={value:?} must be a positive number of seconds"))?;
+    Ok(Some(budget))
 }
 
 /// Logs as JSON lines when `CONVEYOR_LOG_FORMAT=json` (ECS, CloudWatch), else as text (`text`, the

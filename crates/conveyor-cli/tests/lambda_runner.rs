@@ -279,15 +279,19 @@ async fn partial_failures_backoff_and_dead_letters() {
         None,
     )
     .await;
-    // Retryable (connection refused): backoff, then SQS's redrive after maxReceiveCount = 2.
+    // Retryable (connection refused): backoff, then the DLQ with its last error on the second (last
+    // allowed) attempt.
     let webhook =
         json!({"delivery_id": "d-1", "url": "http://127.0.0.1:1/hook", "event": "e", "payload": {}});
     send_job(&client, &queue, "webhook", webhook, None, None).await;
-    // Runs into the invocation deadline (3 s - 500 ms margin): retried, then redriven the same way.
+    // Runs into the invocation deadline (3 s - 500 ms margin): retried, then dead-lettered the same way.
     let report = json!({"report_id": "r-1", "sections": 8, "section_millis": 500});
     send_job(&client, &queue, "report", report, None, None).await;
 
-    let run = run_lambda(&queue.url, &["--function-timeout-secs", "3"], &app_env(&outbox))
+    // A short retry budget, as a staging deployment might set: the one wait is at most 4 s.
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_RETRY_BUDGET_SECS", "2".to_owned()));
+    let run = run_lambda(&queue.url, &["--function-timeout-secs", "3"], &env)
         .await
         .unwrap();
 
@@ -326,9 +330,13 @@ async fn partial_failures_backoff_and_dead_letters() {
         rejected["error"].as_str().unwrap().contains("no valid email"),
         "{rejected}"
     );
-    // The retried ones were moved by SQS's redrive policy, not sent by the adapter.
-    for needle in ["\"d-1\"", "\"r-1\""] {
-        assert_eq!(failure(in_dlq(needle)), None, "{needle} was redriven by SQS");
+    // The retried ones were sent by the adapter on their last allowed attempt, with their last error.
+    for (needle, reason) in [("\"d-1\"", "webhook"), ("\"r-1\"", "timed out")] {
+        let record = failure(in_dlq(needle)).unwrap_or_else(|| panic!("{needle} has no failure record"));
+        let record: Value = serde_json::from_str(&record).unwrap();
+        assert_eq!(record["retries_exhausted"], true, "{record}");
+        assert_eq!(record["receive_count"], 2, "{record}");
+        assert!(record["error"].as_str().unwrap().contains(reason), "{record}");
     }
     assert_eq!(depth(&client, &queue.url).await, 0);
 }

@@ -70,6 +70,8 @@ const STORE_OUTAGE_DEFERRAL: Duration = Duration::from_secs(30);
 pub struct Pipeline {
     router: Router,
     store: Option<Arc<dyn IdempotencyStore>>,
+    /// Overrides every handler's retry budget (a deployment's choice).
+    retry_budget: Option<Backoff>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -77,6 +79,7 @@ impl std::fmt::Debug for Pipeline {
         f.debug_struct("Pipeline")
             .field("router", &self.router)
             .field("store", &self.store.is_some())
+            .field("retry_budget", &self.retry_budget.map(|backoff| backoff.budget))
             .finish()
     }
 }
@@ -130,7 +133,22 @@ impl Processed {
 impl Pipeline {
     /// A pipeline without idempotency.
     pub fn new(router: Router) -> Self {
-        Self { router, store: None }
+        Self {
+            router,
+            store: None,
+            retry_budget: None,
+        }
+    }
+
+    /// Gives every handler this retry budget instead of its own (`HandlerSettings::backoff`): a
+    /// deployment's choice, such as a short budget on a staging queue.
+    pub fn with_retry_budget(mut self, budget: Duration) -> Self {
+        self.retry_budget = Some(Backoff::with_budget(budget));
+        self
+    }
+
+    fn backoff(&self, settings: &HandlerSettings) -> Backoff {
+        self.retry_budget.unwrap_or(settings.backoff)
     }
 
     /// Claims an idempotency record for every handler whose settings are idempotent.
@@ -170,7 +188,8 @@ impl Pipeline {
         let handler = match self.router.handler_for(&message) {
             Ok(handler) => Arc::clone(handler),
             Err(error) => {
-                let outcome = classify(RunResult::Failed(error), origin, &Backoff::default());
+                let backoff = self.retry_budget.unwrap_or_default();
+                let outcome = classify(RunResult::Failed(error), origin, &backoff);
                 return Processed::early(outcome, None);
             }
         };
@@ -183,7 +202,7 @@ impl Pipeline {
         let job = match handler.prepare(&message) {
             Ok(job) => job,
             Err(error) => {
-                let outcome = classify(RunResult::Failed(error), origin, &settings.backoff);
+                let outcome = classify(RunResult::Failed(error), origin, &self.backoff(settings));
                 return Processed::early(outcome, Some(job_type));
             }
         };
@@ -217,7 +236,7 @@ impl Pipeline {
         let allowed = deadline.saturating_duration_since(started);
         let (result, output) = run(job, ctx, deadline, allowed, lease).await;
         let handler_duration = Some(started.elapsed());
-        let outcome = classify(result, origin, &settings.backoff);
+        let outcome = classify(result, origin, &self.backoff(settings));
 
         if let (Some(store), Some(claim)) = (store, claim) {
             lease.take_claim();
@@ -566,6 +585,9 @@ mod tests {
             panic!("expected a retry, got {:?}", processed.outcome)
         };
         assert!(reason.contains("9.5s"), "{reason}");
-        assert!(!reason.contains("900s"), "the handler's own 15-minute timeout is not what cut it: {reason}");
+        assert!(
+            !reason.contains("900s"),
+            "the handler's own 15-minute timeout is not what cut it: {reason}"
+        );
     }
 }

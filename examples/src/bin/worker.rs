@@ -27,9 +27,9 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     conveyor_examples::init_tracing()?;
     // The application's own CONVEYOR_* variable, so it is not reported as a typo.
-    let app_variables = [conveyor_examples::OUTBOX_ENV];
+    let app_variables = conveyor_examples::APP_VARIABLES;
     if args.healthcheck {
-        let config = conveyor_worker::config::load_config_reading(args.config.as_deref(), &app_variables)?;
+        let config = conveyor_worker::config::load_config_reading(args.config.as_deref(), app_variables)?;
         let addr = config
             .listen_addr
             .clone()
@@ -42,7 +42,7 @@ async fn main() -> anyhow::Result<()> {
     // is retried), watches their DLQs, runs until SIGTERM/SIGINT.
     let report = conveyor_worker::Runner::new(pipeline)
         .config_file(args.config)
-        .app_variables(&app_variables)
+        .app_variables(app_variables)
         .run()
         .await?;
     tracing::info!(?report, "worker stopped");
