@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::heartbeat::Registration;
 use crate::report::{WorkerStatus, add};
-use crate::retry::Attempts;
+use crate::retry::{Attempts, errors_by_entry};
 
 /// Deletes stop being retried this long before the message's visibility deadline.
 const DELETE_MARGIN: Duration = Duration::from_secs(1);
@@ -255,12 +255,7 @@ fn settle(
     failures: Vec<conveyor_core::EntryFailure>,
     status: &WorkerStatus,
 ) -> Vec<DeleteRequest> {
-    let mut errors: Vec<Option<EntryError>> = vec![None; batch.len()];
-    for failure in failures {
-        if let Some(slot) = errors.get_mut(failure.index) {
-            *slot = Some(failure.error);
-        }
-    }
+    let errors = errors_by_entry(batch.len(), failures);
     let mut retry = Vec::new();
     for (request, error) in batch.into_iter().zip(errors) {
         match error {

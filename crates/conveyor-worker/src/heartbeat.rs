@@ -57,7 +57,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::report::{WorkerStatus, add};
-use crate::retry::Attempts;
+use crate::retry::{Attempts, errors_by_entry};
 use crate::telemetry::QueueMetrics;
 
 /// Claim extensions run at most this many at once.
@@ -393,12 +393,7 @@ fn settle_batch(
     failures: Vec<conveyor_core::EntryFailure>,
     sent_at: Instant,
 ) -> Vec<Due> {
-    let mut errors: Vec<Option<EntryError>> = vec![None; batch.len()];
-    for failure in failures {
-        if let Some(slot) = errors.get_mut(failure.index) {
-            *slot = Some(failure.error);
-        }
-    }
+    let errors = errors_by_entry(batch.len(), failures);
     let mut retry = Vec::new();
     for (due, error) in batch.into_iter().zip(errors) {
         match error {
@@ -528,7 +523,7 @@ mod tests {
 
     use conveyor_core::idempotency::ClaimOutcome;
     use conveyor_core::{ClaimRequest, IdempotencyStore};
-    use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
+    use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState, ScriptedQueue};
 
     use super::*;
 
@@ -721,70 +716,13 @@ mod tests {
         setup.stop.cancel();
     }
 
-    /// A queue whose visibility calls hang while `hang` is set.
-    struct Hanging {
-        inner: Arc<MemoryQueue>,
-        hang: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl Queue for Hanging {
-        fn name(&self) -> &str {
-            self.inner.name()
-        }
-        fn visibility_timeout(&self) -> Duration {
-            self.inner.visibility_timeout()
-        }
-        fn max_receive_count(&self) -> Option<u32> {
-            None
-        }
-        async fn receive_with_visibility(
-            &self,
-            max: usize,
-            wait: Duration,
-            visibility: Duration,
-        ) -> Result<Vec<Message>, QueueError> {
-            self.inner.receive_with_visibility(max, wait, visibility).await
-        }
-        async fn delete_batch(
-            &self,
-            receipts: &[ReceiptHandle],
-        ) -> Result<Vec<conveyor_core::EntryFailure>, QueueError> {
-            self.inner.delete_batch(receipts).await
-        }
-        async fn change_visibility_batch(
-            &self,
-            changes: &[VisibilityChange],
-        ) -> Result<Vec<conveyor_core::EntryFailure>, QueueError> {
-            if self.hang.load(Ordering::Relaxed) {
-                std::future::pending::<()>().await;
-            }
-            self.inner.change_visibility_batch(changes).await
-        }
-        async fn send(&self, message: conveyor_core::OutgoingMessage) -> Result<String, QueueError> {
-            self.inner.send(message).await
-        }
-        async fn dead_letter(
-            &self,
-            message: &Message,
-            failure: &conveyor_core::Failure,
-        ) -> Result<conveyor_core::DeadLetter, QueueError> {
-            self.inner.dead_letter(message, failure).await
-        }
-        async fn depth(&self) -> Result<conveyor_core::QueueDepth, QueueError> {
-            self.inner.depth().await
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_hung_call_on_one_queue_stalls_nothing_else() {
         let healthy = Arc::new(MemoryQueue::standard("healthy").with_visibility_timeout(VISIBILITY));
-        let hanging = Arc::new(Hanging {
-            inner: Arc::new(
-                MemoryQueue::standard("hanging").with_visibility_timeout(Duration::from_secs(12)),
-            ),
-            hang: std::sync::atomic::AtomicBool::new(true),
-        });
+        let hanging = ScriptedQueue::new(Arc::new(
+            MemoryQueue::standard("hanging").with_visibility_timeout(Duration::from_secs(12)),
+        ));
+        hanging.hang_visibility(true);
         let status = WorkerStatus::new(2);
         let heartbeats = Heartbeats::new(
             HeartbeatSettings {
@@ -811,7 +749,7 @@ mod tests {
         tokio::spawn(heartbeats.clone().run(stop.clone()));
         let mut registrations = Vec::new();
         let mut leases = Vec::new();
-        for (index, queue) in [(0, hanging.inner.clone()), (1, healthy.clone())] {
+        for (index, queue) in [(0, Arc::clone(hanging.inner())), (1, healthy.clone())] {
             queue.push("{}").unwrap();
             let visibility = if index == 0 {
                 Duration::from_secs(12)

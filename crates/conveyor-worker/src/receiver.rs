@@ -25,9 +25,10 @@ use std::time::{Duration, SystemTime};
 
 use conveyor_core::config::WorkerConfig;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
-use conveyor_core::{Lease, Message, QueueError, VisibilityChange};
+use conveyor_core::{Lease, Message, QueueError};
 use tokio::time::Instant;
 
+use crate::apply::release_in_order;
 use crate::capacity::Permit;
 use crate::job::{Received, run_group, run_message};
 use crate::report::add;
@@ -169,27 +170,16 @@ async fn release_late(
     if messages.is_empty() {
         return;
     }
-    let target = &runtime.queues[queue];
-    let changes: Vec<VisibilityChange> = messages
-        .iter()
-        .map(|message| VisibilityChange {
-            receipt_handle: message.receipt_handle.clone(),
-            timeout: Duration::ZERO,
-        })
-        .collect();
-    let deadline = Instant::now() + runtime.visibility[queue];
-    let released = crate::retry::until(deadline.min(Instant::now() + bound), || {
-        target.change_visibility_batch(&changes)
-    })
-    .await;
+    let deadline = (Instant::now() + bound).min(Instant::now() + runtime.visibility[queue]);
+    let late: Vec<&Message> = messages.iter().collect();
+    release_in_order(runtime, queue, &late, deadline).await;
     add(
         &runtime.status.counters().released_at_shutdown,
         messages.len() as u64,
     );
     tracing::info!(
-        queue = %target.name(),
+        queue = %runtime.names[queue],
         messages = messages.len(),
-        released = released.is_ok(),
         "a receive in flight at shutdown brought messages; they are visible again"
     );
     drop(permits);

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use conveyor_core::QueueError;
+use conveyor_core::{EntryError, EntryFailure, QueueError};
 use tokio::time::Instant;
 
 /// The first pause between tries.
@@ -75,6 +75,17 @@ impl Attempts {
             }),
         }
     }
+}
+
+/// A batch call's per-entry errors by position: `None` for the entries that succeeded.
+pub(crate) fn errors_by_entry(len: usize, failures: Vec<EntryFailure>) -> Vec<Option<EntryError>> {
+    let mut errors: Vec<Option<EntryError>> = vec![None; len];
+    for failure in failures {
+        if let Some(slot) = errors.get_mut(failure.index) {
+            *slot = Some(failure.error);
+        }
+    }
+    errors
 }
 
 /// The pause after the `tries`-th failed try.

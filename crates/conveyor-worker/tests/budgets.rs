@@ -4,19 +4,14 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use conveyor_core::config::WorkerConfig;
-use conveyor_core::{
-    DeadLetter, EntryFailure, Failure, IdempotencyStore, Message, OutgoingMessage, Pipeline, Queue,
-    QueueDepth, QueueError, ReceiptHandle, Router, VisibilityChange,
-};
-use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
+use conveyor_core::{IdempotencyStore, Pipeline, Queue, Router};
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState, ScriptedQueue};
 use conveyor_worker::{BreakerSettings, Worker};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use common::*;
@@ -186,91 +181,14 @@ async fn a_duplicate_of_a_long_job_in_progress_never_reaches_the_dlq() {
     assert!(report.deferred >= 1, "{report:?}");
 }
 
-/// A queue whose deletes fail while `failing` is set, and that tells when one succeeded.
-struct FlakyDeletes {
-    inner: Arc<MemoryQueue>,
-    failing: AtomicBool,
-    deleted_at: Mutex<Vec<Instant>>,
-    /// A receive takes its messages, then waits here (when armed) before returning them.
-    gate: Option<Arc<Notify>>,
-    receiving: Notify,
-}
-
-impl FlakyDeletes {
-    fn new(inner: Arc<MemoryQueue>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            failing: AtomicBool::new(false),
-            deleted_at: Mutex::new(Vec::new()),
-            gate: None,
-            receiving: Notify::new(),
-        })
-    }
-}
-
-#[async_trait]
-impl Queue for FlakyDeletes {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn is_fifo(&self) -> bool {
-        self.inner.is_fifo()
-    }
-    fn visibility_timeout(&self) -> Duration {
-        self.inner.visibility_timeout()
-    }
-    fn max_receive_count(&self) -> Option<u32> {
-        self.inner.max_receive_count()
-    }
-    async fn receive_with_visibility(
-        &self,
-        max: usize,
-        wait: Duration,
-        visibility: Duration,
-    ) -> Result<Vec<Message>, QueueError> {
-        let Some(gate) = &self.gate else {
-            return self.inner.receive_with_visibility(max, wait, visibility).await;
-        };
-        self.receiving.notify_one();
-        let messages = self.inner.receive_with_visibility(max, wait, visibility).await?;
-        gate.notified().await;
-        Ok(messages)
-    }
-    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<Vec<EntryFailure>, QueueError> {
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(QueueError::Unavailable {
-                message: "503 from DeleteMessageBatch".into(),
-            });
-        }
-        let result = self.inner.delete_batch(receipts).await;
-        self.deleted_at.lock().unwrap().push(Instant::now());
-        result
-    }
-    async fn change_visibility_batch(
-        &self,
-        changes: &[VisibilityChange],
-    ) -> Result<Vec<EntryFailure>, QueueError> {
-        self.inner.change_visibility_batch(changes).await
-    }
-    async fn send(&self, message: OutgoingMessage) -> Result<String, QueueError> {
-        self.inner.send(message).await
-    }
-    async fn dead_letter(&self, message: &Message, failure: &Failure) -> Result<DeadLetter, QueueError> {
-        self.inner.dead_letter(message, failure).await
-    }
-    async fn depth(&self) -> Result<QueueDepth, QueueError> {
-        self.inner.depth().await
-    }
-}
-
 /// Deletes failing for 20 s are retried until they succeed (they used to stop after 0.7 s, and the
 /// message ran again when it reappeared); the heartbeat keeps the message invisible meanwhile.
 #[tokio::test(start_paused = true)]
 async fn deletes_failing_for_a_while_are_retried_until_the_receipt_expires() {
     let log = Log::new();
     let inner = Arc::new(MemoryQueue::standard("deletes").with_visibility_timeout(Duration::from_secs(30)));
-    let queue = FlakyDeletes::new(Arc::clone(&inner));
-    queue.failing.store(true, Ordering::SeqCst);
+    let queue = ScriptedQueue::new(Arc::clone(&inner));
+    queue.fail_deletes(true);
     inner.push_message(message("plain", &job(1))).unwrap();
     let running = start(plain_worker(config(&[("deletes", 1)]), &log, &queue));
     eventually(5, "the job", || log.count(Kind::Succeeded) == 1).await;
@@ -280,7 +198,7 @@ async fn deletes_failing_for_a_while_are_retried_until_the_receipt_expires() {
         MessageState::InFlight,
         "kept invisible while deleting"
     );
-    queue.failing.store(false, Ordering::SeqCst);
+    queue.fail_deletes(false);
     eventually(10, "the delete", || inner.is_empty()).await;
     let report = running.stop().await;
     assert_eq!(log.count(Kind::Started), 1, "never ran again");
@@ -292,8 +210,8 @@ async fn deletes_failing_for_a_while_are_retried_until_the_receipt_expires() {
 async fn a_fifo_successor_waits_for_its_predecessors_delete() {
     let log = Log::new();
     let inner = Arc::new(MemoryQueue::fifo("ordered.fifo").with_visibility_timeout(Duration::from_secs(30)));
-    let queue = FlakyDeletes::new(Arc::clone(&inner));
-    queue.failing.store(true, Ordering::SeqCst);
+    let queue = ScriptedQueue::new(Arc::clone(&inner));
+    queue.fail_deletes(true);
     for id in 1..=2 {
         inner.push_message(fifo_message("plain", &job(id), "g")).unwrap();
     }
@@ -305,10 +223,10 @@ async fn a_fifo_successor_waits_for_its_predecessors_delete() {
         1,
         "the second waits while the first's delete fails"
     );
-    queue.failing.store(false, Ordering::SeqCst);
+    queue.fail_deletes(false);
     eventually(10, "both", || log.count(Kind::Succeeded) == 2 && inner.is_empty()).await;
     running.stop().await;
-    let first_delete = queue.deleted_at.lock().unwrap()[0];
+    let first_delete = queue.deleted_at()[0];
     let second_start = log
         .events()
         .into_iter()
@@ -327,20 +245,14 @@ async fn a_fifo_successor_waits_for_its_predecessors_delete() {
 async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
     let log = Log::new();
     let inner = Arc::new(MemoryQueue::standard("late").with_visibility_timeout(Duration::from_secs(300)));
-    let gate = Arc::new(Notify::new());
-    let queue = Arc::new(FlakyDeletes {
-        inner: Arc::clone(&inner),
-        failing: AtomicBool::new(false),
-        deleted_at: Mutex::new(Vec::new()),
-        gate: Some(Arc::clone(&gate)),
-        receiving: Notify::new(),
-    });
+    let queue = ScriptedQueue::new(Arc::clone(&inner));
+    queue.hold_receives(true);
     let config = WorkerConfig {
         max_in_flight: 1,
         ..config(&[("late", 1)])
     };
     let running = start(plain_worker(config, &log, &queue));
-    queue.receiving.notified().await;
+    queue.receive_started().await;
     inner.push_message(message("plain", &job(1))).unwrap();
     eventually(5, "the receive to take the message", || {
         inner
@@ -351,7 +263,7 @@ async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
     .await;
     running.shutdown.cancel();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    gate.notify_one();
+    queue.release_receive();
     let report = running.handle.await.unwrap().unwrap();
     assert_eq!(
         inner.snapshot()[0].state,
