@@ -19,6 +19,7 @@ pub struct Context {
     deadline: Instant,
     cancel: CancellationToken,
     idempotency_key: Option<String>,
+    fencing_token: Option<String>,
 }
 
 impl Context {
@@ -36,7 +37,14 @@ impl Context {
             deadline,
             cancel,
             idempotency_key,
+            fencing_token: None,
         }
+    }
+
+    /// The same context carrying the fencing token of the claim the run holds.
+    pub fn with_fencing_token(mut self, fencing_token: Option<String>) -> Self {
+        self.fencing_token = fencing_token;
+        self
     }
 
     /// SQS's message id.
@@ -77,6 +85,13 @@ impl Context {
     /// The idempotency key this run was claimed under, when idempotency is on.
     pub fn idempotency_key(&self) -> Option<&str> {
         self.idempotency_key.as_deref()
+    }
+
+    /// The fencing token of the idempotency claim this run holds, when idempotency is on. A downstream
+    /// write can store it and refuse a holder whose token is no longer the record's (a takeover after
+    /// this run's lease lapsed).
+    pub fn fencing_token(&self) -> Option<&str> {
+        self.fencing_token.as_deref()
     }
 
     /// When the handler's timeout (or the Lambda invocation's deadline) runs out.

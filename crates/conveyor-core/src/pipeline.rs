@@ -91,6 +91,9 @@ pub struct Budget {
     pub run_deadline: Option<Instant>,
     /// The runs the queue's redrive policy allows (`maxReceiveCount`); `None` when it has no DLQ.
     pub max_attempts: Option<u32>,
+    /// Store calls (claim, complete, release) and a cancelled handler's grace end by this (the Lambda
+    /// invocation's deadline less a reserve for the response); `None`: only the clients' own deadlines.
+    pub settle_deadline: Option<Instant>,
 }
 
 /// What the pipeline did with one message.
@@ -178,6 +181,7 @@ impl Pipeline {
         let Budget {
             run_deadline,
             max_attempts,
+            settle_deadline,
         } = budget;
         let origin = Origin {
             queue: &queue,
@@ -210,7 +214,16 @@ impl Pipeline {
         let store = self.store.as_ref().filter(|_| settings.idempotent);
         let (claim, idempotency_key) = match store {
             None => (None, None),
-            Some(store) => match claim(store.as_ref(), handler.as_ref(), &message, origin, lease).await {
+            Some(store) => match claim(
+                store.as_ref(),
+                handler.as_ref(),
+                &message,
+                origin,
+                lease,
+                settle_deadline,
+            )
+            .await
+            {
                 Ok(claim) => {
                     let key = claim.key.clone();
                     (Some(claim), Some(key))
@@ -224,23 +237,34 @@ impl Pipeline {
         if let Some(run_deadline) = run_deadline {
             deadline = deadline.min(run_deadline);
         }
+        // The handler's token: cancelled with the lease, and at its deadline (a grace before the drop).
+        let handler_token = lease.cancellation().child_token();
         let ctx = Context::new(
             Arc::clone(&message),
             Arc::clone(&queue),
             deadline,
-            lease.cancellation().clone(),
+            handler_token.clone(),
             idempotency_key,
-        );
+        )
+        .with_fencing_token(claim.as_ref().map(|claim| claim.token.clone()));
         // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
         // invocation's) comes first, so a timeout's reason names the real limit.
         let allowed = deadline.saturating_duration_since(started);
-        let (result, output) = run(job, ctx, deadline, allowed, lease).await;
+        let limits = RunLimits {
+            deadline,
+            allowed,
+            grace_until: settle_deadline,
+        };
+        let (result, output) = run(job, ctx, limits, &handler_token, lease).await;
         let handler_duration = Some(started.elapsed());
         let outcome = classify(result, origin, &self.backoff(settings));
 
         if let (Some(store), Some(claim)) = (store, claim) {
             lease.take_claim();
-            settle(store.as_ref(), &claim, &outcome, output.as_deref(), settings).await;
+            let settling = settle(store.as_ref(), &claim, &outcome, output.as_deref(), settings);
+            if bounded(settle_deadline, settling).await.is_err() {
+                tracing::warn!(key = %claim.key, "settling the claim did not finish before the deadline; it lapses with its lease");
+            }
         }
         Processed {
             outcome,
@@ -258,6 +282,7 @@ async fn claim(
     message: &Message,
     origin: Origin<'_>,
     lease: &Lease,
+    settle_deadline: Option<Instant>,
 ) -> Result<Claim, Box<Processed>> {
     let job_type = handler.job_type();
     let settings = handler.settings();
@@ -268,7 +293,13 @@ async fn claim(
         expires_at: now + settings.record_ttl,
         validation: settings.validate_payload.then(|| payload_hash(&message.body)),
     };
-    match store.claim(&request).await {
+    let answer = match bounded(settle_deadline, store.claim(&request)).await {
+        Ok(answer) => answer,
+        Err(elapsed) => Err(StoreError::Unavailable {
+            message: elapsed.to_string(),
+        }),
+    };
+    match answer {
         Ok(ClaimOutcome::Acquired(claim)) => {
             lease.hold_claim(claim.clone());
             Ok(claim)
@@ -330,36 +361,74 @@ fn existing_record(
     }
 }
 
-/// Runs the handler with its deadline, panic catching and cancellation (with a grace period).
+/// A run's time limits.
+#[derive(Debug, Clone, Copy)]
+struct RunLimits {
+    /// The handler's deadline (its timeout, or the run deadline when earlier).
+    deadline: Instant,
+    /// How long that was, for the timeout's reason.
+    allowed: Duration,
+    /// A cancelled or timed-out handler's grace ends here at the latest.
+    grace_until: Option<Instant>,
+}
+
+/// The deadline did not leave time for the call.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("no answer before the deadline")]
+struct Elapsed;
+
+/// `call`, cut at `deadline` when there is one.
+async fn bounded<T>(
+    deadline: Option<Instant>,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, Elapsed> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, call).await.map_err(|_| Elapsed),
+        None => Ok(call.await),
+    }
+}
+
+/// Runs the handler with its deadline, panic catching and cancellation. A handler that is cancelled
+/// (lease lost, shutdown) or reaches its deadline sees its context cancelled first and gets a grace
+/// period ([`CANCEL_GRACE`], never past `grace_until`) to return before its future is dropped.
 async fn run(
     job: PreparedJob,
     ctx: Context,
-    deadline: Instant,
-    timeout: Duration,
+    limits: RunLimits,
+    handler_token: &tokio_util::sync::CancellationToken,
     lease: &Lease,
 ) -> (RunResult, Option<String>) {
     let cancel = lease.cancellation().clone();
     let mut handler = AssertUnwindSafe(job(ctx)).catch_unwind();
     let finished = tokio::select! {
-        result = tokio::time::timeout_at(deadline, &mut handler) => Some(result),
+        result = tokio::time::timeout_at(limits.deadline, &mut handler) => Some(result),
         () = cancel.cancelled() => None,
     };
+    let grace_end = {
+        let end = Instant::now() + CANCEL_GRACE;
+        limits.grace_until.map_or(end, |until| end.min(until))
+    };
     let finished = match finished {
-        Some(result) => result,
-        None => match tokio::time::timeout(CANCEL_GRACE, &mut handler).await {
-            Ok(result) => Ok(result),
+        Some(Err(_)) => {
+            // Timed out: tell the handler, let it wind down within the grace, then drop it.
+            handler_token.cancel();
+            let _ = tokio::time::timeout_at(grace_end, &mut handler).await;
+            return (RunResult::TimedOut(limits.allowed), None);
+        }
+        Some(Ok(result)) => result,
+        None => match tokio::time::timeout_at(grace_end, &mut handler).await {
+            Ok(result) => result,
             Err(_) => return (RunResult::Cancelled, None),
         },
     };
     match finished {
-        Err(_) => (RunResult::TimedOut(timeout), None),
-        Ok(Err(panic)) => (RunResult::Panicked(panic_message(panic.as_ref())), None),
-        Ok(Ok(Err(error))) if cancel.is_cancelled() => {
+        Err(panic) => (RunResult::Panicked(panic_message(panic.as_ref())), None),
+        Ok(Err(error)) if cancel.is_cancelled() => {
             tracing::debug!(%error, "cancelled handler returned an error");
             (RunResult::Cancelled, None)
         }
-        Ok(Ok(Err(error))) => (RunResult::Failed(error), None),
-        Ok(Ok(Ok(output))) => (RunResult::Succeeded, output),
+        Ok(Err(error)) => (RunResult::Failed(error), None),
+        Ok(Ok(output)) => (RunResult::Succeeded, output),
     }
 }
 

@@ -33,11 +33,11 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use conveyor_core::config::LambdaConfig;
+use std::io::Write as _;
+
 use conveyor_core::{
     AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
 };
-use std::io::Write as _;
-
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -117,13 +117,19 @@ struct Lane {
     items: Vec<Item>,
 }
 
+/// What the invocation keeps after its last call to build and return the response.
+const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
+
 /// The invocation's time limits, the same for every record of the batch.
 #[derive(Debug, Clone, Copy)]
 struct Invocation {
     /// When the invocation ends; the idempotency claim's lease ends here too.
     deadline: Instant,
-    /// The last moment a message may start: the deadline less the configured margin.
+    /// The last moment a message may start, and when handlers are told to stop: the deadline less the
+    /// configured margin.
     cutoff: Instant,
+    /// Every store and SQS call ends by this: the deadline less [`RESPONSE_RESERVE`].
+    settle_by: Instant,
 }
 
 /// One record's result.
@@ -212,6 +218,7 @@ impl BatchProcessor {
             cutoff: deadline
                 .checked_sub(self.config.deadline_margin)
                 .unwrap_or(deadline),
+            settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };
         let results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
             .map(|lane| self.run_lane(lane, invocation))
@@ -219,7 +226,7 @@ impl BatchProcessor {
             .collect()
             .await;
 
-        self.apply_backoff(&results).await;
+        self.apply_backoff(&results, invocation.settle_by).await;
         for (_, lane_results) in &results {
             for result in lane_results {
                 let metrics = &mut sources[result.source].metrics;
@@ -369,6 +376,7 @@ impl BatchProcessor {
                 Budget {
                     run_deadline: Some(invocation.cutoff),
                     max_attempts: lane.queue.max_receive_count(),
+                    settle_deadline: Some(invocation.settle_by),
                 },
             )
             .await;
@@ -391,22 +399,33 @@ impl BatchProcessor {
                 Settled::Retry { delay: *delay }
             }
             Outcome::Defer { delay, reason } => {
-                defer(lane.queue.as_ref(), message, *delay, reason, invocation.cutoff).await
+                defer(lane.queue.as_ref(), message, *delay, reason, invocation.settle_by).await
             }
             Outcome::Reject(failure) => {
                 let mode = self.config.reject_mode;
                 let fallback = processed.fallback_delay();
-                match reject(lane.queue.as_ref(), message, failure, mode, fallback).await {
-                    Disposition::Delete => Settled::DeadLettered,
-                    Disposition::Visible(delay) => Settled::Retry { delay },
+                let rejecting = reject(lane.queue.as_ref(), message, failure, mode, fallback);
+                match tokio::time::timeout_at(invocation.settle_by, rejecting).await {
+                    Ok(Disposition::Delete) => Settled::DeadLettered,
+                    Ok(Disposition::Visible(delay)) => Settled::Retry { delay },
+                    Err(_) => {
+                        // The copy may or may not have reached the DLQ: listed, the message comes back
+                        // and is rejected again (at worst a second copy, never none).
+                        tracing::warn!(
+                            "the DLQ send did not answer before the invocation deadline; listing the message"
+                        );
+                        Settled::Untouched
+                    }
                 }
             }
         };
         (settled, duration)
     }
 
-    /// Sets every retried message's visibility to its backoff delay: one batch call per queue.
-    async fn apply_backoff(&self, results: &[(Lane, Vec<ItemResult>)]) {
+    /// Sets every retried message's visibility to its backoff delay: one batch call per queue, all
+    /// of them cut at `settle_by` (a message whose change did not land comes back at the visibility
+    /// timeout: later, never lost).
+    async fn apply_backoff(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let mut per_source: Vec<Backoffs<'_>> = Vec::new();
         for (lane, lane_results) in results {
             for result in lane_results {
@@ -434,7 +453,15 @@ impl BatchProcessor {
             }
         }
         for group in per_source {
-            match group.queue.change_visibility_batch(&group.changes).await {
+            let changing = group.queue.change_visibility_batch(&group.changes);
+            let answer = tokio::time::timeout_at(settle_by, changing)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(conveyor_core::QueueError::Unavailable {
+                        message: "no answer before the invocation deadline".to_owned(),
+                    })
+                });
+            match answer {
                 Ok(entry_failures) => {
                     for failure in entry_failures {
                         let message_id = group.ids.get(failure.index).copied().unwrap_or("?");
@@ -485,13 +512,13 @@ fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
 
 /// Defers a message without spending a receive: sends a delayed copy (see `conveyor_core::deferral`) and
 /// leaves the original out of `batchItemFailures`, so the event source mapping deletes it. When the copy
-/// cannot be built or sent before `cutoff`, the message is retried instead (that receive counts).
+/// cannot be built or sent before `settle_by`, the message is retried instead (that receive counts).
 async fn defer(
     queue: &dyn conveyor_core::Queue,
     message: &Message,
     delay: Duration,
     reason: &str,
-    cutoff: Instant,
+    settle_by: Instant,
 ) -> Settled {
     let copy = match conveyor_core::deferral::deferred_copy(message, delay, queue.is_fifo()) {
         Ok(copy) => copy,
@@ -500,8 +527,7 @@ async fn defer(
             return Settled::Retry { delay };
         }
     };
-    let left = cutoff.saturating_duration_since(Instant::now());
-    match tokio::time::timeout(left, queue.send(copy)).await {
+    match tokio::time::timeout_at(settle_by, queue.send(copy)).await {
         Ok(Ok(copy_id)) => {
             tracing::info!(%reason, delay_ms = delay.as_millis() as u64, %copy_id, "deferred: a delayed copy was sent");
             Settled::Deferred

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use conveyor_core::IdempotencyStore;
 use conveyor_core::config::LambdaConfig;
 use conveyor_core::message::{FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE};
 use conveyor_core::{
@@ -43,8 +44,16 @@ impl Handler for Scripted {
     type Output = ();
     const JOB_TYPE: &'static str = "scripted";
 
-    async fn handle(&self, step: Step, _ctx: Context) -> Result<(), HandlerError> {
+    async fn handle(&self, step: Step, ctx: Context) -> Result<(), HandlerError> {
         self.log.lock().unwrap().push(step.name.clone());
+        if step.action == "until_cancelled" {
+            ctx.cancelled().await;
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}: told to stop", step.name));
+            return Err(HandlerError::retryable("stopped"));
+        }
         if let Some(store) = &self.store {
             let leases = store
                 .records()
@@ -80,6 +89,19 @@ impl Harness {
     }
 
     fn build(queue: MemoryQueue, config: LambdaConfig, store: Option<Arc<MemoryIdempotencyStore>>) -> Self {
+        let store_dyn = store.clone().map(|store| store as Arc<dyn IdempotencyStore>);
+        Self::build_with(queue, config, store, store_dyn)
+    }
+
+    /// A harness whose pipeline uses `pipeline_store` (any store); `recorded` is the memory store the
+    /// handler reads leases from, if any.
+    fn build_with(
+        queue: MemoryQueue,
+        config: LambdaConfig,
+        recorded: Option<Arc<MemoryIdempotencyStore>>,
+        pipeline_store: Option<Arc<dyn IdempotencyStore>>,
+    ) -> Self {
+        let store = recorded;
         let queue = Arc::new(queue);
         let log = Arc::new(Mutex::new(Vec::new()));
         let leases = Arc::new(Mutex::new(Vec::new()));
@@ -89,7 +111,7 @@ impl Harness {
             leases: Arc::clone(&leases),
         };
         let mut pipeline = Pipeline::new(Router::single(handler));
-        if let Some(store) = store {
+        if let Some(store) = pipeline_store {
             pipeline = pipeline.with_store(store);
         }
         let resolver = FixedQueue(Arc::clone(&queue) as Arc<dyn Queue>);
@@ -614,4 +636,78 @@ async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive
     assert_eq!(copies[0].state, MessageState::Delayed);
     assert_eq!(copies[0].receive_count, 0, "the copy starts afresh");
     assert!(dlq.snapshot().is_empty());
+}
+
+/// A store whose claims never answer (DynamoDB hung), over a memory store.
+struct HungClaims(MemoryIdempotencyStore);
+
+#[async_trait::async_trait]
+impl IdempotencyStore for HungClaims {
+    async fn claim(
+        &self,
+        _request: &conveyor_core::ClaimRequest,
+    ) -> Result<conveyor_core::ClaimOutcome, conveyor_core::StoreError> {
+        std::future::pending().await
+    }
+    async fn complete(
+        &self,
+        claim: &conveyor_core::Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), conveyor_core::StoreError> {
+        self.0.complete(claim, output, expires_at).await
+    }
+    async fn release(&self, claim: &conveyor_core::Claim) -> Result<(), conveyor_core::StoreError> {
+        self.0.release(claim).await
+    }
+    async fn extend_lease(
+        &self,
+        claim: &conveyor_core::Claim,
+        lease_until: SystemTime,
+    ) -> Result<(), conveyor_core::StoreError> {
+        self.0.extend_lease(claim, lease_until).await
+    }
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<conveyor_core::IdempotencyRecord>, conveyor_core::StoreError> {
+        self.0.get(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_store_cannot_push_the_invocation_past_its_deadline() {
+    let store: Arc<dyn IdempotencyStore> = Arc::new(HungClaims(MemoryIdempotencyStore::new()));
+    let harness = Harness::build_with(slow_queue("jobs"), LambdaConfig::default(), None, Some(store));
+    harness.push("stuck", "ok");
+    let received = harness.receive().await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+
+    let report = harness.run(&received, deadline).await;
+    assert!(Instant::now() < deadline, "answered after the deadline");
+    assert!(harness.ran().is_empty(), "never run unclaimed");
+    // Not run and not spent: a delayed copy carries it to a later invocation.
+    assert_eq!(report.metrics[0].deferred, 1, "{report:?}");
+    assert!(listed(&report).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_is_told_to_stop_before_the_deadline_and_the_response_comes_in_time() {
+    let config = LambdaConfig {
+        deadline_margin: Duration::from_millis(1500),
+        ..LambdaConfig::default()
+    };
+    let harness = Harness::new(slow_queue("jobs"), config);
+    let long = harness.push("long", "until_cancelled");
+    let received = harness.receive().await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+
+    let report = harness.run(&received, deadline).await;
+    assert!(Instant::now() < deadline, "answered after the deadline");
+    assert_eq!(
+        harness.ran(),
+        vec!["long".to_owned(), "long: told to stop".to_owned()]
+    );
+    assert_eq!(listed(&report), vec![long], "a retry, with its backoff");
+    assert_eq!(harness.queue.requests().change_visibility, 1);
 }

@@ -436,8 +436,8 @@ async fn a_timeout_retries_and_releases_the_claim() {
     let (processed, _) = fixture.process(&message).await;
     assert_eq!(
         started.elapsed(),
-        Duration::from_secs(5),
-        "stopped at the handler's 5 s timeout"
+        Duration::from_secs(5) + conveyor_core::pipeline::CANCEL_GRACE,
+        "told to stop at the handler's 5 s timeout, dropped after the grace it ignored"
     );
     let Outcome::Retry { reason, .. } = &processed.outcome else {
         panic!("expected a retry, got {:?}", processed.outcome)

@@ -119,9 +119,11 @@ async fn run_in_span(
             set_visibility(&runtime, &target, Duration::ZERO).await;
             return Settled::Returned;
         }
+        // No invocation deadline here: each store call is bounded by the store client's own deadlines,
+        // and the heartbeat keeps the message (and its claim) alive meanwhile.
         let budget = Budget {
-            run_deadline: None,
             max_attempts: runtime.queues[queue].max_receive_count(),
+            ..Budget::default()
         };
         let processed = runtime
             .pipeline
