@@ -14,8 +14,9 @@
 //! 3. **Reject**: sent to the DLQ with the failure recorded *during* the batch, then not listed, so the
 //!    mapping deletes the original only after the DLQ holds the copy. If the DLQ send fails (or the
 //!    queue has no DLQ), it is handled as a Retry with the fallback delay instead.
-//! 4. **Not started** (too close to the invocation deadline, or behind a failed message of its FIFO
-//!    group): listed and untouched; it comes back at the queue's visibility timeout, in order.
+//! 4. **Not started** (too close to the invocation deadline): listed and untouched; it comes back at the
+//!    queue's visibility timeout. Behind a failed message of its FIFO group: listed with that message's
+//!    backoff, so the group comes back together, in order.
 //!
 //! FIFO queues: each message group is a lane that runs one message at a time, in record order; lanes
 //! (groups, or single messages on a standard queue) run concurrently up to `batch_concurrency`. Once a
@@ -305,22 +306,24 @@ impl BatchProcessor {
         lanes
     }
 
-    /// Runs a lane's records in order; after a failure on a FIFO queue the rest stay untouched.
+    /// Runs a lane's records in order. After a failure on a FIFO queue the rest of the group is not
+    /// started: it gets the failed message's backoff, so the group comes back together and in order
+    /// (untouched, back at the visibility timeout, when the failed one was untouched itself).
     async fn run_lane(&self, lane: Lane, invocation: Invocation) -> (Lane, Vec<ItemResult>) {
         let mut results = Vec::with_capacity(lane.items.len());
-        let mut blocked = false;
+        let mut blocked: Option<Settled> = None;
         for item in &lane.items {
-            let (settled, handler_duration) = if blocked {
+            let (settled, handler_duration) = if let Some(head) = blocked {
                 tracing::info!(
                     message_id = %item.message.id,
-                    "not started: an earlier message of its FIFO group failed"
+                    "not started: an earlier message of its FIFO group failed; it follows that one's backoff"
                 );
-                (Settled::Untouched, None)
+                (head, None)
             } else {
                 self.run_one(&lane, item, invocation).await
             };
-            if lane.fifo && settled.is_failure() {
-                blocked = true;
+            if lane.fifo && settled.is_failure() && blocked.is_none() {
+                blocked = Some(settled);
             }
             results.push(ItemResult {
                 index: item.index,
