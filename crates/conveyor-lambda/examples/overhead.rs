@@ -100,7 +100,12 @@ async fn batch_overhead() {
             let lines: usize = report
                 .metrics
                 .iter()
-                .map(|m| m.to_emf_line(SystemTime::now()).len())
+                .map(|m| {
+                    m.to_emf_lines(SystemTime::now())
+                        .iter()
+                        .map(String::len)
+                        .sum::<usize>()
+                })
                 .sum();
             let response = serde_json::to_vec(&report.response).unwrap();
             assert!(lines > 0 && report.response.batch_item_failures.is_empty() && !response.is_empty());

@@ -174,8 +174,12 @@ impl BatchProcessor {
             let now = SystemTime::now();
             // A closed stdout must not fail the invocation: the line is dropped (and counted).
             let mut out = conveyor_core::log_output::stdout();
-            for metrics in &report.metrics {
-                let _ = writeln!(out, "{}", metrics.to_emf_line(now));
+            for line in report
+                .metrics
+                .iter()
+                .flat_map(|metrics| metrics.to_emf_lines(now))
+            {
+                let _ = writeln!(out, "{line}");
             }
         }
         report.response
