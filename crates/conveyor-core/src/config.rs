@@ -246,6 +246,11 @@ pub struct LambdaConfig {
     pub batch_concurrency: usize,
     /// Where permanent failures go.
     pub reject_mode: RejectMode,
+    /// When every record of a batch failed, fail the invocation too (after settling every record), so
+    /// Lambda's `Errors` metric and its alarms see the outage, as Powertools' `BatchProcessingError`
+    /// does. Off by default: the event source mapping then retries the whole batch, including records
+    /// that were dead-lettered or deferred (each settled once by its idempotency record).
+    pub fail_invocation_when_all_fail: bool,
 }
 
 impl Default for LambdaConfig {
@@ -256,6 +261,7 @@ impl Default for LambdaConfig {
             deadline_margin: Duration::from_millis(500),
             batch_concurrency: 10,
             reject_mode: RejectMode::default(),
+            fail_invocation_when_all_fail: false,
         }
     }
 }

@@ -72,7 +72,16 @@ pub struct BatchReport {
     pub response: SqsBatchResponse,
     /// One entry per source queue in the batch.
     pub metrics: Vec<BatchMetrics>,
+    /// Set when the invocation must fail instead of answering: a record without a `messageId` (it
+    /// cannot be listed, and answering would delete it), or, when configured, a batch whose every
+    /// record failed.
+    pub invocation_error: Option<String>,
 }
+
+/// The invocation fails instead of answering (see [`BatchReport::invocation_error`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BatchFailed(pub String);
 
 /// How one record ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -167,8 +176,13 @@ impl BatchProcessor {
     }
 
     /// Processes one event whose invocation ends at `deadline`; returns the records to retry, and
-    /// prints the batch's metrics as EMF.
-    pub async fn process_batch(&self, event: SqsEvent, deadline: Instant) -> SqsBatchResponse {
+    /// prints the batch's metrics as EMF. An `Err` fails the invocation (see
+    /// [`BatchReport::invocation_error`]).
+    pub async fn process_batch(
+        &self,
+        event: SqsEvent,
+        deadline: Instant,
+    ) -> Result<SqsBatchResponse, BatchFailed> {
         let report = self.process_batch_report(event, deadline).await;
         if self.emit_metrics {
             let now = SystemTime::now();
@@ -182,13 +196,21 @@ impl BatchProcessor {
                 let _ = writeln!(out, "{line}");
             }
         }
-        report.response
+        match report.invocation_error {
+            Some(reason) => {
+                tracing::error!(%reason, "failing the invocation");
+                Err(BatchFailed(reason))
+            }
+            None => Ok(report.response),
+        }
     }
 
     /// [`BatchProcessor::process_batch`] without printing: the response and the metrics.
     pub async fn process_batch_report(&self, event: SqsEvent, deadline: Instant) -> BatchReport {
         let mut sources: Vec<Source> = Vec::new();
         let mut failures: Vec<(usize, String)> = Vec::new();
+        let mut invocation_error = None;
+        let records = event.records.len();
         for (index, record) in event.records.into_iter().enumerate() {
             let source = source_for(
                 &mut sources,
@@ -208,7 +230,12 @@ impl BatchProcessor {
                     tracing::error!(index, %error, "cannot process a record");
                     let (RecordError::MissingReceiptHandle(id) | RecordError::MissingSource(id)) = error
                     else {
-                        continue; // no message id: nothing to report it by
+                        // No message id: it cannot be listed, and answering would delete it.
+                        invocation_error = Some(format!(
+                            "record {index} has no messageId; failing the invocation so the event source \
+                             mapping returns the batch instead of deleting it"
+                        ));
+                        continue;
                     };
                     sources[source].metrics.retried += 1;
                     failures.push((index, id));
@@ -251,6 +278,16 @@ impl BatchProcessor {
             }
         }
         failures.sort_unstable_by_key(|(index, _)| *index);
+        if invocation_error.is_none()
+            && self.config.fail_invocation_when_all_fail
+            && records > 0
+            && failures.len() == records
+        {
+            invocation_error = Some(format!(
+                "all {records} records failed; failing the invocation so Lambda's Errors metric shows it \
+                 (fail_invocation_when_all_fail)"
+            ));
+        }
         let response = SqsBatchResponse {
             batch_item_failures: failures
                 .into_iter()
@@ -260,6 +297,7 @@ impl BatchProcessor {
         BatchReport {
             response,
             metrics: sources.into_iter().map(|source| source.metrics).collect(),
+            invocation_error,
         }
     }
 

@@ -36,6 +36,29 @@ pub struct EventError {
     pub detail: String,
 }
 
+/// Why an invocation failed instead of answering with a batch response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvocationError {
+    /// The payload is not an SQS event.
+    #[error(transparent)]
+    NotAnSqsEvent(#[from] EventError),
+    /// The batch must be returned whole (see [`crate::BatchReport::invocation_error`]).
+    #[error(transparent)]
+    BatchFailed(#[from] crate::batch::BatchFailed),
+}
+
+impl From<InvocationError> for lambda_runtime::Diagnostic {
+    fn from(error: InvocationError) -> Self {
+        match error {
+            InvocationError::NotAnSqsEvent(error) => error.into(),
+            InvocationError::BatchFailed(error) => lambda_runtime::Diagnostic {
+                error_type: "Conveyor.BatchFailed".to_owned(),
+                error_message: error.0,
+            },
+        }
+    }
+}
+
 impl From<EventError> for lambda_runtime::Diagnostic {
     fn from(error: EventError) -> Self {
         lambda_runtime::Diagnostic {

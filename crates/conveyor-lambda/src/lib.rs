@@ -9,13 +9,13 @@ mod record;
 mod runtime;
 
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-pub use batch::{BatchProcessor, BatchReport};
-pub use error::{EventError, LambdaError};
+pub use batch::{BatchFailed, BatchProcessor, BatchReport};
+pub use error::{EventError, InvocationError, LambdaError};
 pub use event::{SQS_EVENT_SOURCE, parse_event};
 pub use metrics::{BatchMetrics, NAMESPACE};
 pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name};
 pub use record::{RecordError, to_message};
 pub use runtime::{
-    BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, REJECT_MODE_ENV, config_from_env, init_tracing, instant_at,
-    run,
+    BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, REJECT_MODE_ENV, config_from_env,
+    init_tracing, instant_at, run,
 };

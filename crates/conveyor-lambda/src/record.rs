@@ -20,7 +20,9 @@ mod names {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     /// No `messageId`: it cannot even be reported as a failure.
-    #[error("record has no messageId; it cannot be processed or reported, SQS delivers it again")]
+    #[error(
+        "record has no messageId; it cannot be processed or reported, so the invocation fails and the batch comes back"
+    )]
     MissingMessageId,
     /// No `receiptHandle`: its visibility cannot be changed, nor can it be dead-lettered safely.
     #[error("record {0} has no receiptHandle; reporting it as a failure")]

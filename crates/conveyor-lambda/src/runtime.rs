@@ -11,12 +11,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::batch::BatchProcessor;
-use crate::error::{EventError, LambdaError};
+use crate::error::{InvocationError, LambdaError};
 use crate::event::parse_event;
 use crate::queues::SqsQueues;
 
 /// Environment variable: records of one batch processed at once.
 pub const BATCH_CONCURRENCY_ENV: &str = "CONVEYOR_BATCH_CONCURRENCY";
+/// Environment variable: `true` fails the invocation when every record of a batch failed.
+pub const FAIL_WHEN_ALL_FAIL_ENV: &str = "CONVEYOR_FAIL_WHEN_ALL_FAIL";
 /// Environment variable: messages that cannot start this long before the deadline are retried.
 pub const DEADLINE_MARGIN_ENV: &str = "CONVEYOR_DEADLINE_MARGIN_MS";
 /// Environment variable: `send_to_dlq` (default) or `leave_to_redrive`.
@@ -52,13 +54,13 @@ pub async fn run(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaE
 async fn handle(
     processor: &BatchProcessor,
     event: LambdaEvent<serde_json::Value>,
-) -> Result<SqsBatchResponse, EventError> {
+) -> Result<SqsBatchResponse, InvocationError> {
     let (payload, context) = event.into_parts();
     let event = match parse_event(payload) {
         Ok(event) => event,
         Err(error) => {
             tracing::error!(request_id = %context.request_id, %error, "not an SQS event");
-            return Err(error);
+            return Err(error.into());
         }
     };
     let span = tracing::info_span!(
@@ -68,7 +70,7 @@ async fn handle(
         xray_trace_id = context.xray_trace_id.as_deref(),
     );
     let deadline = instant_at(context.deadline());
-    Ok(processor.process_batch(event, deadline).instrument(span).await)
+    Ok(processor.process_batch(event, deadline).instrument(span).await?)
 }
 
 /// The tokio instant at wall-clock time `at` (now, when it has passed).
@@ -112,6 +114,19 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
                     name: REJECT_MODE_ENV,
                     value,
                     problem: "expected send_to_dlq or leave_to_redrive".to_owned(),
+                });
+            }
+        };
+    }
+    if let Some(value) = var(FAIL_WHEN_ALL_FAIL_ENV) {
+        config.fail_invocation_when_all_fail = match value.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => {
+                return Err(LambdaError::Environment {
+                    name: FAIL_WHEN_ALL_FAIL_ENV,
+                    value,
+                    problem: "expected true or false".to_owned(),
                 });
             }
         };

@@ -712,3 +712,55 @@ async fn a_handler_is_told_to_stop_before_the_deadline_and_the_response_comes_in
     assert_eq!(listed(&report), vec![long], "a retry, with its backoff");
     assert_eq!(harness.queue.requests().change_visibility, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_record_without_a_message_id_fails_the_invocation_instead_of_being_deleted() {
+    let harness = Harness::new(slow_queue("jobs"), LambdaConfig::default());
+    harness.push("fine", "ok");
+    harness.push("orphan", "ok");
+    let received = harness.receive().await;
+    let mut event = harness.event(&received);
+    event.records[1].message_id = None;
+
+    let report = harness
+        .processor
+        .process_batch_report(event.clone(), in_ten_seconds())
+        .await;
+    let reason = report.invocation_error.clone().expect("the invocation must fail");
+    assert!(reason.contains("no messageId"), "{reason}");
+    let failed = harness.processor.process_batch(event, in_ten_seconds()).await;
+    assert!(
+        failed.is_err(),
+        "answering would make the mapping delete the record"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_that_failed_entirely_can_fail_the_invocation_for_the_errors_metric() {
+    let config = LambdaConfig {
+        fail_invocation_when_all_fail: true,
+        ..LambdaConfig::default()
+    };
+    let harness = Harness::new(slow_queue("jobs"), config);
+    harness.push("one", "retry");
+    harness.push("two", "retry");
+    let received = harness.receive().await;
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert!(report.invocation_error.is_some(), "{report:?}");
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        1,
+        "both settled (backoff) first"
+    );
+
+    let lenient = Harness::new(slow_queue("jobs"), LambdaConfig::default());
+    lenient.push("one", "retry");
+    let received = lenient.receive().await;
+    assert!(
+        lenient
+            .run(&received, in_ten_seconds())
+            .await
+            .invocation_error
+            .is_none()
+    );
+}
