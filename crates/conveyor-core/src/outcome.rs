@@ -159,11 +159,28 @@ pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Out
         RunResult::Cancelled => {
             return Outcome::Retry {
                 delay: Duration::ZERO,
-                reason: "cancelled".to_owned(),
+                reason: CANCELLED.to_owned(),
             };
         }
     };
     exhaust(outcome, origin)
+}
+
+/// The reason of a cancelled run's retry.
+pub const CANCELLED: &str = "cancelled";
+
+/// [`classify`]'s last-attempt rules applied afterwards, for a runtime that learns the redrive policy
+/// only when a message needs its queue (the Lambda adapter resolves its queue lazily): a cancelled
+/// run's retry on the last attempt becomes a deferral, any other retry a reject ([`exhaust`]).
+pub fn at_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
+    match &outcome {
+        Outcome::Retry { reason, .. } if reason == CANCELLED && origin.is_last_attempt() => Outcome::Defer {
+            delay: Duration::ZERO,
+            reason: "cancelled on its last allowed attempt".to_owned(),
+        },
+        Outcome::Retry { reason, .. } if reason == CANCELLED => outcome,
+        _ => exhaust(outcome, origin),
+    }
 }
 
 /// A retry of the last attempt the redrive policy allows becomes a reject carrying the last error, so

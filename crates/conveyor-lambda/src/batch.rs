@@ -36,6 +36,7 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use conveyor_core::config::LambdaConfig;
 use std::io::Write as _;
 
+use conveyor_core::outcome::{Origin, at_last_attempt};
 use conveyor_core::{
     AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
 };
@@ -118,10 +119,37 @@ struct Source {
     metrics: BatchMetrics,
 }
 
+/// A source's queue, resolved on first need: a batch whose records all succeed makes no SQS call, and
+/// a queue that cannot be resolved (an SQS brownout, a missing `sqs:GetQueueUrl` permission) fails only
+/// the records that need it.
+struct SourceQueue {
+    arn: String,
+    resolver: Arc<dyn QueueResolver>,
+    resolved: tokio::sync::OnceCell<Option<Arc<dyn Queue>>>,
+}
+
+impl SourceQueue {
+    /// The queue, resolved once; `None` (logged) when it cannot be.
+    async fn get(&self) -> Option<Arc<dyn Queue>> {
+        self.resolved
+            .get_or_init(|| async {
+                match self.resolver.resolve(&self.arn).await {
+                    Ok(queue) => Some(queue),
+                    Err(error) => {
+                        tracing::error!(%error, "cannot resolve the source queue; records that need it are listed as failures");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+}
+
 /// Records that run one after another: a FIFO group, or one message of a standard queue.
 struct Lane {
     source: usize,
-    queue: Arc<dyn Queue>,
+    queue: Arc<SourceQueue>,
     name: Arc<str>,
     fifo: bool,
     items: Vec<Item>,
@@ -243,7 +271,7 @@ impl BatchProcessor {
             }
         }
 
-        let lanes = self.lanes(&mut sources, &mut failures).await;
+        let lanes = self.lanes(&mut sources);
         let concurrency = self.config.batch_concurrency.max(1);
         let invocation = Invocation {
             deadline,
@@ -301,29 +329,21 @@ impl BatchProcessor {
         }
     }
 
-    /// Resolves each source's queue and splits its records into lanes. Records whose queue cannot be
-    /// resolved are listed as failures without running: nothing could settle them.
-    async fn lanes(&self, sources: &mut [Source], failures: &mut Vec<(usize, String)>) -> Vec<Lane> {
+    /// Splits each source's records into lanes (its queue is resolved later, on first need).
+    fn lanes(&self, sources: &mut [Source]) -> Vec<Lane> {
         let mut lanes = Vec::new();
         for (source_index, source) in sources.iter_mut().enumerate() {
             if source.items.is_empty() {
                 continue;
             }
             let items = std::mem::take(&mut source.items);
-            let queue = match self.queues.resolve(&source.arn).await {
-                Ok(queue) => queue,
-                Err(error) => {
-                    tracing::error!(%error, records = items.len(), "reporting the queue's records as failures");
-                    source.metrics.retried += items.len() as u64;
-                    failures.extend(
-                        items
-                            .into_iter()
-                            .map(|item| (item.index, item.message.id.clone())),
-                    );
-                    continue;
-                }
-            };
-            let fifo = source.arn.ends_with(".fifo") || queue.is_fifo();
+            let queue = Arc::new(SourceQueue {
+                arn: source.arn.clone(),
+                resolver: Arc::clone(&self.queues),
+                resolved: tokio::sync::OnceCell::new(),
+            });
+            // FIFO queue names (and so their ARNs) end in `.fifo`.
+            let fifo = source.arn.ends_with(".fifo");
             let lane = |items: Vec<Item>| Lane {
                 source: source_index,
                 queue: Arc::clone(&queue),
@@ -420,7 +440,8 @@ impl BatchProcessor {
                 &lease,
                 Budget {
                     run_deadline: Some(invocation.cutoff),
-                    max_attempts: lane.queue.max_receive_count(),
+                    // Learnt below, only when the outcome needs the queue.
+                    max_attempts: None,
                     settle_deadline: Some(invocation.settle_by),
                 },
             )
@@ -432,7 +453,23 @@ impl BatchProcessor {
             span.record("job_type", job_type);
         }
         let duration = processed.handler_duration;
-        let settled = match &processed.outcome {
+        let fallback = processed.fallback_delay();
+        if let Outcome::Ack(reason) = &processed.outcome {
+            tracing::debug!(?reason, "acknowledged");
+            let duplicate = *reason == AckReason::Duplicate;
+            return (Settled::Acked { duplicate }, duration);
+        }
+        let Some(queue) = lane.queue.get().await else {
+            return (Settled::Untouched, duration);
+        };
+        let origin = Origin {
+            queue: &lane.name,
+            handler: processed.job_type.unwrap_or(""),
+            attempt: message.attempt(),
+            max_attempts: queue.max_receive_count(),
+        };
+        let outcome = at_last_attempt(processed.outcome, origin);
+        let settled = match &outcome {
             Outcome::Ack(reason) => {
                 tracing::debug!(?reason, "acknowledged");
                 Settled::Acked {
@@ -444,12 +481,11 @@ impl BatchProcessor {
                 Settled::Retry { delay: *delay }
             }
             Outcome::Defer { delay, reason } => {
-                defer(lane.queue.as_ref(), message, *delay, reason, invocation.settle_by).await
+                defer(queue.as_ref(), message, *delay, reason, invocation.settle_by).await
             }
             Outcome::Reject(failure) => {
                 let mode = self.config.reject_mode;
-                let fallback = processed.fallback_delay();
-                let rejecting = reject(lane.queue.as_ref(), message, failure, mode, fallback);
+                let rejecting = reject(queue.as_ref(), message, failure, mode, fallback);
                 match tokio::time::timeout_at(invocation.settle_by, rejecting).await {
                     Ok(Disposition::Delete) => Settled::DeadLettered,
                     Ok(Disposition::Visible(delay)) => Settled::Retry { delay },
@@ -480,9 +516,13 @@ impl BatchProcessor {
                 let position = match per_source.iter().position(|group| group.source == lane.source) {
                     Some(position) => position,
                     None => {
+                        // Resolved already: a retry got here through `settle`, which needed the queue.
+                        let Some(queue) = lane.queue.get().await else {
+                            continue;
+                        };
                         per_source.push(Backoffs {
                             source: lane.source,
-                            queue: Arc::clone(&lane.queue),
+                            queue,
                             changes: Vec::new(),
                             ids: Vec::new(),
                         });

@@ -764,3 +764,76 @@ async fn a_batch_that_failed_entirely_can_fail_the_invocation_for_the_errors_met
             .is_none()
     );
 }
+
+/// Resolves to a fixed queue, or fails, and counts the calls.
+struct CountingResolver {
+    queue: Arc<dyn Queue>,
+    fail: bool,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl conveyor_lambda::QueueResolver for CountingResolver {
+    async fn resolve(&self, arn: &str) -> Result<Arc<dyn Queue>, conveyor_lambda::ResolveError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.fail {
+            return Err(conveyor_lambda::ResolveError::Sqs {
+                arn: arn.to_owned(),
+                message: "AccessDenied: not authorized to perform sqs:GetQueueUrl".to_owned(),
+            });
+        }
+        Ok(Arc::clone(&self.queue))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_success_path_needs_no_sqs_call_and_an_unresolvable_queue_fails_only_what_needs_it() {
+    for fail in [false, true] {
+        let harness = Harness::new(slow_queue("jobs"), LambdaConfig::default());
+        let resolver = Arc::new(CountingResolver {
+            queue: Arc::clone(&harness.queue) as Arc<dyn Queue>,
+            fail,
+            calls: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let handler = Scripted {
+            log: Arc::clone(&harness.log),
+            store: None,
+            leases: Arc::clone(&harness.leases),
+        };
+        let processor = BatchProcessor::new(
+            Pipeline::new(Router::single(handler)),
+            LambdaConfig::default(),
+            Arc::clone(&resolver) as Arc<dyn conveyor_lambda::QueueResolver>,
+        )
+        .without_metrics();
+        harness.push("a", "ok");
+        harness.push("b", "ok");
+        let received = harness.receive().await;
+        let report = processor
+            .process_batch_report(harness.event(&received), in_ten_seconds())
+            .await;
+        assert!(listed(&report).is_empty(), "fail={fail}: {report:?}");
+        assert_eq!(
+            resolver.calls.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no SQS call when every record succeeds"
+        );
+
+        let flaky = harness.push("c", "retry");
+        harness.push("d", "ok");
+        let received = harness.receive().await;
+        let report = processor
+            .process_batch_report(harness.event(&received), in_ten_seconds())
+            .await;
+        assert_eq!(
+            listed(&report),
+            vec![flaky],
+            "fail={fail}: only the retry is listed"
+        );
+        assert_eq!(
+            resolver.calls.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "resolved once, when needed"
+        );
+    }
+}
