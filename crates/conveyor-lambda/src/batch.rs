@@ -54,6 +54,8 @@ pub struct BatchProcessor {
     config: LambdaConfig,
     queues: Arc<dyn QueueResolver>,
     emit_metrics: bool,
+    /// Source queues whose visibility timeout was checked against the function's time.
+    checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for BatchProcessor {
@@ -126,6 +128,10 @@ struct SourceQueue {
     arn: String,
     resolver: Arc<dyn QueueResolver>,
     resolved: tokio::sync::OnceCell<Option<Arc<dyn Queue>>>,
+    /// The invocation's whole time (deadline less its start), for the visibility check.
+    invocation_time: Duration,
+    /// The ARNs already checked in this execution environment.
+    checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl SourceQueue {
@@ -134,7 +140,10 @@ impl SourceQueue {
         self.resolved
             .get_or_init(|| async {
                 match self.resolver.resolve(&self.arn).await {
-                    Ok(queue) => Some(queue),
+                    Ok(queue) => {
+                        self.check_visibility(queue.as_ref());
+                        Some(queue)
+                    }
                     Err(error) => {
                         tracing::error!(%error, "cannot resolve the source queue; records that need it are listed as failures");
                         None
@@ -144,6 +153,38 @@ impl SourceQueue {
             .await
             .clone()
     }
+
+    /// Warns once per queue when its visibility timeout is too short for the function (see
+    /// [`visibility_advice`]).
+    fn check_visibility(&self, queue: &dyn Queue) {
+        let first = self
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.arn.clone());
+        if !first {
+            return;
+        }
+        if let Some(advice) = visibility_advice(queue.visibility_timeout(), self.invocation_time) {
+            tracing::warn!(queue = %queue.name(), "{advice}");
+        }
+    }
+}
+
+/// Why a queue's visibility timeout is too short for a function that runs `function_time`, and what to
+/// change; `None` when it is at least six times that (AWS's advice).
+pub fn visibility_advice(visibility: Duration, function_time: Duration) -> Option<String> {
+    let ratio = u32::try_from(conveyor_core::defaults::LAMBDA_VISIBILITY_RATIO).unwrap_or(6);
+    let advised = function_time.saturating_mul(ratio);
+    (visibility < advised).then(|| {
+        format!(
+            "the queue's visibility timeout ({visibility:?}) is under {ratio} times the function's time \
+             ({function_time:?}), AWS's advice: a message can be delivered again while an invocation still runs \
+             it; raise the queue's VisibilityTimeout to at least {}s (visibility_timeout_seconds in \
+             infra/modules/queue) or lower the function timeout",
+            advised.as_secs_f64().ceil()
+        )
+    })
 }
 
 /// Records that run one after another: a FIFO group, or one message of a standard queue.
@@ -188,6 +229,7 @@ impl BatchProcessor {
             config,
             queues,
             emit_metrics: true,
+            checked: Arc::default(),
         }
     }
 
@@ -271,7 +313,7 @@ impl BatchProcessor {
             }
         }
 
-        let lanes = self.lanes(&mut sources);
+        let lanes = self.lanes(&mut sources, deadline.saturating_duration_since(Instant::now()));
         let concurrency = self.config.batch_concurrency.max(1);
         let invocation = Invocation {
             deadline,
@@ -330,7 +372,7 @@ impl BatchProcessor {
     }
 
     /// Splits each source's records into lanes (its queue is resolved later, on first need).
-    fn lanes(&self, sources: &mut [Source]) -> Vec<Lane> {
+    fn lanes(&self, sources: &mut [Source], invocation_time: Duration) -> Vec<Lane> {
         let mut lanes = Vec::new();
         for (source_index, source) in sources.iter_mut().enumerate() {
             if source.items.is_empty() {
@@ -341,6 +383,8 @@ impl BatchProcessor {
                 arn: source.arn.clone(),
                 resolver: Arc::clone(&self.queues),
                 resolved: tokio::sync::OnceCell::new(),
+                invocation_time,
+                checked: Arc::clone(&self.checked),
             });
             // FIFO queue names (and so their ARNs) end in `.fifo`.
             let fifo = source.arn.ends_with(".fifo");
@@ -625,5 +669,23 @@ async fn defer(
             tracing::warn!(%reason, "the deferred copy was not sent before the invocation deadline; retrying");
             Settled::Retry { delay }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_visibility_timeout_under_six_function_timeouts_is_advised_against() {
+        let advice = visibility_advice(Duration::from_secs(30), Duration::from_secs(10)).unwrap();
+        assert!(
+            advice.contains("at least 60s") && advice.contains("VisibilityTimeout"),
+            "{advice}"
+        );
+        assert_eq!(
+            visibility_advice(Duration::from_secs(60), Duration::from_secs(10)),
+            None
+        );
     }
 }

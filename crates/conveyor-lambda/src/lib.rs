@@ -9,7 +9,7 @@ mod record;
 mod runtime;
 
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-pub use batch::{BatchFailed, BatchProcessor, BatchReport};
+pub use batch::{BatchFailed, BatchProcessor, BatchReport, visibility_advice};
 pub use error::{EventError, InvocationError, LambdaError};
 pub use event::{SQS_EVENT_SOURCE, parse_event};
 pub use metrics::{BatchMetrics, NAMESPACE};
