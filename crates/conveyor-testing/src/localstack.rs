@@ -22,6 +22,9 @@ use tokio::sync::OnceCell;
 
 pub use crate::wait::{wait_for, wait_until};
 
+mod own;
+pub use own::OwnLocalStack;
+
 /// The region every client and every child process uses (as `localstack/env.sh` sets it).
 pub const REGION: &str = "us-east-1";
 /// The dummy access key (and secret) the emulators accept.
@@ -238,11 +241,16 @@ pub fn aws_env() -> Vec<(&'static str, String)> {
 
 /// An SQS client for LocalStack (no I/O; call [`ensure_local_aws`] first).
 pub async fn sqs_client() -> aws_sdk_sqs::Client {
+    sqs_client_at(&sqs_endpoint())
+}
+
+/// An SQS client for the emulator at `endpoint` (no I/O), e.g. an [`OwnLocalStack`].
+pub fn sqs_client_at(endpoint: &str) -> aws_sdk_sqs::Client {
     use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
     let config = aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(REGION))
-        .endpoint_url(sqs_endpoint())
+        .endpoint_url(endpoint)
         .credentials_provider(Credentials::new(
             DUMMY_CREDENTIAL,
             DUMMY_CREDENTIAL,

@@ -67,3 +67,63 @@ async fn create_table_makes_an_active_powertools_table() -> anyhow::Result<()> {
     assert_eq!(schema[0].attribute_name, "id");
     Ok(())
 }
+
+/// An `OwnLocalStack` runs beside the shared emulator: its queues are its own, restarting it leaves the
+/// shared one's queues alone, and dropping it frees its port and removes its state folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_own_localstack_runs_beside_the_shared_one_and_goes_away_on_drop() -> anyhow::Result<()> {
+    use conveyor_testing::localstack::OwnLocalStack;
+
+    ensure_local_aws().await?;
+    let shared = sqs_client().await;
+    let shared_queue = create_queue(&shared, &QueueSpec::standard("beside-shared")).await?;
+
+    let mut own = OwnLocalStack::start().await?;
+    assert_ne!(own.endpoint(), conveyor_testing::localstack::sqs_endpoint());
+    let own_queue = create_queue(&own.sqs_client(), &QueueSpec::standard("beside-own")).await?;
+    assert!(
+        own_queue.url.contains(&format!(":{}/", own.port())),
+        "{}",
+        own_queue.url
+    );
+    let shared_names = queue_names(&shared).await?;
+    assert!(shared_names.contains(&shared_queue.name));
+    assert!(
+        !shared_names.contains(&own_queue.name),
+        "the shared emulator has the own one's queue"
+    );
+
+    own.restart(true).await?;
+    assert!(
+        queue_names(&own.sqs_client()).await?.is_empty(),
+        "a restart starts empty"
+    );
+    assert!(
+        queue_names(&shared).await?.contains(&shared_queue.name),
+        "restarting the own emulator wiped the shared one"
+    );
+
+    let (port, state_dir) = (own.port(), own.state_dir().to_owned());
+    drop(own);
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "port {port} still answers after drop"
+    );
+    assert!(!state_dir.exists(), "{} was left behind", state_dir.display());
+    Ok(())
+}
+
+async fn queue_names(client: &aws_sdk_sqs::Client) -> anyhow::Result<Vec<String>> {
+    let urls = client
+        .list_queues()
+        .queue_name_prefix("beside-")
+        .max_results(1000)
+        .send()
+        .await?
+        .queue_urls
+        .unwrap_or_default();
+    Ok(urls
+        .iter()
+        .filter_map(|url| url.rsplit('/').next().map(str::to_owned))
+        .collect())
+}

@@ -1,8 +1,10 @@
 //! The emulator stopped and restarted under a running worker: it backs off, keeps running, reports
 //! not ready, and resumes processing once the queue is back.
 //!
-//! Its own test target because restarting LocalStack wipes every queue (LocalStack runs without
-//! persistence): tests in other targets run before or after it, never during.
+//! The test starts a LocalStack of its own on a free port (`OwnLocalStack`) and restarts that one:
+//! restarting wipes every queue (LocalStack runs without persistence), so the shared emulator on 4566,
+//! which other tests and other checkouts use at the same time, is never touched. The instance is killed
+//! when the test ends, panics included.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -10,11 +12,12 @@ mod common;
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::aws::{self, connect, send_all};
 use common::*;
-use conveyor_testing::localstack::{QueueSpec, create_queue, repo_root};
+use conveyor_testing::localstack::{OwnLocalStack, QueueSpec, create_queue};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_rides_out_an_emulator_restart() {
-    let client = aws::sqs().await;
+    let mut localstack = OwnLocalStack::start().await.unwrap();
+    let client = localstack.sqs_client();
     let created = create_queue(&client, &QueueSpec::standard("restart"))
         .await
         .unwrap();
@@ -29,18 +32,7 @@ async fn the_worker_rides_out_an_emulator_restart() {
     })
     .await;
 
-    let script = repo_root().join("localstack").join("restart-sqs.sh");
-    let restarted = tokio::process::Command::new("bash")
-        .arg(&script)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        restarted.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&restarted.stderr)
-    );
+    localstack.restart(false).await.unwrap();
     // The queue is gone with the old emulator: receives fail until it is created again.
     eventually(60, "the worker to report not ready", || !status.is_ready()).await;
     assert!(

@@ -1,0 +1,262 @@
+//! A LocalStack of a test's own: on a free port, with its own state folder, started and stopped by the
+//! test, so a test that restarts or kills the emulator never touches the shared one on 4566 (which other
+//! tests, or another checkout, are using at the same time).
+//!
+//! Measured on the development machines: two LocalStack 4.8.1 processes run side by side when each has
+//! its own `GATEWAY_LISTEN` port and its own `FILESYSTEM_ROOT` (LocalStack's var/cache/tmp) and
+//! `CONFIG_DIR`; with `SERVICES=sqs` and `DNS_ADDRESS=0` neither opens any other port (`ss -ltnp` shows
+//! one listener each), and their queues are separate. Start-up takes 2–5 s.
+//!
+//! The emulator runs under a small `bash` guard in a process group of its own. The guard holds a pipe
+//! from the test process and kills the emulator when the pipe closes, so the emulator dies with the test
+//! process even on `kill -9` (where no `Drop` runs), and removes the state folder; on a panic, `Drop`
+//! kills the whole group and removes the folder.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use super::{repo_root, tail, unique_name};
+
+/// How long a start (or restart) may take before it fails with the emulator's log.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a graceful stop may take before the group is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A LocalStack (SQS only) that belongs to one test; see the [module docs](self).
+#[derive(Debug)]
+pub struct OwnLocalStack {
+    port: u16,
+    state_dir: PathBuf,
+    log_path: PathBuf,
+    guard: Option<Child>,
+}
+
+impl OwnLocalStack {
+    /// Installs the emulators if needed (`localstack/install.sh --quiet`, idempotent), then starts a
+    /// LocalStack on a free port and waits until it serves SQS.
+    pub async fn start() -> anyhow::Result<Self> {
+        install().await?;
+        let port = free_port()?;
+        let state_dir = std::env::temp_dir().join(unique_name("conveyor-own-localstack"));
+        let mut own = Self {
+            port,
+            log_path: state_dir.join("localstack.log"),
+            state_dir,
+            guard: None,
+        };
+        own.launch()?;
+        own.wait_healthy().await?;
+        Ok(own)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its endpoint, `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The instance's state folder (its log is `localstack.log` there); removed when dropped.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// An SQS client for this instance (dummy credentials, `us-east-1`).
+    pub fn sqs_client(&self) -> aws_sdk_sqs::Client {
+        super::sqs_client_at(&self.endpoint())
+    }
+
+    /// Stops the emulator (SIGTERM, or SIGKILL when `kill`, a crash) and starts it again on the same
+    /// port, waiting until it serves SQS. LocalStack runs without persistence: every queue is gone.
+    /// Returns how long the emulator was down.
+    pub async fn restart(&mut self, kill: bool) -> anyhow::Result<Duration> {
+        let stopped_at = Instant::now();
+        self.stop(kill).await?;
+        // The port must be free again before relaunching; a stopped LocalStack can take a moment.
+        super::wait_until(START_TIMEOUT, Duration::from_millis(50), async || {
+            std::net::TcpListener::bind(("0.0.0.0", self.port)).is_ok()
+        })
+        .await
+        .with_context(|| format!("port {} still taken after the emulator stopped", self.port))?;
+        self.launch()?;
+        self.wait_healthy().await?;
+        Ok(stopped_at.elapsed())
+    }
+
+    /// Stops the emulator (SIGTERM to its group, SIGKILL after 15 s, or SIGKILL at once when `kill`)
+    /// and waits until its guard has exited.
+    pub async fn stop(&mut self, kill: bool) -> anyhow::Result<()> {
+        let Some(mut guard) = self.guard.take() else {
+            return Ok(());
+        };
+        let group = guard.id();
+        if !kill {
+            signal_group(group, "TERM");
+            // The guard is reaped first (a zombie still counts as a member of the group).
+            let exited = super::wait_until(STOP_TIMEOUT, Duration::from_millis(50), async || {
+                guard.try_wait().is_ok_and(|status| status.is_some()) && !group_alive(group)
+            })
+            .await;
+            if exited.is_ok() {
+                return Ok(());
+            }
+        }
+        kill_through_guard(guard);
+        super::wait_until(STOP_TIMEOUT, Duration::from_millis(20), async || {
+            !group_alive(group)
+        })
+        .await
+        .context("the emulator's process group survived SIGKILL")
+    }
+
+    fn launch(&mut self) -> anyhow::Result<()> {
+        // (Again on a restart: the guard of a killed instance removes the folder.)
+        std::fs::create_dir_all(self.state_dir.join("config"))
+            .with_context(|| format!("cannot create {}", self.state_dir.display()))?;
+        let python = repo_root().join(".local").join("venv").join("bin").join("python");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .with_context(|| format!("cannot open {}", self.log_path.display()))?;
+        let log_err = log.try_clone()?;
+        let listen = format!("127.0.0.1:{}", self.port);
+        // The guard starts the emulator, then blocks reading its stdin (our pipe): EOF means the test
+        // process is gone, and the emulator goes with it.
+        let guard = Command::new("bash")
+            .arg("-c")
+            .arg(concat!(
+                r#""$@" </dev/null & pid=$!; read -r _; kill -KILL "$pid" 2>/dev/null; wait "$pid"; "#,
+                r#"rm -rf "$CONVEYOR_OWN_STATE_DIR""#
+            ))
+            .arg("conveyor-own-localstack")
+            .arg(&python)
+            .args(["-m", "localstack.runtime.main"])
+            .current_dir(&self.state_dir)
+            .env("CONVEYOR_OWN_STATE_DIR", &self.state_dir)
+            // The same settings as localstack/common.sh's launch_sqs, on this instance's port and folder.
+            .env("OVERRIDE_IN_DOCKER", "0")
+            .env("GATEWAY_LISTEN", &listen)
+            .env("LOCALSTACK_HOST", &listen)
+            .env("SERVICES", "sqs")
+            .env("DISABLE_EVENTS", "1")
+            .env("SKIP_SSL_CERT_DOWNLOAD", "1")
+            .env("DNS_ADDRESS", "0")
+            .env("SQS_ENDPOINT_STRATEGY", "path")
+            .env("PERSISTENCE", "0")
+            .env("FILESYSTEM_ROOT", &self.state_dir)
+            .env("CONFIG_DIR", self.state_dir.join("config"))
+            .stdin(Stdio::piped())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot start {} -m localstack.runtime.main", python.display()))?;
+        self.guard = Some(guard);
+        Ok(())
+    }
+
+    async fn wait_healthy(&mut self) -> anyhow::Result<()> {
+        let client = self.sqs_client();
+        let started = Instant::now();
+        loop {
+            let answered = tokio::time::timeout(Duration::from_secs(2), client.list_queues().send()).await;
+            if matches!(answered, Ok(Ok(_))) {
+                return Ok(());
+            }
+            let exited = match self.guard.as_mut() {
+                Some(guard) => guard.try_wait()?.is_some(),
+                None => true,
+            };
+            if exited || started.elapsed() > START_TIMEOUT {
+                let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+                let what = if exited {
+                    "exited"
+                } else {
+                    "did not answer in time"
+                };
+                bail!(
+                    "LocalStack on port {} {what}; {}:\n{}",
+                    self.port,
+                    self.log_path.display(),
+                    tail(&log, 40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for OwnLocalStack {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            kill_through_guard(guard);
+        }
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+}
+
+/// Runs `localstack/install.sh --quiet` (a no-op taking ~0.1 s when installed): the shared emulators
+/// may come from another checkout, so this checkout's venv may not exist yet.
+async fn install() -> anyhow::Result<()> {
+    let script = repo_root().join("localstack").join("install.sh");
+    let output = tokio::process::Command::new("bash")
+        .arg(&script)
+        .arg("--quiet")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}):\n{}{}",
+            script.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A port nothing listens on now (the gateway binds 0.0.0.0, so that is what is probed).
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).context("no free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Closes the guard's stdin: it SIGKILLs the emulator, waits for it and exits, so once the guard is
+/// reaped the emulator is gone and its port closed. The group is then killed too, for anything left.
+fn kill_through_guard(mut guard: Child) {
+    drop(guard.stdin.take());
+    let _ = guard.wait();
+    signal_group(guard.id(), "KILL");
+}
+
+fn signal_group(pgid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// True while any process of the group `pgid` lives (`kill -0` on the group).
+fn group_alive(pgid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
