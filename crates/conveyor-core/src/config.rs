@@ -251,6 +251,21 @@ pub struct LambdaConfig {
     /// does. Off by default: the event source mapping then retries the whole batch, including records
     /// that were dead-lettered or deferred (each settled once by its idempotency record).
     pub fail_invocation_when_all_fail: bool,
+    /// What a failed record holds back on a FIFO queue.
+    pub fifo_failure: FifoFailure,
+}
+
+/// What a failed record holds back in a Lambda batch from a FIFO queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FifoFailure {
+    /// Only the rest of its message group (the default): other groups are independent, so holding them
+    /// back would only delay them and spend their receives.
+    #[default]
+    Group,
+    /// Every record after it in the batch, whatever its group (AWS Lambda Powertools' behaviour), for
+    /// consumers whose groups are not independent.
+    Batch,
 }
 
 impl Default for LambdaConfig {
@@ -262,6 +277,7 @@ impl Default for LambdaConfig {
             batch_concurrency: 10,
             reject_mode: RejectMode::default(),
             fail_invocation_when_all_fail: false,
+            fifo_failure: FifoFailure::default(),
         }
     }
 }

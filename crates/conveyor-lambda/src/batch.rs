@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use conveyor_core::config::LambdaConfig;
+use conveyor_core::config::{FifoFailure, LambdaConfig};
 use std::io::Write as _;
 
 use conveyor_core::outcome::{Origin, at_last_attempt};
@@ -397,6 +397,11 @@ impl BatchProcessor {
             };
             if !fifo {
                 lanes.extend(items.into_iter().map(|item| lane(vec![item])));
+                continue;
+            }
+            if self.config.fifo_failure == FifoFailure::Batch {
+                // One lane in record order: a failure holds back everything after it (Powertools).
+                lanes.push(lane(items));
                 continue;
             }
             let mut groups: Vec<(Option<String>, Vec<Item>)> = Vec::new();

@@ -16,6 +16,6 @@ pub use metrics::{BatchMetrics, NAMESPACE};
 pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name};
 pub use record::{RecordError, to_message};
 pub use runtime::{
-    BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, REJECT_MODE_ENV, config_from_env,
-    init_tracing, instant_at, run,
+    BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, FIFO_FAILURE_ENV, REJECT_MODE_ENV,
+    config_from_env, init_tracing, instant_at, run,
 };

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsBatchResponse;
-use conveyor_core::config::LambdaConfig;
+use conveyor_core::config::{FifoFailure, LambdaConfig};
 use conveyor_core::{Pipeline, RejectMode};
 use lambda_runtime::{LambdaEvent, service_fn};
 use tokio::time::Instant;
@@ -17,6 +17,8 @@ use crate::queues::SqsQueues;
 
 /// Environment variable: records of one batch processed at once.
 pub const BATCH_CONCURRENCY_ENV: &str = "CONVEYOR_BATCH_CONCURRENCY";
+/// Environment variable: `group` (default) or `batch`: what a failed record holds back on a FIFO queue.
+pub const FIFO_FAILURE_ENV: &str = "CONVEYOR_FIFO_FAILURE";
 /// Environment variable: `true` fails the invocation when every record of a batch failed.
 pub const FAIL_WHEN_ALL_FAIL_ENV: &str = "CONVEYOR_FAIL_WHEN_ALL_FAIL";
 /// Environment variable: messages that cannot start this long before the deadline are retried.
@@ -114,6 +116,19 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
                     name: REJECT_MODE_ENV,
                     value,
                     problem: "expected send_to_dlq or leave_to_redrive".to_owned(),
+                });
+            }
+        };
+    }
+    if let Some(value) = var(FIFO_FAILURE_ENV) {
+        config.fifo_failure = match value.trim() {
+            "group" => FifoFailure::Group,
+            "batch" => FifoFailure::Batch,
+            _ => {
+                return Err(LambdaError::Environment {
+                    name: FIFO_FAILURE_ENV,
+                    value,
+                    problem: "expected group or batch".to_owned(),
                 });
             }
         };

@@ -837,3 +837,26 @@ async fn the_success_path_needs_no_sqs_call_and_an_unresolvable_queue_fails_only
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn powertools_mode_holds_back_the_whole_rest_of_a_fifo_batch() {
+    let config = LambdaConfig {
+        fifo_failure: conveyor_core::config::FifoFailure::Batch,
+        ..LambdaConfig::default()
+    };
+    let queue = MemoryQueue::fifo("orders.fifo").with_visibility_timeout(Duration::from_secs(300));
+    let harness = Harness::new(queue, config);
+    harness.push_step(json!({"name": "a1"}), Some("a"));
+    let a2 = harness.push_step(json!({"name": "a2", "action": "retry"}), Some("a"));
+    let b1 = harness.push_step(json!({"name": "b1"}), Some("b"));
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 3);
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(
+        harness.ran(),
+        vec!["a1", "a2"],
+        "b1 comes after the failure in the batch"
+    );
+    assert_eq!(listed(&report), vec![a2, b1]);
+}
