@@ -505,3 +505,426 @@ async fn the_callers_environment_reaches_the_bootstrap() {
     assert!(!stderr.contains("init error"), "{stderr}");
     assert_eq!(emailed_users(&effects(&outbox)), [7]);
 }
+
+// ---- Issue 12: the runner behaves like the event source mapping (concurrency, limits, failure modes).
+
+/// The number after `label` in the summary line (`at most 2 invocations at once` -> `at most`).
+fn summary_count(run: &RunOutput, before: &str) -> u64 {
+    let summary = run.summary();
+    let rest = summary
+        .split(before)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {before:?} in {summary}"));
+    rest.trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {before:?} in {summary}"))
+}
+
+fn reports_built(effects: &[Value]) -> Vec<String> {
+    effects
+        .iter()
+        .filter(|effect| effect["effect"] == "report_built")
+        .map(|effect| effect["report_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Two invocations at once (batches of one), each job sent twice back to back with its business key: the
+/// copies land in different invocations at the same time (one finds the other's claim in progress and defers), and
+/// every effect happens once.
+#[tokio::test]
+async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let table = create_table(&dynamodb_client().await, "lambda-conc")
+        .await
+        .unwrap();
+    // A short visibility timeout: a deferred duplicate waits for the other claim's lease (this long).
+    let spec = QueueSpec::standard("lambda-conc")
+        .visibility_timeout_secs(4)
+        .max_receive_count(5);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("conc");
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
+    for n in 1..=4u64 {
+        let report = json!({"report_id": format!("r-{n}"), "sections": 2, "section_millis": 150});
+        let key = format!("report:r-{n}");
+        for _ in 0..2 {
+            send_job(&client, &queue, "report", report.clone(), Some(&key), None).await;
+        }
+        let key = format!("welcome_email:user:{n}");
+        for _ in 0..2 {
+            send_job(
+                &client,
+                &queue,
+                "welcome_email",
+                welcome(n, "u@example.com"),
+                Some(&key),
+                None,
+            )
+            .await;
+        }
+    }
+
+    let run = run_lambda(
+        &queue.url,
+        &[
+            "--batch-size",
+            "1",
+            "--maximum-concurrency",
+            "2",
+            "--function-timeout-secs",
+            "3",
+        ],
+        &env,
+    )
+    .await
+    .unwrap();
+    let effects = effects(&outbox);
+    let mut reports = reports_built(&effects);
+    reports.sort_unstable();
+    assert_eq!(
+        reports,
+        ["r-1", "r-2", "r-3", "r-4"],
+        "each report once:\n{}",
+        run.stdout
+    );
+    let mut users = emailed_users(&effects);
+    users.sort_unstable();
+    assert_eq!(users, [1, 2, 3, 4], "each email once:\n{}", run.stdout);
+    assert_eq!(
+        summary_count(&run, "at most"),
+        2,
+        "two invocations ran at once:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("(environment 2)"),
+        "a second environment invoked:\n{}",
+        run.stdout
+    );
+    assert_eq!(summary_count(&run, "failures reported,"), 0, "{}", run.stdout);
+    // A copy that found its twin's claim in progress in the other invocation was deferred (a delayed
+    // copy, one more record) rather than run: the contention really happened across invocations.
+    assert!(
+        summary_count(&run, "batches,") > 16,
+        "no duplicate met its twin in flight:\n{}",
+        run.stdout
+    );
+    assert_eq!(depth(&client, &queue.url).await, 0);
+    assert!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
+}
+
+/// A FIFO group whose head fails for good, with two invocations at once and batches of two: the head
+/// goes to the DLQ alone, the group's successors run after it in order, and the other groups too.
+#[tokio::test]
+async fn a_fifo_head_that_fails_for_good_lets_its_successors_run_in_order() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::fifo("lambda-fifo-head")
+        .visibility_timeout_secs(20)
+        .max_receive_count(3);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("fifo-head");
+    for (group, first) in [("a", 1u64), ("b", 101), ("c", 201)] {
+        for user in first..first + 5 {
+            let email = if user == 1 { "broken" } else { "user@example.com" };
+            send_job(
+                &client,
+                &queue,
+                "welcome_email",
+                welcome(user, email),
+                None,
+                Some(group),
+            )
+            .await;
+        }
+    }
+    let run = run_lambda(
+        &queue.url,
+        &["--batch-size", "2", "--maximum-concurrency", "2"],
+        &app_env(&outbox),
+    )
+    .await
+    .unwrap();
+    let users = emailed_users(&effects(&outbox));
+    let group = |range: std::ops::Range<u64>| -> Vec<u64> {
+        users
+            .iter()
+            .copied()
+            .filter(|user| range.contains(user))
+            .collect()
+    };
+    assert_eq!(
+        group(0..100),
+        [2, 3, 4, 5],
+        "a's successors, in order:\n{}",
+        run.stdout
+    );
+    assert_eq!(group(100..200), [101, 102, 103, 104, 105], "{}", run.stdout);
+    assert_eq!(group(200..300), [201, 202, 203, 204, 205], "{}", run.stdout);
+    let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
+    assert_eq!(dead.len(), 1, "only the head is dead-lettered: {dead:#?}");
+    assert!(dead[0].body.as_deref().unwrap().contains("broken"));
+    assert_eq!(depth(&client, &queue.url).await, 0);
+}
+
+/// A handler that outlives the invocation's deadline: the adapter answers before the deadline (no
+/// timeout, so the batch's other records are not run again), the unsettled record is listed as a
+/// failure and comes back exactly once (here its last allowed attempt, which dead-letters it).
+#[tokio::test]
+async fn a_handler_past_the_deadline_is_answered_before_it_and_comes_back_once() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::standard("lambda-deadline")
+        .visibility_timeout_secs(12)
+        .max_receive_count(2);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("deadline");
+    for user in 1..=2 {
+        send_job(
+            &client,
+            &queue,
+            "welcome_email",
+            welcome(user, "u@example.com"),
+            None,
+            None,
+        )
+        .await;
+    }
+    // 3 s of work in a 2 s invocation.
+    let slow = json!({"report_id": "r-slow", "sections": 6, "section_millis": 500});
+    send_job(&client, &queue, "report", slow, None, None).await;
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_RETRY_BUDGET_SECS", "1".to_owned()));
+    let run = run_lambda(&queue.url, &["--function-timeout-secs", "2"], &env)
+        .await
+        .unwrap();
+
+    assert!(run.summary().contains("0 timeouts"), "{}", run.stdout);
+    let first = run
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("batch 1:"))
+        .unwrap_or_else(|| panic!("no first batch:\n{}", run.stdout));
+    assert!(first.starts_with("batch 1: 3 records, 1 failures"), "{first}");
+    let before: f64 = first
+        .split(", ")
+        .find_map(|part| part.split_once(" ms before the deadline"))
+        .and_then(|(ms, _)| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no time before the deadline in {first}"));
+    assert!(before > 0.0, "answered before the deadline: {first}");
+    // Three records, then the slow one once more: nothing else came back.
+    assert_eq!(summary_count(&run, "batches,"), 4, "{}", run.stdout);
+    let effects = effects(&outbox);
+    assert_eq!(emailed_users(&effects), [1, 2], "{}", run.stdout);
+    assert!(reports_built(&effects).is_empty());
+    let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    let failure: Value = serde_json::from_str(
+        dead[0]
+            .message_attributes
+            .as_ref()
+            .and_then(|attributes| attributes.get("conveyor.failure"))
+            .and_then(|value| value.string_value.as_deref())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(failure["receive_count"], 2, "{failure}");
+    assert_eq!(depth(&client, &queue.url).await, 0);
+}
+
+/// Ten messages of about 900 KB in one FIFO group, batches of ten: the event would be about 9 MB, so the
+/// batch is cut to what fits in 6 MB and the rest goes back visible. LocalStack then unlocks the group
+/// and the second environment receives the rest while the first batch runs: the runner holds them
+/// until the group is free. Every job runs once, in order, none lost.
+#[tokio::test]
+async fn an_oversized_batch_is_cut_and_nothing_is_lost() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::fifo("lambda-big")
+        .visibility_timeout_secs(30)
+        .max_receive_count(5);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("big");
+    let padding = "p".repeat(900 * 1024);
+    for user in 1..=10u64 {
+        let mut body = welcome(user, "big@example.com");
+        body["padding"] = Value::String(padding.clone());
+        send_job(&client, &queue, "welcome_email", body, None, Some("big")).await;
+    }
+    let run = run_lambda(
+        &queue.url,
+        &["--batch-size", "10", "--maximum-concurrency", "2"],
+        &app_env(&outbox),
+    )
+    .await
+    .unwrap();
+    assert!(
+        run.stdout.contains("to fit the 6 MB invocation payload limit"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.summary()
+            .contains("over the 6 MB payload limit returned unrun"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        emailed_users(&effects(&outbox)),
+        (1..=10).collect::<Vec<u64>>(),
+        "every job once, in order:\n{}",
+        run.stdout
+    );
+    assert_eq!(depth(&client, &queue.url).await, 0);
+    assert!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
+}
+
+/// A stand-in bootstrap (sh + curl) for what the example cannot do: fail at init, or answer with a
+/// response over 6 MB. Each start appends a line to `starts`.
+fn script_bootstrap(name: &str) -> (PathBuf, PathBuf) {
+    let dir = conveyor_testing::localstack::repo_root()
+        .join("target")
+        .join("test-bootstraps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(unique_name(name));
+    let starts = dir.join(format!("{}.starts", unique_name(name)));
+    let script = format!(
+        r#"#!/bin/sh
+echo start >> '{starts}'
+api="http://$AWS_LAMBDA_RUNTIME_API/2018-06-01/runtime"
+if [ "$SCRIPT_MODE" = init-error ]; then
+  echo 'cannot read my configuration' >&2
+  curl -sS -o /dev/null -X POST -H 'Lambda-Runtime-Function-Error-Type: Runtime.Config' \
+    --data-binary '{{"errorType":"Runtime.Config","errorMessage":"MY_SETTING is not set"}}' "$api/init/error"
+  exit 1
+fi
+while true; do
+  id=$(curl -sS -D - -o /dev/null "$api/invocation/next" | tr -d '\r' | sed -n 's/^[Ll]ambda-[Rr]untime-[Aa]ws-[Rr]equest-[Ii]d: //p')
+  head -c 7000000 /dev/zero | tr '\0' x | curl -sS -o /dev/null -H 'Expect:' -X POST --data-binary @- "$api/invocation/$id/response"
+done
+"#,
+        starts = starts.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    (path, starts)
+}
+
+async fn run_script(queue_url: &str, bootstrap: &Path, mode: &str) -> RunOutput {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
+    command
+        .args(["lambda", "run", "--until-empty", "--queue-url", queue_url])
+        .arg("--bootstrap")
+        .arg(bootstrap)
+        .args(["--env", &format!("SCRIPT_MODE={mode}")])
+        .envs(aws_env())
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
+        .await
+        .expect("the runner ends")
+        .unwrap();
+    let run = RunOutput {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    assert!(output.status.success(), "{}\n{}", run.stdout, run.stderr);
+    run
+}
+
+/// An init error fails that invocation (its batch comes back after the visibility timeout) and the next
+/// invocation initialises again; three in a row are reported as a crash loop, and the runner goes on
+/// until SQS's redrive has moved the message to the DLQ.
+#[tokio::test]
+async fn an_init_error_fails_the_invocation_and_the_next_one_initialises_again() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::standard("lambda-init")
+        .visibility_timeout_secs(1)
+        .max_receive_count(3);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(1, "u@example.com"),
+        None,
+        None,
+    )
+    .await;
+    let (bootstrap, starts) = script_bootstrap("init-error");
+    let run = run_script(&queue.url, &bootstrap, "init-error").await;
+
+    assert_eq!(
+        summary_count(&run, "invocation errors, 0 timeouts,"),
+        3,
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.summary()
+            .contains("crash loop: 3 failed invocations in a row"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("crash loop: 3 invocations in a row"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout.contains("init error, batch left in the queue")
+            && run.stdout.contains("MY_SETTING is not set"),
+        "{}",
+        run.stdout
+    );
+    let started = std::fs::read_to_string(&starts).unwrap().lines().count();
+    assert_eq!(started, 3, "one new process per invocation");
+    let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
+    assert_eq!(dead.len(), 1, "the message is not lost: SQS redrove it");
+}
+
+/// A response over 6 MB is a function error (Function.ResponseSizeTooLarge) at once, not a timeout; the
+/// environment is kept and the batch comes back after its visibility timeout.
+#[tokio::test]
+async fn a_response_over_6_mb_is_a_function_error_not_a_timeout() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let spec = QueueSpec::standard("lambda-bigresp")
+        .visibility_timeout_secs(1)
+        .max_receive_count(2);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    send_job(
+        &client,
+        &queue,
+        "welcome_email",
+        welcome(1, "u@example.com"),
+        None,
+        None,
+    )
+    .await;
+    let (bootstrap, starts) = script_bootstrap("big-response");
+    let run = run_script(&queue.url, &bootstrap, "big-response").await;
+
+    let errors = run
+        .stdout
+        .lines()
+        .filter(|line| line.contains("invocation error (Function.ResponseSizeTooLarge"))
+        .count();
+    assert_eq!(errors, 2, "{}", run.stdout);
+    assert!(
+        run.summary()
+            .contains("2 invocation errors, 0 timeouts, 0 init errors, 0 restarts"),
+        "{}",
+        run.stdout
+    );
+    let started = std::fs::read_to_string(&starts).unwrap().lines().count();
+    assert_eq!(started, 1, "the environment is kept after a function error");
+    assert_eq!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.len(), 1);
+}

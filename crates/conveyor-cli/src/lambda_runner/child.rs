@@ -94,6 +94,11 @@ impl Bootstrap {
         self.child.wait().await
     }
 
+    /// True when the process has exited (a runtime that gave up after an error).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Kills the process and reaps it.
     pub async fn kill(&mut self) {
         if let Err(error) = self.child.kill().await {

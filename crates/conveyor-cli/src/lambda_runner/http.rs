@@ -8,6 +8,10 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWr
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The largest body accepted: Lambda's 6 MB synchronous response limit.
 pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+/// A body over [`MAX_BODY_BYTES`] but under this is read and dropped, so the connection stays usable
+/// and the route can answer 413 (a function's oversized response is a function error, as on Lambda);
+/// a larger one closes the connection.
+pub const MAX_DISCARDED_BYTES: usize = 64 * 1024 * 1024;
 
 /// One request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,8 +22,10 @@ pub struct Request {
     pub path: String,
     /// Header names (lowercased) and values, in order.
     pub headers: Vec<(String, String)>,
-    /// The body (de-chunked).
+    /// The body (de-chunked); empty when it was over [`MAX_BODY_BYTES`] (see `oversized`).
     pub body: Vec<u8>,
+    /// The size of a body over [`MAX_BODY_BYTES`], which was read and dropped.
+    pub oversized: Option<usize>,
     /// True when the client asked to close the connection after this request (or speaks HTTP/1.0).
     pub close: bool,
 }
@@ -111,8 +117,13 @@ pub async fn read_request<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Opt
     let connection = find("connection").unwrap_or_default();
     let close = connection.contains("close") || (http10 && !connection.contains("keep-alive"));
     let chunked = find("transfer-encoding").is_some_and(|encoding| encoding.contains("chunked"));
+    let mut oversized = None;
     let body = if chunked {
-        read_chunked(reader).await?
+        let (body, length) = read_chunked(reader).await?;
+        if length > MAX_BODY_BYTES {
+            oversized = Some(length);
+        }
+        body
     } else {
         let length = match find("content-length") {
             None => 0,
@@ -121,18 +132,25 @@ pub async fn read_request<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Opt
                 .parse::<usize>()
                 .map_err(|_| HttpError::Malformed(format!("content-length {text:?}")))?,
         };
-        if length > MAX_BODY_BYTES {
+        if length > MAX_DISCARDED_BYTES {
             return Err(HttpError::TooLarge(format!("{length} bytes")));
         }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).await?;
-        body
+        if length > MAX_BODY_BYTES {
+            discard(reader, length).await?;
+            oversized = Some(length);
+            Vec::new()
+        } else {
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).await?;
+            body
+        }
     };
     Ok(Some(Request {
         method,
         path,
         headers,
         body,
+        oversized,
         close,
     }))
 }
@@ -151,8 +169,19 @@ async fn read_line<R: AsyncBufRead + Unpin>(
     Ok(read)
 }
 
-async fn read_chunked<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, HttpError> {
+/// Reads and drops `length` bytes.
+async fn discard<R: AsyncBufRead + Unpin>(reader: &mut R, length: usize) -> Result<(), HttpError> {
+    let copied = tokio::io::copy(&mut (&mut *reader).take(length as u64), &mut tokio::io::sink()).await?;
+    if copied < length as u64 {
+        return Err(HttpError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(())
+}
+
+/// The de-chunked body (empty once it went over [`MAX_BODY_BYTES`]) and its whole length.
+async fn read_chunked<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<(Vec<u8>, usize), HttpError> {
     let mut body = Vec::new();
+    let mut length = 0usize;
     let mut line = String::new();
     let mut head_bytes: usize;
     loop {
@@ -169,18 +198,24 @@ async fn read_chunked<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Vec<u8>
             loop {
                 line.clear();
                 if read_line(reader, &mut line, &mut head_bytes).await? == 0 || line.trim().is_empty() {
-                    return Ok(body);
+                    return Ok((body, length));
                 }
             }
         }
-        if body.len() + size > MAX_BODY_BYTES {
+        length = length.saturating_add(size);
+        if length > MAX_DISCARDED_BYTES {
             return Err(HttpError::TooLarge(format!(
-                "chunked body over {MAX_BODY_BYTES} bytes"
+                "chunked body over {MAX_DISCARDED_BYTES} bytes"
             )));
         }
-        let start = body.len();
-        body.resize(start + size, 0);
-        reader.read_exact(&mut body[start..]).await?;
+        if length > MAX_BODY_BYTES {
+            body = Vec::new();
+            discard(reader, size).await?;
+        } else {
+            let start = body.len();
+            body.resize(start + size, 0);
+            reader.read_exact(&mut body[start..]).await?;
+        }
         let mut crlf = [0u8; 2];
         reader.read_exact(&mut crlf).await?;
         if &crlf != b"\r\n" {
@@ -278,7 +313,7 @@ POST /x HTTP/1.1\r\ncontent-length: 2\r\nConnection: close\r\n\r\n{}";
         assert!(bad[0].as_ref().unwrap_err().contains("bad request"));
         let huge = format!(
             "POST /r HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
-            MAX_BODY_BYTES + 1
+            MAX_DISCARDED_BYTES + 1
         );
         let huge = parse_all(huge.as_bytes()).await;
         assert!(huge[0].as_ref().unwrap_err().contains("too large"));
@@ -286,6 +321,32 @@ POST /x HTTP/1.1\r\ncontent-length: 2\r\nConnection: close\r\n\r\n{}";
         assert!(truncated[0].as_ref().unwrap_err().contains("connection error"));
         let http2 = parse_all(b"PRI * HTTP/2.0\r\n\r\n").await;
         assert!(http2[0].is_err());
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_dropped_and_the_connection_goes_on() {
+        let mut raw = format!(
+            "POST /big HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY_BYTES + 1
+        )
+        .into_bytes();
+        raw.resize(raw.len() + MAX_BODY_BYTES + 1, b'x');
+        raw.extend_from_slice(b"POST /chunked HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let chunk = MAX_BODY_BYTES / 2 + 1;
+        for _ in 0..2 {
+            raw.extend_from_slice(format!("{chunk:x}\r\n").as_bytes());
+            raw.resize(raw.len() + chunk, b'y');
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\nGET /next HTTP/1.1\r\n\r\n");
+        let requests = parse_all(&raw).await;
+        assert_eq!(requests.len(), 4, "three requests then end of stream");
+        let big = requests[0].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((big.oversized, big.body.len()), (Some(MAX_BODY_BYTES + 1), 0));
+        let chunked = requests[1].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((chunked.oversized, chunked.body.len()), (Some(2 * chunk), 0));
+        let next = requests[2].as_ref().unwrap().as_ref().unwrap();
+        assert_eq!((next.path.as_str(), next.oversized), ("/next", None));
     }
 
     #[tokio::test]

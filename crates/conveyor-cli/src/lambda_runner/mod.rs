@@ -9,32 +9,45 @@
 //! invocation error or timeout leaves the whole batch, as AWS does; after a timeout or a crash the
 //! bootstrap is restarted (a new cold start), as Lambda replaces the execution environment.
 //!
+//! Like the event source mapping, it runs up to `--maximum-concurrency` invocations at once, each in its
+//! own execution environment ([`environment`]: a Runtime API endpoint and a bootstrap process): one
+//! polls while the queue is quiet, one more joins after each full receive, and those above the first
+//! stop polling when a receive comes back empty. On a FIFO queue a message group is in at most one
+//! invocation at a time ([`fifo`]). An event over 6 MB is cut ([`poller::Poller::cut_to_payload`]).
+//!
 //! Nothing here is specific to Conveyor's adapter: any bootstrap built on `lambda_runtime` (or any
 //! other custom runtime) runs under it.
 
 pub mod child;
+pub mod environment;
+pub mod fifo;
 pub mod http;
 pub mod poller;
 pub mod runtime_api;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use conveyor_core::{Queue, ReceiptHandle};
+use aws_sdk_sqs::types::Message;
+use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
+use conveyor_core::{Queue, ReceiptHandle, VisibilityChange};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::child::{Bootstrap, FunctionSettings};
-use self::poller::{Poller, Verdict, verdict};
-use self::runtime_api::{ApiEvent, Invocation, RuntimeApi};
+use self::child::FunctionSettings;
+use self::environment::{Ended, Environment};
+use self::fifo::Groups;
+use self::poller::{MAX_INVOCATION_PAYLOAD, Poller, Verdict, verdict};
+use self::runtime_api::Invocation;
 
-/// How long a bootstrap may take from start to its first `next` request (Lambda's init limit).
-pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Slack after the invocation deadline for the answer's HTTP request to arrive.
-const DEADLINE_GRACE: Duration = Duration::from_millis(250);
-/// Restarts in a row without a completed invocation before the runner gives up.
-const MAX_CONSECUTIVE_CRASHES: u32 = 3;
+/// Invocations in a row that failed to initialise, crashed or timed out before the runner reports a
+/// crash loop (and goes on, as Lambda does).
+const CRASH_LOOP: u32 = 3;
 
 /// `conveyor lambda ...`.
 #[derive(Debug, Clone, clap::Args)]
@@ -59,7 +72,7 @@ pub enum LambdaCommand {
 }
 
 /// Where a failing bootstrap's variables come from, said when it fails at init.
-const ENVIRONMENT_HINT: &str = "the bootstrap gets this shell's environment (as a deployed function gets its \
+pub(crate) const ENVIRONMENT_HINT: &str = "the bootstrap gets this shell's environment (as a deployed function gets its \
     configured environment variables) plus each --env NAME=VALUE: set what it asks for either way, and on AWS \
     in the function's configuration (infra/modules/lambda-consumer's `environment`)";
 
@@ -85,10 +98,15 @@ pub struct RunArgs {
     /// How long to gather records before invoking (MaximumBatchingWindowInSeconds, in ms).
     #[arg(long, default_value_t = 0)]
     pub batching_window_ms: u64,
-    /// The function timeout: the invocation deadline, after which the batch is left and the bootstrap
-    /// restarted.
+    /// The function timeout: the invocation deadline, after which the batch is left (it comes back after
+    /// its visibility timeout) and the environment replaced.
     #[arg(long, default_value_t = 10)]
     pub function_timeout_secs: u64,
+    /// Most invocations at once (the event source mapping's ScalingConfig MaximumConcurrency, 2-1000 on
+    /// AWS; 1 runs one at a time): one more joins after each full receive, and they stop polling when a
+    /// receive comes back empty.
+    #[arg(long, default_value_t = 2)]
+    pub maximum_concurrency: usize,
     /// Stop when a receive returns nothing and the queue holds no message (visible, in flight or delayed).
     #[arg(long)]
     pub until_empty: bool,
@@ -134,6 +152,19 @@ impl RunArgs {
                 self.batch_size
             );
         }
+        if fifo && self.batching_window_ms > 0 {
+            bail!(
+                "--batching-window-ms {} on a FIFO queue: an event source mapping on a FIFO queue takes no \
+                 batching window (MaximumBatchingWindowInSeconds); drop the option",
+                self.batching_window_ms
+            );
+        }
+        if !(1..=1000).contains(&self.maximum_concurrency) {
+            bail!(
+                "--maximum-concurrency {} is outside 1..=1000 (AWS takes 2..=1000)",
+                self.maximum_concurrency
+            );
+        }
         if self.batching_window_ms > 300_000 {
             bail!(
                 "--batching-window-ms {} is over the 300 s maximum",
@@ -171,8 +202,16 @@ pub struct Summary {
     pub invocation_errors: u64,
     /// Invocations that ran past the function timeout.
     pub timeouts: u64,
-    /// Bootstrap restarts (after a timeout or a crash).
+    /// Invocations that failed because the environment failed to initialise.
+    pub init_errors: u64,
+    /// Environments replaced after a timeout or a crash.
     pub restarts: u64,
+    /// Most invocations running at once.
+    pub peak_concurrency: usize,
+    /// Records returned to the queue unrun because the batch was over the payload limit.
+    pub cut: u64,
+    /// Most invocations in a row that failed to initialise, crashed or timed out.
+    pub longest_failure_streak: u32,
     /// Start-up time of each bootstrap process: spawn to its first `next` request.
     pub cold_starts: Vec<Duration>,
 }
@@ -182,15 +221,31 @@ impl std::fmt::Display for Summary {
         write!(
             f,
             "summary: {} batches, {} records, {} deleted, {} failures reported, {} invocation errors, \
-             {} timeouts, {} restarts",
+             {} timeouts, {} init errors, {} restarts; at most {} invocations at once",
             self.batches,
             self.records,
             self.deleted,
             self.failures,
             self.invocation_errors,
             self.timeouts,
-            self.restarts
+            self.init_errors,
+            self.restarts,
+            self.peak_concurrency,
         )?;
+        if self.cut > 0 {
+            write!(
+                f,
+                "; {} records over the 6 MB payload limit returned unrun",
+                self.cut
+            )?;
+        }
+        if self.longest_failure_streak >= CRASH_LOOP {
+            write!(
+                f,
+                "; crash loop: {} failed invocations in a row",
+                self.longest_failure_streak
+            )?;
+        }
         if let Some(first) = self.cold_starts.first() {
             write!(f, "; cold start {:.1} ms (spawn to first /next)", millis(*first))?;
         }
@@ -202,21 +257,8 @@ fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
-/// How one invocation ended.
-#[derive(Debug)]
-enum Ended {
-    Response(Vec<u8>),
-    Error {
-        error_type: Option<String>,
-        body: Vec<u8>,
-    },
-    TimedOut,
-    Exited(String),
-    Undelivered,
-}
-
 /// Runs until a stop condition (`--until-empty`, `--max-batches`, `--max-idle-secs`) or Ctrl-C; prints
-/// one line per batch and the summary. The bootstrap is killed on the way out, whatever happened.
+/// one line per batch and the summary. Every bootstrap is killed on the way out, whatever happened.
 pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<Summary> {
     let region = client
         .config()
@@ -226,7 +268,8 @@ pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<
     let queue = conveyor_sqs::SqsQueue::connect(client.clone(), queue_url.clone())
         .await
         .with_context(|| format!("cannot read the attributes of {queue_url}"))?;
-    args.validate(queue.is_fifo())?;
+    let fifo = queue.is_fifo();
+    args.validate(fifo)?;
     let arn = queue.arn().to_owned();
     if arn.is_empty() {
         bail!("GetQueueAttributes returned no QueueArn for {queue_url}");
@@ -246,280 +289,457 @@ pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<
         Duration::from_millis(args.batching_window_ms),
         poll_wait,
     );
-    let settings = FunctionSettings {
+    let settings = Arc::new(FunctionSettings {
         bootstrap: args.bootstrap.clone(),
         function_name: args.function_name.clone(),
         memory_mb: args.memory_mb,
         region: region.clone(),
         env: args.env.clone(),
-    };
+    });
     let function_arn = format!(
         "arn:aws:lambda:{region}:{account}:function:{}",
         args.function_name
     );
 
-    let mut api = RuntimeApi::bind()
-        .await
-        .context("cannot bind the Runtime API on 127.0.0.1")?;
-    let mut bootstrap = Bootstrap::spawn(&settings, api.addr())?;
-    let mut summary = Summary::default();
-    let mut runner = Runner {
-        args,
-        api: &mut api,
-        bootstrap: &mut bootstrap,
-        settings: &settings,
-        queue: &queue,
-        poller: &poller,
+    let (scale, _) = watch::channel(1usize);
+    let (stop, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        args: args.clone(),
+        visibility: queue.visibility_timeout(),
+        poller,
+        queue,
+        fifo,
         function_arn,
-        summary: &mut summary,
-    };
+        summary: Mutex::new(Summary::default()),
+        groups: Mutex::new(Groups::default()),
+        scale,
+        stop,
+        reserved: AtomicU64::new(0),
+        batch_numbers: AtomicU64::new(0),
+        running: AtomicUsize::new(0),
+        failure_streak: AtomicU32::new(0),
+        last_message: Mutex::new(Instant::now()),
+    });
+    let mut lanes = JoinSet::new();
+    for number in 1..=args.maximum_concurrency {
+        let environment = Environment::bind(number, Arc::clone(&settings))
+            .await
+            .context("cannot bind the Runtime API on 127.0.0.1")?;
+        lanes.spawn(lane(Arc::clone(&shared), environment));
+    }
     let outcome = tokio::select! {
-        outcome = runner.drive() => outcome,
+        outcome = join_lanes(&mut lanes, &shared) => outcome,
         _ = tokio::signal::ctrl_c() => {
             crate::errln!("interrupted: messages of an unfinished batch come back after their visibility timeout");
             Ok(())
         }
     };
-    bootstrap.kill().await;
+    // Dropping a lane drops its environment, whose bootstrap is killed with it.
+    lanes.shutdown().await;
+    let held = lock(&shared.groups).drain();
+    shared.change_visibility(&held, Duration::ZERO).await;
     outcome?;
+    let summary = lock(&shared.summary).clone();
     crate::outln!("{summary}");
     Ok(summary)
 }
 
-struct Runner<'a> {
-    args: &'a RunArgs,
-    api: &'a mut RuntimeApi,
-    bootstrap: &'a mut Bootstrap,
-    settings: &'a FunctionSettings,
-    queue: &'a conveyor_sqs::SqsQueue,
-    poller: &'a Poller,
-    function_arn: String,
-    summary: &'a mut Summary,
+/// Waits for every lane; the first error stops the others.
+async fn join_lanes(lanes: &mut JoinSet<anyhow::Result<()>>, shared: &Shared) -> anyhow::Result<()> {
+    while let Some(joined) = lanes.join_next().await {
+        let result = joined
+            .map_err(|error| anyhow::anyhow!("an invocation lane failed: {error}"))
+            .and_then(|result| result);
+        if let Err(error) = result {
+            shared.stop.send_replace(true);
+            return Err(error);
+        }
+    }
+    Ok(())
 }
 
-impl Runner<'_> {
-    async fn drive(&mut self) -> anyhow::Result<()> {
-        self.wait_ready().await?;
-        let mut last_message = Instant::now();
-        let mut crashes = 0u32;
-        loop {
-            if self
-                .args
-                .max_batches
-                .is_some_and(|max| self.summary.batches >= max)
-            {
+/// What the lanes share.
+struct Shared {
+    args: RunArgs,
+    poller: Poller,
+    queue: conveyor_sqs::SqsQueue,
+    fifo: bool,
+    visibility: Duration,
+    function_arn: String,
+    summary: Mutex<Summary>,
+    groups: Mutex<Groups>,
+    /// How many environments are wanted now (1..=--maximum-concurrency).
+    scale: watch::Sender<usize>,
+    stop: watch::Sender<bool>,
+    /// Batches started or about to be (for --max-batches).
+    reserved: AtomicU64,
+    batch_numbers: AtomicU64,
+    running: AtomicUsize,
+    failure_streak: AtomicU32,
+    last_message: Mutex<Instant>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Reserves a batch under --max-batches; false when the limit is reached.
+    fn reserve_batch(&self) -> bool {
+        let Some(max) = self.args.max_batches else {
+            return true;
+        };
+        let reserved = self.reserved.fetch_add(1, Ordering::SeqCst);
+        if reserved < max {
+            return true;
+        }
+        self.reserved.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    fn unreserve_batch(&self) {
+        if self.args.max_batches.is_some() {
+            self.reserved.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A full receive: one more environment, up to the maximum (the event source mapping scales up
+    /// while the queue has a backlog).
+    fn scale_up(&self) {
+        let max = self.args.maximum_concurrency;
+        self.scale.send_if_modified(|wanted| {
+            if *wanted >= max {
+                return false;
+            }
+            *wanted += 1;
+            true
+        });
+    }
+
+    /// Environment `number` found the queue empty: it and those above it stop polling (the first one
+    /// always polls).
+    fn scale_down(&self, number: usize) {
+        let keep = number.saturating_sub(1).max(1);
+        self.scale.send_if_modified(|wanted| {
+            if *wanted <= keep {
+                return false;
+            }
+            *wanted = keep;
+            true
+        });
+    }
+
+    /// After an empty receive: true when a stop condition holds.
+    async fn idle_stop(&self) -> anyhow::Result<bool> {
+        if self.args.until_empty {
+            let depth = self
+                .queue
+                .depth()
+                .await
+                .context("cannot read the queue's depth")?;
+            if depth.visible + depth.in_flight + depth.delayed == 0 {
+                return Ok(true);
+            }
+        }
+        if let Some(idle) = self.args.max_idle_secs {
+            return Ok(lock(&self.last_message).elapsed() >= Duration::from_secs(idle));
+        }
+        Ok(false)
+    }
+
+    /// Sets the visibility timeout of `messages` (0: visible again at once).
+    async fn change_visibility(&self, messages: &[Message], timeout: Duration) {
+        let changes: Vec<VisibilityChange> = messages
+            .iter()
+            .filter_map(|message| message.receipt_handle.clone())
+            .map(|receipt| VisibilityChange {
+                receipt_handle: ReceiptHandle(receipt),
+                timeout,
+            })
+            .collect();
+        if changes.is_empty() {
+            return;
+        }
+        match self.queue.change_visibility_batch(&changes).await {
+            Ok(failures) => {
+                for failure in &failures {
+                    crate::errln!(
+                        "visibility change failed for entry {}: {}",
+                        failure.index,
+                        failure.error
+                    );
+                }
+            }
+            Err(error) => crate::errln!(
+                "ChangeMessageVisibilityBatch failed ({error}); those messages come back after their visibility timeout"
+            ),
+        }
+    }
+}
+
+/// One environment's loop: poll (or take held FIFO messages), invoke, settle, while it is wanted.
+async fn lane(shared: Arc<Shared>, mut environment: Environment) -> anyhow::Result<()> {
+    let result = lane_loop(&shared, &mut environment).await;
+    environment.shut_down().await;
+    if result.is_err() {
+        shared.stop.send_replace(true);
+    }
+    result
+}
+
+async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Result<()> {
+    let number = environment.number();
+    let mut wanted = shared.scale.subscribe();
+    let mut stop = shared.stop.subscribe();
+    loop {
+        // Park while this environment is not wanted.
+        while *wanted.borrow_and_update() < number && !*stop.borrow() {
+            tokio::select! {
+                _ = wanted.changed() => {}
+                _ = stop.changed() => {}
+            }
+        }
+        if *stop.borrow() {
+            return Ok(());
+        }
+        if !shared.reserve_batch() {
+            shared.stop.send_replace(true);
+            return Ok(());
+        }
+        let held = if shared.fifo {
+            lock(&shared.groups).take_ready(number, shared.args.batch_size)
+        } else {
+            Vec::new()
+        };
+        if !held.is_empty() {
+            // SQS would hand these out now: give them a fresh visibility timeout, as a receive does.
+            shared.change_visibility(&held, shared.visibility).await;
+            invoke(shared, environment, held).await?;
+            continue;
+        }
+        let messages = shared.poller.next_batch().await?;
+        if messages.is_empty() {
+            shared.unreserve_batch();
+            shared.scale_down(number);
+            if shared.idle_stop().await? {
+                shared.stop.send_replace(true);
                 return Ok(());
             }
-            let messages = self.poller.next_batch().await?;
-            if messages.is_empty() {
-                if self.args.until_empty {
-                    let depth = self
-                        .queue
-                        .depth()
-                        .await
-                        .context("cannot read the queue's depth")?;
-                    if depth.visible + depth.in_flight + depth.delayed == 0 {
-                        return Ok(());
-                    }
-                }
-                if let Some(idle) = self.args.max_idle_secs
-                    && last_message.elapsed() >= Duration::from_secs(idle)
-                {
-                    return Ok(());
-                }
-                continue;
-            }
-            last_message = Instant::now();
-            let clean = self.invoke(&messages).await?;
-            if clean {
-                crashes = 0;
-                continue;
-            }
-            crashes += 1;
-            if crashes >= MAX_CONSECUTIVE_CRASHES {
-                bail!(
-                    "the bootstrap crashed or timed out {crashes} times in a row; its output is above (bootstrap| lines)"
+            continue;
+        }
+        *lock(&shared.last_message) = Instant::now();
+        if messages.len() >= shared.args.batch_size.min(MAX_RECEIVE_MESSAGES) {
+            shared.scale_up();
+        }
+        let (messages, rest) = shared.poller.cut_to_payload(messages, MAX_INVOCATION_PAYLOAD);
+        if !rest.is_empty() {
+            shared.change_visibility(&rest, Duration::ZERO).await;
+            lock(&shared.summary).cut += rest.len() as u64;
+            crate::outln!(
+                "environment {number}: batch cut to {} records to fit the 6 MB invocation payload limit; \
+                 {} returned to the queue (visible again at once)",
+                messages.len(),
+                rest.len()
+            );
+        }
+        let messages = if shared.fifo {
+            let (run, held) = lock(&shared.groups).admit(number, messages);
+            if held > 0 {
+                crate::outln!(
+                    "environment {number}: {held} records held: their message group is in flight in another \
+                     invocation (SQS would not have delivered them yet)"
                 );
             }
-            self.restart().await?;
+            run
+        } else {
+            messages
+        };
+        if messages.is_empty() {
+            shared.unreserve_batch();
+            continue;
         }
+        invoke(shared, environment, messages).await?;
     }
+}
 
-    /// Waits for a fresh bootstrap's first `next` request; an exit or an init error before it is fatal.
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let limit = self.bootstrap.spawned_at() + INIT_TIMEOUT;
-        loop {
-            tokio::select! {
-                event = self.api.next_event() => match event {
-                    // A request from the process this one replaced does not count.
-                    Some(ApiEvent::NextRequested { at }) if at >= self.bootstrap.spawned_at() => {
-                        let cold_start = at - self.bootstrap.spawned_at();
-                        self.summary.cold_starts.push(cold_start);
-                        return Ok(());
-                    }
-                    Some(ApiEvent::InitError { error_type, body }) => bail!(
-                        "the bootstrap failed to initialise: {}",
-                        describe_error(error_type.as_deref(), &body)
-                    ),
-                    Some(_) => {}
-                    None => bail!("the Runtime API stopped"),
-                },
-                status = self.bootstrap.wait() => bail!(
-                    "the bootstrap exited during init ({}); its output is above (bootstrap| lines); {ENVIRONMENT_HINT}",
-                    status.map_or_else(|error| error.to_string(), |status| status.to_string())
-                ),
-                () = tokio::time::sleep_until(limit) => bail!(
-                    "the bootstrap did not ask for an event within {INIT_TIMEOUT:?} of starting"
-                ),
-            }
-        }
+/// One invocation with `messages`, then its settlement: deletes what succeeded, leaves the rest.
+async fn invoke(
+    shared: &Shared,
+    environment: &mut Environment,
+    messages: Vec<Message>,
+) -> anyhow::Result<()> {
+    let number = environment.number();
+    let batch = shared.batch_numbers.fetch_add(1, Ordering::SeqCst) + 1;
+    {
+        let mut summary = lock(&shared.summary);
+        summary.batches += 1;
+        summary.records += messages.len() as u64;
     }
-
-    async fn restart(&mut self) -> anyhow::Result<()> {
-        self.api.withdraw();
-        self.bootstrap.kill().await;
-        *self.bootstrap = Bootstrap::spawn(self.settings, self.api.addr())?;
-        self.summary.restarts += 1;
-        self.wait_ready().await
+    let event = serde_json::to_vec(&shared.poller.event(&messages)).context("encoding the SqsEvent")?;
+    let timeout = Duration::from_secs(shared.args.function_timeout_secs);
+    let running = shared.running.fetch_add(1, Ordering::SeqCst) + 1;
+    {
+        let mut summary = lock(&shared.summary);
+        summary.peak_concurrency = summary.peak_concurrency.max(running);
     }
-
-    /// One batch: invoke, then settle. False when the bootstrap must be restarted.
-    async fn invoke(&mut self, messages: &[aws_sdk_sqs::types::Message]) -> anyhow::Result<bool> {
-        let started = Instant::now();
-        let batch = self.summary.batches + 1;
-        self.summary.batches = batch;
-        self.summary.records += messages.len() as u64;
-        let event = serde_json::to_vec(&self.poller.event(messages)).context("encoding the SqsEvent")?;
-        let timeout = Duration::from_secs(self.args.function_timeout_secs);
-        let id = uuid::Uuid::new_v4().to_string();
-        self.api.submit(Invocation {
-            id: id.clone(),
+    let started = Instant::now();
+    let invoked = environment
+        .invoke(Invocation {
+            id: uuid::Uuid::new_v4().to_string(),
             body: event,
             timeout,
-            function_arn: self.function_arn.clone(),
+            function_arn: shared.function_arn.clone(),
             trace_id: trace_id(),
-        });
-        let ended = self.wait_for(&id, timeout).await;
-        let records = messages.len();
-        let elapsed = millis(started.elapsed());
-        let prefix = format!("batch {batch}: {records} records");
-        match ended {
-            Ended::Response(body) => {
-                let ids: HashSet<String> = messages.iter().filter_map(|m| m.message_id.clone()).collect();
-                match verdict(&body, &ids) {
-                    Verdict::Partial(failed) => {
-                        let deleted = self.delete_all_but(messages, &failed).await;
-                        self.summary.deleted += deleted;
-                        self.summary.failures += failed.len() as u64;
-                        crate::outln!("{prefix}, {} failures, {elapsed:.0} ms", failed.len());
-                    }
-                    Verdict::WholeBatchFailed(reason) => {
-                        self.summary.invocation_errors += 1;
-                        crate::outln!(
-                            "{prefix}, response refused ({reason}), batch left in the queue, {elapsed:.0} ms"
-                        );
-                    }
+        })
+        .await;
+    let answered = Instant::now();
+    shared.running.fetch_sub(1, Ordering::SeqCst);
+    if let Some(cold_start) = invoked.cold_start {
+        lock(&shared.summary).cold_starts.push(cold_start);
+    }
+    let elapsed = millis(answered - started);
+    let before_deadline = invoked.deadline.map_or_else(String::new, |deadline| {
+        format!(
+            ", {:.0} ms before the deadline",
+            millis(deadline.saturating_duration_since(answered))
+        )
+    });
+    let prefix = format!("batch {batch}: {} records", messages.len());
+    let suffix = format!("{elapsed:.0} ms{before_deadline} (environment {number})");
+    let mut deleted = HashSet::new();
+    let failed_environment = invoked.ended.replaces_environment();
+    match invoked.ended {
+        Ended::Response(body) => {
+            let ids: HashSet<String> = messages.iter().filter_map(|m| m.message_id.clone()).collect();
+            match verdict(&body, &ids) {
+                Verdict::Partial(failed) => {
+                    deleted = shared.delete_all_but(&messages, &failed).await;
+                    let mut summary = lock(&shared.summary);
+                    summary.deleted += deleted.len() as u64;
+                    summary.failures += failed.len() as u64;
+                    drop(summary);
+                    crate::outln!("{prefix}, {} failures, {suffix}", failed.len());
                 }
-                Ok(true)
-            }
-            Ended::Error { error_type, body } => {
-                self.summary.invocation_errors += 1;
-                crate::outln!(
-                    "{prefix}, invocation error ({}), batch left in the queue, {elapsed:.0} ms",
-                    describe_error(error_type.as_deref(), &body)
-                );
-                Ok(true)
-            }
-            Ended::TimedOut => {
-                self.summary.timeouts += 1;
-                crate::outln!(
-                    "{prefix}, timed out after {} s, batch left in the queue; restarting the bootstrap",
-                    timeout.as_secs()
-                );
-                Ok(false)
-            }
-            Ended::Exited(status) => {
-                self.summary.invocation_errors += 1;
-                crate::outln!(
-                    "{prefix}, the bootstrap exited ({status}), batch left in the queue; restarting it"
-                );
-                Ok(false)
-            }
-            Ended::Undelivered => {
-                self.summary.invocation_errors += 1;
-                crate::outln!(
-                    "{prefix}, the bootstrap's connection failed, batch left in the queue; restarting it"
-                );
-                Ok(false)
+                Verdict::WholeBatchFailed(reason) => {
+                    lock(&shared.summary).invocation_errors += 1;
+                    crate::outln!("{prefix}, response refused ({reason}), batch left in the queue, {suffix}");
+                }
             }
         }
-    }
-
-    /// Waits for the invocation's end: an answer, the deadline, or the process's exit.
-    async fn wait_for(&mut self, id: &str, timeout: Duration) -> Ended {
-        // Until the bootstrap takes the event, allow for a slow start on top of the timeout.
-        let mut limit = Instant::now() + timeout + INIT_TIMEOUT;
-        loop {
-            tokio::select! {
-                event = self.api.next_event() => match event {
-                    Some(ApiEvent::Started { id: started, deadline }) if started == id => {
-                        limit = deadline + DEADLINE_GRACE;
-                    }
-                    Some(ApiEvent::Response { id: answered, body }) if answered == id => {
-                        return Ended::Response(body);
-                    }
-                    Some(ApiEvent::Error { id: answered, error_type, body }) if answered == id => {
-                        return Ended::Error { error_type, body };
-                    }
-                    Some(ApiEvent::Undelivered { id: lost }) if lost == id => return Ended::Undelivered,
-                    Some(ApiEvent::InitError { error_type, body }) => {
-                        crate::errln!("bootstrap init error: {}", describe_error(error_type.as_deref(), &body));
-                        crate::errln!("hint: {ENVIRONMENT_HINT}");
-                    }
-                    Some(_) => {}
-                    None => return Ended::Exited("the Runtime API stopped".to_owned()),
-                },
-                status = self.bootstrap.wait() => {
-                    return Ended::Exited(status.map_or_else(|error| error.to_string(), |status| status.to_string()));
-                }
-                () = tokio::time::sleep_until(limit) => return Ended::TimedOut,
-            }
+        Ended::Error { error_type, body } => {
+            lock(&shared.summary).invocation_errors += 1;
+            crate::outln!(
+                "{prefix}, invocation error ({}), batch left in the queue, {suffix}",
+                describe_error(error_type.as_deref(), &body)
+            );
+        }
+        Ended::TimedOut => {
+            let mut summary = lock(&shared.summary);
+            summary.timeouts += 1;
+            summary.restarts += 1;
+            drop(summary);
+            crate::outln!(
+                "{prefix}, timed out after {} s, batch left in the queue (back after its visibility timeout); \
+                 the environment is replaced (environment {number})",
+                timeout.as_secs()
+            );
+        }
+        Ended::Exited(status) => {
+            let mut summary = lock(&shared.summary);
+            summary.invocation_errors += 1;
+            summary.restarts += 1;
+            drop(summary);
+            crate::outln!(
+                "{prefix}, the bootstrap exited ({status}), batch left in the queue (back after its visibility \
+                 timeout); the environment is replaced (environment {number})"
+            );
+        }
+        Ended::Undelivered => {
+            let mut summary = lock(&shared.summary);
+            summary.invocation_errors += 1;
+            summary.restarts += 1;
+            drop(summary);
+            crate::outln!(
+                "{prefix}, the bootstrap's connection failed, batch left in the queue (back after its visibility \
+                 timeout); the environment is replaced (environment {number})"
+            );
+        }
+        Ended::InitFailed(reason) => {
+            lock(&shared.summary).init_errors += 1;
+            crate::outln!(
+                "{prefix}, init error, batch left in the queue (back after its visibility timeout); the next \
+                 invocation initialises again (environment {number}): {reason}"
+            );
         }
     }
+    if failed_environment {
+        let streak = shared.failure_streak.fetch_add(1, Ordering::SeqCst) + 1;
+        {
+            let mut summary = lock(&shared.summary);
+            summary.longest_failure_streak = summary.longest_failure_streak.max(streak);
+        }
+        if streak == CRASH_LOOP || (streak > CRASH_LOOP && streak % 10 == 0) {
+            crate::errln!(
+                "crash loop: {streak} invocations in a row failed to initialise, crashed or timed out; the runner \
+                 goes on as Lambda does (each batch comes back after its visibility timeout, and to the DLQ after \
+                 maxReceiveCount); the bootstrap's output is above (bootstrap| lines)"
+            );
+        }
+    } else {
+        shared.failure_streak.store(0, Ordering::SeqCst);
+    }
+    if shared.fifo {
+        let released = lock(&shared.groups).finish(number, &messages, &deleted);
+        if released > 0 {
+            crate::outln!(
+                "environment {number}: {released} held records of a group with failed records stay in flight and \
+                 come back after their visibility timeout, behind them"
+            );
+        }
+    }
+    Ok(())
+}
 
-    /// Deletes every message not in `failed`; returns how many were deleted.
-    async fn delete_all_but(
-        &self,
-        messages: &[aws_sdk_sqs::types::Message],
-        failed: &HashSet<String>,
-    ) -> u64 {
-        let receipts: Vec<ReceiptHandle> = messages
+impl Shared {
+    /// Deletes every message not in `failed`; returns the ids deleted.
+    async fn delete_all_but(&self, messages: &[Message], failed: &HashSet<String>) -> HashSet<String> {
+        let chosen: Vec<&Message> = messages
             .iter()
             .filter(|message| message.message_id.as_ref().is_none_or(|id| !failed.contains(id)))
+            .filter(|message| message.receipt_handle.is_some())
+            .collect();
+        let receipts: Vec<ReceiptHandle> = chosen
+            .iter()
             .filter_map(|message| message.receipt_handle.clone().map(ReceiptHandle))
             .collect();
         if receipts.is_empty() {
-            return 0;
+            return HashSet::new();
         }
-        match self.queue.delete_batch(&receipts).await {
-            Ok(entry_failures) => {
-                for failure in &entry_failures {
-                    crate::errln!("delete failed for entry {}: {}", failure.index, failure.error);
-                }
-                (receipts.len() - entry_failures.len()) as u64
-            }
+        let failures = match self.queue.delete_batch(&receipts).await {
+            Ok(entry_failures) => entry_failures,
             Err(error) => {
                 crate::errln!(
                     "DeleteMessageBatch failed ({error}); those messages come back after their visibility timeout"
                 );
-                0
+                return HashSet::new();
             }
+        };
+        let mut not_deleted = HashSet::new();
+        for failure in &failures {
+            crate::errln!("delete failed for entry {}: {}", failure.index, failure.error);
+            not_deleted.insert(failure.index);
         }
+        chosen
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| !not_deleted.contains(index))
+            .filter_map(|(_, message)| message.message_id.clone())
+            .collect()
     }
 }
 
 /// `errorType: errorMessage` from a Runtime API error document, or its text.
-fn describe_error(error_type: Option<&str>, body: &[u8]) -> String {
+pub(crate) fn describe_error(error_type: Option<&str>, body: &[u8]) -> String {
     let document: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let field = |name: &str| {
         document
@@ -563,6 +783,47 @@ mod tests {
         assert!(parse_env_pair("novalue").is_err());
     }
 
+    fn args(extra: &[&str]) -> RunArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let bootstrap = std::env::current_exe().unwrap();
+        let mut argv = vec![
+            "run".to_owned(),
+            "--queue-url".to_owned(),
+            "jobs".to_owned(),
+            "--bootstrap".to_owned(),
+            bootstrap.display().to_string(),
+        ];
+        argv.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        <Cli as clap::Parser>::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn what_an_event_source_mapping_refuses_is_refused() {
+        let defaults = args(&[]);
+        assert_eq!(defaults.maximum_concurrency, 2);
+        assert!(defaults.validate(true).is_ok() && defaults.validate(false).is_ok());
+        let window = args(&["--batching-window-ms", "500"]);
+        assert!(window.validate(false).is_ok());
+        let refused = window.validate(true).unwrap_err().to_string();
+        assert!(
+            refused.contains("FIFO queue takes no batching window"),
+            "{refused}"
+        );
+        assert!(
+            args(&["--batch-size", "20", "--batching-window-ms", "1000"])
+                .validate(false)
+                .is_ok()
+        );
+        assert!(args(&["--batch-size", "20"]).validate(false).is_err());
+        assert!(args(&["--maximum-concurrency", "0"]).validate(false).is_err());
+        assert!(args(&["--maximum-concurrency", "1001"]).validate(false).is_err());
+        assert!(args(&["--function-timeout-secs", "901"]).validate(false).is_err());
+    }
+
     #[test]
     fn errors_are_described_from_the_runtime_document() {
         let body =
@@ -590,13 +851,17 @@ mod tests {
             records: 11,
             deleted: 10,
             failures: 1,
+            peak_concurrency: 2,
+            cut: 3,
+            longest_failure_streak: 4,
             cold_starts: vec![Duration::from_micros(12_300)],
             ..Summary::default()
         };
         assert_eq!(
             summary.to_string(),
             "summary: 2 batches, 11 records, 10 deleted, 1 failures reported, 0 invocation errors, 0 timeouts, \
-             0 restarts; cold start 12.3 ms (spawn to first /next)"
+             0 init errors, 0 restarts; at most 2 invocations at once; 3 records over the 6 MB payload limit \
+             returned unrun; crash loop: 4 failed invocations in a row; cold start 12.3 ms (spawn to first /next)"
         );
     }
 }

@@ -6,6 +6,9 @@
 //!   passed since the first message arrived.
 //! - Records have the event's shape: `eventSourceARN` from `GetQueueAttributes`, `awsRegion`,
 //!   `md5OfBody` and `md5OfMessageAttributes` as SQS returned them.
+//! - A batch whose event would be over Lambda's 6 MB invocation payload limit is cut: the records that
+//!   fit are invoked ([`Poller::cut_to_payload`]), the rest are made visible again at once (visibility
+//!   0), so nothing is lost and nothing waits a visibility timeout.
 //! - After the invocation, delete every record not listed in `batchItemFailures`; the listed ones stay
 //!   in flight and come back after their visibility timeout (or the backoff the function set), and SQS
 //!   redrives them to the DLQ after `maxReceiveCount`, as on AWS. A response Lambda would treat as a
@@ -20,6 +23,9 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
 use serde_json::Value;
 use tokio::time::Instant;
+
+/// Lambda's limit for a synchronous invocation's payload (the event), in bytes.
+pub const MAX_INVOCATION_PAYLOAD: usize = 6 * 1024 * 1024;
 
 /// Receives batches from one queue.
 pub struct Poller {
@@ -107,6 +113,25 @@ impl Poller {
         SqsEvent {
             records: messages.iter().map(|message| self.record(message)).collect(),
         }
+    }
+
+    /// Splits `messages` into the longest prefix whose event fits in `limit` bytes (at least one
+    /// message, as one SQS message always fits) and the rest. A prefix keeps FIFO order.
+    pub fn cut_to_payload(&self, mut messages: Vec<Message>, limit: usize) -> (Vec<Message>, Vec<Message>) {
+        // `{"Records":[` + records joined by `,` + `]}`.
+        let mut size = r#"{"Records":[]}"#.len();
+        let mut fits = 0;
+        for (index, message) in messages.iter().enumerate() {
+            let record = serde_json::to_vec(&self.record(message)).map_or(0, |bytes| bytes.len());
+            let separator = usize::from(index > 0);
+            if index > 0 && size + separator + record > limit {
+                break;
+            }
+            size += separator + record;
+            fits = index + 1;
+        }
+        let rest = messages.split_off(fits);
+        (messages, rest)
     }
 
     fn record(&self, message: &Message) -> SqsMessage {
@@ -259,6 +284,60 @@ mod tests {
                 String::from_utf8_lossy(whole)
             );
         }
+    }
+
+    fn test_poller() -> Poller {
+        let config = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .build();
+        Poller::new(
+            aws_sdk_sqs::Client::from_conf(config),
+            "http://127.0.0.1:4566/000000000000/jobs".to_owned(),
+            "arn:aws:sqs:us-east-1:000000000000:jobs".to_owned(),
+            "us-east-1".to_owned(),
+            10,
+            Duration::ZERO,
+            Duration::from_secs(1),
+        )
+    }
+
+    #[test]
+    fn a_batch_is_cut_to_the_payload_limit_keeping_its_order() {
+        let poller = test_poller();
+        // Bodies with characters JSON escapes: the cut measures the event as sent, not the bodies.
+        let body = "\"x\n".repeat(200_000);
+        let messages: Vec<Message> = (0..10)
+            .map(|n| {
+                Message::builder()
+                    .message_id(format!("m{n}"))
+                    .receipt_handle(format!("rh{n}"))
+                    .body(&body)
+                    .build()
+            })
+            .collect();
+        let (fit, rest) = poller.cut_to_payload(messages.clone(), MAX_INVOCATION_PAYLOAD);
+        let size = serde_json::to_vec(&poller.event(&fit)).unwrap().len();
+        assert!(size <= MAX_INVOCATION_PAYLOAD, "{size}");
+        let one_more = serde_json::to_vec(&poller.event(&messages[..=fit.len()]))
+            .unwrap()
+            .len();
+        assert!(
+            one_more > MAX_INVOCATION_PAYLOAD,
+            "the cut keeps every record that fits"
+        );
+        assert_eq!(fit.len() + rest.len(), 10);
+        let order: Vec<_> = fit
+            .iter()
+            .chain(&rest)
+            .map(|m| m.message_id.clone().unwrap())
+            .collect();
+        assert_eq!(order, (0..10).map(|n| format!("m{n}")).collect::<Vec<_>>());
+        let (all, none) = poller.cut_to_payload(messages[..2].to_vec(), MAX_INVOCATION_PAYLOAD);
+        assert_eq!((all.len(), none.len()), (2, 0));
+        // A single record over the limit is still invoked (SQS's 1 MiB keeps this from happening).
+        let (one, rest) = poller.cut_to_payload(messages[..2].to_vec(), 10);
+        assert_eq!((one.len(), rest.len()), (1, 1));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! | `POST /runtime/init/error` | 202; the runner gets the error |
 //!
 //! A response or error for an id that is not the open invocation (a late answer after a timeout) gets
-//! 400 `InvalidRequestID`, as on Lambda.
+//! 400 `InvalidRequestID`, as on Lambda. A response over 6 MB gets 413 and ends the invocation as a
+//! function error, `Function.ResponseSizeTooLarge`, as on Lambda (not a timeout: the body is read and
+//! dropped, and the connection stays usable).
 //!
 //! # Design note: handing out an invocation
 //!
@@ -35,6 +37,8 @@ use tokio::time::Instant;
 use super::http::{self, Request};
 
 const PREFIX: &str = "/2018-06-01/runtime";
+/// Lambda's error type for a response over the payload limit.
+pub const RESPONSE_TOO_LARGE: &str = "Function.ResponseSizeTooLarge";
 
 /// An event for the bootstrap.
 #[derive(Debug, Clone)]
@@ -220,6 +224,26 @@ async fn route(
 ) -> bool {
     let path = request.path.strip_prefix(PREFIX).unwrap_or("");
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if let Some(length) = request.oversized {
+        let document = error_body(
+            RESPONSE_TOO_LARGE,
+            &format!(
+                "Response payload size ({length} bytes) exceeded maximum allowed payload size ({} bytes).",
+                http::MAX_BODY_BYTES
+            ),
+        );
+        if let ("POST", ["invocation", id, "response"]) = (request.method.as_str(), segments.as_slice()) {
+            // The invocation ends as a function error; the runtime's request itself is refused.
+            let _ = answer(shared, id, |id| ApiEvent::Error {
+                id,
+                error_type: Some(RESPONSE_TOO_LARGE.to_owned()),
+                body: document.clone(),
+            });
+        }
+        return http::write_response(write, 413, &json_type(), &document, request.close)
+            .await
+            .is_ok();
+    }
     let reply = match (request.method.as_str(), segments.as_slice()) {
         ("GET", ["invocation", "next"]) => return next(shared, reader, write, request.close).await,
         ("POST", ["invocation", id, "response"]) => answer(shared, id, |id| ApiEvent::Response {
@@ -438,6 +462,49 @@ mod tests {
         let (head, body) = read_response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 400"), "{head}");
         assert!(String::from_utf8(body).unwrap().contains("InvalidRequestID"));
+    }
+
+    #[tokio::test]
+    async fn a_response_over_the_limit_is_a_function_error() {
+        let mut api = RuntimeApi::bind().await.unwrap();
+        let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
+        send(
+            &mut client,
+            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
+        )
+        .await;
+        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        api.submit(invocation("req-big"));
+        let _ = read_response(&mut client).await;
+        assert!(matches!(event(&mut api).await, ApiEvent::Started { .. }));
+        let length = http::MAX_BODY_BYTES + 10;
+        let head = format!(
+            "POST /2018-06-01/runtime/invocation/req-big/response HTTP/1.1\r\nContent-Length: {length}\r\n\r\n"
+        );
+        send(&mut client, head.as_bytes()).await;
+        send(&mut client, &vec![b'x'; length]).await;
+        let (head, body) = read_response(&mut client).await;
+        assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+        assert!(String::from_utf8(body).unwrap().contains(RESPONSE_TOO_LARGE));
+        match event(&mut api).await {
+            ApiEvent::Error { id, error_type, body } => {
+                assert_eq!(id, "req-big");
+                assert_eq!(error_type.as_deref(), Some(RESPONSE_TOO_LARGE));
+                assert!(
+                    String::from_utf8(body)
+                        .unwrap()
+                        .contains("exceeded maximum allowed payload size")
+                );
+            }
+            other => panic!("expected a function error, got {other:?}"),
+        }
+        // The connection still works: the runtime asks for the next event.
+        send(
+            &mut client,
+            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
+        )
+        .await;
+        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
     }
 
     #[tokio::test]
