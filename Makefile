@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test lint unit local-aws stop-local-aws bench
+.PHONY: demo test lint unit local-aws stop-local-aws bench chaos simulate
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
@@ -26,9 +26,21 @@ local-aws:
 stop-local-aws:
 	./localstack/stop.sh
 
+## The chaos run: 10,000 example jobs through 3 workers and the Lambda runner while workers are SIGKILLed
+## and the emulators slowed down; fails unless every effect happened once. CHAOS_ARGS="--seed N" replays.
+chaos: local-aws
+	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
+	./target/debug/chaos --jobs 10000 $(CHAOS_ARGS)
+
 ## Prints the benchmark figures quoted in the README.
 bench: local-aws
 	$(CARGO) run --release -p conveyor-worker --example bench
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead
 	$(CARGO) run --release -p conveyor-sqs --example send_bench
+
+## Runs SEEDS seeds of the simulator (crates/conveyor-sim) in parallel, with progress; a failing seed
+## prints the command that replays it with a trace.
+SEEDS ?= 10000
+simulate:
+	$(CARGO) run --release -p conveyor-sim --bin simulate -- --seeds $(SEEDS)

@@ -1,0 +1,171 @@
+//! Runs many seeds of the simulation in parallel, or replays one with a trace.
+//!
+//! ```text
+//! simulate [--seeds N] [--start S] [--threads T]   (N also from SEEDS, default 1000)
+//! simulate --seed S [--trace]                      (one seed; --trace prints every step)
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+
+struct Args {
+    seed: Option<u64>,
+    trace: bool,
+    seeds: u64,
+    start: u64,
+    threads: usize,
+}
+
+fn parse() -> Result<Args> {
+    let mut args = Args {
+        seed: None,
+        trace: false,
+        seeds: std::env::var("SEEDS")
+            .ok()
+            .filter(|seeds| !seeds.is_empty())
+            .map(|seeds| seeds.parse().context("SEEDS must be a number"))
+            .transpose()?
+            .unwrap_or(1000),
+        start: 0,
+        threads: std::thread::available_parallelism().map_or(1, usize::from),
+    };
+    let mut raw = std::env::args().skip(1);
+    while let Some(arg) = raw.next() {
+        let mut value = |name: &str| raw.next().with_context(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--seed" => args.seed = Some(value("--seed")?.parse().context("--seed")?),
+            "--trace" => args.trace = true,
+            "--seeds" => args.seeds = value("--seeds")?.parse().context("--seeds")?,
+            "--start" => args.start = value("--start")?.parse().context("--start")?,
+            "--threads" => args.threads = value("--threads")?.parse().context("--threads")?,
+            other => bail!(
+                "unknown argument {other:?}; usage: simulate [--seeds N] [--start S] [--threads T] | --seed S [--trace]"
+            ),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> Result<()> {
+    let args = parse()?;
+    if let Some(seed) = args.seed {
+        return replay(seed, args.trace);
+    }
+    run_many(&args)
+}
+
+fn replay(seed: u64, trace: bool) -> Result<()> {
+    if trace {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("debug")),
+            )
+            .without_time()
+            .with_writer(std::io::stderr)
+            .init();
+        eprintln!("{:#?}", conveyor_sim::Scenario::generate(seed));
+    }
+    let report = conveyor_sim::simulate(seed, trace);
+    print_summary(&report);
+    if !report.passed() {
+        bail!("seed {seed} broke {} invariant(s)", report.violations.len());
+    }
+    Ok(())
+}
+
+fn print_summary(report: &conveyor_sim::Report) {
+    println!(
+        "seed {}: {} jobs, {} sends, {} receives, {} runs, {} in the DLQ, {} effects refused, {} kills, {:?} \
+         virtual",
+        report.seed,
+        report.jobs,
+        report.sends,
+        report.receives,
+        report.runs,
+        report.dead_lettered,
+        report.refused,
+        report.kills,
+        report.virtual_time
+    );
+    for known in &report.known {
+        println!("  {known}");
+    }
+    for violation in &report.violations {
+        println!("  VIOLATION: {violation}");
+    }
+    if !report.passed() {
+        println!("  replay: {}", report.replay_command());
+    }
+}
+
+fn run_many(args: &Args) -> Result<()> {
+    let next = Arc::new(AtomicU64::new(args.start));
+    let end = args.start + args.seeds;
+    let done = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let began = Instant::now();
+    let (finished_tx, finished_rx) = std::sync::mpsc::channel::<()>();
+    println!("running seeds {}..{end} on {} threads", args.start, args.threads);
+    let workers: Vec<_> = (0..args.threads.max(1))
+        .map(|_| {
+            let (next, done, failed) = (Arc::clone(&next), Arc::clone(&done), Arc::clone(&failed));
+            let finished_tx = finished_tx.clone();
+            std::thread::spawn(move || {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        return;
+                    }
+                    let report = conveyor_sim::simulate(seed, false);
+                    if !report.passed() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        print_summary(&report);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                    let _ = finished_tx.send(());
+                }
+            })
+        })
+        .collect();
+    drop(finished_tx);
+    let mut last = Instant::now();
+    // Each thread sends one message per seed; the channel closes when every thread is done.
+    loop {
+        match finished_rx.recv_timeout(Duration::from_secs(2)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if last.elapsed() >= Duration::from_secs(2) {
+            last = Instant::now();
+            let finished = done.load(Ordering::Relaxed);
+            eprintln!(
+                "{finished}/{} seeds, {:.1} seeds/s, {} failed",
+                args.seeds,
+                finished as f64 / began.elapsed().as_secs_f64(),
+                failed.load(Ordering::Relaxed)
+            );
+        }
+    }
+    for worker in workers {
+        if worker.join().is_err() {
+            bail!("a simulation thread panicked");
+        }
+    }
+    let finished = done.load(Ordering::Relaxed);
+    let failed = failed.load(Ordering::Relaxed);
+    println!(
+        "{finished} seeds in {:.1} s ({:.1} seeds/s on {} threads), {failed} failed",
+        began.elapsed().as_secs_f64(),
+        finished as f64 / began.elapsed().as_secs_f64(),
+        args.threads
+    );
+    if failed > 0 {
+        bail!("{failed} seeds failed; replay each with the command printed under it");
+    }
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! The idempotency store on the paused clock.
+//!
+//! # Design note: why a clock adapter
+//!
+//! The runtimes give the store wall-clock times (`SystemTime::now()` plus a tokio duration: a lease
+//! ends when the message's visibility deadline does), and [`MemoryIdempotencyStore`] compares them
+//! with `SystemTime::now()`. Under tokio's paused clock, tokio time jumps minutes ahead while the wall
+//! clock barely moves, so a claim would never lapse and a dead worker's key would stay locked forever.
+//!
+//! [`VirtualStore`] keeps the store's records on a *virtual* wall clock that advances with tokio time
+//! (far in the future, so the inner store's own comparisons never find anything lapsed): each time
+//! coming in is turned into "virtual now + (time − real now)", each time going out the other way.
+//! Lapses are decided here, with DynamoDB's condition at virtual now: a record that is free then is
+//! marked expired in the inner store just before the claim, so the inner store's atomic claim (and its
+//! fencing on tokens) does the rest. Everything runs on one thread with no await between the two steps.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use conveyor_core::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+};
+use conveyor_testing::MemoryIdempotencyStore;
+use tokio::time::Instant;
+
+/// Where the virtual wall clock starts: 2100-01-01, far past any real clock the run sees.
+const VIRTUAL_EPOCH_SECS: u64 = 4_102_444_800;
+
+/// A [`MemoryIdempotencyStore`] whose leases and expiries follow tokio's (paused) clock.
+#[derive(Debug)]
+pub struct VirtualStore {
+    inner: Arc<MemoryIdempotencyStore>,
+    origin: Instant,
+    completed: Mutex<HashSet<String>>,
+}
+
+fn round_to_millis(duration: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
+}
+
+fn secs(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn millis(time: SystemTime) -> u128 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
+}
+
+impl VirtualStore {
+    /// Wraps `inner`; virtual time starts now.
+    pub fn new(inner: Arc<MemoryIdempotencyStore>) -> Self {
+        Self {
+            inner,
+            origin: Instant::now(),
+            completed: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<MemoryIdempotencyStore> {
+        &self.inner
+    }
+
+    /// The tokens of the claims completed so far.
+    pub fn completed_tokens(&self) -> HashSet<String> {
+        self.completed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The virtual wall clock now.
+    pub fn now(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(VIRTUAL_EPOCH_SECS) + (Instant::now() - self.origin)
+    }
+
+    /// A caller's (real wall-clock) time on the virtual clock.
+    fn to_virtual(&self, time: SystemTime) -> SystemTime {
+        let real = SystemTime::now();
+        match time.duration_since(real) {
+            Ok(ahead) => self.now() + round_to_millis(ahead),
+            Err(behind) => self.now() - round_to_millis(behind.duration()),
+        }
+    }
+
+    /// A virtual time as the caller's wall clock sees it.
+    fn to_caller(&self, time: SystemTime) -> SystemTime {
+        let real = SystemTime::now();
+        match time.duration_since(self.now()) {
+            Ok(ahead) => real + ahead,
+            Err(behind) => real - behind.duration(),
+        }
+    }
+
+    fn record_to_caller(&self, mut record: IdempotencyRecord) -> IdempotencyRecord {
+        record.expires_at = self.to_caller(record.expires_at);
+        record.lease_until = record.lease_until.map(|lease| self.to_caller(lease));
+        record
+    }
+
+    /// The record of `key` as stored (virtual times), without counting a request.
+    pub fn current(&self, key: &str) -> Option<IdempotencyRecord> {
+        self.inner.records().into_iter().find(|record| record.key == key)
+    }
+
+    /// DynamoDB's claim condition at virtual now.
+    pub fn is_free(&self, record: &IdempotencyRecord) -> bool {
+        let now = self.now();
+        if secs(record.expires_at) < secs(now) {
+            return true;
+        }
+        record.status == RecordStatus::InProgress
+            && record
+                .lease_until
+                .is_some_and(|lease| millis(lease) < millis(now))
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for VirtualStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        if let Some(record) = self.current(&request.key)
+            && record.expires_at != UNIX_EPOCH
+            && self.is_free(&record)
+        {
+            // Lapsed on the virtual clock: make the inner store see it so.
+            self.inner.insert(IdempotencyRecord {
+                expires_at: UNIX_EPOCH,
+                ..record
+            });
+        }
+        let request = ClaimRequest {
+            lease_until: self.to_virtual(request.lease_until),
+            expires_at: self.to_virtual(request.expires_at),
+            ..request.clone()
+        };
+        match self.inner.claim(&request).await? {
+            ClaimOutcome::Acquired(claim) => Ok(ClaimOutcome::Acquired(claim)),
+            ClaimOutcome::Exists(record) => Ok(ClaimOutcome::Exists(self.record_to_caller(record))),
+        }
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .complete(claim, output, self.to_virtual(expires_at))
+            .await?;
+        self.completed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(claim.token.clone());
+        Ok(())
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.inner.release(claim).await
+    }
+
+    async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
+        self.inner.extend_lease(claim, self.to_virtual(lease_until)).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let record = self.inner.get(key).await?;
+        Ok(record.map(|record| self.record_to_caller(record)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn request(lease: Duration) -> ClaimRequest {
+        let now = SystemTime::now();
+        ClaimRequest {
+            key: "k".to_owned(),
+            lease_until: now + lease,
+            expires_at: now + Duration::from_secs(24 * 3600),
+            validation: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_lapses_when_tokio_time_passes_its_lease() {
+        let store = VirtualStore::new(Arc::new(MemoryIdempotencyStore::new()));
+        let ClaimOutcome::Acquired(first) = store.claim(&request(Duration::from_secs(30))).await.unwrap()
+        else {
+            panic!("a fresh key is free")
+        };
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        let ClaimOutcome::Exists(record) = store.claim(&request(Duration::from_secs(30))).await.unwrap()
+        else {
+            panic!("the lease still runs")
+        };
+        let left = record
+            .lease_until
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap();
+        assert!(
+            left > Duration::from_millis(900) && left <= Duration::from_secs(1),
+            "{left:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let ClaimOutcome::Acquired(second) = store.claim(&request(Duration::from_secs(30))).await.unwrap()
+        else {
+            panic!("the lease lapsed")
+        };
+        assert_ne!(first.token, second.token);
+        assert!(matches!(
+            store.release(&first).await,
+            Err(StoreError::Fenced { .. })
+        ));
+        assert_eq!(store.current("k").unwrap().token, Some(second.token));
+    }
+}

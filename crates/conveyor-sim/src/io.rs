@@ -1,0 +1,249 @@
+//! One consumer instance's view of the shared queue and store: its latency, and its death.
+//!
+//! # Design note: how a worker dies in-process
+//!
+//! A process killed with SIGKILL makes no call after it died. Every call an instance makes goes
+//! through its [`Instance`]: after [`Instance::kill`] a call never starts, a call in progress never
+//! answers (SQS may already have acted on it, as with a request in flight at a real kill), and its
+//! handlers never apply an effect. The instance's tasks may still be scheduled, but nothing they do
+//! reaches the queue, the store or the sink again, so the dead worker's messages come back only when
+//! their visibility timeout ends and its claims lapse with their leases: what `kill -9` does. No
+//! change to the worker is needed for it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conveyor_core::{
+    Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, Failure, IdempotencyRecord,
+    IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, StoreError,
+    VisibilityChange,
+};
+use fastrand::Rng;
+
+use crate::sink::Sink;
+
+/// One consumer (a worker or a Lambda function): its name, latencies and whether it is dead.
+#[derive(Debug)]
+pub struct Instance {
+    name: String,
+    killed: AtomicBool,
+    queue_latency: Duration,
+    store_latency: Duration,
+    rng: Mutex<Rng>,
+}
+
+impl Instance {
+    /// A live instance whose queue and store calls each take up to the given latencies.
+    pub fn new(name: String, seed: u64, queue_latency: Duration, store_latency: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            killed: AtomicBool::new(false),
+            queue_latency,
+            store_latency,
+            rng: Mutex::new(Rng::with_seed(seed)),
+        })
+    }
+
+    /// The instance's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stops the instance dead.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+    }
+
+    /// True once killed.
+    pub fn is_dead(&self) -> bool {
+        self.killed.load(Ordering::SeqCst)
+    }
+
+    /// Returns only while the instance lives; a dead one waits forever.
+    pub async fn alive(&self) {
+        if self.is_dead() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    async fn delay(&self, max: Duration) {
+        if max.is_zero() {
+            return;
+        }
+        let millis = self
+            .rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .u64(0..=max.as_millis() as u64);
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+    }
+
+    async fn queue_call<T>(&self, call: impl Future<Output = T>) -> T {
+        self.alive().await;
+        self.delay(self.queue_latency).await;
+        self.alive().await;
+        let answer = call.await;
+        self.alive().await;
+        answer
+    }
+
+    async fn store_call<T>(&self, call: impl Future<Output = T>) -> T {
+        self.alive().await;
+        self.delay(self.store_latency).await;
+        self.alive().await;
+        let answer = call.await;
+        self.alive().await;
+        answer
+    }
+}
+
+/// The shared queue as one instance reaches it; every message it receives is logged in the sink.
+pub struct InstanceQueue {
+    inner: Arc<dyn Queue>,
+    instance: Arc<Instance>,
+    sink: Arc<Sink>,
+}
+
+impl InstanceQueue {
+    /// `inner` through `instance`.
+    pub fn new(inner: Arc<dyn Queue>, instance: Arc<Instance>, sink: Arc<Sink>) -> Self {
+        Self {
+            inner,
+            instance,
+            sink,
+        }
+    }
+}
+
+impl std::fmt::Debug for InstanceQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceQueue")
+            .field("queue", &self.inner.name())
+            .field("instance", &self.instance.name())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl Queue for InstanceQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn is_fifo(&self) -> bool {
+        self.inner.is_fifo()
+    }
+
+    fn visibility_timeout(&self) -> Duration {
+        self.inner.visibility_timeout()
+    }
+
+    fn max_receive_count(&self) -> Option<u32> {
+        self.inner.max_receive_count()
+    }
+
+    async fn receive_with_visibility(
+        &self,
+        max_messages: usize,
+        wait: Duration,
+        visibility: Duration,
+    ) -> Result<Vec<Message>, QueueError> {
+        let messages = self
+            .instance
+            .queue_call(self.inner.receive_with_visibility(max_messages, wait, visibility))
+            .await?;
+        for message in &messages {
+            self.sink.received(self.instance.name(), message);
+        }
+        Ok(messages)
+    }
+
+    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<Vec<EntryFailure>, QueueError> {
+        self.instance.queue_call(self.inner.delete_batch(receipts)).await
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        changes: &[VisibilityChange],
+    ) -> Result<Vec<EntryFailure>, QueueError> {
+        self.instance
+            .queue_call(self.inner.change_visibility_batch(changes))
+            .await
+    }
+
+    async fn send(&self, message: OutgoingMessage) -> Result<String, QueueError> {
+        let id = self.instance.queue_call(self.inner.send(message)).await?;
+        self.sink
+            .step(format!("{} sent a copy {id}", self.instance.name()));
+        Ok(id)
+    }
+
+    async fn dead_letter(&self, message: &Message, failure: &Failure) -> Result<DeadLetter, QueueError> {
+        self.instance
+            .queue_call(self.inner.dead_letter(message, failure))
+            .await
+    }
+
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        self.instance.queue_call(self.inner.depth()).await
+    }
+}
+
+/// The shared store as one instance reaches it.
+pub struct InstanceStore {
+    inner: Arc<dyn IdempotencyStore>,
+    instance: Arc<Instance>,
+}
+
+impl InstanceStore {
+    /// `inner` through `instance`.
+    pub fn new(inner: Arc<dyn IdempotencyStore>, instance: Arc<Instance>) -> Self {
+        Self { inner, instance }
+    }
+}
+
+impl std::fmt::Debug for InstanceStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceStore")
+            .field("instance", &self.instance.name())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for InstanceStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.instance.store_call(self.inner.claim(request)).await
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: std::time::SystemTime,
+    ) -> Result<(), StoreError> {
+        self.instance
+            .store_call(self.inner.complete(claim, output, expires_at))
+            .await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.instance.store_call(self.inner.release(claim)).await
+    }
+
+    async fn extend_lease(
+        &self,
+        claim: &Claim,
+        lease_until: std::time::SystemTime,
+    ) -> Result<(), StoreError> {
+        self.instance
+            .store_call(self.inner.extend_lease(claim, lease_until))
+            .await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.instance.store_call(self.inner.get(key)).await
+    }
+}

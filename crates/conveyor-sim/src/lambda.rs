@@ -1,0 +1,180 @@
+//! A Lambda function behind an SQS event source mapping: the mapping's poll loop, written here as
+//! AWS runs it (receive a batch, invoke with the records, delete the records not reported as
+//! failures), around the real [`BatchProcessor`].
+//!
+//! An invocation that runs past its deadline is cut there, as Lambda does: its future is dropped,
+//! nothing is deleted, and its messages come back when their visibility timeout ends.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use conveyor_core::config::LambdaConfig;
+use conveyor_core::{Message, Queue, ReceiptHandle};
+use conveyor_lambda::{BatchProcessor, SqsEvent, parse_event};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::scenario::LambdaSpec;
+use crate::sink::Sink;
+
+/// One function and its event source mapping.
+pub struct Function {
+    /// Its name in the trace.
+    pub name: String,
+    /// Its settings.
+    pub spec: LambdaSpec,
+    /// The queue as this function reaches it.
+    pub queue: Arc<dyn Queue>,
+    /// The real batch processor.
+    pub processor: BatchProcessor,
+    /// The log.
+    pub sink: Arc<Sink>,
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.name)
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+/// The config the function runs with.
+pub fn config(spec: &LambdaSpec, visibility: Duration) -> LambdaConfig {
+    LambdaConfig {
+        function_timeout: spec.function_timeout,
+        queue_visibility_timeout: visibility,
+        batch_concurrency: spec.batch_concurrency,
+        ..LambdaConfig::default()
+    }
+}
+
+impl Function {
+    /// Polls and invokes until `stop` is cancelled.
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            let received = tokio::select! {
+                received = self.queue.receive(self.spec.batch_size, Duration::from_secs(20)) => received,
+                () = stop.cancelled() => return,
+            };
+            let messages = match received {
+                Ok(messages) if messages.is_empty() => continue,
+                Ok(messages) => messages,
+                Err(error) => {
+                    self.sink.step(format!("{}: receive failed: {error}", self.name));
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        () = stop.cancelled() => return,
+                    }
+                }
+            };
+            self.invoke(messages).await;
+        }
+    }
+
+    async fn invoke(&self, messages: Vec<Message>) {
+        let deadline = Instant::now() + self.spec.function_timeout;
+        let event = match event(&messages, self.queue.name()) {
+            Ok(event) => event,
+            Err(error) => {
+                self.sink
+                    .step(format!("{}: cannot build the event: {error}", self.name));
+                return;
+            }
+        };
+        self.sink
+            .step(format!("{} invoked with {} records", self.name, messages.len()));
+        let report =
+            match tokio::time::timeout_at(deadline, self.processor.process_batch_report(event, deadline))
+                .await
+            {
+                Ok(report) => report,
+                Err(_) => {
+                    self.sink.step(format!(
+                        "{}: invocation ran past its deadline and was stopped; nothing deleted",
+                        self.name
+                    ));
+                    return;
+                }
+            };
+        let failed: HashSet<&str> = report
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|failure| failure.item_identifier.as_str())
+            .collect();
+        let done: Vec<ReceiptHandle> = messages
+            .iter()
+            .filter(|message| !failed.contains(message.id.as_str()))
+            .map(|message| message.receipt_handle.clone())
+            .collect();
+        self.sink.step(format!(
+            "{}: {} records reported as failures, deleting {}",
+            self.name,
+            failed.len(),
+            done.len()
+        ));
+        if done.is_empty() {
+            return;
+        }
+        match self.queue.delete_batch(&done).await {
+            Ok(failures) if failures.is_empty() => {}
+            Ok(failures) => self
+                .sink
+                .step(format!("{}: {} deletes failed", self.name, failures.len())),
+            Err(error) => self.sink.step(format!("{}: delete failed: {error}", self.name)),
+        }
+    }
+}
+
+/// The event the mapping sends for `messages`.
+fn event(messages: &[Message], queue: &str) -> Result<SqsEvent, conveyor_lambda::EventError> {
+    let arn = format!("arn:aws:sqs:us-east-1:000000000000:{queue}");
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|message| {
+            let mut system = serde_json::Map::new();
+            system.insert(
+                "ApproximateReceiveCount".into(),
+                json!(message.receive_count.to_string()),
+            );
+            if let Some(sent) = message.sent_at {
+                let ms = conveyor_core::outcome::epoch_millis(sent);
+                system.insert("SentTimestamp".into(), json!(ms.to_string()));
+            }
+            if let Some(group) = &message.group_id {
+                system.insert("MessageGroupId".into(), json!(group));
+            }
+            if let Some(dedup) = &message.deduplication_id {
+                system.insert("MessageDeduplicationId".into(), json!(dedup));
+            }
+            let attributes: serde_json::Map<String, Value> = message
+                .attributes
+                .iter()
+                .map(|(name, value)| {
+                    let attribute = json!({
+                        "stringValue": value.string_value,
+                        "stringListValues": [],
+                        "binaryListValues": [],
+                        "dataType": value.data_type,
+                    });
+                    (name.clone(), attribute)
+                })
+                .collect();
+            json!({
+                "messageId": message.id,
+                "receiptHandle": message.receipt_handle.as_str(),
+                "body": message.body,
+                "attributes": system,
+                "messageAttributes": attributes,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    parse_event(json!({ "Records": records }))
+}

@@ -1,0 +1,457 @@
+//! One seed's run: the shared queue and store, the consumers, the producer, the faults, then the
+//! calm phase until everything settles, on a paused current-thread runtime.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use conveyor_core::config::{QueueConfig, WorkerConfig};
+use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+use conveyor_core::{AttributeValue, IdempotencyStore, OutgoingMessage, Pipeline, Queue, Router};
+use conveyor_lambda::{BatchProcessor, FixedQueue};
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, QueuedMessage, ScriptedQueue};
+use conveyor_worker::{Worker, WorkerError, WorkerReport};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::VirtualStore;
+use crate::handler::{PANIC_MESSAGE, SimHandler};
+use crate::io::{Instance, InstanceQueue, InstanceStore};
+use crate::lambda::{self, Function};
+use crate::scenario::{Event, JobSpec, Scenario, job_of_body};
+use crate::sink::{Log, Sink};
+use crate::trace::Trace;
+
+/// How long after the faults end everything must have settled.
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(6 * 3600);
+
+/// What a run left behind, for the invariants.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// Sends, receives, runs, effects.
+    pub log: Log,
+    /// The DLQ's messages at the end.
+    pub dead_lettered: Vec<QueuedMessage>,
+    /// The queue's messages at the end.
+    pub left: Vec<QueuedMessage>,
+    /// True when every job settled and the queue emptied before [`SETTLE_LIMIT`].
+    pub settled: bool,
+    /// Virtual time the run took.
+    pub virtual_time: Duration,
+    /// Workers whose run returned an error.
+    pub worker_errors: Vec<String>,
+    /// Workers killed.
+    pub kills: usize,
+    /// The instances that were killed.
+    pub dead_instances: Vec<String>,
+    /// The queue was FIFO.
+    pub fifo: bool,
+    /// The tokens of the claims that were completed in the store.
+    pub completed_tokens: HashSet<String>,
+}
+
+/// A worker started by the run.
+struct RunningWorker {
+    instance: Arc<Instance>,
+    graceful: CancellationToken,
+    immediate: CancellationToken,
+    handle: JoinHandle<Result<WorkerReport, WorkerError>>,
+}
+
+/// What every consumer shares.
+struct Shared<'a> {
+    scenario: &'a Scenario,
+    queue: Arc<ScriptedQueue>,
+    store: Arc<VirtualStore>,
+    sink: Arc<Sink>,
+    jobs: Arc<Vec<JobSpec>>,
+}
+
+/// Keeps the scripted panics out of the test output; every other panic prints as usual.
+fn quiet_scripted_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<String>().map(String::as_str) == Some(PANIC_MESSAGE) {
+                return;
+            }
+            default(info);
+        }));
+    });
+}
+
+/// Runs `scenario` on a fresh paused runtime.
+pub fn run(scenario: &Scenario, trace: bool) -> std::io::Result<Observation> {
+    quiet_scripted_panics();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
+    // The runtimes' own jitter (backoff, deferrals) draws from fastrand's thread-local generator.
+    fastrand::seed(scenario.seed);
+    Ok(runtime.block_on(simulate(scenario, Trace::new(trace))))
+}
+
+impl Shared<'_> {
+    fn instance(&self, name: String, salt: u64) -> Arc<Instance> {
+        let seed = self
+            .scenario
+            .seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(salt);
+        Instance::new(
+            name,
+            seed,
+            self.scenario.queue_latency,
+            self.scenario.store_latency,
+        )
+    }
+
+    fn pipeline(&self, instance: &Arc<Instance>) -> Pipeline {
+        let store: Arc<dyn IdempotencyStore> = Arc::new(InstanceStore::new(
+            Arc::clone(&self.store) as _,
+            Arc::clone(instance),
+        ));
+        let handler = SimHandler {
+            instance: Arc::clone(instance),
+            sink: Arc::clone(&self.sink),
+            jobs: Arc::clone(&self.jobs),
+            timeout: self.scenario.handler_timeout,
+        };
+        Pipeline::new(Router::single(handler))
+            .with_store(store)
+            .with_retry_budget(self.scenario.retry_budget)
+    }
+
+    fn queue_for(&self, instance: &Arc<Instance>) -> Arc<dyn Queue> {
+        Arc::new(InstanceQueue::new(
+            Arc::clone(&self.queue) as _,
+            Arc::clone(instance),
+            Arc::clone(&self.sink),
+        ))
+    }
+
+    fn start_worker(&self, index: usize) -> Result<RunningWorker, WorkerError> {
+        let instance = self.instance(format!("worker-{index}"), index as u64 + 1);
+        let capacity = self.scenario.worker_capacity[index % self.scenario.worker_capacity.len()];
+        let config = WorkerConfig {
+            queues: vec![QueueConfig {
+                url: "http://sim.invalid/jobs".to_owned(),
+                weight: 1,
+            }],
+            max_in_flight: capacity,
+            listen_addr: None,
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::new(config, self.pipeline(&instance), vec![self.queue_for(&instance)])?;
+        let graceful = CancellationToken::new();
+        let immediate = CancellationToken::new();
+        let handle = tokio::spawn(worker.run_with(graceful.clone(), immediate.clone()));
+        self.sink
+            .step(format!("worker-{index} started (max_in_flight {capacity})"));
+        Ok(RunningWorker {
+            instance,
+            graceful,
+            immediate,
+            handle,
+        })
+    }
+
+    fn start_function(&self, index: usize, stop: &CancellationToken) -> JoinHandle<()> {
+        let spec = self.scenario.lambdas[index];
+        let instance = self.instance(format!("lambda-{index}"), 1000 + index as u64);
+        let queue = self.queue_for(&instance);
+        let config = lambda::config(&spec, self.scenario.visibility);
+        let processor = BatchProcessor::new(
+            self.pipeline(&instance),
+            config,
+            Arc::new(FixedQueue(Arc::clone(&queue))),
+        )
+        .without_metrics();
+        let function = Function {
+            name: instance.name().to_owned(),
+            spec,
+            queue,
+            processor,
+            sink: Arc::clone(&self.sink),
+        };
+        self.sink.step(format!("lambda-{index} polling ({spec:?})"));
+        tokio::spawn(function.run(stop.clone()))
+    }
+
+    fn outgoing(&self, job: &JobSpec, copy: usize) -> OutgoingMessage {
+        let mut message = OutgoingMessage {
+            body: job.body(),
+            group_id: job.group.clone(),
+            deduplication_id: self.scenario.fifo.then(|| format!("job-{}-copy-{copy}", job.id)),
+            ..OutgoingMessage::default()
+        };
+        if let Some(key) = &job.key {
+            message
+                .attributes
+                .insert(IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(), AttributeValue::string(key));
+        }
+        message
+    }
+}
+
+async fn produce(shared: Arc<ProducerPlan>, start: Instant) {
+    for (at, job, message) in &shared.sends {
+        tokio::time::sleep_until(start + *at).await;
+        match shared.queue.push_message(message.clone()) {
+            Ok(id) => shared.sink.sent(*job, id),
+            Err(error) => shared
+                .sink
+                .step(format!("producer could not send job {job}: {error}")),
+        }
+    }
+}
+
+/// Every send of the run, in time order.
+struct ProducerPlan {
+    sends: Vec<(Duration, u32, OutgoingMessage)>,
+    queue: Arc<MemoryQueue>,
+    sink: Arc<Sink>,
+}
+
+async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
+    let dlq = Arc::new(if scenario.fifo {
+        MemoryQueue::fifo("jobs-dlq")
+    } else {
+        MemoryQueue::standard("jobs-dlq")
+    });
+    let main = Arc::new(
+        if scenario.fifo {
+            MemoryQueue::fifo("jobs")
+        } else {
+            MemoryQueue::standard("jobs")
+        }
+        .with_visibility_timeout(scenario.visibility)
+        .with_dead_letter_queue(Arc::clone(&dlq), scenario.max_receive_count),
+    );
+    let memory_store = Arc::new(MemoryIdempotencyStore::new());
+    let store = Arc::new(VirtualStore::new(Arc::clone(&memory_store)));
+    let sink = Arc::new(Sink::new(Arc::clone(&store), trace.clone()));
+    let shared = Shared {
+        scenario,
+        queue: ScriptedQueue::new(Arc::clone(&main)),
+        store,
+        sink: Arc::clone(&sink),
+        jobs: Arc::new(scenario.jobs.clone()),
+    };
+    trace.step(format!(
+        "seed {}: {} jobs, {} queue, visibility {:?}, maxReceiveCount {}, retry budget {:?}, handler timeout \
+         {:?}, latency queue {:?} store {:?}, {} workers, {} lambdas, faults until {:?}",
+        scenario.seed,
+        scenario.jobs.len(),
+        if scenario.fifo { "FIFO" } else { "standard" },
+        scenario.visibility,
+        scenario.max_receive_count,
+        scenario.retry_budget,
+        scenario.handler_timeout,
+        scenario.queue_latency,
+        scenario.store_latency,
+        scenario.initial_workers,
+        scenario.lambdas.len(),
+        scenario.fault_phase,
+    ));
+
+    let start = Instant::now();
+    let mut worker_errors = Vec::new();
+    let mut workers: Vec<RunningWorker> = Vec::new();
+    for index in 0..scenario.initial_workers {
+        match shared.start_worker(index) {
+            Ok(worker) => workers.push(worker),
+            Err(error) => worker_errors.push(format!("worker-{index} refused to start: {error}")),
+        }
+    }
+    let stop_functions = CancellationToken::new();
+    let functions: Vec<JoinHandle<()>> = (0..scenario.lambdas.len())
+        .map(|index| shared.start_function(index, &stop_functions))
+        .collect();
+
+    let mut sends: Vec<(Duration, u32, OutgoingMessage)> = scenario
+        .jobs
+        .iter()
+        .flat_map(|job| {
+            job.send_at
+                .iter()
+                .enumerate()
+                .map(|(copy, at)| (*at, job.id, shared.outgoing(job, copy)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    sends.sort_by_key(|(at, job, _)| (*at, *job));
+    let plan = Arc::new(ProducerPlan {
+        sends,
+        queue: Arc::clone(&main),
+        sink: Arc::clone(&sink),
+    });
+    let producer = tokio::spawn(produce(plan, start));
+
+    let mut kills = 0;
+    let mut dead_instances = Vec::new();
+    let mut windows = Vec::new();
+    for (at, event) in &scenario.events {
+        tokio::time::sleep_until(start + *at).await;
+        trace.step(format!("fault: {event:?}"));
+        match event {
+            Event::Kill(index) => {
+                if let Some(worker) = workers.get(*index) {
+                    worker.instance.kill();
+                    worker.handle.abort();
+                    kills += 1;
+                    dead_instances.push(worker.instance.name().to_owned());
+                }
+            }
+            Event::StartWorker => match shared.start_worker(workers.len()) {
+                Ok(worker) => workers.push(worker),
+                Err(error) => worker_errors.push(format!("a fresh worker refused to start: {error}")),
+            },
+            Event::Shutdown {
+                worker,
+                immediate_after,
+            } => {
+                if let Some(worker) = workers.get(*worker) {
+                    sink.shutdown(worker.instance.name());
+                    worker.graceful.cancel();
+                    if let Some(after) = immediate_after {
+                        let immediate = worker.immediate.clone();
+                        let after = *after;
+                        tokio::spawn(async move {
+                            tokio::time::sleep(after).await;
+                            immediate.cancel();
+                        });
+                    }
+                }
+            }
+            Event::QueueDown(length) => {
+                let from = trace.elapsed_ms();
+                sink.queue_fault(from, from + length.as_millis());
+                main.set_unavailable(true);
+                let main = Arc::clone(&main);
+                windows.push(window(*length, move || main.set_unavailable(false)));
+            }
+            Event::StoreDown(length) => {
+                memory_store.set_unavailable(true);
+                let from = trace.elapsed_ms();
+                sink.store_outage(from, from + length.as_millis());
+                let memory_store = Arc::clone(&memory_store);
+                windows.push(window(*length, move || memory_store.set_unavailable(false)));
+            }
+            Event::HangVisibility(length) => {
+                let from = trace.elapsed_ms();
+                sink.queue_fault(from, from + length.as_millis());
+                shared.queue.hang_visibility(true);
+                let queue = Arc::clone(&shared.queue);
+                windows.push(window(*length, move || queue.hang_visibility(false)));
+            }
+            Event::FailDeletes(length) => {
+                shared.queue.fail_deletes(true);
+                let queue = Arc::clone(&shared.queue);
+                windows.push(window(*length, move || queue.fail_deletes(false)));
+            }
+            Event::HoldReceives(length) => {
+                let from = trace.elapsed_ms();
+                sink.late_receives(from, from + length.as_millis());
+                shared.queue.hold_receives(true);
+                let queue = Arc::clone(&shared.queue);
+                windows.push(window(*length, move || {
+                    queue.hold_receives(false);
+                    for _ in 0..32 {
+                        queue.release_receive();
+                    }
+                }));
+            }
+        }
+    }
+    tokio::time::sleep_until(start + scenario.fault_phase).await;
+    for window in windows {
+        let _ = window.await;
+    }
+    trace.step("faults over");
+    let alive = workers
+        .iter()
+        .any(|worker| !worker.instance.is_dead() && !worker.graceful.is_cancelled());
+    if !alive && functions.is_empty() {
+        match shared.start_worker(workers.len()) {
+            Ok(worker) => workers.push(worker),
+            Err(error) => worker_errors.push(format!("the last worker refused to start: {error}")),
+        }
+    }
+
+    let limit = Instant::now() + SETTLE_LIMIT;
+    let mut settled = false;
+    while Instant::now() < limit {
+        if producer.is_finished() && is_settled(&main, &dlq, &sink) {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    trace.step(if settled {
+        "settled; stopping"
+    } else {
+        "not settled in time; stopping"
+    });
+    let virtual_time = start.elapsed();
+
+    for worker in &workers {
+        sink.shutdown(worker.instance.name());
+        worker.graceful.cancel();
+    }
+    stop_functions.cancel();
+    for (index, worker) in workers.into_iter().enumerate() {
+        if worker.instance.is_dead() {
+            continue;
+        }
+        match tokio::time::timeout(Duration::from_secs(60), worker.handle).await {
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(error))) => worker_errors.push(format!("worker-{index} failed: {error}")),
+            Ok(Err(error)) => worker_errors.push(format!("worker-{index} panicked: {error}")),
+            Err(_) => worker_errors.push(format!("worker-{index} did not stop within 60 s")),
+        }
+    }
+    for function in functions {
+        let _ = function.await;
+    }
+    Observation {
+        log: sink.log(),
+        dead_lettered: dlq.snapshot(),
+        left: main.snapshot(),
+        settled,
+        virtual_time,
+        worker_errors,
+        kills,
+        dead_instances,
+        fifo: scenario.fifo,
+        completed_tokens: shared.store.completed_tokens(),
+    }
+}
+
+/// Ends a fault window after `length`.
+fn window(length: Duration, end: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        tokio::time::sleep(length).await;
+        end();
+    })
+}
+
+/// Every job sent has had its effect or has a copy in the DLQ, and the queue is empty.
+fn is_settled(main: &MemoryQueue, dlq: &MemoryQueue, sink: &Sink) -> bool {
+    if !main.is_empty() {
+        return false;
+    }
+    let log = sink.log();
+    let dead: HashSet<u32> = dlq
+        .snapshot()
+        .iter()
+        .filter_map(|message| job_of_body(&message.body))
+        .collect();
+    let done: HashSet<u32> = log.effects.iter().map(|(job, _)| *job).collect();
+    log.sent
+        .iter()
+        .all(|(job, _)| done.contains(job) || dead.contains(job))
+}

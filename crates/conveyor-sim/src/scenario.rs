@@ -1,0 +1,370 @@
+//! What one seed runs: the queue, the consumers, the jobs and their scripts, and the faults, all
+//! drawn from one `fastrand::Rng` seeded with the seed.
+
+use std::time::Duration;
+
+use fastrand::Rng;
+
+/// What one handler run does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    /// Works for the run's duration, then applies the job's effect through the fenced sink.
+    Succeed,
+    /// Returns a retryable error.
+    Retry,
+    /// Returns a permanent error.
+    Permanent,
+    /// Panics.
+    Panic,
+    /// Never returns on its own: waits until its context is cancelled (or its timeout cuts it).
+    Hang,
+}
+
+impl Behavior {
+    /// True for a run that ends in a failure the queue counts (not a success).
+    pub fn fails(self) -> bool {
+        !matches!(self, Behavior::Succeed)
+    }
+}
+
+/// One run of a job's script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// How long the run works before it acts.
+    pub duration: Duration,
+    /// What it does then.
+    pub behavior: Behavior,
+}
+
+/// One job and how it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The job's number (its body says it).
+    pub id: u32,
+    /// A body that does not decode: the job must reach the DLQ without running.
+    pub poison: bool,
+    /// The producer key (`conveyor.key`), when the producer sets one.
+    pub key: Option<String>,
+    /// Run `n` (0-based, across all copies) does `script[min(n, len - 1)]`.
+    pub script: Vec<Step>,
+    /// When each copy is sent (two or more: duplicate sends with the same key).
+    pub send_at: Vec<Duration>,
+    /// The FIFO group, on FIFO queues.
+    pub group: Option<String>,
+}
+
+impl JobSpec {
+    /// The step run `run` (0-based) takes.
+    pub fn step(&self, run: usize) -> Option<Step> {
+        self.script.get(run).or(self.script.last()).copied()
+    }
+
+    /// The body the producer sends.
+    pub fn body(&self) -> String {
+        if self.poison {
+            format!("not json: job={}", self.id)
+        } else {
+            format!("{{\"job\":{}}}", self.id)
+        }
+    }
+}
+
+/// The job number a body names (also for poison bodies).
+pub fn job_of_body(body: &str) -> Option<u32> {
+    let start = body.find("job")? + 3;
+    let digits: String = body[start..]
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// A fault or a change of consumers at a moment of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Worker `n` (in start order) stops dead: no call of it reaches the queue or the store again.
+    Kill(usize),
+    /// A fresh worker starts.
+    StartWorker,
+    /// Worker `n` is asked to shut down gracefully; `immediate` sends the second signal after a while.
+    Shutdown {
+        /// Which worker.
+        worker: usize,
+        /// Skip the drain after this long.
+        immediate_after: Option<Duration>,
+    },
+    /// The queue answers every call with an error for a while.
+    QueueDown(Duration),
+    /// The idempotency store answers every call with an error for a while.
+    StoreDown(Duration),
+    /// Visibility changes made during the window never answer.
+    HangVisibility(Duration),
+    /// Deletes fail during the window.
+    FailDeletes(Duration),
+    /// Receives keep their messages until the window ends (a late long-poll answer).
+    HoldReceives(Duration),
+}
+
+/// A Lambda function behind an event source mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LambdaSpec {
+    /// The function timeout.
+    pub function_timeout: Duration,
+    /// Records per batch.
+    pub batch_size: usize,
+    /// Records of one batch run at once.
+    pub batch_concurrency: usize,
+}
+
+/// Everything one seed runs.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The seed.
+    pub seed: u64,
+    /// A FIFO queue (with a FIFO DLQ).
+    pub fifo: bool,
+    /// The queue's visibility timeout.
+    pub visibility: Duration,
+    /// The redrive policy's `maxReceiveCount`.
+    pub max_receive_count: u32,
+    /// The retry budget every handler gets.
+    pub retry_budget: Duration,
+    /// The handler's own timeout.
+    pub handler_timeout: Duration,
+    /// `max_in_flight` of the workers started at once, then of later ones in turn.
+    pub worker_capacity: Vec<usize>,
+    /// Workers running from the start.
+    pub initial_workers: usize,
+    /// Lambda functions polling from the start.
+    pub lambdas: Vec<LambdaSpec>,
+    /// The slowest a queue call is (each call waits a random time up to it).
+    pub queue_latency: Duration,
+    /// The slowest a store call is.
+    pub store_latency: Duration,
+    /// The jobs.
+    pub jobs: Vec<JobSpec>,
+    /// Faults and consumer changes, by time.
+    pub events: Vec<(Duration, Event)>,
+    /// When the faults end; the run then goes on until everything settles.
+    pub fault_phase: Duration,
+}
+
+fn secs(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
+    Duration::from_secs(rng.u64(range))
+}
+
+fn millis(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
+    Duration::from_millis(rng.u64(range))
+}
+
+fn chance(rng: &mut Rng, percent: u8) -> bool {
+    rng.u8(0..100) < percent
+}
+
+impl Scenario {
+    /// The scenario of `seed`.
+    pub fn generate(seed: u64) -> Scenario {
+        let mut rng = Rng::with_seed(seed);
+        let fifo = chance(&mut rng, 20);
+        let visibility = Duration::from_secs([10, 15, 20, 30, 60][rng.usize(0..5)]);
+        let max_receive_count = rng.u32(2..=6);
+        let retry_budget = secs(&mut rng, 10..=120);
+        let handler_timeout = visibility * rng.u32(2..=5);
+        let fault_phase = secs(&mut rng, 60..=300);
+
+        let initial_workers = rng.usize(0..=3);
+        let lambda_count = if initial_workers == 0 {
+            rng.usize(1..=2)
+        } else {
+            rng.usize(0..=1)
+        };
+        let lambdas: Vec<LambdaSpec> = (0..lambda_count)
+            .map(|_| LambdaSpec {
+                function_timeout: millis(&mut rng, 2_000..=(visibility.as_millis() as u64 * 2 / 3)),
+                batch_size: rng.usize(1..=10),
+                batch_concurrency: rng.usize(1..=10),
+            })
+            .collect();
+        let worker_capacity = (0..8).map(|_| rng.usize(1..=12)).collect();
+
+        let (queue_latency, store_latency) = if chance(&mut rng, 50) {
+            (Duration::ZERO, Duration::ZERO)
+        } else {
+            // Slow, within what the time budgets promise to survive: a fifth of the visibility timeout,
+            // and with Lambdas a tenth of the shortest function timeout (a DLQ send must fit in one).
+            let shortest_function = lambdas
+                .iter()
+                .map(|lambda: &LambdaSpec| lambda.function_timeout / 10)
+                .min()
+                .unwrap_or(Duration::MAX);
+            let slowest = (visibility / 5).min(shortest_function);
+            let queue = millis(&mut rng, 0..=slowest.as_millis() as u64);
+            let store = millis(&mut rng, 0..=(slowest / 2).as_millis() as u64);
+            (queue, store)
+        };
+
+        let job_count = rng.u32(3..=30);
+        let jobs = (0..job_count)
+            .map(|id| job(&mut rng, id, fifo, visibility, max_receive_count, fault_phase))
+            .collect();
+        let events = events(&mut rng, initial_workers, fault_phase, visibility);
+        Scenario {
+            seed,
+            fifo,
+            visibility,
+            max_receive_count,
+            retry_budget,
+            handler_timeout,
+            worker_capacity,
+            initial_workers,
+            lambdas,
+            queue_latency,
+            store_latency,
+            jobs,
+            events,
+            fault_phase,
+        }
+    }
+}
+
+fn duration(rng: &mut Rng, visibility: Duration) -> Duration {
+    match rng.u8(0..100) {
+        0..35 => Duration::ZERO,
+        35..70 => millis(rng, 1..=2_000),
+        70..90 => millis(rng, 0..=visibility.as_millis() as u64),
+        _ => visibility.mul_f64(1.0 + rng.f64() * 2.0),
+    }
+}
+
+fn failing(rng: &mut Rng) -> Behavior {
+    match rng.u8(0..10) {
+        0..5 => Behavior::Retry,
+        5..8 => Behavior::Panic,
+        _ => Behavior::Hang,
+    }
+}
+
+fn job(
+    rng: &mut Rng,
+    id: u32,
+    fifo: bool,
+    visibility: Duration,
+    max_receive_count: u32,
+    fault_phase: Duration,
+) -> JobSpec {
+    let poison = chance(rng, 4);
+    let duplicated = !poison && chance(rng, 20);
+    let key = (duplicated || chance(rng, 40)).then(|| format!("order:{id}"));
+    let failures_before = rng.u32(0..max_receive_count.min(3));
+    let mut script: Vec<Step> = (0..failures_before)
+        .map(|_| Step {
+            duration: duration(rng, visibility),
+            behavior: failing(rng),
+        })
+        .collect();
+    let last = match rng.u8(0..100) {
+        0..80 => Behavior::Succeed,
+        80..90 => Behavior::Permanent,
+        _ => failing(rng),
+    };
+    script.push(Step {
+        duration: duration(rng, visibility),
+        behavior: last,
+    });
+    let copies = if duplicated { rng.usize(2..=3) } else { 1 };
+    let mut send_at: Vec<Duration> = (0..copies)
+        .map(|_| millis(rng, 0..=(fault_phase.as_millis() as u64 / 2)))
+        .collect();
+    send_at.sort();
+    let group = fifo.then(|| format!("group-{}", rng.u8(0..4)));
+    JobSpec {
+        id,
+        poison,
+        key,
+        script,
+        send_at,
+        group,
+    }
+}
+
+/// A fault window's event, from its length.
+type Window = fn(Duration) -> Event;
+
+fn events(
+    rng: &mut Rng,
+    initial_workers: usize,
+    fault_phase: Duration,
+    visibility: Duration,
+) -> Vec<(Duration, Event)> {
+    let mut events = Vec::new();
+    let at = |rng: &mut Rng| millis(rng, 0..=fault_phase.as_millis() as u64);
+    let mut workers = initial_workers;
+    for _ in 0..rng.usize(0..=2) {
+        if workers == 0 || !chance(rng, 50) {
+            continue;
+        }
+        let when = at(rng);
+        events.push((when, Event::Kill(rng.usize(0..workers))));
+        events.push((
+            when + millis(rng, 0..=visibility.as_millis() as u64),
+            Event::StartWorker,
+        ));
+        workers += 1;
+    }
+    if workers > 0 && chance(rng, 25) {
+        let when = at(rng);
+        let immediate_after = chance(rng, 30).then(|| millis(rng, 0..=10_000));
+        events.push((
+            when,
+            Event::Shutdown {
+                worker: rng.usize(0..workers),
+                immediate_after,
+            },
+        ));
+        if chance(rng, 70) {
+            events.push((when + millis(rng, 0..=5_000), Event::StartWorker));
+        }
+    }
+    let windows: [(u8, Window); 5] = [
+        (15, Event::QueueDown),
+        (15, Event::StoreDown),
+        (10, Event::HangVisibility),
+        (15, Event::FailDeletes),
+        (10, Event::HoldReceives),
+    ];
+    for (percent, event) in windows {
+        if chance(rng, percent) {
+            events.push((
+                at(rng),
+                event(millis(rng, 500..=(visibility.as_millis() as u64 * 2))),
+            ));
+        }
+    }
+    events.sort_by_key(|(when, _)| *when);
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_always_gives_the_same_scenario() {
+        let a = Scenario::generate(42);
+        let b = Scenario::generate(42);
+        assert_eq!(a.jobs, b.jobs);
+        assert_eq!(a.events, b.events);
+        assert_ne!(Scenario::generate(43).jobs, a.jobs);
+    }
+
+    #[test]
+    fn bodies_name_their_job_even_when_poison() {
+        let mut job = Scenario::generate(1).jobs[0].clone();
+        job.id = 17;
+        assert_eq!(job_of_body(&job.body()), Some(17));
+        job.poison = true;
+        assert_eq!(job_of_body(&job.body()), Some(17));
+        assert_eq!(job_of_body("{}"), None);
+    }
+}

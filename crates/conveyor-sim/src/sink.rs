@@ -1,0 +1,257 @@
+//! The fenced sink the simulated handlers apply their effects to, and the log of everything the
+//! invariants are checked against: sends, receives, runs, effects and refused effects.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use conveyor_core::message::DEFERRAL_ATTRIBUTE;
+use conveyor_core::{Message, RecordStatus};
+
+use crate::clock::VirtualStore;
+use crate::scenario::job_of_body;
+use crate::trace::Trace;
+
+/// A message handed out by a receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// Who received it.
+    pub instance: String,
+    /// The message id.
+    pub message_id: String,
+    /// The job its body names.
+    pub job: Option<u32>,
+    /// Its receive count.
+    pub receive_count: u32,
+    /// True for a deferred copy (it carries `conveyor.deferral`).
+    pub deferred_copy: bool,
+}
+
+/// How a run ended, as far as the handler knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Still running when the run ended (killed, dropped at a deadline, or cut by a timeout).
+    Unfinished,
+    /// Applied its effect.
+    Succeeded,
+    /// Returned or panicked with the failure its script asked for.
+    Failed,
+    /// Permanent failure.
+    Permanent,
+    /// Stopped at its deadline, or refused by the sink.
+    Stopped,
+    /// Cancelled before its deadline: its lease was lost, or its worker shut down.
+    Cancelled,
+}
+
+/// One handler run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// The job.
+    pub job: u32,
+    /// Which run of the job it is (0-based, across copies).
+    pub index: usize,
+    /// The instance it ran on.
+    pub instance: String,
+    /// The message it ran for.
+    pub message_id: String,
+    /// The fencing token it held.
+    pub token: Option<String>,
+    /// Virtual milliseconds at start and end.
+    pub started_ms: u128,
+    /// Virtual milliseconds at the end, when it ended.
+    pub ended_ms: Option<u128>,
+    /// How it ended.
+    pub end: RunEnd,
+}
+
+/// An effect attempt the sink refused: its claim was no longer the record's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The run (an index into [`Log::runs`]).
+    pub run: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// Everything observed.
+#[derive(Debug, Default, Clone)]
+pub struct Log {
+    /// Message ids the producer sent, by job.
+    pub sent: Vec<(u32, String)>,
+    /// Every receive.
+    pub received: Vec<Received>,
+    /// Every handler run.
+    pub runs: Vec<Run>,
+    /// Applied effects: (job, run).
+    pub effects: Vec<(u32, usize)>,
+    /// Refused effect attempts.
+    pub refused: Vec<Refused>,
+    /// Windows (virtual ms) when the store was down.
+    pub store_outages: Vec<(u128, u128)>,
+    /// Windows (virtual ms) when the queue failed or hung visibility changes.
+    pub queue_faults: Vec<(u128, u128)>,
+    /// Windows (virtual ms) when receives answered late.
+    pub late_receives: Vec<(u128, u128)>,
+    /// When each instance was asked to shut down (virtual ms).
+    pub shutdowns: Vec<(String, u128)>,
+}
+
+/// The fenced sink.
+#[derive(Debug)]
+pub struct Sink {
+    store: Arc<VirtualStore>,
+    trace: Trace,
+    log: Mutex<Log>,
+}
+
+impl Sink {
+    /// A sink that checks claims in `store`.
+    pub fn new(store: Arc<VirtualStore>, trace: Trace) -> Self {
+        Self {
+            store,
+            trace,
+            log: Mutex::new(Log::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the log.
+    pub fn log(&self) -> Log {
+        self.lock().clone()
+    }
+
+    /// Records a step in the trace.
+    pub fn step(&self, text: impl AsRef<str>) {
+        self.trace.step(text);
+    }
+
+    /// The producer sent `message_id` for `job`.
+    pub fn sent(&self, job: u32, message_id: String) {
+        self.trace
+            .step(format!("producer sent job {job} as {message_id}"));
+        self.lock().sent.push((job, message_id));
+    }
+
+    /// `instance` received `message`.
+    pub fn received(&self, instance: &str, message: &Message) {
+        let job = job_of_body(&message.body);
+        let deferred_copy = message.attributes.contains_key(DEFERRAL_ATTRIBUTE);
+        self.trace.step(format!(
+            "{instance} received {} (job {job:?}, receive {}{})",
+            message.id,
+            message.receive_count,
+            if deferred_copy { ", deferred copy" } else { "" }
+        ));
+        self.lock().received.push(Received {
+            instance: instance.to_owned(),
+            message_id: message.id.clone(),
+            job,
+            receive_count: message.receive_count,
+            deferred_copy,
+        });
+    }
+
+    /// A store outage window.
+    pub fn store_outage(&self, from_ms: u128, to_ms: u128) {
+        self.lock().store_outages.push((from_ms, to_ms));
+    }
+
+    /// A window when the queue failed or hung visibility changes.
+    pub fn queue_fault(&self, from_ms: u128, to_ms: u128) {
+        self.lock().queue_faults.push((from_ms, to_ms));
+    }
+
+    /// A window when receives answered late.
+    pub fn late_receives(&self, from_ms: u128, to_ms: u128) {
+        self.lock().late_receives.push((from_ms, to_ms));
+    }
+
+    /// `instance` was asked to shut down now.
+    pub fn shutdown(&self, instance: &str) {
+        let at = self.trace.elapsed_ms();
+        self.lock().shutdowns.push((instance.to_owned(), at));
+    }
+
+    /// A run of `job` starts; returns its run number and its index within the job.
+    pub fn start_run(
+        &self,
+        job: u32,
+        instance: &str,
+        message_id: &str,
+        token: Option<&str>,
+    ) -> (usize, usize) {
+        let mut log = self.lock();
+        let index = log.runs.iter().filter(|run| run.job == job).count();
+        log.runs.push(Run {
+            job,
+            index,
+            instance: instance.to_owned(),
+            message_id: message_id.to_owned(),
+            token: token.map(str::to_owned),
+            started_ms: self.trace.elapsed_ms(),
+            ended_ms: None,
+            end: RunEnd::Unfinished,
+        });
+        let run = log.runs.len() - 1;
+        drop(log);
+        self.trace.step(format!(
+            "{instance} runs job {job} (run {index}) for {message_id}, token {}",
+            token.unwrap_or("none")
+        ));
+        (run, index)
+    }
+
+    /// Run `run` ended with `end`.
+    pub fn end_run(&self, run: usize, end: RunEnd) {
+        let mut log = self.lock();
+        let ended_ms = self.trace.elapsed_ms();
+        if let Some(record) = log.runs.get_mut(run) {
+            record.ended_ms = Some(ended_ms);
+            record.end = end;
+        }
+        drop(log);
+        self.trace.step(format!("run {run} ended: {end:?}"));
+    }
+
+    /// Applies run `run`'s effect for `job` if `token` is still the claim on `key`; refuses otherwise.
+    pub fn apply(&self, job: u32, run: usize, key: Option<&str>, token: Option<&str>) -> Result<(), String> {
+        let refusal = match (key, token) {
+            (Some(key), Some(token)) => match self.store.current(key) {
+                Some(record)
+                    if record.token.as_deref() == Some(token)
+                        && record.status == RecordStatus::InProgress =>
+                {
+                    None
+                }
+                Some(record) => Some(format!(
+                    "claim on {key} is no longer this run's (record {:?}, token {:?})",
+                    record.status, record.token
+                )),
+                None => Some(format!("no record for {key}")),
+            },
+            _ => Some("the run holds no claim".to_owned()),
+        };
+        let mut log = self.lock();
+        match refusal {
+            None => {
+                log.effects.push((job, run));
+                drop(log);
+                self.trace
+                    .step(format!("effect of job {job} applied by run {run}"));
+                Ok(())
+            }
+            Some(reason) => {
+                log.refused.push(Refused {
+                    run,
+                    reason: reason.clone(),
+                });
+                drop(log);
+                self.trace
+                    .step(format!("effect of job {job} by run {run} refused: {reason}"));
+                Err(reason)
+            }
+        }
+    }
+}
