@@ -124,6 +124,9 @@ fn run_many(args: &Args) -> Result<()> {
                     if !report.passed() {
                         failed.fetch_add(1, Ordering::Relaxed);
                         print_summary(&report);
+                    } else if !report.known.is_empty() {
+                        // Known limitations: reported, not failures (see check.rs).
+                        print_summary(&report);
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                     let _ = finished_tx.send(());
