@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test lint unit local-aws stop-local-aws bench simulate
+.PHONY: demo test lint unit local-aws stop-local-aws bench chaos simulate
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
@@ -25,6 +25,12 @@ local-aws:
 
 stop-local-aws:
 	./localstack/stop.sh
+
+## The chaos run: 10,000 example jobs through 3 workers and the Lambda runner while workers are SIGKILLed
+## and the emulators slowed down; fails unless every effect happened once. CHAOS_ARGS="--seed N" replays.
+chaos: local-aws
+	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
+	./target/debug/chaos --jobs 10000 $(CHAOS_ARGS)
 
 ## Prints the benchmark figures quoted in the README.
 bench: local-aws

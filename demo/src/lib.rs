@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+pub mod chaos;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
