@@ -189,7 +189,8 @@ impl std::fmt::Display for ChaosReport {
         if self.problems.is_empty() {
             write!(
                 f,
-                "result             PASSED: every effect once, the poison in the DLQ with its reasons, the queue empty"
+                "result             PASSED: every effect once (but for the {} kill-window copies above), the poison in the DLQ with its reasons, the queue empty",
+                self.kill_window_doubles.len()
             )
         } else {
             writeln!(
