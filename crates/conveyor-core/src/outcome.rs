@@ -150,28 +150,22 @@ pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Out
         },
         RunResult::Panicked(message) => retry(format!("handler panicked: {message}")),
         RunResult::TimedOut(after) => retry(format!("handler timed out after {after:?}")),
-        RunResult::Cancelled if origin.is_last_attempt() => {
-            return Outcome::Defer {
-                delay: Duration::ZERO,
-                reason: "cancelled on its last allowed attempt".to_owned(),
-            };
-        }
-        RunResult::Cancelled => {
-            return Outcome::Retry {
-                delay: Duration::ZERO,
-                reason: CANCELLED.to_owned(),
-            };
-        }
+        RunResult::Cancelled => Outcome::Retry {
+            delay: Duration::ZERO,
+            reason: CANCELLED.to_owned(),
+        },
     };
-    exhaust(outcome, origin)
+    at_last_attempt(outcome, origin)
 }
 
 /// The reason of a cancelled run's retry.
 pub const CANCELLED: &str = "cancelled";
 
-/// [`classify`]'s last-attempt rules applied afterwards, for a runtime that learns the redrive policy
-/// only when a message needs its queue (the Lambda adapter resolves its queue lazily): a cancelled
-/// run's retry on the last attempt becomes a deferral, any other retry a reject ([`exhaust`]).
+/// The last-attempt rules, the one place they live: on the last attempt the redrive policy allows, a
+/// cancelled run's retry becomes a deferral (a cancellation never spends the last receive) and any
+/// other retry a reject ([`exhaust`]). [`classify`] applies them; a runtime that learns the redrive
+/// policy only when a message needs its queue (the Lambda adapter resolves it lazily) applies them
+/// afterwards.
 pub fn at_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
     match &outcome {
         Outcome::Retry { reason, .. } if reason == CANCELLED && origin.is_last_attempt() => Outcome::Defer {
