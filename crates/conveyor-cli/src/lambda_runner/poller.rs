@@ -342,19 +342,7 @@ mod tests {
 
     #[test]
     fn records_have_the_event_source_mapping_shape() {
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .build();
-        let poller = Poller::new(
-            aws_sdk_sqs::Client::from_conf(config),
-            "http://127.0.0.1:4566/000000000000/jobs".to_owned(),
-            "arn:aws:sqs:us-east-1:000000000000:jobs".to_owned(),
-            "us-east-1".to_owned(),
-            10,
-            Duration::ZERO,
-            Duration::from_secs(1),
-        );
+        let poller = test_poller();
         let message = Message::builder()
             .message_id("m1")
             .receipt_handle("rh1")
