@@ -399,6 +399,16 @@ mod tests {
         client.get_mut().write_all(bytes).await.unwrap();
     }
 
+    /// Asks for the next invocation on `client` and waits until the API has the request.
+    async fn ask_next(api: &mut RuntimeApi, client: &mut BufReader<TcpStream>) {
+        send(
+            client,
+            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
+        )
+        .await;
+        assert!(matches!(event(api).await, ApiEvent::NextRequested { .. }));
+    }
+
     async fn event(api: &mut RuntimeApi) -> ApiEvent {
         tokio::time::timeout(Duration::from_secs(5), api.next_event())
             .await
@@ -468,12 +478,7 @@ mod tests {
     async fn a_response_over_the_limit_is_a_function_error() {
         let mut api = RuntimeApi::bind().await.unwrap();
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        send(
-            &mut client,
-            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
-        )
-        .await;
-        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        ask_next(&mut api, &mut client).await;
         api.submit(invocation("req-big"));
         let _ = read_response(&mut client).await;
         assert!(matches!(event(&mut api).await, ApiEvent::Started { .. }));
@@ -499,12 +504,7 @@ mod tests {
             other => panic!("expected a function error, got {other:?}"),
         }
         // The connection still works: the runtime asks for the next event.
-        send(
-            &mut client,
-            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
-        )
-        .await;
-        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        ask_next(&mut api, &mut client).await;
     }
 
     #[tokio::test]
@@ -518,12 +518,7 @@ mod tests {
         drop(gone);
 
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        send(
-            &mut client,
-            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
-        )
-        .await;
-        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        ask_next(&mut api, &mut client).await;
         api.submit(invocation("req-2"));
         let (head, _) = read_response(&mut client).await;
         assert!(head.contains("Lambda-Runtime-Aws-Request-Id: req-2"), "{head}");
@@ -557,12 +552,7 @@ mod tests {
         // An invocation withdrawn before anyone took it is never delivered.
         api.submit(invocation("req-3"));
         api.withdraw();
-        send(
-            &mut client,
-            b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
-        )
-        .await;
-        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        ask_next(&mut api, &mut client).await;
         let mut probe = [0u8; 1];
         let early = tokio::time::timeout(Duration::from_millis(100), client.get_mut().peek(&mut probe)).await;
         assert!(early.is_err(), "a withdrawn invocation was delivered");
