@@ -569,6 +569,21 @@ mod tests {
         (message, lease, registration)
     }
 
+    /// Claims `key` until the lease's visibility deadline and puts the claim in the lease, as the
+    /// pipeline does.
+    async fn hold_claim(store: &dyn IdempotencyStore, lease: &Lease, key: &str) {
+        let request = ClaimRequest {
+            key: key.into(),
+            lease_until: lease.visible_until_wall(),
+            expires_at: SystemTime::now() + Duration::from_secs(3600),
+            validation: None,
+        };
+        let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
+            panic!("the key is free")
+        };
+        lease.hold_claim(claim);
+    }
+
     fn state(queue: &MemoryQueue) -> MessageState {
         queue.snapshot()[0].state
     }
@@ -667,16 +682,7 @@ mod tests {
             Some(store.clone() as Arc<dyn IdempotencyStore>),
         );
         let (_message, lease, _registration) = receive(&setup).await;
-        let request = ClaimRequest {
-            key: "conveyor:test#1".into(),
-            lease_until: lease.visible_until_wall(),
-            expires_at: SystemTime::now() + Duration::from_secs(3600),
-            validation: None,
-        };
-        let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
-            panic!("the key is free")
-        };
-        lease.hold_claim(claim.clone());
+        hold_claim(store.as_ref(), &lease, "conveyor:test#1").await;
 
         setup.queue.set_unavailable(true);
         tokio::time::sleep(Duration::from_secs(25)).await;
@@ -817,16 +823,7 @@ mod tests {
             Some(store.clone() as Arc<dyn IdempotencyStore>),
         );
         let (_message, lease, _registration) = receive(&setup).await;
-        let request = ClaimRequest {
-            key: "conveyor:test#slow".into(),
-            lease_until: lease.visible_until_wall(),
-            expires_at: SystemTime::now() + Duration::from_secs(3600),
-            validation: None,
-        };
-        let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
-            panic!("the key is free")
-        };
-        lease.hold_claim(claim);
+        hold_claim(store.as_ref(), &lease, "conveyor:test#slow").await;
         tokio::time::sleep(Duration::from_secs(290)).await;
         assert_eq!(
             setup.status.report().heartbeat_extensions,

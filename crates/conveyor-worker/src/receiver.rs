@@ -170,7 +170,7 @@ async fn release_late(
     if messages.is_empty() {
         return;
     }
-    let deadline = (Instant::now() + bound).min(Instant::now() + runtime.visibility[queue]);
+    let deadline = Instant::now() + bound.min(runtime.visibility[queue]);
     let late: Vec<&Message> = messages.iter().collect();
     release_in_order(runtime, queue, &late, deadline).await;
     add(
