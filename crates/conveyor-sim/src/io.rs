@@ -80,22 +80,22 @@ impl Instance {
         tokio::time::sleep(Duration::from_millis(millis)).await;
     }
 
-    async fn queue_call<T>(&self, call: impl Future<Output = T>) -> T {
+    /// `call`, after up to `latency`, as a call this instance makes: never started or answered once dead.
+    async fn call<T>(&self, latency: Duration, call: impl Future<Output = T>) -> T {
         self.alive().await;
-        self.delay(self.queue_latency).await;
+        self.delay(latency).await;
         self.alive().await;
         let answer = call.await;
         self.alive().await;
         answer
     }
 
+    async fn queue_call<T>(&self, call: impl Future<Output = T>) -> T {
+        self.call(self.queue_latency, call).await
+    }
+
     async fn store_call<T>(&self, call: impl Future<Output = T>) -> T {
-        self.alive().await;
-        self.delay(self.store_latency).await;
-        self.alive().await;
-        let answer = call.await;
-        self.alive().await;
-        answer
+        self.call(self.store_latency, call).await
     }
 }
 
