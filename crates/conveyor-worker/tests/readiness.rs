@@ -16,23 +16,7 @@ use common::*;
 use conveyor_core::Queue;
 use conveyor_core::config::WorkerConfig;
 use conveyor_testing::{MemoryQueue, wait_for};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let code = response.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (code, body)
-}
 
 /// Waits (up to `secs`) until `/readyz` answers `code`; returns its body.
 async fn readyz_becomes(addr: SocketAddr, code: u16, secs: u64) -> String {
