@@ -98,12 +98,21 @@ async fn run_lambda(
     extra_args: &[&str],
     env: &[(&str, String)],
 ) -> anyhow::Result<RunOutput> {
-    let bootstrap = bootstrap().await;
+    run_lambda_with(&bootstrap().await, queue_url, extra_args, env).await
+}
+
+/// `run_lambda` with another bootstrap than the example application's.
+async fn run_lambda_with(
+    bootstrap: &Path,
+    queue_url: &str,
+    extra_args: &[&str],
+    env: &[(&str, String)],
+) -> anyhow::Result<RunOutput> {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
     command
         .args(["lambda", "run", "--until-empty", "--queue-url", queue_url])
         .arg("--bootstrap")
-        .arg(&bootstrap)
+        .arg(bootstrap)
         .args(extra_args)
         .envs(aws_env())
         .stdin(Stdio::null())
@@ -817,25 +826,9 @@ done
 }
 
 async fn run_script(queue_url: &str, bootstrap: &Path, mode: &str) -> RunOutput {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
-    command
-        .args(["lambda", "run", "--until-empty", "--queue-url", queue_url])
-        .arg("--bootstrap")
-        .arg(bootstrap)
-        .args(["--env", &format!("SCRIPT_MODE={mode}")])
-        .envs(aws_env())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(RUN_TIMEOUT, command.output())
+    run_lambda_with(bootstrap, queue_url, &[], &[("SCRIPT_MODE", mode.to_owned())])
         .await
-        .expect("the runner ends")
-        .unwrap();
-    let run = RunOutput {
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    };
-    assert!(output.status.success(), "{}\n{}", run.stdout, run.stderr);
-    run
+        .unwrap()
 }
 
 /// An init error fails that invocation (its batch comes back after the visibility timeout) and the next
