@@ -831,16 +831,14 @@ async fn run_script(queue_url: &str, bootstrap: &Path, mode: &str) -> RunOutput 
         .unwrap()
 }
 
-/// An init error fails that invocation (its batch comes back after the visibility timeout) and the next
-/// invocation initialises again; three in a row are reported as a crash loop, and the runner goes on
-/// until SQS's redrive has moved the message to the DLQ.
-#[tokio::test]
-async fn an_init_error_fails_the_invocation_and_the_next_one_initialises_again() {
+/// A standard queue holding one welcome email job, which comes back 1 s after each failed invocation
+/// and reaches the DLQ after `max_receive_count` receives.
+async fn queue_with_one_job(prefix: &str, max_receive_count: u32) -> (aws_sdk_sqs::Client, TestQueue) {
     ensure_local_aws().await.unwrap();
     let client = sqs_client().await;
-    let spec = QueueSpec::standard("lambda-init")
+    let spec = QueueSpec::standard(prefix)
         .visibility_timeout_secs(1)
-        .max_receive_count(3);
+        .max_receive_count(max_receive_count);
     let queue = create_queue(&client, &spec).await.unwrap();
     send_job(
         &client,
@@ -851,6 +849,15 @@ async fn an_init_error_fails_the_invocation_and_the_next_one_initialises_again()
         None,
     )
     .await;
+    (client, queue)
+}
+
+/// An init error fails that invocation (its batch comes back after the visibility timeout) and the next
+/// invocation initialises again; three in a row are reported as a crash loop, and the runner goes on
+/// until SQS's redrive has moved the message to the DLQ.
+#[tokio::test]
+async fn an_init_error_fails_the_invocation_and_the_next_one_initialises_again() {
+    let (client, queue) = queue_with_one_job("lambda-init", 3).await;
     let (bootstrap, starts) = script_bootstrap("init-error");
     let run = run_script(&queue.url, &bootstrap, "init-error").await;
 
@@ -887,21 +894,7 @@ async fn an_init_error_fails_the_invocation_and_the_next_one_initialises_again()
 /// environment is kept and the batch comes back after its visibility timeout.
 #[tokio::test]
 async fn a_response_over_6_mb_is_a_function_error_not_a_timeout() {
-    ensure_local_aws().await.unwrap();
-    let client = sqs_client().await;
-    let spec = QueueSpec::standard("lambda-bigresp")
-        .visibility_timeout_secs(1)
-        .max_receive_count(2);
-    let queue = create_queue(&client, &spec).await.unwrap();
-    send_job(
-        &client,
-        &queue,
-        "welcome_email",
-        welcome(1, "u@example.com"),
-        None,
-        None,
-    )
-    .await;
+    let (client, queue) = queue_with_one_job("lambda-bigresp", 2).await;
     let (bootstrap, starts) = script_bootstrap("big-response");
     let run = run_script(&queue.url, &bootstrap, "big-response").await;
 
