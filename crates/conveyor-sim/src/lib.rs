@@ -104,7 +104,7 @@ pub fn simulate(seed: u64, trace: bool) -> Report {
         runs: observed.log.runs.len(),
         dead_lettered: observed.dead_lettered.len(),
         refused: observed.log.refused.len(),
-        kills: observed.kills,
+        kills: observed.dead_instances.len(),
         virtual_time: observed.virtual_time,
     }
 }

@@ -41,9 +41,7 @@ pub struct Observation {
     pub virtual_time: Duration,
     /// Workers whose run returned an error.
     pub worker_errors: Vec<String>,
-    /// Workers killed.
-    pub kills: usize,
-    /// The instances that were killed.
+    /// The instances that were killed, one entry per kill.
     pub dead_instances: Vec<String>,
     /// The queue was FIFO.
     pub fifo: bool,
@@ -291,7 +289,6 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     });
     let producer = tokio::spawn(produce(plan, start));
 
-    let mut kills = 0;
     let mut dead_instances = Vec::new();
     let mut windows = Vec::new();
     for (at, event) in &scenario.events {
@@ -302,7 +299,6 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
                 if let Some(worker) = workers.get(*index) {
                     worker.instance.kill();
                     worker.handle.abort();
-                    kills += 1;
                     dead_instances.push(worker.instance.name().to_owned());
                 }
             }
@@ -424,7 +420,6 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         settled,
         virtual_time,
         worker_errors,
-        kills,
         dead_instances,
         fifo: scenario.fifo,
         completed_tokens: shared.store.completed_tokens(),
