@@ -161,7 +161,7 @@ fn lease_timeouts() -> aws_sdk_sqs::config::Builder {
 
 /// A `ReceiveRequestAttemptId` (1–128 characters of `[a-zA-Z0-9]` and punctuation): unique per logical
 /// receive of this process.
-fn uuid_like_attempt_id(counter: &AtomicU64) -> String {
+fn receive_attempt_id(counter: &AtomicU64) -> String {
     static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let process = PROCESS.get_or_init(|| {
         std::time::SystemTime::now()
@@ -215,7 +215,7 @@ impl Queue for SqsQueue {
         self.count_request();
         // FIFO: the SDK's own retries of this call resend the same attempt id, so a receive whose
         // response was lost returns the same messages instead of leaving them invisible and unread.
-        let attempt_id = self.fifo.then(|| uuid_like_attempt_id(&self.requests));
+        let attempt_id = self.fifo.then(|| receive_attempt_id(&self.requests));
         let output = self
             .client
             .receive_message()

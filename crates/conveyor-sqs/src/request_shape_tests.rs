@@ -252,6 +252,51 @@ async fn dead_letter_sends_the_copy_with_the_failure_to_the_dlq_from_the_redrive
     assert_eq!(input.message_deduplication_id(), None);
 }
 
+/// Every receive sends the visibility timeout the runtime tracks (the queue's own by default, read at
+/// connect), and on a FIFO queue a fresh `ReceiveRequestAttemptId`, so that the SDK's retry of a receive
+/// whose answer was lost returns the same messages instead of leaving them invisible and unread.
+#[tokio::test]
+async fn receives_send_their_visibility_timeout_and_fifo_receives_an_attempt_id() {
+    let seen = recorder::<ReceiveMessageInput>();
+    let record = Arc::clone(&seen);
+    let receive = mock!(Client::receive_message).then_compute_output(move |input| {
+        record.lock().unwrap().push(input.clone());
+        ReceiveMessageOutput::builder().build()
+    });
+    let standard = connected(&[&receive]).await;
+    standard.receive(1, Duration::ZERO).await.unwrap();
+    standard
+        .receive_with_visibility(1, Duration::ZERO, Duration::from_secs(90))
+        .await
+        .unwrap();
+
+    let attributes = attributes_rule(None, "jobs.fifo");
+    let fifo = SqsQueue::connect(mock_sqs([&attributes, &receive]), format!("{URL}.fifo"))
+        .await
+        .unwrap();
+    fifo.receive(1, Duration::ZERO).await.unwrap();
+    fifo.receive(1, Duration::ZERO).await.unwrap();
+
+    let seen = seen.lock().unwrap();
+    let visibility: Vec<Option<i32>> = seen.iter().map(ReceiveMessageInput::visibility_timeout).collect();
+    assert_eq!(
+        visibility,
+        vec![Some(45), Some(90), Some(45), Some(45)],
+        "the queue's own 45 s, or what was asked"
+    );
+    assert_eq!(
+        seen[0].receive_request_attempt_id(),
+        None,
+        "standard queues take none"
+    );
+    let (first, second) = (
+        seen[2].receive_request_attempt_id(),
+        seen[3].receive_request_attempt_id(),
+    );
+    assert!(first.is_some() && second.is_some(), "{first:?} {second:?}");
+    assert_ne!(first, second, "each receive its own attempt id");
+}
+
 #[tokio::test]
 async fn fifo_dead_letters_keep_the_group_and_deduplicate_on_the_message_id() {
     let attributes = attributes_rule(Some(&redrive_policy("jobs-dlq.fifo")), "jobs.fifo");
