@@ -148,11 +148,6 @@ impl Aws {
             .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
             .unwrap_or_else(|| format!("https://sqs.{}.amazonaws.com", self.region))
     }
-
-    /// True when the SQS endpoint is not AWS's own (an emulator such as LocalStack).
-    pub fn sqs_endpoint_is_custom(&self) -> bool {
-        !is_aws(&self.sqs_endpoint())
-    }
 }
 
 /// The credential chain's failure in a few words. Its last attempt is the EC2 instance metadata service

@@ -42,7 +42,7 @@ fn hint(error: &anyhow::Error, aws: Option<&Aws>) -> Option<String> {
     let reason = unreachable(error)?;
     let aws = aws?;
     let endpoint = aws.sqs_endpoint();
-    let fix = if aws.sqs_endpoint_is_custom() {
+    let fix = if aws.local_sqs_endpoint().is_some() {
         "check --endpoint-url / AWS_ENDPOINT_URL_SQS"
     } else {
         "check --region / AWS_REGION (it names AWS's endpoint) and your network or proxy"
@@ -91,9 +91,8 @@ fn missing_queue_hint(queue: &str, aws: Option<&Aws>) -> String {
     } else {
         ""
     };
-    match aws.filter(|aws| aws.sqs_endpoint_is_custom()) {
-        Some(aws) => {
-            let endpoint = aws.sqs_endpoint();
+    match aws.and_then(Aws::local_sqs_endpoint) {
+        Some(endpoint) => {
             let local_fifo = if fifo.is_empty() { "" } else { " --fifo" };
             let base = name.trim_end_matches(".fifo");
             hint.push_str(&format!(
