@@ -27,31 +27,26 @@ static WRITE_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 /// Writes to stdout; a closed pipe ends stdout's output quietly. Use [`out!`](crate::out).
 pub fn write_stdout(args: fmt::Arguments<'_>) {
-    if STDOUT_CLOSED.load(Ordering::Relaxed) {
-        return;
-    }
-    if let Err(error) = io::stdout().lock().write_fmt(args) {
-        failed(&STDOUT_CLOSED, "stdout", &error);
-    }
+    unless_closed(&STDOUT_CLOSED, "stdout", || io::stdout().lock().write_fmt(args));
 }
 
 /// Writes to stderr; a closed pipe ends stderr's output quietly. Use [`errln!`](crate::errln).
 pub fn write_stderr(args: fmt::Arguments<'_>) {
-    if STDERR_CLOSED.load(Ordering::Relaxed) {
-        return;
-    }
-    if let Err(error) = io::stderr().lock().write_fmt(args) {
-        failed(&STDERR_CLOSED, "stderr", &error);
-    }
+    unless_closed(&STDERR_CLOSED, "stderr", || io::stderr().lock().write_fmt(args));
 }
 
 /// Flushes stdout (whose lines may still sit in its buffer) with the same rules as a write.
 pub fn flush_stdout() {
-    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+    unless_closed(&STDOUT_CLOSED, "stdout", || io::stdout().lock().flush());
+}
+
+/// Runs `operation` on `stream` unless it is closed, and records its failure.
+fn unless_closed(closed: &AtomicBool, stream: &str, operation: impl FnOnce() -> io::Result<()>) {
+    if closed.load(Ordering::Relaxed) {
         return;
     }
-    if let Err(error) = io::stdout().lock().flush() {
-        failed(&STDOUT_CLOSED, "stdout", &error);
+    if let Err(error) = operation() {
+        failed(closed, stream, &error);
     }
 }
 
