@@ -909,6 +909,23 @@ async fn redrive_without_wait_prints_the_task_handle() {
     wait_for_depth(&client, dlq_url(&queue), (0, 0, 0)).await;
 }
 
+/// `conveyor dlq redrive` of the DLQ's `webhook` jobs whose failure contains `reason`, in JSON.
+async fn redrive_webhooks(queue_url: &str, reason: &str) -> Run {
+    conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        queue_url,
+        "--job-type",
+        "webhook",
+        "--reason-contains",
+        reason,
+        "--output",
+        "json",
+    ])
+    .await
+}
+
 #[tokio::test]
 async fn filtered_redrive_moves_only_matching_messages() {
     let client = setup().await;
@@ -943,19 +960,7 @@ async fn filtered_redrive_moves_only_matching_messages() {
     );
     wait_for_depth(&client, dlq_url(&queue), (19, 0, 0)).await;
 
-    let run = conveyor(&[
-        "dlq",
-        "redrive",
-        "--queue-url",
-        &queue.url,
-        "--job-type",
-        "webhook",
-        "--reason-contains",
-        "503",
-        "--output",
-        "json",
-    ])
-    .await;
+    let run = redrive_webhooks(&queue.url, "503").await;
     run.assert_ok();
     let output = run.json();
     assert_eq!(output["method"], "move_loop");
@@ -1118,22 +1123,7 @@ async fn a_filtered_redrive_moves_each_message_once_while_a_consumer_dead_letter
         dlq.clone(),
         Arc::clone(&stop),
     ));
-    let run = tokio::time::timeout(
-        Duration::from_secs(60),
-        conveyor(&[
-            "dlq",
-            "redrive",
-            "--queue-url",
-            &queue.url,
-            "--job-type",
-            "webhook",
-            "--reason-contains",
-            "410",
-            "--output",
-            "json",
-        ]),
-    )
-    .await;
+    let run = tokio::time::timeout(Duration::from_secs(60), redrive_webhooks(&queue.url, "410")).await;
     // The consumer finishes what was moved, then stops.
     let drained = wait_until(SETTLE, POLL, async || {
         depth(&client, &queue.url).await == (0, 0, 0)
