@@ -201,6 +201,18 @@ async fn logs_into_a_pipe_carry_no_colour_codes() {
     );
 }
 
+/// Asserts that `local init` reported the queue, its DLQ and the table as `state`.
+#[track_caller]
+fn assert_init_says(run: &common::Run, name: &str, table: &str, state: &str) {
+    for line in [
+        format!("queue {name}: {state}"),
+        format!("dead-letter queue {name}-dlq: {state}"),
+        format!("idempotency table {table}: {state}"),
+    ] {
+        assert!(run.stderr.contains(&line), "{line:?} missing:\n{}", run.stderr);
+    }
+}
+
 /// `conveyor local init` creates the queue, its DLQ with the redrive policy and the idempotency table,
 /// prints the environment to export, and a second run finds everything in place and says so.
 #[tokio::test]
@@ -220,17 +232,7 @@ async fn local_init_twice_creates_then_finds_everything() {
     ];
     let first = common::conveyor(&args).await;
     first.assert_ok();
-    for line in [
-        format!("queue {name}: created"),
-        format!("dead-letter queue {name}-dlq: created"),
-        format!("idempotency table {table}: created"),
-    ] {
-        assert!(
-            first.stderr.contains(&line),
-            "{line:?} missing:\n{}",
-            first.stderr
-        );
-    }
+    assert_init_says(&first, &name, &table, "created");
     let url = first
         .stdout
         .lines()
@@ -252,17 +254,7 @@ async fn local_init_twice_creates_then_finds_everything() {
 
     let second = common::conveyor(&args).await;
     second.assert_ok();
-    for line in [
-        format!("queue {name}: already existed"),
-        format!("dead-letter queue {name}-dlq: already existed"),
-        format!("idempotency table {table}: already existed"),
-    ] {
-        assert!(
-            second.stderr.contains(&line),
-            "{line:?} missing:\n{}",
-            second.stderr
-        );
-    }
+    assert_init_says(&second, &name, &table, "already existed");
     assert_eq!(first.stdout, second.stdout, "the same environment both times");
 
     // What was created is what the worker needs: the redrive policy, and the table's key and TTL.
