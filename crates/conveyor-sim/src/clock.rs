@@ -58,11 +58,6 @@ impl VirtualStore {
         }
     }
 
-    /// The wrapped store.
-    pub fn inner(&self) -> &Arc<MemoryIdempotencyStore> {
-        &self.inner
-    }
-
     /// The tokens of the claims completed so far.
     pub fn completed_tokens(&self) -> HashSet<String> {
         self.completed

@@ -1,16 +1,12 @@
-//! The run's own log of steps, stamped with virtual time: printed as it happens under `--trace`,
-//! kept for the report otherwise.
-
-use std::sync::{Arc, Mutex, PoisonError};
+//! The run's own log of steps, stamped with virtual time: printed as it happens under `--trace`.
 
 use tokio::time::Instant;
 
-/// A shared, cheap-to-clone log of the simulation's steps.
+/// A cheap-to-clone log of the simulation's steps.
 #[derive(Debug, Clone)]
 pub struct Trace {
     origin: Instant,
     print: bool,
-    lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl Trace {
@@ -19,7 +15,6 @@ impl Trace {
         Self {
             origin: Instant::now(),
             print,
-            lines: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -28,24 +23,14 @@ impl Trace {
         self.origin.elapsed().as_millis()
     }
 
-    /// Records one step.
+    /// Records one step: prints it when the trace prints.
     pub fn step(&self, text: impl AsRef<str>) {
-        let line = format!(
-            "[sim {:>9.3}s] {}",
-            self.origin.elapsed().as_secs_f64(),
-            text.as_ref()
-        );
         if self.print {
-            eprintln!("{line}");
+            eprintln!(
+                "[sim {:>9.3}s] {}",
+                self.origin.elapsed().as_secs_f64(),
+                text.as_ref()
+            );
         }
-        self.lines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(line);
-    }
-
-    /// Every step so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
