@@ -108,45 +108,43 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
         config.deadline_margin = Duration::from_millis(millis);
     }
     if let Some(value) = var(REJECT_MODE_ENV) {
-        config.reject_mode = match value.trim() {
-            "send_to_dlq" => RejectMode::SendToDlq,
-            "leave_to_redrive" => RejectMode::LeaveToRedrive,
-            _ => {
-                return Err(LambdaError::Environment {
-                    name: REJECT_MODE_ENV,
-                    value,
-                    problem: "expected send_to_dlq or leave_to_redrive".to_owned(),
-                });
-            }
-        };
+        config.reject_mode = choice(
+            REJECT_MODE_ENV,
+            value,
+            &[
+                ("send_to_dlq", RejectMode::SendToDlq),
+                ("leave_to_redrive", RejectMode::LeaveToRedrive),
+            ],
+        )?;
     }
     if let Some(value) = var(FIFO_FAILURE_ENV) {
-        config.fifo_failure = match value.trim() {
-            "group" => FifoFailure::Group,
-            "batch" => FifoFailure::Batch,
-            _ => {
-                return Err(LambdaError::Environment {
-                    name: FIFO_FAILURE_ENV,
-                    value,
-                    problem: "expected group or batch".to_owned(),
-                });
-            }
-        };
+        config.fifo_failure = choice(
+            FIFO_FAILURE_ENV,
+            value,
+            &[("group", FifoFailure::Group), ("batch", FifoFailure::Batch)],
+        )?;
     }
     if let Some(value) = var(FAIL_WHEN_ALL_FAIL_ENV) {
-        config.fail_invocation_when_all_fail = match value.trim() {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            _ => {
-                return Err(LambdaError::Environment {
-                    name: FAIL_WHEN_ALL_FAIL_ENV,
-                    value,
-                    problem: "expected true or false".to_owned(),
-                });
-            }
-        };
+        config.fail_invocation_when_all_fail = choice(
+            FAIL_WHEN_ALL_FAIL_ENV,
+            value,
+            &[("true", true), ("1", true), ("false", false), ("0", false)],
+        )?;
     }
     Ok(config)
+}
+
+/// The value of `name` among `choices`, or an error that lists them.
+fn choice<T: Copy>(name: &'static str, value: String, choices: &[(&str, T)]) -> Result<T, LambdaError> {
+    if let Some((_, chosen)) = choices.iter().find(|(text, _)| *text == value.trim()) {
+        return Ok(*chosen);
+    }
+    let names: Vec<&str> = choices.iter().map(|(text, _)| *text).collect();
+    Err(LambdaError::Environment {
+        name,
+        value,
+        problem: format!("expected one of {}", names.join(", ")),
+    })
 }
 
 /// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`,
