@@ -50,10 +50,10 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
             run.started_ms >= *from && run.started_ms <= *to + scenario.visibility.as_millis()
         };
         let cancelled = run.end == RunEnd::Cancelled && run.instance.starts_with("worker-");
-        if cancelled
-            && !lease_loss_explained(run, observed, scenario.visibility)
-            && log.late_receives.iter().any(late)
-        {
+        if !cancelled || lease_loss_explained(run, observed, scenario.visibility) {
+            continue;
+        }
+        if log.late_receives.iter().any(late) {
             observed_known(
                 &mut violations,
                 format!(
@@ -63,7 +63,7 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
                     run.job, run.instance
                 ),
             );
-        } else if cancelled && !lease_loss_explained(run, observed, scenario.visibility) {
+        } else {
             violations.push(format!(
                 "run {index} of job {} on {} was cancelled before its deadline (its lease lost) with no fault to \
                  explain it: the queue and the store answered, within a fifth of the visibility timeout",
