@@ -7,6 +7,7 @@ mod item;
 mod options;
 mod size;
 mod store;
+mod table;
 
 pub use client::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,
@@ -14,3 +15,4 @@ pub use client::{
 };
 pub use options::{AttributeNames, OversizedOutput, StoreOptions};
 pub use store::{CLAIM_CONDITION, DynamoStore, EXTEND_CONDITION, TOKEN_CONDITION};
+pub use table::{TableError, create_idempotency_table};

@@ -12,12 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification,
-};
 use aws_sdk_sqs::types::QueueAttributeName;
-use conveyor_core::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE};
 use tokio::sync::OnceCell;
 
 pub use crate::wait::{wait_for, wait_until};
@@ -391,49 +386,12 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, prefix: &str) -> an
     Ok(name)
 }
 
-/// Creates the idempotency table `name` with the layout of `infra/modules/idempotency-table` (partition
-/// key `id` of type S, on-demand billing, TTL on `expiration`) and waits until it is active. The one
-/// definition of the table outside Terraform: the tests and `conveyor local init` both use it.
+/// Creates the idempotency table `name` with the layout of `infra/modules/idempotency-table` and waits
+/// until it is active: [`conveyor_dynamodb::create_idempotency_table`], with the endpoint in the error.
 pub async fn create_idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) -> anyhow::Result<()> {
-    client
-        .create_table()
-        .table_name(name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(IDEMPOTENCY_KEY_ATTRIBUTE)
-                .attribute_type(ScalarAttributeType::S)
-                .build()?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(IDEMPOTENCY_KEY_ATTRIBUTE)
-                .key_type(KeyType::Hash)
-                .build()?,
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
+    conveyor_dynamodb::create_idempotency_table(client, name)
         .await
-        .with_context(|| format!("CreateTable {name} at {}", dynamodb_endpoint()))?;
-    wait_for(Duration::from_secs(30), Duration::from_millis(100), async || {
-        let described = client.describe_table().table_name(name).send().await.ok()?;
-        let status = described.table?.table_status?;
-        (status == TableStatus::Active).then_some(())
-    })
-    .await
-    .with_context(|| format!("table {name} did not become active"))?;
-    client
-        .update_time_to_live()
-        .table_name(name)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .enabled(true)
-                .attribute_name(EXPIRATION_ATTRIBUTE)
-                .build()?,
-        )
-        .send()
-        .await
-        .with_context(|| format!("UpdateTimeToLive on {name}"))?;
-    Ok(())
+        .with_context(|| format!("creating table {name} at {}", dynamodb_endpoint()))
 }
 
 #[cfg(test)]
