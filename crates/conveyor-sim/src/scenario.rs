@@ -20,13 +20,6 @@ pub enum Behavior {
     Hang,
 }
 
-impl Behavior {
-    /// True for a run that ends in a failure the queue counts (not a success).
-    pub fn fails(self) -> bool {
-        !matches!(self, Behavior::Succeed)
-    }
-}
-
 /// One run of a job's script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
