@@ -28,7 +28,7 @@ pub mod runtime_api;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -43,7 +43,7 @@ use self::child::FunctionSettings;
 use self::environment::{Ended, Environment};
 use self::fifo::Groups;
 use self::poller::{MAX_INVOCATION_PAYLOAD, Poller, Verdict, verdict};
-use self::runtime_api::Invocation;
+use self::runtime_api::{Invocation, lock};
 
 /// Invocations in a row that failed to initialise, crashed or timed out before the runner reports a
 /// crash loop (and goes on, as Lambda does).
@@ -394,10 +394,6 @@ struct Shared {
     last_message: Mutex<Instant>,
     /// The first invocation's start and the last settlement's end.
     busy: Mutex<Option<(Instant, Instant)>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Shared {

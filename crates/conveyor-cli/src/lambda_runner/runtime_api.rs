@@ -107,7 +107,8 @@ struct Shared {
     events: mpsc::UnboundedSender<ApiEvent>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Locks `mutex`; a poisoned lock (a holder panicked) still gives its data.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
