@@ -18,18 +18,11 @@ async fn a_closed_stdout_ends_the_output_quietly() {
     let queue = create_queue(&client, &QueueSpec::standard("cli-pipe").max_receive_count(3))
         .await
         .unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
-    command
-        .args(["stats", "--queue-url", &queue.url])
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_ENDPOINT_URL")
+    let mut child = common::conveyor_command(&["stats", "--queue-url", &queue.url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (name, value) in aws_env() {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().unwrap();
+        .spawn()
+        .unwrap();
     // Close the read end of stdout before the command has printed anything.
     drop(child.stdout.take());
     let output = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())

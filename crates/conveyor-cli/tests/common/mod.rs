@@ -62,8 +62,8 @@ impl Run {
     }
 }
 
-/// Runs `conveyor` with `args`, pointed at LocalStack.
-pub async fn conveyor(args: &[&str]) -> Run {
+/// The `conveyor` command with `args`, pointed at LocalStack.
+pub fn conveyor_command(args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
     command
         .args(args)
@@ -73,7 +73,15 @@ pub async fn conveyor(args: &[&str]) -> Run {
     for (name, value) in aws_env() {
         command.env(name, value);
     }
-    let output = command.output().await.expect("the conveyor binary runs");
+    command
+}
+
+/// Runs `conveyor` with `args`, pointed at LocalStack.
+pub async fn conveyor(args: &[&str]) -> Run {
+    let output = conveyor_command(args)
+        .output()
+        .await
+        .expect("the conveyor binary runs");
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
