@@ -56,11 +56,7 @@ async fn conveyor_with_env(args: &[&str], env: &[(&str, &str)]) -> common::Run {
         .await
         .expect("the command ends")
         .unwrap();
-    common::Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    common::Run::from(output)
 }
 
 /// No region, no credentials, a host that does not resolve, a port nobody listens on: each is one
