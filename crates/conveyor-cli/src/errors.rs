@@ -75,11 +75,11 @@ const DISPATCH_PREFIX: &str = "the request did not reach SQS: ";
 fn missing_queue_hint(queue: &str, aws: Option<&Aws>) -> String {
     let name = queue.trim_end_matches('/').rsplit('/').next().unwrap_or(queue);
     let mut hint = String::new();
-    if let Some((url_region, region)) = aws.and_then(|aws| {
-        queue_url_region(queue)
-            .filter(|url_region| *url_region != aws.region)
-            .map(|url_region| (url_region, &aws.region))
-    }) {
+    if let Some(aws) = aws
+        && let Some(url_region) = queue_url_region(queue)
+        && url_region != aws.region
+    {
+        let region = &aws.region;
         hint = format!(
             "the queue URL names region {url_region} but this command uses region {region}, and SQS answers \
              \"does not exist\" for a queue of another region: pass --region {url_region} or set \
