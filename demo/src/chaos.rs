@@ -742,21 +742,7 @@ fn spawn_lambda(
 /// Sends `signal` and waits up to 40 s for an exit; a clean exit is `Ok`.
 async fn stop(child: &mut Child, signal: &'static str) -> (String, anyhow::Result<()>) {
     let what = format!("pid {} (SIG{signal})", child.id().unwrap_or(0));
-    let result = async {
-        let pid = child.id().context("already exited")?;
-        tokio::process::Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .await?;
-        let status = tokio::time::timeout(Duration::from_secs(40), child.wait())
-            .await
-            .context("no exit within 40 s")??;
-        if !status.success() {
-            bail!("exited with {status}");
-        }
-        Ok(())
-    }
-    .await;
+    let result = crate::signal_and_wait(child, signal).await.map(drop);
     if result.is_err() {
         let _ = child.start_kill();
         let _ = child.wait().await;

@@ -109,16 +109,22 @@ impl Binaries {
 
 /// Sends SIGTERM and waits (40 s at most) for a clean exit; returns the exit status.
 pub async fn terminate(child: &mut Child) -> anyhow::Result<ExitStatus> {
+    signal_and_wait(child, "TERM").await
+}
+
+/// Sends `SIG<signal>` (`"TERM"`, `"INT"`) and waits (40 s at most) for a clean exit; returns the
+/// exit status.
+pub async fn signal_and_wait(child: &mut Child, signal: &str) -> anyhow::Result<ExitStatus> {
     let pid = child.id().context("the process already exited")?;
     Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
+        .args([format!("-{signal}"), pid.to_string()])
         .status()
         .await?;
     let status = tokio::time::timeout(Duration::from_secs(40), child.wait())
         .await
-        .context("no exit within 40 s of SIGTERM")??;
+        .with_context(|| format!("no exit within 40 s of SIG{signal}"))??;
     if !status.success() {
-        bail!("exited with {status} after SIGTERM");
+        bail!("exited with {status} after SIG{signal}");
     }
     Ok(status)
 }
