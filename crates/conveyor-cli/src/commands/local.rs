@@ -148,7 +148,7 @@ fn word(created: Created) -> &'static str {
 }
 
 /// Creates the idempotency table unless it exists, with the one table definition the tests use too
-/// (`conveyor_testing::localstack::create_idempotency_table`, the layout of infra/modules/idempotency-table).
+/// (`conveyor_dynamodb::create_idempotency_table`, the layout of infra/modules/idempotency-table).
 async fn ensure_table(
     client: &aws_sdk_dynamodb::Client,
     name: &str,
@@ -165,6 +165,8 @@ async fn ensure_table(
                 .with_context(|| format!("DescribeTable {name} at {endpoint}: is DynamoDB Local running?"));
         }
     }
-    conveyor_testing::localstack::create_idempotency_table(client, name).await?;
+    conveyor_dynamodb::create_idempotency_table(client, name)
+        .await
+        .with_context(|| format!("creating table {name} at {endpoint}"))?;
     Ok(Created::Created)
 }
