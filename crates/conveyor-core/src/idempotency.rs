@@ -1,6 +1,6 @@
 //! The `IdempotencyStore` port: claims that make a job's effect happen once.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
@@ -53,6 +53,19 @@ pub struct IdempotencyRecord {
 }
 
 impl IdempotencyRecord {
+    /// DynamoDB's claim condition at `now`: `expiration < :now OR (status = INPROGRESS AND
+    /// in_progress_expiration < :now_ms)`, compared in the units the table stores (seconds, milliseconds).
+    /// (`attribute_not_exists(id)` is the caller's: no record at all is free.)
+    pub fn is_free_at(&self, now: SystemTime) -> bool {
+        let secs = |time: SystemTime| time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let millis = |time: SystemTime| time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        if secs(self.expires_at) < secs(now) {
+            return true;
+        }
+        self.status == RecordStatus::InProgress
+            && self.lease_until.is_some_and(|lease| millis(lease) < millis(now))
+    }
+
     /// The in-progress record a claim for `request` writes under `token`.
     pub fn in_progress(request: &ClaimRequest, token: &str) -> Self {
         Self {

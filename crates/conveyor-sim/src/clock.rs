@@ -19,9 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use conveyor_core::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
-};
+use conveyor_core::{Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, StoreError};
 use conveyor_testing::MemoryIdempotencyStore;
 use tokio::time::Instant;
 
@@ -38,14 +36,6 @@ pub struct VirtualStore {
 
 fn round_to_millis(duration: Duration) -> Duration {
     Duration::from_millis(u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
-}
-
-fn secs(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-fn millis(time: SystemTime) -> u128 {
-    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
 impl VirtualStore {
@@ -102,14 +92,7 @@ impl VirtualStore {
 
     /// DynamoDB's claim condition at virtual now.
     pub fn is_free(&self, record: &IdempotencyRecord) -> bool {
-        let now = self.now();
-        if secs(record.expires_at) < secs(now) {
-            return true;
-        }
-        record.status == RecordStatus::InProgress
-            && record
-                .lease_until
-                .is_some_and(|lease| millis(lease) < millis(now))
+        record.is_free_at(self.now())
     }
 }
 

@@ -177,19 +177,6 @@ fn stored(mut record: IdempotencyRecord) -> IdempotencyRecord {
     record
 }
 
-/// DynamoDB's claim condition: `attribute_not_exists(id) OR expiration < :now OR (status = INPROGRESS
-/// AND in_progress_expiration < :now_ms)`.
-fn is_free(record: Option<&IdempotencyRecord>, now: SystemTime) -> bool {
-    let Some(record) = record else { return true };
-    if epoch_secs(record.expires_at) < epoch_secs(now) {
-        return true;
-    }
-    record.status == RecordStatus::InProgress
-        && record
-            .lease_until
-            .is_some_and(|lease| epoch_millis(lease) < epoch_millis(now))
-}
-
 #[async_trait]
 impl IdempotencyStore for MemoryIdempotencyStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
@@ -197,7 +184,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         let now = SystemTime::now();
         let mut records = self.lock();
         if let Some(record) = records.get(&request.key)
-            && !is_free(Some(record), now)
+            && !record.is_free_at(now)
         {
             return Ok(ClaimOutcome::Exists(record.clone()));
         }
