@@ -7,7 +7,7 @@ terraform {
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = "~> 5.0"
+      version = ">= 5.80"
     }
   }
 }
@@ -33,6 +33,9 @@ module "idempotency_table" {
   source = "../../modules/idempotency-table"
 
   name = "${var.name}-idempotency"
+
+  # An example is torn down with `terraform destroy`; a production table keeps the default (on).
+  deletion_protection_enabled = false
 }
 
 # Container Insights provides RunningTaskCount, which the backlog-per-task scaling policy divides by.
@@ -43,6 +46,12 @@ resource "aws_ecs_cluster" "this" {
     name  = "containerInsights"
     value = "enabled"
   }
+}
+
+# FARGATE for the service by default; FARGATE_SPOT available for use_fargate_spot = true.
+resource "aws_ecs_cluster_capacity_providers" "this" {
+  cluster_name       = aws_ecs_cluster.this.name
+  capacity_providers = ["FARGATE", "FARGATE_SPOT"]
 }
 
 module "consumer" {
@@ -62,12 +71,19 @@ module "consumer" {
   idempotency_table_name = module.idempotency_table.name
   idempotency_table_arn  = module.idempotency_table.arn
 
-  # conveyor_core::defaults: DRAIN_DEADLINE and ECS_STOP_TIMEOUT_SECS.
-  drain_deadline_seconds = 25
-  stop_timeout_seconds   = 30
+  # Checked against the worker's minimum (10 s); the worker itself reads it from the queue.
+  queue_visibility_timeout_seconds = module.queue.visibility_timeout_seconds
+
+  # conveyor_core::defaults::ECS_STOP_TIMEOUT_SECS. The worker drains for what fits after its 7 s
+  # shutdown reserve (23 s); drain_deadline_seconds can only shorten that.
+  stop_timeout_seconds = 30
 
   desired_count    = 1
   min_capacity     = 1
   max_capacity     = 10
   backlog_per_task = 100
+
+  alarm_actions = var.alarm_actions
+
+  depends_on = [aws_ecs_cluster_capacity_providers.this]
 }

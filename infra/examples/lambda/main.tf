@@ -6,7 +6,7 @@ terraform {
   required_providers {
     aws = {
       source  = "hashicorp/aws"
-      version = "~> 5.0"
+      version = ">= 5.80"
     }
   }
 }
@@ -31,6 +31,9 @@ module "idempotency_table" {
   source = "../../modules/idempotency-table"
 
   name = "${var.name}-idempotency"
+
+  # An example is torn down with `terraform destroy`; a production table keeps the default (on).
+  deletion_protection_enabled = false
 }
 
 module "consumer" {
@@ -44,11 +47,12 @@ module "consumer" {
   queue_visibility_timeout_seconds = module.queue.visibility_timeout_seconds
 
   queue_arn              = module.queue.queue_arn
-  queue_url              = module.queue.queue_url
   dlq_arn                = module.queue.dlq_arn
   idempotency_table_name = module.idempotency_table.name
   idempotency_table_arn  = module.idempotency_table.arn
 
   batch_size          = 10
   maximum_concurrency = 10
+
+  alarm_actions = var.alarm_actions
 }

@@ -1,17 +1,30 @@
 # The permissions every Conveyor consumer needs, whatever runs it (the ECS task role, the Lambda role):
 # one document, so the two runtimes cannot drift apart. Least privilege: every action is named and every
 # resource is one ARN.
+#
+# The actions are the ones the code calls, listed in conveyor_sqs::iam and conveyor_dynamodb::iam; the
+# Rust test tests/tests/infra.rs fails when this document and those lists (or the SDK calls behind
+# them) drift apart.
+
+locals {
+  # arn:<partition>:sqs:<region>:<account>:<name>
+  queue_arn_parts = split(":", var.queue_arn)
+  region          = local.queue_arn_parts[3]
+}
+
 data "aws_iam_policy_document" "this" {
-  # Receive, delete (Ack), change visibility (heartbeats, Retry), read attributes (redrive policy, depth),
-  # and GetQueueUrl (the Lambda adapter resolves its queue from the event source ARN).
+  # Receive, delete (Ack), change visibility (heartbeats, Retry), read attributes (visibility timeout,
+  # redrive policy, depth), GetQueueUrl (the Lambda adapter resolves its queue from the event source
+  # ARN) and SendMessage (a deferral sends a delayed copy to the same queue and deletes the original).
   statement {
     sid = "ConsumeQueue"
     actions = [
-      "sqs:ReceiveMessage",
-      "sqs:DeleteMessage",
       "sqs:ChangeMessageVisibility",
+      "sqs:DeleteMessage",
       "sqs:GetQueueAttributes",
       "sqs:GetQueueUrl",
+      "sqs:ReceiveMessage",
+      "sqs:SendMessage",
     ]
     resources = [var.queue_arn]
   }
@@ -19,8 +32,12 @@ data "aws_iam_policy_document" "this" {
   # The Reject outcome sends a permanent failure to the DLQ with the reason attached. The DLQ's URL is
   # looked up from the redrive policy's ARN (GetQueueUrl); its depth is read for metrics.
   statement {
-    sid       = "SendToDeadLetterQueue"
-    actions   = ["sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"]
+    sid = "SendToDeadLetterQueue"
+    actions = [
+      "sqs:GetQueueAttributes",
+      "sqs:GetQueueUrl",
+      "sqs:SendMessage",
+    ]
     resources = [var.dlq_arn]
   }
 
@@ -28,14 +45,15 @@ data "aws_iam_policy_document" "this" {
   statement {
     sid = "IdempotencyRecords"
     actions = [
-      "dynamodb:PutItem",
-      "dynamodb:UpdateItem",
       "dynamodb:DeleteItem",
       "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
     ]
     resources = [var.idempotency_table_arn]
   }
 
+  # Customer-managed keys, only when SQS or DynamoDB use them on the consumer's behalf.
   dynamic "statement" {
     for_each = length(var.kms_key_arns) > 0 ? [var.kms_key_arns] : []
 
@@ -46,6 +64,15 @@ data "aws_iam_policy_document" "this" {
         "kms:GenerateDataKey",
       ]
       resources = statement.value
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values = [
+          "sqs.${local.region}.amazonaws.com",
+          "dynamodb.${local.region}.amazonaws.com",
+        ]
+      }
     }
   }
 }

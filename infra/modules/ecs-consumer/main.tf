@@ -1,30 +1,67 @@
 # A Conveyor long-poll worker as an ECS service on Fargate (ARM64), scaled on backlog per task.
-
-data "aws_region" "current" {}
+#
+# What the worker knows about its queue it reads from the queue at start-up (GetQueueAttributes): the
+# visibility timeout it sends with every receive, FIFO, the DLQ and maxReceiveCount. The module passes
+# the queue URL, the table, and the stop timeout (CONVEYOR_STOP_TIMEOUT_SECS), so the worker fits its
+# whole shutdown inside the SIGTERM-to-SIGKILL window ECS gives it.
 
 locals {
-  # arn:aws:ecs:<region>:<account>:cluster/<name>
-  cluster_name   = split("/", var.cluster_arn)[1]
+  # arn:<partition>:ecs:<region>:<account>:cluster/<name>
+  cluster_arn_parts = split(":", var.cluster_arn)
+  partition         = local.cluster_arn_parts[1]
+  region            = local.cluster_arn_parts[3]
+  account_id        = local.cluster_arn_parts[4]
+  cluster_name      = split("/", var.cluster_arn)[1]
+
   log_group_name = "/ecs/${var.name}"
   container_name = "worker"
   listen_port    = 9090
   # What the worker's shutdown needs after the drain (cancel grace, releases, delete flush, exit):
   # conveyor_core::defaults::SHUTDOWN_RESERVE. The worker refuses a drain that leaves less.
   shutdown_reserve_seconds = 7
+  # The shortest visibility timeout the worker's heartbeat can keep:
+  # conveyor_core::defaults::MIN_VISIBILITY_TIMEOUT. The worker refuses a queue with less.
+  min_visibility_timeout_seconds = 10
 
-  environment = merge(var.environment, {
-    CONVEYOR_QUEUE_URL           = var.queue_url
-    CONVEYOR_IDEMPOTENCY_TABLE   = var.idempotency_table_name
-    CONVEYOR_DRAIN_DEADLINE_SECS = tostring(var.drain_deadline_seconds)
-    CONVEYOR_STOP_TIMEOUT_SECS   = tostring(var.stop_timeout_seconds)
-    CONVEYOR_LISTEN_ADDR         = "0.0.0.0:${local.listen_port}"
-    RUST_LOG                     = var.rust_log
-  })
+  # IAM role names are at most 64 characters; a name_prefix at most 38 (AWS appends 26).
+  role_name_prefix = "${substr(var.name, 0, 32)}-task-"
+
+  # Fargate's CPU units and the task memory (MiB) each allows.
+  fargate_memory = {
+    "256"   = [512, 1024, 2048]
+    "512"   = [for gb in range(1, 5) : gb * 1024]
+    "1024"  = [for gb in range(2, 9) : gb * 1024]
+    "2048"  = [for gb in range(4, 17) : gb * 1024]
+    "4096"  = [for gb in range(8, 31) : gb * 1024]
+    "8192"  = [for gb in range(16, 61, 4) : gb * 1024]
+    "16384" = [for gb in range(32, 121, 8) : gb * 1024]
+  }
+
+  # Unset settings are left to the worker, which derives them (the drain deadline from the stop
+  # timeout, the visibility timeout from the queue), so nothing is decided twice.
+  environment = merge(
+    var.environment,
+    {
+      CONVEYOR_QUEUE_URL         = var.queue_url
+      CONVEYOR_IDEMPOTENCY_TABLE = var.idempotency_table_name
+      CONVEYOR_STOP_TIMEOUT_SECS = tostring(var.stop_timeout_seconds)
+      CONVEYOR_LISTEN_ADDR       = "0.0.0.0:${local.listen_port}"
+      CONVEYOR_LOG_FORMAT        = "json"
+      RUST_LOG                   = var.rust_log
+    },
+    var.drain_deadline_seconds == null ? {} : {
+      CONVEYOR_DRAIN_DEADLINE_SECS = tostring(var.drain_deadline_seconds)
+    },
+    var.visibility_timeout_seconds == null ? {} : {
+      CONVEYOR_VISIBILITY_TIMEOUT_SECS = tostring(var.visibility_timeout_seconds)
+    },
+  )
 }
 
 resource "aws_cloudwatch_log_group" "this" {
   name              = local.log_group_name
   retention_in_days = var.log_retention_days
+  kms_key_id        = var.log_kms_key_arn
   tags              = var.tags
 }
 
@@ -38,11 +75,27 @@ data "aws_iam_policy_document" "assume_role" {
       type        = "Service"
       identifiers = ["ecs-tasks.amazonaws.com"]
     }
+
+    # Only tasks of this account's ECS in this region may take the role (confused deputy).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
+
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${local.partition}:ecs:${local.region}:${local.account_id}:*"]
+    }
   }
 }
 
+# A role name is global to the account: without role_name the name is generated from a prefix, so the
+# same service name in two regions (or two stacks) never collides.
 resource "aws_iam_role" "task" {
-  name               = "${var.name}-task"
+  name               = var.role_name
+  name_prefix        = var.role_name == null ? local.role_name_prefix : null
   assume_role_policy = data.aws_iam_policy_document.assume_role.json
   tags               = var.tags
 }
@@ -99,6 +152,10 @@ resource "aws_ecs_task_definition" "this" {
       image     = var.container_image
       essential = true
 
+      # The worker writes nothing to disk; tini-like init reaps children and forwards SIGTERM.
+      readonlyRootFilesystem = true
+      linuxParameters        = { initProcessEnabled = true }
+
       environment = [for key, value in local.environment : { name = key, value = value }]
 
       # /healthz and /metrics.
@@ -120,7 +177,7 @@ resource "aws_ecs_task_definition" "this" {
         logDriver = "awslogs"
         options = {
           awslogs-group         = aws_cloudwatch_log_group.this.name
-          awslogs-region        = data.aws_region.current.name
+          awslogs-region        = local.region
           awslogs-stream-prefix = local.container_name
         }
       }
@@ -131,8 +188,18 @@ resource "aws_ecs_task_definition" "this" {
 
   lifecycle {
     precondition {
-      condition     = var.drain_deadline_seconds + local.shutdown_reserve_seconds <= var.stop_timeout_seconds
-      error_message = "drain_deadline_seconds plus 7 s (the worker's cancel grace, releases and delete flush after the drain) must fit in stop_timeout_seconds: after SIGTERM the worker drains, then cancels what is left, releases its claims and makes its messages visible again; ECS's SIGKILL at stop_timeout_seconds must come after that. The worker refuses the same combination at start-up."
+      condition     = var.drain_deadline_seconds == null || coalesce(var.drain_deadline_seconds, 0) + local.shutdown_reserve_seconds <= var.stop_timeout_seconds
+      error_message = "drain_deadline_seconds plus 7 s (the worker's cancel grace, releases and delete flush after the drain) must fit in stop_timeout_seconds: after SIGTERM the worker drains, then cancels what is left, releases its claims and makes its messages visible again; ECS's SIGKILL at stop_timeout_seconds must come after that. Lower drain_deadline_seconds to at most stop_timeout_seconds - 7, or leave it null (the worker then drains for exactly that long). The worker refuses the same combination at start-up."
+    }
+
+    precondition {
+      condition     = contains(lookup(local.fargate_memory, tostring(var.cpu), []), var.memory)
+      error_message = "cpu and memory must form a Fargate pair: 256 CPU with 512, 1024 or 2048 MiB; 512 with 1024-4096; 1024 with 2048-8192; 2048 with 4096-16384; 4096 with 8192-30720 (1024 steps); 8192 with 16384-61440 (4096 steps); 16384 with 32768-122880 (8192 steps)."
+    }
+
+    precondition {
+      condition     = var.queue_visibility_timeout_seconds == null || coalesce(var.queue_visibility_timeout_seconds, 0) >= local.min_visibility_timeout_seconds || var.visibility_timeout_seconds != null
+      error_message = "The queue's visibility timeout (queue_visibility_timeout_seconds) is below 10 s, the shortest the worker's heartbeat can keep: the worker refuses such a queue at start-up. Raise the queue's visibility_timeout_seconds, or set visibility_timeout_seconds here to override it."
     }
   }
 }
@@ -142,8 +209,19 @@ resource "aws_ecs_service" "this" {
   cluster         = var.cluster_arn
   task_definition = aws_ecs_task_definition.this.arn
   desired_count   = var.desired_count
-  launch_type     = "FARGATE"
+  launch_type     = var.use_fargate_spot ? null : "FARGATE"
   propagate_tags  = "SERVICE"
+
+  # Spot tasks get SIGTERM two minutes before they are reclaimed: the same shutdown as a deployment.
+  # The cluster needs FARGATE_SPOT among its capacity providers.
+  dynamic "capacity_provider_strategy" {
+    for_each = var.use_fargate_spot ? [1] : []
+
+    content {
+      capacity_provider = "FARGATE_SPOT"
+      weight            = 1
+    }
+  }
 
   deployment_minimum_healthy_percent = 100
   deployment_maximum_percent         = 200
@@ -168,6 +246,11 @@ resource "aws_ecs_service" "this" {
     precondition {
       condition     = var.min_capacity <= var.desired_count && var.desired_count <= var.max_capacity
       error_message = "desired_count must lie between min_capacity and max_capacity."
+    }
+
+    precondition {
+      condition     = var.min_capacity >= 1 || var.scale_to_zero
+      error_message = "min_capacity 0 needs scale_to_zero = true: backlog per task (visible messages / running tasks) is undefined at zero tasks, so only the scale-to-zero step policy can start the first task again."
     }
   }
 }
@@ -255,4 +338,105 @@ resource "aws_appautoscaling_policy" "backlog_per_task" {
       error_message = "min_capacity must not exceed max_capacity."
     }
   }
+}
+
+# Scale to zero: with no task running, target tracking has nothing to divide by, so a step policy starts
+# the first task as soon as a message is visible.
+resource "aws_appautoscaling_policy" "wake_up" {
+  count = var.scale_to_zero ? 1 : 0
+
+  name               = "${var.name}-wake-up"
+  policy_type        = "StepScaling"
+  service_namespace  = aws_appautoscaling_target.this.service_namespace
+  resource_id        = aws_appautoscaling_target.this.resource_id
+  scalable_dimension = aws_appautoscaling_target.this.scalable_dimension
+
+  step_scaling_policy_configuration {
+    adjustment_type         = "ChangeInCapacity"
+    cooldown                = var.scale_out_cooldown_seconds
+    metric_aggregation_type = "Maximum"
+
+    step_adjustment {
+      metric_interval_lower_bound = 0
+      scaling_adjustment          = 1
+    }
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "wake_up" {
+  count = var.scale_to_zero ? 1 : 0
+
+  alarm_name        = "${var.name}-wake-up"
+  alarm_description = "Messages are visible in ${var.queue_name} and no task of ${var.name} runs: start one."
+
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+
+  metric_query {
+    id          = "visible"
+    return_data = false
+
+    metric {
+      namespace   = "AWS/SQS"
+      metric_name = "ApproximateNumberOfMessagesVisible"
+      dimensions  = { QueueName = var.queue_name }
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id          = "running"
+    return_data = false
+
+    metric {
+      namespace   = "ECS/ContainerInsights"
+      metric_name = "RunningTaskCount"
+      dimensions = {
+        ClusterName = local.cluster_name
+        ServiceName = aws_ecs_service.this.name
+      }
+      stat   = "Maximum"
+      period = 60
+    }
+  }
+
+  metric_query {
+    id          = "idle_with_work"
+    expression  = "IF(visible > 0 AND FILL(running, 0) == 0, 1, 0)"
+    label       = "Visible messages and no running task"
+    return_data = true
+  }
+
+  alarm_actions = [aws_appautoscaling_policy.wake_up[0].arn]
+  tags          = var.tags
+}
+
+# Fewer tasks than min_capacity for several minutes: tasks crash at start (configuration, image,
+# permissions) or cannot be placed.
+resource "aws_cloudwatch_metric_alarm" "running_tasks_below_minimum" {
+  count = var.min_capacity >= 1 ? 1 : 0
+
+  alarm_name        = "${var.name}-running-tasks-below-minimum"
+  alarm_description = "Fewer than ${var.min_capacity} tasks of ${var.name} run: tasks fail at start-up or cannot be placed."
+
+  namespace = "ECS/ContainerInsights"
+  dimensions = {
+    ClusterName = local.cluster_name
+    ServiceName = aws_ecs_service.this.name
+  }
+  metric_name         = "RunningTaskCount"
+  statistic           = "Minimum"
+  period              = 60
+  evaluation_periods  = var.alarm_evaluation_periods
+  comparison_operator = "LessThanThreshold"
+  threshold           = var.min_capacity
+  # No data points: no task reports, so none runs.
+  treat_missing_data = "breaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
 }

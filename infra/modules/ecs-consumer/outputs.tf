@@ -37,3 +37,8 @@ output "autoscaling_policy_arn" {
   description = "ARN of the backlog-per-task target-tracking policy."
   value       = aws_appautoscaling_policy.backlog_per_task.arn
 }
+
+output "running_tasks_alarm_arn" {
+  description = "ARN of the running-tasks-below-minimum alarm (null when min_capacity is 0)."
+  value       = one(aws_cloudwatch_metric_alarm.running_tasks_below_minimum[*].arn)
+}

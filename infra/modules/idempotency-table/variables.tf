@@ -9,9 +9,14 @@ variable "name" {
 }
 
 variable "kms_key_arn" {
-  description = "Customer-managed KMS key for encryption at rest. null (the default) keeps DynamoDB's default encryption with an AWS-owned key. Consumers then need kms:Decrypt and kms:GenerateDataKey on this key."
+  description = "Customer-managed KMS key for encryption at rest. null (the default) keeps DynamoDB's default encryption with an AWS-owned key. Consumers then need kms:Decrypt and kms:GenerateDataKey on this key (pass it in their kms_key_arns)."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.kms_key_arn == null || can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", coalesce(var.kms_key_arn, "-")))
+    error_message = "kms_key_arn must be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)."
+  }
 }
 
 variable "point_in_time_recovery_enabled" {
@@ -21,9 +26,9 @@ variable "point_in_time_recovery_enabled" {
 }
 
 variable "deletion_protection_enabled" {
-  description = "Refuse to delete the table until this is turned off again."
+  description = "Refuse to delete the table until this is turned off again. On by default: the table holds which jobs already ran, and losing it means running them again. Throwaway environments (the examples, tests) turn it off."
   type        = bool
-  default     = false
+  default     = true
 }
 
 variable "tags" {

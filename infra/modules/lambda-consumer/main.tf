@@ -2,14 +2,29 @@
 #
 # The package is a prebuilt zip (`package_path`), not an archive_file data source: the module then
 # needs only the AWS provider, and the zip comes from `cargo lambda build --arm64 --output-format zip`.
+#
+# What the adapter knows about the queue it reads from the queue itself, not from this module: the
+# queue from each record's event source ARN, FIFO from its name, the DLQ and maxReceiveCount from its
+# redrive policy (GetQueueAttributes). The module passes only the idempotency table.
 
 locals {
   log_group_name = "/aws/lambda/${var.function_name}"
+
+  # arn:<partition>:sqs:<region>:<account>:<name>
+  queue_arn_parts = split(":", var.queue_arn)
+  partition       = local.queue_arn_parts[1]
+  region          = local.queue_arn_parts[3]
+  account_id      = local.queue_arn_parts[4]
+  fifo            = endswith(var.queue_arn, ".fifo")
+
+  # IAM role names are at most 64 characters; a name_prefix at most 38 (AWS appends 26).
+  role_name_prefix = "${substr(var.function_name, 0, 37)}-"
 }
 
 resource "aws_cloudwatch_log_group" "this" {
   name              = local.log_group_name
   retention_in_days = var.log_retention_days
+  kms_key_id        = var.log_kms_key_arn
   tags              = var.tags
 }
 
@@ -22,11 +37,20 @@ data "aws_iam_policy_document" "assume_role" {
       type        = "Service"
       identifiers = ["lambda.amazonaws.com"]
     }
+
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
   }
 }
 
+# A role name is global to the account: without role_name the name is generated from a prefix, so the
+# same function name in two regions (or two stacks) never collides.
 resource "aws_iam_role" "this" {
-  name               = var.function_name
+  name               = var.role_name
+  name_prefix        = var.role_name == null ? local.role_name_prefix : null
   assume_role_policy = data.aws_iam_policy_document.assume_role.json
   tags               = var.tags
 }
@@ -54,6 +78,20 @@ data "aws_iam_policy_document" "permissions" {
     ]
     resources = ["${aws_cloudwatch_log_group.this.arn}:*"]
   }
+
+  # X-Ray has no resource-level permissions: these two actions exist only on "*".
+  dynamic "statement" {
+    for_each = var.tracing_mode == "Active" ? [1] : []
+
+    content {
+      sid = "WriteTraces"
+      actions = [
+        "xray:PutTelemetryRecords",
+        "xray:PutTraceSegments",
+      ]
+      resources = ["*"]
+    }
+  }
 }
 
 resource "aws_iam_role_policy" "this" {
@@ -77,10 +115,19 @@ resource "aws_lambda_function" "this" {
 
   environment {
     variables = merge(var.environment, {
-      CONVEYOR_QUEUE_URL         = var.queue_url
       CONVEYOR_IDEMPOTENCY_TABLE = var.idempotency_table_name
+      CONVEYOR_LOG_FORMAT        = "json"
       RUST_LOG                   = var.rust_log
     })
+  }
+
+  tracing_config {
+    mode = var.tracing_mode
+  }
+
+  logging_config {
+    log_format = "JSON"
+    log_group  = aws_cloudwatch_log_group.this.name
   }
 
   tags = var.tags
@@ -93,8 +140,13 @@ resource "aws_lambda_function" "this" {
 
   lifecycle {
     precondition {
-      condition     = var.queue_visibility_timeout_seconds >= 6 * var.timeout_seconds
-      error_message = "The queue's visibility timeout (queue_visibility_timeout_seconds) must be at least 6 times the function timeout (timeout_seconds), as AWS advises for SQS event sources: otherwise a message can become visible again, and run twice, while an invocation (or its retries by the poller) still holds it. Raise the queue's visibility_timeout_seconds or lower timeout_seconds."
+      condition     = var.queue_visibility_timeout_seconds >= 6 * var.timeout_seconds + var.maximum_batching_window_in_seconds
+      error_message = "The queue's visibility timeout (queue_visibility_timeout_seconds) must be at least 6 times the function timeout (timeout_seconds) plus the batching window (maximum_batching_window_in_seconds), as AWS advises for SQS event sources: a record's visibility timeout starts while the mapping still gathers the batch, and otherwise a message can become visible again, and run twice, while an invocation (or its retries by the poller) still holds it. Raise the queue's visibility_timeout_seconds or lower timeout_seconds or the window."
+    }
+
+    precondition {
+      condition     = var.reserved_concurrent_executions == -1 || var.reserved_concurrent_executions >= var.maximum_concurrency
+      error_message = "reserved_concurrent_executions must be -1 (none reserved) or at least maximum_concurrency: with less, the event source mapping starts invocations that Lambda throttles, and throttled messages spend receives and reach the DLQ without having run."
     }
   }
 }
@@ -104,6 +156,7 @@ resource "aws_lambda_function" "this" {
 resource "aws_lambda_event_source_mapping" "this" {
   event_source_arn                   = var.queue_arn
   function_name                      = aws_lambda_function.this.arn
+  enabled                            = var.enabled
   batch_size                         = var.batch_size
   maximum_batching_window_in_seconds = var.maximum_batching_window_in_seconds
   function_response_types            = ["ReportBatchItemFailures"]
@@ -112,6 +165,100 @@ resource "aws_lambda_event_source_mapping" "this" {
     maximum_concurrency = var.maximum_concurrency
   }
 
+  dynamic "filter_criteria" {
+    for_each = length(var.filter_patterns) > 0 ? [var.filter_patterns] : []
+
+    content {
+      dynamic "filter" {
+        for_each = filter_criteria.value
+
+        content {
+          pattern = filter.value
+        }
+      }
+    }
+  }
+
+  dynamic "metrics_config" {
+    for_each = var.event_source_metrics ? [1] : []
+
+    content {
+      metrics = ["EventCount"]
+    }
+  }
+
   # AWS checks the role's SQS permissions when it creates the mapping.
   depends_on = [aws_iam_role_policy.this]
+
+  lifecycle {
+    precondition {
+      condition     = !local.fifo || (var.batch_size <= 10 && var.maximum_batching_window_in_seconds == 0)
+      error_message = "The queue is a FIFO queue: batch_size must be at most 10 and maximum_batching_window_in_seconds 0 (SQS FIFO event sources support neither larger batches nor a batching window)."
+    }
+
+    precondition {
+      condition     = var.batch_size <= 10 || var.maximum_batching_window_in_seconds >= 1
+      error_message = "batch_size above 10 needs maximum_batching_window_in_seconds of at least 1 (AWS refuses the event source mapping otherwise)."
+    }
+  }
+}
+
+# Alarms: errors (an invocation failed as a whole: a crash, a timeout, or every record failing with
+# CONVEYOR_FAIL_WHEN_ALL_FAIL), throttles (messages wait and spend receives), and invocations close to
+# the timeout (the next ones will time out).
+resource "aws_cloudwatch_metric_alarm" "errors" {
+  alarm_name        = "${var.function_name}-errors"
+  alarm_description = "Invocations of ${var.function_name} failed as a whole (crash, timeout, or every record failed)."
+
+  namespace           = "AWS/Lambda"
+  metric_name         = "Errors"
+  dimensions          = { FunctionName = aws_lambda_function.this.function_name }
+  statistic           = "Sum"
+  period              = 60
+  evaluation_periods  = var.alarm_evaluation_periods
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "throttles" {
+  alarm_name        = "${var.function_name}-throttles"
+  alarm_description = "Invocations of ${var.function_name} were throttled: messages wait, and their receives count toward the DLQ."
+
+  namespace           = "AWS/Lambda"
+  metric_name         = "Throttles"
+  dimensions          = { FunctionName = aws_lambda_function.this.function_name }
+  statistic           = "Sum"
+  period              = 60
+  evaluation_periods  = var.alarm_evaluation_periods
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "duration" {
+  alarm_name        = "${var.function_name}-duration-near-timeout"
+  alarm_description = "The longest invocation of ${var.function_name} took more than ${var.duration_alarm_percent}% of its ${var.timeout_seconds} s timeout."
+
+  namespace           = "AWS/Lambda"
+  metric_name         = "Duration"
+  dimensions          = { FunctionName = aws_lambda_function.this.function_name }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = var.alarm_evaluation_periods
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.timeout_seconds * 1000 * var.duration_alarm_percent / 100
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
 }

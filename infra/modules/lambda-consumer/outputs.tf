@@ -27,3 +27,12 @@ output "event_source_mapping_uuid" {
   description = "UUID of the SQS event source mapping."
   value       = aws_lambda_event_source_mapping.this.uuid
 }
+
+output "alarm_arns" {
+  description = "ARNs of the function's alarms: errors, throttles, duration near the timeout."
+  value = {
+    errors    = aws_cloudwatch_metric_alarm.errors.arn
+    throttles = aws_cloudwatch_metric_alarm.throttles.arn
+    duration  = aws_cloudwatch_metric_alarm.duration.arn
+  }
+}

@@ -1,3 +1,14 @@
+variable "role_name" {
+  description = "Name of the function's IAM role. null (the default) generates a unique name from the function name, so the same function in two regions or stacks never collides (role names are global to the account)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.role_name == null || can(regex("^[A-Za-z0-9+=,.@_-]{1,64}$", coalesce(var.role_name, "-")))
+    error_message = "role_name must be 1-64 characters of letters, digits and +=,.@_- (IAM's limits)."
+  }
+}
+
 variable "function_name" {
   description = "Name of the Lambda function; also names its IAM role and its log group /aws/lambda/<function_name>."
   type        = string
@@ -36,19 +47,24 @@ variable "memory_size_mb" {
 }
 
 variable "reserved_concurrent_executions" {
-  description = "Concurrency reserved for this function; -1 (the default) reserves none. scaling_config's maximum_concurrency is the better tool to protect downstream services."
+  description = "Concurrency reserved for this function; -1 (the default) reserves none. Otherwise at least maximum_concurrency, or the mapping's invocations are throttled and messages reach the DLQ without running. maximum_concurrency is the tool to protect downstream services."
   type        = number
   default     = -1
+
+  validation {
+    condition     = var.reserved_concurrent_executions >= -1
+    error_message = "reserved_concurrent_executions must be -1 (none) or a number of executions."
+  }
 }
 
 variable "queue_arn" {
-  description = "ARN of the queue the function consumes (queue module output queue_arn)."
+  description = "ARN of the queue the function consumes (queue module output queue_arn). A name ending in .fifo makes the module apply FIFO's event source limits."
   type        = string
-}
 
-variable "queue_url" {
-  description = "URL of the queue the function consumes (queue module output queue_url); passed as CONVEYOR_QUEUE_URL."
-  type        = string
+  validation {
+    condition     = can(regex("^arn:[a-z-]+:sqs:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$", var.queue_arn))
+    error_message = "queue_arn must be one SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>), without wildcards."
+  }
 }
 
 variable "queue_visibility_timeout_seconds" {
@@ -59,6 +75,11 @@ variable "queue_visibility_timeout_seconds" {
 variable "dlq_arn" {
   description = "ARN of the queue's dead-letter queue (queue module output dlq_arn). Permanent failures are sent there directly."
   type        = string
+
+  validation {
+    condition     = can(regex("^arn:[a-z-]+:sqs:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$", var.dlq_arn))
+    error_message = "dlq_arn must be one SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>), without wildcards."
+  }
 }
 
 variable "idempotency_table_name" {
@@ -69,16 +90,26 @@ variable "idempotency_table_name" {
 variable "idempotency_table_arn" {
   description = "ARN of the idempotency table (idempotency-table module output arn)."
   type        = string
+
+  validation {
+    condition     = can(regex("^arn:[a-z-]+:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[A-Za-z0-9_.-]+$", var.idempotency_table_arn))
+    error_message = "idempotency_table_arn must be one DynamoDB table ARN (arn:aws:dynamodb:<region>:<account>:table/<name>), without wildcards."
+  }
 }
 
 variable "kms_key_arns" {
   description = "ARNs of customer-managed KMS keys that encrypt the queues or the table; the role gets kms:Decrypt and kms:GenerateDataKey on exactly these. Empty when they use SQS-managed or AWS-owned keys."
   type        = list(string)
   default     = []
+
+  validation {
+    condition     = alltrue([for arn in var.kms_key_arns : can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", arn))])
+    error_message = "kms_key_arns must list KMS key ARNs (arn:aws:kms:<region>:<account>:key/<id>); \"*\", aliases and wildcards are refused."
+  }
 }
 
 variable "batch_size" {
-  description = "Most records per invocation. Up to 10 for FIFO queues; above 10 needs maximum_batching_window_in_seconds >= 1."
+  description = "Most records per invocation. Up to 10 for FIFO queues; above 10 needs maximum_batching_window_in_seconds >= 1 (both checked at plan)."
   type        = number
   default     = 10
 
@@ -89,7 +120,7 @@ variable "batch_size" {
 }
 
 variable "maximum_batching_window_in_seconds" {
-  description = "How long the event source mapping gathers records before invoking (standard queues only; keep 0 for FIFO queues)."
+  description = "How long the event source mapping gathers records before invoking (standard queues only; 0 for FIFO queues). Counts toward the visibility timeout: visibility >= 6 x timeout_seconds + this."
   type        = number
   default     = 0
 
@@ -132,4 +163,83 @@ variable "tags" {
   description = "Tags for every resource of the module."
   type        = map(string)
   default     = {}
+}
+
+variable "log_kms_key_arn" {
+  description = "KMS key ARN encrypting the function's log group; null (the default) keeps CloudWatch Logs' own encryption. The key policy must allow the logs.<region>.amazonaws.com principal."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.log_kms_key_arn == null || can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", coalesce(var.log_kms_key_arn, "-")))
+    error_message = "log_kms_key_arn must be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>)."
+  }
+}
+
+variable "tracing_mode" {
+  description = "X-Ray tracing of the function: Active (the default; the role gets xray:PutTraceSegments and xray:PutTelemetryRecords, which exist only on \"*\") or PassThrough."
+  type        = string
+  default     = "Active"
+
+  validation {
+    condition     = contains(["Active", "PassThrough"], var.tracing_mode)
+    error_message = "tracing_mode must be Active or PassThrough."
+  }
+}
+
+variable "enabled" {
+  description = "Whether the event source mapping polls the queue. false pauses consumption without deleting anything."
+  type        = bool
+  default     = true
+}
+
+variable "filter_patterns" {
+  description = "Event filtering patterns (JSON strings, https://docs.aws.amazon.com/lambda/latest/dg/invocation-eventfiltering.html). Messages that match none are deleted from the queue without invoking the function. Empty (the default): no filter."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = length(var.filter_patterns) <= 5 && alltrue([for pattern in var.filter_patterns : can(jsondecode(pattern))])
+    error_message = "filter_patterns must hold at most 5 patterns, each a JSON document."
+  }
+}
+
+variable "event_source_metrics" {
+  description = "Turn on the event source mapping's EventCount metrics (polled, filtered, invoked, failed events) in CloudWatch."
+  type        = bool
+  default     = true
+}
+
+variable "alarm_actions" {
+  description = "ARNs (SNS topics, ...) notified when one of the function's alarms fires."
+  type        = list(string)
+  default     = []
+}
+
+variable "ok_actions" {
+  description = "ARNs notified when an alarm returns to OK."
+  type        = list(string)
+  default     = []
+}
+
+variable "alarm_evaluation_periods" {
+  description = "Consecutive one-minute periods in breach before the errors, throttles and duration alarms fire."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.alarm_evaluation_periods >= 1
+    error_message = "alarm_evaluation_periods must be at least 1."
+  }
+}
+
+variable "duration_alarm_percent" {
+  description = "The duration alarm fires when the longest invocation of a minute takes more than this percentage of the timeout."
+  type        = number
+  default     = 80
+
+  validation {
+    condition     = var.duration_alarm_percent > 0 && var.duration_alarm_percent <= 100
+    error_message = "duration_alarm_percent must be in (0, 100]."
+  }
 }

@@ -2,6 +2,8 @@ locals {
   suffix     = var.fifo ? ".fifo" : ""
   queue_name = "${var.name}${local.suffix}"
   dlq_name   = "${var.name}-dlq${local.suffix}"
+  # SQS's limit on a queue name, suffixes included.
+  max_queue_name_length = 80
 
   # SSE-SQS and SSE-KMS exclude each other in the provider: set exactly one of them.
   use_kms = var.kms_master_key_id != null
@@ -50,6 +52,11 @@ resource "aws_sqs_queue" "this" {
     }
 
     precondition {
+      condition     = length(local.dlq_name) <= local.max_queue_name_length
+      error_message = "name is too long: the dead-letter queue's name (name + \"-dlq\" + \".fifo\" for FIFO queues) must stay within SQS's 80 characters; shorten name to at most 71 characters for a FIFO queue, 76 for a standard one."
+    }
+
+    precondition {
       condition     = var.dlq_message_retention_seconds >= var.message_retention_seconds
       error_message = "dlq_message_retention_seconds must be at least message_retention_seconds: a message's age counts from its first enqueue, so a shorter DLQ retention deletes dead letters on arrival."
     }
@@ -66,22 +73,50 @@ resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
   })
 }
 
-# Any message in the DLQ is a job that failed for good: someone should look.
+# Any message in the DLQ is a job that failed for good: someone should look. Visible and in-flight
+# messages count, so looking at them (`conveyor dlq peek` receives them for a moment) does not clear
+# the alarm.
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   alarm_name        = "${var.name}-dlq-not-empty"
   alarm_description = "Messages are waiting in the dead-letter queue ${local.dlq_name}: jobs failed permanently or after ${var.max_receive_count} receives."
 
-  namespace   = "AWS/SQS"
-  metric_name = "ApproximateNumberOfMessagesVisible"
-  dimensions = {
-    QueueName = aws_sqs_queue.dlq.name
-  }
-  statistic           = "Maximum"
-  period              = 60
-  evaluation_periods  = 1
   comparison_operator = "GreaterThanThreshold"
   threshold           = 0
+  evaluation_periods  = 1
   treat_missing_data  = "notBreaching"
+
+  metric_query {
+    id          = "visible"
+    return_data = false
+
+    metric {
+      namespace   = "AWS/SQS"
+      metric_name = "ApproximateNumberOfMessagesVisible"
+      dimensions  = { QueueName = aws_sqs_queue.dlq.name }
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id          = "in_flight"
+    return_data = false
+
+    metric {
+      namespace   = "AWS/SQS"
+      metric_name = "ApproximateNumberOfMessagesNotVisible"
+      dimensions  = { QueueName = aws_sqs_queue.dlq.name }
+      stat        = "Maximum"
+      period      = 60
+    }
+  }
+
+  metric_query {
+    id          = "dead_letters"
+    expression  = "visible + in_flight"
+    label       = "Messages in ${local.dlq_name} (visible and in flight)"
+    return_data = true
+  }
 
   alarm_actions = var.alarm_actions
   ok_actions    = var.ok_actions
@@ -108,4 +143,133 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
   alarm_actions = var.alarm_actions
   ok_actions    = var.ok_actions
   tags          = var.tags
+}
+
+# Both queues refuse requests that do not use TLS, whoever sends them.
+data "aws_iam_policy_document" "queue_tls_only" {
+  statement {
+    sid       = "DenyInsecureTransport"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [aws_sqs_queue.this.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "dlq_tls_only" {
+  statement {
+    sid       = "DenyInsecureTransport"
+    effect    = "Deny"
+    actions   = ["sqs:*"]
+    resources = [aws_sqs_queue.dlq.arn]
+
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "queue" {
+  queue_url = aws_sqs_queue.this.id
+  policy    = data.aws_iam_policy_document.queue_tls_only.json
+}
+
+resource "aws_sqs_queue_policy" "dlq" {
+  queue_url = aws_sqs_queue.dlq.id
+  policy    = data.aws_iam_policy_document.dlq_tls_only.json
+}
+
+# Ready-made policies for the people and services around the queue (outputs producer_policy_json and
+# operator_policy_json). The actions are conveyor_sqs::iam's PRODUCER and OPERATOR lists.
+locals {
+  kms_key_arns = var.kms_master_key_id == null ? [] : [var.kms_master_key_id]
+  region       = split(":", aws_sqs_queue.this.arn)[3]
+}
+
+data "aws_iam_policy_document" "producer" {
+  # `Producer::send` / `send_batch`, and resolving a queue name (`conveyor send --queue-url NAME`).
+  statement {
+    sid = "SendJobs"
+    actions = [
+      "sqs:GetQueueUrl",
+      "sqs:SendMessage",
+    ]
+    resources = [aws_sqs_queue.this.arn]
+  }
+
+  dynamic "statement" {
+    for_each = length(local.kms_key_arns) > 0 ? [local.kms_key_arns] : []
+
+    content {
+      sid = "EncryptJobs"
+      actions = [
+        "kms:Decrypt",
+        "kms:GenerateDataKey",
+      ]
+      resources = statement.value
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["sqs.${local.region}.amazonaws.com"]
+      }
+    }
+  }
+}
+
+data "aws_iam_policy_document" "operator" {
+  # `conveyor stats`, `dlq peek` (receives and puts back at once), `dlq redrive` (StartMessageMoveTask,
+  # or the filtered move loop: receive from the DLQ, send to the queue, delete) and `purge`.
+  statement {
+    sid = "OperateQueues"
+    actions = [
+      "sqs:ChangeMessageVisibility",
+      "sqs:DeleteMessage",
+      "sqs:GetQueueAttributes",
+      "sqs:GetQueueUrl",
+      "sqs:ListDeadLetterSourceQueues",
+      "sqs:ListMessageMoveTasks",
+      "sqs:PurgeQueue",
+      "sqs:ReceiveMessage",
+      "sqs:SendMessage",
+      "sqs:StartMessageMoveTask",
+    ]
+    resources = [aws_sqs_queue.this.arn, aws_sqs_queue.dlq.arn]
+  }
+
+  dynamic "statement" {
+    for_each = length(local.kms_key_arns) > 0 ? [local.kms_key_arns] : []
+
+    content {
+      sid = "ReadAndMoveEncryptedJobs"
+      actions = [
+        "kms:Decrypt",
+        "kms:GenerateDataKey",
+      ]
+      resources = statement.value
+
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["sqs.${local.region}.amazonaws.com"]
+      }
+    }
+  }
 }

@@ -29,7 +29,7 @@ output "dlq_name" {
 }
 
 output "visibility_timeout_seconds" {
-  description = "Visibility timeout of the main queue; pass it to lambda-consumer so it can check the 6x rule."
+  description = "Visibility timeout of the main queue; pass it to lambda-consumer (the 6x rule) and ecs-consumer (the worker reads it from the queue at start-up; the module checks it is at least 10 s)."
   value       = aws_sqs_queue.this.visibility_timeout_seconds
 }
 
@@ -44,11 +44,21 @@ output "fifo" {
 }
 
 output "dlq_alarm_arn" {
-  description = "ARN of the DLQ-not-empty alarm."
+  description = "ARN of the DLQ-not-empty alarm (visible plus in-flight messages in the DLQ)."
   value       = aws_cloudwatch_metric_alarm.dlq_not_empty.arn
 }
 
 output "oldest_message_age_alarm_arn" {
   description = "ARN of the oldest-message-age alarm."
   value       = aws_cloudwatch_metric_alarm.oldest_message_age.arn
+}
+
+output "producer_policy_json" {
+  description = "An IAM policy for producers: sqs:SendMessage and sqs:GetQueueUrl on the main queue (plus the KMS key through SQS when one is set). Attach it with aws_iam_role_policy."
+  value       = data.aws_iam_policy_document.producer.json
+}
+
+output "operator_policy_json" {
+  description = "An IAM policy for operators running `conveyor stats`, `dlq peek`, `dlq redrive` (StartMessageMoveTask and the filtered move loop) and `purge` on both queues."
+  value       = data.aws_iam_policy_document.operator.json
 }

@@ -3,8 +3,8 @@ variable "name" {
   type        = string
 
   validation {
-    condition     = can(regex("^[A-Za-z0-9_-]{1,75}$", var.name))
-    error_message = "name must be 1-75 characters of letters, digits, '-' or '_' (the module appends '-dlq' and '.fifo'; SQS allows 80 characters)."
+    condition     = can(regex("^[A-Za-z0-9_-]{1,76}$", var.name))
+    error_message = "name must be 1-76 characters of letters, digits, '-' or '_' (71 for a FIFO queue): the module appends '-dlq' (and '.fifo'), and SQS allows 80 characters."
   }
 }
 
@@ -76,9 +76,14 @@ variable "receive_wait_time_seconds" {
 }
 
 variable "kms_master_key_id" {
-  description = "KMS key (id, ARN or alias) for server-side encryption of both queues. null (the default) uses SQS-managed encryption (SSE-SQS). Consumers then need kms:Decrypt and kms:GenerateDataKey on this key."
+  description = "KMS key ARN for server-side encryption of both queues. null (the default) uses SQS-managed encryption (SSE-SQS). Consumers then need kms:Decrypt and kms:GenerateDataKey on this key (pass it in their kms_key_arns)."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.kms_master_key_id == null || can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", coalesce(var.kms_master_key_id, "-")))
+    error_message = "kms_master_key_id must be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>), so the consumers' and producers' policies can name it."
+  }
 }
 
 variable "kms_data_key_reuse_period_seconds" {
