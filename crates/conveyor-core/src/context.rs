@@ -19,7 +19,7 @@ pub struct Context {
     deadline: Instant,
     cancel: CancellationToken,
     idempotency_key: Option<String>,
-    fencing_token: Option<String>,
+    fencing_token: Option<u64>,
 }
 
 impl Context {
@@ -42,7 +42,7 @@ impl Context {
     }
 
     /// The same context carrying the fencing token of the claim the run holds.
-    pub fn with_fencing_token(mut self, fencing_token: Option<String>) -> Self {
+    pub fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
         self.fencing_token = fencing_token;
         self
     }
@@ -87,11 +87,12 @@ impl Context {
         self.idempotency_key.as_deref()
     }
 
-    /// The fencing token of the idempotency claim this run holds, when idempotency is on. A downstream
-    /// write can store it and refuse a holder whose token is no longer the record's (a takeover after
-    /// this run's lease lapsed).
-    pub fn fencing_token(&self) -> Option<&str> {
-        self.fencing_token.as_deref()
+    /// The fencing token of the idempotency claim this run holds, when idempotency is on: a number
+    /// greater than every earlier claim's on this key. A downstream write stores the highest token it
+    /// has seen and refuses a lower one, so a run whose lease lapsed and was taken over cannot apply
+    /// its effect after the new holder (see `examples/src/fenced_ledger.rs`).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
     }
 
     /// When the handler's timeout (or the Lambda invocation's deadline) runs out.

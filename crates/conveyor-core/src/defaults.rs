@@ -17,8 +17,10 @@ pub const IN_PROGRESS_EXPIRATION_ATTRIBUTE: &str = "in_progress_expiration";
 pub const DATA_ATTRIBUTE: &str = "data";
 /// Hash of the payload when payload validation is on (as in Powertools).
 pub const VALIDATION_ATTRIBUTE: &str = "validation";
-/// Conveyor's fencing token; Powertools ignores it.
-pub const TOKEN_ATTRIBUTE: &str = "fencing_token";
+/// Conveyor's fencing token, a number (N) each claim increases; Powertools ignores it. (Named anew when
+/// the token became a number: the random strings older releases wrote under `fencing_token` are left
+/// alone.)
+pub const TOKEN_ATTRIBUTE: &str = "fence";
 
 /// How many receives before SQS moves a message to the DLQ (the redrive policy's `maxReceiveCount`).
 pub const MAX_RECEIVE_COUNT: u32 = 5;

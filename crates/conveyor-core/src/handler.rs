@@ -90,6 +90,9 @@ pub struct HandlerSettings {
     pub validate_payload: bool,
     /// How long a completed record suppresses duplicates.
     pub record_ttl: Duration,
+    /// How the record id and validation hash are built: Conveyor's own (default) or a Powertools
+    /// consumer's, to deduplicate with it (see [`KeyStyle`](crate::KeyStyle)).
+    pub key_style: crate::record_key::KeyStyle,
 }
 
 impl Default for HandlerSettings {
@@ -100,6 +103,7 @@ impl Default for HandlerSettings {
             idempotent: true,
             validate_payload: false,
             record_ttl: crate::defaults::IDEMPOTENCY_RECORD_TTL,
+            key_style: crate::record_key::KeyStyle::Conveyor,
         }
     }
 }

@@ -12,6 +12,9 @@ pub enum RecordStatus {
     InProgress,
     /// `COMPLETED`: the job is done; duplicates are acknowledged without running.
     Completed,
+    /// `EXPIRED`: Powertools writes it for a record that was already past its expiry when saved; such
+    /// a record counts as expired (claimable once its `expiration` has passed, like any other).
+    Expired,
 }
 
 impl RecordStatus {
@@ -20,6 +23,7 @@ impl RecordStatus {
         match self {
             RecordStatus::InProgress => "INPROGRESS",
             RecordStatus::Completed => "COMPLETED",
+            RecordStatus::Expired => "EXPIRED",
         }
     }
 
@@ -28,6 +32,7 @@ impl RecordStatus {
         match text {
             "INPROGRESS" => Some(RecordStatus::InProgress),
             "COMPLETED" => Some(RecordStatus::Completed),
+            "EXPIRED" => Some(RecordStatus::Expired),
             _ => None,
         }
     }
@@ -49,7 +54,7 @@ pub struct IdempotencyRecord {
     /// The payload hash, when payload validation is on.
     pub validation: Option<String>,
     /// The fencing token of the claim that wrote it; absent on Powertools' records.
-    pub token: Option<String>,
+    pub token: Option<u64>,
 }
 
 impl IdempotencyRecord {
@@ -67,7 +72,7 @@ impl IdempotencyRecord {
     }
 
     /// The in-progress record a claim for `request` writes under `token`.
-    pub fn in_progress(request: &ClaimRequest, token: &str) -> Self {
+    pub fn in_progress(request: &ClaimRequest, token: u64) -> Self {
         Self {
             key: request.key.clone(),
             status: RecordStatus::InProgress,
@@ -75,7 +80,7 @@ impl IdempotencyRecord {
             lease_until: Some(request.lease_until),
             output: None,
             validation: request.validation.clone(),
-            token: Some(token.to_owned()),
+            token: Some(token),
         }
     }
 }
@@ -98,8 +103,8 @@ pub struct ClaimRequest {
 pub struct Claim {
     /// The namespaced key.
     pub key: String,
-    /// A random token written with the claim.
-    pub token: String,
+    /// The claim's fencing token: greater than every earlier claim's on this key (see [`next_token`]).
+    pub token: u64,
 }
 
 /// The result of a claim.
@@ -151,10 +156,13 @@ pub enum StoreError {
 ///   others see `Exists` with the winner's record. A record counts as free when it is absent, when its
 ///   `expires_at` has passed, or when it is in progress with a `lease_until` that has passed. Times are
 ///   compared by the store at the moment of the write, never left to TTL deletion.
+/// - Each acquired claim carries a fencing token greater than every earlier claim's on the key
+///   ([`next_token`] of the record it replaced), stored on the record in the same atomic write.
 /// - `complete`, `release` and `extend_lease` succeed only while the record still carries the claim's
 ///   token; otherwise they fail with `StoreError::Fenced` and change nothing.
-/// - `complete` sets the status to completed, stores the output and the new expiry; `release` deletes
-///   the record; `extend_lease` moves `lease_until`, and `expires_at` to [`EXPIRY_PAST_LEASE`] after it,
+/// - `complete` sets the status to completed, stores the output and the new expiry; `release` ends
+///   the record's lease (`lease_until` at the epoch, so the key is claimable at once) and moves its token
+///   one past the claim's (the record stays, so the token keeps increasing); `extend_lease` moves `lease_until`, and `expires_at` to [`EXPIRY_PAST_LEASE`] after it,
 ///   so a long job's record can neither be taken over as expired nor deleted by TTL while it runs.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
@@ -169,7 +177,7 @@ pub trait IdempotencyStore: Send + Sync {
         expires_at: SystemTime,
     ) -> Result<(), StoreError>;
 
-    /// Deletes the claim's record so a retry can claim it.
+    /// Frees the claim's record so a retry can claim it at once (its lease ends; its token moves on).
     async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
 
     /// Moves the claim's lease end.
@@ -200,9 +208,17 @@ pub fn payload_hash(payload: &str) -> String {
     hex::encode(Sha256::digest(payload.as_bytes()))
 }
 
-/// A fresh random fencing token.
-pub fn new_token() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
+/// The fencing token a claim writes over `previous` (the token of the record it replaces, if that
+/// record had one): one more than it, or, on a record without one, one more than the claimant's clock
+/// in epoch milliseconds. The clock base keeps tokens increasing across records that were released
+/// (deleted) or expired and removed, as long as the claimants' clocks agree to within the time between
+/// one claim's end and the next claim (seconds, at least: a retry's backoff, a lapsed lease).
+pub fn next_token(previous: Option<u64>, now: SystemTime) -> u64 {
+    let base = previous.unwrap_or_else(|| {
+        now.duration_since(UNIX_EPOCH)
+            .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+    });
+    base.saturating_add(1)
 }
 
 /// How long to wait before retrying a job whose key is in progress elsewhere: until the other lease

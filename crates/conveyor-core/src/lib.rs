@@ -17,6 +17,7 @@ pub mod message;
 pub mod outcome;
 pub mod pipeline;
 pub mod queue;
+pub mod record_key;
 pub mod router;
 
 pub use backoff::Backoff;
@@ -34,4 +35,5 @@ pub use pipeline::{Budget, Pipeline, Processed};
 pub use queue::{
     DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange,
 };
+pub use record_key::{KeySource, KeyStyle, PowertoolsFlavor, PowertoolsKey};
 pub use router::Router;

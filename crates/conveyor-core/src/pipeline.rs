@@ -53,7 +53,7 @@ use crate::context::Context;
 use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
 use crate::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
-    idempotency_key, payload_hash, wait_for_lease,
+    wait_for_lease,
 };
 use crate::lease::Lease;
 use crate::message::Message;
@@ -246,7 +246,7 @@ impl Pipeline {
             handler_token.clone(),
             idempotency_key,
         )
-        .with_fencing_token(claim.as_ref().map(|claim| claim.token.clone()));
+        .with_fencing_token(claim.as_ref().map(|claim| claim.token));
         // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
         // invocation's) comes first, so a timeout's reason names the real limit.
         let allowed = deadline.saturating_duration_since(started);
@@ -287,11 +287,24 @@ async fn claim(
     let job_type = handler.job_type();
     let settings = handler.settings();
     let now = SystemTime::now();
+    let key = match settings.key_style.key(job_type, message) {
+        Ok(key) => key,
+        Err(error) => {
+            // The key is part of the job: a body without it cannot be made idempotent on any delivery.
+            let failure = Failure::now(error.to_string(), origin.attempt, origin.queue, job_type);
+            return Err(Box::new(Processed::early(
+                Outcome::Reject(failure),
+                Some(job_type),
+            )));
+        }
+    };
     let request = ClaimRequest {
-        key: idempotency_key(job_type, message.idempotency_key(), &message.original_id()),
+        key,
         lease_until: lease.visible_until_wall(),
         expires_at: now + settings.record_ttl,
-        validation: settings.validate_payload.then(|| payload_hash(&message.body)),
+        validation: settings
+            .validate_payload
+            .then(|| settings.key_style.validation(message)),
     };
     let answer = match bounded(settle_deadline, store.claim(&request)).await {
         Ok(answer) => answer,
@@ -348,7 +361,7 @@ fn existing_record(
                 output: record.output,
             }
         }
-        RecordStatus::InProgress => {
+        RecordStatus::InProgress | RecordStatus::Expired => {
             let fallback = request
                 .lease_until
                 .duration_since(now)

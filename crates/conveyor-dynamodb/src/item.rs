@@ -7,17 +7,22 @@
 //! | `status` | S | `INPROGRESS` or `COMPLETED` |
 //! | `expiration` | N | record expiry, epoch seconds (the TTL attribute) |
 //! | `in_progress_expiration` | N | lease end, epoch milliseconds (absent on some Powertools records) |
-//! | `data` | S | output JSON, completed records only |
+//! | `data` | S or native | output: JSON text (Python, Conveyor's default) or a native value such as M (TypeScript) |
 //! | `validation` | S | payload hash, when validation is on |
-//! | `fencing_token` | S | the claim's token (absent on Powertools' records) |
+//! | `fence` | N | the claim's fencing token (absent on Powertools' records) |
+//!
+//! `status` may also be `EXPIRED` (Powertools writes it for a record saved after its own expiry). With a
+//! sort key ([`SortKey`]) the id sits in the sort key and the partition key holds a constant.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use conveyor_core::{ClaimRequest, IdempotencyRecord, RecordStatus, StoreError};
+use base64::Engine;
+use conveyor_core::{IdempotencyRecord, RecordStatus, StoreError};
+use serde_json::Value;
 
-use crate::options::AttributeNames;
+use crate::options::{AttributeNames, DataFormat, SortKey};
 
 /// One DynamoDB item.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -43,27 +48,80 @@ pub(crate) fn string(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
 }
 
-/// The item a claim writes: in progress, with its lease, expiry, token and validation.
-pub(crate) fn in_progress(names: &AttributeNames, request: &ClaimRequest, token: &str) -> Item {
-    let mut item = Item::with_capacity(6);
-    item.insert(names.id.clone(), string(&request.key));
-    item.insert(names.status.clone(), string(RecordStatus::InProgress.as_str()));
-    item.insert(names.expiration.clone(), number(epoch_secs(request.expires_at)));
-    item.insert(
-        names.in_progress_expiration.clone(),
-        number(epoch_millis(request.lease_until)),
-    );
-    item.insert(names.fencing_token.clone(), string(token));
-    if let Some(validation) = &request.validation {
-        item.insert(names.validation.clone(), string(validation));
+/// The primary key of record `id`: `{id: <id>}`, or with a sort key `{id: <constant>, <sort key>: <id>}`.
+pub(crate) fn primary_key(names: &AttributeNames, sort_key: Option<&SortKey>, id: &str) -> Item {
+    match sort_key {
+        None => Item::from([(names.id.clone(), string(id))]),
+        Some(sort_key) => Item::from([
+            (names.id.clone(), string(&sort_key.partition_value)),
+            (sort_key.attribute.clone(), string(id)),
+        ]),
     }
-    item
+}
+
+/// The output as `complete` writes it into `data`.
+pub(crate) fn output_value(format: DataFormat, output: &str) -> AttributeValue {
+    if format == DataFormat::JsonString {
+        return string(output);
+    }
+    match serde_json::from_str::<Value>(output) {
+        Ok(value) => native(value),
+        Err(_) => string(output),
+    }
+}
+
+/// A JSON value as DynamoDB's native types, as the AWS SDK for JavaScript's `marshall` writes it.
+fn native(value: Value) -> AttributeValue {
+    match value {
+        Value::Null => AttributeValue::Null(true),
+        Value::Bool(flag) => AttributeValue::Bool(flag),
+        Value::Number(number) => AttributeValue::N(number.to_string()),
+        Value::String(text) => AttributeValue::S(text),
+        Value::Array(items) => AttributeValue::L(items.into_iter().map(native).collect()),
+        Value::Object(map) => {
+            AttributeValue::M(map.into_iter().map(|(key, item)| (key, native(item))).collect())
+        }
+    }
+}
+
+/// A native DynamoDB value as JSON (sets as arrays, binary as base64 text).
+fn to_json(value: &AttributeValue) -> Value {
+    match value {
+        AttributeValue::S(text) => Value::String(text.clone()),
+        AttributeValue::N(text) => number_json(text),
+        AttributeValue::Bool(flag) => Value::Bool(*flag),
+        AttributeValue::L(items) => Value::Array(items.iter().map(to_json).collect()),
+        AttributeValue::M(map) => Value::Object(
+            map.iter()
+                .map(|(key, item)| (key.clone(), to_json(item)))
+                .collect(),
+        ),
+        AttributeValue::Ss(items) => Value::Array(items.iter().cloned().map(Value::String).collect()),
+        AttributeValue::Ns(items) => Value::Array(items.iter().map(|text| number_json(text)).collect()),
+        AttributeValue::B(blob) => {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(blob.as_ref()))
+        }
+        AttributeValue::Bs(blobs) => Value::Array(
+            blobs
+                .iter()
+                .map(|blob| Value::String(base64::engine::general_purpose::STANDARD.encode(blob.as_ref())))
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
+/// A DynamoDB number as a JSON number (as text when JSON cannot hold it).
+fn number_json(text: &str) -> Value {
+    serde_json::from_str::<serde_json::Number>(text)
+        .map_or_else(|_| Value::String(text.to_owned()), Value::Number)
 }
 
 /// Reads a stored item. `key` is the key that was asked for (used when the item lacks its id, and in
 /// error messages); `table` names the table in error messages.
 pub(crate) fn parse_record(
     names: &AttributeNames,
+    sort_key: Option<&SortKey>,
     table: &str,
     key: &str,
     item: &Item,
@@ -77,7 +135,7 @@ pub(crate) fn parse_record(
     let status_text = reader.required_string(&names.status)?;
     let status = RecordStatus::parse(status_text).ok_or_else(|| {
         reader.malformed(format!(
-            "attribute `{}` is {status_text:?}; expected \"INPROGRESS\" or \"COMPLETED\"",
+            "attribute `{}` is {status_text:?}; expected \"INPROGRESS\", \"COMPLETED\" or \"EXPIRED\"",
             names.status
         ))
     })?;
@@ -88,14 +146,15 @@ pub(crate) fn parse_record(
         ))
     })?;
     let lease_millis = reader.number(&names.in_progress_expiration)?;
+    let id_attribute = sort_key.map_or(&names.id, |sort_key| &sort_key.attribute);
     Ok(IdempotencyRecord {
-        key: reader.optional_string(&names.id)?.unwrap_or(key).to_owned(),
+        key: reader.optional_string(id_attribute)?.unwrap_or(key).to_owned(),
         status,
         expires_at: UNIX_EPOCH + Duration::from_secs(expiration),
         lease_until: lease_millis.map(|millis| UNIX_EPOCH + Duration::from_millis(millis)),
-        output: reader.optional_string(&names.data)?.map(str::to_owned),
+        output: reader.output(&names.data),
         validation: reader.optional_string(&names.validation)?.map(str::to_owned),
-        token: reader.optional_string(&names.fencing_token)?.map(str::to_owned),
+        token: reader.number(&names.fencing_token)?,
     })
 }
 
@@ -126,6 +185,16 @@ impl<'a> Reader<'a> {
                 "attribute `{name}` should be a string (S), found {}",
                 type_name(other)
             ))),
+        }
+    }
+
+    /// The output: a string as is (Python's JSON text), any other value as JSON (TypeScript's native
+    /// map, list, number...).
+    fn output(&self, name: &str) -> Option<String> {
+        match self.item.get(name) {
+            None | Some(AttributeValue::Null(_)) => None,
+            Some(AttributeValue::S(text)) => Some(text.clone()),
+            Some(other) => Some(to_json(other).to_string()),
         }
     }
 
@@ -216,7 +285,7 @@ mod tests {
 
     #[test]
     fn reads_a_powertools_completed_record() {
-        let record = parse_record(&names(), "t", "asked", &powertools_completed()).unwrap();
+        let record = parse_record(&names(), None, "t", "asked", &powertools_completed()).unwrap();
         assert_eq!(
             record.key,
             "peers-bench-fn.__main__.record_handler#3511ac31c0c52af1547a237943ec42a9"
@@ -240,7 +309,7 @@ mod tests {
         let mut item = powertools_completed();
         item.remove("in_progress_expiration");
         item.remove("id");
-        let record = parse_record(&names(), "t", "asked", &item).unwrap();
+        let record = parse_record(&names(), None, "t", "asked", &item).unwrap();
         assert_eq!(record.key, "asked");
         assert_eq!(record.lease_until, None);
     }
@@ -250,7 +319,7 @@ mod tests {
         let mut item = powertools_completed();
         item.insert("expiration".into(), AttributeValue::N("1795964720.75".into()));
         item.insert("in_progress_expiration".into(), AttributeValue::N("-5".into()));
-        let record = parse_record(&names(), "t", "k", &item).unwrap();
+        let record = parse_record(&names(), None, "t", "k", &item).unwrap();
         assert_eq!(record.expires_at, UNIX_EPOCH + Duration::from_secs(1_795_964_720));
         assert_eq!(record.lease_until, Some(UNIX_EPOCH));
     }
@@ -258,14 +327,58 @@ mod tests {
     #[test]
     fn an_unknown_status_is_misconfigured_and_names_the_key() {
         let mut item = powertools_completed();
-        item.insert("status".into(), AttributeValue::S("EXPIRED".into()));
-        let error = parse_record(&names(), "jobs-idem", "k-1", &item).unwrap_err();
+        item.insert("status".into(), AttributeValue::S("DONE".into()));
+        let error = parse_record(&names(), None, "jobs-idem", "k-1", &item).unwrap_err();
         let StoreError::Misconfigured { message } = error else {
             panic!("expected Misconfigured, got {error:?}");
         };
         assert!(message.contains("\"k-1\""), "{message}");
         assert!(message.contains("jobs-idem"), "{message}");
-        assert!(message.contains("EXPIRED"), "{message}");
+        assert!(message.contains("DONE"), "{message}");
+    }
+
+    #[test]
+    fn expired_status_and_typescript_native_data_are_read() {
+        let mut item = powertools_completed();
+        item.insert("status".into(), AttributeValue::S("EXPIRED".into()));
+        item.insert(
+            "data".into(),
+            AttributeValue::M(HashMap::from([
+                ("ok".to_owned(), AttributeValue::Bool(true)),
+                ("n".to_owned(), AttributeValue::N("42".into())),
+                (
+                    "tags".to_owned(),
+                    AttributeValue::L(vec![AttributeValue::S("a".into())]),
+                ),
+            ])),
+        );
+        let record = parse_record(&names(), None, "t", "k", &item).unwrap();
+        assert_eq!(record.status, RecordStatus::Expired);
+        let output: Value = serde_json::from_str(record.output.as_deref().unwrap()).unwrap();
+        assert_eq!(output, serde_json::json!({"ok": true, "n": 42, "tags": ["a"]}));
+    }
+
+    #[test]
+    fn native_output_round_trips_and_a_sort_key_holds_the_id() {
+        let written = output_value(DataFormat::Native, r#"{"id":"m-1","n":[1,2.5,null]}"#);
+        assert!(matches!(written, AttributeValue::M(_)));
+        assert_eq!(output_value(DataFormat::JsonString, "{}"), string("{}"));
+        assert_eq!(output_value(DataFormat::Native, "not json"), string("not json"));
+        let sort_key = SortKey {
+            attribute: "sk".into(),
+            partition_value: "idempotency#fn".into(),
+        };
+        let mut item = primary_key(&names(), Some(&sort_key), "fn#abc");
+        assert_eq!(item.get("id"), Some(&string("idempotency#fn")));
+        item.insert("status".into(), string("COMPLETED"));
+        item.insert("expiration".into(), number(1));
+        item.insert("data".into(), written);
+        item.insert("fence".into(), number(7));
+        let record = parse_record(&names(), Some(&sort_key), "t", "asked", &item).unwrap();
+        assert_eq!(record.key, "fn#abc");
+        assert_eq!(record.token, Some(7));
+        let output: Value = serde_json::from_str(record.output.as_deref().unwrap()).unwrap();
+        assert_eq!(output, serde_json::json!({"id": "m-1", "n": [1, 2.5, null]}));
     }
 
     #[test]
@@ -279,30 +392,8 @@ mod tests {
         let mut not_a_number = powertools_completed();
         not_a_number.insert("expiration".into(), AttributeValue::N("soon".into()));
         for item in [wrong_type, missing_status, missing_expiry, not_a_number] {
-            let error = parse_record(&names(), "t", "k", &item).unwrap_err();
+            let error = parse_record(&names(), None, "t", "k", &item).unwrap_err();
             assert!(matches!(error, StoreError::Misconfigured { .. }), "{error:?}");
         }
-    }
-
-    #[test]
-    fn an_in_progress_item_round_trips() {
-        let now = SystemTime::now();
-        let request = ClaimRequest {
-            key: "conveyor:email#user:42".into(),
-            lease_until: now + Duration::from_secs(30),
-            expires_at: now + Duration::from_secs(3600),
-            validation: Some("abc".into()),
-        };
-        let item = in_progress(&names(), &request, "tok");
-        assert_eq!(item.len(), 6);
-        let record = parse_record(&names(), "t", &request.key, &item).unwrap();
-        assert_eq!(record.status, RecordStatus::InProgress);
-        assert_eq!(record.token.as_deref(), Some("tok"));
-        assert_eq!(record.validation.as_deref(), Some("abc"));
-        assert_eq!(
-            epoch_millis(record.lease_until.unwrap()),
-            epoch_millis(request.lease_until)
-        );
-        assert_eq!(epoch_secs(record.expires_at), epoch_secs(request.expires_at));
     }
 }

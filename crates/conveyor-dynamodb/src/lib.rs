@@ -13,6 +13,6 @@ pub use client::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,
     dynamodb_client_from_env, retry_config, timeout_config,
 };
-pub use options::{AttributeNames, OversizedOutput, StoreOptions};
+pub use options::{AttributeNames, DataFormat, OversizedOutput, SortKey, StoreOptions};
 pub use store::{CLAIM_CONDITION, DynamoStore, EXTEND_CONDITION, TOKEN_CONDITION};
 pub use table::{TableError, create_idempotency_table};

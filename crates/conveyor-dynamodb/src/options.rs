@@ -20,7 +20,7 @@ pub struct AttributeNames {
     pub data: String,
     /// The payload hash when payload validation is on (`validation`).
     pub validation: String,
-    /// Conveyor's fencing token (`fencing_token`); Powertools ignores it.
+    /// Conveyor's fencing token, a number (N) every claim increases (`fence`); Powertools ignores it.
     pub fencing_token: String,
 }
 
@@ -50,6 +50,30 @@ pub enum OversizedOutput {
     Error,
 }
 
+/// How `complete` writes the output into `data`. Reading accepts both, always.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DataFormat {
+    /// A string holding the output's JSON text, as Powertools for Python writes it (and reads it back
+    /// with `json.loads`).
+    #[default]
+    JsonString,
+    /// The output as a native DynamoDB value (a map for a JSON object), as Powertools for TypeScript
+    /// writes it (and reads it back with `unmarshall`). Outputs that are not JSON stay strings.
+    Native,
+}
+
+/// A table whose primary key has a sort key, as Powertools' `sort_key_attr` (Python) / `sortKeyAttr`
+/// (TypeScript) uses it: every record has the same partition key value and the record id in the sort key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SortKey {
+    /// The sort key attribute (a string), e.g. `sk`.
+    pub attribute: String,
+    /// The partition key value of every record: Powertools' `static_pk_value` / `staticPkValue`,
+    /// by default `idempotency#<AWS_LAMBDA_FUNCTION_NAME>` (Python) or
+    /// `idempotency#<key prefix>` (TypeScript).
+    pub partition_value: String,
+}
+
 /// Options for a [`DynamoStore`](crate::DynamoStore).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -61,4 +85,10 @@ pub struct StoreOptions {
     /// seen completed is answered without a request (until the record's expiry). In-progress records
     /// are never cached. `None` or `Some(0)`: no cache.
     pub completed_cache: Option<usize>,
+    /// How outputs are written into `data`: a JSON string (Python's way, the default) or a native
+    /// DynamoDB value (TypeScript's way). Pick the one of the Powertools consumer that shares the keys.
+    pub data_format: DataFormat,
+    /// The table's sort key, for tables laid out with Powertools' `sort_key_attr`; `None`: the record
+    /// id is the partition key (`id`).
+    pub sort_key: Option<SortKey>,
 }

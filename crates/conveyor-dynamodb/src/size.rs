@@ -45,10 +45,9 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     use aws_sdk_dynamodb::types::AttributeValue;
-    use conveyor_core::ClaimRequest;
 
     use super::*;
-    use crate::item::{Item, in_progress, number, string};
+    use crate::item::{Item, epoch_millis, number, primary_key, string};
 
     /// DynamoDB's documented sizes, exactly, for the types a record uses.
     fn item_size(item: &Item) -> usize {
@@ -75,13 +74,16 @@ mod tests {
         let names = AttributeNames::default();
         let now = SystemTime::now();
         let key = "conveyor:email#user:42";
-        let request = ClaimRequest {
-            key: key.into(),
-            lease_until: now + Duration::from_secs(30),
-            expires_at: now + Duration::from_secs(3600),
-            validation: Some(conveyor_core::idempotency::payload_hash("body")),
-        };
-        let mut item = in_progress(&names, &request, &conveyor_core::idempotency::new_token());
+        let mut item = primary_key(&names, None, key);
+        item.insert(
+            names.in_progress_expiration.clone(),
+            number(epoch_millis(now + Duration::from_secs(30))),
+        );
+        item.insert(names.fencing_token.clone(), number(epoch_millis(now) + 1));
+        item.insert(
+            names.validation.clone(),
+            string(conveyor_core::idempotency::payload_hash("body")),
+        );
         item.insert(names.status.clone(), string("COMPLETED"));
         item.insert(names.expiration.clone(), number(4_000_000_000));
         item.insert(names.data.clone(), string(""));

@@ -2,11 +2,22 @@
 //!
 //! # Design note: the requests
 //!
-//! - **claim** is one `PutItem` of an in-progress item, conditional in Powertools' exact form. When the
-//!   condition fails, `ReturnValuesOnConditionCheckFailure = ALL_OLD` brings the existing record back
-//!   with the failure, so a duplicate costs one request and no read. The times in the condition are
-//!   ours (`:now`, `:now_in_millis`), compared by DynamoDB at the moment of the write: expired records
-//!   are claimable whether or not TTL has deleted them.
+//! - **claim** is one `UpdateItem` that writes the in-progress record, conditional in Powertools' exact
+//!   form. It is an update rather than Powertools' `PutItem` for one reason: the fencing token. In the
+//!   same conditional write, `#fence = if_not_exists(#fence, :fence_base) + :one` increases the token
+//!   the record carries (a takeover gets the previous holder's token + 1; a fresh record starts above
+//!   the claimant's clock in epoch milliseconds, see `conveyor_core::idempotency::next_token`), and
+//!   `ReturnValues = UPDATED_NEW` brings the new token back. Because an update keeps attributes a put
+//!   would drop, the claim also `REMOVE`s `data` (and `validation` when it sets none), so a taken-over
+//!   record holds exactly what a fresh claim writes. When the condition fails,
+//!   `ReturnValuesOnConditionCheckFailure = ALL_OLD` brings the existing record back with the failure,
+//!   so a duplicate costs one request and no read. The times in the condition are ours (`:now`,
+//!   `:now_in_millis`), compared by DynamoDB at the moment of the write: expired records are claimable
+//!   whether or not TTL has deleted them.
+//! - Ordering: the condition is evaluated before the update on the same item, atomically, so two
+//!   claimants can never both see the condition true, and the token increase happens only for the one
+//!   that acquired. A holder's complete, release and extend compare its token with the record's: after a
+//!   takeover the record's token is higher, so the old holder's writes fail and change nothing.
 //! - **complete**, **release** and **extend_lease** are conditional on the claim's fencing token, so a
 //!   worker whose lease lapsed and was taken over cannot overwrite or delete the new owner's record
 //!   (Powertools writes these unconditionally).
@@ -19,10 +30,11 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::http::Response;
-use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, new_token};
+use conveyor_core::idempotency::EXPIRY_PAST_LEASE;
 use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
 };
@@ -100,7 +112,37 @@ impl DynamoStore {
     }
 
     fn parse(&self, key: &str, item: &Item) -> Result<IdempotencyRecord, StoreError> {
-        item::parse_record(&self.options.attributes, &self.table, key, item)
+        item::parse_record(
+            &self.options.attributes,
+            self.options.sort_key.as_ref(),
+            &self.table,
+            key,
+            item,
+        )
+    }
+
+    /// The primary key of record `id` (with the constant partition value when the table has a sort key).
+    fn primary_key(&self, id: &str) -> Item {
+        item::primary_key(&self.options.attributes, self.options.sort_key.as_ref(), id)
+    }
+
+    /// The fencing token an acquired claim's `UPDATED_NEW` answer carries.
+    fn acquired_token(&self, key: &str, attributes: Option<&Item>) -> Result<u64, StoreError> {
+        let names = &self.options.attributes;
+        match attributes.and_then(|item| item.get(&names.fencing_token)) {
+            Some(AttributeValue::N(text)) => text.parse().map_err(|_| StoreError::Misconfigured {
+                message: format!(
+                    "claim of {key:?} in table {} returned fencing token {text:?}, not a whole number",
+                    self.table
+                ),
+            }),
+            _ => Err(StoreError::Misconfigured {
+                message: format!(
+                    "claim of {key:?} in table {} did not return the fencing token `{}`",
+                    self.table, names.fencing_token
+                ),
+            }),
+        }
     }
 
     fn remember(&self, record: &IdempotencyRecord) {
@@ -114,10 +156,10 @@ impl DynamoStore {
     async fn existing_record(
         &self,
         key: &str,
-        error: &SdkError<PutItemError, Response>,
+        error: &SdkError<UpdateItemError, Response>,
     ) -> Result<IdempotencyRecord, StoreError> {
         let returned = match error.as_service_error() {
-            Some(PutItemError::ConditionalCheckFailedException(failure)) => failure.item(),
+            Some(UpdateItemError::ConditionalCheckFailedException(failure)) => failure.item(),
             _ => None,
         };
         if let Some(item) = returned.filter(|item| !item.is_empty()) {
@@ -128,8 +170,8 @@ impl DynamoStore {
             Some(record) => Ok(record),
             None => Err(StoreError::Unavailable {
                 message: format!(
-                    "the record of {key:?} in table {} was deleted while it was being claimed (its owner \
-                     released it); retry the claim",
+                    "the record of {key:?} in table {} was deleted while it was being claimed (by TTL or by \
+                     hand); retry the claim",
                     self.table
                 ),
             }),
@@ -180,12 +222,12 @@ impl DynamoStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(&names.id, string(&claim.key))
+            .set_key(Some(self.primary_key(&claim.key)))
             .condition_expression(TOKEN_CONDITION)
             .expression_attribute_names("#token", &names.fencing_token)
             .expression_attribute_names("#expiry", &names.expiration)
             .expression_attribute_names("#status", &names.status)
-            .expression_attribute_values(":token", string(&claim.token))
+            .expression_attribute_values(":token", number(claim.token))
             .expression_attribute_values(":expiry", number(epoch_secs(expires_at)))
             .expression_attribute_values(":status", string(RecordStatus::Completed.as_str()));
         update = match output {
@@ -194,7 +236,10 @@ impl DynamoStore {
                     "SET #response_data = :response_data, #expiry = :expiry, #status = :status",
                 )
                 .expression_attribute_names("#response_data", &names.data)
-                .expression_attribute_values(":response_data", string(output)),
+                .expression_attribute_values(
+                    ":response_data",
+                    item::output_value(self.options.data_format, output),
+                ),
             None => update.update_expression("SET #expiry = :expiry, #status = :status"),
         };
         if self.cache.is_some() {
@@ -233,27 +278,46 @@ impl IdempotencyStore for DynamoStore {
             return Ok(ClaimOutcome::Exists(record));
         }
         let names = &self.options.attributes;
-        let token = new_token();
         self.count_request();
-        let result = self
+        let mut set = String::from(
+            "SET #status = :inprogress, #expiry = :expiry, #in_progress_expiry = :in_progress_expiry, \
+             #token = if_not_exists(#token, :fence_base) + :one",
+        );
+        let mut remove = String::from(" REMOVE #response_data");
+        let mut update = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .set_item(Some(item::in_progress(names, request, &token)))
+            .set_key(Some(self.primary_key(&request.key)))
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#id", &names.id)
             .expression_attribute_names("#expiry", &names.expiration)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
             .expression_attribute_names("#status", &names.status)
+            .expression_attribute_names("#token", &names.fencing_token)
+            .expression_attribute_names("#response_data", &names.data)
+            .expression_attribute_names("#validation", &names.validation)
             .expression_attribute_values(":now", number(epoch_secs(now)))
             .expression_attribute_values(":now_in_millis", number(epoch_millis(now)))
             .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .expression_attribute_values(":expiry", number(epoch_secs(request.expires_at)))
+            .expression_attribute_values(":in_progress_expiry", number(epoch_millis(request.lease_until)))
+            .expression_attribute_values(":fence_base", number(epoch_millis(now)))
+            .expression_attribute_values(":one", number(1))
+            .return_values(ReturnValue::UpdatedNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match &request.validation {
+            Some(validation) => {
+                set.push_str(", #validation = :validation");
+                update = update.expression_attribute_values(":validation", string(validation));
+            }
+            None => remove.push_str(", #validation"),
+        }
+        let result = update.update_expression(set + &remove).send().await;
         let error = match result {
-            Ok(_) => {
-                tracing::debug!(key = %request.key, "claimed");
+            Ok(answer) => {
+                let token = self.acquired_token(&request.key, answer.attributes.as_ref())?;
+                tracing::debug!(key = %request.key, token, "claimed");
                 return Ok(ClaimOutcome::Acquired(Claim {
                     key: request.key.clone(),
                     token,
@@ -261,7 +325,7 @@ impl IdempotencyStore for DynamoStore {
             }
             Err(error) => error,
         };
-        match classify(&error, self.target("PutItem", &request.key)) {
+        match classify(&error, self.target("UpdateItem", &request.key)) {
             Failure::ConditionFailed => {
                 let record = self.existing_record(&request.key, &error).await?;
                 tracing::debug!(key = %request.key, status = record.status.as_str(), "key already claimed");
@@ -309,14 +373,20 @@ impl IdempotencyStore for DynamoStore {
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
         let names = &self.options.attributes;
         self.count_request();
+        // The record stays, with its lease ended and its token moved past ours: the key is claimable at
+        // once, the counter keeps counting, and a late extend or complete of ours is fenced.
         let result = self
             .client
-            .delete_item()
+            .update_item()
             .table_name(&self.table)
-            .key(&names.id, string(&claim.key))
+            .set_key(Some(self.primary_key(&claim.key)))
+            .update_expression("SET #in_progress_expiry = :released, #token = #token + :one")
             .condition_expression(TOKEN_CONDITION)
             .expression_attribute_names("#token", &names.fencing_token)
-            .expression_attribute_values(":token", string(&claim.token))
+            .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
+            .expression_attribute_values(":token", number(claim.token))
+            .expression_attribute_values(":released", number(0))
+            .expression_attribute_values(":one", number(1))
             .send()
             .await;
         if let Some(cache) = &self.cache {
@@ -327,7 +397,7 @@ impl IdempotencyStore for DynamoStore {
                 tracing::debug!(key = %claim.key, "released");
                 Ok(())
             }
-            Err(error) => Err(self.fenced(classify(&error, self.target("DeleteItem", &claim.key)), claim)),
+            Err(error) => Err(self.fenced(classify(&error, self.target("UpdateItem", &claim.key)), claim)),
         }
     }
 
@@ -338,7 +408,7 @@ impl IdempotencyStore for DynamoStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .key(&names.id, string(&claim.key))
+            .set_key(Some(self.primary_key(&claim.key)))
             .update_expression("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
             .condition_expression(EXTEND_CONDITION)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
@@ -347,7 +417,7 @@ impl IdempotencyStore for DynamoStore {
             .expression_attribute_names("#token", &names.fencing_token)
             .expression_attribute_names("#status", &names.status)
             .expression_attribute_values(":in_progress_expiry", number(epoch_millis(lease_until)))
-            .expression_attribute_values(":token", string(&claim.token))
+            .expression_attribute_values(":token", number(claim.token))
             .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
             .send()
             .await;
@@ -358,13 +428,12 @@ impl IdempotencyStore for DynamoStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let names = &self.options.attributes;
         self.count_request();
         let result = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key(&names.id, string(key))
+            .set_key(Some(self.primary_key(key)))
             .consistent_read(true)
             .send()
             .await;

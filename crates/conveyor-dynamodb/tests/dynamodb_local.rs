@@ -77,11 +77,7 @@ async fn of_twenty_concurrent_claimants_exactly_one_acquires() {
     assert_eq!(others.len(), 19);
     for record in &others {
         assert_eq!(record.status, RecordStatus::InProgress);
-        assert_eq!(
-            record.token.as_deref(),
-            Some(winners[0].token.as_str()),
-            "the winner's record"
-        );
+        assert_eq!(record.token, Some(winners[0].token), "the winner's record");
         assert!(record.lease_until.is_some());
     }
     assert_eq!(store.requests(), 20, "one request per claimant, no reads");
@@ -96,7 +92,7 @@ async fn a_lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced() {
     let stale = acquire(&store, &stale_request).await;
 
     let fresh = acquire(&store, &request(key, MINUTE)).await;
-    assert_ne!(stale.token, fresh.token);
+    assert!(fresh.token > stale.token);
 
     let fenced = Err(StoreError::Fenced { key: key.into() });
     assert_eq!(
@@ -110,7 +106,7 @@ async fn a_lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced() {
 
     let record = store.get(key).await.unwrap().unwrap();
     assert_eq!(record.status, RecordStatus::InProgress);
-    assert_eq!(record.token.as_deref(), Some(fresh.token.as_str()));
+    assert_eq!(record.token, Some(fresh.token));
     assert_eq!(record.output, None);
     store
         .complete(&fresh, Some("{\"fresh\":true}"), SystemTime::now() + HOUR)
@@ -205,9 +201,19 @@ async fn a_released_key_can_be_claimed_again() {
     let key = "conveyor:release#1";
     let first = acquire(&store, &request(key, MINUTE)).await;
     store.release(&first).await.unwrap();
-    assert_eq!(store.get(key).await.unwrap(), None);
+    let released = store.get(key).await.unwrap().unwrap();
+    assert!(released.is_free_at(SystemTime::now()), "{released:?}");
+    assert_eq!(
+        released.token,
+        Some(first.token + 1),
+        "the release moved the token past ours"
+    );
     let second = acquire(&store, &request(key, MINUTE)).await;
-    assert_ne!(first.token, second.token);
+    assert_eq!(
+        second.token,
+        first.token + 2,
+        "the counter keeps counting across a release"
+    );
 }
 
 #[tokio::test]
@@ -414,7 +420,7 @@ async fn the_cache_respects_expiry() {
         .unwrap();
     let before = store.requests();
     let again = acquire(&store, &request(key, MINUTE)).await;
-    assert_ne!(again.token, claim.token);
+    assert!(again.token > claim.token);
     assert_eq!(store.requests(), before + 1);
 }
 
@@ -441,5 +447,5 @@ async fn a_claim_writes_the_validation_and_token() {
     let claim = acquire(&store, &claim_request).await;
     let item = raw_item(&client, &table, key).await;
     assert_eq!(item["validation"], AttributeValue::S(payload_hash("body")));
-    assert_eq!(item["fencing_token"], AttributeValue::S(claim.token));
+    assert_eq!(item["fence"], AttributeValue::N(claim.token.to_string()));
 }

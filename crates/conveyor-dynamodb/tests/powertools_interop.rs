@@ -1,5 +1,5 @@
 //! One table shared with AWS Lambda Powertools: records Powertools wrote are understood, and the records
-//! Conveyor writes have exactly Powertools' attribute names and types (plus `fencing_token`).
+//! Conveyor writes have exactly Powertools' attribute names and types (plus `fence`).
 //!
 //! The items come from `fixtures/powertools-idempotency-record.json`, captured on 2026-11-29 from
 //! Powertools for Python 3.37.0 against DynamoDB Local 3.3.1; only their times are refreshed.
@@ -214,13 +214,13 @@ async fn a_conveyor_record_has_powertools_names_and_types_plus_the_token() {
 
     // Powertools' completed item, attribute for attribute, plus Conveyor's token.
     let mut expected = kinds(&typed(&fixture()["item_completed"]));
-    expected.push(("fencing_token".into(), "S"));
+    expected.push(("fence".into(), "N"));
     expected.sort();
     assert_eq!(kinds(&item), expected);
     assert_eq!(item["id"].as_s().unwrap(), key);
     assert_eq!(item["status"].as_s().unwrap(), "COMPLETED");
     assert_eq!(item["data"].as_s().unwrap(), r#"{"ok": true}"#);
-    assert_eq!(item["fencing_token"].as_s().unwrap(), &claim.token);
+    assert_eq!(item["fence"].as_n().unwrap(), &claim.token.to_string());
     let expiration: u64 = item["expiration"].as_n().unwrap().parse().unwrap();
     assert!(
         (before_secs + 3590..=before_secs + 3610).contains(&expiration),

@@ -1,5 +1,6 @@
-//! Request shapes, checked with aws-smithy-mocks: the claim is Powertools' exact conditional PutItem,
-//! a duplicate costs one request, and complete/release/extend are fenced on the token.
+//! Request shapes, checked with aws-smithy-mocks: the claim is one UpdateItem under Powertools' exact
+//! condition that also increases the fencing token, a duplicate costs one request, and
+//! complete/release/extend are fenced on the token.
 //!
 //! The fixture `fixtures/powertools-idempotency-record.json` was captured on 2026-11-29 from AWS Lambda
 //! Powertools for Python 3.37.0 against DynamoDB Local 3.3.1 (see its `what` and `versions` fields).
@@ -12,9 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{Config, Region};
-use aws_sdk_dynamodb::operation::delete_item::{DeleteItemError, DeleteItemInput, DeleteItemOutput};
 use aws_sdk_dynamodb::operation::get_item::{GetItemInput, GetItemOutput};
-use aws_sdk_dynamodb::operation::put_item::{PutItemInput, PutItemOutput};
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemInput, UpdateItemOutput};
 use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -115,13 +114,17 @@ fn conditional_check_failed_response(item: Option<&Value>) -> Response {
 }
 
 #[tokio::test]
-async fn the_claim_is_powertools_conditional_put_with_all_old() {
-    let (seen, record) = recorder::<PutItemInput>();
-    let put = mock!(Client::put_item).then_compute_response(move |input| {
+async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_token() {
+    let (seen, record) = recorder::<UpdateItemInput>();
+    let update = mock!(Client::update_item).then_compute_response(move |input| {
         record(input);
-        MockResponse::Output(PutItemOutput::builder().build())
+        MockResponse::Output(
+            UpdateItemOutput::builder()
+                .attributes("fence", AttributeValue::N("1796000000123".into()))
+                .build(),
+        )
     });
-    let store = DynamoStore::new(mock_client(&[&put]), TABLE);
+    let store = DynamoStore::new(mock_client(&[&update]), TABLE);
     let mut claim = request("conveyor:email#user:42");
     claim.validation = Some("hash".into());
     let before = epoch_secs_now();
@@ -129,6 +132,10 @@ async fn the_claim_is_powertools_conditional_put_with_all_old() {
     let ClaimOutcome::Acquired(held) = outcome else {
         panic!("expected Acquired, got {outcome:?}");
     };
+    assert_eq!(
+        held.token, 1_796_000_000_123,
+        "the token is the one DynamoDB computed"
+    );
     assert_eq!(store.requests(), 1);
 
     let seen = seen.lock().unwrap();
@@ -141,17 +148,38 @@ async fn the_claim_is_powertools_conditional_put_with_all_old() {
         "the claim condition must be Powertools' own"
     );
     assert_eq!(
-        names_of(input.expression_attribute_names()),
-        json_names(&reference["ExpressionAttributeNames"])
+        input.update_expression(),
+        Some(
+            "SET #status = :inprogress, #expiry = :expiry, #in_progress_expiry = :in_progress_expiry, \
+             #token = if_not_exists(#token, :fence_base) + :one, #validation = :validation REMOVE #response_data"
+        )
     );
+    let mut expected_names = json_names(&reference["ExpressionAttributeNames"]);
+    expected_names.insert("#token".into(), "fence".into());
+    expected_names.insert("#response_data".into(), "data".into());
+    expected_names.insert("#validation".into(), "validation".into());
+    assert_eq!(names_of(input.expression_attribute_names()), expected_names);
     assert_eq!(
         input.return_values_on_condition_check_failure(),
         Some(&ReturnValuesOnConditionCheckFailure::AllOld)
     );
+    assert_eq!(input.return_values(), Some(&ReturnValue::UpdatedNew));
     let values = input.expression_attribute_values().unwrap();
     let mut value_names: Vec<_> = values.keys().cloned().collect();
     value_names.sort();
-    assert_eq!(value_names, [":inprogress", ":now", ":now_in_millis"]);
+    assert_eq!(
+        value_names,
+        [
+            ":expiry",
+            ":fence_base",
+            ":in_progress_expiry",
+            ":inprogress",
+            ":now",
+            ":now_in_millis",
+            ":one",
+            ":validation"
+        ]
+    );
     assert_eq!(s(&values[":inprogress"]), "INPROGRESS");
     let now = n(&values[":now"]);
     assert!((before..=before + 2).contains(&now), "{now} is not epoch seconds");
@@ -160,34 +188,42 @@ async fn the_claim_is_powertools_conditional_put_with_all_old() {
         now,
         ":now_in_millis is not epoch millis"
     );
-
-    let item = input.item().unwrap();
-    let mut attributes: Vec<_> = item.keys().cloned().collect();
-    attributes.sort();
+    assert_eq!(n(&values[":fence_base"]), n(&values[":now_in_millis"]));
+    assert_eq!(n(&values[":one"]), 1);
+    assert_eq!(s(&values[":validation"]), "hash");
     assert_eq!(
-        attributes,
-        [
-            "expiration",
-            "fencing_token",
-            "id",
-            "in_progress_expiration",
-            "status",
-            "validation"
-        ]
+        input.key().unwrap()["id"],
+        AttributeValue::S("conveyor:email#user:42".into())
     );
-    assert_eq!(s(&item["id"]), "conveyor:email#user:42");
-    assert_eq!(s(&item["status"]), "INPROGRESS");
-    assert_eq!(s(&item["fencing_token"]), held.token);
-    assert_eq!(s(&item["validation"]), "hash");
-    let expiration = n(&item["expiration"]);
+    let expiration = n(&values[":expiry"]);
     assert!(
         (now + 3599..=now + 3601).contains(&expiration),
         "expiration is not epoch seconds"
     );
-    let lease = n(&item["in_progress_expiration"]);
+    let lease = n(&values[":in_progress_expiry"]);
     assert!(
         (now * 1000 + 59_000..=now * 1000 + 62_000).contains(&lease),
         "in_progress_expiration is not epoch millis"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_without_validation_removes_a_stale_one() {
+    let (seen, record) = recorder::<UpdateItemInput>();
+    let update = mock!(Client::update_item).then_compute_response(move |input| {
+        record(input);
+        MockResponse::Output(
+            UpdateItemOutput::builder()
+                .attributes("fence", AttributeValue::N("7".into()))
+                .build(),
+        )
+    });
+    let store = DynamoStore::new(mock_client(&[&update]), TABLE);
+    store.claim(&request("k")).await.unwrap();
+    let expression = seen.lock().unwrap()[0].update_expression().unwrap().to_owned();
+    assert!(
+        expression.ends_with(" REMOVE #response_data, #validation"),
+        "{expression}"
     );
 }
 
@@ -196,7 +232,7 @@ async fn a_duplicate_costs_one_request_and_reads_the_record_from_the_failure() {
     let fixture = fixture();
     // Exactly the response Powertools got for its duplicate delivery.
     let returned = fixture["requests_duplicate_invocation"][1]["response"]["Item"].clone();
-    let put = mock!(Client::put_item)
+    let put = mock!(Client::update_item)
         .then_http_response(move || conditional_check_failed_response(Some(&returned)));
     let get = mock!(Client::get_item).then_output(|| GetItemOutput::builder().build());
     let store = DynamoStore::new(mock_client(&[&put, &get]), TABLE);
@@ -225,7 +261,7 @@ async fn a_duplicate_costs_one_request_and_reads_the_record_from_the_failure() {
 
 #[tokio::test]
 async fn a_failure_without_the_record_reads_it_once_consistently() {
-    let put = mock!(Client::put_item).then_http_response(|| conditional_check_failed_response(None));
+    let put = mock!(Client::update_item).then_http_response(|| conditional_check_failed_response(None));
     let (seen, record) = recorder::<GetItemInput>();
     let get = mock!(Client::get_item).then_compute_response(move |input| {
         record(input);
@@ -261,7 +297,7 @@ async fn a_failure_without_the_record_reads_it_once_consistently() {
 fn claim() -> Claim {
     Claim {
         key: "conveyor:email#user:42".into(),
-        token: "token-1".into(),
+        token: 1_796_000_000_001,
     }
 }
 
@@ -286,10 +322,10 @@ async fn complete_sets_powertools_fields_under_the_token_condition() {
     assert_eq!(input.update_expression(), reference["UpdateExpression"].as_str());
     assert_eq!(input.condition_expression(), Some("#token = :token"));
     let mut expected_names = json_names(&reference["ExpressionAttributeNames"]);
-    expected_names.insert("#token".into(), "fencing_token".into());
+    expected_names.insert("#token".into(), "fence".into());
     assert_eq!(names_of(input.expression_attribute_names()), expected_names);
     let values = input.expression_attribute_values().unwrap();
-    assert_eq!(s(&values[":token"]), "token-1");
+    assert_eq!(n(&values[":token"]), 1_796_000_000_001);
     assert_eq!(s(&values[":status"]), "COMPLETED");
     assert_eq!(s(&values[":response_data"]), r#"{"ok":true}"#);
     assert_eq!(n(&values[":expiry"]), 1_795_964_720);
@@ -345,13 +381,13 @@ async fn with_a_cache_complete_asks_for_the_new_record() {
 }
 
 #[tokio::test]
-async fn release_deletes_under_the_token_condition() {
-    let (seen, record) = recorder::<DeleteItemInput>();
-    let delete = mock!(Client::delete_item).then_compute_response(move |input| {
+async fn release_ends_the_lease_and_moves_the_token_under_the_token_condition() {
+    let (seen, record) = recorder::<UpdateItemInput>();
+    let update = mock!(Client::update_item).then_compute_response(move |input| {
         record(input);
-        MockResponse::Output(DeleteItemOutput::builder().build())
+        MockResponse::Output(UpdateItemOutput::builder().build())
     });
-    let store = DynamoStore::new(mock_client(&[&delete]), TABLE);
+    let store = DynamoStore::new(mock_client(&[&update]), TABLE);
 
     store.release(&claim()).await.unwrap();
 
@@ -359,13 +395,27 @@ async fn release_deletes_under_the_token_condition() {
     let input = &seen[0];
     assert_eq!(input.condition_expression(), Some("#token = :token"));
     assert_eq!(
-        names_of(input.expression_attribute_names()),
-        HashMap::from([("#token".to_owned(), "fencing_token".to_owned())])
+        input.update_expression(),
+        Some("SET #in_progress_expiry = :released, #token = #token + :one")
     );
     assert_eq!(
-        s(&input.expression_attribute_values().unwrap()[":token"]),
-        "token-1"
+        names_of(input.expression_attribute_names()),
+        HashMap::from([
+            ("#token".to_owned(), "fence".to_owned()),
+            (
+                "#in_progress_expiry".to_owned(),
+                "in_progress_expiration".to_owned()
+            ),
+        ])
     );
+    let values = input.expression_attribute_values().unwrap();
+    assert_eq!(n(&values[":token"]), 1_796_000_000_001);
+    assert_eq!(
+        n(&values[":released"]),
+        0,
+        "a lease at the epoch has lapsed for every claimant"
+    );
+    assert_eq!(n(&values[":one"]), 1);
     assert_eq!(input.key().unwrap()["id"], AttributeValue::S(claim().key));
 }
 
@@ -394,7 +444,7 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     let names = names_of(input.expression_attribute_names());
     assert_eq!(names["#in_progress_expiry"], "in_progress_expiration");
     assert_eq!(names["#expiry"], "expiration");
-    assert_eq!(names["#token"], "fencing_token");
+    assert_eq!(names["#token"], "fence");
     assert_eq!(names["#status"], "status");
     let values = input.expression_attribute_values().unwrap();
     assert_eq!(n(&values[":in_progress_expiry"]), 1_795_961_180_693);
@@ -404,7 +454,7 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
         "the record expires an hour past its lease, so TTL cannot delete it under a running job"
     );
     assert_eq!(s(&values[":inprogress"]), "INPROGRESS");
-    assert_eq!(s(&values[":token"]), "token-1");
+    assert_eq!(n(&values[":token"]), 1_796_000_000_001);
 }
 
 #[tokio::test]
@@ -412,10 +462,7 @@ async fn a_failed_token_condition_is_fenced() {
     let failed_update = mock!(Client::update_item).then_error(|| {
         UpdateItemError::ConditionalCheckFailedException(ConditionalCheckFailedException::builder().build())
     });
-    let failed_delete = mock!(Client::delete_item).then_error(|| {
-        DeleteItemError::ConditionalCheckFailedException(ConditionalCheckFailedException::builder().build())
-    });
-    let store = DynamoStore::new(mock_client(&[&failed_update, &failed_delete]), TABLE);
+    let store = DynamoStore::new(mock_client(&[&failed_update]), TABLE);
     let fenced = StoreError::Fenced { key: claim().key };
 
     assert_eq!(
@@ -519,13 +566,13 @@ async fn throttling_is_unavailable_and_a_missing_table_is_misconfigured() {
             )
         }
     };
-    let throttled =
-        mock!(Client::put_item).then_http_response(error_response("ProvisionedThroughputExceededException"));
+    let throttled = mock!(Client::update_item)
+        .then_http_response(error_response("ProvisionedThroughputExceededException"));
     let store = DynamoStore::new(mock_client(&[&throttled]), TABLE);
     let error = store.claim(&request("k")).await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
 
-    let missing = mock!(Client::put_item).then_http_response(error_response("ResourceNotFoundException"));
+    let missing = mock!(Client::update_item).then_http_response(error_response("ResourceNotFoundException"));
     let store = DynamoStore::new(mock_client(&[&missing]), TABLE);
     let error = store.claim(&request("k")).await.unwrap_err();
     let StoreError::Misconfigured { message } = error else {

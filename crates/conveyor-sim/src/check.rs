@@ -282,8 +282,8 @@ fn first_completion_lost(job: u32, observed: &Observation) -> bool {
         .iter()
         .find(|(done, _)| *done == job)
         .and_then(|(_, run)| log.runs.get(*run))
-        .and_then(|run| run.token.as_ref())
-        .is_some_and(|token| !observed.completed_tokens.contains(token))
+        .and_then(|run| Some((run.key.clone()?, run.token?)))
+        .is_some_and(|claim| !observed.completed_tokens.contains(&claim))
 }
 
 /// Every receive of `message_id` was by a Lambda function.

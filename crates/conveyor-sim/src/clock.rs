@@ -31,7 +31,7 @@ const VIRTUAL_EPOCH_SECS: u64 = 4_102_444_800;
 pub struct VirtualStore {
     inner: Arc<MemoryIdempotencyStore>,
     origin: Instant,
-    completed: Mutex<HashSet<String>>,
+    completed: Mutex<HashSet<(String, u64)>>,
 }
 
 fn round_to_millis(duration: Duration) -> Duration {
@@ -48,8 +48,8 @@ impl VirtualStore {
         }
     }
 
-    /// The tokens of the claims completed so far.
-    pub fn completed_tokens(&self) -> HashSet<String> {
+    /// The claims (key, fencing token) completed so far.
+    pub fn completed_tokens(&self) -> HashSet<(String, u64)> {
         self.completed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -132,7 +132,7 @@ impl IdempotencyStore for VirtualStore {
         self.completed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(claim.token.clone());
+            .insert((claim.key.clone(), claim.token));
         Ok(())
     }
 

@@ -42,6 +42,7 @@ impl Handler for SimHandler {
             job.job,
             self.instance.name(),
             ctx.message_id(),
+            ctx.idempotency_key(),
             ctx.fencing_token(),
         );
         let Some(step) = self.jobs.get(job.job as usize).and_then(|spec| spec.step(index)) else {

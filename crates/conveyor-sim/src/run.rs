@@ -45,8 +45,8 @@ pub struct Observation {
     pub dead_instances: Vec<String>,
     /// The queue was FIFO.
     pub fifo: bool,
-    /// The tokens of the claims that were completed in the store.
-    pub completed_tokens: HashSet<String>,
+    /// The claims (key, fencing token) that were completed in the store.
+    pub completed_tokens: HashSet<(String, u64)>,
 }
 
 /// A worker started by the run.

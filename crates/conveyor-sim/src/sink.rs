@@ -53,8 +53,10 @@ pub struct Run {
     pub instance: String,
     /// The message it ran for.
     pub message_id: String,
-    /// The fencing token it held.
-    pub token: Option<String>,
+    /// The idempotency key it was claimed under.
+    pub key: Option<String>,
+    /// The fencing token it held (unique per key, not across keys).
+    pub token: Option<u64>,
     /// Virtual milliseconds at start and end.
     pub started_ms: u128,
     /// Virtual milliseconds at the end, when it ended.
@@ -180,7 +182,8 @@ impl Sink {
         job: u32,
         instance: &str,
         message_id: &str,
-        token: Option<&str>,
+        key: Option<&str>,
+        token: Option<u64>,
     ) -> (usize, usize) {
         let mut log = self.lock();
         let index = log.runs.iter().filter(|run| run.job == job).count();
@@ -189,7 +192,8 @@ impl Sink {
             index,
             instance: instance.to_owned(),
             message_id: message_id.to_owned(),
-            token: token.map(str::to_owned),
+            key: key.map(str::to_owned),
+            token,
             started_ms: self.trace.elapsed_ms(),
             ended_ms: None,
             end: RunEnd::Unfinished,
@@ -198,7 +202,7 @@ impl Sink {
         drop(log);
         self.trace.step(format!(
             "{instance} runs job {job} (run {index}) for {message_id}, token {}",
-            token.unwrap_or("none")
+            token.map_or_else(|| "none".to_owned(), |token| token.to_string())
         ));
         (run, index)
     }
@@ -216,13 +220,10 @@ impl Sink {
     }
 
     /// Applies run `run`'s effect for `job` if `token` is still the claim on `key`; refuses otherwise.
-    pub fn apply(&self, job: u32, run: usize, key: Option<&str>, token: Option<&str>) -> Result<(), String> {
+    pub fn apply(&self, job: u32, run: usize, key: Option<&str>, token: Option<u64>) -> Result<(), String> {
         let refusal = match (key, token) {
             (Some(key), Some(token)) => match self.store.current(key) {
-                Some(record)
-                    if record.token.as_deref() == Some(token)
-                        && record.status == RecordStatus::InProgress =>
-                {
+                Some(record) if record.token == Some(token) && record.status == RecordStatus::InProgress => {
                     None
                 }
                 Some(record) => Some(format!(

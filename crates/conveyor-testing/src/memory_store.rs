@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, new_token};
+use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, next_token};
 use conveyor_core::limits::MAX_ITEM_BYTES;
 use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
@@ -15,11 +15,11 @@ use conveyor_core::{
 /// Store calls made so far, one per DynamoDB request the real store would make.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreRequests {
-    /// `claim` calls (a conditional `PutItem`).
+    /// `claim` calls (a conditional `UpdateItem`).
     pub claim: u64,
     /// `complete` calls (a conditional `UpdateItem`).
     pub complete: u64,
-    /// `release` calls (a conditional `DeleteItem`).
+    /// `release` calls (a conditional `UpdateItem`).
     pub release: u64,
     /// `extend_lease` calls (a conditional `UpdateItem`).
     pub extend_lease: u64,
@@ -49,6 +49,8 @@ struct Counters {
 ///   when it is in progress with an `in_progress_expiration` (epoch milliseconds) before now, compared
 ///   with `SystemTime::now()` at the call, at the same granularity DynamoDB stores (so records read back
 ///   carry times truncated to seconds and milliseconds, as they would from the table).
+/// - A claim's fencing token is the replaced record's + 1, or the clock's epoch milliseconds + 1 on a
+///   fresh record (`conveyor_core::idempotency::next_token`), as the DynamoDB store's update computes it.
 /// - `complete`, `release` and `extend_lease` are fenced on the claim's token; `extend_lease` also
 ///   requires the record to be in progress (a completed record's lease is never moved).
 /// - [`MemoryIdempotencyStore::set_unavailable`] makes every call fail with
@@ -139,7 +141,7 @@ impl MemoryIdempotencyStore {
     ) -> Result<(), StoreError> {
         let mut records = self.lock();
         let held = records.get(&claim.key).is_some_and(|record| {
-            record.token.as_deref() == Some(claim.token.as_str())
+            record.token == Some(claim.token)
                 && (!in_progress_only || record.status == RecordStatus::InProgress)
         });
         if !held {
@@ -188,8 +190,9 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         {
             return Ok(ClaimOutcome::Exists(record.clone()));
         }
-        let token = new_token();
-        let record = stored(IdempotencyRecord::in_progress(request, &token));
+        // DynamoDB's `if_not_exists(fence, :now_ms) + 1` in the same conditional write.
+        let token = next_token(records.get(&request.key).and_then(|record| record.token), now);
+        let record = stored(IdempotencyRecord::in_progress(request, token));
         records.insert(request.key.clone(), record);
         Ok(ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),
@@ -225,7 +228,10 @@ impl IdempotencyStore for MemoryIdempotencyStore {
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
         self.check_available(&self.counters.release)?;
         self.fenced(claim, false, |records| {
-            records.remove(&claim.key);
+            if let Some(record) = records.get_mut(&claim.key) {
+                record.lease_until = Some(UNIX_EPOCH);
+                record.token = Some(claim.token.saturating_add(1));
+            }
         })
     }
 

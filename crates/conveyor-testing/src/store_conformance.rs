@@ -27,6 +27,7 @@ pub const CASES: &[&str] = &[
     "extend_lease_moves_the_lease",
     "extend_lease_refuses_a_completed_record",
     "validation_hash_is_kept",
+    "fencing_token_increases_with_every_claim",
 ];
 
 /// Runs every case against `store`; returns every failed case.
@@ -67,6 +68,10 @@ pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailur
         (
             "validation_hash_is_kept",
             Box::pin(validation_hash_is_kept(store.as_ref())),
+        ),
+        (
+            "fencing_token_increases_with_every_claim",
+            Box::pin(fencing_token_increases_with_every_claim(store.as_ref())),
         ),
     ];
     run_cases("store", cases).await
@@ -198,7 +203,7 @@ pub async fn claim_race_exactly_one_wins(store: Arc<dyn IdempotencyStore>) -> Ca
         );
         ensure!(
             case,
-            record.token.as_deref() == Some(winner.token.as_str()),
+            record.token == Some(winner.token),
             "a loser saw token {:?}, the winner holds {}",
             record.token,
             winner.token
@@ -207,7 +212,7 @@ pub async fn claim_race_exactly_one_wins(store: Arc<dyn IdempotencyStore>) -> Ca
     let stored = read(case, store.as_ref(), &key).await?;
     ensure!(
         case,
-        stored.and_then(|record| record.token).as_deref() == Some(winner.token.as_str()),
+        stored.and_then(|record| record.token) == Some(winner.token),
         "the stored record is not the winner's"
     );
     Ok(())
@@ -244,7 +249,7 @@ pub async fn live_claim_blocks_a_second_claim(store: &dyn IdempotencyStore) -> C
     Ok(())
 }
 
-/// A claim whose lease has lapsed is taken over by the next claim, with a new token.
+/// A claim whose lease has lapsed is taken over by the next claim, with a higher token.
 pub async fn lapsed_lease_is_taken_over(store: &dyn IdempotencyStore) -> CaseResult {
     let case = "lapsed_lease_is_taken_over";
     let key = key(case);
@@ -252,13 +257,15 @@ pub async fn lapsed_lease_is_taken_over(store: &dyn IdempotencyStore) -> CaseRes
     let next = acquire(case, store, &live(&key)).await?;
     ensure!(
         case,
-        next.token != crashed.token,
-        "the takeover kept the old token"
+        next.token > crashed.token,
+        "the takeover's token {} is not above the old {}",
+        next.token,
+        crashed.token
     );
     let record = read(case, store, &key).await?;
     ensure!(
         case,
-        record.and_then(|record| record.token).as_deref() == Some(next.token.as_str()),
+        record.and_then(|record| record.token) == Some(next.token),
         "the record does not carry the new token"
     );
     Ok(())
@@ -295,7 +302,7 @@ pub async fn settling_is_fenced_after_takeover(store: &dyn IdempotencyStore) -> 
     };
     ensure!(
         case,
-        record.token.as_deref() == Some(new.token.as_str()),
+        record.token == Some(new.token),
         "token changed to {:?}",
         record.token
     );
@@ -355,13 +362,14 @@ pub async fn expired_completed_record_is_claimable(store: &dyn IdempotencyStore)
     let again = acquire(case, store, &live(&key)).await?;
     ensure!(
         case,
-        again.token != claim.token,
-        "the new claim kept the old token"
+        again.token > claim.token,
+        "the new claim's token is not above the old one"
     );
     Ok(())
 }
 
-/// Release deletes the record, so the key can be claimed at once; a second release is fenced.
+/// Release frees the key at once (the record stays, its lease ended, so its token keeps counting); a
+/// second release is fenced, and so is a late extension (it would lock the key again).
 pub async fn release_makes_the_key_claimable(store: &dyn IdempotencyStore) -> CaseResult {
     let case = "release_makes_the_key_claimable";
     let key = key(case);
@@ -372,15 +380,23 @@ pub async fn release_makes_the_key_claimable(store: &dyn IdempotencyStore) -> Ca
     );
     let claim = acquire(case, store, &live(&key)).await?;
     store.release(&claim).await.or_fail(case, "release")?;
+    let released = read(case, store, &key).await?;
     ensure!(
         case,
-        read(case, store, &key).await?.is_none(),
-        "the record survived its release"
+        released
+            .as_ref()
+            .is_none_or(|record| record.is_free_at(SystemTime::now())),
+        "the record is not free after its release: {released:?}"
     );
     ensure!(
         case,
         is_fenced(&store.release(&claim).await),
         "a second release was not fenced"
+    );
+    ensure!(
+        case,
+        is_fenced(&store.extend_lease(&claim, SystemTime::now() + HOUR).await),
+        "an extension after the release was not fenced"
     );
     acquire(case, store, &live(&key)).await?;
     Ok(())
@@ -414,7 +430,7 @@ pub async fn extend_lease_moves_the_lease(store: &dyn IdempotencyStore) -> CaseR
     );
     ensure!(
         case,
-        record.token.as_deref() == Some(claim.token.as_str()),
+        record.token == Some(claim.token),
         "extending changed the token"
     );
     Ok(())
@@ -460,6 +476,36 @@ pub async fn validation_hash_is_kept(store: &dyn IdempotencyStore) -> CaseResult
         record.validation.as_deref() == Some(hash.as_str()),
         "validation {:?}",
         record.validation
+    );
+    Ok(())
+}
+
+/// Every claim of a key gets a token above every earlier one: a takeover, a claim after a release and a
+/// claim after the record expired, back to back (a counter in the record, not a clock).
+pub async fn fencing_token_increases_with_every_claim(store: &dyn IdempotencyStore) -> CaseResult {
+    let case = "fencing_token_increases_with_every_claim";
+    let key = key(case);
+    let mut tokens = vec![acquire(case, store, &lapsed(&key)).await?.token];
+    let taken_over = acquire(case, store, &lapsed(&key)).await?;
+    tokens.push(taken_over.token);
+    store.release(&taken_over).await.or_fail(case, "release")?;
+    let after_release = acquire(case, store, &live(&key)).await?;
+    tokens.push(after_release.token);
+    store
+        .complete(&after_release, Some("1"), SystemTime::now() - PAST)
+        .await
+        .or_fail(case, "complete (already expired)")?;
+    tokens.push(acquire(case, store, &live(&key)).await?.token);
+    ensure!(
+        case,
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens did not increase with every claim: {tokens:?}"
+    );
+    let record = read(case, store, &key).await?;
+    ensure!(
+        case,
+        record.and_then(|record| record.token) == tokens.last().copied(),
+        "the record does not carry the last claim's token"
     );
     Ok(())
 }

@@ -1,11 +1,12 @@
 //! The suites must catch broken backends: a queue that never redelivers expired messages (the bug
-//! quickwit's test queue had, unnoticed) and a store whose claim ignores the existing record.
+//! quickwit's test queue had, unnoticed), a store whose claim ignores the existing record, and a store
+//! whose fencing tokens do not increase.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use conveyor_core::idempotency::new_token;
+use conveyor_core::idempotency::next_token;
 use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, Failure, IdempotencyRecord,
     IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, StoreError,
@@ -126,8 +127,9 @@ impl IdempotencyStore for AlwaysAcquires {
         if let ClaimOutcome::Acquired(claim) = self.0.claim(request).await? {
             return Ok(ClaimOutcome::Acquired(claim));
         }
-        let token = new_token();
-        self.0.insert(IdempotencyRecord::in_progress(request, &token));
+        let previous = self.0.get(&request.key).await?.and_then(|record| record.token);
+        let token = next_token(previous, SystemTime::now());
+        self.0.insert(IdempotencyRecord::in_progress(request, token));
         Ok(ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),
             token,
@@ -180,4 +182,60 @@ async fn a_store_that_always_acquires_fails_the_store_suite() {
         .await
         .unwrap_err();
     assert!(race.message.contains("20 of 20"), "{race}");
+}
+
+/// Gives every claim the same token: conditions right, fencing token meaningless.
+struct ConstantToken(MemoryIdempotencyStore);
+
+#[async_trait]
+impl IdempotencyStore for ConstantToken {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        let outcome = self.0.claim(request).await?;
+        let ClaimOutcome::Acquired(_) = outcome else {
+            return Ok(outcome);
+        };
+        self.0.insert(IdempotencyRecord::in_progress(request, 1));
+        Ok(ClaimOutcome::Acquired(Claim {
+            key: request.key.clone(),
+            token: 1,
+        }))
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.0.complete(claim, output, expires_at).await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.0.release(claim).await
+    }
+
+    async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
+        self.0.extend_lease(claim, lease_until).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.0.get(key).await
+    }
+}
+
+#[tokio::test]
+async fn a_store_whose_tokens_do_not_increase_fails_the_fencing_cases() {
+    let store = ConstantToken(MemoryIdempotencyStore::new());
+    let failure = store_conformance::fencing_token_increases_with_every_claim(&store)
+        .await
+        .unwrap_err();
+    assert!(failure.message.contains("did not increase"), "{failure}");
+    assert!(
+        store_conformance::settling_is_fenced_after_takeover(&store)
+            .await
+            .is_err()
+    );
+    store_conformance::fencing_token_increases_with_every_claim(&MemoryIdempotencyStore::new())
+        .await
+        .unwrap();
 }

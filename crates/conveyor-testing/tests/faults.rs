@@ -121,7 +121,7 @@ async fn a_delay_makes_the_call_slower_by_the_delay() -> anyhow::Result<()> {
         .add(Rule::new(Fault::Delay(DELAY)).on("SendMessage").times(1));
     let put = dynamo
         .faults
-        .add(Rule::new(Fault::Delay(DELAY)).on("PutItem").times(1));
+        .add(Rule::new(Fault::Delay(DELAY)).on("UpdateItem").times(1));
 
     let sending = async {
         let start = Instant::now();
@@ -136,7 +136,7 @@ async fn a_delay_makes_the_call_slower_by_the_delay() -> anyhow::Result<()> {
     };
     let (sent, claimed) = tokio::try_join!(sending, claiming)?;
     assert_between(sent, DELAY, DELAY + SLACK, "a delayed SendMessage");
-    assert_between(claimed, DELAY, DELAY + SLACK, "a delayed PutItem");
+    assert_between(claimed, DELAY, DELAY + SLACK, "a delayed claim (UpdateItem)");
     assert_eq!(sqs.faults.stats(send).injected, 1);
     assert_eq!(dynamo.faults.stats(put).injected, 1);
     assert_eq!(bodies(&sqs, 1).await?, vec!["delayed".to_owned()]);
@@ -157,7 +157,7 @@ async fn a_hang_is_cut_by_the_clients_deadlines_and_is_retryable() -> anyhow::Re
         sqs("faults-hang-once", 3)
     )?;
     let send = sqs.faults.add(Rule::new(Fault::Hang).on("SendMessage"));
-    let put = dynamo.faults.add(Rule::new(Fault::Hang).on("PutItem"));
+    let put = dynamo.faults.add(Rule::new(Fault::Hang).on("UpdateItem"));
     // Only the first attempt hangs: the attempt timeout ends it and the SDK's retry succeeds.
     let depth = once
         .faults
@@ -200,13 +200,13 @@ async fn a_hang_is_cut_by_the_clients_deadlines_and_is_retryable() -> anyhow::Re
 
     assert!(
         matches!(claimed, Err(StoreError::Unavailable { .. })),
-        "a hung PutItem must be Unavailable, got {claimed:?}"
+        "a hung claim (UpdateItem) must be Unavailable, got {claimed:?}"
     );
     assert_between(
         claim_took,
         conveyor_dynamodb::ATTEMPT_TIMEOUT,
         conveyor_dynamodb::OPERATION_TIMEOUT + SLACK,
-        "a hung PutItem",
+        "a hung claim (UpdateItem)",
     );
     assert!(
         dynamo.faults.stats(put).injected >= 2,
@@ -251,12 +251,12 @@ async fn throttling_and_server_errors_are_retried_then_unavailable() -> anyhow::
         );
         assert!(sqs.faults.remove(rule));
 
-        let rule = dynamo.faults.add(Rule::new(fault).on("PutItem"));
+        let rule = dynamo.faults.add(Rule::new(fault).on("UpdateItem"));
         let key = format!("faults:errors#{fault:?}");
         let result = dynamo.store.claim(&claim_request(&key)).await;
         assert!(
             matches!(result, Err(StoreError::Unavailable { .. })),
-            "{fault:?} on PutItem must be Unavailable, got {result:?}"
+            "{fault:?} on the claim (UpdateItem) must be Unavailable, got {result:?}"
         );
         assert_eq!(
             dynamo.faults.stats(rule).injected,
@@ -276,7 +276,7 @@ async fn throttling_and_server_errors_are_retried_then_unavailable() -> anyhow::
     assert_eq!(sqs.faults.stats(rule).injected, 1);
     let rule = dynamo
         .faults
-        .add(Rule::new(Fault::ServerError).on("PutItem").times(1));
+        .add(Rule::new(Fault::ServerError).on("UpdateItem").times(1));
     let outcome = dynamo.store.claim(&claim_request("faults:errors#once")).await?;
     assert!(matches!(outcome, ClaimOutcome::Acquired(_)), "{outcome:?}");
     assert_eq!(dynamo.faults.stats(rule).injected, 1);
@@ -303,13 +303,13 @@ async fn a_dropped_response_was_applied_though_the_caller_saw_an_error() -> anyh
 
     let put = dynamo.faults.add(
         Rule::new(Fault::DropResponse)
-            .on("PutItem")
+            .on("UpdateItem")
             .times(u64::from(conveyor_dynamodb::MAX_ATTEMPTS)),
     );
     let result = dynamo.store.claim(&claim_request("faults:drop#1")).await;
     assert!(
         matches!(result, Err(StoreError::Unavailable { .. })),
-        "a dropped PutItem response must be Unavailable, got {result:?}"
+        "a dropped claim (UpdateItem) response must be Unavailable, got {result:?}"
     );
     assert_eq!(
         dynamo.faults.stats(put).injected,

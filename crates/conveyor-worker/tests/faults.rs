@@ -214,7 +214,7 @@ async fn many_slow_visibility_extensions_at_once_keep_jobs_once() {
     slow_visibility_extensions(Duration::from_secs(3), 24).await;
 }
 
-/// DynamoDB answers every `PutItem` and `UpdateItem` (claims, claim extensions, completions) 4 s late
+/// DynamoDB answers every `UpdateItem` (claims, claim extensions, completions) 4 s late
 /// for 20 s while jobs longer than the visibility timeout run with idempotency on: visibility
 /// extensions must not wait for the slow claim extensions, no lease is lost, each job runs once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,7 +233,6 @@ async fn a_dynamodb_brownout_loses_no_lease_and_runs_each_job_once() {
     let jobs = 6;
     let brownout = faults.add(
         Rule::new(Fault::Delay(Duration::from_secs(4)))
-            .on("PutItem")
             .on("UpdateItem")
             .lasting(Duration::from_secs(20)),
     );
@@ -246,10 +245,9 @@ async fn a_dynamodb_brownout_loses_no_lease_and_runs_each_job_once() {
     let report = stop_all(workers).await;
 
     assert!(
-        faults.injected("PutItem") >= jobs && faults.injected("UpdateItem") >= 1,
-        "the brownout really slowed claims and updates: {:?}, PutItem {}, UpdateItem {}",
+        faults.injected("UpdateItem") > jobs,
+        "the brownout really slowed claims and updates: {:?}, UpdateItem {}",
         faults.stats(brownout),
-        faults.injected("PutItem"),
         faults.injected("UpdateItem")
     );
     assert_exactly_once(&log, jobs);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Installs Powertools for AWS Lambda, pinned, for Conveyor's interop tests (idempotent; a second run only
+# checks stamps):
+#   .local/powertools/venv/          Python venv: aws-lambda-powertools + boto3, pins in powertools/requirements.txt
+#   .local/powertools/node/          npm: @aws-lambda-powertools/idempotency + AWS SDK v3, pins in
+#                                    powertools/package.json and package-lock.json (npm ci)
+# Needs: python3 (3.9+) with venv, npm/node 18+. Called by the interop tests (tests/tests/powertools_interop.rs)
+# and by start.sh, so a fresh clone's `make test` installs it.
+set -euo pipefail
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+PT_SRC="$CONVEYOR_LOCALSTACK_DIR/powertools"
+PT_DIR="$LOCAL_DIR/powertools"
+PT_VENV="$PT_DIR/venv"
+PT_NODE="$PT_DIR/node"
+PYTHON="${CONVEYOR_PYTHON:-python3}"
+
+stamp_text() { sha256sum "$@" | cut -d' ' -f1; }
+py_stamp() { stamp_text "$PT_SRC/requirements.txt"; }
+node_stamp() { stamp_text "$PT_SRC/package.json" "$PT_SRC/package-lock.json"; }
+
+py_installed() {
+  [[ -f "$PT_VENV/.conveyor-installed" && "$(cat "$PT_VENV/.conveyor-installed")" == "$(py_stamp)" ]] &&
+    "$PT_VENV/bin/python" -c 'import aws_lambda_powertools, boto3' 2>/dev/null
+}
+node_installed() {
+  [[ -f "$PT_NODE/.conveyor-installed" && "$(cat "$PT_NODE/.conveyor-installed")" == "$(node_stamp)" &&
+    -d "$PT_NODE/node_modules/@aws-lambda-powertools/idempotency" ]]
+}
+
+install_py() {
+  require_cmd "$PYTHON" "Install Python 3 (Debian: apt-get install -y python3 python3-venv) or set CONVEYOR_PYTHON." || return 1
+  if [[ -d "$PT_VENV" ]] && ! "$PT_VENV/bin/python" -c '' 2>/dev/null; then
+    rm -rf "$PT_VENV"
+  fi
+  if [[ ! -x "$PT_VENV/bin/python" ]]; then
+    "$PYTHON" -m venv "$PT_VENV" || {
+      err "'$PYTHON -m venv' failed. Debian/Ubuntu: apt-get install -y python3-venv"
+      return 1
+    }
+  fi
+  rm -f "$PT_VENV/.conveyor-installed"
+  log "installing Powertools for Python (pins in $PT_SRC/requirements.txt) into $PT_VENV"
+  "$PT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$PT_SRC/requirements.txt"
+  "$PT_VENV/bin/python" -c 'import aws_lambda_powertools.utilities.idempotency, boto3' || {
+    err "Powertools for Python installed but does not import; see the output above"
+    return 1
+  }
+  py_stamp >"$PT_VENV/.conveyor-installed"
+}
+
+install_node() {
+  require_cmd npm "Install Node.js 18+ and npm (Debian: apt-get install -y npm)." || return 1
+  mkdir -p "$PT_NODE"
+  rm -f "$PT_NODE/.conveyor-installed"
+  cp "$PT_SRC/package.json" "$PT_SRC/package-lock.json" "$PT_NODE/"
+  log "installing Powertools for TypeScript (pins in $PT_SRC/package-lock.json) into $PT_NODE"
+  (cd "$PT_NODE" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  node_stamp >"$PT_NODE/.conveyor-installed"
+}
+
+main() {
+  mkdir -p "$PT_DIR"
+  exec 9>"$PT_DIR/install.lock"
+  if command -v flock >/dev/null 2>&1; then
+    flock -w 600 9 || {
+      err "timed out waiting for another install-powertools.sh ($PT_DIR/install.lock)"
+      exit 1
+    }
+  fi
+  py_installed || install_py
+  node_installed || install_node
+}
+
+main "$@"
