@@ -38,6 +38,15 @@ pub const SHUTDOWN_RESERVE: Duration = Duration::from_secs(7);
 /// How long a worker lets in-flight jobs finish after SIGTERM: what fits in ECS's default stop timeout
 /// after [`SHUTDOWN_RESERVE`].
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(ECS_STOP_TIMEOUT_SECS - SHUTDOWN_RESERVE.as_secs());
+/// How far apart the clocks of two consumers sharing an idempotency table may be.
+///
+/// A claim's lease is written as the holder's deadline *on its own clock*, and another consumer
+/// decides it has lapsed by comparing it with *its* clock (Powertools' claim condition, unchanged).
+/// Every lease Conveyor writes ends this much after the holder's deadline, so a consumer whose clock
+/// runs up to this much ahead of the holder's still never takes over a claim whose holder is running.
+/// Hosts kept by NTP or the Amazon Time Sync Service agree within milliseconds; the cost of a larger
+/// value is only that a crashed holder's key stays locked this much longer.
+pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(2);
 /// How long a failing job keeps being retried, on average, before it reaches the DLQ.
 pub const RETRY_BUDGET: Duration = Duration::from_secs(15 * 60);
 /// The minimum ratio of a queue's visibility timeout to a Lambda consumer's timeout (AWS's advice).

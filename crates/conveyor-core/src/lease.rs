@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::defaults::CLOCK_SKEW_ALLOWANCE;
 use crate::idempotency::Claim;
 
 /// One message's lease: its visibility deadline, the idempotency claim held for it, and the token that
@@ -55,9 +56,11 @@ impl Lease {
         *lock(&self.visible_until) = until;
     }
 
-    /// The visibility deadline as wall-clock time, for the idempotency store.
-    pub fn visible_until_wall(&self) -> SystemTime {
-        to_wall_clock(self.visible_until())
+    /// The end of the idempotency claim's lease, as written to the store: the visibility deadline on
+    /// this host's wall clock, plus [`CLOCK_SKEW_ALLOWANCE`] so that a consumer whose clock runs ahead
+    /// of this one's by up to that much still sees the claim held until the deadline has passed.
+    pub fn claim_lease_until(&self) -> SystemTime {
+        to_wall_clock(self.visible_until()) + CLOCK_SKEW_ALLOWANCE
     }
 
     /// The claim held for this message, if any.

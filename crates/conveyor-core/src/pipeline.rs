@@ -300,7 +300,7 @@ async fn claim(
     };
     let request = ClaimRequest {
         key,
-        lease_until: lease.visible_until_wall(),
+        lease_until: lease.claim_lease_until(),
         expires_at: now + settings.record_ttl,
         validation: settings
             .validate_payload

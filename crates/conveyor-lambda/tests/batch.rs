@@ -504,7 +504,7 @@ async fn records_without_an_id_are_skipped_and_without_a_handle_are_listed() {
 }
 
 #[tokio::test]
-async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_deadline() {
+async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_deadline_plus_the_allowance() {
     let store = Arc::new(MemoryIdempotencyStore::new());
     let harness = Harness::build(
         slow_queue("jobs"),
@@ -544,13 +544,15 @@ async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_
 
     let leases = harness.leases.lock().unwrap().clone();
     assert_eq!(leases.len(), 1, "the handler saw its in-progress claim");
-    let gap = match leases[0].duration_since(deadline_wall) {
+    // The lease ends the clock-skew allowance after the deadline (see `CLOCK_SKEW_ALLOWANCE`).
+    let lease_end = deadline_wall + conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
+    let gap = match leases[0].duration_since(lease_end) {
         Ok(after) => after,
         Err(before) => before.duration(),
     };
     assert!(
         gap < Duration::from_millis(50),
-        "lease {:?} vs deadline {deadline_wall:?}",
+        "lease {:?} vs deadline {deadline_wall:?} plus the allowance",
         leases[0]
     );
 }

@@ -89,45 +89,69 @@ impl VirtualStore {
     pub fn current(&self, key: &str) -> Option<IdempotencyRecord> {
         self.inner.records().into_iter().find(|record| record.key == key)
     }
+}
 
-    /// DynamoDB's claim condition at virtual now.
-    pub fn is_free(&self, record: &IdempotencyRecord) -> bool {
-        record.is_free_at(self.now())
+/// How far one consumer's clock runs ahead of the true (virtual) clock, in milliseconds; negative:
+/// behind.
+///
+/// A skewed consumer computes every time it sends from its own clock, and compares every time it reads
+/// with its own clock: so its times are shifted by the skew on the way in, back on the way out, and the
+/// claim condition it sends is evaluated at *its* now (DynamoDB's condition takes the claimant's `:now`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skew(pub i64);
+
+impl Skew {
+    /// `time` moved by the skew (ahead: later).
+    fn apply(self, time: SystemTime) -> SystemTime {
+        let by = Duration::from_millis(self.0.unsigned_abs());
+        if self.0 >= 0 { time + by } else { time - by }
+    }
+
+    /// `time` moved back by the skew.
+    fn undo(self, time: SystemTime) -> SystemTime {
+        Skew(-self.0).apply(time)
     }
 }
 
-#[async_trait]
-impl IdempotencyStore for VirtualStore {
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+impl VirtualStore {
+    async fn claim_as(&self, request: &ClaimRequest, skew: Skew) -> Result<ClaimOutcome, StoreError> {
         if let Some(record) = self.current(&request.key)
             && record.expires_at != UNIX_EPOCH
-            && self.is_free(&record)
+            && record.is_free_at(skew.apply(self.now()))
         {
-            // Lapsed on the virtual clock: make the inner store see it so.
+            // Lapsed on the claimant's clock: make the inner store see it so.
             self.inner.insert(IdempotencyRecord {
                 expires_at: UNIX_EPOCH,
                 ..record
             });
         }
         let request = ClaimRequest {
-            lease_until: self.to_virtual(request.lease_until),
-            expires_at: self.to_virtual(request.expires_at),
+            lease_until: skew.apply(self.to_virtual(request.lease_until)),
+            expires_at: skew.apply(self.to_virtual(request.expires_at)),
             ..request.clone()
         };
         match self.inner.claim(&request).await? {
             ClaimOutcome::Acquired(claim) => Ok(ClaimOutcome::Acquired(claim)),
-            ClaimOutcome::Exists(record) => Ok(ClaimOutcome::Exists(self.record_to_caller(record))),
+            ClaimOutcome::Exists(record) => Ok(ClaimOutcome::Exists(self.record_as_seen(record, skew))),
         }
     }
 
-    async fn complete(
+    fn record_as_seen(&self, mut record: IdempotencyRecord, skew: Skew) -> IdempotencyRecord {
+        record = self.record_to_caller(record);
+        record.expires_at = skew.undo(record.expires_at);
+        record.lease_until = record.lease_until.map(|lease| skew.undo(lease));
+        record
+    }
+
+    async fn complete_as(
         &self,
         claim: &Claim,
         output: Option<&str>,
         expires_at: SystemTime,
+        skew: Skew,
     ) -> Result<(), StoreError> {
         self.inner
-            .complete(claim, output, self.to_virtual(expires_at))
+            .complete(claim, output, skew.apply(self.to_virtual(expires_at)))
             .await?;
         self.completed
             .lock()
@@ -136,17 +160,61 @@ impl IdempotencyStore for VirtualStore {
         Ok(())
     }
 
+    async fn extend_lease_as(
+        &self,
+        claim: &Claim,
+        lease_until: SystemTime,
+        skew: Skew,
+    ) -> Result<(), StoreError> {
+        let lease_until = skew.apply(self.to_virtual(lease_until));
+        self.inner.extend_lease(claim, lease_until).await
+    }
+
+    async fn get_as(&self, key: &str, skew: Skew) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let record = self.inner.get(key).await?;
+        Ok(record.map(|record| self.record_as_seen(record, skew)))
+    }
+}
+
+/// The shared [`VirtualStore`] as a consumer with a skewed clock reaches it.
+#[derive(Debug)]
+pub struct SkewedStore {
+    store: Arc<VirtualStore>,
+    skew: Skew,
+}
+
+impl SkewedStore {
+    /// `store` seen from a clock `skew` off the true one.
+    pub fn new(store: Arc<VirtualStore>, skew: Skew) -> Self {
+        Self { store, skew }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for SkewedStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.store.claim_as(request, self.skew).await
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.store.complete_as(claim, output, expires_at, self.skew).await
+    }
+
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
-        self.inner.release(claim).await
+        self.store.inner.release(claim).await
     }
 
     async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
-        self.inner.extend_lease(claim, self.to_virtual(lease_until)).await
+        self.store.extend_lease_as(claim, lease_until, self.skew).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let record = self.inner.get(key).await?;
-        Ok(record.map(|record| self.record_to_caller(record)))
+        self.store.get_as(key, self.skew).await
     }
 }
 
@@ -168,7 +236,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_claim_lapses_when_tokio_time_passes_its_lease() {
-        let store = VirtualStore::new(Arc::new(MemoryIdempotencyStore::new()));
+        let shared = Arc::new(VirtualStore::new(Arc::new(MemoryIdempotencyStore::new())));
+        let store = SkewedStore::new(Arc::clone(&shared), Skew::default());
         let ClaimOutcome::Acquired(first) = store.claim(&request(Duration::from_secs(30))).await.unwrap()
         else {
             panic!("a fresh key is free")
@@ -197,6 +266,6 @@ mod tests {
             store.release(&first).await,
             Err(StoreError::Fenced { .. })
         ));
-        assert_eq!(store.current("k").unwrap().token, Some(second.token));
+        assert_eq!(shared.current("k").unwrap().token, Some(second.token));
     }
 }

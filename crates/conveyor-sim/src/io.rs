@@ -22,6 +22,7 @@ use conveyor_core::{
 };
 use fastrand::Rng;
 
+use crate::clock::Skew;
 use crate::sink::Sink;
 
 /// One consumer (a worker or a Lambda function): its name, latencies and whether it is dead.
@@ -31,19 +32,36 @@ pub struct Instance {
     killed: AtomicBool,
     queue_latency: Duration,
     store_latency: Duration,
+    skew: Skew,
     rng: Mutex<Rng>,
 }
 
 impl Instance {
-    /// A live instance whose queue and store calls each take up to the given latencies.
-    pub fn new(name: String, seed: u64, queue_latency: Duration, store_latency: Duration) -> Arc<Self> {
+    /// A live instance whose queue and store calls each take up to the given latencies, and whose
+    /// clock is off the true one by up to half of `clock_skew` (drawn from `seed`).
+    pub fn new(
+        name: String,
+        seed: u64,
+        queue_latency: Duration,
+        store_latency: Duration,
+        clock_skew: Duration,
+    ) -> Arc<Self> {
+        // A generator of its own, so the latencies drawn from `seed` stay what they were before skew.
+        let half = i64::try_from(clock_skew.as_millis() / 2).unwrap_or(i64::MAX);
+        let skew = Skew(Rng::with_seed(seed ^ 0x5eed_c10c_5eed_c10c).i64(-half..=half));
         Arc::new(Self {
             name,
             killed: AtomicBool::new(false),
             queue_latency,
             store_latency,
+            skew,
             rng: Mutex::new(Rng::with_seed(seed)),
         })
+    }
+
+    /// How far the instance's clock runs ahead of the true one.
+    pub fn skew(&self) -> Skew {
+        self.skew
     }
 
     /// The instance's name.

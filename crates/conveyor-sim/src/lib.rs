@@ -72,8 +72,13 @@ pub fn replay_command(seed: u64) -> String {
 
 /// Runs `seed` and checks its invariants; `trace` prints every step to stderr as it happens.
 pub fn simulate(seed: u64, trace: bool) -> Report {
-    let scenario = Scenario::generate(seed);
-    let observed = match run::run(&scenario, trace) {
+    simulate_scenario(&Scenario::generate(seed), trace)
+}
+
+/// Runs `scenario` (a seed's, perhaps changed) and checks its invariants.
+pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
+    let seed = scenario.seed;
+    let observed = match run::run(scenario, trace) {
         Ok(observed) => observed,
         Err(error) => {
             return Report {
@@ -91,7 +96,7 @@ pub fn simulate(seed: u64, trace: bool) -> Report {
             };
         }
     };
-    let (known, violations): (Vec<String>, Vec<String>) = check::check(&scenario, &observed)
+    let (known, violations): (Vec<String>, Vec<String>) = check::check(scenario, &observed)
         .into_iter()
         .partition(|finding| finding.starts_with(check::KNOWN));
     Report {

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::VirtualStore;
+use crate::clock::{SkewedStore, VirtualStore};
 use crate::handler::{PANIC_MESSAGE, SimHandler};
 use crate::io::{Instance, InstanceQueue, InstanceStore};
 use crate::lambda::{self, Function};
@@ -104,14 +104,14 @@ impl Shared<'_> {
             seed,
             self.scenario.queue_latency,
             self.scenario.store_latency,
+            self.scenario.clock_skew,
         )
     }
 
     fn pipeline(&self, instance: &Arc<Instance>) -> Pipeline {
-        let store: Arc<dyn IdempotencyStore> = Arc::new(InstanceStore::new(
-            Arc::clone(&self.store) as _,
-            Arc::clone(instance),
-        ));
+        let skewed = SkewedStore::new(Arc::clone(&self.store), instance.skew());
+        let store: Arc<dyn IdempotencyStore> =
+            Arc::new(InstanceStore::new(Arc::new(skewed), Arc::clone(instance)));
         let handler = SimHandler {
             instance: Arc::clone(instance),
             sink: Arc::clone(&self.sink),
@@ -147,8 +147,10 @@ impl Shared<'_> {
         let graceful = CancellationToken::new();
         let immediate = CancellationToken::new();
         let handle = tokio::spawn(worker.run_with(graceful.clone(), immediate.clone()));
-        self.sink
-            .step(format!("worker-{index} started (max_in_flight {capacity})"));
+        self.sink.step(format!(
+            "worker-{index} started (max_in_flight {capacity}, clock {:+} ms)",
+            instance.skew().0
+        ));
         Ok(RunningWorker {
             instance,
             graceful,
@@ -241,7 +243,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     };
     trace.step(format!(
         "seed {}: {} jobs, {} queue, visibility {:?}, maxReceiveCount {}, retry budget {:?}, handler timeout \
-         {:?}, latency queue {:?} store {:?}, {} workers, {} lambdas, faults until {:?}",
+         {:?}, latency queue {:?} store {:?}, {} workers, {} lambdas, faults until {:?}, clocks up to {:?} apart",
         scenario.seed,
         scenario.jobs.len(),
         if scenario.fifo { "FIFO" } else { "standard" },
@@ -254,6 +256,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         scenario.initial_workers,
         scenario.lambdas.len(),
         scenario.fault_phase,
+        scenario.clock_skew,
     ));
 
     let start = Instant::now();

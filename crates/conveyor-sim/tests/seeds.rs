@@ -38,3 +38,20 @@ fn the_fixed_seeds_keep_every_invariant() -> Result<()> {
 fn seeds_that_once_failed_keep_every_invariant() -> Result<()> {
     run_all(conveyor_sim::failed_seeds())
 }
+
+/// The skew model can fail: with clocks 30 s apart (fifteen times the runtimes' allowance, more than
+/// half of any scenario's visibility timeout) claims are taken over from holders that still run, and
+/// the checks must see it. If this passes no more, the simulator has stopped skewing clocks.
+#[test]
+fn clocks_far_past_the_allowance_break_the_invariants() {
+    let broken = (0..200)
+        .map(|seed| {
+            conveyor_sim::Scenario::generate(seed).with_clock_skew(std::time::Duration::from_secs(30))
+        })
+        .filter(|scenario| !conveyor_sim::simulate_scenario(scenario, false).passed())
+        .count();
+    assert!(
+        broken > 0,
+        "no seed of 200 broke an invariant with clocks 30 s apart"
+    );
+}

@@ -563,11 +563,11 @@ async fn release_failing_leaves_the_outcome_unchanged() {
 }
 
 #[tokio::test]
-async fn the_claims_lease_is_the_messages_visibility_deadline() {
+async fn the_claims_lease_is_the_messages_visibility_deadline_plus_the_skew_allowance() {
     let fixture = fixture(Behaviour::Sleep(Duration::from_millis(1)));
     let message = message("{\"n\":1}");
     let lease = Lease::new(Instant::now() + LEASE);
-    let expected = lease.visible_until_wall();
+    let expected = SystemTime::now() + LEASE + conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
     fixture
         .pipeline
         .process(

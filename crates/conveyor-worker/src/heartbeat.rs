@@ -461,7 +461,7 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
         let _slot = Arc::clone(&inner.claim_slots).acquire_owned().await;
         let mut attempts = Attempts::until(lease.visible_until());
         while let Some(left) = attempts.next().await {
-            let call = store.extend_lease(&claim, lease.visible_until_wall());
+            let call = store.extend_lease(&claim, lease.claim_lease_until());
             let result = match tokio::time::timeout(left, call).await {
                 Ok(result) => result,
                 Err(_) => Err(StoreError::Unavailable {
@@ -574,7 +574,7 @@ mod tests {
     async fn hold_claim(store: &dyn IdempotencyStore, lease: &Lease, key: &str) {
         let request = ClaimRequest {
             key: key.into(),
-            lease_until: lease.visible_until_wall(),
+            lease_until: lease.claim_lease_until(),
             expires_at: SystemTime::now() + Duration::from_secs(3600),
             validation: None,
         };

@@ -3,6 +3,8 @@
 //! ```text
 //! simulate [--seeds N] [--start S] [--threads T]   (N also from SEEDS, default 1000)
 //! simulate --seed S [--trace]                      (one seed; --trace prints every step)
+//! ... --clock-skew-ms M   every seed's clocks up to M ms apart (past the runtimes' allowance, to
+//!                         show what the allowance protects)
 //! ```
 
 use std::sync::Arc;
@@ -17,6 +19,7 @@ struct Args {
     seeds: u64,
     start: u64,
     threads: usize,
+    clock_skew: Option<Duration>,
 }
 
 fn parse() -> Result<Args> {
@@ -31,6 +34,7 @@ fn parse() -> Result<Args> {
             .unwrap_or(1000),
         start: 0,
         threads: std::thread::available_parallelism().map_or(1, usize::from),
+        clock_skew: None,
     };
     let mut raw = std::env::args().skip(1);
     while let Some(arg) = raw.next() {
@@ -41,8 +45,13 @@ fn parse() -> Result<Args> {
             "--seeds" => args.seeds = value("--seeds")?.parse().context("--seeds")?,
             "--start" => args.start = value("--start")?.parse().context("--start")?,
             "--threads" => args.threads = value("--threads")?.parse().context("--threads")?,
+            "--clock-skew-ms" => {
+                let millis = value("--clock-skew-ms")?.parse().context("--clock-skew-ms")?;
+                args.clock_skew = Some(Duration::from_millis(millis));
+            }
             other => bail!(
-                "unknown argument {other:?}; usage: simulate [--seeds N] [--start S] [--threads T] | --seed S [--trace]"
+                "unknown argument {other:?}; usage: simulate [--seeds N] [--start S] [--threads T] | --seed S [--trace]; \
+                 both take [--clock-skew-ms M]"
             ),
         }
     }
@@ -52,12 +61,22 @@ fn parse() -> Result<Args> {
 fn main() -> Result<()> {
     let args = parse()?;
     if let Some(seed) = args.seed {
-        return replay(seed, args.trace);
+        return replay(seed, args.trace, args.clock_skew);
     }
     run_many(&args)
 }
 
-fn replay(seed: u64, trace: bool) -> Result<()> {
+/// The seed's run, with the clock skew bound replaced when one was asked for.
+fn simulate(seed: u64, trace: bool, clock_skew: Option<Duration>) -> conveyor_sim::Report {
+    let scenario = conveyor_sim::Scenario::generate(seed);
+    let scenario = match clock_skew {
+        Some(bound) => scenario.with_clock_skew(bound),
+        None => scenario,
+    };
+    conveyor_sim::simulate_scenario(&scenario, trace)
+}
+
+fn replay(seed: u64, trace: bool, clock_skew: Option<Duration>) -> Result<()> {
     if trace {
         tracing_subscriber::fmt()
             .with_env_filter(
@@ -69,15 +88,15 @@ fn replay(seed: u64, trace: bool) -> Result<()> {
             .init();
         eprintln!("{:#?}", conveyor_sim::Scenario::generate(seed));
     }
-    let report = conveyor_sim::simulate(seed, trace);
-    print_summary(&report);
+    let report = simulate(seed, trace, clock_skew);
+    print_summary(&report, clock_skew);
     if !report.passed() {
         bail!("seed {seed} broke {} invariant(s)", report.violations.len());
     }
     Ok(())
 }
 
-fn print_summary(report: &conveyor_sim::Report) {
+fn print_summary(report: &conveyor_sim::Report, clock_skew: Option<Duration>) {
     println!(
         "seed {}: {} jobs, {} sends, {} receives, {} runs, {} in the DLQ, {} effects refused, {} kills, {:?} \
          virtual",
@@ -98,7 +117,10 @@ fn print_summary(report: &conveyor_sim::Report) {
         println!("  VIOLATION: {violation}");
     }
     if !report.passed() {
-        println!("  replay: {}", report.replay_command());
+        let skew = clock_skew.map_or(String::new(), |bound| {
+            format!(" --clock-skew-ms {}", bound.as_millis())
+        });
+        println!("  replay: {}{skew}", report.replay_command());
     }
 }
 
@@ -114,19 +136,20 @@ fn run_many(args: &Args) -> Result<()> {
         .map(|_| {
             let (next, done, failed) = (Arc::clone(&next), Arc::clone(&done), Arc::clone(&failed));
             let finished_tx = finished_tx.clone();
+            let clock_skew = args.clock_skew;
             std::thread::spawn(move || {
                 loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= end {
                         return;
                     }
-                    let report = conveyor_sim::simulate(seed, false);
+                    let report = simulate(seed, false, clock_skew);
                     if !report.passed() {
                         failed.fetch_add(1, Ordering::Relaxed);
-                        print_summary(&report);
+                        print_summary(&report, clock_skew);
                     } else if !report.known.is_empty() {
                         // Known limitations: reported, not failures (see check.rs).
-                        print_summary(&report);
+                        print_summary(&report, clock_skew);
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                     let _ = finished_tx.send(());
