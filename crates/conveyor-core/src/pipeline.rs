@@ -52,8 +52,8 @@ use crate::backoff::Backoff;
 use crate::context::Context;
 use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
 use crate::idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
-    wait_for_lease,
+    Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore, RecordStatus,
+    StoreError, wait_for_lease,
 };
 use crate::lease::Lease;
 use crate::message::Message;
@@ -298,10 +298,13 @@ async fn claim(
             )));
         }
     };
+    let lease_until = lease.claim_lease_until();
     let request = ClaimRequest {
         key,
-        lease_until: lease.claim_lease_until(),
-        expires_at: now + settings.record_ttl,
+        lease_until,
+        // The in-progress record outlives its lease (as each extension keeps it), however short
+        // `record_ttl` is: an expired record is free to every claimant, Powertools' included.
+        expires_at: (now + settings.record_ttl).max(lease_until + EXPIRY_PAST_LEASE),
         validation: settings
             .validate_payload
             .then(|| settings.key_style.validation(message)),

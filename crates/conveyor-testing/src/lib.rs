@@ -4,6 +4,7 @@ pub mod faults;
 pub mod localstack;
 pub mod memory_queue;
 pub mod memory_store;
+pub mod powertools;
 pub mod queue_conformance;
 pub mod scripted_queue;
 pub mod store_conformance;
