@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod fenced_ledger;
 pub mod jobs;
 pub mod outbox;
 pub mod webhook_receiver;
