@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use conveyor_demo::Binaries;
+
+pub mod terraform;
 use conveyor_testing::localstack;
 
 /// The webhook signing secret the example application is started with.

@@ -1,18 +1,21 @@
-//! Holds the Terraform in `infra/` to the names and numbers the Rust code relies on.
-//!
-//! Terraform's AWS provider cannot be downloaded on offline machines, so `terraform plan` cannot
-//! check these modules here. This test parses every `.tf` file with the `hcl` crate instead and
-//! checks what would otherwise drift silently:
+//! Holds the Terraform in `infra/` to the names and numbers the Rust code relies on, by parsing every
+//! `.tf` file with the `hcl` crate (no terraform needed; `tests/tests/terraform.rs` runs the real
+//! `validate`, `plan`, `test` and `apply`). It checks what would otherwise drift silently:
 //!
 //! - every file parses, and every module has its five files;
 //! - the idempotency table uses the attribute names of `conveyor_core::defaults`;
-//! - the queue and ECS defaults equal the constants in `conveyor_core::defaults`;
-//! - IAM policies name every action and resource (no `"*"`), and come from policy documents;
+//! - the queue and ECS defaults and limits equal the constants in `conveyor_core`;
+//! - IAM policies name every action and resource (no `"*"`, but for denials and X-Ray), and come
+//!   from policy documents;
+//! - the IAM actions the policies grant are the lists in `conveyor_sqs::iam` and
+//!   `conveyor_dynamodb::iam`, and those lists cover every SDK call the code makes;
+//! - the environment variables the modules set are ones the worker and the Lambda adapter read;
 //! - the Lambda example keeps the queue's visibility timeout at least 6x the function timeout;
 //! - the Lambda consumer reports batch item failures.
 //!
 //! Run it with `cargo test -p conveyor-e2e --test infra`; it needs no AWS and no emulator.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -345,11 +348,17 @@ fn ecs_shutdown_defaults_match_the_code() -> Result<()> {
         defaults::ECS_STOP_TIMEOUT_SECS
     );
 
-    let drain_deadline = variable_default_number(&bodies, "drain_deadline_seconds")?;
+    // The drain is left to the worker (stop timeout - reserve) unless the user sets one: not decided twice.
+    let drain_default = variable_default(&bodies, "drain_deadline_seconds")?;
+    ensure!(
+        matches!(drain_default, Expression::Null),
+        "ecs-consumer drain_deadline_seconds must default to null (the worker derives it from the stop timeout)"
+    );
+    let drain_deadline = stop_timeout.saturating_sub(defaults::SHUTDOWN_RESERVE.as_secs());
     ensure!(
         drain_deadline == defaults::DRAIN_DEADLINE.as_secs(),
-        "ecs-consumer drain_deadline_seconds defaults to {drain_deadline}, the code to {}",
-        defaults::DRAIN_DEADLINE.as_secs()
+        "the default stop timeout leaves a {drain_deadline} s drain, the code's DRAIN_DEADLINE is {:?}",
+        defaults::DRAIN_DEADLINE
     );
     let locals = blocks_in(&bodies, "locals")
         .find_map(|block| attr(block.body(), "shutdown_reserve_seconds"))
@@ -403,10 +412,35 @@ fn statements(document: &Body) -> Vec<&Body> {
     found
 }
 
+/// The string literals of one attribute of a statement (`actions`, `resources`, ...).
+fn statement_strings(statement: &Body, key: &str) -> Vec<String> {
+    let mut strings = Vec::new();
+    if let Some(expr) = attr(statement, key) {
+        string_literals(expr, &mut strings);
+    }
+    strings
+}
+
 /// Wildcards in one statement's actions, resources and principals, described for the error.
+///
+/// Two kinds of statement may use `*`: a `Deny` (denying more than named is safe: the queues' TLS-only
+/// policy denies `sqs:*` to `*` without `aws:SecureTransport`), and one whose actions are all X-Ray's,
+/// which AWS offers on resource `"*"` only.
 fn statement_wildcards(statement: &Body) -> Vec<String> {
+    let denies = attr(statement, "effect").and_then(as_string).as_deref() == Some("Deny");
+    if denies {
+        return Vec::new();
+    }
+    let actions = statement_strings(statement, "actions");
+    let xray_only = !actions.is_empty()
+        && actions
+            .iter()
+            .all(|action| action.starts_with("xray:") && !action.contains('*'));
     let mut strings = Vec::new();
     for key in ["actions", "resources", "not_actions", "not_resources"] {
+        if key == "resources" && xray_only {
+            continue;
+        }
         if let Some(expr) = attr(statement, key) {
             string_literals(expr, &mut strings);
         }
@@ -607,7 +641,7 @@ fn lambda_consumer_checks_the_six_times_rule() -> Result<()> {
     let lifecycle = single_block(function, "lifecycle")?.body();
 
     let wanted = format!(
-        "var.queue_visibility_timeout_seconds >= {} * var.timeout_seconds",
+        "var.queue_visibility_timeout_seconds >= {} * var.timeout_seconds + var.maximum_batching_window_in_seconds",
         defaults::LAMBDA_VISIBILITY_RATIO
     );
     let mut conditions = Vec::new();
@@ -642,5 +676,426 @@ fn lambda_consumer_reports_batch_item_failures() -> Result<()> {
             .any(|kind| kind == "ReportBatchItemFailures"),
         "the event source mapping must set function_response_types = [\"ReportBatchItemFailures\"]"
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// IAM actions: the policies, the lists in the code, and the SDK calls behind them
+// ---------------------------------------------------------------------------------------------
+
+/// Every `aws_sdk_sqs::Client` operation, as the method the code calls.
+const SQS_OPERATIONS: [&str; 23] = [
+    "add_permission",
+    "cancel_message_move_task",
+    "change_message_visibility",
+    "change_message_visibility_batch",
+    "create_queue",
+    "delete_message",
+    "delete_message_batch",
+    "delete_queue",
+    "get_queue_attributes",
+    "get_queue_url",
+    "list_dead_letter_source_queues",
+    "list_message_move_tasks",
+    "list_queue_tags",
+    "list_queues",
+    "purge_queue",
+    "receive_message",
+    "remove_permission",
+    "send_message",
+    "send_message_batch",
+    "set_queue_attributes",
+    "start_message_move_task",
+    "tag_queue",
+    "untag_queue",
+];
+
+/// The `aws_sdk_dynamodb::Client` operations an item store could call.
+const DYNAMODB_OPERATIONS: [&str; 13] = [
+    "batch_get_item",
+    "batch_write_item",
+    "create_table",
+    "delete_item",
+    "delete_table",
+    "describe_table",
+    "get_item",
+    "put_item",
+    "query",
+    "scan",
+    "transact_get_items",
+    "transact_write_items",
+    "update_item",
+];
+
+fn crates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates")
+}
+
+/// The SDK operations called (`.operation()`) in the non-test code of `files` (relative to `crates/`).
+fn sdk_calls(files: &[&str], operations: &[&str]) -> Result<BTreeSet<String>> {
+    let mut called = BTreeSet::new();
+    for file in files {
+        let path = crates_dir().join(file);
+        let text = fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        // Unit tests at the end of a file call whatever they like.
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code: String = code
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for operation in operations {
+            if code.contains(&format!(".{operation}()")) {
+                called.insert((*operation).to_owned());
+            }
+        }
+    }
+    Ok(called)
+}
+
+/// The operations of a permission list.
+fn operations(list: &[(&str, &str)]) -> BTreeSet<String> {
+    list.iter()
+        .map(|(operation, _)| (*operation).to_owned())
+        .collect()
+}
+
+/// The IAM actions of a permission list.
+fn actions(list: &[(&str, &str)]) -> BTreeSet<String> {
+    list.iter().map(|(_, action)| (*action).to_owned()).collect()
+}
+
+/// The actions of the statement with `sid` in `data "aws_iam_policy_document" "<document>"`.
+fn statement_actions(bodies: &[Body], document: &str, sid: &str) -> Result<BTreeSet<String>> {
+    let block = blocks_in(bodies, "data")
+        .find(|block| {
+            first_label(block) == Some("aws_iam_policy_document")
+                && block.labels().get(1).map(|label| label.as_str()) == Some(document)
+        })
+        .with_context(|| format!("no aws_iam_policy_document \"{document}\""))?;
+    let statement = statements(block.body())
+        .into_iter()
+        .find(|statement| attr(statement, "sid").and_then(as_string).as_deref() == Some(sid))
+        .with_context(|| format!("policy document {document} has no statement {sid}"))?;
+    Ok(statement_strings(statement, "actions").into_iter().collect())
+}
+
+/// A role, the source files of its calls, the SDK's operations, and the operations its list names.
+type CallGroup<'a> = (&'a str, &'a [&'a str], &'a [&'a str], BTreeSet<String>);
+
+/// A module's files, a policy document, a statement id, and the list it must grant.
+type PolicyCheck<'a> = (&'a [Body], &'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+#[test]
+fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
+    use conveyor_dynamodb::iam::CONSUMER_TABLE;
+    use conveyor_sqs::iam::{CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, PRODUCER};
+
+    let consumer_files = [
+        "conveyor-sqs/src/queue.rs",
+        "conveyor-sqs/src/send.rs",
+        "conveyor-lambda/src/queues.rs",
+    ];
+    let mut consumer = operations(CONSUMER_QUEUE);
+    consumer.extend(operations(CONSUMER_DEAD_LETTER_QUEUE));
+    let producer_files = [
+        "conveyor-sqs/src/producer.rs",
+        "conveyor-sqs/src/send.rs",
+        "conveyor-sqs/src/admin/queue_ref.rs",
+    ];
+    let admin_dir = crates_dir().join("conveyor-sqs/src/admin");
+    let mut operator_files = Vec::new();
+    for path in files_under(&admin_dir, &[".rs"])? {
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
+        // `create.rs` is `conveyor local init` (emulators only); `tests.rs` is tests.
+        if name != "create.rs" && name != "tests.rs" {
+            operator_files.push(format!("conveyor-sqs/src/admin/{name}"));
+        }
+    }
+    let operator_files: Vec<&str> = operator_files.iter().map(String::as_str).collect();
+
+    let groups: [CallGroup; 4] = [
+        ("consumer (SQS)", &consumer_files, &SQS_OPERATIONS, consumer),
+        ("producer", &producer_files, &SQS_OPERATIONS, operations(PRODUCER)),
+        ("operator", &operator_files, &SQS_OPERATIONS, operations(OPERATOR)),
+        (
+            "consumer (DynamoDB)",
+            &["conveyor-dynamodb/src/store.rs"],
+            &DYNAMODB_OPERATIONS,
+            operations(CONSUMER_TABLE),
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (role, files, known, listed) in groups {
+        let called = sdk_calls(files, known)?;
+        ensure!(!called.is_empty(), "{role}: found no SDK call in {files:?}");
+        for missing in called.difference(&listed) {
+            problems.push(format!(
+                "{role}: the code calls {missing} but the iam list does not name it (add it, and its action to the policy)"
+            ));
+        }
+        for stale in listed.difference(&called) {
+            problems.push(format!(
+                "{role}: the iam list names {stale}, which {files:?} never call"
+            ));
+        }
+    }
+    ensure!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
+    use conveyor_dynamodb::iam::CONSUMER_TABLE;
+    use conveyor_sqs::iam::{CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, PRODUCER};
+
+    let permissions = parse_module(&module_dir("consumer-permissions"))?;
+    let queue = parse_module(&module_dir("queue"))?;
+    let checks: [PolicyCheck; 5] = [
+        (&permissions, "this", "ConsumeQueue", CONSUMER_QUEUE),
+        (
+            &permissions,
+            "this",
+            "SendToDeadLetterQueue",
+            CONSUMER_DEAD_LETTER_QUEUE,
+        ),
+        (&permissions, "this", "IdempotencyRecords", CONSUMER_TABLE),
+        (&queue, "producer", "SendJobs", PRODUCER),
+        (&queue, "operator", "OperateQueues", OPERATOR),
+    ];
+    for (bodies, document, sid, list) in checks {
+        let granted = statement_actions(bodies, document, sid)?;
+        let needed = actions(list);
+        ensure!(
+            granted == needed,
+            "policy {document}/{sid} grants {granted:?}; the code needs {needed:?}"
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment variables the modules set
+// ---------------------------------------------------------------------------------------------
+
+/// The literal keys of every object inside `expr` (through `merge(...)` and conditionals).
+fn object_keys(expr: &Expression, out: &mut BTreeSet<String>) {
+    match expr {
+        Expression::Object(object) => {
+            for (key, value) in object {
+                let key = match key {
+                    hcl::expr::ObjectKey::Identifier(identifier) => Some(identifier.as_str().to_owned()),
+                    hcl::expr::ObjectKey::Expression(expr) => as_string(expr),
+                    _ => None,
+                };
+                out.extend(key);
+                object_keys(value, out);
+            }
+        }
+        Expression::FuncCall(call) => call.args.iter().for_each(|arg| object_keys(arg, out)),
+        Expression::Conditional(conditional) => {
+            object_keys(&conditional.true_expr, out);
+            object_keys(&conditional.false_expr, out);
+        }
+        Expression::Parenthesis(inner) => object_keys(inner, out),
+        _ => {}
+    }
+}
+
+fn conveyor_keys(expr: &Expression) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    object_keys(expr, &mut keys);
+    keys.into_iter()
+        .filter(|key| key.starts_with("CONVEYOR_"))
+        .collect()
+}
+
+#[test]
+fn the_modules_set_only_variables_the_code_reads() -> Result<()> {
+    use conveyor_worker::config::{
+        ENV_DRAIN_DEADLINE_SECS, ENV_LISTEN_ADDR, ENV_QUEUE_URL, ENV_STOP_TIMEOUT_SECS,
+        ENV_VISIBILITY_TIMEOUT_SECS, OTHER_CONVEYOR_VARIABLES, WORKER_VARIABLES,
+    };
+    let log_format = conveyor_core::log_output::ENV_LOG_FORMAT;
+    let table = conveyor_examples::TABLE_ENV;
+
+    let ecs = parse_module(&module_dir("ecs-consumer"))?;
+    let environment = blocks_in(&ecs, "locals")
+        .find_map(|block| attr(block.body(), "environment"))
+        .context("ecs-consumer has no local environment")?;
+    let set: BTreeSet<String> = conveyor_keys(environment);
+    let read: BTreeSet<&str> = WORKER_VARIABLES
+        .iter()
+        .chain(OTHER_CONVEYOR_VARIABLES)
+        .copied()
+        .collect();
+    for name in &set {
+        ensure!(
+            read.contains(name.as_str()),
+            "ecs-consumer sets {name}, which the worker does not read"
+        );
+    }
+    let expected: BTreeSet<String> = [
+        ENV_QUEUE_URL,
+        table,
+        ENV_STOP_TIMEOUT_SECS,
+        ENV_DRAIN_DEADLINE_SECS,
+        ENV_VISIBILITY_TIMEOUT_SECS,
+        ENV_LISTEN_ADDR,
+        log_format,
+    ]
+    .iter()
+    .map(|name| (*name).to_owned())
+    .collect();
+    ensure!(
+        set == expected,
+        "ecs-consumer sets {set:?}; expected {expected:?}"
+    );
+
+    let lambda = parse_module(&module_dir("lambda-consumer"))?;
+    let function = single_resource(&lambda, "aws_lambda_function")?.body();
+    let environment = single_block(function, "environment")?.body();
+    let set = conveyor_keys(required_attr(environment, "variables")?);
+    let lambda_reads: BTreeSet<&str> = [
+        conveyor_lambda::BATCH_CONCURRENCY_ENV,
+        conveyor_lambda::DEADLINE_MARGIN_ENV,
+        conveyor_lambda::FAIL_WHEN_ALL_FAIL_ENV,
+        conveyor_lambda::FIFO_FAILURE_ENV,
+        conveyor_lambda::REJECT_MODE_ENV,
+        table,
+        log_format,
+    ]
+    .into_iter()
+    .collect();
+    for name in &set {
+        ensure!(
+            lambda_reads.contains(name.as_str()),
+            "lambda-consumer sets {name}, which the Lambda adapter does not read (it finds its queue from the event)"
+        );
+    }
+    ensure!(
+        set.contains(table) && set.contains(log_format),
+        "lambda-consumer must set {table} and {log_format}; sets {set:?}"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits: the numbers Terraform checks are the code's
+// ---------------------------------------------------------------------------------------------
+
+/// Every `validation` condition of `variable "<name>"`, formatted, without whitespace.
+fn validation_conditions(bodies: &[Body], name: &str) -> Result<Vec<String>> {
+    let variable = blocks_in(bodies, "variable")
+        .find(|block| first_label(block) == Some(name))
+        .with_context(|| format!("variable \"{name}\" is not declared"))?;
+    let mut conditions = Vec::new();
+    for validation in blocks(variable.body(), "validation") {
+        let condition = hcl::format::to_string(required_attr(validation.body(), "condition")?)?;
+        conditions.push(condition.split_whitespace().collect());
+    }
+    Ok(conditions)
+}
+
+/// Every precondition of every resource of a module, formatted, without whitespace.
+fn preconditions(bodies: &[Body]) -> Result<Vec<String>> {
+    let mut conditions = Vec::new();
+    for resource in blocks_in(bodies, "resource") {
+        for lifecycle in blocks(resource.body(), "lifecycle") {
+            for precondition in blocks(lifecycle.body(), "precondition") {
+                let condition = hcl::format::to_string(required_attr(precondition.body(), "condition")?)?;
+                conditions.push(condition.split_whitespace().collect());
+            }
+        }
+    }
+    Ok(conditions)
+}
+
+fn ensure_mentions(conditions: &[String], needle: &str, what: &str) -> Result<()> {
+    let needle: String = needle.split_whitespace().collect();
+    ensure!(
+        conditions.iter().any(|condition| condition.contains(&needle)),
+        "{what}: no condition contains `{needle}`; found {conditions:?}"
+    );
+    Ok(())
+}
+
+fn local_number(bodies: &[Body], name: &str) -> Result<u64> {
+    let value = blocks_in(bodies, "locals")
+        .find_map(|block| attr(block.body(), name))
+        .with_context(|| format!("no local {name}"))?;
+    as_number(value).with_context(|| format!("local {name} is not a number"))
+}
+
+#[test]
+fn the_limits_terraform_checks_are_the_codes() -> Result<()> {
+    use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT, MAX_WAIT_TIME};
+    let max_visibility = MAX_VISIBILITY_TIMEOUT.as_secs();
+
+    let queue = parse_module(&module_dir("queue"))?;
+    ensure_mentions(
+        &validation_conditions(&queue, "visibility_timeout_seconds")?,
+        &format!("var.visibility_timeout_seconds <= {max_visibility}"),
+        "queue visibility_timeout_seconds",
+    )?;
+    ensure_mentions(
+        &validation_conditions(&queue, "receive_wait_time_seconds")?,
+        &format!("var.receive_wait_time_seconds <= {}", MAX_WAIT_TIME.as_secs()),
+        "queue receive_wait_time_seconds",
+    )?;
+    ensure!(
+        local_number(&queue, "max_queue_name_length")? == 80,
+        "SQS names hold 80 characters"
+    );
+
+    let ecs = parse_module(&module_dir("ecs-consumer"))?;
+    let reserve = defaults::SHUTDOWN_RESERVE.as_secs();
+    let min_visibility = defaults::MIN_VISIBILITY_TIMEOUT.as_secs();
+    ensure!(local_number(&ecs, "shutdown_reserve_seconds")? == reserve);
+    ensure!(local_number(&ecs, "min_visibility_timeout_seconds")? == min_visibility);
+    // The worker refuses a stop timeout of the reserve or less: whole seconds start at reserve + 1.
+    ensure_mentions(
+        &validation_conditions(&ecs, "stop_timeout_seconds")?,
+        &format!("var.stop_timeout_seconds >= {}", reserve + 1),
+        "ecs-consumer stop_timeout_seconds",
+    )?;
+    let visibility = validation_conditions(&ecs, "visibility_timeout_seconds")?;
+    ensure_mentions(
+        &visibility,
+        &format!(">= {min_visibility}"),
+        "ecs-consumer visibility_timeout_seconds",
+    )?;
+    ensure_mentions(
+        &visibility,
+        &format!("<= {max_visibility}"),
+        "ecs-consumer visibility_timeout_seconds",
+    )?;
+    let ecs_preconditions = preconditions(&ecs)?;
+    ensure_mentions(
+        &ecs_preconditions,
+        "coalesce(var.drain_deadline_seconds, 0) + local.shutdown_reserve_seconds <= var.stop_timeout_seconds",
+        "ecs-consumer drain precondition",
+    )?;
+    ensure_mentions(
+        &ecs_preconditions,
+        ">= local.min_visibility_timeout_seconds",
+        "ecs-consumer queue visibility precondition",
+    )?;
+
+    let lambda = parse_module(&module_dir("lambda-consumer"))?;
+    let lambda_preconditions = preconditions(&lambda)?;
+    ensure_mentions(
+        &lambda_preconditions,
+        &format!("var.batch_size <= {MAX_RECEIVE_MESSAGES}"),
+        "lambda-consumer FIFO batch precondition",
+    )?;
+    ensure_mentions(
+        &lambda_preconditions,
+        "var.reserved_concurrent_executions >= var.maximum_concurrency",
+        "lambda-consumer reserved concurrency precondition",
+    )?;
     Ok(())
 }

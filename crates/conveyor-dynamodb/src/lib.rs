@@ -3,6 +3,7 @@
 mod cache;
 mod classify;
 mod client;
+pub mod iam;
 mod item;
 mod options;
 mod size;

@@ -9,6 +9,7 @@ pub mod dead_letter {
     pub use conveyor_core::dead_letter::*;
 }
 mod errors;
+pub mod iam;
 mod job;
 #[cfg(test)]
 mod mock_client;

@@ -367,6 +367,55 @@ mod tests {
         assert!(error.contains("drain_deadline"), "{error}");
     }
 
+    /// The contract `infra/modules/ecs-consumer` relies on: any drain that leaves the shutdown reserve
+    /// inside the stop timeout is accepted (a 60 s drain in a 90 s stop timeout, the case), one
+    /// second more is refused naming both variables, and without a drain the worker takes all that fits.
+    #[test]
+    fn any_drain_that_fits_the_stop_timeout_is_accepted() {
+        let reserve = conveyor_core::defaults::SHUTDOWN_RESERVE.as_secs();
+        for (stop, drain) in [(90, 60), (90, 90 - reserve), (120, 113), (8, 0), (8, 1), (30, 23)] {
+            let config = load(
+                None,
+                env(&[
+                    (ENV_QUEUE_URL, URL),
+                    (ENV_STOP_TIMEOUT_SECS, &stop.to_string()),
+                    (ENV_DRAIN_DEADLINE_SECS, &drain.to_string()),
+                ]),
+            )
+            .unwrap_or_else(|error| panic!("stop {stop} s, drain {drain} s refused: {error}"));
+            assert_eq!(config.drain_deadline(), Duration::from_secs(drain));
+        }
+        for (stop, drain) in [(90, 90 - reserve + 1), (30, 24), (8, 2)] {
+            let error = load(
+                None,
+                env(&[
+                    (ENV_QUEUE_URL, URL),
+                    (ENV_STOP_TIMEOUT_SECS, &stop.to_string()),
+                    (ENV_DRAIN_DEADLINE_SECS, &drain.to_string()),
+                ]),
+            )
+            .expect_err("a drain that does not fit must be refused")
+            .to_string();
+            assert!(
+                error.contains("drain_deadline") && error.contains(ENV_STOP_TIMEOUT_SECS),
+                "{error}"
+            );
+        }
+        let config = load(None, env(&[(ENV_QUEUE_URL, URL), (ENV_STOP_TIMEOUT_SECS, "90")])).unwrap();
+        assert_eq!(config.drain_deadline(), Duration::from_secs(90 - reserve));
+        // A stop timeout of the reserve or less leaves no drain at all: refused.
+        let error = load(
+            None,
+            env(&[
+                (ENV_QUEUE_URL, URL),
+                (ENV_STOP_TIMEOUT_SECS, &reserve.to_string()),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("stop_timeout"), "{error}");
+    }
+
     #[test]
     fn file_then_env() {
         let mut file = tempfile();

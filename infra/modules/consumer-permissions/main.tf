@@ -41,13 +41,11 @@ data "aws_iam_policy_document" "this" {
     resources = [var.dlq_arn]
   }
 
-  # Claim (conditional PutItem), read, complete and extend (UpdateItem), release (DeleteItem).
+  # Claim, complete, release and extend (conditional UpdateItem), read a record (GetItem).
   statement {
     sid = "IdempotencyRecords"
     actions = [
-      "dynamodb:DeleteItem",
       "dynamodb:GetItem",
-      "dynamodb:PutItem",
       "dynamodb:UpdateItem",
     ]
     resources = [var.idempotency_table_arn]

@@ -1,0 +1,826 @@
+//! The Terraform in `infra/` run with the real tools: `fmt`, `init` + `validate` of every module and
+//! example, `plan` of both examples with the LocalStack override, every precondition refusing its
+//! violation (with the intended message, and for the shutdown contract the worker's own verdict), and
+//! `apply` of what the emulators accept, with the example worker sending a permanent failure into the
+//! applied dead-letter queue, then `destroy`.
+//!
+//! It needs `terraform` and the `hashicorp/aws` provider (the registry, or a mirror such as
+//! `/opt/tf-plugins`, found by `conveyor_e2e::terraform`). Without them each test prints
+//! `SKIPPED <step>: <why>` and passes. Run it with `cargo test -p conveyor-e2e --test terraform`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use conveyor_core::Queue;
+use conveyor_core::config::{QueueConfig, WorkerConfig};
+use conveyor_e2e::terraform::{InfraCopy, Terraform, TerraformLocalStack, run_parallel, write_file};
+use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_testing::localstack;
+
+/// Every folder `terraform validate` must accept.
+const CONFIGURATIONS: [&str; 8] = [
+    "modules/queue",
+    "modules/idempotency-table",
+    "modules/consumer-permissions",
+    "modules/lambda-consumer",
+    "modules/ecs-consumer",
+    "examples/lambda",
+    "examples/ecs",
+    "tests/localstack",
+];
+
+/// Terraform processes at once: each loads the 700 MB provider; two keep both cores busy.
+const PARALLEL: usize = 2;
+
+#[test]
+fn fmt_and_validate_every_module_and_example() -> Result<()> {
+    let step = "terraform fmt/init/validate";
+    let Some(terraform) = Terraform::find(step)? else {
+        return Ok(());
+    };
+    let infra = conveyor_e2e::terraform::infra_dir();
+    terraform
+        .run(&infra, &["fmt", "-check", "-recursive", "-diff", "-no-color"])
+        .context("terraform fmt -check -recursive infra: run `terraform fmt -recursive infra`")?;
+
+    let copy = InfraCopy::new("validate")?;
+    let jobs: Vec<Box<dyn FnOnce() -> Result<Option<String>> + Send + '_>> = CONFIGURATIONS
+        .iter()
+        .map(|relative| {
+            let dir = copy.dir(relative);
+            let terraform = &terraform;
+            Box::new(move || -> Result<Option<String>> {
+                if !terraform.init(&dir, step)? {
+                    return Ok(None);
+                }
+                let text = terraform.run(&dir, &["validate", "-no-color"])?;
+                // A warning here is a deprecation (or worse) that breaks on the next provider major.
+                ensure!(!text.contains("Warning"), "{relative}: validate warns:\n{text}");
+                Ok(Some((*relative).to_owned()))
+            }) as Box<dyn FnOnce() -> Result<Option<String>> + Send + '_>
+        })
+        .collect();
+    let mut validated = Vec::new();
+    for result in run_parallel(PARALLEL, jobs) {
+        match result? {
+            Some(relative) => validated.push(relative),
+            None => return Ok(()),
+        }
+    }
+    eprintln!(
+        "terraform validate passed for {} configurations with {}",
+        validated.len(),
+        terraform.provider_description()
+    );
+    Ok(())
+}
+
+#[test]
+fn both_examples_plan_with_the_localstack_override() -> Result<()> {
+    let step = "terraform plan of infra/examples";
+    let Some(terraform) = Terraform::find(step)? else {
+        return Ok(());
+    };
+    let copy = InfraCopy::new("plan")?;
+    let package = copy.scratch().join("bootstrap.zip");
+    write_file(&package, "not a real zip: plan only hashes it")?;
+    let package_var = format!("package_path={}", package.display());
+    let examples: [(&str, Vec<String>); 2] = [
+        ("examples/lambda", vec![package_var]),
+        (
+            "examples/ecs",
+            vec![
+                "container_image=example/worker:latest".to_owned(),
+                "execution_role_arn=arn:aws:iam::000000000000:role/ecsTaskExecutionRole".to_owned(),
+                "subnet_ids=[\"subnet-0abc\"]".to_owned(),
+                "security_group_ids=[\"sg-0abc\"]".to_owned(),
+            ],
+        ),
+    ];
+    let jobs: Vec<Box<dyn FnOnce() -> Result<bool> + Send + '_>> = examples
+        .iter()
+        .map(|(relative, vars)| {
+            let dir = copy.dir(relative);
+            let terraform = &terraform;
+            Box::new(move || -> Result<bool> {
+                let example = std::fs::read_to_string(dir.join("localstack_override.tf.example"))?;
+                write_file(&dir.join("localstack_override.tf"), &example)?;
+                if !terraform.init(&dir, step)? {
+                    return Ok(false);
+                }
+                let mut args = vec!["plan", "-input=false", "-no-color", "-lock=false"];
+                let var_args: Vec<String> = vars.iter().map(|var| format!("-var={var}")).collect();
+                args.extend(var_args.iter().map(String::as_str));
+                let text = terraform.run(&dir, &args)?;
+                ensure!(
+                    text.contains("to add, 0 to change, 0 to destroy"),
+                    "{relative}: unexpected plan:\n{text}"
+                );
+                ensure!(!text.contains("Warning"), "{relative}: plan warns:\n{text}");
+                Ok(true)
+            }) as Box<dyn FnOnce() -> Result<bool> + Send + '_>
+        })
+        .collect();
+    for planned in run_parallel(PARALLEL, jobs) {
+        if !planned? {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preconditions: each violation refused with its message
+// ---------------------------------------------------------------------------------------------
+
+/// One plan of one module: the inputs that differ from the module's valid baseline, and the message
+/// the plan must fail with (`None`: it must pass).
+struct Case {
+    name: String,
+    module: &'static str,
+    inputs: Vec<(&'static str, String)>,
+    refused_with: Option<&'static str>,
+}
+
+fn case(
+    name: &str,
+    module: &'static str,
+    inputs: &[(&'static str, &str)],
+    refused_with: Option<&'static str>,
+) -> Case {
+    Case {
+        name: name.to_owned(),
+        module,
+        inputs: inputs
+            .iter()
+            .map(|(key, value)| (*key, (*value).to_owned()))
+            .collect(),
+        refused_with,
+    }
+}
+
+const QUEUE_ARN: &str = "\"arn:aws:sqs:us-east-1:123456789012:jobs\"";
+const FIFO_QUEUE_ARN: &str = "\"arn:aws:sqs:us-east-1:123456789012:jobs.fifo\"";
+const DLQ_ARN: &str = "\"arn:aws:sqs:us-east-1:123456789012:jobs-dlq\"";
+const TABLE_ARN: &str = "\"arn:aws:dynamodb:us-east-1:123456789012:table/jobs-idempotency\"";
+
+/// Valid inputs of each module, which every case starts from.
+fn baseline(module: &str, package: &str) -> Vec<(&'static str, String)> {
+    let common = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+        pairs
+            .iter()
+            .map(|(key, value)| (*key, (*value).to_owned()))
+            .collect()
+    };
+    match module {
+        "queue" => common(&[("name", "\"jobs\"")]),
+        "idempotency-table" => common(&[("name", "\"jobs-idempotency\"")]),
+        "consumer-permissions" => common(&[
+            ("queue_arn", QUEUE_ARN),
+            ("dlq_arn", DLQ_ARN),
+            ("idempotency_table_arn", TABLE_ARN),
+        ]),
+        "lambda-consumer" => {
+            let mut inputs = common(&[
+                ("function_name", "\"jobs\""),
+                ("queue_arn", QUEUE_ARN),
+                ("dlq_arn", DLQ_ARN),
+                ("idempotency_table_name", "\"jobs-idempotency\""),
+                ("idempotency_table_arn", TABLE_ARN),
+                ("queue_visibility_timeout_seconds", "60"),
+                ("timeout_seconds", "10"),
+            ]);
+            inputs.push(("package_path", format!("{package:?}")));
+            inputs
+        }
+        "ecs-consumer" => common(&[
+            ("name", "\"jobs\""),
+            (
+                "cluster_arn",
+                "\"arn:aws:ecs:us-east-1:123456789012:cluster/jobs\"",
+            ),
+            ("container_image", "\"example/worker:latest\""),
+            (
+                "execution_role_arn",
+                "\"arn:aws:iam::123456789012:role/ecsTaskExecutionRole\"",
+            ),
+            ("subnet_ids", "[\"subnet-0abc\"]"),
+            ("security_group_ids", "[\"sg-0abc\"]"),
+            ("queue_arn", QUEUE_ARN),
+            (
+                "queue_url",
+                "\"https://sqs.us-east-1.amazonaws.com/123456789012/jobs\"",
+            ),
+            ("queue_name", "\"jobs\""),
+            ("queue_visibility_timeout_seconds", "60"),
+            ("dlq_arn", DLQ_ARN),
+            ("idempotency_table_name", "\"jobs-idempotency\""),
+            ("idempotency_table_arn", TABLE_ARN),
+        ]),
+        _ => Vec::new(),
+    }
+}
+
+/// The stop-timeout/drain pairs planned against `ecs-consumer` and validated by the worker: Terraform
+/// must accept exactly what `WorkerConfig::validate` accepts (`None`: drain left to the worker).
+const SHUTDOWN_CASES: [(u64, Option<u64>); 10] = [
+    (30, None),
+    (30, Some(23)),
+    (30, Some(24)),
+    (90, Some(60)),
+    (90, Some(84)),
+    (8, Some(0)),
+    (8, Some(1)),
+    (7, None),
+    (120, Some(113)),
+    (120, Some(114)),
+];
+
+fn worker_accepts(stop: u64, drain: Option<u64>) -> bool {
+    let config = WorkerConfig {
+        queues: vec![QueueConfig {
+            url: "https://sqs.us-east-1.amazonaws.com/123456789012/jobs".to_owned(),
+            weight: 1,
+        }],
+        stop_timeout: Duration::from_secs(stop),
+        drain_deadline: drain.map(Duration::from_secs),
+        ..WorkerConfig::default()
+    };
+    config.validate().is_ok()
+}
+
+const DRAIN_MESSAGE: &str = "drain_deadline_seconds plus 7 s";
+const STOP_MESSAGE: &str = "stop_timeout_seconds must be a whole number from 8 to 120";
+
+fn cases() -> Vec<Case> {
+    let long_name = format!("\"{}\"", "q".repeat(72));
+    let longest_standard = format!("\"{}\"", "q".repeat(76));
+    let long_role = format!("\"{}\"", "r".repeat(65));
+    let mut cases = vec![
+        // queue
+        case("queue_valid", "queue", &[], None),
+        case(
+            "queue_longest_standard_name",
+            "queue",
+            &[("name", &longest_standard)],
+            None,
+        ),
+        case(
+            "queue_fifo_name_too_long",
+            "queue",
+            &[("name", &long_name), ("fifo", "true")],
+            Some("the dead-letter queue's name"),
+        ),
+        case(
+            "queue_content_deduplication_without_fifo",
+            "queue",
+            &[("content_based_deduplication", "true")],
+            Some("content_based_deduplication applies only to FIFO queues"),
+        ),
+        case(
+            "queue_dlq_retention_shorter",
+            "queue",
+            &[("dlq_message_retention_seconds", "60")],
+            Some("dlq_message_retention_seconds must be at least message_retention_seconds"),
+        ),
+        case(
+            "queue_kms_wildcard",
+            "queue",
+            &[("kms_master_key_id", "\"*\"")],
+            Some("kms_master_key_id must be a KMS key ARN"),
+        ),
+        // idempotency-table
+        case("table_valid", "idempotency-table", &[], None),
+        case(
+            "table_kms_wildcard",
+            "idempotency-table",
+            &[("kms_key_arn", "\"arn:aws:kms:us-east-1:123456789012:key/*\"")],
+            Some("kms_key_arn must be a KMS key ARN"),
+        ),
+        // consumer-permissions
+        case("permissions_valid", "consumer-permissions", &[], None),
+        case(
+            "permissions_table_wildcard",
+            "consumer-permissions",
+            &[(
+                "idempotency_table_arn",
+                "\"arn:aws:dynamodb:us-east-1:123456789012:table/*\"",
+            )],
+            Some("idempotency_table_arn must be one DynamoDB table ARN"),
+        ),
+        case(
+            "permissions_kms_star",
+            "consumer-permissions",
+            &[("kms_key_arns", "[\"*\"]")],
+            Some("kms_key_arns must list KMS key ARNs"),
+        ),
+        // lambda-consumer
+        case("lambda_valid", "lambda-consumer", &[], None),
+        case(
+            "lambda_window_counts_toward_visibility",
+            "lambda-consumer",
+            &[("maximum_batching_window_in_seconds", "1")],
+            Some("at least 6 times the function timeout (timeout_seconds) plus the batching window"),
+        ),
+        case(
+            "lambda_window_fits",
+            "lambda-consumer",
+            &[
+                ("maximum_batching_window_in_seconds", "1"),
+                ("queue_visibility_timeout_seconds", "61"),
+            ],
+            None,
+        ),
+        case(
+            "lambda_six_times_rule",
+            "lambda-consumer",
+            &[("timeout_seconds", "11")],
+            Some("at least 6 times the function timeout"),
+        ),
+        case(
+            "lambda_reserved_below_maximum_concurrency",
+            "lambda-consumer",
+            &[
+                ("reserved_concurrent_executions", "5"),
+                ("maximum_concurrency", "10"),
+            ],
+            Some("reserved_concurrent_executions must be -1 (none reserved) or at least maximum_concurrency"),
+        ),
+        case(
+            "lambda_reserved_at_maximum_concurrency",
+            "lambda-consumer",
+            &[
+                ("reserved_concurrent_executions", "10"),
+                ("maximum_concurrency", "10"),
+            ],
+            None,
+        ),
+        case(
+            "lambda_fifo_batch_above_ten",
+            "lambda-consumer",
+            &[
+                ("queue_arn", FIFO_QUEUE_ARN),
+                ("batch_size", "11"),
+                ("maximum_batching_window_in_seconds", "1"),
+                ("queue_visibility_timeout_seconds", "61"),
+            ],
+            Some("The queue is a FIFO queue"),
+        ),
+        case(
+            "lambda_fifo_window",
+            "lambda-consumer",
+            &[
+                ("queue_arn", FIFO_QUEUE_ARN),
+                ("maximum_batching_window_in_seconds", "1"),
+                ("queue_visibility_timeout_seconds", "61"),
+            ],
+            Some("The queue is a FIFO queue"),
+        ),
+        case(
+            "lambda_fifo_valid",
+            "lambda-consumer",
+            &[("queue_arn", FIFO_QUEUE_ARN)],
+            None,
+        ),
+        case(
+            "lambda_batch_above_ten_without_window",
+            "lambda-consumer",
+            &[("batch_size", "11")],
+            Some("batch_size above 10 needs maximum_batching_window_in_seconds of at least 1"),
+        ),
+        case(
+            "lambda_queue_arn_star",
+            "lambda-consumer",
+            &[("queue_arn", "\"*\"")],
+            Some("queue_arn must be one SQS queue ARN"),
+        ),
+        case(
+            "lambda_kms_star_in_list",
+            "lambda-consumer",
+            &[(
+                "kms_key_arns",
+                "[\"arn:aws:kms:us-east-1:123456789012:key/k\", \"*\"]",
+            )],
+            Some("kms_key_arns must list KMS key ARNs"),
+        ),
+        case(
+            "lambda_role_name_too_long",
+            "lambda-consumer",
+            &[("role_name", &long_role)],
+            Some("role_name must be 1-64 characters"),
+        ),
+        // ecs-consumer
+        case(
+            "ecs_fargate_pair",
+            "ecs-consumer",
+            &[("cpu", "256"), ("memory", "4096")],
+            Some("cpu and memory must form a Fargate pair"),
+        ),
+        case(
+            "ecs_fargate_pair_valid",
+            "ecs-consumer",
+            &[("cpu", "1024"), ("memory", "3072")],
+            None,
+        ),
+        case(
+            "ecs_queue_visibility_below_worker_minimum",
+            "ecs-consumer",
+            &[("queue_visibility_timeout_seconds", "5")],
+            Some("is below 10 s, the shortest the worker's heartbeat can keep"),
+        ),
+        case(
+            "ecs_min_capacity_zero_without_scale_to_zero",
+            "ecs-consumer",
+            &[("min_capacity", "0")],
+            Some("min_capacity 0 needs scale_to_zero = true"),
+        ),
+        case(
+            "ecs_scale_to_zero",
+            "ecs-consumer",
+            &[
+                ("min_capacity", "0"),
+                ("desired_count", "0"),
+                ("scale_to_zero", "true"),
+                ("use_fargate_spot", "true"),
+            ],
+            None,
+        ),
+        case(
+            "ecs_execution_role_star",
+            "ecs-consumer",
+            &[("execution_role_arn", "\"*\"")],
+            Some("execution_role_arn must be one IAM role ARN"),
+        ),
+        case(
+            "ecs_dlq_arn_wildcard",
+            "ecs-consumer",
+            &[("dlq_arn", "\"arn:aws:sqs:us-east-1:123456789012:*\"")],
+            Some("dlq_arn must be one SQS queue ARN"),
+        ),
+        case(
+            "ecs_visibility_override_below_minimum",
+            "ecs-consumer",
+            &[("visibility_timeout_seconds", "9")],
+            Some("visibility_timeout_seconds must be null or 10-43200"),
+        ),
+    ];
+    for (stop, drain) in SHUTDOWN_CASES {
+        let mut inputs = vec![("stop_timeout_seconds", stop.to_string())];
+        if let Some(drain) = drain {
+            inputs.push(("drain_deadline_seconds", drain.to_string()));
+        }
+        let drain_text = drain.map_or_else(|| "default".to_owned(), |drain| drain.to_string());
+        let refused_with = if worker_accepts(stop, drain) {
+            None
+        } else if stop <= conveyor_core::defaults::SHUTDOWN_RESERVE.as_secs() {
+            Some(STOP_MESSAGE)
+        } else {
+            Some(DRAIN_MESSAGE)
+        };
+        cases.push(Case {
+            name: format!("ecs_shutdown_stop_{stop}_drain_{drain_text}"),
+            module: "ecs-consumer",
+            inputs,
+            refused_with,
+        });
+    }
+    cases
+}
+
+/// One `.tftest.hcl` per case (a failed run skips the rest of its file): a mock AWS provider, one
+/// `command = plan` run of the module with the baseline inputs and the case's overrides.
+fn test_file(case: &Case, package: &str) -> String {
+    let mut inputs: BTreeMap<&str, String> = baseline(case.module, package).into_iter().collect();
+    inputs.extend(case.inputs.iter().cloned());
+    // Mocked data sources return random strings; policy documents must be JSON for the resources
+    // that take them.
+    let mut text = String::from(
+        "mock_provider \"aws\" {\n  mock_data \"aws_iam_policy_document\" {\n    defaults = {\n      \
+         json = \"{\\\"Version\\\":\\\"2012-10-17\\\",\\\"Statement\\\":[]}\"\n    }\n  }\n}\n\n",
+    );
+    let _ = writeln!(text, "run \"{}\" {{\n  command = plan\n", case.name);
+    let _ = writeln!(
+        text,
+        "  module {{\n    source = \"../../modules/{}\"\n  }}\n",
+        case.module
+    );
+    text.push_str("  variables {\n");
+    for (key, value) in &inputs {
+        let _ = writeln!(text, "    {key} = {value}");
+    }
+    text.push_str("  }\n}\n");
+    text
+}
+
+/// A run's outcome in `terraform test -json`: its status and the error details it printed.
+#[derive(Default, Debug)]
+struct RunOutcome {
+    status: Option<String>,
+    errors: Vec<String>,
+}
+
+fn parse_test_json(text: &str) -> BTreeMap<String, RunOutcome> {
+    let mut runs: BTreeMap<String, RunOutcome> = BTreeMap::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(run) = event["@testrun"].as_str() else {
+            continue;
+        };
+        let outcome = runs.entry(run.to_owned()).or_default();
+        if event["test_run"]["progress"] == "complete" {
+            outcome.status = event["test_run"]["status"].as_str().map(str::to_owned);
+        }
+        if event["diagnostic"]["severity"] == "error" {
+            outcome.errors.push(format!(
+                "{}: {}",
+                event["diagnostic"]["summary"].as_str().unwrap_or_default(),
+                event["diagnostic"]["detail"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    runs
+}
+
+#[test]
+fn every_precondition_refuses_its_violation_with_its_message() -> Result<()> {
+    let step = "terraform test of the preconditions";
+    let Some(terraform) = Terraform::find(step)? else {
+        return Ok(());
+    };
+    let copy = InfraCopy::new("preconditions")?;
+    let harness = copy.dir("tests/preconditions");
+    let package = copy.scratch().join("bootstrap.zip");
+    write_file(&package, "not a real zip: plan only hashes it")?;
+    let package = package.display().to_string();
+    write_file(
+        &harness.join("main.tf"),
+        "# Generated by tests/tests/terraform.rs: runs the modules' plans with a mock provider.\n\
+         terraform {\n  required_providers {\n    aws = {\n      source = \"hashicorp/aws\"\n    }\n  }\n}\n",
+    )?;
+    let cases = cases();
+    for case in &cases {
+        write_file(
+            &harness.join("tests").join(format!("{}.tftest.hcl", case.name)),
+            &test_file(case, &package),
+        )?;
+    }
+    if !terraform.init(&harness, step)? {
+        return Ok(());
+    }
+    // Fails overall (the refused cases fail their run); the verdicts are read per run.
+    let output = terraform.output(&harness, &["test", "-json", "-no-color"])?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let runs = parse_test_json(&text);
+
+    let mut problems = Vec::new();
+    for case in &cases {
+        let Some(outcome) = runs.get(&case.name) else {
+            problems.push(format!("{}: no result from terraform test", case.name));
+            continue;
+        };
+        let passed = outcome.status.as_deref() == Some("pass");
+        match case.refused_with {
+            None if !passed => problems.push(format!(
+                "{}: must plan, but {:?}: {:?}",
+                case.name, outcome.status, outcome.errors
+            )),
+            Some(message) if passed => {
+                problems.push(format!(
+                    "{}: must be refused with {message:?}, but planned",
+                    case.name
+                ));
+            }
+            Some(message) => {
+                let ours = outcome.errors.iter().any(|error| error.contains(message));
+                let only_ours = outcome.errors.len() == 1;
+                if !ours || !only_ours {
+                    problems.push(format!(
+                        "{}: must be refused with exactly {message:?}; errors: {:?}",
+                        case.name, outcome.errors
+                    ));
+                }
+            }
+            None => {}
+        }
+    }
+    ensure!(
+        problems.is_empty(),
+        "{} of {} precondition cases went wrong:\n{}\n\nterraform test output:\n{}{}",
+        problems.len(),
+        cases.len(),
+        problems.join("\n"),
+        text,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!(
+        "{} precondition cases planned or refused as intended",
+        cases.len()
+    );
+    Ok(())
+}
+
+#[test]
+fn the_shutdown_cases_cover_both_verdicts_and_both_messages() {
+    let verdicts: Vec<bool> = SHUTDOWN_CASES
+        .iter()
+        .map(|(stop, drain)| worker_accepts(*stop, *drain))
+        .collect();
+    assert!(
+        verdicts.contains(&true) && verdicts.contains(&false),
+        "{verdicts:?}"
+    );
+    // The issue's case: a 60 s drain inside a 90 s stop timeout works end to end.
+    assert!(worker_accepts(90, Some(60)));
+    assert!(!worker_accepts(90, Some(84)));
+    assert!(!worker_accepts(7, None));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Apply: the worker on the applied queue
+// ---------------------------------------------------------------------------------------------
+
+/// The applied configuration; `terraform destroy` when dropped unless [`Applied::destroy`] ran.
+struct Applied {
+    terraform: Terraform,
+    dir: std::path::PathBuf,
+    vars: Vec<String>,
+    destroyed: bool,
+}
+
+impl Applied {
+    fn args<'s>(&'s self, command: &'s str) -> Vec<&'s str> {
+        let mut args = vec![command, "-auto-approve", "-input=false", "-no-color"];
+        args.extend(self.vars.iter().map(String::as_str));
+        args
+    }
+
+    /// `terraform destroy`. LocalStack 4.8.1 answers a removed `RedriveAllowPolicy` with an empty
+    /// string instead of leaving the attribute out, so the provider would wait forever for its removal:
+    /// the policy leaves the state first, and deleting the DLQ deletes it.
+    fn destroy(&mut self) -> Result<()> {
+        self.destroyed = true;
+        // Fails harmlessly when an apply that failed early never created it.
+        self.terraform.output(
+            &self.dir,
+            &[
+                "state",
+                "rm",
+                "-no-color",
+                "module.queue.aws_sqs_queue_redrive_allow_policy.dlq",
+            ],
+        )?;
+        self.terraform.run(&self.dir, &self.args("destroy")).map(drop)
+    }
+}
+
+impl Drop for Applied {
+    fn drop(&mut self) {
+        if !self.destroyed
+            && let Err(error) = self.destroy()
+        {
+            eprintln!("terraform destroy after a failure failed too: {error:#}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_queue_sends_a_permanent_failure_to_the_applied_dlq() -> Result<()> {
+    let step = "terraform apply/destroy against LocalStack and DynamoDB Local";
+    let Some(terraform) = Terraform::find(step)? else {
+        return Ok(());
+    };
+    localstack::ensure_local_aws().await?;
+    let emulator = TerraformLocalStack::start().await?;
+    let copy = InfraCopy::new("apply")?;
+    let dir = copy.dir("tests/localstack");
+    let init_dir = dir.clone();
+    let init_terraform = terraform.clone();
+    if !tokio::task::spawn_blocking(move || init_terraform.init(&init_dir, step)).await?? {
+        return Ok(());
+    }
+    let name = localstack::unique_name("tf-apply");
+    let visibility_secs = 30_u64;
+    let max_receive_count = 3_u32;
+    let vars = vec![
+        format!("-var=name={name}"),
+        format!("-var=localstack_endpoint={}", emulator.endpoint()),
+        format!("-var=dynamodb_endpoint={}", localstack::dynamodb_endpoint()),
+        format!("-var=visibility_timeout_seconds={visibility_secs}"),
+        format!("-var=max_receive_count={max_receive_count}"),
+    ];
+    let mut applied = Applied {
+        terraform: terraform.clone(),
+        dir: dir.clone(),
+        vars,
+        destroyed: false,
+    };
+    let apply_args: Vec<String> = applied.args("apply").into_iter().map(str::to_owned).collect();
+    let apply_terraform = terraform.clone();
+    let apply_dir = dir.clone();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = apply_args.iter().map(String::as_str).collect();
+        apply_terraform.run(&apply_dir, &args)
+    })
+    .await??;
+    let outputs: serde_json::Value =
+        serde_json::from_str(&terraform.run(&dir, &["output", "-json", "-no-color"])?)
+            .context("terraform output -json is not JSON")?;
+    let output = |key: &str| -> Result<String> {
+        let value = &outputs[key]["value"];
+        value
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| value.as_u64().map(|number| number.to_string()))
+            .with_context(|| format!("no output {key} in {outputs}"))
+    };
+    let queue_url = output("queue_url")?;
+    let dlq_url = output("dlq_url")?;
+    let table = output("idempotency_table_name")?;
+    ensure!(output("visibility_timeout_seconds")? == visibility_secs.to_string());
+    ensure!(output("max_receive_count")? == max_receive_count.to_string());
+
+    // What the code reads from the applied queue is what Terraform set.
+    let client = localstack::sqs_client_at(emulator.endpoint());
+    let queue = SqsQueue::connect(client.clone(), &queue_url).await?;
+    ensure!(
+        queue.visibility_timeout() == Duration::from_secs(visibility_secs),
+        "the worker would use a visibility timeout of {:?}, Terraform set {visibility_secs} s",
+        queue.visibility_timeout()
+    );
+    ensure!(
+        queue.max_receive_count() == Some(max_receive_count),
+        "the redrive policy says {:?} receives, Terraform set {max_receive_count}",
+        queue.max_receive_count()
+    );
+    ensure!(
+        queue.dead_letter_queue_url() == Some(dlq_url.as_str()),
+        "the code finds the DLQ at {:?}, Terraform made {dlq_url}",
+        queue.dead_letter_queue_url()
+    );
+
+    // The example worker on the applied queue and table: a permanent failure lands in the applied DLQ.
+    let outbox = conveyor_e2e::outbox_path("tf-apply");
+    let mut env = conveyor_e2e::app_env(&table, &outbox);
+    env.retain(|(key, _)| key != "AWS_ENDPOINT_URL_SQS");
+    env.push(("AWS_ENDPOINT_URL_SQS".to_owned(), emulator.endpoint().to_owned()));
+    let mut worker = conveyor_e2e::binaries().spawn_worker(&queue_url, None, &env, None)?;
+    let poison = Job::new(
+        "welcome_email",
+        serde_json::json!({ "user_id": 7, "name": "Ada", "email": "no-at-sign" }),
+    );
+    Producer::new(client.clone(), queue_url.clone())
+        .send(&poison)
+        .await?;
+
+    let received = wait_for_dead_letter(&client, &dlq_url, Duration::from_secs(60)).await?;
+    let failure = received
+        .failure()
+        .with_context(|| format!("the dead letter carries no failure record: {received:?}"))?;
+    ensure!(
+        failure.error.contains("no valid email address") && !failure.retries_exhausted,
+        "unexpected failure record {failure:?}"
+    );
+    ensure!(
+        failure.source_queue.ends_with(&name),
+        "the failure names {} as its source, not {name}",
+        failure.source_queue
+    );
+    conveyor_demo::terminate(&mut worker).await?;
+    let _ = std::fs::remove_file(&outbox);
+
+    tokio::task::spawn_blocking(move || applied.destroy()).await??;
+    let gone = client.get_queue_url().queue_name(&name).send().await;
+    ensure!(
+        gone.is_err(),
+        "the queue {name} still exists after terraform destroy"
+    );
+    drop(emulator);
+    Ok(())
+}
+
+/// Peeks at the DLQ until a message is there, `timeout` at most.
+async fn wait_for_dead_letter(
+    client: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    timeout: Duration,
+) -> Result<conveyor_sqs::admin::Received> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let options = conveyor_sqs::admin::PeekOptions {
+            max: 1,
+            hold: Duration::from_secs(5),
+            wait: Duration::from_secs(2),
+        };
+        let peeked = conveyor_sqs::admin::peek(client, dlq_url, options).await?;
+        if let Some(received) = peeked.messages.into_iter().next() {
+            return Ok(received);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("nothing reached the DLQ {dlq_url} within {timeout:?}");
+        }
+    }
+}
