@@ -401,8 +401,10 @@ impl Drop for TerraformLocalStack {
     fn drop(&mut self) {
         // Throwaway state: no graceful stop needed. The whole process group goes.
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.child.id())])
+            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
             .status();
+        // Should the group signal fail, the process itself still goes before the wait.
+        let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = fs::remove_dir_all(&self.state_dir);
     }

@@ -824,3 +824,44 @@ async fn wait_for_dead_letter(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// checkov
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn checkov_finds_no_failed_check_in_infra() -> Result<()> {
+    let python = std::env::var("CONVEYOR_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let has_python = std::process::Command::new(&python)
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !has_python {
+        conveyor_e2e::terraform::skip(
+            "checkov on infra/",
+            &format!("no {python} to install checkov into .local/checkov-venv (set CONVEYOR_PYTHON)"),
+        );
+        return Ok(());
+    }
+    let script = conveyor_e2e::terraform::infra_dir()
+        .join("checkov")
+        .join("run.sh");
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    ensure!(
+        output.status.success(),
+        "checkov found failed checks in infra/ (fix them, or skip one with its reason in infra/checkov/skipped.txt):\n{text}"
+    );
+    ensure!(
+        text.contains("Failed checks: 0"),
+        "checkov printed no summary:\n{text}"
+    );
+    Ok(())
+}
