@@ -14,9 +14,13 @@
 //! 3. **Reject**: sent to the DLQ with the failure recorded *during* the batch, then not listed, so the
 //!    mapping deletes the original only after the DLQ holds the copy. If the DLQ send fails (or the
 //!    queue has no DLQ), it is handled as a Retry with the fallback delay instead.
-//! 4. **Not started** (too close to the invocation deadline): listed and untouched; it comes back at the
-//!    queue's visibility timeout. Behind a failed message of its FIFO group: listed with that message's
-//!    backoff, so the group comes back together, in order.
+//! 4. **Defer** (not run: its key in progress elsewhere, the store unreachable): a delayed copy is sent
+//!    (`conveyor_core::deferral`) and the original is not listed, so the receive does not count toward
+//!    `maxReceiveCount`; if the copy cannot be sent in time, handled as a Retry.
+//! 5. **Not started** (too close to the invocation deadline): on a standard queue, deferred as in 4,
+//!    without delay; on a FIFO queue, or when the copy does not go out in time, listed and untouched:
+//!    it comes back at the queue's visibility timeout. Behind a failed message of its FIFO group: listed with that message's backoff,
+//!    so the group comes back together, in order.
 //!
 //! FIFO queues: each message group is a lane that runs one message at a time, in record order; lanes
 //! (groups, or single messages on a standard queue) run concurrently up to `batch_concurrency`. Once a
@@ -99,11 +103,16 @@ enum Settled {
     Retry { delay: Duration },
     /// Listed, left as it is (visible again at the queue's visibility timeout).
     Untouched,
+    /// Not started before the cutoff; becomes `Deferred` or `Untouched` before the response is built.
+    NotStarted,
 }
 
 impl Settled {
     fn is_failure(self) -> bool {
-        matches!(self, Settled::Retry { .. } | Settled::Untouched)
+        matches!(
+            self,
+            Settled::Retry { .. } | Settled::Untouched | Settled::NotStarted
+        )
     }
 }
 
@@ -322,12 +331,13 @@ impl BatchProcessor {
                 .unwrap_or(deadline),
             settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };
-        let results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
+        let mut results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
             .map(|lane| self.run_lane(lane, invocation))
             .buffer_unordered(concurrency)
             .collect()
             .await;
 
+        self.defer_not_started(&mut results, invocation.settle_by).await;
         self.apply_backoff(&results, invocation.settle_by).await;
         for (_, lane_results) in &results {
             for result in lane_results {
@@ -340,7 +350,7 @@ impl BatchProcessor {
                     Settled::Acked { duplicate: true } => metrics.duplicates += 1,
                     Settled::DeadLettered => metrics.dead_lettered += 1,
                     Settled::Deferred => metrics.deferred += 1,
-                    Settled::Retry { .. } | Settled::Untouched => {
+                    Settled::Retry { .. } | Settled::Untouched | Settled::NotStarted => {
                         metrics.retried += 1;
                         failures.push((result.index, result.message.id.clone()));
                     }
@@ -477,8 +487,8 @@ impl BatchProcessor {
         span: tracing::Span,
     ) -> (Settled, Option<Duration>) {
         if Instant::now() >= invocation.cutoff {
-            tracing::info!("not started: too close to the invocation deadline; reporting it as a failure");
-            return (Settled::Untouched, None);
+            tracing::info!("not started: too close to the invocation deadline");
+            return (Settled::NotStarted, None);
         }
         let lease = Lease::new(invocation.deadline);
         let processed = self
@@ -550,6 +560,41 @@ impl BatchProcessor {
             }
         };
         (settled, duration)
+    }
+
+    /// Defers the messages the invocation had no time left to start. Listing them would spend one of
+    /// their receives without a run (SQS counts every receive toward `maxReceiveCount`, so a batch too
+    /// big for the function timeout would dead-letter its tail unrun): on a standard queue each is
+    /// deferred with a copy instead (no delay; the mapping deletes the original), all copies sent at
+    /// once and cut at `settle_by`. On a FIFO queue a copy would break the group's order, so they are
+    /// listed; so is a message whose copy did not go out in time.
+    async fn defer_not_started(&self, results: &mut [(Lane, Vec<ItemResult>)], settle_by: Instant) {
+        let mut deferrals = Vec::new();
+        for (lane_index, (lane, lane_results)) in results.iter().enumerate() {
+            for (item_index, result) in lane_results.iter().enumerate() {
+                if result.settled != Settled::NotStarted {
+                    continue;
+                }
+                let message = Arc::clone(&result.message);
+                let queue = Arc::clone(&lane.queue);
+                deferrals.push(async move {
+                    let settled = match queue.get().await {
+                        Some(queue) if !queue.is_fifo() => {
+                            let reason = "not started: too close to the invocation deadline";
+                            defer(queue.as_ref(), &message, Duration::ZERO, reason, settle_by).await
+                        }
+                        _ => Settled::Untouched,
+                    };
+                    (lane_index, item_index, settled)
+                });
+            }
+        }
+        for (lane_index, item_index, settled) in futures_util::future::join_all(deferrals).await {
+            results[lane_index].1[item_index].settled = match settled {
+                Settled::Retry { .. } => Settled::Untouched,
+                settled => settled,
+            };
+        }
     }
 
     /// Sets every retried message's visibility to its backoff delay: one batch call per queue, all

@@ -410,8 +410,29 @@ async fn fifo_stops_a_group_after_a_failure_and_lets_other_groups_go_on() {
     assert!(states.contains(&(b2, MessageState::InFlight)), "{states:?}");
 }
 
+/// The deferred copies in the queue (`conveyor.deferral`), by the original message id they carry.
+fn deferred_copies(harness: &Harness) -> Vec<(String, u32, MessageState)> {
+    let mut copies: Vec<(String, u32, MessageState)> = harness
+        .queue
+        .snapshot()
+        .into_iter()
+        .filter_map(|copy| {
+            let record = copy
+                .attributes
+                .get(conveyor_core::message::DEFERRAL_ATTRIBUTE)?
+                .string_value
+                .clone()?;
+            let original: Value = serde_json::from_str(&record).ok()?;
+            let original = original.get("original_id")?.as_str()?.to_owned();
+            Some((original, copy.receive_count, copy.state))
+        })
+        .collect();
+    copies.sort_by(|a, b| a.0.cmp(&b.0));
+    copies
+}
+
 #[tokio::test(start_paused = true)]
-async fn messages_that_cannot_start_before_the_deadline_are_listed_untouched() {
+async fn messages_that_cannot_start_before_the_deadline_are_deferred_with_a_copy() {
     let config = LambdaConfig {
         batch_concurrency: 1,
         deadline_margin: Duration::from_millis(1500),
@@ -424,31 +445,59 @@ async fn messages_that_cannot_start_before_the_deadline_are_listed_untouched() {
     let received = harness.receive().await;
 
     // The cut-off is 2 s - 1.5 s = 500 ms away: the slow one starts and runs into it; the others
-    // cannot start.
+    // cannot start. Listing them would spend a receive each without a run: they are deferred with a
+    // copy at receive count 0 instead, and left out of the response (the mapping deletes them).
     let report = harness
         .run(&received, Instant::now() + Duration::from_secs(2))
         .await;
-    assert_eq!(listed(&report), vec![slow.clone(), late1.clone(), late2.clone()]);
+    assert_eq!(listed(&report), vec![slow.clone()]);
     assert_eq!(harness.ran(), vec!["slow"]);
-    // The others are untouched, in flight until the queue's visibility timeout; the timed-out one is a
-    // retry with backoff (at most the first ceiling of the default retry budget).
-    tokio::time::advance(Duration::from_secs(3)).await;
-    assert_eq!(harness.state_of(&late1), Some(MessageState::InFlight));
-    assert_eq!(harness.state_of(&late2), Some(MessageState::InFlight));
+    assert_eq!(report.metrics[0].deferred, 2);
+    assert_eq!(report.metrics[0].retried, 1);
+    let mut expected = vec![
+        (late1.clone(), 0, MessageState::Visible),
+        (late2.clone(), 0, MessageState::Visible),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(deferred_copies(&harness), expected);
+    // The timed-out one is a retry with backoff (at most the first ceiling of the default budget).
     tokio::time::advance(conveyor_core::Backoff::default().ceiling(1, None)).await;
     assert_eq!(harness.state_of(&slow), Some(MessageState::Visible));
-    assert_eq!(report.metrics[0].retried, 3);
 
-    // A batch that arrives past the cut-off runs nothing (here: the timed-out one, back, and a new one).
+    // A batch that arrives past the cut-off runs nothing; its records are deferred the same way.
     harness.log.lock().unwrap().clear();
-    harness.push("too-late", "ok");
     let received = harness.receive().await;
-    assert_eq!(received.len(), 2);
+    assert_eq!(received.len(), 3, "the retried one and the two copies");
     let report = harness
         .run(&received, Instant::now() + Duration::from_secs(1))
         .await;
-    assert_eq!(listed(&report).len(), 2);
+    assert!(listed(&report).is_empty(), "{:?}", listed(&report));
+    assert_eq!(report.metrics[0].deferred, 3);
     assert!(harness.ran().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_messages_that_cannot_start_are_listed_untouched() {
+    let config = LambdaConfig {
+        batch_concurrency: 1,
+        deadline_margin: Duration::from_millis(1500),
+        ..LambdaConfig::default()
+    };
+    let queue = MemoryQueue::fifo("orders.fifo").with_visibility_timeout(Duration::from_secs(300));
+    let harness = Harness::new(queue, config);
+    harness.push_step(json!({"name": "slow", "sleep_ms": 600}), Some("a"));
+    let late = harness.push_step(json!({"name": "late", "action": "ok"}), Some("b"));
+    let received = harness.receive().await;
+
+    // A copy would go behind the rest of its group: the late one is listed and left in flight.
+    let report = harness
+        .run(&received, Instant::now() + Duration::from_secs(2))
+        .await;
+    assert!(listed(&report).contains(&late), "{:?}", listed(&report));
+    assert_eq!(report.metrics[0].deferred, 0);
+    assert!(deferred_copies(&harness).is_empty());
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert_eq!(harness.state_of(&late), Some(MessageState::InFlight));
 }
 
 #[tokio::test]
@@ -504,7 +553,8 @@ async fn records_without_an_id_are_skipped_and_without_a_handle_are_listed() {
 }
 
 #[tokio::test]
-async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_deadline_plus_the_allowance() {
+async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_deadline_plus_the_allowance()
+{
     let store = Arc::new(MemoryIdempotencyStore::new());
     let harness = Harness::build(
         slow_queue("jobs"),

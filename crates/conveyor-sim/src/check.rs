@@ -207,9 +207,11 @@ fn check_dead_letter(
             observed_known(
                 violations,
                 format!(
-                    "job {}: copy {} reached the DLQ by redrive without having run: the Lambda adapter reports \
-                 records it did not start before the deadline (or behind a failed FIFO predecessor) as batch \
-                 failures, and each such receive counts toward maxReceiveCount (open finding)",
+                    "job {}: copy {} reached the DLQ by redrive without having run: the Lambda adapter defers the \
+                 records it had no time to start with a copy, but when SQS or the store is slow the copy does \
+                 not go out before the invocation deadline (the record's settle and the copies share the \
+                 deadline margin), so the record is listed and that receive counts toward maxReceiveCount \
+                 (open finding)",
                     job.id, copy.id
                 ),
             );
