@@ -12,6 +12,12 @@ const { DynamoDBPersistenceLayer } = require('@aws-lambda-powertools/idempotency
 
 const emit = (fields) => process.stdout.write(`${JSON.stringify(fields)}\n`);
 
+// Powertools warns on every call made outside Lambda without a context; not news here.
+const warn = console.warn;
+console.warn = (...args) => {
+  if (!String(args[0]).startsWith('Could not determine remaining time left')) warn(...args);
+};
+
 const oneLine = () =>
   new Promise((resolve) => {
     const lines = readline.createInterface({ input: process.stdin });

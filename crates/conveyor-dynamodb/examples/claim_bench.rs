@@ -6,8 +6,11 @@
 //!
 //! Starts the local stack if needed (`localstack/start.sh`), creates a fresh table, then runs the jobs one
 //! at a time: a first-time job is claim + complete (target: 2 requests), a duplicate is one claim
-//! (target: 1 request), a duplicate of a job this process completed with the cache on is none. Figures,
-//! not pass/fail: DynamoDB Local on a laptop is not DynamoDB.
+//! (target: 1 request), a duplicate of a job this process completed with the cache on is none. Then, on
+//! the same table in the same run, the real Powertools for Python and TypeScript (installed on first use
+//! by `localstack/install-powertools.sh`) handle the same number of jobs through their idempotent
+//! wrappers, timed inside their processes (claim + complete per job; their request counts are not
+//! observable from here). Figures, not pass/fail: DynamoDB Local on a laptop is not DynamoDB.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../tests/support/mod.rs"]
@@ -18,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, bail};
 use conveyor_core::{ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus};
 use conveyor_dynamodb::{DynamoStore, StoreOptions};
+use conveyor_testing::powertools::{self, Consumer, ConsumerSpec, Event, Language, sqs_record};
 
 const DEFAULT_JOBS: usize = 500;
 const OUTPUT: &str = r#"{"messageId":"f03c5386-ffaa-4261-84fe-68fdd7caeb19","ok":true}"#;
@@ -25,7 +29,8 @@ const OUTPUT: &str = r#"{"messageId":"f03c5386-ffaa-4261-84fe-68fdd7caeb19","ok"
 struct Row {
     scenario: &'static str,
     jobs: usize,
-    requests: u64,
+    /// `None` where the requests cannot be counted (Powertools' own process).
+    requests: Option<u64>,
     latencies: Vec<Duration>,
 }
 
@@ -66,13 +71,13 @@ async fn first_time(store: &DynamoStore, keys: &[String]) -> anyhow::Result<(Row
     let claim_row = Row {
         scenario: "first-time: claim",
         jobs: keys.len(),
-        requests: claim_requests,
+        requests: Some(claim_requests),
         latencies: claims,
     };
     let whole_row = Row {
         scenario: "first-time: claim + complete",
         jobs: keys.len(),
-        requests,
+        requests: Some(requests),
         latencies: whole,
     };
     Ok((claim_row, whole_row))
@@ -95,9 +100,62 @@ async fn duplicates(scenario: &'static str, store: &DynamoStore, keys: &[String]
     Ok(Row {
         scenario,
         jobs: keys.len(),
-        requests: store.requests() - before,
+        requests: Some(store.requests() - before),
         latencies,
     })
+}
+
+/// Warm-up calls each Powertools process makes before the measured ones (client creation, imports).
+const POWERTOOLS_WARM_UP: usize = 50;
+
+/// Powertools' latencies for `jobs` first-time jobs, then for the same jobs again (duplicates).
+async fn powertools_rows(language: Language, table: &str, jobs: usize) -> anyhow::Result<[Row; 2]> {
+    let name = language.name();
+    let records = (0..POWERTOOLS_WARM_UP + jobs)
+        .map(|i| sqs_record(&format!("{name}-{i}"), "{}"))
+        .collect();
+    let mut spec = ConsumerSpec::new(table, &format!("bench.{name}"), records);
+    // As inside Lambda: the remaining time becomes the in-progress lease, as Conveyor writes one.
+    spec.lease = Some(Duration::from_secs(60));
+    let first = bench_latencies(language, &spec).await?;
+    let again = bench_latencies(language, &spec).await?;
+    let (first_scenario, duplicate_scenario) = match language {
+        Language::Python => (
+            "Powertools Python: claim + complete",
+            "Powertools Python: duplicate",
+        ),
+        Language::TypeScript => (
+            "Powertools TypeScript: claim + complete",
+            "Powertools TypeScript: duplicate",
+        ),
+    };
+    Ok([
+        Row {
+            scenario: first_scenario,
+            jobs,
+            requests: None,
+            latencies: first,
+        },
+        Row {
+            scenario: duplicate_scenario,
+            jobs,
+            requests: None,
+            latencies: again,
+        },
+    ])
+}
+
+/// One bench run of a Powertools process, warm-up calls dropped.
+async fn bench_latencies(language: Language, spec: &ConsumerSpec) -> anyhow::Result<Vec<Duration>> {
+    let events = Consumer::start(language, spec, "bench")?.finish().await?;
+    let Some(Event::Bench(millis)) = events.into_iter().last() else {
+        bail!("the {} consumer printed no latencies", language.name());
+    };
+    Ok(millis
+        .into_iter()
+        .skip(POWERTOOLS_WARM_UP)
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .collect())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -119,11 +177,15 @@ fn print(rows: &mut [Row]) {
     );
     for row in rows {
         row.latencies.sort();
+        let requests = row.requests.map_or_else(
+            || "-".to_owned(),
+            |requests| format!("{:.2}", requests as f64 / row.jobs as f64),
+        );
         println!(
-            "{:<44} {:>6} {:>13.2} {:>9.2} {:>9.2}",
+            "{:<44} {:>6} {:>13} {:>9.2} {:>9.2}",
             row.scenario,
             row.jobs,
-            row.requests as f64 / row.jobs as f64,
+            requests,
             millis(percentile(&row.latencies, 0.50)),
             millis(percentile(&row.latencies, 0.99)),
         );
@@ -162,6 +224,10 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
 
+    powertools::ensure_installed()?;
+    let [python_first, python_duplicate] = powertools_rows(Language::Python, &table, jobs).await?;
+    let [ts_first, ts_duplicate] = powertools_rows(Language::TypeScript, &table, jobs).await?;
+
     println!("DynamoDB Local, table {table}, {jobs} jobs each, one at a time\n");
     let mut rows = [
         claim,
@@ -172,6 +238,10 @@ async fn main() -> anyhow::Result<()> {
             ..cached_whole
         },
         cached_duplicate,
+        python_first,
+        python_duplicate,
+        ts_first,
+        ts_duplicate,
     ];
     print(&mut rows);
     Ok(())
