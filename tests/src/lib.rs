@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use conveyor_demo::Binaries;
 
+pub mod hcl_walk;
 pub mod terraform;
 use conveyor_testing::localstack;
 

@@ -28,10 +28,7 @@ const MIRROR_CANDIDATES: [&str; 3] = [
 /// The AWS provider's address inside a mirror.
 const AWS_PROVIDER: &str = "registry.terraform.io/hashicorp/aws";
 
-/// The repository's `infra/` folder.
-pub fn infra_dir() -> PathBuf {
-    localstack::repo_root().join("infra")
-}
+pub use crate::hcl_walk::infra_dir;
 
 /// Where a provider comes from.
 #[derive(Debug, Clone)]
