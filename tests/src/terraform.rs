@@ -48,9 +48,11 @@ pub struct Terraform {
     provider: ProviderSource,
 }
 
-/// Prints that a step is skipped and why, in a form that stands out in `cargo test` output.
+/// Prints that a step is skipped and why, in a form that stands out in `cargo test` output. Written to
+/// the process's stderr directly, not through `eprintln!`, which the test harness captures and hides
+/// for passing tests.
 pub fn skip(step: &str, why: &str) {
-    eprintln!("SKIPPED {step}: {why}");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {step}: {why}");
 }
 
 impl Terraform {
