@@ -291,6 +291,21 @@ fn cases() -> Vec<Case> {
             &[("kms_master_key_id", "\"*\"")],
             Some("kms_master_key_id must be a KMS key ARN"),
         ),
+        case(
+            "queue_alarm_action_star",
+            "queue",
+            &[(
+                "alarm_actions",
+                "[\"arn:aws:sns:us-east-1:123456789012:oncall\", \"*\"]",
+            )],
+            Some("alarm_actions must list ARNs"),
+        ),
+        case(
+            "queue_alarm_action_topic",
+            "queue",
+            &[("alarm_actions", "[\"arn:aws:sns:us-east-1:123456789012:oncall\"]")],
+            None,
+        ),
         // idempotency-table
         case("table_valid", "idempotency-table", &[], None),
         case(
@@ -406,6 +421,12 @@ fn cases() -> Vec<Case> {
             Some("kms_key_arns must list KMS key ARNs"),
         ),
         case(
+            "lambda_ok_action_wildcard",
+            "lambda-consumer",
+            &[("ok_actions", "[\"arn:aws:sns:us-east-1:123456789012:*\"]")],
+            Some("ok_actions must list ARNs"),
+        ),
+        case(
             "lambda_role_name_too_long",
             "lambda-consumer",
             &[("role_name", &long_role)],
@@ -446,6 +467,12 @@ fn cases() -> Vec<Case> {
                 ("use_fargate_spot", "true"),
             ],
             None,
+        ),
+        case(
+            "ecs_alarm_action_star",
+            "ecs-consumer",
+            &[("alarm_actions", "[\"*\"]")],
+            Some("alarm_actions must list ARNs"),
         ),
         case(
             "ecs_execution_role_star",

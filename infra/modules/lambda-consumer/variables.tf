@@ -214,12 +214,22 @@ variable "alarm_actions" {
   description = "ARNs (SNS topics, ...) notified when one of the function's alarms fires."
   type        = list(string)
   default     = []
+
+  validation {
+    condition     = alltrue([for arn in var.alarm_actions : can(regex("^arn:[a-z-]+:[a-z0-9-]+:[a-z0-9-]*:[0-9]{12}:[^*]+$", arn))])
+    error_message = "alarm_actions must list ARNs (an SNS topic, an Auto Scaling policy, ...) without wildcards."
+  }
 }
 
 variable "ok_actions" {
   description = "ARNs notified when an alarm returns to OK."
   type        = list(string)
   default     = []
+
+  validation {
+    condition     = alltrue([for arn in var.ok_actions : can(regex("^arn:[a-z-]+:[a-z0-9-]+:[a-z0-9-]*:[0-9]{12}:[^*]+$", arn))])
+    error_message = "ok_actions must list ARNs (an SNS topic, an Auto Scaling policy, ...) without wildcards."
+  }
 }
 
 variable "alarm_evaluation_periods" {
