@@ -14,7 +14,7 @@ const MAX_NUMBER_BYTES: usize = 21;
 /// Room left for a `validation` value the completing worker cannot see (Conveyor writes a 64-character
 /// SHA-256 hex digest, Powertools a 32-character MD5).
 const VALIDATION_ALLOWANCE: usize = 128;
-/// Room for the fencing token (Conveyor's are 32 characters).
+/// Room for the fencing token (a number: at most 21 bytes; a random string in older releases).
 const TOKEN_ALLOWANCE: usize = 64;
 
 /// The size of a completed record for `key`, without its output: everything `complete` leaves or

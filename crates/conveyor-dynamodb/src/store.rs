@@ -181,12 +181,21 @@ impl DynamoStore {
     /// The output to store: as given, or `None` (with a warning) when it cannot fit and the policy
     /// says omit.
     fn fit_output<'o>(&self, key: &str, output: &'o str) -> Result<Option<&'o str>, StoreError> {
-        let limit = size::output_limit(&self.options.attributes, key);
+        let limit = self.output_limit(key);
         if output.len() <= limit {
             return Ok(Some(output));
         }
         self.oversized(key, output.len(), limit)?;
         Ok(None)
+    }
+
+    /// The largest output that fits in `key`'s record (a sort key's name and the partition's constant
+    /// value take room too).
+    fn output_limit(&self, key: &str) -> usize {
+        let sort_key = self.options.sort_key.as_ref().map_or(0, |sort_key| {
+            sort_key.attribute.len() + sort_key.partition_value.len()
+        });
+        size::output_limit(&self.options.attributes, key).saturating_sub(sort_key)
     }
 
     /// Applies the oversized-output policy: an error, or a warning and `Ok` (store without output).
@@ -355,7 +364,7 @@ impl IdempotencyStore for DynamoStore {
         let mut result = self.send_complete(claim, output, expires_at).await;
         if let (Err(Failure::ItemTooLarge), Some(output)) = (&result, output) {
             // Our estimate was under DynamoDB's count: apply the same policy to its verdict.
-            let limit = size::output_limit(&self.options.attributes, &claim.key);
+            let limit = self.output_limit(&claim.key);
             self.oversized(&claim.key, output.len(), limit)?;
             result = self.send_complete(claim, None, expires_at).await;
         }

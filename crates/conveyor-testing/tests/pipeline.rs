@@ -669,3 +669,20 @@ async fn reject_left_to_redrive_makes_the_message_visible_at_once() {
     assert!(dlq.is_empty());
     assert_eq!(queue.requests().dead_letter, 0);
 }
+
+#[tokio::test]
+async fn a_body_without_the_configured_key_field_is_rejected_unclaimed() {
+    let keyed = HandlerSettings {
+        key_style: conveyor_core::KeyStyle::Powertools(conveyor_core::PowertoolsKey {
+            flavor: conveyor_core::PowertoolsFlavor::Python,
+            prefix: "orders-fn.app.handle".into(),
+            source: conveyor_core::KeySource::BodyField("order_id".into()),
+        }),
+        ..settings()
+    };
+    let fixture = fixture_with(Behaviour::Succeed, MemoryIdempotencyStore::new(), keyed, |_| None);
+    let (processed, _) = fixture.process(&message("{\"n\":1}")).await;
+    assert_reject(&processed, "no idempotency key field `order_id`");
+    assert_eq!(fixture.runs(), 0);
+    assert_eq!(fixture.store.requests().claim, 0, "never claimed");
+}
