@@ -259,8 +259,10 @@ fn check_dead_letter(
         .and_then(|json| serde_json::from_str::<Failure>(json).ok());
     let Some(failure) = failure else {
         // Moved by SQS's redrive, without a reason (the backstop when a last attempt could not be
-        // settled): the job must have run, or a consumer holding it must have died.
-        let ran = !job.poison && !runs.is_empty();
+        // settled): this very message must have run (another copy of the job running is not enough:
+        // a duplicate or a deferred copy spending its receives unrun is the defect this catches), or
+        // a consumer holding it must have died.
+        let ran = !job.poison && runs.iter().any(|run| run.message_id == copy.id);
         if !ran && observed.fifo {
             observed_known(
                 violations,
