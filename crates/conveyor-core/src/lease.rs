@@ -19,6 +19,7 @@ use crate::idempotency::Claim;
 pub struct Lease {
     cancel: CancellationToken,
     visible_until: Mutex<Instant>,
+    latest_visible_until: Mutex<Option<Instant>>,
     claim: Mutex<Option<Claim>>,
 }
 
@@ -37,6 +38,7 @@ impl Lease {
         Self {
             cancel,
             visible_until: Mutex::new(visible_until),
+            latest_visible_until: Mutex::new(None),
             claim: Mutex::new(None),
         }
     }
@@ -46,21 +48,40 @@ impl Lease {
         &self.cancel
     }
 
-    /// When the message becomes visible again unless extended.
+    /// When the message becomes visible again unless extended: the earliest that may be, so
+    /// extensions are planned by it.
     pub fn visible_until(&self) -> Instant {
         *lock(&self.visible_until)
     }
 
-    /// Records an extension of the visibility deadline.
+    /// Records an extension of the visibility deadline (counted from when the extension was sent, so
+    /// exact: it ends the uncertainty of [`Lease::set_latest_visible_until`]).
     pub fn set_visible_until(&self, until: Instant) {
         *lock(&self.visible_until) = until;
+        *lock(&self.latest_visible_until) = None;
+    }
+
+    /// Records that the deadline SQS applies may be as late as `latest`: a receive's answer arrives
+    /// after SQS handed the message out, at a moment between the request and the answer that the
+    /// consumer cannot see. [`Lease::visible_until`] is then the earliest it may be (counted from the
+    /// request), and this the latest (counted from the answer), until the first extension.
+    pub fn set_latest_visible_until(&self, latest: Instant) {
+        if latest > self.visible_until() {
+            *lock(&self.latest_visible_until) = Some(latest);
+        }
+    }
+
+    /// The latest the visibility deadline may be: how long an extension may still be tried, and how
+    /// long the claim must be held (the handler may run until then).
+    pub fn latest_visible_until(&self) -> Instant {
+        lock(&self.latest_visible_until).unwrap_or_else(|| self.visible_until())
     }
 
     /// The end of the idempotency claim's lease, as written to the store: the visibility deadline on
     /// this host's wall clock, plus [`CLOCK_SKEW_ALLOWANCE`] so that a consumer whose clock runs ahead
     /// of this one's by up to that much still sees the claim held until the deadline has passed.
     pub fn claim_lease_until(&self) -> SystemTime {
-        to_wall_clock(self.visible_until()) + CLOCK_SKEW_ALLOWANCE
+        to_wall_clock(self.latest_visible_until()) + CLOCK_SKEW_ALLOWANCE
     }
 
     /// The claim held for this message, if any.

@@ -88,7 +88,7 @@ pub(crate) async fn apply(
             let queue_ref = runtime.queues[queue].as_ref();
             let left = target
                 .lease
-                .visible_until()
+                .latest_visible_until()
                 .saturating_duration_since(Instant::now());
             let disposition = match tokio::time::timeout(
                 left,
@@ -148,7 +148,7 @@ async fn defer(
             return Settled::Returned;
         }
     };
-    let deadline = target.lease.visible_until();
+    let deadline = target.lease.latest_visible_until();
     match retry::until(deadline, || queue.send(copy.clone())).await {
         Ok(copy_id) => {
             add(&counters.deferred, 1);
@@ -207,7 +207,13 @@ pub(crate) async fn set_visibility(runtime: &Runtime, target: &Applying<'_>, del
         receipt_handle: target.message.receipt_handle.clone(),
         timeout: delay.min(room),
     };
-    change_visibility(runtime, target.queue, vec![change], target.lease.visible_until()).await;
+    change_visibility(
+        runtime,
+        target.queue,
+        vec![change],
+        target.lease.latest_visible_until(),
+    )
+    .await;
 }
 
 /// Makes messages visible again at once, in the given order (one batch call; the queue splits it

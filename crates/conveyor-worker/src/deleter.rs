@@ -59,7 +59,7 @@ pub(crate) struct DeleteRequest {
 impl DeleteRequest {
     fn deadline(&self) -> Instant {
         self.lease
-            .visible_until()
+            .latest_visible_until()
             .checked_sub(DELETE_MARGIN)
             .unwrap_or_else(Instant::now)
     }

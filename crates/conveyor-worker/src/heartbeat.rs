@@ -330,9 +330,11 @@ impl Heartbeats {
 async fn extend_batch(inner: Arc<Inner>, queue: usize, batch: Vec<Due>) {
     let ids: Vec<u64> = batch.iter().map(|due| due.id).collect();
     let mut remaining = batch;
+    // Tried until the latest deadline of the batch's earliest: a message whose receive answered late
+    // is planned by the earliest its deadline may be, but its receipt may hold until the latest.
     let deadline = remaining
         .iter()
-        .map(|due| due.lease.visible_until())
+        .map(|due| due.lease.latest_visible_until())
         .min()
         .unwrap_or_else(Instant::now);
     let mut attempts = Attempts::until(deadline);
@@ -459,7 +461,7 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
     let message_id = due.message_id.clone();
     tokio::spawn(async move {
         let _slot = Arc::clone(&inner.claim_slots).acquire_owned().await;
-        let mut attempts = Attempts::until(lease.visible_until());
+        let mut attempts = Attempts::until(lease.latest_visible_until());
         while let Some(left) = attempts.next().await {
             let call = store.extend_lease(&claim, lease.claim_lease_until());
             let result = match tokio::time::timeout(left, call).await {

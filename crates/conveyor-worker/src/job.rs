@@ -202,7 +202,7 @@ async fn release_rest(runtime: &Runtime, queue: usize, rest: VecDeque<Received>,
     let messages: Vec<&Message> = rest.iter().map(|received| &received.message).collect();
     let deadline = rest
         .iter()
-        .map(|received| received.lease.visible_until())
+        .map(|received| received.lease.latest_visible_until())
         .min()
         .unwrap_or_else(Instant::now);
     release_in_order(runtime, queue, &messages, deadline).await;

@@ -93,6 +93,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
         }
 
         let visibility = runtime.visibility[queue];
+        let requested_at = Instant::now();
         let receive = target.receive_with_visibility(permits.len(), wait, visibility);
         tokio::pin!(receive);
         let result = tokio::select! {
@@ -119,7 +120,11 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
                     .capacity
                     .set_backlogged(queue, messages.len() == permits.len());
                 permits.truncate(messages.len());
-                dispatch(&runtime, queue, messages, permits, received_at);
+                let times = ReceiveTimes {
+                    requested_at,
+                    received_at,
+                };
+                dispatch(&runtime, queue, messages, permits, times);
                 if last_was_empty && wait.is_zero() {
                     // Short polls that find nothing would otherwise spin.
                     tokio::select! {
@@ -200,8 +205,34 @@ pub(crate) fn backoff(error: &QueueError, failures: u32) -> Duration {
     ceiling / 2 + (ceiling / 2).mul_f64(fastrand::f64())
 }
 
+/// When a receive was sent and when its answer arrived.
+///
+/// # Design note: the visibility deadline of a receive that answered late
+///
+/// SQS starts a message's visibility timeout when it hands the message out, somewhere between the
+/// request and the answer: at once for a backlog, later in a long poll, and long before the answer
+/// when the answer is slow to arrive (a stalled process, a slow network). Counting from the answer
+/// would plan the heartbeat's first extension too late in that case, and the message could come back
+/// to another consumer while it runs. So the lease is planned from the *request* (the earliest the
+/// deadline may be: extensions come early, never late), while the claim is held, and an extension may
+/// still be tried, until the deadline counted from the *answer* (the latest it may be). The first
+/// extension makes it exact. The cost: a message that waited more than half the visibility timeout in
+/// a long poll is extended once even when its job is short.
+#[derive(Debug, Clone, Copy)]
+struct ReceiveTimes {
+    requested_at: Instant,
+    received_at: Instant,
+}
+
 /// Starts a task per message (standard queues) or per message group (FIFO queues).
-fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permits: Vec<Permit>, at: Instant) {
+fn dispatch(
+    runtime: &Arc<Runtime>,
+    queue: usize,
+    messages: Vec<Message>,
+    permits: Vec<Permit>,
+    times: ReceiveTimes,
+) {
+    let at = times.received_at;
     if messages.is_empty() {
         return;
     }
@@ -209,7 +240,8 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
     add(&runtime.status.counters().received, messages.len() as u64);
     metrics.received.increment(messages.len() as u64);
     let now = SystemTime::now();
-    let visible_until = at + runtime.visibility[queue];
+    let visible_until = times.requested_at + runtime.visibility[queue];
+    let latest_visible_until = times.received_at + runtime.visibility[queue];
     let fifo = runtime.queues[queue].is_fifo();
     let mut groups: HashMap<String, Vec<Received>> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -218,6 +250,7 @@ fn dispatch(runtime: &Arc<Runtime>, queue: usize, messages: Vec<Message>, permit
             metrics.age.record(seconds(age));
         }
         let lease = Arc::new(Lease::with_token(visible_until, runtime.hard_stop.child_token()));
+        lease.set_latest_visible_until(latest_visible_until);
         let registration = runtime
             .heartbeats
             .register(queue, &message, Arc::clone(&lease), at);
