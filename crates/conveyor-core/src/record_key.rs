@@ -168,32 +168,64 @@ impl PowertoolsFlavor {
         match self {
             PowertoolsFlavor::Python => {
                 let mut text = String::new();
-                python_json(value, &mut text);
+                write_json(value, &PYTHON, &mut text);
                 hex::encode(Md5::digest(text.as_bytes()))
             }
             PowertoolsFlavor::TypeScript => {
                 let mut text = String::new();
-                javascript_json(value, &mut text);
+                write_json(value, &JAVASCRIPT, &mut text);
                 base64::engine::general_purpose::STANDARD.encode(Md5::digest(text.as_bytes()))
             }
         }
     }
 }
 
+/// How one language's serializer writes the JSON that Powertools hashes.
+struct Dialect {
+    /// Between array items and object entries.
+    item_separator: &'static str,
+    /// Between an object's key and its value.
+    key_separator: &'static str,
+    /// The order of an object's keys.
+    key_order: fn(&str, &str) -> std::cmp::Ordering,
+    /// A string, quoted and escaped.
+    string: fn(&str, &mut String),
+    /// A number.
+    number: fn(&serde_json::Number, &mut String),
+}
+
 /// `json.dumps(value, sort_keys=True)` with Python's defaults.
-fn python_json(value: &Value, out: &mut String) {
+const PYTHON: Dialect = Dialect {
+    item_separator: ", ",
+    key_separator: ": ",
+    key_order: str::cmp,
+    string: python_string,
+    number: |number, out| out.push_str(&number.to_string()),
+};
+
+/// `JSON.stringify(deepSort(value))`.
+const JAVASCRIPT: Dialect = Dialect {
+    item_separator: ",",
+    key_separator: ":",
+    key_order: javascript_key_order,
+    string: javascript_string,
+    number: javascript_number,
+};
+
+/// Writes `value` as `dialect` does.
+fn write_json(value: &Value, dialect: &Dialect, out: &mut String) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
+            entries.sort_by(|a, b| (dialect.key_order)(a.0, b.0));
             out.push('{');
             for (index, (key, item)) in entries.into_iter().enumerate() {
                 if index > 0 {
-                    out.push_str(", ");
+                    out.push_str(dialect.item_separator);
                 }
-                python_string(key, out);
-                out.push_str(": ");
-                python_json(item, out);
+                (dialect.string)(key, out);
+                out.push_str(dialect.key_separator);
+                write_json(item, dialect, out);
             }
             out.push('}');
         }
@@ -201,77 +233,61 @@ fn python_json(value: &Value, out: &mut String) {
             out.push('[');
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
-                    out.push_str(", ");
+                    out.push_str(dialect.item_separator);
                 }
-                python_json(item, out);
+                write_json(item, dialect, out);
             }
             out.push(']');
         }
-        Value::String(text) => python_string(text, out),
+        Value::String(text) => (dialect.string)(text, out),
+        Value::Number(number) => (dialect.number)(number, out),
         other => out.push_str(&other.to_string()),
     }
+}
+
+/// A number as JavaScript prints it (whole numbers without a fraction).
+fn javascript_number(number: &serde_json::Number, out: &mut String) {
+    match (number.as_i64(), number.as_u64(), number.as_f64()) {
+        (Some(whole), _, _) => out.push_str(&whole.to_string()),
+        (_, Some(whole), _) => out.push_str(&whole.to_string()),
+        (_, _, Some(float)) => out.push_str(&float.to_string()),
+        _ => out.push_str(&number.to_string()),
+    }
+}
+
+/// The escapes Python's `json.dumps` and `JSON.stringify` share; false for any other character.
+fn push_common_escape(ch: char, out: &mut String) -> bool {
+    let escape = match ch {
+        '"' => "\\\"",
+        '\\' => "\\\\",
+        '\n' => "\\n",
+        '\r' => "\\r",
+        '\t' => "\\t",
+        '\u{8}' => "\\b",
+        '\u{c}' => "\\f",
+        _ => return false,
+    };
+    out.push_str(escape);
+    true
 }
 
 /// A string as Python's `json.dumps` writes it with `ensure_ascii=True`.
 fn python_string(text: &str, out: &mut String) {
     out.push('"');
     for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(ch),
-            _ => {
-                let mut units = [0u16; 2];
-                for unit in ch.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
+        if push_common_escape(ch, out) {
+            continue;
+        }
+        if (' '..='~').contains(&ch) {
+            out.push(ch);
+            continue;
+        }
+        let mut units = [0u16; 2];
+        for unit in ch.encode_utf16(&mut units) {
+            out.push_str(&format!("\\u{unit:04x}"));
         }
     }
     out.push('"');
-}
-
-/// `JSON.stringify(deepSort(value))`.
-fn javascript_json(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| javascript_key_order(a.0, b.0));
-            out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                javascript_string(key, out);
-                out.push(':');
-                javascript_json(item, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                javascript_json(item, out);
-            }
-            out.push(']');
-        }
-        Value::String(text) => javascript_string(text, out),
-        Value::Number(number) => match (number.as_i64(), number.as_u64(), number.as_f64()) {
-            (Some(whole), _, _) => out.push_str(&whole.to_string()),
-            (_, Some(whole), _) => out.push_str(&whole.to_string()),
-            (_, _, Some(float)) => out.push_str(&float.to_string()),
-            _ => out.push_str(&number.to_string()),
-        },
-        other => out.push_str(&other.to_string()),
-    }
 }
 
 /// The order of an object's keys after `deepSort` and JavaScript's own property order: integer-like
@@ -294,16 +310,13 @@ fn javascript_key_order(a: &str, b: &str) -> std::cmp::Ordering {
 fn javascript_string(text: &str, out: &mut String) {
     out.push('"');
     for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{0}'..='\u{1f}' => out.push_str(&format!("\\u{:04x}", u32::from(ch))),
-            _ => out.push(ch),
+        if push_common_escape(ch, out) {
+            continue;
+        }
+        if ch < ' ' {
+            out.push_str(&format!("\\u{:04x}", u32::from(ch)));
+        } else {
+            out.push(ch);
         }
     }
     out.push('"');
@@ -343,7 +356,7 @@ mod tests {
         // python3 -c 'import json; print(json.dumps({"b": [1, "é\n"], "a": None, "B": True}, sort_keys=True))'
         let value = serde_json::json!({"b": [1, "é\n"], "a": null, "B": true});
         let mut text = String::new();
-        python_json(&value, &mut text);
+        write_json(&value, &PYTHON, &mut text);
         assert_eq!(text, r#"{"B": true, "a": null, "b": [1, "\u00e9\n"]}"#);
         let mut astral = String::new();
         python_string("😀", &mut astral);
@@ -355,7 +368,7 @@ mod tests {
         // node -e 'console.log(JSON.stringify({"b":[1,"é\n"],"10":1,"2":2,"A":true,"a0":null}))' after deepSort
         let value = serde_json::json!({"b": [1, "é\n"], "10": 1, "2": 2, "a0": null, "A": true});
         let mut text = String::new();
-        javascript_json(&value, &mut text);
+        write_json(&value, &JAVASCRIPT, &mut text);
         assert_eq!(text, r#"{"2":2,"10":1,"A":true,"a0":null,"b":[1,"é\n"]}"#);
     }
 
