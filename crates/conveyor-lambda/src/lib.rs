@@ -14,7 +14,7 @@ pub use error::{EventError, InvocationError, LambdaError};
 pub use event::{SQS_EVENT_SOURCE, parse_event};
 pub use metrics::{BatchMetrics, NAMESPACE};
 pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name};
-pub use record::{RecordError, to_message};
+pub use record::{RecordError, to_message, to_record};
 pub use runtime::{
     BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, FIFO_FAILURE_ENV, REJECT_MODE_ENV,
     config_from_env, init_tracing, instant_at, run,

@@ -1,8 +1,10 @@
 //! One `SqsEvent` record → the [`Message`] the pipeline takes, field for field as the worker builds it
 //! from `ReceiveMessage`.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
 use conveyor_core::{AttributeValue, Message, ReceiptHandle};
 
@@ -76,6 +78,57 @@ pub(crate) fn into_message(record: SqsMessage) -> Result<Message, RecordError> {
     })
 }
 
+/// The record an event source mapping delivers for `message` from the queue `event_source_arn`: the
+/// inverse of [`to_message`], for local runners, simulations and tests.
+pub fn to_record(message: &Message, event_source_arn: &str) -> SqsMessage {
+    let millis = |time: SystemTime| {
+        time.duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis())
+            .to_string()
+    };
+    let mut attributes =
+        HashMap::from([(names::RECEIVE_COUNT.to_owned(), message.receive_count.to_string())]);
+    let optional = [
+        (names::SENT_TIMESTAMP, message.sent_at.map(millis)),
+        (
+            names::FIRST_RECEIVE_TIMESTAMP,
+            message.first_received_at.map(millis),
+        ),
+        (names::GROUP_ID, message.group_id.clone()),
+        (names::DEDUPLICATION_ID, message.deduplication_id.clone()),
+        (names::TRACE_HEADER, message.trace_header.clone()),
+    ];
+    for (name, value) in optional {
+        if let Some(value) = value {
+            attributes.insert(name.to_owned(), value);
+        }
+    }
+    let message_attributes = message
+        .attributes
+        .iter()
+        .map(|(name, value)| {
+            let attribute = SqsMessageAttribute {
+                string_value: value.string_value.clone(),
+                binary_value: value.binary_value.clone().map(Base64Data),
+                data_type: Some(value.data_type.clone()),
+                ..SqsMessageAttribute::default()
+            };
+            (name.clone(), attribute)
+        })
+        .collect();
+    SqsMessage {
+        message_id: Some(message.id.clone()),
+        receipt_handle: Some(message.receipt_handle.as_str().to_owned()),
+        body: Some(message.body.clone()),
+        attributes,
+        message_attributes,
+        event_source_arn: Some(event_source_arn.to_owned()),
+        event_source: Some(crate::SQS_EVENT_SOURCE.to_owned()),
+        aws_region: event_source_arn.split(':').nth(3).map(str::to_owned),
+        ..SqsMessage::default()
+    }
+}
+
 /// Lambda writes `dataType` on every attribute; when it is missing, the value's kind says it.
 fn attribute(value: SqsMessageAttribute) -> AttributeValue {
     let binary_value = value.binary_value.map(|data| data.0);
@@ -100,10 +153,6 @@ fn epoch_millis(text: &str) -> Option<SystemTime> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use aws_lambda_events::encodings::Base64Data;
-
     use super::*;
 
     fn record() -> SqsMessage {
@@ -148,6 +197,17 @@ mod tests {
             event_source_arn: Some("arn:aws:sqs:us-east-1:123456789012:jobs.fifo".to_owned()),
             ..SqsMessage::default()
         }
+    }
+
+    #[test]
+    fn to_record_is_the_inverse_of_to_message() {
+        let message = to_message(&record()).unwrap();
+        let arn = "arn:aws:sqs:eu-west-1:123456789012:jobs.fifo";
+        let again = to_record(&message, arn);
+        let back = to_message(&again).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{message:?}"));
+        assert_eq!(again.aws_region.as_deref(), Some("eu-west-1"));
+        assert_eq!(again.event_source_arn.as_deref(), Some(arn));
     }
 
     #[test]

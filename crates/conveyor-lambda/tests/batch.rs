@@ -167,20 +167,8 @@ impl Harness {
                 if let Some(group) = &message.group_id {
                     record["attributes"]["MessageGroupId"] = json!(group);
                 }
-                let attributes: serde_json::Map<String, Value> = message
-                    .attributes
-                    .iter()
-                    .map(|(name, value)| {
-                        let attribute = json!({
-                            "stringValue": value.string_value,
-                            "stringListValues": [],
-                            "binaryListValues": [],
-                            "dataType": value.data_type,
-                        });
-                        (name.clone(), attribute)
-                    })
-                    .collect();
-                record["messageAttributes"] = Value::Object(attributes);
+                let attributes = conveyor_lambda::to_record(message, &arn).message_attributes;
+                record["messageAttributes"] = serde_json::to_value(attributes).unwrap();
                 record
             })
             .collect();

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use conveyor_core::config::LambdaConfig;
 use conveyor_core::{Message, Queue, ReceiptHandle};
-use conveyor_lambda::{BatchProcessor, SqsEvent, parse_event};
-use serde_json::{Value, json};
+use conveyor_lambda::{BatchProcessor, SqsEvent, to_record};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -77,14 +76,7 @@ impl Function {
 
     async fn invoke(&self, messages: Vec<Message>) {
         let deadline = Instant::now() + self.spec.function_timeout;
-        let event = match event(&messages, self.queue.name()) {
-            Ok(event) => event,
-            Err(error) => {
-                self.sink
-                    .step(format!("{}: cannot build the event: {error}", self.name));
-                return;
-            }
-        };
+        let event = event(&messages, self.queue.name());
         self.sink
             .step(format!("{} invoked with {} records", self.name, messages.len()));
         let report =
@@ -131,50 +123,9 @@ impl Function {
 }
 
 /// The event the mapping sends for `messages`.
-fn event(messages: &[Message], queue: &str) -> Result<SqsEvent, conveyor_lambda::EventError> {
+fn event(messages: &[Message], queue: &str) -> SqsEvent {
     let arn = format!("arn:aws:sqs:us-east-1:000000000000:{queue}");
-    let records: Vec<Value> = messages
-        .iter()
-        .map(|message| {
-            let mut system = serde_json::Map::new();
-            system.insert(
-                "ApproximateReceiveCount".into(),
-                json!(message.receive_count.to_string()),
-            );
-            if let Some(sent) = message.sent_at {
-                let ms = conveyor_core::outcome::epoch_millis(sent);
-                system.insert("SentTimestamp".into(), json!(ms.to_string()));
-            }
-            if let Some(group) = &message.group_id {
-                system.insert("MessageGroupId".into(), json!(group));
-            }
-            if let Some(dedup) = &message.deduplication_id {
-                system.insert("MessageDeduplicationId".into(), json!(dedup));
-            }
-            let attributes: serde_json::Map<String, Value> = message
-                .attributes
-                .iter()
-                .map(|(name, value)| {
-                    let attribute = json!({
-                        "stringValue": value.string_value,
-                        "stringListValues": [],
-                        "binaryListValues": [],
-                        "dataType": value.data_type,
-                    });
-                    (name.clone(), attribute)
-                })
-                .collect();
-            json!({
-                "messageId": message.id,
-                "receiptHandle": message.receipt_handle.as_str(),
-                "body": message.body,
-                "attributes": system,
-                "messageAttributes": attributes,
-                "eventSource": "aws:sqs",
-                "eventSourceARN": arn,
-                "awsRegion": "us-east-1",
-            })
-        })
-        .collect();
-    parse_event(json!({ "Records": records }))
+    SqsEvent {
+        records: messages.iter().map(|message| to_record(message, &arn)).collect(),
+    }
 }
