@@ -8,11 +8,8 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, Result, bail};
 use conveyor_testing::localstack;
@@ -286,133 +283,15 @@ pub fn run_parallel<T: Send>(parallel: usize, jobs: Vec<Box<dyn FnOnce() -> T + 
     }
 }
 
-/// A LocalStack of its own for Terraform, killed when dropped.
-///
-/// The project's LocalStack (`localstack/start.sh`) serves SQS only and returns path-style queue URLs
-/// (`SQS_ENDPOINT_STRATEGY=path`), which the AWS provider refuses ("SQS Queue URL ... is in the
-/// incorrect format"). This one serves SQS, IAM, STS and CloudWatch with the `off` strategy
-/// (`http://127.0.0.1:<port>/<account>/<name>`) on a free port. It uses the venv `localstack/install.sh`
-/// makes, and is up in about a second.
-#[derive(Debug)]
-pub struct TerraformLocalStack {
-    child: Child,
-    endpoint: String,
-    state_dir: PathBuf,
-}
-
-impl TerraformLocalStack {
-    /// Starts it (installing the emulators first if needed) and waits until it answers, 60 s at most.
-    pub async fn start() -> Result<Self> {
-        let root = localstack::repo_root();
-        let python = root.join(".local").join("venv").join("bin").join("python");
-        if !python.is_file() {
-            let status = tokio::process::Command::new("bash")
-                .arg(root.join("localstack").join("install.sh"))
-                .arg("--quiet")
-                .status()
-                .await
-                .context("cannot run localstack/install.sh")?;
-            if !status.success() {
-                bail!("localstack/install.sh failed ({status})");
-            }
-        }
-        let port = free_port()?;
-        let state_dir = root
-            .join(".local")
-            .join("terraform")
-            .join("localstack")
-            .join(localstack::unique_name("state"));
-        fs::create_dir_all(state_dir.join("config"))
-            .with_context(|| format!("cannot create {}", state_dir.display()))?;
-        let log_path = state_dir.join("localstack.log");
-        let log =
-            fs::File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-        let log_err = log.try_clone()?;
-        let address = format!("127.0.0.1:{port}");
-        let child = Command::new(&python)
-            .args(["-m", "localstack.runtime.main"])
-            .current_dir(&state_dir)
-            // Its own process group, so Drop stops whatever LocalStack starts along with it.
-            .process_group(0)
-            .env("OVERRIDE_IN_DOCKER", "0")
-            .env("GATEWAY_LISTEN", &address)
-            .env("LOCALSTACK_HOST", &address)
-            .env("SERVICES", "sqs,iam,sts,cloudwatch")
-            .env("SQS_ENDPOINT_STRATEGY", "off")
-            .env("DISABLE_EVENTS", "1")
-            .env("SKIP_SSL_CERT_DOWNLOAD", "1")
-            .env("DNS_ADDRESS", "0")
-            .env("PERSISTENCE", "0")
-            .env("FILESYSTEM_ROOT", &state_dir)
-            .env("CONFIG_DIR", state_dir.join("config"))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .context("cannot start LocalStack for Terraform")?;
-        let mut started = Self {
-            child,
-            endpoint: format!("http://{address}"),
-            state_dir,
-        };
-        started.wait_healthy(Duration::from_secs(60), &log_path).await?;
-        Ok(started)
-    }
-
-    /// `http://127.0.0.1:<port>`.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    async fn wait_healthy(&mut self, timeout: Duration, log_path: &Path) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        let health = format!("{}/_localstack/health", self.endpoint);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                let log = fs::read_to_string(log_path).unwrap_or_default();
-                bail!("LocalStack for Terraform exited at start-up ({status}):\n{log}");
-            }
-            let answer = tokio::process::Command::new("curl")
-                .args(["-fsS", "--max-time", "1", &health])
-                .output()
-                .await
-                .context("cannot run curl")?;
-            let body = String::from_utf8_lossy(&answer.stdout);
-            let ready = ["sqs", "iam", "sts", "cloudwatch"].iter().all(|service| {
-                ["available", "running"]
-                    .iter()
-                    .any(|state| body.contains(&format!("\"{service}\": \"{state}\"")))
-            });
-            if answer.status.success() && ready {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let log = fs::read_to_string(log_path).unwrap_or_default();
-                bail!("LocalStack for Terraform did not answer within {timeout:?}:\n{log}");
-            }
-            // The polling interval of a readiness probe bounded by the deadline above.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for TerraformLocalStack {
-    fn drop(&mut self) {
-        // Throwaway state: no graceful stop needed. The whole process group goes.
-        let _ = Command::new("kill")
-            .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
-            .status();
-        // Should the group signal fail, the process itself still goes before the wait.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = fs::remove_dir_all(&self.state_dir);
-    }
-}
-
-fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(listener.local_addr()?.port())
-}
+/// What a LocalStack of its own serves for Terraform: the project's LocalStack (`localstack/start.sh`)
+/// serves SQS only and returns path-style queue URLs (`SQS_ENDPOINT_STRATEGY=path`), which the AWS
+/// provider refuses ("SQS Queue URL ... is in the incorrect format"). This serves SQS, IAM, STS and
+/// CloudWatch with the `off` strategy (`http://127.0.0.1:<port>/<account>/<name>`); start it with
+/// `localstack::OwnLocalStack::start_with`.
+pub const TERRAFORM_SERVICES: localstack::Services = localstack::Services {
+    services: "sqs,iam,sts,cloudwatch",
+    sqs_endpoint_strategy: "off",
+};
 
 /// Writes `text` to `path`, creating its folder.
 pub fn write_file(path: &Path, text: &str) -> Result<()> {

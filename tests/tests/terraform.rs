@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use conveyor_core::Queue;
 use conveyor_core::config::{QueueConfig, WorkerConfig};
-use conveyor_e2e::terraform::{InfraCopy, Terraform, TerraformLocalStack, run_parallel, write_file};
+use conveyor_e2e::terraform::{InfraCopy, TERRAFORM_SERVICES, Terraform, run_parallel, write_file};
 use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack;
 
@@ -721,7 +721,7 @@ async fn applied_queue_sends_a_permanent_failure_to_the_applied_dlq() -> Result<
         return Ok(());
     };
     localstack::ensure_local_aws().await?;
-    let emulator = TerraformLocalStack::start().await?;
+    let emulator = localstack::OwnLocalStack::start_with(TERRAFORM_SERVICES).await?;
     let copy = InfraCopy::new("apply")?;
     let dir = copy.dir("tests/localstack");
     let init_dir = dir.clone();
@@ -771,7 +771,7 @@ async fn applied_queue_sends_a_permanent_failure_to_the_applied_dlq() -> Result<
     ensure!(output("max_receive_count")? == max_receive_count.to_string());
 
     // What the code reads from the applied queue is what Terraform set.
-    let client = localstack::sqs_client_at(emulator.endpoint());
+    let client = localstack::sqs_client_at(&emulator.endpoint());
     let queue = SqsQueue::connect(client.clone(), &queue_url).await?;
     ensure!(
         queue.visibility_timeout() == Duration::from_secs(visibility_secs),
@@ -793,7 +793,7 @@ async fn applied_queue_sends_a_permanent_failure_to_the_applied_dlq() -> Result<
     let outbox = conveyor_e2e::outbox_path("tf-apply");
     let mut env = conveyor_e2e::app_env(&table, &outbox);
     env.retain(|(key, _)| key != "AWS_ENDPOINT_URL_SQS");
-    env.push(("AWS_ENDPOINT_URL_SQS".to_owned(), emulator.endpoint().to_owned()));
+    env.push(("AWS_ENDPOINT_URL_SQS".to_owned(), emulator.endpoint()));
     let mut worker = conveyor_e2e::binaries().spawn_worker(&queue_url, None, &env, None)?;
     let poison = Job::new(
         "welcome_email",

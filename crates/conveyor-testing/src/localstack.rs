@@ -18,7 +18,7 @@ use tokio::sync::OnceCell;
 pub use crate::wait::{wait_for, wait_until};
 
 mod own;
-pub use own::OwnLocalStack;
+pub use own::{OwnLocalStack, Services};
 
 /// The region every client and every child process uses (as `localstack/env.sh` sets it).
 pub const REGION: &str = "us-east-1";

@@ -27,9 +27,29 @@ const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a graceful stop may take before the group is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A LocalStack (SQS only) that belongs to one test; see the [module docs](self).
+/// What an [`OwnLocalStack`] serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Services {
+    /// LocalStack's `SERVICES`, comma-separated.
+    pub services: &'static str,
+    /// LocalStack's `SQS_ENDPOINT_STRATEGY`: `path` as the shared emulator (`localstack/common.sh`), or
+    /// `off` (`http://<host>/<account>/<name>` URLs) for clients that refuse path-style queue URLs, such
+    /// as Terraform's AWS provider.
+    pub sqs_endpoint_strategy: &'static str,
+}
+
+impl Services {
+    /// SQS only, path-style queue URLs, as the shared emulator.
+    pub const SQS: Services = Services {
+        services: "sqs",
+        sqs_endpoint_strategy: "path",
+    };
+}
+
+/// A LocalStack that belongs to one test; see the [module docs](self).
 #[derive(Debug)]
 pub struct OwnLocalStack {
+    services: Services,
     port: u16,
     state_dir: PathBuf,
     log_path: PathBuf,
@@ -38,12 +58,19 @@ pub struct OwnLocalStack {
 
 impl OwnLocalStack {
     /// Installs the emulators if needed (`localstack/install.sh --quiet`, idempotent), then starts a
-    /// LocalStack on a free port and waits until it serves SQS.
+    /// LocalStack serving SQS on a free port and waits until it answers.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(Services::SQS).await
+    }
+
+    /// [`OwnLocalStack::start`] serving `services` (LocalStack loads each on its first request; the
+    /// start waits until SQS answers).
+    pub async fn start_with(services: Services) -> anyhow::Result<Self> {
         install().await?;
         let port = free_port()?;
         let state_dir = std::env::temp_dir().join(unique_name("conveyor-own-localstack"));
         let mut own = Self {
+            services,
             port,
             log_path: state_dir.join("localstack.log"),
             state_dir,
@@ -146,11 +173,11 @@ impl OwnLocalStack {
             .env("OVERRIDE_IN_DOCKER", "0")
             .env("GATEWAY_LISTEN", &listen)
             .env("LOCALSTACK_HOST", &listen)
-            .env("SERVICES", "sqs")
+            .env("SERVICES", self.services.services)
             .env("DISABLE_EVENTS", "1")
             .env("SKIP_SSL_CERT_DOWNLOAD", "1")
             .env("DNS_ADDRESS", "0")
-            .env("SQS_ENDPOINT_STRATEGY", "path")
+            .env("SQS_ENDPOINT_STRATEGY", self.services.sqs_endpoint_strategy)
             .env("PERSISTENCE", "0")
             .env("FILESYSTEM_ROOT", &self.state_dir)
             .env("CONFIG_DIR", self.state_dir.join("config"))
