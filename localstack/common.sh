@@ -331,14 +331,19 @@ service_log() {
   esac
 }
 
+# Holds an exclusive lock on the file $1 (through file descriptor 9) for the rest of this shell, waiting
+# up to $2 seconds; $3 names who else may hold it, for the error. Without flock it runs unlocked.
+hold_lock() {
+  mkdir -p "$(dirname "$1")"
+  exec 9>"$1"
+  command -v flock >/dev/null 2>&1 || return 0
+  flock -w "$2" 9 || {
+    err "timed out waiting for $3 ($1)"
+    return 1
+  }
+}
+
 # Serialises start/stop/restart across concurrent callers (e.g. parallel test processes).
 take_run_lock() {
-  mkdir -p "$RUN_DIR"
-  exec 9>"$RUN_DIR/start.lock"
-  if command -v flock >/dev/null 2>&1; then
-    flock -w 180 9 || {
-      err "timed out waiting for $RUN_DIR/start.lock"
-      return 1
-    }
-  fi
+  hold_lock "$RUN_DIR/start.lock" 180 "another start, stop or restart"
 }

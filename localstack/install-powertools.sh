@@ -62,14 +62,7 @@ install_node() {
 }
 
 main() {
-  mkdir -p "$PT_DIR"
-  exec 9>"$PT_DIR/install.lock"
-  if command -v flock >/dev/null 2>&1; then
-    flock -w 600 9 || {
-      err "timed out waiting for another install-powertools.sh ($PT_DIR/install.lock)"
-      exit 1
-    }
-  fi
+  hold_lock "$PT_DIR/install.lock" 600 "another install-powertools.sh" || exit 1
   py_installed || install_py
   node_installed || install_node
 }

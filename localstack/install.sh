@@ -94,14 +94,7 @@ main() {
       exit 64
       ;;
   esac
-  mkdir -p "$LOCAL_DIR"
-  exec 8>"$LOCAL_DIR/install.lock"
-  if command -v flock >/dev/null 2>&1; then
-    flock -w 600 8 || {
-      err "timed out waiting for another install.sh ($LOCAL_DIR/install.lock)"
-      exit 1
-    }
-  fi
+  hold_lock "$LOCAL_DIR/install.lock" 600 "another install.sh" || exit 1
 
   # Java is only needed to run DynamoDB Local, but say so now rather than after a long install.
   require_java || exit 1
