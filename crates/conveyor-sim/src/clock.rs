@@ -61,28 +61,24 @@ impl VirtualStore {
         UNIX_EPOCH + Duration::from_secs(VIRTUAL_EPOCH_SECS) + (Instant::now() - self.origin)
     }
 
-    /// A caller's (real wall-clock) time on the virtual clock.
-    fn to_virtual(&self, time: SystemTime) -> SystemTime {
+    /// A time a caller with clock `skew` sent (computed from its real wall clock) on the virtual clock.
+    fn to_virtual(&self, time: SystemTime, skew: Skew) -> SystemTime {
         let real = SystemTime::now();
-        match time.duration_since(real) {
+        let virtual_time = match time.duration_since(real) {
             Ok(ahead) => self.now() + round_to_millis(ahead),
             Err(behind) => self.now() - round_to_millis(behind.duration()),
-        }
+        };
+        skew.apply(virtual_time)
     }
 
-    /// A virtual time as the caller's wall clock sees it.
-    fn to_caller(&self, time: SystemTime) -> SystemTime {
+    /// A virtual time as the wall clock of a caller with clock `skew` sees it.
+    fn to_caller(&self, time: SystemTime, skew: Skew) -> SystemTime {
         let real = SystemTime::now();
-        match time.duration_since(self.now()) {
+        let caller_time = match time.duration_since(self.now()) {
             Ok(ahead) => real + ahead,
             Err(behind) => real - behind.duration(),
-        }
-    }
-
-    fn record_to_caller(&self, mut record: IdempotencyRecord) -> IdempotencyRecord {
-        record.expires_at = self.to_caller(record.expires_at);
-        record.lease_until = record.lease_until.map(|lease| self.to_caller(lease));
-        record
+        };
+        skew.undo(caller_time)
     }
 
     /// The record of `key` as stored (virtual times), without counting a request.
@@ -126,8 +122,8 @@ impl VirtualStore {
             });
         }
         let request = ClaimRequest {
-            lease_until: skew.apply(self.to_virtual(request.lease_until)),
-            expires_at: skew.apply(self.to_virtual(request.expires_at)),
+            lease_until: self.to_virtual(request.lease_until, skew),
+            expires_at: self.to_virtual(request.expires_at, skew),
             ..request.clone()
         };
         match self.inner.claim(&request).await? {
@@ -136,10 +132,10 @@ impl VirtualStore {
         }
     }
 
+    /// A stored record as a caller with clock `skew` reads it.
     fn record_as_seen(&self, mut record: IdempotencyRecord, skew: Skew) -> IdempotencyRecord {
-        record = self.record_to_caller(record);
-        record.expires_at = skew.undo(record.expires_at);
-        record.lease_until = record.lease_until.map(|lease| skew.undo(lease));
+        record.expires_at = self.to_caller(record.expires_at, skew);
+        record.lease_until = record.lease_until.map(|lease| self.to_caller(lease, skew));
         record
     }
 
@@ -151,7 +147,7 @@ impl VirtualStore {
         skew: Skew,
     ) -> Result<(), StoreError> {
         self.inner
-            .complete(claim, output, skew.apply(self.to_virtual(expires_at)))
+            .complete(claim, output, self.to_virtual(expires_at, skew))
             .await?;
         self.completed
             .lock()
@@ -166,7 +162,7 @@ impl VirtualStore {
         lease_until: SystemTime,
         skew: Skew,
     ) -> Result<(), StoreError> {
-        let lease_until = skew.apply(self.to_virtual(lease_until));
+        let lease_until = self.to_virtual(lease_until, skew);
         self.inner.extend_lease(claim, lease_until).await
     }
 
