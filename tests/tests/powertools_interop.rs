@@ -193,6 +193,18 @@ impl Shared {
     }
 
     /// The record id both sides build for `message`.
+    /// Waits until the in-progress lease on `message`'s record (written by `whose` consumer) lapsed.
+    async fn wait_lease_lapsed(&self, message: &Message, whose: &str) -> anyhow::Result<()> {
+        let id = self.record_id(message);
+        let record = conveyor_core::IdempotencyStore::get(self.store.as_ref(), &id)
+            .await?
+            .with_context(|| format!("{whose} in-progress record"))?;
+        let lapses = record
+            .lease_until
+            .with_context(|| format!("{whose} record has no in_progress_expiration"))?;
+        wait_past(lapses + Duration::from_millis(10)).await
+    }
+
     fn record_id(&self, message: &Message) -> String {
         self.key_style().key("interop", message).unwrap()
     }
@@ -376,14 +388,9 @@ async fn a_lapsed_claim_of_the_other_side_is_taken_over_by_conveyor() -> anyhow:
         let mut holder = Consumer::start(language, &spec, "hold")?;
         holder.wait_started().await?;
         holder.kill().await?;
-        let id = shared.record_id(&message);
-        let record = conveyor_core::IdempotencyStore::get(shared.store.as_ref(), &id)
-            .await?
-            .context("the killed consumer's record")?;
-        let lapses = record
-            .lease_until
-            .context("Powertools wrote in_progress_expiration")?;
-        wait_past(lapses + Duration::from_millis(10)).await?;
+        shared
+            .wait_lease_lapsed(&message, "the killed consumer's")
+            .await?;
 
         let processed = process(
             &shared.pipeline(HandlerSettings::default(), false),
@@ -420,14 +427,8 @@ async fn a_lapsed_conveyor_claim_is_taken_over_by_the_other_side() -> anyhow::Re
             tokio::spawn(async move { process(&pipeline, &message, Duration::from_secs(1)).await })
         };
         shared.gate.started.notified().await;
+        shared.wait_lease_lapsed(&message, "Conveyor's").await?;
         let id = shared.record_id(&message);
-        let record = conveyor_core::IdempotencyStore::get(shared.store.as_ref(), &id)
-            .await?
-            .context("Conveyor's in-progress record")?;
-        let lapses = record
-            .lease_until
-            .context("Conveyor wrote in_progress_expiration")?;
-        wait_past(lapses + Duration::from_millis(10)).await?;
 
         let events = Consumer::run(language, &shared.spec(&message)).await?;
 
