@@ -6,6 +6,7 @@ pub mod context;
 pub mod dead_letter;
 pub mod defaults;
 pub mod deferral;
+pub mod delay;
 pub mod disposition;
 pub mod error;
 pub mod handler;

@@ -40,6 +40,8 @@ pub enum AckReason {
     Completed,
     /// An earlier delivery (or a duplicate send with the same key) already completed the job.
     Duplicate,
+    /// The producer cancelled the job before it ran ([`crate::delay::cancel`]): dropped without running.
+    Cancelled,
 }
 
 /// A permanent failure, as recorded on the dead-lettered message (`conveyor.failure` attribute, JSON).

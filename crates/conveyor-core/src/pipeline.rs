@@ -22,6 +22,8 @@
 //!
 //! | failure point | what happens | why it is safe |
 //! |---|---|---|
+//! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
+//! | key cancelled ([`crate::delay::cancel`]) | `Ack(Cancelled)` without running, logged | the producer asked for it; the record says so |
 //! | no handler for the job type, or no type and no default route | `Retry` (backoff); `Reject` with the reason on the last allowed attempt | producers often deploy first; nothing ran; a redrive after the consumer's deploy runs it |
 //! | schema version newer than the handler's | `Retry` (backoff); `Reject` on the last attempt | as above |
 //! | schema version not a number, body does not decode | `Reject` | poison input: the body will not change; nothing ran |
@@ -50,12 +52,14 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::context::Context;
+use crate::delay::{Clock, is_cancelled_output, next_hop, system_clock};
 use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
 use crate::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore, RecordStatus,
     StoreError, wait_for_lease,
 };
 use crate::lease::Lease;
+use crate::limits::MAX_DELAY;
 use crate::message::Message;
 use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
 use crate::router::Router;
@@ -72,6 +76,10 @@ pub struct Pipeline {
     store: Option<Arc<dyn IdempotencyStore>>,
     /// Overrides every handler's retry budget (a deployment's choice).
     retry_budget: Option<Backoff>,
+    /// The wall clock due times are judged by ([`crate::delay`]).
+    clock: Clock,
+    /// The longest hop of a job not due yet (SQS's 15 minutes unless a test shortens it).
+    max_hop: Duration,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -80,6 +88,7 @@ impl std::fmt::Debug for Pipeline {
             .field("router", &self.router)
             .field("store", &self.store.is_some())
             .field("retry_budget", &self.retry_budget.map(|backoff| backoff.budget))
+            .field("max_hop", &self.max_hop)
             .finish()
     }
 }
@@ -140,7 +149,22 @@ impl Pipeline {
             router,
             store: None,
             retry_budget: None,
+            clock: system_clock(),
+            max_hop: MAX_DELAY,
         }
+    }
+
+    /// Judges due times ([`crate::delay`]) by `clock` instead of the system clock (tests: a fast clock).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Re-sends a job that is not due yet at least every `max_hop` (default, and at most, SQS's 15
+    /// minutes; tests shorten it together with a fast [`Pipeline::with_clock`]).
+    pub fn with_max_delay_hop(mut self, max_hop: Duration) -> Self {
+        self.max_hop = max_hop.min(MAX_DELAY);
+        self
     }
 
     /// Gives every handler this retry budget instead of its own (`HandlerSettings::backoff`): a
@@ -183,6 +207,16 @@ impl Pipeline {
             max_attempts,
             settle_deadline,
         } = budget;
+        if let Some(delay) = next_hop(&message, (self.clock)(), self.max_hop) {
+            tracing::debug!(?delay, "not due yet; sending the next hop");
+            let reason = "not due yet".to_owned();
+            let job_type = self
+                .router
+                .handler_for(&message)
+                .ok()
+                .map(|handler| handler.job_type());
+            return Processed::early(Outcome::Defer { delay, reason }, job_type);
+        }
         let origin = Origin {
             queue: &queue,
             handler: "",
@@ -355,6 +389,10 @@ fn existing_record(
         return Processed::early(Outcome::Reject(failure), Some(job_type));
     }
     match record.status {
+        RecordStatus::Completed if is_cancelled_output(record.output.as_deref()) => {
+            tracing::info!(key = %record.key, "cancelled: dropping the job without running it");
+            Processed::early(Outcome::Ack(AckReason::Cancelled), Some(job_type))
+        }
         RecordStatus::Completed => {
             tracing::info!(key = %record.key, "duplicate: already completed, acknowledging without running");
             Processed {

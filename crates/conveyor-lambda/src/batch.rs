@@ -93,8 +93,8 @@ pub struct BatchFailed(pub String);
 /// How one record ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Settled {
-    /// Not listed: done now (or a duplicate of a completed job).
-    Acked { duplicate: bool },
+    /// Not listed: done now (or a duplicate of a completed job, or a cancelled one).
+    Acked(AckReason),
     /// Not listed: a copy is in the DLQ.
     DeadLettered,
     /// Not listed: a delayed copy was sent (a deferral that spends no receive).
@@ -346,8 +346,9 @@ impl BatchProcessor {
                     metrics.handler_durations.push(duration);
                 }
                 match result.settled {
-                    Settled::Acked { duplicate: false } => metrics.succeeded += 1,
-                    Settled::Acked { duplicate: true } => metrics.duplicates += 1,
+                    Settled::Acked(AckReason::Completed) => metrics.succeeded += 1,
+                    Settled::Acked(AckReason::Duplicate) => metrics.duplicates += 1,
+                    Settled::Acked(AckReason::Cancelled) => metrics.cancelled += 1,
                     Settled::DeadLettered => metrics.dead_lettered += 1,
                     Settled::Deferred => metrics.deferred += 1,
                     Settled::Retry { .. } | Settled::Untouched | Settled::NotStarted => {
@@ -515,8 +516,7 @@ impl BatchProcessor {
         let fallback = processed.fallback_delay();
         if let Outcome::Ack(reason) = &processed.outcome {
             tracing::debug!(?reason, "acknowledged");
-            let duplicate = *reason == AckReason::Duplicate;
-            return (Settled::Acked { duplicate }, duration);
+            return (Settled::Acked(*reason), duration);
         }
         let Some(queue) = lane.queue.get().await else {
             return (Settled::Untouched, duration);
@@ -531,9 +531,7 @@ impl BatchProcessor {
         let settled = match &outcome {
             Outcome::Ack(reason) => {
                 tracing::debug!(?reason, "acknowledged");
-                Settled::Acked {
-                    duplicate: *reason == AckReason::Duplicate,
-                }
+                Settled::Acked(*reason)
             }
             Outcome::Retry { delay, reason } => {
                 tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");

@@ -25,6 +25,8 @@ pub struct BatchMetrics {
     pub dead_lettered: u64,
     /// Acknowledged without running: an earlier delivery completed them.
     pub duplicates: u64,
+    /// Acknowledged without running: the producer cancelled them (`conveyor_core::delay::cancel`).
+    pub cancelled: u64,
     /// Put back without running as a delayed copy (a key in progress elsewhere, the store unreachable).
     pub deferred: u64,
     /// How long each handler run took.
@@ -63,6 +65,7 @@ impl BatchMetrics {
                 ("Retried", self.retried),
                 ("DeadLettered", self.dead_lettered),
                 ("Duplicates", self.duplicates),
+                ("Cancelled", self.cancelled),
                 ("Deferred", self.deferred),
             ] {
                 definitions.push(count(name));
@@ -113,6 +116,7 @@ mod tests {
             retried: 1,
             dead_lettered: 1,
             duplicates: 0,
+            cancelled: 0,
             deferred: 0,
             handler_durations: vec![Duration::from_micros(1500), Duration::from_millis(2)],
         };

@@ -1,7 +1,8 @@
 //! [`Job`]: a typed job to send, and the limits checked before it leaves the process.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use conveyor_core::delay::{DUE_ATTRIBUTE, MAX_TOTAL_DELAY, due_value};
 use conveyor_core::limits::{MAX_DELAY, MAX_MESSAGE_BYTES, MAX_PRODUCER_ATTRIBUTES};
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
 use conveyor_core::{AttributeValue, Attributes, Handler, OutgoingMessage, QueueError};
@@ -67,10 +68,11 @@ pub enum ProduceError {
         /// The job type.
         job_type: String,
     },
-    /// A delay over SQS's 15 minutes.
+    /// A delay longer than the queue keeps a message (its `MessageRetentionPeriod`, at most 14 days).
     #[error(
-        "job {job_type} asks for a delay of {}s, over SQS's limit of {}s (15 minutes): schedule it with a \
-         scheduler such as EventBridge Scheduler, which can send it to the queue at the right time",
+        "job {job_type} asks for a delay of {}s, longer than the queue keeps a message ({}s, its \
+         MessageRetentionPeriod; SQS allows at most 14 days): raise the queue's retention, or schedule it \
+         with EventBridge Scheduler, which can send it to the queue when it is due",
         delay.as_secs(), limit.as_secs()
     )]
     DelayTooLong {
@@ -137,6 +139,7 @@ pub struct Job<J> {
     version: u32,
     key: Option<String>,
     delay: Option<Duration>,
+    deliver_at: Option<SystemTime>,
     group_id: Option<String>,
     deduplication_id: Option<String>,
     attributes: Attributes,
@@ -152,6 +155,7 @@ impl<J: Serialize> Job<J> {
             version: 1,
             key: None,
             delay: None,
+            deliver_at: None,
             group_id: None,
             deduplication_id: None,
             attributes: Attributes::new(),
@@ -179,10 +183,31 @@ impl<J: Serialize> Job<J> {
         self
     }
 
-    /// A delivery delay (standard queues only; at most 15 minutes).
+    /// A delivery delay (standard queues only), up to the queue's retention period. Up to 15 minutes
+    /// it is SQS's `DelaySeconds`; a longer one travels as a due time (`conveyor.due`) and the
+    /// consumers re-send it every 15 minutes until it is due, without running it or spending a receive
+    /// (`conveyor_core::delay`). Replaces an earlier [`Job::deliver_at`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self.deliver_at = None;
         self
+    }
+
+    /// Delivers the job at `time` (a time in the past delivers it at once); as [`Job::delay`], counted
+    /// from when the job is sent. Replaces an earlier [`Job::delay`].
+    pub fn deliver_at(mut self, time: SystemTime) -> Self {
+        self.deliver_at = Some(time);
+        self.delay = None;
+        self
+    }
+
+    /// The delay asked for, counted from `now`.
+    fn delay_from(&self, now: SystemTime) -> Option<Duration> {
+        match self.deliver_at {
+            Some(time) => Some(time.duration_since(now).unwrap_or_default()),
+            None => self.delay,
+        }
+        .filter(|delay| !delay.is_zero())
     }
 
     /// The FIFO message group id (required on FIFO queues).
@@ -254,6 +279,14 @@ impl<J: Serialize> Job<J> {
         if let Some(key) = &self.key {
             attributes.insert(IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(), AttributeValue::string(key));
         }
+        let now = SystemTime::now();
+        let delay = self.delay_from(now);
+        if let Some(delay) = delay.filter(|delay| *delay > MAX_DELAY) {
+            attributes.insert(
+                DUE_ATTRIBUTE.to_owned(),
+                AttributeValue::number(due_value(now + delay)),
+            );
+        }
         if attributes.len() > MAX_PRODUCER_ATTRIBUTES {
             return Err(ProduceError::TooManyAttributes {
                 job_type: job_type(),
@@ -264,7 +297,7 @@ impl<J: Serialize> Job<J> {
         let message = OutgoingMessage {
             body,
             attributes,
-            delay: self.delay.filter(|delay| !delay.is_zero()),
+            delay: delay.map(|delay| delay.min(MAX_DELAY)),
             group_id: self.group_id.clone(),
             deduplication_id: self.deduplication_id.clone(),
             trace_header: self.trace_header.clone(),
@@ -278,15 +311,15 @@ impl<J: Serialize> Job<J> {
             });
         }
         let fifo = queue.ends_with(".fifo");
-        if let Some(delay) = message.delay {
+        if let Some(delay) = delay {
             if fifo {
                 return Err(ProduceError::DelayOnFifo { job_type: job_type() });
             }
-            if delay > MAX_DELAY {
+            if delay > MAX_TOTAL_DELAY {
                 return Err(ProduceError::DelayTooLong {
                     job_type: job_type(),
                     delay,
-                    limit: MAX_DELAY,
+                    limit: MAX_TOTAL_DELAY,
                 });
             }
         }
@@ -413,12 +446,40 @@ mod tests {
     #[test]
     fn delays_and_fifo_rules() {
         let long = Job::new("t", 1)
-            .delay(Duration::from_secs(16 * 60))
+            .delay(Duration::from_secs(15 * 24 * 3600))
             .to_message("jobs")
             .unwrap_err();
         assert!(matches!(long, ProduceError::DelayTooLong { .. }));
         assert!(long.to_string().contains("EventBridge Scheduler"));
-        assert!(long.to_string().contains("900s"));
+        assert!(long.to_string().contains("1209600s"), "{long}");
+        let before = SystemTime::now();
+        let hours = Job::new("t", 1)
+            .delay(Duration::from_secs(2 * 3600))
+            .to_message("jobs")
+            .unwrap();
+        assert_eq!(hours.delay, Some(MAX_DELAY), "the first hop");
+        let due: u64 = hours.attributes[DUE_ATTRIBUTE]
+            .string_value
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let expected = conveyor_core::outcome::epoch_millis(before + Duration::from_secs(2 * 3600));
+        assert!((expected..expected + 5_000).contains(&due), "{due} vs {expected}");
+        let at = Job::new("t", 1)
+            .deliver_at(SystemTime::now() + Duration::from_secs(60))
+            .to_message("jobs")
+            .unwrap();
+        assert!(at.delay.is_some_and(|delay| delay <= Duration::from_secs(60)));
+        assert!(
+            !at.attributes.contains_key(DUE_ATTRIBUTE),
+            "short delays use DelaySeconds only"
+        );
+        let past = Job::new("t", 1)
+            .deliver_at(SystemTime::UNIX_EPOCH)
+            .to_message("jobs")
+            .unwrap();
+        assert_eq!(past.delay, None);
         assert!(
             Job::new("t", 1)
                 .delay(Duration::from_secs(15 * 60))

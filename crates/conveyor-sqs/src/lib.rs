@@ -26,6 +26,6 @@ pub use client::{
     sqs_client_with_timeouts, timeout_config,
 };
 pub use job::{Job, ProduceError};
-pub use producer::{BATCH_ATTEMPTS, BATCH_RETRY_BASE, BatchReport, Producer};
+pub use producer::{BATCH_ATTEMPTS, BATCH_RETRY_BASE, BatchReport, CancelError, Producer};
 pub use queue::SqsQueue;
 pub use redrive::{QueueArn, RedrivePolicy};

@@ -1,11 +1,13 @@
 //! [`Producer`]: sends typed jobs, one at a time or in batches.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
+use conveyor_core::delay::Cancelled;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
-use conveyor_core::{OutgoingMessage, QueueError};
+use conveyor_core::{IdempotencyStore, OutgoingMessage, QueueError, StoreError};
 use serde::Serialize;
 
 use crate::convert::queue_name;
@@ -32,12 +34,36 @@ pub const BATCH_RETRY_BASE: Duration = Duration::from_millis(100);
 /// println!("sent {id}");
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct Producer {
     client: Client,
     url: String,
     name: String,
     requests: AtomicU64,
+    /// The consumers' idempotency store, for [`Producer::cancel`].
+    store: Option<Arc<dyn IdempotencyStore>>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("url", &self.url)
+            .field("store", &self.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Producer::cancel`] could not cancel.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    /// The producer has no store to write the cancellation to.
+    #[error(
+        "cancelling a job needs the consumers' idempotency table: build the producer with \
+         Producer::with_store (the same table as CONVEYOR_IDEMPOTENCY_TABLE)"
+    )]
+    NoStore,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// What happened to each job of a [`Producer::send_batch`], in input order.
@@ -85,7 +111,24 @@ impl Producer {
             url,
             name,
             requests: AtomicU64::new(0),
+            store: None,
         }
+    }
+
+    /// Lets [`Producer::cancel`] write to the consumers' idempotency store (their
+    /// `CONVEYOR_IDEMPOTENCY_TABLE`).
+    pub fn with_store(mut self, store: Arc<dyn IdempotencyStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Cancels the not-yet-run job of `job_type` sent with idempotency key `key` (typically a delayed
+    /// one): when it comes due the consumer drops it without running, with a log line and a metric.
+    /// Needs [`Producer::with_store`], and the handler to be idempotent (the default). A job already
+    /// completed or running at this moment is not cancelled, and the answer says so.
+    pub async fn cancel(&self, job_type: &str, key: &str) -> Result<Cancelled, CancelError> {
+        let store = self.store.as_deref().ok_or(CancelError::NoStore)?;
+        Ok(conveyor_core::delay::cancel(store, job_type, key).await?)
     }
 
     /// The queue's URL.

@@ -413,7 +413,7 @@ async fn the_producer_rejects_oversized_bodies_and_long_delays_without_a_request
         "{error:?}"
     );
 
-    let late = Job::new("late", 1).delay(Duration::from_secs(16 * 60));
+    let late = Job::new("late", 1).delay(Duration::from_secs(15 * 24 * 3600));
     let error = producer.send(&late).await.unwrap_err();
     assert!(matches!(error, ProduceError::DelayTooLong { .. }), "{error:?}");
 

@@ -686,3 +686,81 @@ async fn a_body_without_the_configured_key_field_is_rejected_unclaimed() {
     assert_eq!(fixture.runs(), 0);
     assert_eq!(fixture.store.requests().claim, 0, "never claimed");
 }
+
+/// A job due in two hours, on a clock the test moves: hops of at most 15 minutes until due, never
+/// run, never claimed, then run once (row "not due yet").
+#[tokio::test]
+async fn a_job_not_due_yet_hops_without_running_or_claiming_then_runs_when_due() {
+    use conveyor_core::delay::{DUE_ATTRIBUTE, due_value};
+    use conveyor_core::limits::MAX_DELAY;
+    use std::sync::Mutex;
+
+    // Whole milliseconds, as the due attribute carries them.
+    let start = SystemTime::UNIX_EPOCH
+        + Duration::from_millis(conveyor_core::outcome::epoch_millis(SystemTime::now()));
+    let now = Arc::new(Mutex::new(start));
+    let clock_now = Arc::clone(&now);
+    let mut fixture = fixture(Behaviour::Succeed);
+    fixture.pipeline = fixture
+        .pipeline
+        .clone()
+        .with_clock(Arc::new(move || *clock_now.lock().unwrap()));
+    let mut delayed = message(r#"{"n": 7}"#);
+    delayed.attributes.insert(
+        DUE_ATTRIBUTE.into(),
+        AttributeValue::number(due_value(start + Duration::from_secs(7200))),
+    );
+
+    let (first, _) = fixture.process(&delayed).await;
+    assert_eq!(defer_delay(&first), MAX_DELAY);
+    assert_eq!(first.job_type, Some(JOB_TYPE), "metrics keep the job type");
+    *now.lock().unwrap() = start + Duration::from_secs(7000);
+    let (last_hop, _) = fixture.process(&delayed).await;
+    assert_eq!(defer_delay(&last_hop), Duration::from_secs(200));
+    assert_eq!(fixture.runs(), 0);
+    assert!(fixture.record(&delayed).await.is_none(), "a hop claims nothing");
+
+    *now.lock().unwrap() = start + Duration::from_secs(7201);
+    let (due, _) = fixture.process(&delayed).await;
+    assert_eq!(due.outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(fixture.runs(), 1);
+}
+
+/// Row "key cancelled": cancelled before it is due, it is acknowledged as cancelled and never runs;
+/// a second cancel says so, and a completed job cannot be cancelled.
+#[tokio::test]
+async fn a_cancelled_job_is_dropped_without_running() {
+    use conveyor_core::delay::{Cancelled, cancel};
+    use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+
+    let fixture = fixture(Behaviour::Succeed);
+    let mut job = message(r#"{"n": 1}"#);
+    job.attributes.insert(
+        IDEMPOTENCY_KEY_ATTRIBUTE.into(),
+        AttributeValue::string("report:2026-11"),
+    );
+    let store = fixture.store.as_ref();
+    assert_eq!(
+        cancel(store, JOB_TYPE, "report:2026-11").await.unwrap(),
+        Cancelled::Cancelled
+    );
+    assert_eq!(
+        cancel(store, JOB_TYPE, "report:2026-11").await.unwrap(),
+        Cancelled::AlreadyCancelled
+    );
+    let (processed, _) = fixture.process(&job).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Cancelled));
+    assert_eq!(fixture.runs(), 0);
+
+    let mut other = message(r#"{"n": 2}"#);
+    other.attributes.insert(
+        IDEMPOTENCY_KEY_ATTRIBUTE.into(),
+        AttributeValue::string("report:2026-12"),
+    );
+    let (ran, _) = fixture.process(&other).await;
+    assert_eq!(ran.outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(
+        cancel(store, JOB_TYPE, "report:2026-12").await.unwrap(),
+        Cancelled::AlreadyCompleted
+    );
+}

@@ -66,6 +66,10 @@ pub(crate) async fn apply(
                     job.duplicates.increment(1);
                     tracing::info!("duplicate acknowledged without running");
                 }
+                AckReason::Cancelled => {
+                    job.cancelled.increment(1);
+                    tracing::info!("cancelled job dropped without running");
+                }
             }
             delete(runtime, &target, held).await
         }

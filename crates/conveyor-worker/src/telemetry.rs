@@ -23,6 +23,8 @@ pub const HEARTBEAT_EXTENSIONS: &str = "conveyor_heartbeat_extensions_total";
 pub const LEASES_LOST: &str = "conveyor_leases_lost_total";
 /// Messages put back unrun because a downstream's circuit was open (label `downstream`).
 pub const CIRCUIT_DEFERRALS: &str = "conveyor_circuit_open_deferrals_total";
+/// Cancelled jobs dropped without running when they came due (labels `queue`, `job_type`).
+pub const MESSAGES_CANCELLED: &str = "conveyor_messages_cancelled_total";
 /// How long handlers ran (label `job_type`).
 pub const HANDLER_DURATION: &str = "conveyor_handler_duration_seconds";
 /// A message's age when received, from `SentTimestamp` (label `queue`).
@@ -125,6 +127,7 @@ pub(crate) struct JobMetrics {
     pub(crate) retried: Counter,
     pub(crate) dead_lettered: Counter,
     pub(crate) duplicates: Counter,
+    pub(crate) cancelled: Counter,
     pub(crate) duration: Histogram,
 }
 
@@ -150,7 +153,8 @@ impl QueueMetrics {
                 succeeded: metrics::counter!(MESSAGES_SUCCEEDED, "queue" => Arc::clone(&queue), "job_type" => job_type),
                 retried: metrics::counter!(MESSAGES_RETRIED, "queue" => Arc::clone(&queue), "job_type" => job_type),
                 dead_lettered: metrics::counter!(MESSAGES_DEAD_LETTERED, "queue" => Arc::clone(&queue), "job_type" => job_type),
-                duplicates: metrics::counter!(MESSAGES_DUPLICATES, "queue" => queue, "job_type" => job_type),
+                duplicates: metrics::counter!(MESSAGES_DUPLICATES, "queue" => Arc::clone(&queue), "job_type" => job_type),
+                cancelled: metrics::counter!(MESSAGES_CANCELLED, "queue" => queue, "job_type" => job_type),
                 duration: metrics::histogram!(HANDLER_DURATION, "job_type" => job_type),
             })
         });

@@ -1,0 +1,154 @@
+//! Delays past SQS's 15 minutes, against LocalStack (SQS) and DynamoDB Local: a 2-hour delay on a
+//! fast clock (720× real time) with hops shortened to 1 s, and a cancelled delayed job.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use common::aws::{self, connect};
+use common::{eventually, start};
+use conveyor_core::deferral::DeferralRecord;
+use conveyor_core::delay::{Cancelled, Clock};
+use conveyor_core::message::DEFERRAL_ATTRIBUTE;
+use conveyor_core::{Context, Handler, HandlerError, Pipeline, Queue, Router};
+use conveyor_sqs::{Job, Producer};
+use conveyor_testing::localstack::{QueueSpec, create_queue};
+use conveyor_worker::Worker;
+use serde::{Deserialize, Serialize};
+
+/// Virtual seconds per real second.
+const SPEED: u32 = 720;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Report {
+    month: String,
+}
+
+/// What the handler saw of one run.
+#[derive(Debug, Clone)]
+struct Run {
+    month: String,
+    key: Option<String>,
+    receive_count: u32,
+    at: SystemTime,
+    deferral: Option<DeferralRecord>,
+}
+
+struct MonthlyReport {
+    runs: Arc<Mutex<Vec<Run>>>,
+    clock: Clock,
+}
+
+impl Handler for MonthlyReport {
+    type Job = Report;
+    type Output = ();
+    const JOB_TYPE: &'static str = "monthly_report";
+
+    async fn handle(&self, job: Report, ctx: Context) -> Result<(), HandlerError> {
+        let deferral = ctx
+            .attributes()
+            .get(DEFERRAL_ATTRIBUTE)
+            .and_then(|value| value.string_value.as_deref())
+            .and_then(|json| serde_json::from_str(json).ok());
+        self.runs.lock().unwrap().push(Run {
+            month: job.month,
+            key: ctx.idempotency_key().map(str::to_owned),
+            receive_count: ctx.receive_count(),
+            at: (self.clock)(),
+            deferral,
+        });
+        Ok(())
+    }
+}
+
+/// A clock that runs `SPEED` times faster than the real one from now on.
+fn fast_clock() -> Clock {
+    let real_start = SystemTime::now();
+    let started = std::time::Instant::now();
+    Arc::new(move || real_start + started.elapsed() * SPEED)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never_runs() {
+    let client = aws::sqs().await;
+    let created = create_queue(&client, &QueueSpec::standard("long-delay").max_receive_count(3))
+        .await
+        .unwrap();
+    let queue = connect(&client, &created.url).await;
+    let store = aws::store().await;
+    let clock = fast_clock();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let handler = MonthlyReport {
+        runs: Arc::clone(&runs),
+        clock: Arc::clone(&clock),
+    };
+    let pipeline = Pipeline::new(Router::new().route(handler))
+        .with_store(Arc::clone(&store))
+        .with_clock(Arc::clone(&clock))
+        .with_max_delay_hop(Duration::from_secs(1));
+
+    let producer = Producer::new(client.clone(), &created.url).with_store(Arc::clone(&store));
+    let sent_at = clock();
+    let due = sent_at + Duration::from_secs(2 * 3600);
+    for month in ["2026-11", "2026-12"] {
+        let job = Job::new("monthly_report", Report { month: month.into() })
+            .key(format!("report:{month}"))
+            .deliver_at(due);
+        let mut message = job.to_message(&created.url).unwrap();
+        // The test's shortened first hop (the producer sends 15 minutes: real SQS time).
+        message.delay = Some(Duration::from_secs(1));
+        queue.send(message).await.unwrap();
+    }
+    assert_eq!(
+        producer.cancel("monthly_report", "report:2026-12").await.unwrap(),
+        Cancelled::Cancelled
+    );
+
+    let worker = Worker::new(
+        aws::config(&[(&created.url, 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap();
+    let running = start(worker);
+    eventually(60, "the delayed report", || !runs.lock().unwrap().is_empty()).await;
+    // Every message settled: the cancelled one was dropped when due, nothing is left in flight.
+    let empty = async || queue.depth().await.unwrap() == conveyor_core::QueueDepth::default();
+    conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(200), empty)
+        .await
+        .unwrap();
+    let report = running.stop().await;
+
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 1, "ran once, and the cancelled job never: {runs:?}");
+    let run = &runs[0];
+    assert_eq!(run.month, "2026-11");
+    assert!(
+        run.at >= due,
+        "ran {:?} before it was due",
+        due.duration_since(run.at)
+    );
+    assert!(
+        run.key
+            .as_deref()
+            .is_some_and(|key| key.contains("report:2026-11")),
+        "the original key: {:?}",
+        run.key
+    );
+    assert_eq!(run.receive_count, 1, "a hop never spends a receive");
+    let deferral = run.deferral.clone().expect("it came through hops");
+    assert_eq!(deferral.attempts, 0, "no hop counted as a run");
+    assert!(deferral.deferrals >= 5, "{deferral:?}");
+    assert!(
+        deferral
+            .first_sent_ms
+            .is_some_and(|ms| ms <= conveyor_core::outcome::epoch_millis(SystemTime::now())),
+        "the first copy's time survives: {deferral:?}"
+    );
+    assert_eq!(report.succeeded, 1);
+    assert_eq!((report.retried, report.dead_lettered), (0, 0));
+    let dlq = connect(&client, created.dlq_url.as_deref().unwrap()).await;
+    assert_eq!(dlq.depth().await.unwrap(), conveyor_core::QueueDepth::default());
+}
