@@ -8,6 +8,7 @@ pub mod defaults;
 pub mod deferral;
 pub mod delay;
 pub mod disposition;
+pub mod envelope;
 pub mod error;
 pub mod handler;
 pub mod idempotency;

@@ -22,6 +22,7 @@
 //!
 //! | failure point | what happens | why it is safe |
 //! |---|---|---|
+//! | body is a Conveyor envelope without attributes ([`crate::envelope`]) | opened: header → attributes, payload → body, then as any message | plain bodies are left alone |
 //! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
 //! | key cancelled ([`crate::delay::cancel`]) | `Ack(Cancelled)` without running, logged | the producer asked for it; the record says so |
 //! | no handler for the job type, or no type and no default route | `Retry` (backoff); `Reject` with the reason on the last allowed attempt | producers often deploy first; nothing ran; a redrive after the consumer's deploy runs it |
@@ -207,6 +208,8 @@ impl Pipeline {
             max_attempts,
             settle_deadline,
         } = budget;
+        // A body envelope (EventBridge Scheduler cannot set attributes) is opened before anything else.
+        let message = crate::envelope::open(&message).map_or(message, Arc::new);
         if let Some(delay) = next_hop(&message, (self.clock)(), self.max_hop) {
             tracing::debug!(?delay, "not due yet; sending the next hop");
             let reason = "not due yet".to_owned();

@@ -71,6 +71,7 @@ pub struct Worker {
     dead_letter_queues: Vec<Arc<dyn Queue>>,
     protections: Protections,
     status: WorkerStatus,
+    scheduler: Option<conveyor_schedule::Scheduler>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -113,6 +114,7 @@ impl Worker {
             dead_letter_queues: Vec::new(),
             protections: Protections::default(),
             status,
+            scheduler: None,
         })
     }
 
@@ -153,6 +155,13 @@ impl Worker {
     /// queue depth gauges under its name).
     pub fn watch_dead_letter_queue(mut self, queue: Arc<dyn Queue>) -> Self {
         self.dead_letter_queues.push(queue);
+        self
+    }
+
+    /// Also runs `scheduler` (its schedules' ticks, each sent by exactly one of any number of workers;
+    /// see `conveyor_schedule`) until shutdown begins.
+    pub fn with_scheduler(mut self, scheduler: conveyor_schedule::Scheduler) -> Self {
+        self.scheduler = Some(scheduler);
         self
     }
 
@@ -247,6 +256,17 @@ impl Worker {
             config.stats_interval,
             background.clone(),
         ));
+
+        if let Some(scheduler) = self.scheduler {
+            // Stops with the drain: no new tick is sent by a worker that is shutting down.
+            let (stop, graceful) = (background.child_token(), graceful.clone());
+            background_tasks.spawn(async move {
+                tokio::select! {
+                    () = scheduler.run(stop) => {}
+                    () = graceful.cancelled() => {}
+                }
+            });
+        }
 
         let plan = plan_loops(&config);
         let runtime = Arc::new(Runtime {

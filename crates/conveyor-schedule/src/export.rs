@@ -1,0 +1,256 @@
+//! [`export`]: the schedules as the JSON file `infra/modules/schedules` reads (EventBridge Scheduler).
+//!
+//! ```json
+//! {"format": 1, "schedules": [{
+//!   "name": "nightly-report", "expression": "cron(0 2 * * ? *)", "timezone": "Europe/Berlin",
+//!   "start_date": null, "end_date": null, "job_type": "nightly_report",
+//!   "input": "{\"conveyor\":{...},\"payload\":{...}}"}]}
+//! ```
+//!
+//! EventBridge Scheduler's cron has six fields (minute hour day-of-month month day-of-week year), no
+//! seconds, days of the week 1-7 from Sunday, and `?` in one of the two day fields; rates are whole
+//! minutes. What cannot be said there is refused with the reason: a seconds field other than 0, both
+//! day fields set, a step in the day-of-week field, an interval not in whole minutes, `max_runs`
+//! (EventBridge has no run limit: use an end date). Missed ticks follow EventBridge's own retry policy
+//! (the module's `maximum_event_age_seconds`).
+
+use std::time::SystemTime;
+
+use conveyor_core::envelope::{Header, seal};
+use serde::Serialize;
+
+use crate::definition::{Schedule, Timing, format_tick};
+
+/// The file format's version.
+pub const FORMAT: u32 = 1;
+
+/// A schedule that EventBridge Scheduler cannot express.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("schedule {schedule} cannot be exported to EventBridge Scheduler: {reason}")]
+pub struct ExportError {
+    /// The schedule.
+    pub schedule: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// One schedule in the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Exported {
+    /// The schedule's name.
+    pub name: String,
+    /// EventBridge's `cron(...)` or `rate(...)`.
+    pub expression: String,
+    /// IANA zone (`UTC` for rates).
+    pub timezone: String,
+    /// RFC 3339, or null.
+    pub start_date: Option<String>,
+    /// RFC 3339, or null.
+    pub end_date: Option<String>,
+    /// The job type (for descriptions and tags).
+    pub job_type: String,
+    /// The message body: the envelope, its key templated on the scheduled time.
+    pub input: String,
+}
+
+/// The file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExportFile {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// The schedules.
+    pub schedules: Vec<Exported>,
+}
+
+/// The file's content for `schedules`, or the first schedule EventBridge cannot express.
+pub fn export(schedules: &[Schedule]) -> Result<String, ExportError> {
+    crate::scheduler::check_schedules(schedules).map_err(|error| ExportError {
+        schedule: String::new(),
+        reason: error.to_string(),
+    })?;
+    let mut exported = Vec::with_capacity(schedules.len());
+    for schedule in schedules {
+        exported.push(export_one(schedule)?);
+    }
+    let file = ExportFile {
+        format: FORMAT,
+        schedules: exported,
+    };
+    serde_json::to_string_pretty(&file).map_err(|error| ExportError {
+        schedule: String::new(),
+        reason: error.to_string(),
+    })
+}
+
+fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
+    let refuse = |reason: String| ExportError {
+        schedule: schedule.name.clone(),
+        reason,
+    };
+    if schedule.max_runs.is_some() {
+        return Err(refuse(
+            "EventBridge Scheduler has no run limit; drop max_runs and set an end instead".to_owned(),
+        ));
+    }
+    let (expression, timezone) = match &schedule.timing {
+        Timing::Cron { expression, zone, .. } => (
+            eventbridge_cron(expression).map_err(refuse)?,
+            zone.name().to_owned(),
+        ),
+        Timing::Every(interval) => (
+            rate(interval.as_secs(), interval.subsec_nanos()).map_err(refuse)?,
+            "UTC".to_owned(),
+        ),
+    };
+    let header = Header {
+        job_type: schedule.job.job_type.clone(),
+        version: Some(schedule.job.version),
+        key: Some(format!(
+            "schedule:{}@<aws.scheduler.scheduled-time>",
+            schedule.name
+        )),
+    };
+    let date = |time: Option<SystemTime>| time.map(format_tick);
+    Ok(Exported {
+        name: schedule.name.clone(),
+        expression,
+        timezone,
+        start_date: date(schedule.start),
+        end_date: date(schedule.end),
+        job_type: schedule.job.job_type.clone(),
+        input: seal(&header, &schedule.job.payload),
+    })
+}
+
+fn rate(secs: u64, nanos: u32) -> Result<String, String> {
+    if nanos != 0 || secs % 60 != 0 {
+        return Err(format!(
+            "an interval of {secs}s is not whole minutes, and EventBridge Scheduler's rate() counts minutes"
+        ));
+    }
+    let minutes = secs / 60;
+    let (value, unit) = if minutes % 1440 == 0 {
+        (minutes / 1440, "day")
+    } else if minutes % 60 == 0 {
+        (minutes / 60, "hour")
+    } else {
+        (minutes, "minute")
+    };
+    let plural = if value == 1 { "" } else { "s" };
+    Ok(format!("rate({value} {unit}{plural})"))
+}
+
+/// A 5- or 6-field cron (or an `@` alias) in EventBridge Scheduler's six-field form.
+fn eventbridge_cron(expression: &str) -> Result<String, String> {
+    let expanded = match expression.trim() {
+        "@yearly" | "@annually" => "0 0 1 1 *",
+        "@monthly" => "0 0 1 * *",
+        "@weekly" => "0 0 * * 0",
+        "@daily" | "@midnight" => "0 0 * * *",
+        "@hourly" => "0 * * * *",
+        other => other,
+    };
+    let mut fields: Vec<&str> = expanded.split_whitespace().collect();
+    if fields.len() == 6 {
+        if fields[0] != "0" {
+            return Err(format!(
+                "seconds field {:?}: EventBridge Scheduler fires on whole minutes (use 0 or 5 fields)",
+                fields[0]
+            ));
+        }
+        fields.remove(0);
+    }
+    let [minute, hour, dom, month, dow] = fields[..] else {
+        return Err(format!("{expression:?} is not a 5- or 6-field cron expression"));
+    };
+    let (dom, dow) = match (dom, dow) {
+        (dom, "*") => (dom.to_owned(), "?".to_owned()),
+        ("*", dow) => ("?".to_owned(), weekdays(dow)?),
+        _ => {
+            return Err(
+                "both day-of-month and day-of-week are set; EventBridge Scheduler takes one of them"
+                    .to_owned(),
+            );
+        }
+    };
+    Ok(format!("cron({minute} {hour} {dom} {month} {dow} *)"))
+}
+
+/// Cron's day-of-week numbers (0 or 7 = Sunday) as EventBridge's (1 = Sunday); names pass through.
+fn weekdays(field: &str) -> Result<String, String> {
+    if field.contains('/') {
+        return Err(format!(
+            "a step in the day-of-week field ({field:?}) cannot be exported"
+        ));
+    }
+    let convert = |token: &str| -> String {
+        match token.parse::<u8>() {
+            Ok(day) => ((day % 7) + 1).to_string(),
+            Err(_) => token.to_owned(),
+        }
+    };
+    let parts: Vec<String> = field
+        .split(',')
+        .map(|part| match part.split_once('-') {
+            Some((from, to)) => format!("{}-{}", convert(from), convert(to)),
+            None => convert(part),
+        })
+        .collect();
+    Ok(parts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn cron_and_intervals_become_eventbridge_expressions() {
+        assert_eq!(eventbridge_cron("0 2 * * *").unwrap(), "cron(0 2 * * ? *)");
+        assert_eq!(
+            eventbridge_cron("0 30 8 * * 1-5").unwrap(),
+            "cron(30 8 ? * 2-6 *)"
+        );
+        assert_eq!(eventbridge_cron("0 9 1 * *").unwrap(), "cron(0 9 1 * ? *)");
+        assert_eq!(eventbridge_cron("0 9 * * 0,6").unwrap(), "cron(0 9 ? * 1,7 *)");
+        assert_eq!(eventbridge_cron("@daily").unwrap(), "cron(0 0 * * ? *)");
+        assert!(
+            eventbridge_cron("*/10 * * * * *")
+                .unwrap_err()
+                .contains("whole minutes")
+        );
+        assert!(eventbridge_cron("0 9 1 * 1").unwrap_err().contains("one of them"));
+        assert_eq!(rate(300, 0).unwrap(), "rate(5 minutes)");
+        assert_eq!(rate(3600, 0).unwrap(), "rate(1 hour)");
+        assert_eq!(rate(2 * 86400, 0).unwrap(), "rate(2 days)");
+        assert!(rate(90, 0).is_err());
+    }
+
+    #[test]
+    fn the_file_carries_the_envelope_with_a_templated_key() {
+        let schedule = Schedule::cron("nightly-report", "0 2 * * *", "Europe/Berlin")
+            .unwrap()
+            .job_of("nightly_report", 2, &serde_json::json!({"kind": "sales"}))
+            .unwrap();
+        let file: serde_json::Value = serde_json::from_str(&export(&[schedule]).unwrap()).unwrap();
+        let exported = &file["schedules"][0];
+        assert_eq!(exported["expression"], "cron(0 2 * * ? *)");
+        assert_eq!(exported["timezone"], "Europe/Berlin");
+        let input: serde_json::Value = serde_json::from_str(exported["input"].as_str().unwrap()).unwrap();
+        assert_eq!(input["conveyor"]["type"], "nightly_report");
+        assert_eq!(input["conveyor"]["version"], 2);
+        assert_eq!(
+            input["conveyor"]["key"],
+            "schedule:nightly-report@<aws.scheduler.scheduled-time>"
+        );
+        assert_eq!(input["payload"]["kind"], "sales");
+
+        let limited = Schedule::every("x", Duration::from_secs(60))
+            .unwrap()
+            .job_of("t", 1, &1)
+            .unwrap()
+            .max_runs(3);
+        assert!(export(&[limited]).unwrap_err().to_string().contains("run limit"));
+    }
+}

@@ -1,0 +1,222 @@
+//! Schedulers against LocalStack (SQS) and DynamoDB Local: every tick is sent exactly once across
+//! three workers (on a clock 4× real time), and a tick whose winner dies before sending is still sent,
+//! once.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+use conveyor_schedule::store::tick_id;
+use conveyor_schedule::{Schedule, Scheduler, SchedulerClock, TickStore, tick_key};
+use conveyor_sqs::Producer;
+use conveyor_testing::faults::{Fault, Faults, Rule, with_faults_sqs};
+use conveyor_testing::localstack::{self, QueueSpec};
+use conveyor_testing::wait_until;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+struct Env {
+    sqs: aws_sdk_sqs::Client,
+    dynamodb: aws_sdk_dynamodb::Client,
+    table: String,
+    queue_url: String,
+}
+
+async fn env(prefix: &str) -> Env {
+    localstack::ensure_local_aws().await.unwrap();
+    let sqs = localstack::sqs_client().await;
+    let dynamodb = localstack::dynamodb_client().await;
+    let table = localstack::create_table(&dynamodb, prefix).await.unwrap();
+    let queue = localstack::create_queue(&sqs, &QueueSpec::standard(prefix))
+        .await
+        .unwrap();
+    Env {
+        sqs,
+        dynamodb,
+        table,
+        queue_url: queue.url,
+    }
+}
+
+impl Env {
+    fn scheduler(&self, sqs: &aws_sdk_sqs::Client, schedule: &Schedule, clock: &SchedulerClock) -> Scheduler {
+        let producer = Arc::new(Producer::new(sqs.clone(), &self.queue_url));
+        let store = TickStore::new(self.dynamodb.clone(), &self.table);
+        Scheduler::new(vec![schedule.clone()], store, producer)
+            .unwrap()
+            .with_clock(clock.clone())
+            .with_claim_lease(Duration::from_secs(3))
+    }
+
+    /// Every message in the queue, by idempotency key (receives until the queue stays empty).
+    async fn drain(&self) -> HashMap<String, usize> {
+        let mut keys: HashMap<String, usize> = HashMap::new();
+        let mut empty_receives = 0;
+        while empty_receives < 2 {
+            let output = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .unwrap();
+            let messages = output.messages.unwrap_or_default();
+            if messages.is_empty() {
+                empty_receives += 1;
+                continue;
+            }
+            empty_receives = 0;
+            for message in messages {
+                let key = message
+                    .message_attributes
+                    .as_ref()
+                    .and_then(|attributes| attributes.get(IDEMPOTENCY_KEY_ATTRIBUTE))
+                    .and_then(|value| value.string_value.clone())
+                    .unwrap_or_default();
+                *keys.entry(key).or_default() += 1;
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(message.receipt_handle.unwrap_or_default())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+        keys
+    }
+
+    async fn tick_status(&self, name: &str, tick: SystemTime) -> Option<(String, String)> {
+        let item = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("id", AttributeValue::S(tick_id(name, tick)))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item?;
+        let text = |name: &str| {
+            item.get(name)
+                .and_then(|value| value.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        Some((text("status"), text("owner")))
+    }
+}
+
+fn spawn(scheduler: Scheduler, shutdown: &CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(scheduler.run(shutdown.child_token()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_schedulers_send_each_tick_of_a_minute_exactly_once() {
+    let env = env("sched-once").await;
+    let clock = SchedulerClock::fast(4);
+    // A whole second, so the minute from it holds 61 ticks.
+    let now_secs = clock
+        .now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs + 4);
+    let end = start + Duration::from_secs(60);
+    let schedule = Schedule::cron("every-second", "* * * * * *", "Europe/Berlin")
+        .unwrap()
+        .job_of("ping", 1, &serde_json::json!({"n": 1}))
+        .unwrap()
+        .starting(start)
+        .ending(end);
+    let expected: Vec<String> = schedule
+        .ticks_between(start - Duration::from_secs(1), end, 1000)
+        .into_iter()
+        .map(|tick| tick_key("every-second", tick))
+        .collect();
+    assert_eq!(expected.len(), 61);
+
+    let shutdown = CancellationToken::new();
+    let workers: Vec<JoinHandle<()>> = (0..3)
+        .map(|_| spawn(env.scheduler(&env.sqs, &schedule, &clock), &shutdown))
+        .collect();
+    let last = schedule.ticks_between(start, end, 1000).last().copied().unwrap();
+    wait_until(Duration::from_secs(60), Duration::from_millis(250), async || {
+        env.tick_status("every-second", last)
+            .await
+            .is_some_and(|(status, _)| status == "SENT")
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+
+    let keys = env.drain().await;
+    let twice: Vec<(&String, &usize)> = keys.iter().filter(|(_, count)| **count != 1).collect();
+    assert!(twice.is_empty(), "ticks sent more than once: {twice:?}");
+    let mut sent: Vec<String> = keys.into_keys().collect();
+    sent.sort();
+    assert_eq!(sent, expected, "every tick of the minute, once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_whose_winner_dies_before_sending_is_sent_once_by_another() {
+    let env = env("sched-kill").await;
+    let clock = SchedulerClock::system();
+    let tick = clock.now() + Duration::from_secs(2);
+    let schedule = Schedule::every("hourly", Duration::from_secs(3600))
+        .unwrap()
+        .job_of("ping", 1, &serde_json::json!({"n": 2}))
+        .unwrap()
+        .starting(tick);
+
+    // The first worker's sends hang: it claims the tick and never sends it. Then it is killed.
+    let faults = Faults::new(16);
+    faults.add(Rule::new(Fault::Hang).on("SendMessage"));
+    let doomed_sqs = with_faults_sqs(&env.sqs, &faults);
+    let doomed = env.scheduler(&doomed_sqs, &schedule, &clock);
+    let doomed_owner = doomed.owner().to_owned();
+    let shutdown = CancellationToken::new();
+    let doomed = spawn(doomed, &shutdown);
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
+        env.tick_status("hourly", tick)
+            .await
+            .is_some_and(|(status, owner)| status == "CLAIMED" && owner == doomed_owner)
+    })
+    .await
+    .unwrap();
+    doomed.abort();
+    assert!(
+        doomed.await.unwrap_err().is_cancelled(),
+        "killed while its send hung"
+    );
+
+    let survivors: Vec<JoinHandle<()>> = (0..2)
+        .map(|_| spawn(env.scheduler(&env.sqs, &schedule, &clock), &shutdown))
+        .collect();
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
+        env.tick_status("hourly", tick)
+            .await
+            .is_some_and(|(status, owner)| status == "SENT" && owner != doomed_owner)
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    for survivor in survivors {
+        survivor.await.unwrap();
+    }
+    let keys = env.drain().await;
+    assert_eq!(keys, HashMap::from([(tick_key("hourly", tick), 1)]));
+    assert!(
+        faults.injected("SendMessage") >= 1,
+        "the first worker's send really hung"
+    );
+}
