@@ -3,6 +3,7 @@
 pub mod fenced_ledger;
 pub mod jobs;
 pub mod outbox;
+pub mod schedules;
 pub mod webhook_receiver;
 
 use std::path::PathBuf;
@@ -26,7 +27,12 @@ pub const TABLE_ENV: &str = "CONVEYOR_IDEMPOTENCY_TABLE";
 /// Environment variable overriding every handler's retry budget, in seconds (15 minutes by default).
 pub const RETRY_BUDGET_ENV: &str = "CONVEYOR_RETRY_BUDGET_SECS";
 /// The application's own `CONVEYOR_*` variables (so the worker does not report them as typos).
-pub const APP_VARIABLES: &[&str] = &[OUTBOX_ENV, RETRY_BUDGET_ENV];
+pub const APP_VARIABLES: &[&str] = &[
+    OUTBOX_ENV,
+    RETRY_BUDGET_ENV,
+    schedules::SCHEDULES_ENV,
+    schedules::SCHEDULE_QUEUE_ENV,
+];
 
 /// The application's settings, from the environment.
 #[derive(Debug, Clone)]

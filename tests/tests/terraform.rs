@@ -20,8 +20,9 @@ use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack;
 
 /// Every folder `terraform validate` must accept.
-const CONFIGURATIONS: [&str; 8] = [
+const CONFIGURATIONS: [&str; 9] = [
     "modules/queue",
+    "modules/schedules",
     "modules/idempotency-table",
     "modules/consumer-permissions",
     "modules/lambda-consumer",
@@ -176,6 +177,13 @@ fn baseline(module: &str, package: &str) -> Vec<(&'static str, String)> {
     };
     match module {
         "queue" => common(&[("name", "\"jobs\"")]),
+        "schedules" => {
+            // The example application's exported schedules (checked against the code in tests/schedules.rs).
+            let file = conveyor_e2e::terraform::infra_dir().join("examples/lambda/schedules.json");
+            let mut inputs = common(&[("queue_arn", QUEUE_ARN)]);
+            inputs.push(("schedules_file", format!("{:?}", file.display().to_string())));
+            inputs
+        }
         "idempotency-table" => common(&[("name", "\"jobs-idempotency\"")]),
         "consumer-permissions" => common(&[
             ("queue_arn", QUEUE_ARN),
@@ -305,6 +313,20 @@ fn cases() -> Vec<Case> {
             "queue",
             &[("alarm_actions", "[\"arn:aws:sns:us-east-1:123456789012:oncall\"]")],
             None,
+        ),
+        // schedules
+        case("schedules_valid", "schedules", &[], None),
+        case(
+            "schedules_fifo_queue",
+            "schedules",
+            &[("queue_arn", "\"arn:aws:sqs:us-east-1:123456789012:jobs.fifo\"")],
+            Some("queue_arn must be a standard SQS queue ARN"),
+        ),
+        case(
+            "schedules_retries_over_the_limit",
+            "schedules",
+            &[("maximum_retry_attempts", "186")],
+            Some("maximum_retry_attempts must be between 0 and 185"),
         ),
         // idempotency-table
         case("table_valid", "idempotency-table", &[], None),

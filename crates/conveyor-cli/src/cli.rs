@@ -6,6 +6,7 @@ use crate::aws::{Aws, AwsArgs};
 use crate::commands::dlq::DlqArgs;
 use crate::commands::local::LocalArgs;
 use crate::commands::purge::PurgeArgs;
+use crate::commands::schedules::SchedulesArgs;
 use crate::commands::send::SendArgs;
 use crate::commands::stats::StatsArgs;
 use crate::lambda_runner::LambdaArgs;
@@ -49,6 +50,8 @@ pub enum Command {
     Lambda(LambdaArgs),
     /// Set up the local emulators: a queue with its DLQ and redrive policy, and the idempotency table.
     Local(LocalArgs),
+    /// Export the application's schedules; list, pause, resume and trigger them.
+    Schedules(SchedulesArgs),
 }
 
 impl Command {
@@ -63,6 +66,7 @@ impl Command {
             Command::Purge(args) => crate::commands::purge::run(args, client, format).await,
             Command::Lambda(args) => crate::lambda_runner::run_command(args, client).await,
             Command::Local(args) => crate::commands::local::run(args, aws, format).await,
+            Command::Schedules(args) => crate::commands::schedules::run(args, aws, format).await,
         }
     }
 }

@@ -8,7 +8,7 @@ use conveyor_core::Handler;
 use conveyor_sqs::Job;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a schedule definition was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,7 +87,7 @@ pub enum Timing {
 
 /// Which missed ticks fire when the schedulers come back (all workers down, paused clock, deploy).
 /// A tick is *missed* when it is older than [`Schedule::missed_after`] when first seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MissedTicks {
     /// The latest missed tick fires once (cron's usual catch-up).
@@ -103,7 +103,7 @@ pub enum MissedTicks {
 pub const MAX_CATCH_UP: usize = 1000;
 
 /// The job a schedule sends: type, version and payload, as a typed [`Job`] would carry them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobTemplate {
     /// `conveyor.type`.
     pub job_type: String,

@@ -17,9 +17,9 @@
 use std::time::SystemTime;
 
 use conveyor_core::envelope::{Header, seal};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::definition::{Schedule, Timing, format_tick};
+use crate::definition::{JobTemplate, MissedTicks, Schedule, Timing, format_tick};
 
 /// The file format's version.
 pub const FORMAT: u32 = 1;
@@ -34,8 +34,28 @@ pub struct ExportError {
     pub reason: String,
 }
 
+/// The definition as written in code, so `conveyor schedules list` and `trigger` can rebuild it
+/// ([`load`]); Terraform ignores it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Definition {
+    /// The cron expression, for cron schedules.
+    pub cron: Option<String>,
+    /// The interval in seconds, for interval schedules.
+    pub every_secs: Option<u64>,
+    /// The IANA zone of a cron schedule.
+    pub zone: String,
+    /// Start, RFC 3339.
+    pub start: Option<String>,
+    /// End, RFC 3339.
+    pub end: Option<String>,
+    /// The missed-tick policy.
+    pub missed: MissedTicks,
+    /// The job.
+    pub job: JobTemplate,
+}
+
 /// One schedule in the file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Exported {
     /// The schedule's name.
     pub name: String,
@@ -51,10 +71,12 @@ pub struct Exported {
     pub job_type: String,
     /// The message body: the envelope, its key templated on the scheduled time.
     pub input: String,
+    /// The definition, for the `conveyor schedules` commands.
+    pub definition: Definition,
 }
 
 /// The file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportFile {
     /// [`FORMAT`].
     pub format: u32,
@@ -111,7 +133,21 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         )),
     };
     let date = |time: Option<SystemTime>| time.map(format_tick);
+    let (cron, every_secs, zone) = match &schedule.timing {
+        Timing::Cron { expression, zone, .. } => (Some(expression.clone()), None, zone.name().to_owned()),
+        Timing::Every(interval) => (None, Some(interval.as_secs()), "UTC".to_owned()),
+    };
+    let definition = Definition {
+        cron,
+        every_secs,
+        zone,
+        start: date(schedule.start),
+        end: date(schedule.end),
+        missed: schedule.missed,
+        job: schedule.job.clone(),
+    };
     Ok(Exported {
+        definition,
         name: schedule.name.clone(),
         expression,
         timezone,
@@ -120,6 +156,52 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         job_type: schedule.job.job_type.clone(),
         input: seal(&header, &schedule.job.payload),
     })
+}
+
+/// The schedules of an exported file, rebuilt from their definitions.
+pub fn load(text: &str) -> Result<Vec<Schedule>, ExportError> {
+    let invalid = |schedule: &str, reason: String| ExportError {
+        schedule: schedule.to_owned(),
+        reason,
+    };
+    let file: ExportFile = serde_json::from_str(text).map_err(|error| {
+        invalid(
+            "",
+            format!("not a file from `conveyor schedules export`: {error}"),
+        )
+    })?;
+    if file.format != FORMAT {
+        return Err(invalid(
+            "",
+            format!("format {} is not {FORMAT}: export it again", file.format),
+        ));
+    }
+    let mut schedules = Vec::new();
+    for exported in file.schedules {
+        let name = exported.name.as_str();
+        let definition = exported.definition;
+        let schedule = match (&definition.cron, definition.every_secs) {
+            (Some(cron), _) => Schedule::cron(name, cron, &definition.zone),
+            (None, Some(secs)) => Schedule::every(name, std::time::Duration::from_secs(secs)),
+            (None, None) => return Err(invalid(name, "neither cron nor every_secs".to_owned())),
+        }
+        .map_err(|error| invalid(name, error.to_string()))?;
+        let time = |text: &Option<String>| -> Result<Option<SystemTime>, ExportError> {
+            text.as_deref()
+                .map(|text| {
+                    chrono::DateTime::parse_from_rfc3339(text)
+                        .map(SystemTime::from)
+                        .map_err(|error| invalid(name, format!("{text:?}: {error}")))
+                })
+                .transpose()
+        };
+        let mut schedule = schedule.missed_ticks(definition.missed);
+        schedule.job = definition.job;
+        schedule.start = time(&definition.start)?;
+        schedule.end = time(&definition.end)?;
+        schedules.push(schedule);
+    }
+    Ok(schedules)
 }
 
 fn rate(secs: u64, nanos: u32) -> Result<String, String> {
@@ -233,7 +315,8 @@ mod tests {
             .unwrap()
             .job_of("nightly_report", 2, &serde_json::json!({"kind": "sales"}))
             .unwrap();
-        let file: serde_json::Value = serde_json::from_str(&export(&[schedule]).unwrap()).unwrap();
+        let file: serde_json::Value =
+            serde_json::from_str(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
         let exported = &file["schedules"][0];
         assert_eq!(exported["expression"], "cron(0 2 * * ? *)");
         assert_eq!(exported["timezone"], "Europe/Berlin");
@@ -245,6 +328,12 @@ mod tests {
             "schedule:nightly-report@<aws.scheduler.scheduled-time>"
         );
         assert_eq!(input["payload"]["kind"], "sales");
+
+        let loaded = load(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
+        assert_eq!(loaded[0].name, "nightly-report");
+        assert_eq!(loaded[0].job, schedule.job);
+        let after = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+        assert_eq!(loaded[0].next_tick(after), schedule.next_tick(after));
 
         let limited = Schedule::every("x", Duration::from_secs(60))
             .unwrap()

@@ -10,7 +10,7 @@
 //! may have claimed and not sent), and past that applies the schedule's [`MissedTicks`] policy to
 //! the ticks since the last one sent by anyone.
 //!
-//! Costs per tick: one `PutItem` per worker (the losers' fail their condition; DynamoDB bills a failed
+//! Costs per tick: one conditional `UpdateItem` per worker (the losers' fail their condition; DynamoDB bills a failed
 //! conditional write as a write), one `GetItem` per worker (pause and run count), and for the winner
 //! one `SendMessage` and two `UpdateItem`s.
 

@@ -2,14 +2,15 @@
 //!
 //! # Design note: one tick, one sender
 //!
-//! Every worker runs the scheduler; each due tick is claimed with one conditional `PutItem` on the item
+//! Every worker runs the scheduler; each due tick is claimed with one conditional `UpdateItem` (an
+//! upsert: the consumers' permissions already grant it and `GetItem`, and nothing more) on the item
 //! `conveyor:schedule#<name>@<tick ms>`:
 //!
 //! ```text
 //! attribute_not_exists(id) OR (status = CLAIMED AND lease_until_ms < :now_ms)
 //! ```
 //!
-//! 1. The worker whose put succeeds holds the tick until `lease_until_ms` (30 s by default). It sends
+//! 1. The worker whose write succeeds holds the tick until `lease_until_ms` (30 s by default). It sends
 //!    the job, then marks the tick `SENT` (conditional on still being the owner) and records the
 //!    outcome on the schedule's state item. The others see the failed condition with the item
 //!    (`ReturnValuesOnConditionCheckFailure = ALL_OLD`): `SENT` or `SKIPPED` means done; `CLAIMED`
@@ -21,7 +22,7 @@
 //!    consumer's idempotency claim settles the second as a duplicate. Sent once, *run* once.
 //!
 //! Why the idempotency table rather than a table of its own: the scheduler runs where the consumers
-//! run, which already have the table and its permissions (`dynamodb:PutItem`, `UpdateItem`,
+//! run, which already have the table and its permissions (`dynamodb:UpdateItem`,
 //! `GetItem`); schedule items live under their own `conveyor:schedule#` prefix, carry the table's TTL
 //! attribute (`expiration`, 7 days past the tick) and never collide with job records
 //! (`conveyor:<job type>#...`) or Powertools' (`<function>#<hash>`).
@@ -158,18 +159,21 @@ impl TickStore {
             .map_or(0, |elapsed| elapsed.as_secs());
         let result = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .item("id", s(&tick_id(name, tick)))
-            .item("status", s(CLAIMED))
-            .item("owner", s(owner))
-            .item("lease_until_ms", n(millis(lease_until)))
-            .item("expiration", n(expiration))
+            .key("id", s(&tick_id(name, tick)))
+            .update_expression(
+                "SET #status = :claimed, #owner = :owner, lease_until_ms = :lease, expiration = :expiration",
+            )
             .condition_expression(
                 "attribute_not_exists(id) OR (#status = :claimed AND lease_until_ms < :now)",
             )
             .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#owner", "owner")
             .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":lease", n(millis(lease_until)))
+            .expression_attribute_values(":expiration", n(expiration))
             .expression_attribute_values(":now", n(millis(now)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -179,9 +183,11 @@ impl TickStore {
             Err(error) => error,
         };
         let failed = match error.as_service_error() {
-            Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(
-                failed,
-            )) => Some(failed),
+            Some(
+                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
+                    failed,
+                ),
+            ) => Some(failed),
             _ => None,
         };
         let Some(failed) = failed else {

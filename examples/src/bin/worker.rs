@@ -3,6 +3,7 @@
 //! ```text
 //! worker [--config worker.toml]     run until SIGTERM/SIGINT
 //! worker --healthcheck              exit 0 when the running worker's /healthz answers (ECS health check)
+//! worker --export-schedules FILE    write the schedules for EventBridge Scheduler (infra/modules/schedules)
 //! ```
 
 use std::path::PathBuf;
@@ -20,6 +21,9 @@ struct Args {
     /// Check the running worker's /healthz and exit (for container health checks).
     #[arg(long)]
     healthcheck: bool,
+    /// Write the application's schedules as the file infra/modules/schedules reads, and exit.
+    #[arg(long, value_name = "FILE")]
+    export_schedules: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -37,12 +41,22 @@ async fn main() -> anyhow::Result<()> {
         conveyor_worker::healthcheck(&addr).await?;
         return Ok(());
     }
+    if let Some(path) = &args.export_schedules {
+        let file = conveyor_schedule::export(&conveyor_examples::schedules::schedules()?)?;
+        std::fs::write(path, file + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        return Ok(());
+    }
     let pipeline = conveyor_examples::app_pipeline().await?;
+    let scheduler = conveyor_examples::schedules::app_scheduler().await?;
     // Reads the config, connects the queues (a configuration error stops here with its fix, an outage
     // is retried), watches their DLQs, runs until SIGTERM/SIGINT.
     let report = conveyor_worker::Runner::new(pipeline)
         .config_file(args.config)
         .app_variables(app_variables)
+        .configure(move |worker| match scheduler {
+            Some(scheduler) => worker.with_scheduler(scheduler),
+            None => worker,
+        })
         .run()
         .await?;
     tracing::info!(?report, "worker stopped");

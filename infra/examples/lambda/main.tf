@@ -56,3 +56,14 @@ module "consumer" {
 
   alarm_actions = var.alarm_actions
 }
+
+# The application's schedules (examples/src/schedules.rs) as EventBridge Scheduler schedules: no worker
+# runs all the time on Lambda. `worker --export-schedules schedules.json` (or `conveyor schedules
+# export --app target/debug/worker --out schedules.json`) writes the file from the code.
+module "schedules" {
+  source = "../../modules/schedules"
+
+  schedules_file = "${path.module}/schedules.json"
+  queue_arn      = module.queue.queue_arn
+  name_prefix    = var.name
+}

@@ -3,5 +3,6 @@
 pub mod dlq;
 pub mod local;
 pub mod purge;
+pub mod schedules;
 pub mod send;
 pub mod stats;
