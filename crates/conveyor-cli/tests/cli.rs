@@ -170,6 +170,9 @@ async fn every_command_has_help() {
         vec!["dlq", "redrive", "--help"],
         vec!["dlq", "tasks", "--help"],
         vec!["purge", "--help"],
+        vec!["schedules", "--help"],
+        vec!["schedules", "list", "--help"],
+        vec!["schedules", "trigger", "--help"],
     ] {
         let run = conveyor(&command).await;
         run.assert_ok();
@@ -438,7 +441,7 @@ async fn a_batch_with_a_bad_job_names_it_and_sends_nothing() {
     let jobs = json!([
         { "job_type": "ok", "payload": {} },
         { "job_type": "grouped", "payload": {}, "group_id": "g" },
-        { "job_type": "late", "payload": {}, "delay_secs": 901 },
+        { "job_type": "late", "payload": {}, "delay_secs": 1_209_601 },
     ]);
     let file = temp_file("bad.json", &jobs.to_string());
     let run = conveyor(&[
@@ -457,7 +460,7 @@ async fn a_batch_with_a_bad_job_names_it_and_sends_nothing() {
             "job #1 (grouped)",
             "standard queue",
             "job #2 (late)",
-            "900s",
+            "1209600s",
         ],
     );
     wait_for_depth(&client, &queue.url, (0, 0, 0)).await;

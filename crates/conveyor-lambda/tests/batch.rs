@@ -900,3 +900,70 @@ async fn powertools_mode_holds_back_the_whole_rest_of_a_fifo_batch() {
     );
     assert_eq!(listed(&report), vec![a2, b1]);
 }
+
+/// A job due in two hours (a long delay, `conveyor_core::delay`) reaches the Lambda adapter: it hops
+/// as a delayed copy of at most 15 minutes that keeps its key and due time, is not listed (no receive
+/// spent) and does not run; once due it runs. The worker takes the same path: both call the pipeline.
+#[tokio::test(start_paused = true)]
+async fn a_job_not_due_yet_hops_as_a_delayed_copy_and_runs_once_due() {
+    use conveyor_core::delay::{DUE_ATTRIBUTE, due_value};
+
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let harness = Harness::build(
+        slow_queue("jobs"),
+        LambdaConfig::default(),
+        Some(Arc::clone(&store)),
+    );
+    let push = |name: &str, due: SystemTime| {
+        let mut attributes = conveyor_core::Attributes::new();
+        attributes.insert(
+            IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
+            conveyor_core::AttributeValue::string(format!("report:{name}")),
+        );
+        attributes.insert(
+            DUE_ATTRIBUTE.to_owned(),
+            conveyor_core::AttributeValue::number(due_value(due)),
+        );
+        harness
+            .queue
+            .push_message(OutgoingMessage {
+                body: json!({"name": name}).to_string(),
+                attributes,
+                ..OutgoingMessage::default()
+            })
+            .unwrap()
+    };
+    let later = push("later", SystemTime::now() + Duration::from_secs(2 * 3600));
+    let received = harness.receive().await;
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty(), "a hop is not a failure: {report:?}");
+    assert!(harness.ran().is_empty(), "not due: nothing ran");
+    assert_eq!(report.metrics[0].deferred, 1);
+    let copies = deferred_copies(&harness);
+    assert_eq!(copies, vec![(later, 0, MessageState::Delayed)]);
+    let copy = harness
+        .queue
+        .snapshot()
+        .into_iter()
+        .find(|message| {
+            message
+                .attributes
+                .contains_key(conveyor_core::message::DEFERRAL_ATTRIBUTE)
+        })
+        .unwrap();
+    assert_eq!(
+        copy.attributes[IDEMPOTENCY_KEY_ATTRIBUTE].string_value.as_deref(),
+        Some("report:later")
+    );
+    assert!(
+        copy.attributes.contains_key(DUE_ATTRIBUTE),
+        "the due time travels on"
+    );
+
+    push("now", SystemTime::now() - Duration::from_secs(1));
+    let received = harness.receive().await;
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty());
+    assert_eq!(harness.ran(), vec!["now"]);
+    assert_eq!(report.metrics[0].succeeded, 1);
+}

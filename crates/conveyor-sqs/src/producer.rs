@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_core::delay::Cancelled;
+use conveyor_core::delay::DUE_ATTRIBUTE;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
 use conveyor_core::{IdempotencyStore, OutgoingMessage, QueueError, StoreError};
 use serde::Serialize;
@@ -39,6 +41,8 @@ pub struct Producer {
     url: String,
     name: String,
     requests: AtomicU64,
+    /// The queue's `MessageRetentionPeriod`, read once, for delays past 15 minutes (`None`: unreadable).
+    retention: tokio::sync::OnceCell<Option<Duration>>,
     /// The consumers' idempotency store, for [`Producer::cancel`].
     store: Option<Arc<dyn IdempotencyStore>>,
 }
@@ -111,6 +115,7 @@ impl Producer {
             url,
             name,
             requests: AtomicU64::new(0),
+            retention: tokio::sync::OnceCell::new(),
             store: None,
         }
     }
@@ -150,6 +155,7 @@ impl Producer {
     /// that breaks one makes no request.
     pub async fn send<J: Serialize>(&self, job: &Job<J>) -> Result<String, ProduceError> {
         let message = job.to_message(&self.name)?;
+        self.check_retention(job.job_type(), &message).await?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         let id = send_message(&self.client, &self.url, &message).await?;
         tracing::debug!(queue = %self.name, job_type = %job.job_type(), message_id = %id, "job sent");
@@ -169,7 +175,14 @@ impl Producer {
         let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; jobs.len()];
         let mut pending = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
-            match job.to_message(&self.name) {
+            let checked = match job.to_message(&self.name) {
+                Ok(message) => self
+                    .check_retention(job.job_type(), &message)
+                    .await
+                    .map(|()| message),
+                Err(error) => Err(error),
+            };
+            match checked {
                 Ok(message) => {
                     let size = message.size();
                     pending.push(Pending { index, message, size });
@@ -202,6 +215,56 @@ impl Producer {
             })
             .collect();
         BatchReport { results }
+    }
+
+    /// Refuses a job due later than the queue keeps a message (its `MessageRetentionPeriod`, read once
+    /// per producer with `GetQueueAttributes` when the first job due past 15 minutes is sent). When the
+    /// attribute cannot be read (a producer role without `sqs:GetQueueAttributes`), SQS's 14-day maximum
+    /// was already checked by [`Job::to_message`].
+    async fn check_retention(&self, job_type: &str, message: &OutgoingMessage) -> Result<(), ProduceError> {
+        let Some(due) = message
+            .attributes
+            .get(DUE_ATTRIBUTE)
+            .and_then(|value| value.string_value.as_deref())
+            .and_then(|ms| ms.parse::<u64>().ok())
+        else {
+            return Ok(());
+        };
+        let retention = *self
+            .retention
+            .get_or_init(|| async {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                let answer = self
+                    .client
+                    .get_queue_attributes()
+                    .queue_url(&self.url)
+                    .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+                    .send()
+                    .await;
+                let seconds = answer.ok().and_then(|output| {
+                    output
+                        .attributes?
+                        .get(&QueueAttributeName::MessageRetentionPeriod)?
+                        .parse::<u64>()
+                        .ok()
+                });
+                if seconds.is_none() {
+                    tracing::debug!(queue = %self.name, "cannot read the queue's retention; checking delays against 14 days");
+                }
+                seconds.map(Duration::from_secs)
+            })
+            .await;
+        let delay = Duration::from_millis(
+            due.saturating_sub(conveyor_core::outcome::epoch_millis(SystemTime::now())),
+        );
+        match retention {
+            Some(limit) if delay > limit => Err(ProduceError::DelayTooLong {
+                job_type: job_type.to_owned(),
+                delay,
+                limit,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Sends one chunk, retrying what may be retried; fills `results` for every entry of the chunk.

@@ -90,6 +90,19 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
         .with_max_delay_hop(Duration::from_secs(1));
 
     let producer = Producer::new(client.clone(), &created.url).with_store(Arc::clone(&store));
+    // The queue keeps messages 4 days (SQS's default): a 5-day delay is refused before anything is sent.
+    let too_late = Job::new(
+        "monthly_report",
+        Report {
+            month: "2027-01".into(),
+        },
+    )
+    .delay(Duration::from_secs(5 * 24 * 3600));
+    let refused = producer.send(&too_late).await.unwrap_err();
+    assert!(
+        matches!(refused, conveyor_sqs::ProduceError::DelayTooLong { limit, .. } if limit == Duration::from_secs(4 * 24 * 3600)),
+        "{refused}"
+    );
     let sent_at = clock();
     let due = sent_at + Duration::from_secs(2 * 3600);
     for month in ["2026-11", "2026-12"] {

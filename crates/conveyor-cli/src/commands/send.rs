@@ -57,7 +57,8 @@ pub struct SendArgs {
     /// Payload schema version (`conveyor.version`, 1 or more).
     #[arg(long = "version", value_name = "N")]
     pub schema_version: Option<u32>,
-    /// Delivery delay in seconds (standard queues only, at most 900).
+    /// Delivery delay in seconds (standard queues only, up to the queue's retention; past 900 it travels
+    /// as a due time and the consumers re-send it every 15 minutes until due).
     #[arg(long, value_name = "SECONDS")]
     pub delay_secs: Option<u64>,
     /// FIFO message group id (required on FIFO queues, refused on standard queues).
@@ -511,13 +512,13 @@ mod tests {
         let error = check_job(&queue("jobs", false), &big).unwrap_err();
         assert!(error.contains("over SQS's limit of 1048576 bytes"), "{error}");
         let late = JobSpec {
-            delay: Some(Duration::from_secs(901)),
+            delay: Some(Duration::from_secs(14 * 24 * 3600 + 1)),
             ..spec(json!({}))
         };
         assert!(
             check_job(&queue("jobs", false), &late)
                 .unwrap_err()
-                .contains("900s")
+                .contains("1209600s")
         );
     }
 
