@@ -30,12 +30,14 @@ pub const CONSUMER_DEAD_LETTER_QUEUE: &[(&str, &str)] = &[
     ("get_queue_attributes", "sqs:GetQueueAttributes"),
 ];
 
-/// What a producer calls: [`Producer::send`](crate::Producer::send) and `send_batch`, and resolving a
-/// queue name to its URL (`conveyor send --queue-url NAME`).
+/// What a producer calls: [`Producer::send`](crate::Producer::send) and `send_batch`, resolving a
+/// queue name to its URL (`conveyor send --queue-url NAME`), and reading the queue's retention once
+/// before the first job delayed past 15 minutes.
 pub const PRODUCER: &[(&str, &str)] = &[
     ("send_message", "sqs:SendMessage"),
     ("send_message_batch", "sqs:SendMessage"),
     ("get_queue_url", "sqs:GetQueueUrl"),
+    ("get_queue_attributes", "sqs:GetQueueAttributes"),
 ];
 
 /// What an operator's commands call on a queue and its DLQ ([`crate::admin`]: `stats`, `dlq peek`,

@@ -204,10 +204,12 @@ locals {
 }
 
 data "aws_iam_policy_document" "producer" {
-  # `Producer::send` / `send_batch`, and resolving a queue name (`conveyor send --queue-url NAME`).
+  # `Producer::send` / `send_batch`, resolving a queue name (`conveyor send --queue-url NAME`), and
+  # reading the queue's retention once before the first job delayed past 15 minutes.
   statement {
     sid = "SendJobs"
     actions = [
+      "sqs:GetQueueAttributes",
       "sqs:GetQueueUrl",
       "sqs:SendMessage",
     ]
