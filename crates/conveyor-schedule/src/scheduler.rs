@@ -29,6 +29,13 @@ pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(30);
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 /// The longest sleep between two looks at the schedules.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
+/// Ticks this worker sent, or failed to send (labels `schedule`, `outcome`: `sent`, `send_failed`,
+/// `max_runs_reached`); exported by the worker's Prometheus endpoint.
+pub const TICKS: &str = "conveyor_schedule_ticks_total";
+
+fn count_tick(schedule: &str, outcome: &'static str) {
+    metrics::counter!(TICKS, "schedule" => schedule.to_owned(), "outcome" => outcome).increment(1);
+}
 
 /// The scheduler's wall clock: the system's, or (tests) one running `speed` times faster.
 #[derive(Debug, Clone)]
@@ -298,6 +305,7 @@ impl Scheduler {
                         reason: "max runs reached",
                     };
                     let _ = self.store.finish_tick(name, tick, &self.owner, done).await;
+                    count_tick(name, "max_runs_reached");
                     return true;
                 }
                 Err(error) => {
@@ -310,6 +318,7 @@ impl Scheduler {
         match self.producer.send(&schedule.job.job(key.clone())).await {
             Ok(message_id) => {
                 tracing::info!(schedule = name, tick = %format_tick(tick), %key, %message_id, "schedule fired");
+                count_tick(name, "sent");
                 let done = Finished::Sent {
                     message_id: &message_id,
                 };
@@ -320,6 +329,7 @@ impl Scheduler {
             }
             Err(error) => {
                 tracing::warn!(schedule = name, %error, "sending the tick failed; retrying after the lease");
+                count_tick(name, "send_failed");
                 let _ = self
                     .store
                     .record(name, None, &format!("send failed: {error}"))

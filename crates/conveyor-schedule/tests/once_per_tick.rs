@@ -220,3 +220,71 @@ async fn a_tick_whose_winner_dies_before_sending_is_sent_once_by_another() {
         "the first worker's send really hung"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_runs_is_never_exceeded_across_schedulers_and_a_paused_schedule_sends_nothing() {
+    let env = env("sched-max").await;
+    let clock = SchedulerClock::fast(4);
+    let now_secs = clock
+        .now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs + 2);
+    let end = start + Duration::from_secs(10);
+    let limited = Schedule::every("limited", Duration::from_secs(1))
+        .unwrap()
+        .job_of("ping", 1, &serde_json::json!({"n": 3}))
+        .unwrap()
+        .starting(start)
+        .ending(end)
+        .max_runs(3);
+    let paused = Schedule::every("paused", Duration::from_secs(1))
+        .unwrap()
+        .job_of("ping", 1, &serde_json::json!({"n": 4}))
+        .unwrap()
+        .starting(start)
+        .ending(end);
+    let store = TickStore::new(env.dynamodb.clone(), &env.table);
+    store.set_paused("paused", true).await.unwrap();
+
+    let shutdown = CancellationToken::new();
+    let workers: Vec<JoinHandle<()>> = (0..2)
+        .map(|_| {
+            let producer = Arc::new(Producer::new(env.sqs.clone(), &env.queue_url));
+            let store = TickStore::new(env.dynamodb.clone(), &env.table);
+            let scheduler = Scheduler::new(vec![limited.clone(), paused.clone()], store, producer)
+                .unwrap()
+                .with_clock(clock.clone());
+            spawn(scheduler, &shutdown)
+        })
+        .collect();
+    let past_end = end + Duration::from_secs(2);
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
+        clock.now() > past_end
+    })
+    .await
+    .unwrap();
+    shutdown.cancel();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let keys = env.drain().await;
+    assert!(keys.values().all(|count| *count == 1), "{keys:?}");
+    let limited_keys = keys
+        .keys()
+        .filter(|key| key.starts_with("schedule:limited@"))
+        .count();
+    assert_eq!(limited_keys, 3, "max runs 3: {keys:?}");
+    assert!(
+        !keys.keys().any(|key| key.starts_with("schedule:paused@")),
+        "a paused schedule sent: {keys:?}"
+    );
+    let state = store.state("limited").await.unwrap();
+    assert_eq!(state.runs, 3);
+    assert!(
+        state
+            .last_outcome
+            .is_some_and(|outcome| outcome.starts_with("sent "))
+    );
+}
