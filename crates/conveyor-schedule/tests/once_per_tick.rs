@@ -113,6 +113,20 @@ impl Env {
     }
 }
 
+/// The whole second `ahead` seconds from now on `clock` (a minute from it then holds 61 ticks).
+fn whole_second(clock: &SchedulerClock, ahead: u64) -> SystemTime {
+    let now = clock.now().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(now.as_secs() + ahead)
+}
+
+/// Stops the schedulers and waits for each to return.
+async fn stop(shutdown: &CancellationToken, workers: Vec<JoinHandle<()>>) {
+    shutdown.cancel();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
 fn spawn(scheduler: Scheduler, shutdown: &CancellationToken) -> JoinHandle<()> {
     tokio::spawn(scheduler.run(shutdown.child_token()))
 }
@@ -121,13 +135,7 @@ fn spawn(scheduler: Scheduler, shutdown: &CancellationToken) -> JoinHandle<()> {
 async fn three_schedulers_send_each_tick_of_a_minute_exactly_once() {
     let env = env("sched-once").await;
     let clock = SchedulerClock::fast(4);
-    // A whole second, so the minute from it holds 61 ticks.
-    let now_secs = clock
-        .now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs + 4);
+    let start = whole_second(&clock, 4);
     let end = start + Duration::from_secs(60);
     let schedule = Schedule::cron("every-second", "* * * * * *", "Europe/Berlin")
         .unwrap()
@@ -154,10 +162,7 @@ async fn three_schedulers_send_each_tick_of_a_minute_exactly_once() {
     })
     .await
     .unwrap();
-    shutdown.cancel();
-    for worker in workers {
-        worker.await.unwrap();
-    }
+    stop(&shutdown, workers).await;
 
     let keys = env.drain().await;
     let twice: Vec<(&String, &usize)> = keys.iter().filter(|(_, count)| **count != 1).collect();
@@ -209,10 +214,7 @@ async fn a_tick_whose_winner_dies_before_sending_is_sent_once_by_another() {
     })
     .await
     .unwrap();
-    shutdown.cancel();
-    for survivor in survivors {
-        survivor.await.unwrap();
-    }
+    stop(&shutdown, survivors).await;
     let keys = env.drain().await;
     assert_eq!(keys, HashMap::from([(tick_key("hourly", tick), 1)]));
     assert!(
@@ -225,12 +227,7 @@ async fn a_tick_whose_winner_dies_before_sending_is_sent_once_by_another() {
 async fn max_runs_is_never_exceeded_across_schedulers_and_a_paused_schedule_sends_nothing() {
     let env = env("sched-max").await;
     let clock = SchedulerClock::fast(4);
-    let now_secs = clock
-        .now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs + 2);
+    let start = whole_second(&clock, 2);
     let end = start + Duration::from_secs(10);
     let limited = Schedule::every("limited", Duration::from_secs(1))
         .unwrap()
@@ -265,10 +262,7 @@ async fn max_runs_is_never_exceeded_across_schedulers_and_a_paused_schedule_send
     })
     .await
     .unwrap();
-    shutdown.cancel();
-    for worker in workers {
-        worker.await.unwrap();
-    }
+    stop(&shutdown, workers).await;
     let keys = env.drain().await;
     assert!(keys.values().all(|count| *count == 1), "{keys:?}");
     let limited_keys = keys
