@@ -2,15 +2,16 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test lint unit local-aws stop-local-aws bench chaos simulate
+.PHONY: demo test lint unit local-aws stop-local-aws browser bench chaos simulate
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
 	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
 	./target/debug/demo
 
-## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack).
-test: lint local-aws
+## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack), and the
+## console in headless Chromium (installed with apt-get on first use, see localstack/install-chromium.sh).
+test: lint local-aws browser
 	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(CARGO) test --workspace --doc
@@ -25,6 +26,10 @@ local-aws:
 
 stop-local-aws:
 	./localstack/stop.sh
+
+## Installs Debian's chromium and chromium-driver for the console's browser tests (once; says how otherwise).
+browser:
+	./localstack/install-chromium.sh
 
 ## The chaos run: 10,000 example jobs through 3 workers and the Lambda runner while workers are SIGKILLed
 ## and the emulators slowed down; fails unless every effect happened once. CHAOS_ARGS="--seed N" replays.

@@ -3,13 +3,20 @@
 //! `/ok` answers 200; `/flaky` answers 503 with `Retry-After: 1` to a delivery's first attempt, then 200;
 //! `/gone` answers 410.
 //! Every request is counted per delivery id, so the demo can say how many attempts a delivery took.
+//! An axum router served by [`conveyor_http::serve`] (header and body deadlines, a 1 MiB body limit).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use conveyor_http::Limits;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::jobs::webhook::{DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signature};
 
@@ -36,6 +43,12 @@ pub struct WebhookReceiver {
 impl WebhookReceiver {
     /// Starts a receiver on a free loopback port, verifying signatures made with `secret`.
     pub async fn start(secret: Vec<u8>) -> std::io::Result<Self> {
+        Self::start_with(secret, Limits::default()).await
+    }
+
+    /// [`WebhookReceiver::start`] with other request limits (tests use short deadlines). The receiver
+    /// serves until the process ends.
+    pub async fn start_with(secret: Vec<u8>, limits: Limits) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -43,18 +56,16 @@ impl WebhookReceiver {
             addr,
             log: Arc::clone(&log),
         };
-        let secret = Arc::new(secret);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let log = Arc::clone(&log);
-                let secret = Arc::clone(&secret);
-                tokio::spawn(async move {
-                    if let Err(error) = serve(stream, &secret, &log).await {
-                        tracing::debug!(%error, "webhook receiver connection ended");
-                    }
-                });
-            }
+        let router = Router::new().fallback(receive).with_state(Receiver {
+            secret: Arc::new(secret),
+            log,
         });
+        tokio::spawn(conveyor_http::serve(
+            listener,
+            router,
+            limits,
+            CancellationToken::new(),
+        ));
         Ok(receiver)
     }
 
@@ -78,83 +89,78 @@ impl WebhookReceiver {
     }
 }
 
-async fn serve(mut stream: TcpStream, secret: &[u8], log: &Mutex<Vec<Received>>) -> std::io::Result<()> {
-    loop {
-        let Some((path, headers, body)) = read_request(&mut stream).await? else {
-            return Ok(());
-        };
-        let header = |name: &str| headers.get(name).cloned().unwrap_or_default();
-        let delivery_id = header(DELIVERY_HEADER);
-        let timestamp: u64 = header(TIMESTAMP_HEADER).parse().unwrap_or(0);
-        let signature_valid = header(SIGNATURE_HEADER) == signature(secret, timestamp, &body);
-        let status = {
-            let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
-            let earlier = log
-                .iter()
-                .filter(|request| request.delivery_id == delivery_id)
-                .count();
-            let status = match path.as_str() {
-                _ if !signature_valid => 401,
-                "/ok" => 200,
-                "/flaky" if earlier == 0 => 503,
-                "/flaky" => 200,
-                "/gone" => 410,
-                _ => 404,
-            };
-            log.push(Received {
-                path,
-                delivery_id,
-                signature_valid,
-                status,
-            });
-            status
-        };
-        // A 503 says when to come back, as a well-behaved receiver does.
-        let retry_after = if status == 503 { "retry-after: 1\r\n" } else { "" };
-        let response = format!("HTTP/1.1 {status} X\r\n{retry_after}content-length: 0\r\n\r\n");
-        stream.write_all(response.as_bytes()).await?;
-    }
+#[derive(Clone)]
+struct Receiver {
+    secret: Arc<Vec<u8>>,
+    log: Arc<Mutex<Vec<Received>>>,
 }
 
-type Request = (String, HashMap<String, String>, Vec<u8>);
-
-/// Reads one HTTP/1.1 request (headers, then `content-length` bytes); `None` at end of stream.
-async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<Request>> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let header_end = loop {
-        if let Some(end) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
-            break end;
-        }
-        let read = stream.read(&mut chunk).await?;
-        if read == 0 {
-            return Ok(None);
-        }
-        buffer.extend_from_slice(&chunk[..read]);
+/// Any method, any path: verify, count, answer by path.
+async fn receive(State(receiver): State<Receiver>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
     };
-    let head = String::from_utf8_lossy(&buffer[..header_end]).to_string();
-    let mut lines = head.lines();
-    let path = lines
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .unwrap_or("/")
-        .to_owned();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0);
-    let mut body = buffer[header_end + 4..].to_vec();
-    while body.len() < length {
-        let read = stream.read(&mut chunk).await?;
-        if read == 0 {
-            break;
-        }
-        body.extend_from_slice(&chunk[..read]);
+    let delivery_id = header(DELIVERY_HEADER);
+    let timestamp: u64 = header(TIMESTAMP_HEADER).parse().unwrap_or(0);
+    let signature_valid = header(SIGNATURE_HEADER) == signature(&receiver.secret, timestamp, &body);
+    let path = uri.path().to_owned();
+    let status = {
+        let mut log = receiver.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let earlier = log
+            .iter()
+            .filter(|request| request.delivery_id == delivery_id)
+            .count();
+        let status = match path.as_str() {
+            _ if !signature_valid => 401,
+            "/ok" => 200,
+            "/flaky" if earlier == 0 => 503,
+            "/flaky" => 200,
+            "/gone" => 410,
+            _ => 404,
+        };
+        log.push(Received {
+            path,
+            delivery_id,
+            signature_valid,
+            status,
+        });
+        status
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // A 503 says when to come back, as a well-behaved receiver does.
+        return (status, [("retry-after", "1")]).into_response();
     }
-    body.truncate(length);
-    Ok(Some((path, headers, body)))
+    status.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn bad_clients_are_refused_and_cut_off() {
+        let limits = Limits {
+            header_timeout: Duration::from_millis(300),
+            body_timeout: Duration::from_millis(300),
+            max_body: 64 * 1024,
+            drain_oversized: 0,
+        };
+        let receiver = WebhookReceiver::start_with(b"secret".to_vec(), limits)
+            .await
+            .unwrap();
+        conveyor_http::testing::refuses_bad_clients(receiver.addr, "/ok", &limits)
+            .await
+            .unwrap();
+        // The refused requests never reached the log.
+        assert!(receiver.received().is_empty());
+    }
 }

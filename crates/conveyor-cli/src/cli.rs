@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::aws::{Aws, AwsArgs};
+use crate::commands::console::ConsoleArgs;
 use crate::commands::dlq::DlqArgs;
 use crate::commands::local::LocalArgs;
 use crate::commands::purge::PurgeArgs;
@@ -48,6 +49,8 @@ pub enum Command {
     Purge(PurgeArgs),
     /// Run a Lambda bootstrap locally behind an emulated SQS event source mapping.
     Lambda(LambdaArgs),
+    /// Serve the web console: queues and DLQs live, dead letters (peek, filter, redrive, delete), jobs.
+    Console(ConsoleArgs),
     /// Set up the local emulators: a queue with its DLQ and redrive policy, and the idempotency table.
     Local(LocalArgs),
     /// Export the application's schedules; list, pause, resume and trigger them.
@@ -67,6 +70,7 @@ impl Command {
             Command::Lambda(args) => crate::lambda_runner::run_command(args, client).await,
             Command::Local(args) => crate::commands::local::run(args, aws, format).await,
             Command::Schedules(args) => crate::commands::schedules::run(args, aws, format).await,
+            Command::Console(args) => crate::commands::console::run(args, aws).await,
         }
     }
 }

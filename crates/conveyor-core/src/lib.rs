@@ -7,6 +7,7 @@ pub mod dead_letter;
 pub mod defaults;
 pub mod deferral;
 pub mod delay;
+pub mod display;
 pub mod disposition;
 pub mod envelope;
 pub mod error;

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod browser;
 pub mod faults;
 pub mod localstack;
 pub mod memory_queue;

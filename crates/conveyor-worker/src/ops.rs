@@ -1,8 +1,15 @@
-//! The operations endpoint: `/healthz`, `/readyz` and Prometheus `/metrics` over a tiny HTTP/1.1
-//! server (one request per connection), and the client side of `worker --healthcheck`.
+//! The operations endpoint: `/healthz`, `/readyz` and Prometheus `/metrics`, an axum router served by
+//! [`conveyor_http::serve`] (header and body deadlines, body limit), and the client side of
+//! `worker --healthcheck`.
 
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use conveyor_http::Limits;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -12,19 +19,72 @@ use crate::error::WorkerError;
 use crate::report::WorkerStatus;
 use crate::telemetry::record_log_write_errors;
 
-/// The longest request head accepted.
-const MAX_REQUEST_BYTES: usize = 8 * 1024;
-/// How long a client may take to send its request.
+/// How long the health check waits for an answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The endpoint's limits: its requests have no body, and a client gets 5 s for its headers.
+pub(crate) fn limits() -> Limits {
+    Limits {
+        header_timeout: REQUEST_TIMEOUT,
+        body_timeout: REQUEST_TIMEOUT,
+        max_body: 8 * 1024,
+        drain_oversized: 0,
+    }
+}
 
 /// Binds the endpoint's address.
 pub(crate) async fn bind(addr: &str) -> Result<TcpListener, WorkerError> {
-    TcpListener::bind(addr)
+    conveyor_http::bind(addr)
         .await
-        .map_err(|source| WorkerError::Listen {
-            addr: addr.to_owned(),
-            source,
+        .map_err(|error| WorkerError::Listen {
+            addr: error.addr,
+            source: error.source,
         })
+}
+
+#[derive(Clone)]
+struct Endpoint {
+    status: WorkerStatus,
+    metrics: Option<PrometheusHandle>,
+}
+
+/// The routes (GET and HEAD; any other method gets 405, any other path 404).
+fn router(status: WorkerStatus, metrics: Option<PrometheusHandle>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(render_metrics))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "not found: try /healthz, /readyz or /metrics\n",
+            )
+        })
+        .with_state(Endpoint { status, metrics })
+}
+
+async fn readyz(State(endpoint): State<Endpoint>) -> Response {
+    match endpoint.status.not_ready_because() {
+        None => "ready\n".into_response(),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
+    }
+}
+
+async fn render_metrics(State(endpoint): State<Endpoint>) -> Response {
+    let Some(handle) = endpoint.metrics else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics go to the application's own recorder, installed before the worker's\n",
+        )
+            .into_response();
+    };
+    record_log_write_errors();
+    handle.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
 }
 
 /// Serves until `stop` is cancelled.
@@ -34,97 +94,7 @@ pub(crate) async fn serve(
     metrics: Option<PrometheusHandle>,
     stop: CancellationToken,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = stop.cancelled() => return,
-        };
-        let (stream, _) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::debug!(%error, "operations endpoint: accept failed");
-                continue;
-            }
-        };
-        let status = status.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            if let Err(error) = respond(stream, &status, metrics.as_ref()).await {
-                tracing::debug!(%error, "operations endpoint: connection failed");
-            }
-        });
-    }
-}
-
-async fn respond(
-    mut stream: TcpStream,
-    status: &WorkerStatus,
-    metrics: Option<&PrometheusHandle>,
-) -> std::io::Result<()> {
-    let Ok(head) = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await else {
-        return Ok(());
-    };
-    let head = head?;
-    let mut parts = head.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (code, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/healthz") => (200, "text/plain", "ok\n".to_owned()),
-        ("GET" | "HEAD", "/readyz") => match status.not_ready_because() {
-            None => (200, "text/plain", "ready\n".to_owned()),
-            Some(reason) => (503, "text/plain", format!("{reason}\n")),
-        },
-        ("GET" | "HEAD", "/metrics") => match metrics {
-            Some(handle) => {
-                record_log_write_errors();
-                handle.run_upkeep();
-                (200, "text/plain; version=0.0.4", handle.render())
-            }
-            None => (
-                503,
-                "text/plain",
-                "metrics go to the application's own recorder, installed before the worker's\n".to_owned(),
-            ),
-        },
-        ("GET" | "HEAD", _) => (
-            404,
-            "text/plain",
-            "not found: try /healthz, /readyz or /metrics\n".to_owned(),
-        ),
-        _ => (405, "text/plain", "method not allowed\n".to_owned()),
-    };
-    let reason = match code {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Service Unavailable",
-    };
-    let mut response = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if method != "HEAD" {
-        response.push_str(&body);
-    }
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
-}
-
-/// Reads the request line and headers (up to the blank line), bounded.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<String> {
-    let mut buffer = Vec::with_capacity(512);
-    let mut chunk = [0u8; 512];
-    loop {
-        let read = stream.read(&mut chunk).await?;
-        if read == 0 {
-            break;
-        }
-        buffer.extend_from_slice(&chunk[..read]);
-        if buffer.windows(4).any(|window| window == b"\r\n\r\n") || buffer.len() >= MAX_REQUEST_BYTES {
-            break;
-        }
-    }
-    Ok(String::from_utf8_lossy(&buffer).into_owned())
+    conveyor_http::serve(listener, router(status, metrics), limits(), stop).await;
 }
 
 /// Checks a worker's `/healthz` at `addr` (for `worker --healthcheck` in an ECS container health check).
@@ -169,6 +139,24 @@ fn loopback_for_wildcard(addr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn bad_clients_are_refused_and_cut_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            header_timeout: Duration::from_millis(300),
+            body_timeout: Duration::from_millis(300),
+            ..limits()
+        };
+        let stop = CancellationToken::new();
+        let router = router(WorkerStatus::new(1), None);
+        tokio::spawn(conveyor_http::serve(listener, router, limits, stop.clone()));
+        conveyor_http::testing::refuses_bad_clients(addr, "/healthz", &limits)
+            .await
+            .unwrap();
+        stop.cancel();
+    }
 
     #[test]
     fn wildcard_addresses_are_checked_on_loopback() {

@@ -99,6 +99,9 @@ pub struct RedriveArgs {
     /// Move only messages whose recorded failure reason contains TEXT (ignoring case).
     #[arg(long, value_name = "TEXT")]
     pub reason_contains: Option<String>,
+    /// Move only the message with this DLQ message id (as `dlq peek` shows it); repeat for more.
+    #[arg(long = "message-id", value_name = "ID")]
+    pub message_ids: Vec<String>,
     /// Wait for a move task to finish, printing its progress (the loop always runs to the end).
     #[arg(long)]
     pub wait: bool,
@@ -283,6 +286,8 @@ async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: F
     let filter = MoveFilter {
         job_type: args.job_type.clone(),
         reason_contains: args.reason_contains.clone(),
+        message_ids: (!args.message_ids.is_empty()).then(|| args.message_ids.iter().cloned().collect()),
+        ..MoveFilter::default()
     };
     let destinations = match &args.to_queue_url {
         Some(queue) => Destinations::One(describe(client, &resolve_queue_url(client, queue).await?).await?),
@@ -291,7 +296,7 @@ async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: F
     };
     if args.method == Method::Task && !filter.is_empty() {
         bail!(crate::errors::UsageError(
-            "--method task moves every message: --job-type and --reason-contains need the loop (--method auto or loop)"
+            "--method task moves every message: --job-type, --reason-contains and --message-id need the loop (--method auto or loop)"
                 .to_owned()
         ));
     }

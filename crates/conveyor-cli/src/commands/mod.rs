@@ -1,5 +1,6 @@
 //! One module per command group.
 
+pub mod console;
 pub mod dlq;
 pub mod local;
 pub mod purge;

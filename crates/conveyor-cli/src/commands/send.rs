@@ -455,6 +455,7 @@ mod tests {
             fifo: name.ends_with(".fifo"),
             content_based_deduplication: content_based,
             redrive: None,
+            visibility_timeout: None,
             depth: QueueDepth::default(),
         }
     }

@@ -21,7 +21,6 @@
 pub mod child;
 pub mod environment;
 pub mod fifo;
-pub mod http;
 pub mod poller;
 pub mod runtime_api;
 

@@ -12,34 +12,64 @@
 //! A response or error for an id that is not the open invocation (a late answer after a timeout) gets
 //! 400 `InvalidRequestID`, as on Lambda. A response over 6 MB gets 413 and ends the invocation as a
 //! function error, `Function.ResponseSizeTooLarge`, as on Lambda (not a timeout: the body is read and
-//! dropped, and the connection stays usable).
+//! dropped, and the connection stays usable; a body over 64 MB is refused at once and closes it).
+//!
+//! The routes are an axum router served by [`conveyor_http::serve`] (hyper's HTTP/1.1 server with
+//! keep-alive, as `lambda_runtime`'s client expects), with its header and body deadlines.
 //!
 //! # Design note: handing out an invocation
 //!
 //! The runner puts one invocation in a slot and wakes the waiters; a `next` handler registers for the
 //! wake-up *before* looking at the slot, so no wake-up is lost. The handler marks the invocation open
-//! before writing it (the answer can only come after the client read it). While it waits it also
-//! watches its socket: a bootstrap killed mid-wait closes the connection, and its handler must not
-//! take the next invocation meant for the process that replaces it. The runner withdraws an event
-//! nobody took (a crashed bootstrap) so it is never delivered late.
+//! when it takes it (the answer can only come after the client read it). A bootstrap killed mid-wait
+//! closes its connection; hyper notices the end of stream while the handler is pending and drops the
+//! handler, so it never takes the next invocation meant for the process that replaces it. The event
+//! goes out as a response body ([`Delivery`]) that reports `Started` when hyper takes its bytes, and
+//! `Undelivered` (closing the invocation) when it is dropped before that: the connection died between
+//! the take and the write. The runner withdraws an event nobody took (a crashed bootstrap) so it is
+//! never delivered late.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Extension;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use conveyor_http::{Limits, OversizedBody};
+use http_body::{Frame, SizeHint};
+use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-use super::http::{self, Request};
+use tokio_util::sync::CancellationToken;
 
 const PREFIX: &str = "/2018-06-01/runtime";
 /// Lambda's error type for a response over the payload limit.
 pub const RESPONSE_TOO_LARGE: &str = "Function.ResponseSizeTooLarge";
+/// The largest response or error body accepted: Lambda's 6 MB synchronous response limit.
+pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+/// A body over [`MAX_BODY_BYTES`] but under this is read and dropped, so the connection stays usable
+/// and the route can answer 413 (a function's oversized response is a function error, as on Lambda);
+/// a larger one is refused at once and closes the connection.
+pub const MAX_DISCARDED_BYTES: usize = 64 * 1024 * 1024;
 
+/// The API's request limits: Lambda's body limit; headers within 30 s (an idle keep-alive connection
+/// is closed after that too: the runtime client reconnects), and a body within 60 s.
+pub fn limits() -> Limits {
+    Limits {
+        header_timeout: Duration::from_secs(30),
+        body_timeout: Duration::from_secs(60),
+        max_body: MAX_BODY_BYTES,
+        drain_oversized: MAX_DISCARDED_BYTES,
+    }
+}
 /// An event for the bootstrap.
 #[derive(Debug, Clone)]
 pub struct Invocation {
@@ -124,18 +154,23 @@ pub struct RuntimeApi {
     addr: SocketAddr,
     shared: Arc<Shared>,
     events: mpsc::UnboundedReceiver<ApiEvent>,
-    accept: JoinHandle<()>,
+    stop: CancellationToken,
 }
 
 impl Drop for RuntimeApi {
     fn drop(&mut self) {
-        self.accept.abort();
+        self.stop.cancel();
     }
 }
 
 impl RuntimeApi {
     /// Binds a free loopback port and starts serving.
     pub async fn bind() -> std::io::Result<Self> {
+        Self::bind_with(limits()).await
+    }
+
+    /// [`RuntimeApi::bind`] with other request limits (tests use short deadlines).
+    pub async fn bind_with(limits: Limits) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (sender, events) = mpsc::unbounded_channel();
@@ -145,12 +180,18 @@ impl RuntimeApi {
             open: Mutex::new(None),
             events: sender,
         });
-        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        let stop = CancellationToken::new();
+        tokio::spawn(conveyor_http::serve(
+            listener,
+            router(Arc::clone(&shared)),
+            limits,
+            stop.clone(),
+        ));
         Ok(Self {
             addr,
             shared,
             events,
-            accept,
+            stop,
         })
     }
 
@@ -177,115 +218,114 @@ impl RuntimeApi {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(serve(stream, Arc::clone(&shared)));
-            }
-            Err(error) => {
-                tracing::warn!(%error, "runtime API accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route(&format!("{PREFIX}/invocation/next"), get(next))
+        .route(&format!("{PREFIX}/invocation/{{id}}/response"), post(response))
+        .route(&format!("{PREFIX}/invocation/{{id}}/error"), post(error))
+        .route(&format!("{PREFIX}/init/error"), post(init_error))
+        .fallback(|request: axum::extract::Request| async move {
+            json_reply(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("no route {}", request.uri().path()),
+            )
+        })
+        .with_state(shared)
 }
 
-/// One connection: requests one after another until the client closes it.
-async fn serve(stream: TcpStream, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
-    loop {
-        let request = match http::read_request(&mut reader).await {
-            Ok(Some(request)) => request,
-            Ok(None) => return,
-            Err(error) => {
-                tracing::debug!(%error, "runtime API: bad request");
-                if let Some(status) = error.status() {
-                    let body = error_body("InvalidRequest", &error.to_string());
-                    let _ = http::write_response(&mut write, status, &json_type(), &body, true).await;
-                }
-                return;
-            }
-        };
-        let keep_open = route(&request, &shared, &mut reader, &mut write).await;
-        if request.close || !keep_open {
-            return;
-        }
-    }
-}
+type Oversized = Option<Extension<OversizedBody>>;
 
-/// Answers one request; false closes the connection.
-async fn route(
-    request: &Request,
-    shared: &Shared,
-    reader: &mut BufReader<OwnedReadHalf>,
-    write: &mut OwnedWriteHalf,
-) -> bool {
-    let path = request.path.strip_prefix(PREFIX).unwrap_or("");
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    if let Some(length) = request.oversized {
-        let document = error_body(
-            RESPONSE_TOO_LARGE,
-            &format!(
-                "Response payload size ({length} bytes) exceeded maximum allowed payload size ({} bytes).",
-                http::MAX_BODY_BYTES
-            ),
+/// `POST invocation/{id}/response`.
+async fn response(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    oversized: Oversized,
+    body: Bytes,
+) -> Response {
+    if let Some(Extension(OversizedBody(length))) = oversized {
+        let message = format!(
+            "Response payload size ({length} bytes) exceeded maximum allowed payload size ({MAX_BODY_BYTES} bytes)."
         );
-        if let ("POST", ["invocation", id, "response"]) = (request.method.as_str(), segments.as_slice()) {
-            // The invocation ends as a function error; the runtime's request itself is refused.
-            let _ = answer(shared, id, |id| ApiEvent::Error {
-                id,
-                error_type: Some(RESPONSE_TOO_LARGE.to_owned()),
-                body: document.clone(),
-            });
-        }
-        return http::write_response(write, 413, &json_type(), &document, request.close)
-            .await
-            .is_ok();
+        // The invocation ends as a function error; the runtime's request itself is refused.
+        let document = error_body(RESPONSE_TOO_LARGE, &message);
+        let _ = answer(&shared, &id, |id| ApiEvent::Error {
+            id,
+            error_type: Some(RESPONSE_TOO_LARGE.to_owned()),
+            body: document,
+        });
+        return json_reply(StatusCode::PAYLOAD_TOO_LARGE, RESPONSE_TOO_LARGE, &message);
     }
-    let reply = match (request.method.as_str(), segments.as_slice()) {
-        ("GET", ["invocation", "next"]) => return next(shared, reader, write, request.close).await,
-        ("POST", ["invocation", id, "response"]) => answer(shared, id, |id| ApiEvent::Response {
-            id,
-            body: request.body.clone(),
-        }),
-        ("POST", ["invocation", id, "error"]) => answer(shared, id, |id| ApiEvent::Error {
-            id,
-            error_type: request
-                .header("lambda-runtime-function-error-type")
-                .map(str::to_owned),
-            body: request.body.clone(),
-        }),
-        ("POST", ["init", "error"]) => {
-            shared.emit(ApiEvent::InitError {
-                error_type: request
-                    .header("lambda-runtime-function-error-type")
-                    .map(str::to_owned),
-                body: request.body.clone(),
-            });
-            accepted()
-        }
-        (_, ["invocation", "next"] | ["invocation", _, "response" | "error"] | ["init", "error"]) => {
-            (405, error_body("MethodNotAllowed", "wrong method for this route"))
-        }
-        _ => (404, error_body("NotFound", &format!("no route {}", request.path))),
-    };
-    http::write_response(write, reply.0, &json_type(), &reply.1, request.close)
-        .await
-        .is_ok()
+    answer(&shared, &id, |id| ApiEvent::Response {
+        id,
+        body: body.to_vec(),
+    })
 }
 
-fn accepted() -> (u16, Vec<u8>) {
-    (202, br#"{"status":"OK"}"#.to_vec())
+/// `POST invocation/{id}/error`.
+async fn error(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    oversized: Oversized,
+    body: Bytes,
+) -> Response {
+    if oversized.is_some() {
+        return too_large();
+    }
+    answer(&shared, &id, |id| ApiEvent::Error {
+        id,
+        error_type: error_type(&headers),
+        body: body.to_vec(),
+    })
+}
+
+/// `POST init/error`.
+async fn init_error(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    oversized: Oversized,
+    body: Bytes,
+) -> Response {
+    if oversized.is_some() {
+        return too_large();
+    }
+    shared.emit(ApiEvent::InitError {
+        error_type: error_type(&headers),
+        body: body.to_vec(),
+    });
+    accepted()
+}
+
+fn error_type(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("lambda-runtime-function-error-type")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn too_large() -> Response {
+    json_reply(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "RequestTooLarge",
+        &format!("the body is over {MAX_BODY_BYTES} bytes"),
+    )
+}
+
+fn accepted() -> Response {
+    (
+        StatusCode::ACCEPTED,
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"status":"OK"}"#,
+    )
+        .into_response()
 }
 
 /// A response or error for `id`: accepted only for the open invocation.
-fn answer(shared: &Shared, id: &str, event: impl FnOnce(String) -> ApiEvent) -> (u16, Vec<u8>) {
+fn answer(shared: &Shared, id: &str, event: impl FnOnce(String) -> ApiEvent) -> Response {
     let mut open = lock(&shared.open);
     if open.as_deref() != Some(id) {
-        return (400, error_body("InvalidRequestID", "Invalid request ID"));
+        return json_reply(StatusCode::BAD_REQUEST, "InvalidRequestID", "Invalid request ID");
     }
     open.take();
     drop(open);
@@ -293,15 +333,9 @@ fn answer(shared: &Shared, id: &str, event: impl FnOnce(String) -> ApiEvent) -> 
     accepted()
 }
 
-/// `GET next`: waits for an invocation (see the design note), then writes it.
-async fn next(
-    shared: &Shared,
-    reader: &mut BufReader<OwnedReadHalf>,
-    write: &mut OwnedWriteHalf,
-    close: bool,
-) -> bool {
+/// `GET invocation/next`: waits for an invocation (see the design note), then answers with it.
+async fn next(State(shared): State<Arc<Shared>>) -> Response {
     shared.emit(ApiEvent::NextRequested { at: Instant::now() });
-    let mut watch_socket = true;
     let invocation = loop {
         let notified = shared.ready.notified();
         tokio::pin!(notified);
@@ -310,47 +344,103 @@ async fn next(
             *lock(&shared.open) = Some(invocation.id.clone());
             break invocation;
         }
-        tokio::select! {
-            () = &mut notified => {}
-            buffered = reader.fill_buf(), if watch_socket => match buffered {
-                // Closed (or failed) while waiting: this client is gone.
-                Ok([]) | Err(_) => return false,
-                // The client sent more while waiting (not done by lambda_runtime): keep it for later.
-                Ok(_) => watch_socket = false,
-            },
-        }
+        notified.await;
     };
     let deadline = Instant::now() + invocation.timeout;
     let deadline_ms = (SystemTime::now() + invocation.timeout)
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis());
     let headers = [
-        ("Content-Type", "application/json".to_owned()),
-        ("Lambda-Runtime-Aws-Request-Id", invocation.id.clone()),
-        ("Lambda-Runtime-Deadline-Ms", deadline_ms.to_string()),
+        ("content-type", "application/json".to_owned()),
+        ("lambda-runtime-aws-request-id", invocation.id.clone()),
+        ("lambda-runtime-deadline-ms", deadline_ms.to_string()),
         (
-            "Lambda-Runtime-Invoked-Function-Arn",
+            "lambda-runtime-invoked-function-arn",
             invocation.function_arn.clone(),
         ),
-        ("Lambda-Runtime-Trace-Id", invocation.trace_id.clone()),
+        ("lambda-runtime-trace-id", invocation.trace_id.clone()),
     ];
-    if http::write_response(write, 200, &headers, &invocation.body, close)
-        .await
-        .is_err()
-    {
-        lock(&shared.open).take();
-        shared.emit(ApiEvent::Undelivered { id: invocation.id });
-        return false;
-    }
-    shared.emit(ApiEvent::Started {
+    let delivery = Delivery {
+        body: Some(Bytes::from(invocation.body)),
         id: invocation.id,
         deadline,
-    });
-    true
+        shared: Arc::clone(&shared),
+        started: false,
+    };
+    let mut response = Response::new(Body::new(delivery));
+    for (name, value) in headers {
+        // Ids, ARNs and trace headers are ASCII; a value that is not goes out empty rather than not at all.
+        let value = HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""));
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(name), value);
+    }
+    response
 }
 
-fn json_type() -> [(&'static str, String); 1] {
-    [("Content-Type", "application/json".to_owned())]
+/// An invocation's event as a response body: `Started` when hyper takes the bytes to write them,
+/// `Undelivered` when dropped before (see the module's design note).
+struct Delivery {
+    body: Option<Bytes>,
+    id: String,
+    deadline: Instant,
+    shared: Arc<Shared>,
+    started: bool,
+}
+
+impl http_body::Body for Delivery {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let Some(bytes) = self.body.take() else {
+            return Poll::Ready(None);
+        };
+        if !self.started {
+            self.started = true;
+            self.shared.emit(ApiEvent::Started {
+                id: self.id.clone(),
+                deadline: self.deadline,
+            });
+        }
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.body.as_ref().map_or(0, |bytes| bytes.len() as u64))
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if self.started {
+            return;
+        }
+        let mut open = lock(&self.shared.open);
+        if open.as_deref() == Some(self.id.as_str()) {
+            open.take();
+        }
+        drop(open);
+        self.shared.emit(ApiEvent::Undelivered {
+            id: std::mem::take(&mut self.id),
+        });
+    }
+}
+
+fn json_reply(status: StatusCode, error_type: &str, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        error_body(error_type, message),
+    )
+        .into_response()
 }
 
 fn error_body(error_type: &str, message: &str) -> Vec<u8> {
@@ -361,7 +451,8 @@ fn error_body(error_type: &str, message: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    use tokio::net::TcpStream;
 
     use super::*;
 
@@ -384,11 +475,11 @@ mod tests {
             if line == "\r\n" || line.is_empty() {
                 break;
             }
-            head.push_str(&line);
+            head.push_str(&line.to_ascii_lowercase());
         }
         let length = head
             .lines()
-            .find_map(|line| line.strip_prefix("Content-Length: "))
+            .find_map(|line| line.strip_prefix("content-length: "))
             .map_or(0, |value| value.trim().parse::<usize>().unwrap());
         let mut body = vec![0; length];
         stream.read_exact(&mut body).await.unwrap();
@@ -435,14 +526,14 @@ mod tests {
 
         api.submit(invocation("req-1"));
         let (head, body) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        assert!(head.contains("Lambda-Runtime-Aws-Request-Id: req-1"), "{head}");
-        assert!(head.contains("Lambda-Runtime-Deadline-Ms: "), "{head}");
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("lambda-runtime-aws-request-id: req-1"), "{head}");
+        assert!(head.contains("lambda-runtime-deadline-ms: "), "{head}");
         assert!(
-            head.contains("Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:"),
+            head.contains("lambda-runtime-invoked-function-arn: arn:aws:lambda:"),
             "{head}"
         );
-        assert!(head.contains("Lambda-Runtime-Trace-Id: Root="), "{head}");
+        assert!(head.contains("lambda-runtime-trace-id: root="), "{head}");
         assert_eq!(body, br#"{"Records":[]}"#);
         assert!(matches!(event(&mut api).await, ApiEvent::Started { id, .. } if id == "req-1"));
 
@@ -455,7 +546,7 @@ mod tests {
         send(&mut client, request.as_bytes()).await;
         send(&mut client, response).await;
         let (head, _) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+        assert!(head.starts_with("http/1.1 202"), "{head}");
         assert_eq!(
             event(&mut api).await,
             ApiEvent::Response {
@@ -471,7 +562,7 @@ mod tests {
         )
         .await;
         let (head, body) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+        assert!(head.starts_with("http/1.1 400"), "{head}");
         assert!(String::from_utf8(body).unwrap().contains("InvalidRequestID"));
     }
 
@@ -483,14 +574,14 @@ mod tests {
         api.submit(invocation("req-big"));
         let _ = read_response(&mut client).await;
         assert!(matches!(event(&mut api).await, ApiEvent::Started { .. }));
-        let length = http::MAX_BODY_BYTES + 10;
+        let length = MAX_BODY_BYTES + 10;
         let head = format!(
             "POST /2018-06-01/runtime/invocation/req-big/response HTTP/1.1\r\nContent-Length: {length}\r\n\r\n"
         );
         send(&mut client, head.as_bytes()).await;
         send(&mut client, &vec![b'x'; length]).await;
         let (head, body) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+        assert!(head.starts_with("http/1.1 413"), "{head}");
         assert!(String::from_utf8(body).unwrap().contains(RESPONSE_TOO_LARGE));
         match event(&mut api).await {
             ApiEvent::Error { id, error_type, body } => {
@@ -522,7 +613,7 @@ mod tests {
         ask_next(&mut api, &mut client).await;
         api.submit(invocation("req-2"));
         let (head, _) = read_response(&mut client).await;
-        assert!(head.contains("Lambda-Runtime-Aws-Request-Id: req-2"), "{head}");
+        assert!(head.contains("lambda-runtime-aws-request-id: req-2"), "{head}");
     }
 
     #[tokio::test]
@@ -531,7 +622,7 @@ mod tests {
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
         send(&mut client, b"POST /2018-06-01/runtime/init/error HTTP/1.1\r\nLambda-Runtime-Function-Error-Type: Runtime.Boom\r\nContent-Length: 2\r\n\r\n{}").await;
         let (head, _) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+        assert!(head.starts_with("http/1.1 202"), "{head}");
         assert_eq!(
             event(&mut api).await,
             ApiEvent::InitError {
@@ -541,14 +632,14 @@ mod tests {
         );
         send(&mut client, b"GET /2018-06-01/runtime/nope HTTP/1.1\r\n\r\n").await;
         let (head, _) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+        assert!(head.starts_with("http/1.1 404"), "{head}");
         send(
             &mut client,
             b"POST /2018-06-01/runtime/invocation/next HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
         )
         .await;
         let (head, _) = read_response(&mut client).await;
-        assert!(head.starts_with("HTTP/1.1 405"), "{head}");
+        assert!(head.starts_with("http/1.1 405"), "{head}");
 
         // An invocation withdrawn before anyone took it is never delivered.
         api.submit(invocation("req-3"));
@@ -557,5 +648,18 @@ mod tests {
         let mut probe = [0u8; 1];
         let early = tokio::time::timeout(Duration::from_millis(100), client.get_mut().peek(&mut probe)).await;
         assert!(early.is_err(), "a withdrawn invocation was delivered");
+    }
+
+    #[tokio::test]
+    async fn bad_clients_are_refused_and_cut_off() {
+        let limits = Limits {
+            header_timeout: Duration::from_millis(300),
+            body_timeout: Duration::from_millis(300),
+            ..limits()
+        };
+        let api = RuntimeApi::bind_with(limits).await.unwrap();
+        conveyor_http::testing::refuses_bad_clients(api.addr(), "/2018-06-01/runtime/init/error", &limits)
+            .await
+            .unwrap();
     }
 }

@@ -8,11 +8,14 @@
 //! | [`describe`] | `GetQueueAttributes(All)` | none |
 //! | [`resolve_dead_letter`] | `GetQueueAttributes`, `GetQueueUrl` or `ListDeadLetterSourceQueues` | none |
 //! | [`stats()`] | `GetQueueAttributes` on the queue and its DLQ (+ a peek of each with `peek_age`) | none (a peek: see below) |
+//! | [`stats_of`] | `GetQueueAttributes` per queue, plus the DLQ's when it is not among them | none |
 //! | [`peek()`] | `ReceiveMessage` with a short visibility timeout, then `ChangeMessageVisibilityBatch(0)` | visible again at once; receive count + 1 |
 //! | [`start_move_task`], [`wait_for_move_task`] | `StartMessageMoveTask`, `ListMessageMoveTasks` | SQS moves every DLQ message, as is |
 //! | [`move_messages`] | `ReceiveMessage`, `SendMessageBatch` to the source, then `DeleteMessageBatch` on the DLQ | matching messages move without `conveyor.failure`; the rest are made visible again |
+//! | [`delete_messages`] | `ReceiveMessage`, then `DeleteMessageBatch` on the DLQ | matching messages deleted for good; the rest are made visible again |
 //! | [`purge()`] | `PurgeQueue` | every message deleted (within 60 s) |
 //! | [`ensure_queue_with_dlq`] | `GetQueueUrl`, `CreateQueue` (DLQ, then the queue with its redrive policy), `SetQueueAttributes` | none (creates queues) |
+//! | [`list_queues`] | `ListQueues` with a name prefix | none |
 //! | [`resolve_queue_url`] | `GetQueueUrl` when given a queue name (a URL is only checked for its shape) | none |
 //!
 //! Design notes sit beside the code whose correctness depends on them: why a peek holds then releases
@@ -42,7 +45,8 @@ pub use crate::errors::display_chain;
 pub use create::{Created, QueueSetup, QueueSetupReport, ensure_queue_with_dlq};
 pub use error::AdminError;
 pub use move_loop::{
-    Destinations, MoveFailure, MoveFilter, MoveOptions, MoveReport, move_messages, moved_copy,
+    Destinations, MoveFailure, MoveFilter, MoveOptions, MoveReport, delete_messages, move_messages,
+    moved_copy,
 };
 pub use move_task::{
     MAX_MOVE_RATE, MoveTaskHandle, MoveTaskStatus, list_move_tasks, move_task_status, start_move_task,
@@ -53,6 +57,6 @@ pub use purge::purge;
 pub use queue_info::{
     DeadLetterPair, QueueInfo, dead_letter_sources, describe, resolve_dead_letter, url_for_arn,
 };
-pub use queue_ref::{BadQueueRef, QueueRef, is_queue_name, queue_url_region, resolve_queue_url};
+pub use queue_ref::{BadQueueRef, QueueRef, is_queue_name, list_queues, queue_url_region, resolve_queue_url};
 pub use receive::{Received, receive_held, release};
-pub use stats::{AGE_PEEK_MAX, OldestAge, QueueStats, Stats, stats};
+pub use stats::{AGE_PEEK_MAX, OldestAge, QueueStats, Stats, stats, stats_of};

@@ -40,7 +40,7 @@
 //! Caveat on FIFO DLQs: a held message blocks the rest of its message group until the release, so a
 //! filtered scan of a FIFO DLQ sees at most the first 10 messages of each group per run.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -65,16 +65,37 @@ pub struct MoveFilter {
     /// Only messages whose recorded failure (`conveyor.failure`) contains this text, ignoring ASCII case.
     /// Messages without a failure record never match.
     pub reason_contains: Option<String>,
+    /// Only these DLQ message ids: a selection made from a peek.
+    pub message_ids: Option<BTreeSet<String>>,
+    /// Only messages that failed at or after this time ([`Received::failed_at`]).
+    pub failed_after: Option<SystemTime>,
+    /// Only messages that failed before this time ([`Received::failed_at`]).
+    pub failed_before: Option<SystemTime>,
 }
 
 impl MoveFilter {
     /// True when the filter selects every message.
     pub fn is_empty(&self) -> bool {
-        self.job_type.is_none() && self.reason_contains.is_none()
+        self == &Self::default()
     }
 
     /// True when `received` passes every part of the filter.
     pub fn matches(&self, received: &Received) -> bool {
+        if let Some(ids) = &self.message_ids {
+            if !ids.contains(&received.message.id) {
+                return false;
+            }
+        }
+        if self.failed_after.is_some() || self.failed_before.is_some() {
+            let Some(at) = received.failed_at() else {
+                return false;
+            };
+            if self.failed_after.is_some_and(|after| at < after)
+                || self.failed_before.is_some_and(|before| at >= before)
+            {
+                return false;
+            }
+        }
         if let Some(job_type) = &self.job_type {
             if received.message.job_type() != Some(job_type.as_str()) {
                 return false;
@@ -189,20 +210,41 @@ pub async fn move_messages(
     dlq: &QueueInfo,
     destinations: &Destinations,
     options: &MoveOptions,
-    on_progress: &mut dyn FnMut(&MoveReport),
+    on_progress: &mut (dyn FnMut(&MoveReport) + Send),
+) -> Result<MoveReport, AdminError> {
+    run(client, dlq, Action::Move(destinations), options, on_progress).await
+}
+
+/// Deletes the messages of `dlq` that pass `options.filter` (for good: they are not sent anywhere),
+/// batch by batch, calling `on_progress` after each batch; the report's `moved` counts the deleted
+/// messages. The scan is the move loop's (same holds, same release, same bound on what it looks at), so
+/// a filter or a selection deletes exactly what a redrive with it would have moved.
+pub async fn delete_messages(
+    client: &Client,
+    dlq: &QueueInfo,
+    options: &MoveOptions,
+    on_progress: &mut (dyn FnMut(&MoveReport) + Send),
+) -> Result<MoveReport, AdminError> {
+    run(client, dlq, Action::Delete, options, on_progress).await
+}
+
+/// What the scan does with the messages that pass the filter.
+#[derive(Clone, Copy)]
+enum Action<'a> {
+    Move(&'a Destinations),
+    Delete,
+}
+
+async fn run(
+    client: &Client,
+    dlq: &QueueInfo,
+    action: Action<'_>,
+    options: &MoveOptions,
+    on_progress: &mut (dyn FnMut(&MoveReport) + Send),
 ) -> Result<MoveReport, AdminError> {
     let mut report = MoveReport::default();
     let mut held: HashMap<String, ReceiptHandle> = HashMap::new();
-    let scanned = scan(
-        client,
-        dlq,
-        destinations,
-        options,
-        &mut report,
-        &mut held,
-        on_progress,
-    )
-    .await;
+    let scanned = scan(client, dlq, action, options, &mut report, &mut held, on_progress).await;
     let receipts: Vec<ReceiptHandle> = held.into_values().collect();
     let released = release(client, &dlq.url, &receipts).await;
     scanned?;
@@ -214,11 +256,11 @@ pub async fn move_messages(
 async fn scan(
     client: &Client,
     dlq: &QueueInfo,
-    destinations: &Destinations,
+    action: Action<'_>,
     options: &MoveOptions,
     report: &mut MoveReport,
     held: &mut HashMap<String, ReceiptHandle>,
-    on_progress: &mut dyn FnMut(&MoveReport),
+    on_progress: &mut (dyn FnMut(&MoveReport) + Send),
 ) -> Result<(), AdminError> {
     let started = Instant::now();
     let started_at = SystemTime::now();
@@ -238,6 +280,7 @@ async fn scan(
         let batch = receive_held(client, &dlq.url, batch_size, options.hold, options.wait).await?;
         let mut new = 0;
         let mut to_move: Vec<(Received, &QueueInfo)> = Vec::new();
+        let mut to_delete: Vec<Received> = Vec::new();
         for received in batch {
             let id = received.message.id.clone();
             if !examined_ids.insert(id.clone()) {
@@ -261,6 +304,13 @@ async fn scan(
                 held.insert(id, received.message.receipt_handle);
                 continue;
             }
+            let destinations = match action {
+                Action::Delete => {
+                    to_delete.push(received);
+                    continue;
+                }
+                Action::Move(destinations) => destinations,
+            };
             let Some(destination) = destinations.route(&received) else {
                 report.unroutable += 1;
                 held.insert(id, received.message.receipt_handle);
@@ -272,6 +322,7 @@ async fn scan(
             return Ok(());
         }
         move_batch(client, dlq, to_move, report, held).await?;
+        delete_from_dlq(client, dlq, to_delete, "deleting it", report).await?;
         on_progress(report);
         pace(started, report.moved, options.rate).await;
     }
@@ -297,7 +348,8 @@ async fn move_batch(
     }
     for (destination, group) in by_destination {
         let sent = send_group(client, destination, &group, report, held).await?;
-        delete_sent(client, dlq, destination, sent, report).await?;
+        let doing = format!("it was sent to {} but", destination.name());
+        delete_from_dlq(client, dlq, sent, &doing, report).await?;
     }
     Ok(())
 }
@@ -380,12 +432,13 @@ async fn send_group(
     Ok(sent)
 }
 
-/// Deletes from the DLQ the messages already sent to `destination`.
-async fn delete_sent(
+/// Deletes `sent` from the DLQ (batches of at most 10: one receive's worth); each one deleted counts in
+/// `report.moved`. `doing` says what was going on, for the failures.
+async fn delete_from_dlq(
     client: &Client,
     dlq: &QueueInfo,
-    destination: &QueueInfo,
     sent: Vec<Received>,
+    doing: &str,
     report: &mut MoveReport,
 ) -> Result<(), AdminError> {
     if sent.is_empty() {
@@ -423,8 +476,7 @@ async fn delete_sent(
         report.failed.push(MoveFailure {
             message_id: sent[index].message.id.clone(),
             error: format!(
-                "sent to {} but not deleted from the DLQ ({}): a copy is in both queues",
-                destination.name(),
+                "{doing} the delete from the DLQ failed ({}): it is still there (after a move: a copy is in both queues)",
                 entry_error(entry)
             ),
         });
@@ -499,6 +551,7 @@ mod tests {
             fifo: name.ends_with(".fifo"),
             content_based_deduplication: false,
             redrive: None,
+            visibility_timeout: None,
             depth: QueueDepth::default(),
         }
     }
@@ -510,22 +563,23 @@ mod tests {
         assert!(MoveFilter::default().matches(&message));
         let by_type = MoveFilter {
             job_type: Some("webhook".to_owned()),
-            reason_contains: None,
+            ..MoveFilter::default()
         };
         assert!(by_type.matches(&message));
         let other_type = MoveFilter {
             job_type: Some("email".to_owned()),
-            reason_contains: None,
+            ..MoveFilter::default()
         };
         assert!(!other_type.matches(&message));
         let by_reason = MoveFilter {
-            job_type: None,
             reason_contains: Some("410 gone".to_owned()),
+            ..MoveFilter::default()
         };
         assert!(by_reason.matches(&message));
         let both_one_wrong = MoveFilter {
             job_type: Some("webhook".to_owned()),
             reason_contains: Some("timeout".to_owned()),
+            ..MoveFilter::default()
         };
         assert!(!both_one_wrong.matches(&message));
         // No failure record: never matches a reason filter.

@@ -23,6 +23,8 @@ pub struct QueueInfo {
     pub redrive: Option<RedrivePolicy>,
     /// Approximate message counts.
     pub depth: QueueDepth,
+    /// The queue's `VisibilityTimeout` attribute.
+    pub visibility_timeout: Option<std::time::Duration>,
 }
 
 impl QueueInfo {
@@ -68,6 +70,9 @@ pub async fn describe(client: &Client, url: &str) -> Result<QueueInfo, AdminErro
             in_flight: count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
             delayed: count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
         },
+        visibility_timeout: attribute(QueueAttributeName::VisibilityTimeout)
+            .and_then(|value| value.parse().ok())
+            .map(std::time::Duration::from_secs),
     })
 }
 

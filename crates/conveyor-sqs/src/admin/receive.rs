@@ -37,6 +37,14 @@ impl Received {
         self.message.string_attribute(FAILURE_ATTRIBUTE)
     }
 
+    /// When the message failed: the failure record's time, else (SQS's redrive moved it) when it was sent.
+    pub fn failed_at(&self) -> Option<std::time::SystemTime> {
+        if let Some(failure) = self.failure() {
+            return Some(std::time::UNIX_EPOCH + Duration::from_millis(failure.failed_at_ms));
+        }
+        self.message.sent_at
+    }
+
     /// A one-line failure reason: the recorded error, or what SQS's redrive implies, or nothing known.
     pub fn reason(&self) -> String {
         if let Some(failure) = self.failure() {

@@ -84,6 +84,67 @@ pub async fn stats(client: &Client, queue_url: &str, peek_age: bool) -> Result<S
     })
 }
 
+/// [`stats`] of several queues (no age), reading each queue once: a DLQ that is itself among `urls` (a
+/// name prefix lists both) is read once, shown as its source's DLQ, and not reported on its own.
+///
+/// Requests: one `GetQueueAttributes` per URL; for a queue whose DLQ is not among `urls`, `GetQueueUrl`
+/// and `GetQueueAttributes` of the DLQ; for a queue without a redrive policy that is nobody's DLQ in
+/// `urls`, one `ListDeadLetterSourceQueues`. Each entry is the queue's stats, or its URL and error.
+pub async fn stats_of(client: &Client, urls: &[String]) -> Vec<Result<Stats, (String, AdminError)>> {
+    let mut described = Vec::with_capacity(urls.len());
+    for url in urls {
+        described.push(describe(client, url).await.map_err(|error| (url.clone(), error)));
+    }
+    let known: Vec<&QueueInfo> = described.iter().filter_map(|read| read.as_ref().ok()).collect();
+    let dead_letter_arns: Vec<&str> = known
+        .iter()
+        .filter_map(|queue| Some(queue.redrive.as_ref()?.dead_letter_arn.arn.as_str()))
+        .collect();
+    let mut all = Vec::with_capacity(described.len());
+    for read in &described {
+        let queue = match read {
+            Ok(queue) => queue,
+            Err(error) => {
+                all.push(Err(error.clone()));
+                continue;
+            }
+        };
+        if dead_letter_arns.contains(&queue.arn.arn.as_str()) {
+            continue;
+        }
+        all.push(
+            stats_with(client, queue, &known)
+                .await
+                .map_err(|error| (queue.url.clone(), error)),
+        );
+    }
+    all
+}
+
+/// One queue's [`Stats`], taking its DLQ from `known` when it is there.
+async fn stats_with(client: &Client, queue: &QueueInfo, known: &[&QueueInfo]) -> Result<Stats, AdminError> {
+    let unmeasured = |queue: QueueInfo| QueueStats {
+        queue,
+        oldest: OldestAge::Unavailable,
+    };
+    let Some(policy) = &queue.redrive else {
+        return Ok(Stats {
+            queue: unmeasured(queue.clone()),
+            dead_letter: None,
+            dead_letter_of: dead_letter_sources(client, &queue.url).await?,
+        });
+    };
+    let dead_letter = match known.iter().find(|known| known.arn == policy.dead_letter_arn) {
+        Some(dlq) => (*dlq).clone(),
+        None => describe(client, &url_for_arn(client, &policy.dead_letter_arn).await?).await?,
+    };
+    Ok(Stats {
+        queue: unmeasured(queue.clone()),
+        dead_letter: Some(unmeasured(dead_letter)),
+        dead_letter_of: Vec::new(),
+    })
+}
+
 async fn with_age(client: &Client, queue: QueueInfo, peek_age: bool) -> Result<QueueStats, AdminError> {
     if !peek_age {
         return Ok(QueueStats {

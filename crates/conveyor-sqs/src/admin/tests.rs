@@ -172,6 +172,7 @@ fn queue(url: &str, name: &str) -> QueueInfo {
         fifo: false,
         content_based_deduplication: false,
         redrive: None,
+        visibility_timeout: None,
         depth: QueueDepth::default(),
     }
 }
@@ -257,8 +258,8 @@ async fn the_move_loop_sends_before_it_deletes_and_keeps_what_it_could_not_send(
     let client = mock_sqs([&receive, &send, &delete, &release]);
     let options = MoveOptions {
         filter: MoveFilter {
-            job_type: None,
             reason_contains: Some("503".to_owned()),
+            ..MoveFilter::default()
         },
         ..MoveOptions::default()
     };

@@ -1,0 +1,72 @@
+//! `conveyor console`: the web console (crates/conveyor-console) on this machine's AWS settings.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use conveyor_console::{Console, ConsoleConfig, TOKEN_ENV};
+use conveyor_sqs::admin::QueueRef;
+use tokio_util::sync::CancellationToken;
+
+use crate::aws::Aws;
+
+/// Arguments of `conveyor console`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  conveyor console --queue-prefix jobs --worker http://127.0.0.1:9090 --table conveyor-idempotency
+  CONVEYOR_CONSOLE_TOKEN=$(openssl rand -hex 16) conveyor console --listen 0.0.0.0:8025 --queue-url $URL
+
+Open the printed address in a browser. On any address but loopback a token is required: open the page
+once as /?token=<token> (it is then kept in a cookie) or send Authorization: Bearer <token>.")]
+pub struct ConsoleArgs {
+    /// Address to listen on; anything but loopback needs --token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8025")]
+    pub listen: SocketAddr,
+    /// The token every request must carry (at least 16 characters).
+    #[arg(long, value_name = "TOKEN", env = TOKEN_ENV, hide_env_values = true)]
+    pub token: Option<String>,
+    /// A queue to show (URL or name); repeat for more.
+    #[arg(long = "queue-url", value_name = "URL")]
+    pub queues: Vec<QueueRef>,
+    /// Show every queue whose name starts with PREFIX; repeat for more.
+    #[arg(long = "queue-prefix", value_name = "PREFIX")]
+    pub prefixes: Vec<String>,
+    /// A worker's operations endpoint (its --listen address, e.g. http://127.0.0.1:9090); repeat for more.
+    #[arg(long = "worker", value_name = "URL")]
+    pub workers: Vec<String>,
+    /// A job type the send form offers; repeat for more.
+    #[arg(long = "job-type", value_name = "TYPE")]
+    pub job_types: Vec<String>,
+    /// The idempotency table for the job lookup.
+    #[arg(long, value_name = "NAME")]
+    pub table: Option<String>,
+    /// Seconds between live refreshes of a page.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub refresh_secs: u64,
+}
+
+/// Runs the console until Ctrl-C.
+pub async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
+    let config = ConsoleConfig {
+        listen: args.listen,
+        token: args.token.clone(),
+        queues: args.queues.clone(),
+        prefixes: args.prefixes.clone(),
+        workers: args.workers.clone(),
+        job_types: args.job_types.clone(),
+        table: args.table.clone(),
+        refresh: Duration::from_secs(args.refresh_secs),
+        ..ConsoleConfig::default()
+    };
+    let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client()).await?;
+    let listener = conveyor_http::bind(&args.listen.to_string()).await?;
+    let addr = listener.local_addr().context("reading the console's address")?;
+    crate::errln!("console on http://{addr}/ (Ctrl-C stops it)");
+    let stop = CancellationToken::new();
+    let serving = tokio::spawn(console.serve(listener, stop.clone()));
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    stop.cancel();
+    serving.await.context("the console stopped abnormally")?;
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! What the console serves, and the rules its configuration must follow.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use conveyor_http::Limits;
+use conveyor_sqs::admin::{AdminError, QueueRef};
+
+/// The environment variable the token can come from instead of `--token`.
+pub const TOKEN_ENV: &str = "CONVEYOR_CONSOLE_TOKEN";
+/// The shortest token accepted.
+const MIN_TOKEN_CHARS: usize = 16;
+
+/// The console's settings.
+#[derive(Debug, Clone)]
+pub struct ConsoleConfig {
+    /// Where it listens. Anything but a loopback address needs [`ConsoleConfig::token`].
+    pub listen: SocketAddr,
+    /// The token every request must carry (`Authorization: Bearer`, or the cookie set by opening
+    /// `/?token=...` once).
+    pub token: Option<String>,
+    /// Queues shown, by URL or name.
+    pub queues: Vec<QueueRef>,
+    /// Queues shown by name prefix (`ListQueues` on every refresh).
+    pub prefixes: Vec<String>,
+    /// Workers' operations endpoints (`http://host:9090`), scraped for throughput and errors.
+    pub workers: Vec<String>,
+    /// The job types the send form offers.
+    pub job_types: Vec<String>,
+    /// The idempotency table the job lookup reads.
+    pub table: Option<String>,
+    /// How often the live parts of a page refresh.
+    pub refresh: Duration,
+    /// Request deadlines and body limit.
+    pub limits: Limits,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8025)),
+            token: None,
+            queues: Vec::new(),
+            prefixes: Vec::new(),
+            workers: Vec::new(),
+            job_types: Vec::new(),
+            table: None,
+            refresh: Duration::from_secs(3),
+            limits: Limits {
+                max_body: 1024 * 1024 + 64 * 1024,
+                ..Limits::default()
+            },
+        }
+    }
+}
+
+/// Why the console cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// A non-loopback address without a token.
+    #[error(
+        "the console would listen on {addr}, which other machines can reach, without a token: pass --token \
+         (or set {TOKEN_ENV}) with a random value of at least {MIN_TOKEN_CHARS} characters, or listen on \
+         127.0.0.1"
+    )]
+    TokenRequired {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A token too short to resist guessing.
+    #[error("the console token is {chars} characters long; use a random value of at least {MIN_TOKEN_CHARS}")]
+    TokenTooShort {
+        /// Its length.
+        chars: usize,
+    },
+    /// Nothing to show.
+    #[error("no queues to show: pass --queue-url (URL or name) or --queue-prefix, as often as needed")]
+    NoQueues,
+    /// A queue could not be resolved.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+}
+
+impl ConsoleConfig {
+    /// Checks the rules: a token off loopback, a long enough token, at least one queue.
+    pub fn check(&self) -> Result<(), ConsoleError> {
+        match &self.token {
+            None if !self.listen.ip().is_loopback() => {
+                return Err(ConsoleError::TokenRequired { addr: self.listen });
+            }
+            Some(token) if token.chars().count() < MIN_TOKEN_CHARS => {
+                return Err(ConsoleError::TokenTooShort {
+                    chars: token.chars().count(),
+                });
+            }
+            _ => {}
+        }
+        if self.queues.is_empty() && self.prefixes.is_empty() {
+            return Err(ConsoleError::NoQueues);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_addresses_need_a_long_token() {
+        let config = |listen: &str, token: Option<&str>| ConsoleConfig {
+            listen: listen
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1))),
+            token: token.map(str::to_owned),
+            prefixes: vec!["jobs".to_owned()],
+            ..ConsoleConfig::default()
+        };
+        assert!(config("127.0.0.1:8025", None).check().is_ok());
+        assert!(config("[::1]:8025", None).check().is_ok());
+        let open = config("0.0.0.0:8025", None).check();
+        assert!(
+            matches!(open, Err(ConsoleError::TokenRequired { .. })),
+            "{open:?}"
+        );
+        let short = config("0.0.0.0:8025", Some("abc")).check();
+        assert!(
+            matches!(short, Err(ConsoleError::TokenTooShort { chars: 3 })),
+            "{short:?}"
+        );
+        assert!(config("0.0.0.0:8025", Some("0123456789abcdef")).check().is_ok());
+        let none = ConsoleConfig::default().check();
+        assert!(matches!(none, Err(ConsoleError::NoQueues)), "{none:?}");
+    }
+}

@@ -1,0 +1,365 @@
+//! The dead letters of a queue: peek without consuming, filter, redrive or delete all that match or a
+//! selection.
+//!
+//! The page is [`peek`](conveyor_sqs::admin::peek) (the code behind `conveyor dlq peek`: messages are
+//! held for a moment and made visible again, each peek adds one to their receive count). The filter is
+//! a [`MoveFilter`], the same value the redrive and the delete then run with, so "redrive what matches"
+//! moves what the page showed as matching (and any matching message the peek did not reach). Bodies are
+//! shown only for the one message asked for (`show=<id>`) and never logged.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use conveyor_core::display::format_time;
+use conveyor_sqs::admin::{
+    DeadLetterPair, Destinations, MoveFilter, MoveOptions, PeekOptions, Received, delete_messages, describe,
+    display_chain, move_messages, peek, resolve_dead_letter,
+};
+
+use crate::auth::refuse_without_csrf;
+use crate::fields::Fields;
+use crate::html::{Nav, csrf_field, esc, hidden, page, problem, query_value};
+use crate::state::AppState;
+
+/// Messages a page peeks at unless `max` says otherwise.
+const DEFAULT_PEEK: usize = 50;
+/// The most messages a page peeks at.
+const MAX_PEEK: usize = 200;
+/// The filter fields, carried from the page to its actions.
+const FILTER_FIELDS: [&str; 4] = ["job_type", "reason", "newer", "older"];
+
+/// The filter the page's fields describe: job type, reason text, failed within the last `newer`
+/// minutes, failed more than `older` minutes ago.
+fn filter(fields: &Fields, now: SystemTime) -> MoveFilter {
+    let minutes_ago = |name: &str| {
+        fields
+            .number(name)
+            .map(|minutes| now - Duration::from_secs(minutes.saturating_mul(60)))
+    };
+    MoveFilter {
+        job_type: fields.get("job_type").map(str::to_owned),
+        reason_contains: fields.get("reason").map(str::to_owned),
+        failed_after: minutes_ago("newer"),
+        failed_before: minutes_ago("older"),
+        ..MoveFilter::default()
+    }
+}
+
+/// The DLQ of `fields`' `queue`, when the console shows that queue (or one of the DLQ's sources).
+async fn resolve(state: &AppState, fields: &Fields) -> Result<DeadLetterPair, Box<Response>> {
+    let Some(url) = fields.get("queue") else {
+        return Err(Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "Dead letters",
+            "No queue was given.",
+        )));
+    };
+    let pair = resolve_dead_letter(&state.sqs, url).await.map_err(|error| {
+        Box::new(problem(
+            StatusCode::BAD_GATEWAY,
+            "Dead letters",
+            &display_chain(&error),
+        ))
+    })?;
+    let known = state.queue_urls().await.unwrap_or_default();
+    let shown = known.iter().any(|known| known == url)
+        || pair.sources.iter().any(|source| known.contains(&source.url));
+    if !shown {
+        return Err(Box::new(problem(
+            StatusCode::BAD_REQUEST,
+            "Dead letters",
+            "This console does not show that queue; start it with --queue-url or --queue-prefix for it.",
+        )));
+    }
+    Ok(pair)
+}
+
+pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
+    let pair = match resolve(&state, &fields).await {
+        Ok(pair) => pair,
+        Err(response) => return *response,
+    };
+    let max = fields
+        .number("max")
+        .map_or(DEFAULT_PEEK, |max| usize::try_from(max).unwrap_or(MAX_PEEK))
+        .clamp(1, MAX_PEEK);
+    let options = PeekOptions {
+        max,
+        ..PeekOptions::default()
+    };
+    let peeked = match peek(&state.sqs, &pair.dlq.url, options).await {
+        Ok(peeked) => peeked,
+        Err(error) => return problem(StatusCode::BAD_GATEWAY, "Dead letters", &display_chain(&error)),
+    };
+    let filter = filter(&fields, SystemTime::now());
+    let matching: Vec<&Received> = peeked
+        .messages
+        .iter()
+        .filter(|received| filter.matches(received))
+        .collect();
+    let queue = fields.get("queue").unwrap_or_default();
+    let body = format!(
+        "{summary}{filters}{table}",
+        summary = summary(&pair, peeked.messages.len(), matching.len()),
+        filters = filter_form(queue, &fields, max),
+        table = messages_form(&state, &pair, queue, &fields, &matching),
+    );
+    page(
+        &format!("Dead letters of {}", source_names(&pair)),
+        Nav::Queues,
+        &body,
+    )
+    .into_response()
+}
+
+fn source_names(pair: &DeadLetterPair) -> String {
+    let names: Vec<&str> = pair.sources.iter().map(|source| source.name()).collect();
+    names.join(", ")
+}
+
+fn summary(pair: &DeadLetterPair, peeked: usize, matching: usize) -> String {
+    let depth = &pair.dlq.depth;
+    format!(
+        "<div class=\"cards\">{}{}{}</div><p class=\"muted\">DLQ <code>{}</code>. Peeking makes messages \
+         visible again at once and adds one to their receive count.</p>",
+        crate::html::card(
+            "In the DLQ",
+            &(depth.visible + depth.in_flight).to_string(),
+            depth.visible > 0,
+            "dlq-depth"
+        ),
+        crate::html::card("Peeked", &peeked.to_string(), false, "dlq-peeked"),
+        crate::html::card(
+            "Matching the filter",
+            &matching.to_string(),
+            false,
+            "dlq-matching"
+        ),
+        esc(pair.dlq.name()),
+    )
+}
+
+fn filter_form(queue: &str, fields: &Fields, max: usize) -> String {
+    let input = |name: &str, label: &str, kind: &str| {
+        format!(
+            "<label>{label}<input type=\"{kind}\" name=\"{name}\" value=\"{}\"></label>",
+            esc(fields.get(name).unwrap_or_default())
+        )
+    };
+    format!(
+        "<form class=\"filters\" method=\"get\" action=\"/dlq\" id=\"filter\">{}{}{}{}{}\
+         <label>Peek at most<input type=\"number\" name=\"max\" min=\"1\" max=\"{MAX_PEEK}\" value=\"{max}\"></label>\
+         <button type=\"submit\">Filter</button></form>",
+        hidden("queue", queue),
+        input("job_type", "Job type", "text"),
+        input("reason", "Reason contains", "text"),
+        input("newer", "Failed in the last (min)", "number"),
+        input("older", "Failed over (min) ago", "number"),
+    )
+}
+
+fn messages_form(
+    state: &AppState,
+    pair: &DeadLetterPair,
+    queue: &str,
+    fields: &Fields,
+    matching: &[&Received],
+) -> String {
+    let show = fields.get("show");
+    let page_url = |extra: &str| {
+        let mut url = format!("/dlq?queue={}", query_value(queue));
+        for name in FILTER_FIELDS {
+            if let Some(value) = fields.get(name) {
+                url.push_str(&format!("&{name}={}", query_value(value)));
+            }
+        }
+        format!("{url}{extra}")
+    };
+    let mut rows = String::new();
+    for received in matching {
+        let message = &received.message;
+        let failure = received.failure();
+        let job_type = message
+            .job_type()
+            .map(str::to_owned)
+            .or_else(|| failure.as_ref().map(|failure| failure.handler.clone()))
+            .unwrap_or_default();
+        let receives = failure
+            .as_ref()
+            .map_or(message.receive_count, |failure| failure.receive_count);
+        let source = failure
+            .as_ref()
+            .map(|failure| failure.source_queue.clone())
+            .or_else(|| {
+                received
+                    .dead_letter_source_arn
+                    .as_ref()
+                    .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned())
+            })
+            .unwrap_or_default();
+        let failed = received.failed_at().map(format_time).unwrap_or_default();
+        let id = esc(&message.id);
+        let shown = show == Some(message.id.as_str());
+        let body_link = if shown {
+            format!("<a href=\"{}\">Hide body</a>", esc(&page_url("")))
+        } else {
+            format!(
+                "<a href=\"{}#m-{id}\" class=\"show-body\">Show body</a>",
+                esc(&page_url(&format!("&show={}", query_value(&message.id))))
+            )
+        };
+        rows.push_str(&format!(
+            "<tr id=\"m-{id}\" class=\"dead-letter\"><td><input type=\"checkbox\" name=\"id\" value=\"{id}\" \
+             aria-label=\"select\"></td><td class=\"job-type\">{}</td><td class=\"reason\">{}</td>\
+             <td class=\"n\">{receives}</td><td>{}</td><td class=\"wide\">{}</td>\
+             <td class=\"wide\"><code>{id}</code></td><td>{body_link}</td></tr>",
+            esc(&job_type),
+            esc(&received.reason()),
+            esc(&source),
+            esc(&failed),
+        ));
+        if shown {
+            rows.push_str(&format!(
+                "<tr><td></td><td colspan=\"7\"><pre class=\"body\">{}</pre></td></tr>",
+                esc(&message.body)
+            ));
+        }
+    }
+    if rows.is_empty() {
+        rows = "<tr><td colspan=\"8\" class=\"muted\">No dead letters match.</td></tr>".to_owned();
+    }
+    let carried: String = FILTER_FIELDS
+        .iter()
+        .filter_map(|name| fields.get(name).map(|value| hidden(name, value)))
+        .collect();
+    format!(
+        "<form method=\"post\" action=\"/dlq/act\" id=\"dead-letters\">{csrf}{queue_field}{carried}\
+         <div class=\"actions\">{destination}\
+         <button type=\"submit\" name=\"action\" value=\"redrive_selected\" id=\"redrive-selected\">Redrive selected</button>\
+         <button type=\"submit\" name=\"action\" value=\"redrive_filter\" id=\"redrive-filter\">Redrive all matching</button>\
+         <button type=\"submit\" name=\"action\" value=\"delete_selected\" class=\"danger\" id=\"delete-selected\">Delete selected…</button>\
+         </div><div class=\"scroll\"><table><thead><tr><th><input type=\"checkbox\" data-select-all aria-label=\"select all\"></th>\
+         <th>Job type</th><th>Reason</th><th class=\"n\">Receives</th><th>Source</th><th class=\"wide\">Failed at</th>\
+         <th class=\"wide\">Message id</th><th></th></tr></thead><tbody>{rows}</tbody></table></div></form>",
+        csrf = csrf_field(state),
+        queue_field = hidden("queue", queue),
+        destination = destination_select(pair),
+    )
+}
+
+/// Where a redrive sends messages: back to their source (the default), or any queue the console shows.
+fn destination_select(pair: &DeadLetterPair) -> String {
+    let mut options = String::from("<option value=\"\">its source queue</option>");
+    for source in &pair.sources {
+        options.push_str(&format!(
+            "<option value=\"{}\">{}</option>",
+            esc(&source.url),
+            esc(source.name())
+        ));
+    }
+    format!(
+        "<label>Redrive to<select name=\"to\">{options}</select></label>\
+         <label>or another queue URL<input type=\"text\" name=\"to_other\" placeholder=\"https://sqs…\"></label>"
+    )
+}
+
+/// `POST /dlq/act`: redrive or delete, a selection or everything matching; deletes ask first.
+pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
+    if let Some(refused) = refuse_without_csrf(&state, &fields) {
+        return refused;
+    }
+    let pair = match resolve(&state, &fields).await {
+        Ok(pair) => pair,
+        Err(response) => return *response,
+    };
+    let action = fields.get("action").unwrap_or_default();
+    let selected = fields.all("id");
+    let mut filter = filter(&fields, SystemTime::now());
+    let what = match action {
+        "redrive_selected" | "delete_selected" => {
+            if selected.is_empty() {
+                return problem(
+                    StatusCode::BAD_REQUEST,
+                    "Nothing selected",
+                    "Tick the messages to act on first, or use \"Redrive all matching\".",
+                );
+            }
+            // A selection is exact: the ids alone decide.
+            filter = MoveFilter {
+                message_ids: Some(selected.iter().map(|id| (*id).to_owned()).collect()),
+                ..MoveFilter::default()
+            };
+            format!("{} selected messages", selected.len())
+        }
+        "redrive_filter" => "every message matching the filter".to_owned(),
+        _ => return problem(StatusCode::BAD_REQUEST, "Dead letters", "Unknown action."),
+    };
+    let back = format!(
+        "/dlq?queue={}",
+        query_value(fields.get("queue").unwrap_or_default())
+    );
+    let options = MoveOptions {
+        filter,
+        ..MoveOptions::default()
+    };
+    let client = state.sqs.clone();
+    let dlq = pair.dlq.clone();
+    if action == "delete_selected" {
+        if fields.get("confirm") != Some("yes") {
+            return confirm_delete(&state, &fields, &pair, &what);
+        }
+        tracing::info!(dlq = %dlq.url, count = selected.len(), "console: delete dead letters");
+        let title = format!("Delete {what} from {}", dlq.name());
+        let id = state
+            .tasks
+            .spawn(title, "Deleted", back, move |mut progress| async move {
+                delete_messages(&client, &dlq, &options, &mut *progress).await
+            });
+        return Redirect::to(&format!("/tasks/{id}")).into_response();
+    }
+    let destination = fields.get("to_other").or_else(|| fields.get("to"));
+    let destinations = match destination {
+        Some(url) => match describe(&state.sqs, url).await {
+            Ok(queue) => Destinations::One(queue),
+            Err(error) => return problem(StatusCode::BAD_REQUEST, "Redrive", &display_chain(&error)),
+        },
+        None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
+        None => Destinations::BySource(pair.sources.clone()),
+    };
+    let target = match &destinations {
+        Destinations::One(queue) => queue.name().to_owned(),
+        Destinations::BySource(_) => "their source queues".to_owned(),
+    };
+    tracing::info!(dlq = %dlq.url, to = %target, "console: redrive dead letters");
+    let title = format!("Redrive {what} of {} to {target}", dlq.name());
+    let id = state
+        .tasks
+        .spawn(title, "Moved", back, move |mut progress| async move {
+            move_messages(&client, &dlq, &destinations, &options, &mut *progress).await
+        });
+    Redirect::to(&format!("/tasks/{id}")).into_response()
+}
+
+fn confirm_delete(state: &AppState, fields: &Fields, pair: &DeadLetterPair, what: &str) -> Response {
+    let carried: String = fields
+        .carried()
+        .map(|(name, value)| hidden(name, value))
+        .collect();
+    let body = format!(
+        "<p>Delete <strong>{}</strong> from <code>{}</code> for good? They are not sent anywhere; this \
+         cannot be undone.</p><form method=\"post\" action=\"/dlq/act\">{}{}{}\
+         <button class=\"danger\" type=\"submit\" id=\"confirm\">Yes, delete them</button> \
+         <a href=\"/dlq?queue={}\">Cancel</a></form>",
+        esc(what),
+        esc(pair.dlq.name()),
+        csrf_field(state),
+        carried,
+        hidden("confirm", "yes"),
+        esc(&query_value(fields.get("queue").unwrap_or_default())),
+    );
+    page("Delete dead letters?", Nav::Queues, &body).into_response()
+}

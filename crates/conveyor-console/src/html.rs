@@ -1,0 +1,193 @@
+//! The page frame, escaping, the stylesheet and the one small script (no build step, no Node).
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+
+use crate::state::AppState;
+
+/// `text` safe inside HTML text and double-quoted attributes.
+pub(crate) fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as a URL query value.
+pub(crate) fn query_value(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(char::from(byte)),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+/// Which navigation entry is lit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nav {
+    Queues,
+    Jobs,
+    Send,
+    Other,
+}
+
+/// A whole page: navigation, then `body`.
+pub(crate) fn page(title: &str, nav: Nav, body: &str) -> Html<String> {
+    let link = |href: &str, label: &str, this: Nav| {
+        let class = if nav == this { " class=\"on\"" } else { "" };
+        format!("<a href=\"{href}\"{class}>{label}</a>")
+    };
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · Conveyor</title><link rel=\"stylesheet\" href=\"/static/console.css\">\
+         <script src=\"/static/console.js\" defer></script></head><body>\
+         <header><strong>Conveyor</strong><nav>{queues}{jobs}{send}</nav></header>\
+         <main><h1>{title}</h1>{body}</main></body></html>",
+        title = esc(title),
+        queues = link("/", "Queues", Nav::Queues),
+        jobs = link("/jobs", "Jobs", Nav::Jobs),
+        send = link("/send", "Send", Nav::Send),
+    ))
+}
+
+/// A page saying what went wrong and what to do, with `status`.
+pub(crate) fn problem(status: StatusCode, title: &str, message: &str) -> Response {
+    let body = format!(
+        "<p class=\"bad\" id=\"problem\">{}</p><p><a href=\"/\">Back to the queues</a></p>",
+        esc(message)
+    );
+    (status, page(title, Nav::Other, &body)).into_response()
+}
+
+/// The hidden CSRF field every state-changing form carries.
+pub(crate) fn csrf_field(state: &AppState) -> String {
+    hidden("csrf", &state.csrf)
+}
+
+/// A hidden form field.
+pub(crate) fn hidden(name: &str, value: &str) -> String {
+    format!(
+        "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+        esc(name),
+        esc(value)
+    )
+}
+
+/// A number card for the top of a page; `alert` colours it when it is not zero.
+pub(crate) fn card(label: &str, value: &str, alert: bool, id: &str) -> String {
+    let class = if alert { "card alert" } else { "card" };
+    format!(
+        "<div class=\"{class}\"><b id=\"{id}\">{}</b><span>{}</span></div>",
+        esc(value),
+        esc(label)
+    )
+}
+
+pub(crate) async fn not_found() -> Response {
+    problem(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is no such page. The console has Queues, Jobs and Send.",
+    )
+}
+
+/// Headers on every answer: no framing, scripts and styles from this origin only, no referrer (a
+/// token may be in a URL once), nothing cached (pages can carry message bodies).
+pub(crate) async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+pub(crate) async fn stylesheet() -> Response {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLESHEET).into_response()
+}
+
+pub(crate) async fn script() -> Response {
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT).into_response()
+}
+
+const STYLESHEET: &str = r#":root{color-scheme:light dark;--fg:#1b1f24;--muted:#57606a;--bg:#fff;--card:#f3f5f7;--line:#d0d7de;--bad:#b42318;--ok:#1a7f37;--accent:#0b5cad}
+@media (prefers-color-scheme:dark){:root{--fg:#e6edf3;--muted:#9198a1;--bg:#0d1117;--card:#161b22;--line:#30363d;--bad:#ff7b72;--ok:#3fb950;--accent:#58a6ff}}
+*{box-sizing:border-box}body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:var(--fg);background:var(--bg)}
+header{display:flex;gap:1.2rem;align-items:center;padding:.6rem 1rem;border-bottom:1px solid var(--line);flex-wrap:wrap}
+nav{display:flex;gap:1rem}nav a{color:var(--fg);text-decoration:none;padding:.2rem 0}nav a.on{font-weight:600;border-bottom:2px solid var(--accent)}
+main{padding:.8rem 1rem 2rem;max-width:1200px;margin:auto}h1{font-size:1.3rem;margin:.2rem 0 .8rem}h2{font-size:1.05rem;margin:1.2rem 0 .5rem}
+a{color:var(--accent)}.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(130px,1fr));gap:.5rem;margin-bottom:1rem}
+.card{background:var(--card);border-radius:8px;padding:.5rem .8rem}.card b{display:block;font-size:1.6rem;font-variant-numeric:tabular-nums}.card span{color:var(--muted);font-size:.85rem}
+.card.alert b{color:var(--bad)}.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%}
+th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid var(--line);vertical-align:top}th{font-size:.85rem;color:var(--muted);font-weight:600}
+.n{text-align:right;font-variant-numeric:tabular-nums}.muted{color:var(--muted)}.bad{color:var(--bad)}.ok{color:var(--ok)}
+button,input,select,textarea{font:inherit;color:var(--fg);background:var(--bg);border:1px solid var(--line);border-radius:6px;padding:.3rem .5rem}
+button{cursor:pointer;background:var(--card)}button.danger{border-color:var(--bad);color:var(--bad)}form.inline{display:inline}
+textarea{width:100%;min-height:10rem;font-family:ui-monospace,monospace}pre{white-space:pre-wrap;word-break:break-all;background:var(--card);padding:.5rem;border-radius:6px;margin:.3rem 0}
+.filters,.actions{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:.5rem 0}.filters label,.actions label,.stack label{display:flex;flex-direction:column;font-size:.85rem;color:var(--muted)}
+.stack{display:grid;gap:.6rem;max-width:40rem}.note{background:var(--card);border-left:3px solid var(--accent);padding:.4rem .7rem;border-radius:4px}
+@media (max-width:640px){.wide{display:none}main{padding:.6rem}.card b{font-size:1.3rem}}
+"#;
+
+const SCRIPT: &str = r#"// Conveyor console: live regions and "select all". Everything works without it (forms post, pages reload).
+(function () {
+  document.querySelectorAll('[data-live]').forEach(function (region) {
+    var every = Number(region.getAttribute('data-every') || 3000);
+    function tick() {
+      if (region.querySelector('[data-finished="true"]')) return;
+      fetch(region.getAttribute('data-live'), { credentials: 'same-origin' })
+        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (html) { region.innerHTML = html; })
+        .catch(function () {})
+        .finally(function () { setTimeout(tick, every); });
+    }
+    setTimeout(tick, every);
+  });
+  document.querySelectorAll('input[data-select-all]').forEach(function (box) {
+    box.addEventListener('change', function () {
+      document.querySelectorAll('input[name="id"]').forEach(function (one) { one.checked = box.checked; });
+    });
+  });
+})();
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_and_query_values_are_escaped() {
+        assert_eq!(
+            esc(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        assert_eq!(
+            query_value("http://h:4566/000/jobs q"),
+            "http%3A%2F%2Fh%3A4566%2F000%2Fjobs%20q"
+        );
+    }
+}

@@ -1,0 +1,83 @@
+#![doc = include_str!("../README.md")]
+
+mod auth;
+mod config;
+mod dlq;
+mod fields;
+mod html;
+mod jobs;
+mod queues;
+mod requests;
+mod send;
+mod state;
+mod tasks;
+mod workers;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{ConsoleConfig, ConsoleError, TOKEN_ENV};
+pub use workers::parse_metrics;
+
+use crate::state::AppState;
+
+/// A console ready to serve: its configuration checked, its queues resolved.
+#[derive(Clone)]
+pub struct Console {
+    state: Arc<AppState>,
+}
+
+impl Console {
+    /// Checks `config` (a token for any address but loopback) and resolves its queue names with `sqs`.
+    /// `dynamodb` serves the job lookup when `config.table` is set.
+    pub async fn new(
+        config: ConsoleConfig,
+        sqs: aws_sdk_sqs::Client,
+        dynamodb: aws_sdk_dynamodb::Client,
+    ) -> Result<Self, ConsoleError> {
+        config.check()?;
+        let state = AppState::new(config, sqs, dynamodb).await?;
+        Ok(Self {
+            state: Arc::new(state),
+        })
+    }
+
+    /// The routes, behind the token check.
+    pub fn router(&self) -> Router {
+        let state = Arc::clone(&self.state);
+        Router::new()
+            .route("/", get(queues::overview))
+            .route("/live", get(queues::live))
+            .route("/queues/purge", post(queues::purge))
+            .route("/dlq", get(dlq::show))
+            .route("/dlq/act", post(dlq::act))
+            .route("/tasks/{id}", get(tasks::show))
+            .route("/tasks/{id}/live", get(tasks::live))
+            .route("/jobs", get(jobs::show))
+            .route("/send", get(send::form).post(send::submit))
+            .route("/static/console.css", get(html::stylesheet))
+            .route("/static/console.js", get(html::script))
+            .fallback(html::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&state),
+                auth::require_token,
+            ))
+            .layer(axum::middleware::from_fn(html::security_headers))
+            .with_state(state)
+    }
+
+    /// Serves on `listener` until `stop` is cancelled.
+    pub async fn serve(self, listener: TcpListener, stop: CancellationToken) {
+        let limits = self.state.config.limits;
+        conveyor_http::serve(listener, self.router(), limits, stop).await;
+    }
+
+    /// AWS requests made so far (SQS and DynamoDB, retries included).
+    pub fn aws_requests(&self) -> u64 {
+        self.state.requests.total()
+    }
+}

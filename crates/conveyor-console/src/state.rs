@@ -1,0 +1,72 @@
+//! What every handler shares: the clients, the configuration, the CSRF secret, the running tasks.
+
+use conveyor_dynamodb::DynamoStore;
+use conveyor_sqs::admin::{AdminError, list_queues, resolve_queue_url};
+
+use crate::config::{ConsoleConfig, ConsoleError};
+use crate::requests::RequestCounter;
+use crate::tasks::Tasks;
+use crate::workers::Workers;
+
+pub(crate) struct AppState {
+    pub(crate) config: ConsoleConfig,
+    pub(crate) sqs: aws_sdk_sqs::Client,
+    pub(crate) store: Option<DynamoStore>,
+    pub(crate) requests: RequestCounter,
+    /// The CSRF value every form carries: random per process, never derived from the token.
+    pub(crate) csrf: String,
+    /// Queues given by URL or name, resolved once at start.
+    pub(crate) fixed_urls: Vec<String>,
+    pub(crate) tasks: Tasks,
+    pub(crate) workers: Workers,
+}
+
+impl AppState {
+    pub(crate) async fn new(
+        config: ConsoleConfig,
+        sqs: aws_sdk_sqs::Client,
+        dynamodb: aws_sdk_dynamodb::Client,
+    ) -> Result<Self, ConsoleError> {
+        let requests = RequestCounter::default();
+        let sqs = requests.sqs(&sqs);
+        let store = config
+            .table
+            .as_ref()
+            .map(|table| DynamoStore::new(requests.dynamodb(&dynamodb), table.clone()));
+        let mut fixed_urls = Vec::new();
+        for queue in &config.queues {
+            let url = resolve_queue_url(&sqs, queue).await?;
+            if !fixed_urls.contains(&url) {
+                fixed_urls.push(url);
+            }
+        }
+        let workers = Workers::new(config.workers.clone());
+        Ok(Self {
+            config,
+            sqs,
+            store,
+            requests,
+            csrf: format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            ),
+            fixed_urls,
+            tasks: Tasks::default(),
+            workers,
+        })
+    }
+
+    /// The queues to show: the fixed ones, then those the prefixes list now (one `ListQueues` each).
+    pub(crate) async fn queue_urls(&self) -> Result<Vec<String>, AdminError> {
+        let mut urls = self.fixed_urls.clone();
+        for prefix in &self.config.prefixes {
+            for url in list_queues(&self.sqs, prefix).await? {
+                if !urls.contains(&url) {
+                    urls.push(url);
+                }
+            }
+        }
+        Ok(urls)
+    }
+}

@@ -1,0 +1,309 @@
+//! The console in a real browser (headless Chromium through chromedriver) against LocalStack and a real
+//! worker: the queues page follows a queue's depth; the dead letters of poison jobs are filtered by
+//! reason, a selection is redriven and the worker processes it; requests without the token or the CSRF
+//! value are refused. Screenshots go to `target/console-screenshots/`. Prints the page load time and the
+//! AWS requests one refresh costs (README figures).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use conveyor_console::{Console, ConsoleConfig};
+use conveyor_core::config::{QueueConfig, WorkerConfig};
+use conveyor_core::{Context, Handler, HandlerError, Pipeline, Router};
+use conveyor_sqs::admin::QueueRef;
+use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_testing::browser::{Chromedriver, chromium_capabilities, screenshot_dir};
+use conveyor_testing::localstack::{self, QueueSpec};
+use conveyor_testing::wait::wait_for;
+use conveyor_worker::Worker;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "browser-test-token-0123456789";
+
+/// A webhook sender: malformed jobs fail for good; while the provider is "down" every job fails for good
+/// with a 410 (a poison job as far as the worker knows); afterwards they succeed.
+struct Webhook {
+    provider_down: Arc<AtomicBool>,
+    delivered: Arc<AtomicUsize>,
+}
+
+impl Handler for Webhook {
+    type Job = Value;
+    type Output = ();
+    const JOB_TYPE: &'static str = "webhook";
+
+    async fn handle(&self, job: Value, _ctx: Context) -> Result<(), HandlerError> {
+        if job.get("url").is_none() {
+            return Err(HandlerError::permanent("invalid payload: no url"));
+        }
+        if self.provider_down.load(Ordering::SeqCst) {
+            return Err(HandlerError::permanent("provider answered 410 Gone"));
+        }
+        self.delivered.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+async fn text(browser: &Client, css: &str) -> Option<String> {
+    browser.find(Locator::Css(css)).await.ok()?.text().await.ok()
+}
+
+/// Waits until the element `css` shows `expected` (the page refreshes itself, or `reload` reloads it).
+async fn wait_text(browser: &Client, css: &str, expected: &str, reload: bool) -> anyhow::Result<()> {
+    let waited = wait_for(Duration::from_secs(30), Duration::from_millis(200), async || {
+        if reload {
+            browser.refresh().await.ok()?;
+        }
+        (text(browser, css).await.as_deref() == Some(expected)).then_some(())
+    })
+    .await;
+    let shown = text(browser, css).await;
+    waited.with_context(|| format!("{css} never showed {expected:?}; it shows {shown:?}"))
+}
+
+async fn screenshot(browser: &Client, name: &str) -> anyhow::Result<()> {
+    let png = browser.screenshot().await?;
+    std::fs::write(screenshot_dir()?.join(name), png)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_watch_queues_and_redrive_dead_letters_in_a_browser() -> anyhow::Result<()> {
+    localstack::ensure_local_aws().await?;
+    let driver = Chromedriver::start().await?;
+    let sqs = localstack::sqs_client().await;
+    let queue =
+        localstack::create_queue(&sqs, &QueueSpec::standard("console-browser").max_receive_count(3)).await?;
+
+    // The console, with a token although it listens on loopback, and the worker's metrics.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let ops = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let config = ConsoleConfig {
+        listen: listener.local_addr()?,
+        token: Some(TOKEN.to_owned()),
+        queues: vec![QueueRef::parse(&queue.name)?],
+        workers: vec![format!("http://{ops}")],
+        job_types: vec!["webhook".to_owned()],
+        refresh: Duration::from_secs(1),
+        ..ConsoleConfig::default()
+    };
+    let console = Console::new(config, sqs.clone(), localstack::dynamodb_client().await).await?;
+    let stop = CancellationToken::new();
+    tokio::spawn(console.clone().serve(listener, stop.clone()));
+
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.enforce_http(true);
+    let browser = ClientBuilder::new(connector)
+        .capabilities(chromium_capabilities(1280, 900))
+        .connect(driver.url())
+        .await
+        .context("starting headless Chromium through chromedriver")?;
+    let result = scenario(&browser, &base, &sqs, &queue, ops, &console).await;
+    let _ = screenshot(&browser, "last.png").await;
+    browser.close().await?;
+    stop.cancel();
+    result
+}
+
+async fn scenario(
+    browser: &Client,
+    base: &str,
+    sqs: &aws_sdk_sqs::Client,
+    queue: &localstack::TestQueue,
+    ops: std::net::SocketAddr,
+    console: &Console,
+) -> anyhow::Result<()> {
+    let row = format!("tr[data-queue=\"{}\"]", queue.name);
+
+    // Without the token: refused. Opening it once with ?token= sets the cookie and drops it from the URL.
+    browser.goto(&format!("{base}/")).await?;
+    assert!(
+        text(browser, "#problem")
+            .await
+            .unwrap_or_default()
+            .contains("needs its token")
+    );
+    browser.goto(&format!("{base}/?token={TOKEN}")).await?;
+    assert_eq!(browser.current_url().await?.as_str(), format!("{base}/"));
+    wait_text(browser, &format!("{row} td.visible"), "0", false).await?;
+
+    // The queues page follows the depth: four jobs (two malformed) wait for a worker.
+    let producer = Producer::new(sqs.clone(), &queue.url);
+    for id in 0..4 {
+        let payload = if id % 2 == 0 {
+            json!({"url": format!("https://hooks.example/{id}")})
+        } else {
+            json!({"id": id})
+        };
+        producer.send(&Job::new("webhook", payload)).await?;
+    }
+    wait_text(browser, &format!("{row} td.visible"), "4", false).await?;
+    screenshot(browser, "queues.png").await?;
+
+    // Figures: a page load, and what one refresh costs.
+    let mut loads = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        browser.goto(&format!("{base}/")).await?;
+        loads.push(started.elapsed());
+    }
+    loads.sort();
+    let requests = text(browser, "#refresh-requests").await.unwrap_or_default();
+    println!(
+        "figure: queues page load (1 queue + DLQ, 1 worker), median of 5: {} ms; AWS requests per refresh: {requests}",
+        loads[2].as_millis()
+    );
+    let before = console.aws_requests();
+    let live = browser
+        .execute(
+            "return fetch('/live').then(r => r.text()).then(t => t.length)",
+            vec![],
+        )
+        .await?;
+    assert!(live.as_u64().unwrap_or(0) > 0);
+    println!(
+        "figure: AWS requests of one live refresh: {}",
+        console.aws_requests() - before
+    );
+
+    // A worker runs the jobs while the provider is down: all four are dead-lettered.
+    let provider_down = Arc::new(AtomicBool::new(true));
+    let delivered = Arc::new(AtomicUsize::new(0));
+    let pipeline = Pipeline::new(Router::new().route(Webhook {
+        provider_down: Arc::clone(&provider_down),
+        delivered: Arc::clone(&delivered),
+    }));
+    let config = WorkerConfig {
+        queues: vec![QueueConfig {
+            url: queue.url.clone(),
+            weight: 1,
+        }],
+        receive_wait: Duration::from_secs(1),
+        listen_addr: Some(ops.to_string()),
+        ..WorkerConfig::default()
+    };
+    let worker_queue: Arc<dyn conveyor_core::Queue> =
+        Arc::new(SqsQueue::connect(sqs.clone(), &queue.url).await?);
+    let worker = Worker::new(config, pipeline, vec![worker_queue])?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    wait_text(browser, &format!("{row} td.dlq-depth"), "4", false).await?;
+    provider_down.store(false, Ordering::SeqCst);
+
+    // Dead letters: filter by reason, see only the provider's failures, select them all, redrive.
+    browser
+        .find(Locator::Css(&format!("{row} a[href^=\"/dlq\"]")))
+        .await?
+        .click()
+        .await?;
+    wait_text(browser, "#dlq-peeked", "4", true).await?;
+    let filter = browser.form(Locator::Css("#filter")).await?;
+    filter.set_by_name("reason", "410").await?;
+    filter.submit().await?;
+    wait_text(browser, "#dlq-matching", "2", false).await?;
+    let reasons = browser.find_all(Locator::Css("tr.dead-letter td.reason")).await?;
+    assert_eq!(reasons.len(), 2);
+    for reason in reasons {
+        assert_eq!(reason.text().await?, "provider answered 410 Gone");
+    }
+    screenshot(browser, "dead-letters.png").await?;
+    browser
+        .find(Locator::Css("input[data-select-all]"))
+        .await?
+        .click()
+        .await?;
+    browser
+        .find(Locator::Css("#redrive-selected"))
+        .await?
+        .click()
+        .await?;
+    wait_text(browser, "#task-status[data-finished=\"true\"] .ok", "done", false).await?;
+    assert_eq!(text(browser, "#task-moved").await.as_deref(), Some("2"));
+    screenshot(browser, "redrive.png").await?;
+
+    // The worker processes the redriven jobs; the malformed ones stay in the DLQ.
+    wait_for(Duration::from_secs(30), Duration::from_millis(200), async || {
+        (delivered.load(Ordering::SeqCst) == 2).then_some(())
+    })
+    .await
+    .context("the worker never delivered the two redriven webhooks")?;
+    browser.goto(&format!("{base}/")).await?;
+    wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;
+    // The worker's /metrics, scraped by the console, count the two deliveries.
+    wait_text(browser, "#workers td.succeeded-total", "2", false).await?;
+    screenshot(browser, "queues-after.png").await?;
+
+    // A state-changing request without the CSRF value is refused, in the browser...
+    browser
+        .goto(&format!("{base}/dlq?queue={}", query(&queue.url)))
+        .await?;
+    browser
+        .execute(
+            "document.querySelector('#dead-letters input[name=csrf]').remove()",
+            vec![],
+        )
+        .await?;
+    browser
+        .find(Locator::Css("input[name=id]"))
+        .await?
+        .click()
+        .await?;
+    browser
+        .find(Locator::Css("#delete-selected"))
+        .await?
+        .click()
+        .await?;
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, "#problem")
+            .await
+            .filter(|text| text.contains("CSRF"))
+    })
+    .await?;
+    // ...and one without the token, from another client, even with the right CSRF value.
+    browser.goto(&format!("{base}/")).await?;
+    let csrf = browser
+        .find(Locator::Css("input[name=csrf]"))
+        .await?
+        .attr("value")
+        .await?
+        .unwrap_or_default();
+    let http = reqwest::Client::new();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("queue", queue.url.as_str()),
+        ("action", "redrive_filter"),
+    ];
+    let anonymous = http.post(format!("{base}/dlq/act")).form(&form).send().await?;
+    assert_eq!(anonymous.status(), 401);
+    let no_csrf = http
+        .post(format!("{base}/dlq/act"))
+        .bearer_auth(TOKEN)
+        .form(&[("queue", queue.url.as_str()), ("action", "redrive_filter")])
+        .send()
+        .await?;
+    assert_eq!(no_csrf.status(), 403);
+    // Nothing moved: the two malformed jobs are still dead letters.
+    browser.refresh().await?;
+    wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;
+
+    shutdown.cancel();
+    running.await??;
+    Ok(())
+}
+
+fn query(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,107 @@
+#![doc = include_str!("../README.md")]
+
+mod body;
+pub mod testing;
+
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use body::OversizedBody;
+
+/// The deadlines and size limits a server applies to every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The request line and headers must arrive within this; an idle keep-alive connection is closed
+    /// after it too.
+    pub header_timeout: Duration,
+    /// The whole body must arrive within this (a trickle of bytes does not extend it).
+    pub body_timeout: Duration,
+    /// The largest body accepted.
+    pub max_body: usize,
+    /// A body over `max_body` but at most this long is read and dropped, and the request reaches the
+    /// router with an empty body and an [`OversizedBody`] extension (the route answers, the connection
+    /// stays usable); a larger one is answered `413` at once. Zero: every oversized body gets `413`.
+    pub drain_oversized: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_body: 1024 * 1024,
+            drain_oversized: 0,
+        }
+    }
+}
+
+/// The largest request line plus headers hyper buffers (it answers `431` / closes beyond).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Serves `router` on `listener` until `stop` is cancelled: HTTP/1.1 with keep-alive, every request
+/// held to `limits`. On `stop` the listener closes and open connections finish the request they are on.
+pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: CancellationToken) {
+    let router = router.layer(axum::middleware::from_fn_with_state(limits, body::bound_body));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => return,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(%error, "http: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .max_buf_size(MAX_HEAD_BYTES);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(error) = result {
+                tracing::debug!(%error, "http: connection ended");
+            }
+        });
+    }
+}
+
+/// Binds `addr`, e.g. `127.0.0.1:9090`; the error names the address.
+pub async fn bind(addr: &str) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr).await.map_err(|source| BindError {
+        addr: addr.to_owned(),
+        source,
+    })
+}
+
+/// An address could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source} (is another process using the port? pick another address)")]
+pub struct BindError {
+    /// The address.
+    pub addr: String,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}

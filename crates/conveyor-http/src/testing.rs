@@ -1,0 +1,148 @@
+//! Checks every server's tests run against it over a raw TCP connection: a malformed request, an
+//! oversized body, a client that never finishes its headers, one that never finishes its body.
+//!
+//! Each check returns what went wrong as an `Err` with the server's raw answer, so a test reads
+//! `malformed_request_is_refused(addr).await.unwrap()`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads everything the server sends until it closes the connection, at most `within`.
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Result<String, String> {
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    match read {
+        Ok(Ok(_)) => Ok(text),
+        // A reset after the answer is a close too.
+        Ok(Err(error)) if !text.is_empty() || error.kind() == std::io::ErrorKind::ConnectionReset => Ok(text),
+        Ok(Err(error)) => Err(format!("reading the answer failed: {error}")),
+        Err(_) => Err(format!(
+            "the connection was still open after {within:?}; received so far: {text:?}"
+        )),
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<TcpStream, String> {
+    TcpStream::connect(addr)
+        .await
+        .map_err(|error| format!("cannot connect to {addr}: {error}"))
+}
+
+async fn write(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), String> {
+    stream
+        .write_all(bytes)
+        .await
+        .map_err(|error| format!("writing the request failed: {error}"))
+}
+
+fn expect_status(answer: &str, status: u16) -> Result<(), String> {
+    if answer.starts_with(&format!("HTTP/1.1 {status} ")) {
+        return Ok(());
+    }
+    Err(format!("expected status {status}, got {answer:?}"))
+}
+
+/// A request line that is not HTTP gets `400` and a closed connection.
+pub async fn malformed_request_is_refused(addr: SocketAddr) -> Result<(), String> {
+    let mut stream = connect(addr).await?;
+    write(&mut stream, b"THIS IS NOT HTTP\r\n\r\n").await?;
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5)).await?;
+    expect_status(&answer, 400)
+}
+
+/// A `POST path` with a body of `length` bytes gets `413`.
+pub async fn oversized_body_is_refused(addr: SocketAddr, path: &str, length: usize) -> Result<(), String> {
+    let mut stream = connect(addr).await?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n"
+    );
+    write(&mut stream, head.as_bytes()).await?;
+    // The server may answer before the body is in: a failed write after that is fine.
+    let _ = stream.write_all(&vec![b'x'; length]).await;
+    let answer = read_until_closed(&mut stream, Duration::from_secs(10)).await?;
+    expect_status(&answer, 413)
+}
+
+/// A client that sends part of its headers and then nothing is cut off within `within`.
+pub async fn unfinished_head_is_cut_off(addr: SocketAddr, within: Duration) -> Result<(), String> {
+    let mut stream = connect(addr).await?;
+    write(&mut stream, b"GET / HTTP/1.1\r\nHost: localhost\r\n").await?;
+    read_until_closed(&mut stream, within).await.map(|_| ())
+}
+
+/// A client that announces a body and sends only part of it gets `408` (and a closed connection)
+/// within `within`.
+pub async fn unfinished_body_is_cut_off(
+    addr: SocketAddr,
+    path: &str,
+    within: Duration,
+) -> Result<(), String> {
+    let mut stream = connect(addr).await?;
+    let head = format!("POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n0123456789");
+    write(&mut stream, head.as_bytes()).await?;
+    let answer = read_until_closed(&mut stream, within).await?;
+    expect_status(&answer, 408)
+}
+
+/// Every check above, against a server whose limits are `limits` and whose `post_path` takes a POST.
+pub async fn refuses_bad_clients(
+    addr: SocketAddr,
+    post_path: &str,
+    limits: &crate::Limits,
+) -> Result<(), String> {
+    let slack = Duration::from_secs(3);
+    malformed_request_is_refused(addr).await?;
+    oversized_body_is_refused(addr, post_path, limits.max_body.max(limits.drain_oversized) + 1).await?;
+    unfinished_head_is_cut_off(addr, limits.header_timeout + slack).await?;
+    unfinished_body_is_cut_off(addr, post_path, limits.body_timeout + slack).await
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::routing::{get, post};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::Limits;
+
+    #[tokio::test]
+    async fn the_stack_refuses_bad_clients_and_serves_good_ones() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = Limits {
+            header_timeout: Duration::from_millis(500),
+            body_timeout: Duration::from_millis(500),
+            max_body: 1000,
+            drain_oversized: 0,
+        };
+        let router = Router::new()
+            .route("/", get(|| async { "ok" }))
+            .route("/echo", post(|body: String| async move { body }));
+        let stop = CancellationToken::new();
+        tokio::spawn(crate::serve(listener, router, limits, stop.clone()));
+
+        refuses_bad_clients(addr, "/echo", &limits).await.unwrap();
+
+        // A well-formed request on a kept-alive connection is answered, twice.
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        for _ in 0..2 {
+            stream
+                .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+                .await
+                .unwrap();
+            let mut buffer = [0u8; 512];
+            let read = stream.read(&mut buffer).await.unwrap();
+            let answer = String::from_utf8_lossy(&buffer[..read]).into_owned();
+            assert!(
+                answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"),
+                "{answer}"
+            );
+        }
+        stop.cancel();
+    }
+}
