@@ -607,7 +607,9 @@ type PolicyCheck<'a> = (&'a [Body], &'a str, &'a str, &'a [(&'a str, &'a str)]);
 #[test]
 fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
     use conveyor_dynamodb::iam::CONSUMER_TABLE;
-    use conveyor_sqs::iam::{CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, PRODUCER};
+    use conveyor_sqs::iam::{
+        CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, OPERATOR_ACCOUNT, PRODUCER,
+    };
 
     let consumer_files = [
         "conveyor-sqs/src/queue.rs",
@@ -638,7 +640,15 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
     let groups: [CallGroup; 4] = [
         ("consumer (SQS)", &consumer_files, &SQS_OPERATIONS, consumer),
         ("producer", &producer_files, &SQS_OPERATIONS, operations(PRODUCER)),
-        ("operator", &operator_files, &SQS_OPERATIONS, operations(OPERATOR)),
+        (
+            "operator",
+            &operator_files,
+            &SQS_OPERATIONS,
+            operations(OPERATOR)
+                .union(&operations(OPERATOR_ACCOUNT))
+                .cloned()
+                .collect(),
+        ),
         (
             "consumer (DynamoDB)",
             // The worker's scheduler claims ticks in the same table with the same permissions.
@@ -669,11 +679,13 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
 #[test]
 fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
     use conveyor_dynamodb::iam::CONSUMER_TABLE;
-    use conveyor_sqs::iam::{CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, PRODUCER};
+    use conveyor_sqs::iam::{
+        CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, OPERATOR_ACCOUNT, PRODUCER,
+    };
 
     let permissions = parse_module(&module_dir("consumer-permissions"))?;
     let queue = parse_module(&module_dir("queue"))?;
-    let checks: [PolicyCheck; 5] = [
+    let checks: [PolicyCheck; 6] = [
         (&permissions, "this", "ConsumeQueue", CONSUMER_QUEUE),
         (
             &permissions,
@@ -684,6 +696,7 @@ fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
         (&permissions, "this", "IdempotencyRecords", CONSUMER_TABLE),
         (&queue, "producer", "SendJobs", PRODUCER),
         (&queue, "operator", "OperateQueues", OPERATOR),
+        (&queue, "operator", "ListQueues", OPERATOR_ACCOUNT),
     ];
     for (bodies, document, sid, list) in checks {
         let granted = statement_actions(bodies, document, sid)?;

@@ -66,6 +66,11 @@ async fn wait_text(browser: &Client, css: &str, expected: &str, reload: bool) ->
     waited.with_context(|| format!("{css} never showed {expected:?}; it shows {shown:?}"))
 }
 
+async fn click(browser: &Client, css: &str) -> anyhow::Result<()> {
+    browser.find(Locator::Css(css)).await?.click().await?;
+    Ok(())
+}
+
 async fn screenshot(browser: &Client, name: &str) -> anyhow::Result<()> {
     let png = browser.screenshot().await?;
     std::fs::write(screenshot_dir()?.join(name), png)?;
@@ -197,11 +202,7 @@ async fn scenario(
     provider_down.store(false, Ordering::SeqCst);
 
     // Dead letters: filter by reason, see only the provider's failures, select them all, redrive.
-    browser
-        .find(Locator::Css(&format!("{row} a[href^=\"/dlq\"]")))
-        .await?
-        .click()
-        .await?;
+    click(browser, &format!("{row} a[href^=\"/dlq\"]")).await?;
     wait_text(browser, "#dlq-peeked", "4", true).await?;
     let filter = browser.form(Locator::Css("#filter")).await?;
     filter.set_by_name("reason", "410").await?;
@@ -213,16 +214,8 @@ async fn scenario(
         assert_eq!(reason.text().await?, "provider answered 410 Gone");
     }
     screenshot(browser, "dead-letters.png").await?;
-    browser
-        .find(Locator::Css("input[data-select-all]"))
-        .await?
-        .click()
-        .await?;
-    browser
-        .find(Locator::Css("#redrive-selected"))
-        .await?
-        .click()
-        .await?;
+    click(browser, "input[data-select-all]").await?;
+    click(browser, "#redrive-selected").await?;
     wait_text(browser, "#task-status[data-finished=\"true\"] .ok", "done", false).await?;
     assert_eq!(text(browser, "#task-moved").await.as_deref(), Some("2"));
     screenshot(browser, "redrive.png").await?;
@@ -238,6 +231,12 @@ async fn scenario(
     // The worker's /metrics, scraped by the console, count the two deliveries.
     wait_text(browser, "#workers td.succeeded-total", "2", false).await?;
     screenshot(browser, "queues-after.png").await?;
+    // The same page as a phone shows it.
+    browser.set_window_size(390, 844).await?;
+    browser.refresh().await?;
+    wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;
+    screenshot(browser, "queues-phone.png").await?;
+    browser.set_window_size(1280, 900).await?;
 
     // A state-changing request without the CSRF value is refused, in the browser...
     browser
@@ -249,16 +248,8 @@ async fn scenario(
             vec![],
         )
         .await?;
-    browser
-        .find(Locator::Css("input[name=id]"))
-        .await?
-        .click()
-        .await?;
-    browser
-        .find(Locator::Css("#delete-selected"))
-        .await?
-        .click()
-        .await?;
+    click(browser, "input[name=id]").await?;
+    click(browser, "#delete-selected").await?;
     wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
         text(browser, "#problem")
             .await

@@ -55,3 +55,7 @@ pub const OPERATOR: &[(&str, &str)] = &[
     ("list_message_move_tasks", "sqs:ListMessageMoveTasks"),
     ("purge_queue", "sqs:PurgeQueue"),
 ];
+
+/// What an operator calls that IAM cannot scope to a queue (granted on `*`): listing queues by name
+/// prefix (`conveyor console --queue-prefix`).
+pub const OPERATOR_ACCOUNT: &[(&str, &str)] = &[("list_queues", "sqs:ListQueues")];

@@ -55,8 +55,8 @@ pub use move_task::{
 pub use peek::{PeekOptions, Peeked, peek};
 pub use purge::purge;
 pub use queue_info::{
-    DeadLetterPair, QueueInfo, dead_letter_sources, describe, resolve_dead_letter, url_for_arn,
+    DeadLetterPair, QueueInfo, dead_letter_sources, describe, list_queues, resolve_dead_letter, url_for_arn,
 };
-pub use queue_ref::{BadQueueRef, QueueRef, is_queue_name, list_queues, queue_url_region, resolve_queue_url};
+pub use queue_ref::{BadQueueRef, QueueRef, is_queue_name, queue_url_region, resolve_queue_url};
 pub use receive::{Received, receive_held, release};
 pub use stats::{AGE_PEEK_MAX, OldestAge, QueueStats, Stats, stats, stats_of};

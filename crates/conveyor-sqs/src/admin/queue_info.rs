@@ -113,6 +113,29 @@ pub async fn dead_letter_sources(client: &Client, dlq_url: &str) -> Result<Vec<S
     }
 }
 
+/// The URLs of the queues whose name starts with `prefix` (`ListQueues`, every page), sorted.
+pub async fn list_queues(client: &Client, prefix: &str) -> Result<Vec<String>, AdminError> {
+    let mut urls = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let output = client
+            .list_queues()
+            .queue_name_prefix(prefix)
+            .max_results(1000)
+            .set_next_token(token.take())
+            .send()
+            .await
+            .map_err(|error| classify(&error, prefix))?;
+        urls.extend(output.queue_urls().iter().cloned());
+        match output.next_token() {
+            Some(next) if !next.is_empty() => token = Some(next.to_owned()),
+            _ => break,
+        }
+    }
+    urls.sort();
+    Ok(urls)
+}
+
 /// A DLQ and the queues that send to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetterPair {
