@@ -124,7 +124,7 @@ fn render(state: &AppState, snapshot: &Snapshot) -> String {
     }
     html.push_str(
         "<div class=\"scroll\"><table id=\"queues\"><thead><tr><th>Queue</th><th class=\"n\">Visible</th>\
-         <th class=\"n\">In flight</th><th class=\"n\">Delayed</th><th>DLQ</th><th class=\"n\">DLQ depth</th>\
+         <th class=\"n\">In flight</th><th class=\"n wide\">Delayed</th><th class=\"wide\">DLQ</th><th class=\"n\">DLQ depth</th>\
          <th class=\"n wide\">Max receives</th><th class=\"n wide\">Visibility</th><th></th></tr></thead><tbody>",
     );
     for read in &snapshot.queues {
@@ -181,7 +181,7 @@ fn queue_row(state: &AppState, stats: &Stats) -> String {
     let dlq_class = if dlq_depth > 0 { "n bad" } else { "n" };
     format!(
         "<tr data-queue=\"{name}\"><td>{name}{fifo}</td><td class=\"n visible\">{visible}</td>\
-         <td class=\"n\">{in_flight}</td><td class=\"n\">{delayed}</td><td>{dlq_cell}</td>\
+         <td class=\"n\">{in_flight}</td><td class=\"n wide\">{delayed}</td><td class=\"wide\">{dlq_cell}</td>\
          <td class=\"{dlq_class} dlq-depth\">{dlq_depth}</td><td class=\"n wide\">{max_receives}</td>\
          <td class=\"n wide\">{visibility}</td><td>{dead_letters} \
          <form class=\"inline\" method=\"post\" action=\"/queues/purge\">{csrf}{url}\
@@ -211,8 +211,8 @@ fn workers_table(workers: &[WorkerView]) -> String {
                 esc(error)
             ),
             None => format!(
-                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-                 <td class=\"n\">{:.0}</td><td class=\"n succeeded-total\">{:.0}</td><td class=\"n{}\">{:.0}</td></tr>",
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n wide\">{}</td>\
+                 <td class=\"n wide\">{:.0}</td><td class=\"n wide succeeded-total\">{:.0}</td><td class=\"n{}\">{:.0}</td></tr>",
                 esc(&worker.url),
                 rate(worker.per_second),
                 rate(worker.errors_per_second),
@@ -226,8 +226,8 @@ fn workers_table(workers: &[WorkerView]) -> String {
         .collect();
     format!(
         "<h2>Workers</h2><div class=\"scroll\"><table id=\"workers\"><thead><tr><th>Worker</th>\
-         <th class=\"n\">Succeeded</th><th class=\"n\">Errors</th><th class=\"n\">In flight</th>\
-         <th class=\"n\">Received</th><th class=\"n\">Succeeded total</th><th class=\"n\">Leases lost</th>\
+         <th class=\"n\">Succeeded</th><th class=\"n\">Errors</th><th class=\"n wide\">In flight</th>\
+         <th class=\"n wide\">Received</th><th class=\"n wide\">Succeeded total</th><th class=\"n\">Leases lost</th>\
          </tr></thead><tbody>{rows}</tbody></table></div>"
     )
 }

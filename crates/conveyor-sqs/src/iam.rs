@@ -56,6 +56,8 @@ pub const OPERATOR: &[(&str, &str)] = &[
     ("purge_queue", "sqs:PurgeQueue"),
 ];
 
-/// What an operator calls that IAM cannot scope to a queue (granted on `*`): listing queues by name
-/// prefix (`conveyor console --queue-prefix`).
+/// What an operator calls that IAM cannot scope to a queue: listing queues by name prefix (`conveyor
+/// console --queue-prefix`). IAM grants `sqs:ListQueues` only on resource `*`, which the project's
+/// policies never use, so `infra/`'s operator policy leaves it out: grant it yourself to use
+/// `--queue-prefix`, or name the queues with `--queue-url`.
 pub const OPERATOR_ACCOUNT: &[(&str, &str)] = &[("list_queues", "sqs:ListQueues")];

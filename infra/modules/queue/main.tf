@@ -256,13 +256,6 @@ data "aws_iam_policy_document" "operator" {
     resources = [aws_sqs_queue.this.arn, aws_sqs_queue.dlq.arn]
   }
 
-  # `conveyor console --queue-prefix`: ListQueues cannot be scoped to a queue; it reveals queue URLs only.
-  statement {
-    sid       = "ListQueues"
-    actions   = ["sqs:ListQueues"]
-    resources = ["*"]
-  }
-
   dynamic "statement" {
     for_each = length(local.kms_key_arns) > 0 ? [local.kms_key_arns] : []
 

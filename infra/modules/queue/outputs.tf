@@ -59,6 +59,6 @@ output "producer_policy_json" {
 }
 
 output "operator_policy_json" {
-  description = "An IAM policy for operators running `conveyor stats`, `dlq peek`, `dlq redrive` (StartMessageMoveTask and the filtered move loop), `purge` and `console` on both queues (plus sqs:ListQueues for `console --queue-prefix`)."
+  description = "An IAM policy for operators running `conveyor stats`, `dlq peek`, `dlq redrive` (StartMessageMoveTask and the filtered move loop) and `purge` on both queues."
   value       = data.aws_iam_policy_document.operator.json
 }
