@@ -43,7 +43,9 @@ async fn bad_clients_are_refused_and_cut_off_before_the_token_check() {
         limits,
         ..ConsoleConfig::default()
     };
-    let console = Console::new(config, offline_sqs(), offline_dynamodb()).await.unwrap();
+    let console = Console::new(config, offline_sqs(), offline_dynamodb())
+        .await
+        .unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(console.serve(listener, stop.clone()));
     conveyor_http::testing::refuses_bad_clients(addr, "/send", &limits)
