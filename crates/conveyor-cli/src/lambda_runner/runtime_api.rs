@@ -223,7 +223,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route(&format!("{PREFIX}/invocation/next"), get(next))
         .route(&format!("{PREFIX}/invocation/{{id}}/response"), post(response))
         .route(&format!("{PREFIX}/invocation/{{id}}/error"), post(error))
-        .route(&format!("{PREFIX}/init/error"), post(init_error))
+        .route(&format!("{PREFIX}/init/error"), post(error))
         .fallback(|request: axum::extract::Request| async move {
             json_reply(
                 StatusCode::NOT_FOUND,
@@ -262,10 +262,10 @@ async fn response(
     })
 }
 
-/// `POST invocation/{id}/error`.
+/// `POST invocation/{id}/error` and `POST init/error` (no id).
 async fn error(
     State(shared): State<Arc<Shared>>,
-    Path(id): Path<String>,
+    id: Option<Path<String>>,
     headers: HeaderMap,
     oversized: Oversized,
     body: Bytes,
@@ -273,28 +273,12 @@ async fn error(
     if oversized.is_some() {
         return too_large();
     }
-    answer(&shared, &id, |id| ApiEvent::Error {
-        id,
-        error_type: error_type(&headers),
-        body: body.to_vec(),
-    })
-}
-
-/// `POST init/error`.
-async fn init_error(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    oversized: Oversized,
-    body: Bytes,
-) -> Response {
-    if oversized.is_some() {
-        return too_large();
-    }
-    shared.emit(ApiEvent::InitError {
-        error_type: error_type(&headers),
-        body: body.to_vec(),
-    });
-    accepted()
+    let (error_type, body) = (error_type(&headers), body.to_vec());
+    let Some(Path(id)) = id else {
+        shared.emit(ApiEvent::InitError { error_type, body });
+        return accepted();
+    };
+    answer(&shared, &id, |id| ApiEvent::Error { id, error_type, body })
 }
 
 fn error_type(headers: &HeaderMap) -> Option<String> {
