@@ -1,7 +1,8 @@
 //! The console in a real browser (headless Chromium through chromedriver) against LocalStack and a real
 //! worker: the queues page follows a queue's depth; the dead letters of poison jobs are filtered by
 //! reason, a selection is redriven and the worker processes it; requests without the token or the CSRF
-//! value are refused. Screenshots go to `target/console-screenshots/`. Prints the page load time and the
+//! value are refused; the send form refuses a body that is not JSON and sends one that is. Screenshots go to
+//! `target/console-screenshots/`. Prints the page load time and the
 //! AWS requests one refresh costs (README figures).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -282,6 +283,28 @@ async fn scenario(
     // Nothing moved: the two malformed jobs are still dead letters.
     browser.refresh().await?;
     wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;
+
+    // The send form checks the JSON before sending anything, then sends.
+    browser.goto(&format!("{base}/send")).await?;
+    let form = browser.form(Locator::Css("#send")).await?;
+    form.set_by_name("payload", "{\"url\": ").await?;
+    form.submit().await?;
+    let refused = text(browser, "#send-error").await.unwrap_or_default();
+    assert!(
+        refused.contains("not valid JSON") && refused.contains("nothing was sent"),
+        "{refused}"
+    );
+    let form = browser.form(Locator::Css("#send")).await?;
+    form.set_by_name("payload", "{\"url\": \"https://hooks.example/sent\"}")
+        .await?;
+    form.submit().await?;
+    let sent_id = text(browser, "#sent-id").await.unwrap_or_default();
+    assert!(!sent_id.is_empty(), "no message id after sending");
+    wait_for(Duration::from_secs(30), Duration::from_millis(200), async || {
+        (delivered.load(Ordering::SeqCst) == 3).then_some(())
+    })
+    .await
+    .context("the worker never delivered the job sent from the console")?;
 
     shutdown.cancel();
     running.await??;
