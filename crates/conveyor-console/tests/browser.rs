@@ -289,7 +289,11 @@ async fn scenario(
     let form = browser.form(Locator::Css("#send")).await?;
     form.set_by_name("payload", "{\"url\": ").await?;
     form.submit().await?;
-    let refused = text(browser, "#send-error").await.unwrap_or_default();
+    // Each answer is a new page: wait for it rather than read the one it replaces.
+    let refused = wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, "#send-error").await
+    })
+    .await?;
     assert!(
         refused.contains("not valid JSON") && refused.contains("nothing was sent"),
         "{refused}"
@@ -298,8 +302,11 @@ async fn scenario(
     form.set_by_name("payload", "{\"url\": \"https://hooks.example/sent\"}")
         .await?;
     form.submit().await?;
-    let sent_id = text(browser, "#sent-id").await.unwrap_or_default();
-    assert!(!sent_id.is_empty(), "no message id after sending");
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, "#sent-id").await.filter(|id| !id.is_empty())
+    })
+    .await
+    .context("no message id after sending")?;
     wait_for(Duration::from_secs(30), Duration::from_millis(200), async || {
         (delivered.load(Ordering::SeqCst) == 3).then_some(())
     })
