@@ -16,10 +16,23 @@ use tokio::process::{Child, Command};
 use crate::localstack::repo_root;
 use crate::wait::wait_for;
 
-/// A running chromedriver; killed when dropped.
+/// A running chromedriver; killed when dropped, with the browsers it started (its process group), so a
+/// test that panics before closing its session leaves no Chromium behind.
 pub struct Chromedriver {
     url: String,
-    _child: Child,
+    child: Child,
+}
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
 }
 
 impl Chromedriver {
@@ -34,6 +47,7 @@ impl Chromedriver {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
+            .process_group(0)
             .spawn()
             .with_context(|| format!("cannot start {binary}; run ./localstack/install-chromium.sh"))?;
         let url = format!("http://127.0.0.1:{port}");
@@ -44,7 +58,7 @@ impl Chromedriver {
         })
         .await
         .with_context(|| format!("{binary} did not answer on {status}"))?;
-        Ok(Self { url, _child: child })
+        Ok(Self { url, child })
     }
 
     /// The WebDriver URL, e.g. `http://127.0.0.1:9515`.
