@@ -136,6 +136,32 @@ fn idempotency_table_uses_the_record_attribute_names() -> Result<()> {
 }
 
 #[test]
+fn idempotency_table_has_the_jobs_index_the_cli_queries() -> Result<()> {
+    use conveyor_dynamodb::jobs::{JOB_CHANGED, JOB_INDEX};
+    let bodies = parse_module(&module_dir("idempotency-table"))?;
+    let table = single_resource(&bodies, "aws_dynamodb_table")?.body();
+    let index = single_block(table, "global_secondary_index")?.body();
+    ensure!(
+        string_attr(index, "name")? == defaults::JOBS_INDEX,
+        "the jobs index must be named `{}`",
+        defaults::JOBS_INDEX
+    );
+    ensure!(string_attr(index, "hash_key")? == JOB_INDEX, "its hash_key must be `{JOB_INDEX}`");
+    ensure!(string_attr(index, "range_key")? == JOB_CHANGED, "its range_key must be `{JOB_CHANGED}`");
+    ensure!(string_attr(index, "projection_type")? == "ALL", "it must project every attribute");
+    for (name, kind) in [(JOB_INDEX, "S"), (JOB_CHANGED, "N")] {
+        let attribute = blocks(table, "attribute")
+            .find(|attribute| attr(attribute.body(), "name").and_then(as_string).as_deref() == Some(name))
+            .with_context(|| format!("the table declares no `attribute` named `{name}`"))?;
+        ensure!(
+            string_attr(attribute.body(), "type")? == kind,
+            "the `{name}` attribute must be of type {kind}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
 fn queue_defaults_match_the_code() -> Result<()> {
     let bodies = parse_module(&module_dir("queue"))?;
 

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use crate::aws::{Aws, AwsArgs};
 use crate::commands::console::ConsoleArgs;
 use crate::commands::dlq::DlqArgs;
+use crate::commands::jobs::JobsArgs;
 use crate::commands::local::LocalArgs;
 use crate::commands::purge::PurgeArgs;
 use crate::commands::schedules::SchedulesArgs;
@@ -51,6 +52,8 @@ pub enum Command {
     Lambda(LambdaArgs),
     /// Serve the web console: queues and DLQs live, dead letters (peek, filter, redrive, delete), jobs.
     Console(ConsoleArgs),
+    /// Show, list and watch tracked jobs (status, attempts, last error, progress, output).
+    Jobs(JobsArgs),
     /// Set up the local emulators: a queue with its DLQ and redrive policy, and the idempotency table.
     Local(LocalArgs),
     /// Export the application's schedules; list, pause, resume and trigger them.
@@ -71,6 +74,7 @@ impl Command {
             Command::Local(args) => crate::commands::local::run(args, aws, format).await,
             Command::Schedules(args) => crate::commands::schedules::run(args, aws, format).await,
             Command::Console(args) => crate::commands::console::run(args, aws).await,
+            Command::Jobs(args) => crate::commands::jobs::run(args, aws, format).await,
         }
     }
 }

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::message::{Attributes, Message};
+use crate::progress::ProgressReporter;
 
 /// The context of one job run: the message's metadata, a deadline and a cancellation token.
 ///
@@ -20,6 +21,7 @@ pub struct Context {
     cancel: CancellationToken,
     idempotency_key: Option<String>,
     fencing_token: Option<u64>,
+    progress: Option<Arc<ProgressReporter>>,
 }
 
 impl Context {
@@ -38,6 +40,7 @@ impl Context {
             cancel,
             idempotency_key,
             fencing_token: None,
+            progress: None,
         }
     }
 
@@ -45,6 +48,22 @@ impl Context {
     pub fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
         self.fencing_token = fencing_token;
         self
+    }
+
+    /// The same context reporting progress to `reporter` (a tracked job's run).
+    pub fn with_progress(mut self, reporter: Option<Arc<ProgressReporter>>) -> Self {
+        self.progress = reporter;
+        self
+    }
+
+    /// Reports how far the job is (0 to 100 percent, and what it is doing). Cheap and never waits: a
+    /// tracked job's record gets the latest report at most once per the handler's
+    /// `progress_interval` while it runs, and the last one always, with the job's end. Ignored for
+    /// untracked jobs (`HandlerSettings::tracked`).
+    pub fn progress(&self, percent: u8, message: impl Into<String>) {
+        if let Some(reporter) = &self.progress {
+            reporter.report(percent, message.into());
+        }
     }
 
     /// SQS's message id.

@@ -53,3 +53,7 @@ pub const RETRY_BUDGET: Duration = Duration::from_secs(15 * 60);
 pub const LAMBDA_VISIBILITY_RATIO: u64 = 6;
 /// How long a completed idempotency record keeps suppressing duplicates.
 pub const IDEMPOTENCY_RECORD_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The least time between two progress writes of one tracked run (`HandlerSettings::progress_interval`).
+pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
+/// The secondary index that lists tracked jobs by type and status (`conveyor jobs list`).
+pub const JOBS_INDEX: &str = "conveyor-jobs";

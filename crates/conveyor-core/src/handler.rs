@@ -93,6 +93,11 @@ pub struct HandlerSettings {
     /// How the record id and validation hash are built: Conveyor's own (default) or a Powertools
     /// consumer's, to deduplicate with it (see [`KeyStyle`](crate::KeyStyle)).
     pub key_style: crate::record_key::KeyStyle,
+    /// Keep a job record (status, attempts, last error, progress, output) in the idempotency record
+    /// (see [`tracking`](crate::tracking)); needs `idempotent` and a store.
+    pub tracked: bool,
+    /// The least time between two progress writes of one run (see [`progress`](crate::progress)).
+    pub progress_interval: Duration,
 }
 
 impl Default for HandlerSettings {
@@ -104,6 +109,8 @@ impl Default for HandlerSettings {
             validate_payload: false,
             record_ttl: crate::defaults::IDEMPOTENCY_RECORD_TTL,
             key_style: crate::record_key::KeyStyle::Conveyor,
+            tracked: false,
+            progress_interval: crate::defaults::PROGRESS_INTERVAL,
         }
     }
 }

@@ -5,6 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
+use crate::tracking::{JobChange, JobQuery, JobRecord, Progress};
+
 /// A record's status, spelled as AWS Lambda Powertools spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordStatus {
@@ -185,6 +187,70 @@ pub trait IdempotencyStore: Send + Sync {
 
     /// Reads a record (expired or not).
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError>;
+
+    // Job tracking (see `crate::tracking`). The status rides on the claim, complete and release writes
+    // above, under the same conditions; a store that keeps no job records falls back to them.
+
+    /// [`claim`](Self::claim), also recording the job as `change.status` (running) when acquired.
+    async fn claim_tracked(
+        &self,
+        request: &ClaimRequest,
+        change: &JobChange,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let _ = change;
+        self.claim(request).await
+    }
+
+    /// [`complete`](Self::complete), also recording `change` (succeeded, the last progress).
+    async fn complete_tracked(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+        change: &JobChange,
+    ) -> Result<(), StoreError> {
+        let _ = change;
+        self.complete(claim, output, expires_at).await
+    }
+
+    /// [`release`](Self::release), also recording `change` (retrying or dead-lettered, the error).
+    async fn release_tracked(&self, claim: &Claim, change: &JobChange) -> Result<(), StoreError> {
+        let _ = change;
+        self.release(claim).await
+    }
+
+    /// Writes a progress report on the claim's record, fenced on its token while it is in progress.
+    async fn record_progress(&self, claim: &Claim, progress: &Progress) -> Result<(), StoreError> {
+        let _ = (claim, progress);
+        Ok(())
+    }
+
+    /// Records a job as sent (a producer's write): only when no record exists for the key yet, so it
+    /// never overwrites a run that started first. The record does not block the claim.
+    async fn mark_sent(&self, key: &str, change: &JobChange) -> Result<(), StoreError> {
+        let _ = (key, change);
+        Ok(())
+    }
+
+    /// Reads a tracked job's record; `None` when the key has no record or an untracked one.
+    async fn job(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
+        let _ = key;
+        Err(not_tracking())
+    }
+
+    /// Lists tracked jobs of one type, newest change first.
+    async fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRecord>, StoreError> {
+        let _ = query;
+        Err(not_tracking())
+    }
+}
+
+fn not_tracking() -> StoreError {
+    StoreError::Misconfigured {
+        message:
+            "this idempotency store keeps no job records (job tracking needs the DynamoDB or memory store)"
+                .to_owned(),
+    }
 }
 
 /// How far past its lease an in-progress record's expiry is set on each extension.

@@ -19,9 +19,11 @@ pub mod log_output;
 pub mod message;
 pub mod outcome;
 pub mod pipeline;
+pub mod progress;
 pub mod queue;
 pub mod record_key;
 pub mod router;
+pub mod tracking;
 
 pub use backoff::Backoff;
 pub use context::Context;
@@ -40,3 +42,4 @@ pub use queue::{
 };
 pub use record_key::{KeySource, KeyStyle, PowertoolsFlavor, PowertoolsKey};
 pub use router::Router;
+pub use tracking::{JobChange, JobQuery, JobRecord, JobStatus, Progress};

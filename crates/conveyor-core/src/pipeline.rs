@@ -63,7 +63,9 @@ use crate::lease::Lease;
 use crate::limits::MAX_DELAY;
 use crate::message::Message;
 use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
+use crate::progress::{ProgressReporter, ProgressWriter};
 use crate::router::Router;
+use crate::tracking::{JobChange, JobStatus, status_after};
 
 /// How long a cancelled handler may take to return on its own before its future is dropped.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
@@ -276,6 +278,17 @@ impl Pipeline {
         }
         // The handler's token: cancelled with the lease, and at its deadline (a grace before the drop).
         let handler_token = lease.cancellation().child_token();
+        // A tracked run's progress reports go to its record (see `crate::progress`).
+        let reporter = settings.tracked.then(|| Arc::new(ProgressReporter::default()));
+        let writer = match (store, &claim, &reporter) {
+            (Some(store), Some(claim), Some(reporter)) => Some(ProgressWriter::start(
+                Arc::clone(store),
+                claim.clone(),
+                Arc::clone(reporter),
+                settings.progress_interval,
+            )),
+            _ => None,
+        };
         let ctx = Context::new(
             Arc::clone(&message),
             Arc::clone(&queue),
@@ -283,7 +296,8 @@ impl Pipeline {
             handler_token.clone(),
             idempotency_key,
         )
-        .with_fencing_token(claim.as_ref().map(|claim| claim.token));
+        .with_fencing_token(claim.as_ref().map(|claim| claim.token))
+        .with_progress(reporter.clone());
         // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
         // invocation's) comes first, so a timeout's reason names the real limit.
         let allowed = deadline.saturating_duration_since(started);
@@ -295,10 +309,31 @@ impl Pipeline {
         let (result, output) = run(job, ctx, limits, &handler_token, lease).await;
         let handler_duration = Some(started.elapsed());
         let outcome = classify(result, origin, &self.backoff(settings));
+        if let Some(writer) = writer
+            && bounded(settle_deadline, writer.stop()).await.is_err()
+        {
+            tracing::warn!("a progress write did not finish before the deadline");
+        }
 
         if let (Some(store), Some(claim)) = (store, claim) {
             lease.take_claim();
-            let settling = settle(store.as_ref(), &claim, &outcome, output.as_deref(), settings);
+            // A tracked job's new status (and its last progress report) rides on the settling write.
+            let change = reporter.map(|reporter| {
+                let (status, error) = status_after(&outcome);
+                JobChange {
+                    error,
+                    progress: reporter.take(),
+                    ..JobChange::now(job_type, status, origin.attempt)
+                }
+            });
+            let settling = settle(
+                store.as_ref(),
+                &claim,
+                &outcome,
+                output.as_deref(),
+                settings,
+                change.as_ref(),
+            );
             if bounded(settle_deadline, settling).await.is_err() {
                 tracing::warn!(key = %claim.key, "settling the claim did not finish before the deadline; it lapses with its lease");
             }
@@ -346,7 +381,14 @@ async fn claim(
             .validate_payload
             .then(|| settings.key_style.validation(message)),
     };
-    let answer = match bounded(settle_deadline, store.claim(&request)).await {
+    let claiming = async {
+        if !settings.tracked {
+            return store.claim(&request).await;
+        }
+        let running = JobChange::now(job_type, JobStatus::Running, origin.attempt);
+        store.claim_tracked(&request, &running).await
+    };
+    let answer = match bounded(settle_deadline, claiming).await {
         Ok(answer) => answer,
         Err(elapsed) => Err(StoreError::Unavailable {
             message: elapsed.to_string(),
@@ -499,25 +541,37 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     "non-string panic payload".to_owned()
 }
 
-/// Completes or releases the claim according to the outcome. Never changes the outcome.
+/// Completes or releases the claim according to the outcome (recording a tracked job's `change` in
+/// the same write). Never changes the outcome.
 async fn settle(
     store: &dyn IdempotencyStore,
     claim: &Claim,
     outcome: &Outcome,
     output: Option<&str>,
     settings: &HandlerSettings,
+    change: Option<&JobChange>,
 ) {
     if !matches!(outcome, Outcome::Ack(AckReason::Completed)) {
-        if let Err(error) = store.release(claim).await {
+        let released = match change {
+            Some(change) => store.release_tracked(claim, change).await,
+            None => store.release(claim).await,
+        };
+        if let Err(error) = released {
             tracing::warn!(%error, key = %claim.key, "could not release the claim; it lapses with its lease");
         }
         return;
     }
     let expires_at = SystemTime::now() + settings.record_ttl;
-    let result = match store.complete(claim, output, expires_at).await {
+    let complete = |output| async move {
+        match change {
+            Some(change) => store.complete_tracked(claim, output, expires_at, change).await,
+            None => store.complete(claim, output, expires_at).await,
+        }
+    };
+    let result = match complete(output).await {
         Err(StoreError::OutputTooLarge { size, limit, .. }) => {
             tracing::warn!(size, limit, key = %claim.key, "output too large for the store; completing without it");
-            store.complete(claim, None, expires_at).await
+            complete(None).await
         }
         other => other,
     };

@@ -55,6 +55,12 @@ impl ConditionalError for DeleteItemError {
     }
 }
 
+impl ConditionalError for aws_sdk_dynamodb::operation::query::QueryError {
+    fn is_condition_failure(&self) -> bool {
+        false
+    }
+}
+
 impl ConditionalError for GetItemError {
     fn is_condition_failure(&self) -> bool {
         false

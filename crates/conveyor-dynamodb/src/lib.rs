@@ -5,6 +5,7 @@ mod classify;
 mod client;
 pub mod iam;
 mod item;
+pub mod jobs;
 mod options;
 mod size;
 mod store;

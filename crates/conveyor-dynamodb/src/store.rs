@@ -39,16 +39,21 @@ use conveyor_core::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
 };
 
+use conveyor_core::{JobChange, JobQuery, JobRecord, Progress};
+
 use crate::cache::CompletedCache;
 use crate::classify::{Failure, Target, classify};
 use crate::item::{self, Item, epoch_millis, epoch_secs, number, string};
+use crate::jobs::{self, Clauses};
 use crate::options::{OversizedOutput, StoreOptions};
 use crate::size;
 
-/// The claim condition, exactly as AWS Lambda Powertools writes it: absent, or expired, or in progress
-/// with a lease that has lapsed.
+/// The claim condition, as AWS Lambda Powertools writes it: absent, or expired, or in progress with a
+/// lease that has lapsed; plus one case Powertools never meets: an item without a Powertools `status`
+/// (a tracked job's `sent` marker, written by a producer before any claim) is free too.
 pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress AND \
-                                   attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)";
+                                   attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis) \
+                                   OR attribute_not_exists(#status)";
 /// The condition on complete and release: the record still carries our claim's token.
 pub const TOKEN_CONDITION: &str = "#token = :token";
 /// The condition on extend_lease: our token, and still in progress.
@@ -57,9 +62,9 @@ pub const EXTEND_CONDITION: &str = "#token = :token AND #status = :inprogress";
 /// The `IdempotencyStore` on a DynamoDB table in AWS Lambda Powertools' layout (see the crate docs).
 #[derive(Debug)]
 pub struct DynamoStore {
-    client: Client,
-    table: String,
-    options: StoreOptions,
+    pub(crate) client: Client,
+    pub(crate) table: String,
+    pub(crate) options: StoreOptions,
     cache: Option<CompletedCache>,
     requests: AtomicU64,
 }
@@ -99,11 +104,11 @@ impl DynamoStore {
         self.requests.load(Ordering::Relaxed)
     }
 
-    fn count_request(&self) {
+    pub(crate) fn count_request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn target<'a>(&'a self, operation: &'static str, key: &'a str) -> Target<'a> {
+    pub(crate) fn target<'a>(&'a self, operation: &'static str, key: &'a str) -> Target<'a> {
         Target {
             operation,
             table: &self.table,
@@ -111,7 +116,7 @@ impl DynamoStore {
         }
     }
 
-    fn parse(&self, key: &str, item: &Item) -> Result<IdempotencyRecord, StoreError> {
+    pub(crate) fn parse(&self, key: &str, item: &Item) -> Result<IdempotencyRecord, StoreError> {
         item::parse_record(
             &self.options.attributes,
             self.options.sort_key.as_ref(),
@@ -122,7 +127,7 @@ impl DynamoStore {
     }
 
     /// The primary key of record `id` (with the constant partition value when the table has a sort key).
-    fn primary_key(&self, id: &str) -> Item {
+    pub(crate) fn primary_key(&self, id: &str) -> Item {
         item::primary_key(&self.options.attributes, self.options.sort_key.as_ref(), id)
     }
 
@@ -225,8 +230,10 @@ impl DynamoStore {
         claim: &Claim,
         output: Option<&str>,
         expires_at: SystemTime,
+        change: Option<&JobChange>,
     ) -> Result<Option<Item>, Failure> {
         let names = &self.options.attributes;
+        let clauses = change.map(jobs::change_clauses).unwrap_or_default();
         let mut update = self
             .client
             .update_item()
@@ -239,18 +246,17 @@ impl DynamoStore {
             .expression_attribute_values(":token", number(claim.token))
             .expression_attribute_values(":expiry", number(epoch_secs(expires_at)))
             .expression_attribute_values(":status", string(RecordStatus::Completed.as_str()));
-        update = match output {
-            Some(output) => update
-                .update_expression(
-                    "SET #response_data = :response_data, #expiry = :expiry, #status = :status",
-                )
+        let mut set = vec!["#expiry = :expiry".to_owned(), "#status = :status".to_owned()];
+        if let Some(output) = output {
+            set.push("#response_data = :response_data".to_owned());
+            update = update
                 .expression_attribute_names("#response_data", &names.data)
                 .expression_attribute_values(
                     ":response_data",
                     item::output_value(self.options.data_format, output),
-                ),
-            None => update.update_expression("SET #expiry = :expiry, #status = :status"),
-        };
+                );
+        }
+        update = with_clauses(update, &clauses).update_expression(clauses.expression(set, Vec::new()));
         if self.cache.is_some() {
             // The cache needs the whole record (its validation included); it comes back with the answer.
             update = update.return_values(ReturnValue::AllNew);
@@ -262,25 +268,11 @@ impl DynamoStore {
         }
     }
 
-    fn fenced(&self, failure: Failure, claim: &Claim) -> StoreError {
-        match failure {
-            Failure::ConditionFailed => StoreError::Fenced {
-                key: claim.key.clone(),
-            },
-            Failure::ItemTooLarge => StoreError::Misconfigured {
-                message: format!(
-                    "record {:?} in table {} is over DynamoDB's item size",
-                    claim.key, self.table
-                ),
-            },
-            Failure::Store(error) => error,
-        }
-    }
-}
-
-#[async_trait]
-impl IdempotencyStore for DynamoStore {
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+    async fn claim_with(
+        &self,
+        request: &ClaimRequest,
+        change: Option<&JobChange>,
+    ) -> Result<ClaimOutcome, StoreError> {
         let now = SystemTime::now();
         if let Some(record) = self.cache.as_ref().and_then(|cache| cache.get(&request.key, now)) {
             tracing::debug!(key = %request.key, "completed record answered from the cache");
@@ -288,11 +280,13 @@ impl IdempotencyStore for DynamoStore {
         }
         let names = &self.options.attributes;
         self.count_request();
-        let mut set = String::from(
-            "SET #status = :inprogress, #expiry = :expiry, #in_progress_expiry = :in_progress_expiry, \
-             #token = if_not_exists(#token, :fence_base) + :one",
-        );
-        let mut remove = String::from(" REMOVE #response_data");
+        let mut set = vec![
+            "#status = :inprogress".to_owned(),
+            "#expiry = :expiry".to_owned(),
+            "#in_progress_expiry = :in_progress_expiry".to_owned(),
+            "#token = if_not_exists(#token, :fence_base) + :one".to_owned(),
+        ];
+        let mut remove = vec!["#response_data".to_owned()];
         let mut update = self
             .client
             .update_item()
@@ -317,12 +311,17 @@ impl IdempotencyStore for DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         match &request.validation {
             Some(validation) => {
-                set.push_str(", #validation = :validation");
+                set.push("#validation = :validation".to_owned());
                 update = update.expression_attribute_values(":validation", string(validation));
             }
-            None => remove.push_str(", #validation"),
+            None => remove.push("#validation".to_owned()),
         }
-        let result = update.update_expression(set + &remove).send().await;
+        let clauses = change.map(jobs::change_clauses).unwrap_or_default();
+        let expression = clauses.expression(set, remove);
+        let result = with_clauses(update, &clauses)
+            .update_expression(expression)
+            .send()
+            .await;
         let error = match result {
             Ok(answer) => {
                 let token = self.acquired_token(&request.key, answer.attributes.as_ref())?;
@@ -351,22 +350,23 @@ impl IdempotencyStore for DynamoStore {
         }
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         claim: &Claim,
         output: Option<&str>,
         expires_at: SystemTime,
+        change: Option<&JobChange>,
     ) -> Result<(), StoreError> {
         let output = match output {
             Some(output) => self.fit_output(&claim.key, output)?,
             None => None,
         };
-        let mut result = self.send_complete(claim, output, expires_at).await;
+        let mut result = self.send_complete(claim, output, expires_at, change).await;
         if let (Err(Failure::ItemTooLarge), Some(output)) = (&result, output) {
             // Our estimate was under DynamoDB's count: apply the same policy to its verdict.
             let limit = self.output_limit(&claim.key);
             self.oversized(&claim.key, output.len(), limit)?;
-            result = self.send_complete(claim, None, expires_at).await;
+            result = self.send_complete(claim, None, expires_at, change).await;
         }
         let returned = result.map_err(|failure| self.fenced(failure, claim))?;
         tracing::debug!(key = %claim.key, "completed");
@@ -379,17 +379,23 @@ impl IdempotencyStore for DynamoStore {
         Ok(())
     }
 
-    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+    async fn release_with(&self, claim: &Claim, change: Option<&JobChange>) -> Result<(), StoreError> {
         let names = &self.options.attributes;
         self.count_request();
+        let clauses = change.map(jobs::change_clauses).unwrap_or_default();
         // The record stays, with its lease ended and its token moved past ours: the key is claimable at
         // once, the counter keeps counting, and a late extend or complete of ours is fenced.
-        let result = self
-            .client
-            .update_item()
+        let update = self.client.update_item();
+        let result = with_clauses(update, &clauses)
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&claim.key)))
-            .update_expression("SET #in_progress_expiry = :released, #token = #token + :one")
+            .update_expression(clauses.expression(
+                vec![
+                    "#in_progress_expiry = :released".to_owned(),
+                    "#token = #token + :one".to_owned(),
+                ],
+                Vec::new(),
+            ))
             .condition_expression(TOKEN_CONDITION)
             .expression_attribute_names("#token", &names.fencing_token)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
@@ -408,6 +414,79 @@ impl IdempotencyStore for DynamoStore {
             }
             Err(error) => Err(self.fenced(classify(&error, self.target("UpdateItem", &claim.key)), claim)),
         }
+    }
+
+    pub(crate) fn fenced(&self, failure: Failure, claim: &Claim) -> StoreError {
+        match failure {
+            Failure::ConditionFailed => StoreError::Fenced {
+                key: claim.key.clone(),
+            },
+            Failure::ItemTooLarge => StoreError::Misconfigured {
+                message: format!(
+                    "record {:?} in table {} is over DynamoDB's item size",
+                    claim.key, self.table
+                ),
+            },
+            Failure::Store(error) => error,
+        }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for DynamoStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.claim_with(request, None).await
+    }
+
+    async fn complete(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.complete_with(claim, output, expires_at, None).await
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
+        self.release_with(claim, None).await
+    }
+
+    async fn claim_tracked(
+        &self,
+        request: &ClaimRequest,
+        change: &JobChange,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.claim_with(request, Some(change)).await
+    }
+
+    async fn complete_tracked(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+        change: &JobChange,
+    ) -> Result<(), StoreError> {
+        self.complete_with(claim, output, expires_at, Some(change)).await
+    }
+
+    async fn release_tracked(&self, claim: &Claim, change: &JobChange) -> Result<(), StoreError> {
+        self.release_with(claim, Some(change)).await
+    }
+
+    async fn record_progress(&self, claim: &Claim, progress: &Progress) -> Result<(), StoreError> {
+        self.write_progress(claim, progress).await
+    }
+
+    async fn mark_sent(&self, key: &str, change: &JobChange) -> Result<(), StoreError> {
+        self.write_sent(key, change).await
+    }
+
+    async fn job(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.read_job(key).await
+    }
+
+    async fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRecord>, StoreError> {
+        self.query_jobs(query).await
     }
 
     async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
@@ -465,4 +544,18 @@ impl IdempotencyStore for DynamoStore {
             _ => Ok(None),
         }
     }
+}
+
+/// Adds the names and values of `clauses` to an update.
+pub(crate) fn with_clauses(
+    mut update: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    clauses: &Clauses,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    for (name, attribute) in &clauses.names {
+        update = update.expression_attribute_names(name, attribute);
+    }
+    for (placeholder, value) in &clauses.values {
+        update = update.expression_attribute_values(placeholder, value.clone());
+    }
+    update
 }

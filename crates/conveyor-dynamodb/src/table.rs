@@ -6,10 +6,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
 };
-use conveyor_core::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE};
+use conveyor_core::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOBS_INDEX};
+
+use crate::jobs::{JOB_CHANGED, JOB_INDEX};
 use tokio::time::Instant;
 
 /// How long a new table may take to become active.
@@ -36,7 +38,8 @@ pub enum TableError {
 }
 
 /// Creates the idempotency table `name` (partition key `id` of type S, on-demand billing, TTL on
-/// `expiration`) and waits until it is active.
+/// `expiration`, the `conveyor-jobs` index that lists tracked jobs: partition key `job_index` (S), sort
+/// key `job_changed` (N), all attributes projected) and waits until it is active.
 pub async fn create_idempotency_table(client: &Client, name: &str) -> Result<(), TableError> {
     let failed = |call: &'static str| {
         move |error: String| TableError::Call {
@@ -45,25 +48,41 @@ pub async fn create_idempotency_table(client: &Client, name: &str) -> Result<(),
             message: error,
         }
     };
-    let attribute = built(
-        AttributeDefinition::builder()
-            .attribute_name(IDEMPOTENCY_KEY_ATTRIBUTE)
-            .attribute_type(ScalarAttributeType::S)
-            .build(),
-    )
-    .map_err(failed("CreateTable"))?;
-    let schema = built(
-        KeySchemaElement::builder()
-            .attribute_name(IDEMPOTENCY_KEY_ATTRIBUTE)
-            .key_type(KeyType::Hash)
+    let attribute = |name: &str, kind: ScalarAttributeType| {
+        built(
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(kind)
+                .build(),
+        )
+    };
+    let key = |name: &str, kind: KeyType| {
+        built(
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(kind)
+                .build(),
+        )
+    };
+    let jobs_index = built(
+        GlobalSecondaryIndex::builder()
+            .index_name(JOBS_INDEX)
+            .key_schema(key(JOB_INDEX, KeyType::Hash).map_err(failed("CreateTable"))?)
+            .key_schema(key(JOB_CHANGED, KeyType::Range).map_err(failed("CreateTable"))?)
+            .projection(Projection::builder().projection_type(ProjectionType::All).build())
             .build(),
     )
     .map_err(failed("CreateTable"))?;
     client
         .create_table()
         .table_name(name)
-        .attribute_definitions(attribute)
-        .key_schema(schema)
+        .attribute_definitions(
+            attribute(IDEMPOTENCY_KEY_ATTRIBUTE, ScalarAttributeType::S).map_err(failed("CreateTable"))?,
+        )
+        .attribute_definitions(attribute(JOB_INDEX, ScalarAttributeType::S).map_err(failed("CreateTable"))?)
+        .attribute_definitions(attribute(JOB_CHANGED, ScalarAttributeType::N).map_err(failed("CreateTable"))?)
+        .key_schema(key(IDEMPOTENCY_KEY_ATTRIBUTE, KeyType::Hash).map_err(failed("CreateTable"))?)
+        .global_secondary_indexes(jobs_index)
         .billing_mode(BillingMode::PayPerRequest)
         .send()
         .await

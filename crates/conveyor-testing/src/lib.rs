@@ -10,6 +10,7 @@ pub mod queue_conformance;
 pub mod scripted_queue;
 pub mod store_conformance;
 pub mod suite;
+pub mod tracking_conformance;
 pub mod wait;
 
 pub use faults::{

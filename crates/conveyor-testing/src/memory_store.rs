@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, next_token};
 use conveyor_core::limits::MAX_ITEM_BYTES;
 use conveyor_core::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, JobChange, JobQuery, JobRecord,
+    JobStatus, Progress, RecordStatus, StoreError,
 };
 
 /// Store calls made so far, one per DynamoDB request the real store would make.
@@ -25,12 +26,16 @@ pub struct StoreRequests {
     pub extend_lease: u64,
     /// `get` calls (`GetItem`).
     pub get: u64,
+    /// `record_progress` calls (a conditional `UpdateItem`).
+    pub progress: u64,
+    /// `mark_sent` calls (a conditional `UpdateItem`).
+    pub sent: u64,
 }
 
 impl StoreRequests {
     /// All calls.
     pub fn total(&self) -> u64 {
-        self.claim + self.complete + self.release + self.extend_lease + self.get
+        self.claim + self.complete + self.release + self.extend_lease + self.get + self.progress + self.sent
     }
 }
 
@@ -41,6 +46,8 @@ struct Counters {
     release: AtomicU64,
     extend_lease: AtomicU64,
     get: AtomicU64,
+    progress: AtomicU64,
+    sent: AtomicU64,
 }
 
 /// An in-memory idempotency store that keeps the DynamoDB store's conditions exactly.
@@ -59,6 +66,8 @@ struct Counters {
 #[derive(Debug)]
 pub struct MemoryIdempotencyStore {
     records: Mutex<HashMap<String, IdempotencyRecord>>,
+    /// Tracked jobs' records, by key; always locked after `records` (claims update both at once).
+    jobs: Mutex<HashMap<String, JobRecord>>,
     unavailable: AtomicBool,
     max_output_bytes: usize,
     counters: Counters,
@@ -75,6 +84,7 @@ impl MemoryIdempotencyStore {
     pub fn new() -> Self {
         Self {
             records: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(HashMap::new()),
             unavailable: AtomicBool::new(false),
             max_output_bytes: MAX_ITEM_BYTES,
             counters: Counters::default(),
@@ -114,11 +124,38 @@ impl MemoryIdempotencyStore {
             release: load(&self.counters.release),
             extend_lease: load(&self.counters.extend_lease),
             get: load(&self.counters.get),
+            progress: load(&self.counters.progress),
+            sent: load(&self.counters.sent),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, IdempotencyRecord>> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn jobs(&self) -> MutexGuard<'_, HashMap<String, JobRecord>> {
+        self.jobs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies `change` to the job record of `key`, creating it when absent.
+    fn track(&self, key: &str, change: &JobChange) {
+        self.jobs()
+            .entry(key.to_owned())
+            .and_modify(|job| job.apply(change))
+            .or_insert_with(|| JobRecord::first(key, change));
+    }
+
+    /// The job record as the table would give it back: with the idempotency record's output and token.
+    fn job_view(&self, job: &JobRecord) -> JobRecord {
+        let mut job = job.clone();
+        if let Some(record) = self.lock().get(&job.key) {
+            job.output = record
+                .output
+                .clone()
+                .filter(|_| job.status == JobStatus::Succeeded);
+            job.token = record.token;
+        }
+        job
     }
 
     fn check_available(&self, counter: &AtomicU64) -> Result<(), StoreError> {
@@ -139,6 +176,17 @@ impl MemoryIdempotencyStore {
         in_progress_only: bool,
         change: impl FnOnce(&mut HashMap<String, IdempotencyRecord>),
     ) -> Result<(), StoreError> {
+        self.fenced_tracked(claim, in_progress_only, change, None)
+    }
+
+    /// [`Self::fenced`], also applying a tracked job's change in the same step.
+    fn fenced_tracked(
+        &self,
+        claim: &Claim,
+        in_progress_only: bool,
+        change: impl FnOnce(&mut HashMap<String, IdempotencyRecord>),
+        job_change: Option<&JobChange>,
+    ) -> Result<(), StoreError> {
         let mut records = self.lock();
         let held = records.get(&claim.key).is_some_and(|record| {
             record.token == Some(claim.token)
@@ -150,7 +198,70 @@ impl MemoryIdempotencyStore {
             });
         }
         change(&mut records);
+        if let Some(job_change) = job_change {
+            self.track(&claim.key, job_change);
+        }
         Ok(())
+    }
+
+    /// The claim, with a tracked job's change applied in the same step when acquired.
+    fn claim_with(&self, request: &ClaimRequest, job_change: Option<&JobChange>) -> ClaimOutcome {
+        let now = SystemTime::now();
+        let mut records = self.lock();
+        if let Some(record) = records.get(&request.key)
+            && !record.is_free_at(now)
+        {
+            return ClaimOutcome::Exists(record.clone());
+        }
+        // DynamoDB's `if_not_exists(fence, :now_ms) + 1` in the same conditional write.
+        let token = next_token(records.get(&request.key).and_then(|record| record.token), now);
+        let record = stored(IdempotencyRecord::in_progress(request, token));
+        records.insert(request.key.clone(), record);
+        if let Some(job_change) = job_change {
+            self.track(&request.key, job_change);
+        }
+        ClaimOutcome::Acquired(Claim {
+            key: request.key.clone(),
+            token,
+        })
+    }
+
+    fn complete_with(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+        job_change: Option<&JobChange>,
+    ) -> Result<(), StoreError> {
+        self.check_available(&self.counters.complete)?;
+        if let Some(output) = output
+            && output.len() > self.max_output_bytes
+        {
+            return Err(StoreError::OutputTooLarge {
+                key: claim.key.clone(),
+                size: output.len(),
+                limit: self.max_output_bytes,
+            });
+        }
+        let complete = |records: &mut HashMap<String, IdempotencyRecord>| {
+            if let Some(record) = records.get_mut(&claim.key) {
+                record.status = RecordStatus::Completed;
+                record.output = output.map(str::to_owned);
+                record.expires_at = truncate_secs(expires_at);
+            }
+        };
+        self.fenced_tracked(claim, false, complete, job_change)
+    }
+
+    fn release_with(&self, claim: &Claim, job_change: Option<&JobChange>) -> Result<(), StoreError> {
+        self.check_available(&self.counters.release)?;
+        let release = |records: &mut HashMap<String, IdempotencyRecord>| {
+            if let Some(record) = records.get_mut(&claim.key) {
+                record.lease_until = Some(UNIX_EPOCH);
+                record.token = Some(claim.token.saturating_add(1));
+            }
+        };
+        self.fenced_tracked(claim, false, release, job_change)
     }
 }
 
@@ -183,21 +294,7 @@ fn stored(mut record: IdempotencyRecord) -> IdempotencyRecord {
 impl IdempotencyStore for MemoryIdempotencyStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         self.check_available(&self.counters.claim)?;
-        let now = SystemTime::now();
-        let mut records = self.lock();
-        if let Some(record) = records.get(&request.key)
-            && !record.is_free_at(now)
-        {
-            return Ok(ClaimOutcome::Exists(record.clone()));
-        }
-        // DynamoDB's `if_not_exists(fence, :now_ms) + 1` in the same conditional write.
-        let token = next_token(records.get(&request.key).and_then(|record| record.token), now);
-        let record = stored(IdempotencyRecord::in_progress(request, token));
-        records.insert(request.key.clone(), record);
-        Ok(ClaimOutcome::Acquired(Claim {
-            key: request.key.clone(),
-            token,
-        }))
+        Ok(self.claim_with(request, None))
     }
 
     async fn complete(
@@ -206,33 +303,11 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         output: Option<&str>,
         expires_at: SystemTime,
     ) -> Result<(), StoreError> {
-        self.check_available(&self.counters.complete)?;
-        if let Some(output) = output
-            && output.len() > self.max_output_bytes
-        {
-            return Err(StoreError::OutputTooLarge {
-                key: claim.key.clone(),
-                size: output.len(),
-                limit: self.max_output_bytes,
-            });
-        }
-        self.fenced(claim, false, |records| {
-            if let Some(record) = records.get_mut(&claim.key) {
-                record.status = RecordStatus::Completed;
-                record.output = output.map(str::to_owned);
-                record.expires_at = truncate_secs(expires_at);
-            }
-        })
+        self.complete_with(claim, output, expires_at, None)
     }
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
-        self.check_available(&self.counters.release)?;
-        self.fenced(claim, false, |records| {
-            if let Some(record) = records.get_mut(&claim.key) {
-                record.lease_until = Some(UNIX_EPOCH);
-                record.token = Some(claim.token.saturating_add(1));
-            }
-        })
+        self.release_with(claim, None)
     }
 
     async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
@@ -248,6 +323,68 @@ impl IdempotencyStore for MemoryIdempotencyStore {
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.check_available(&self.counters.get)?;
         Ok(self.lock().get(key).cloned())
+    }
+
+    async fn claim_tracked(
+        &self,
+        request: &ClaimRequest,
+        change: &JobChange,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.check_available(&self.counters.claim)?;
+        Ok(self.claim_with(request, Some(change)))
+    }
+
+    async fn complete_tracked(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+        change: &JobChange,
+    ) -> Result<(), StoreError> {
+        self.complete_with(claim, output, expires_at, Some(change))
+    }
+
+    async fn release_tracked(&self, claim: &Claim, change: &JobChange) -> Result<(), StoreError> {
+        self.release_with(claim, Some(change))
+    }
+
+    async fn record_progress(&self, claim: &Claim, progress: &Progress) -> Result<(), StoreError> {
+        self.check_available(&self.counters.progress)?;
+        self.fenced(claim, true, |_| {
+            if let Some(job) = self.jobs().get_mut(&claim.key) {
+                job.progress = Some(progress.clone());
+            }
+        })
+    }
+
+    async fn mark_sent(&self, key: &str, change: &JobChange) -> Result<(), StoreError> {
+        self.check_available(&self.counters.sent)?;
+        let records = self.lock();
+        let mut jobs = self.jobs();
+        if records.contains_key(key) || jobs.contains_key(key) {
+            return Ok(());
+        }
+        jobs.insert(key.to_owned(), JobRecord::first(key, change));
+        Ok(())
+    }
+
+    async fn job(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.check_available(&self.counters.get)?;
+        let job = self.jobs().get(key).cloned();
+        Ok(job.map(|job| self.job_view(&job)))
+    }
+
+    async fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRecord>, StoreError> {
+        self.check_available(&self.counters.get)?;
+        let mut found: Vec<JobRecord> = self
+            .jobs()
+            .values()
+            .filter(|job| job.job_type == query.job_type)
+            .filter(|job| query.status.is_none_or(|status| job.status == status))
+            .cloned()
+            .collect();
+        conveyor_core::tracking::newest_first(&mut found, query.limit);
+        Ok(found.iter().map(|job| self.job_view(job)).collect())
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use conveyor_testing::{MemoryIdempotencyStore, MemoryQueueFactory, queue_conformance, store_conformance};
+use conveyor_testing::{
+    MemoryIdempotencyStore, MemoryQueueFactory, queue_conformance, store_conformance, tracking_conformance,
+};
 
 #[tokio::test(start_paused = true)]
 async fn memory_queue_passes_the_queue_suite() {
@@ -13,6 +15,13 @@ async fn memory_queue_passes_the_queue_suite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_passes_the_store_suite() {
     store_conformance::run_all(Arc::new(MemoryIdempotencyStore::new()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_passes_the_tracking_suite() {
+    tracking_conformance::run_all(Arc::new(MemoryIdempotencyStore::new()))
         .await
         .unwrap();
 }

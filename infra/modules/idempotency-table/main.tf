@@ -13,6 +13,28 @@ resource "aws_dynamodb_table" "this" {
     type = "S"
   }
 
+  # Tracked jobs (HandlerSettings::tracked): `conveyor jobs list --type T --status S` queries this
+  # index, one partition per job type and status (`job_index` = "<type>#<status>"), newest change
+  # first (`job_changed`, epoch ms). Only tracked jobs' items carry these attributes, so the index is
+  # sparse: untracked idempotency records cost it nothing. Names as in conveyor_core::defaults::JOBS_INDEX
+  # and conveyor_dynamodb::jobs.
+  attribute {
+    name = "job_index"
+    type = "S"
+  }
+
+  attribute {
+    name = "job_changed"
+    type = "N"
+  }
+
+  global_secondary_index {
+    name            = "conveyor-jobs"
+    hash_key        = "job_index"
+    range_key       = "job_changed"
+    projection_type = "ALL"
+  }
+
   # TTL only cleans up: DynamoDB deletes expired items lazily (often hours late), so Conveyor never
   # relies on it for correctness and compares `expiration` with the clock itself.
   ttl {

@@ -2,6 +2,7 @@
 
 pub mod console;
 pub mod dlq;
+pub mod jobs;
 pub mod local;
 pub mod purge;
 pub mod schedules;

@@ -1,0 +1,266 @@
+//! `conveyor jobs`: tracked jobs' records (status, attempts, last error, progress, output).
+
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use conveyor_core::idempotency::idempotency_key;
+use conveyor_core::{IdempotencyStore, JobQuery, JobRecord, JobStatus};
+use conveyor_dynamodb::DynamoStore;
+
+use crate::aws::Aws;
+use crate::output::{Format, Table, format_age, format_time, print_json};
+
+/// How often `jobs watch` reads the record.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Arguments of `conveyor jobs`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  conveyor jobs show report:r-1 --type report       # the job sent with key report:r-1
+  conveyor jobs show 'conveyor:report#report:r-1'   # the same, by its record key
+  conveyor jobs list --type report --status running
+  conveyor jobs watch report:r-1 --type report      # follows progress until the job ends
+
+Only job types whose handler sets HandlerSettings::tracked keep a record.")]
+pub struct JobsArgs {
+    /// The idempotency table that holds the records.
+    #[arg(long, global = true, env = "CONVEYOR_IDEMPOTENCY_TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
+    pub table: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: JobsCommand,
+}
+
+/// The `jobs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Print one job's record.
+    Show(KeyArgs),
+    /// List tracked jobs of a type, newest change first.
+    List(ListArgs),
+    /// Follow one job's status and progress until it succeeds or is dead-lettered.
+    Watch(KeyArgs),
+}
+
+/// Which job.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The producer's key (with --type), or the record key `conveyor:<type>#<key>`.
+    pub key: String,
+    /// The job type, when KEY is the producer's key.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub job_type: Option<String>,
+}
+
+impl KeyArgs {
+    fn record_key(&self) -> String {
+        match &self.job_type {
+            Some(job_type) => idempotency_key(job_type, Some(&self.key), ""),
+            None => self.key.clone(),
+        }
+    }
+}
+
+/// Which jobs.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// The job type.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub job_type: String,
+    /// Only this status: sent, running, retrying, succeeded, dead_lettered.
+    #[arg(long, value_parser = parse_status)]
+    pub status: Option<JobStatus>,
+    /// At most this many.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+}
+
+fn parse_status(text: &str) -> Result<JobStatus, String> {
+    JobStatus::parse(text).ok_or_else(|| {
+        format!("{text:?} is not a job status; use one of sent, running, retrying, succeeded, dead_lettered")
+    })
+}
+
+/// Runs `conveyor jobs`.
+pub async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+    let store = DynamoStore::new(aws.dynamodb_client(), &args.table);
+    match &args.command {
+        JobsCommand::Show(key) => {
+            let job = find(&store, key, &args.table).await?;
+            match format {
+                Format::Json => print_json(&serde_json::to_value(&job)?),
+                Format::Text => {
+                    crate::out!("{}", describe(&job, SystemTime::now()));
+                    Ok(())
+                }
+            }
+        }
+        JobsCommand::List(list) => {
+            let query = JobQuery {
+                job_type: list.job_type.clone(),
+                status: list.status,
+                limit: list.limit,
+            };
+            let jobs = store.jobs(&query).await?;
+            if format == Format::Json {
+                return print_json(&serde_json::to_value(&jobs)?);
+            }
+            crate::out!("{}", list_table(&jobs, SystemTime::now()).render());
+            if jobs.is_empty() {
+                crate::outln!("no tracked {} jobs{}", list.job_type, status_words(list.status));
+            }
+            Ok(())
+        }
+        JobsCommand::Watch(key) => watch(&store, key, &args.table, format).await,
+    }
+}
+
+fn status_words(status: Option<JobStatus>) -> String {
+    status.map_or_else(String::new, |status| format!(" with status {status}"))
+}
+
+async fn find(store: &DynamoStore, key: &KeyArgs, table: &str) -> anyhow::Result<JobRecord> {
+    let record_key = key.record_key();
+    store
+        .job(&record_key)
+        .await
+        .with_context(|| format!("reading job {record_key:?} from table {table}"))?
+        .with_context(|| {
+            format!(
+                "no tracked job {record_key:?} in table {table}: check the key (with --type, KEY is the producer's \
+                 key; without, the record key `conveyor:<type>#<key>`), that the handler sets \
+                 HandlerSettings::tracked, and that the record has not expired"
+            )
+        })
+}
+
+/// Prints a line each time the record changes, until the job succeeds or is dead-lettered.
+async fn watch(store: &DynamoStore, key: &KeyArgs, table: &str, format: Format) -> anyhow::Result<()> {
+    let mut last = None;
+    loop {
+        let job = find(store, key, table).await?;
+        let line = watch_line(&job);
+        if last.as_ref() != Some(&line) {
+            match format {
+                Format::Json => print_json(&serde_json::to_value(&job)?)?,
+                Format::Text => crate::outln!("{} {line}", format_time(SystemTime::now())),
+            }
+            last = Some(line);
+        }
+        if job.status.is_final() {
+            return Ok(());
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+}
+
+fn watch_line(job: &JobRecord) -> String {
+    let mut line = format!("{} (attempt {})", job.status, job.attempts);
+    if let Some(progress) = &job.progress {
+        line.push_str(&format!(" {}% {}", progress.percent, progress.message));
+    }
+    if job.status != JobStatus::Succeeded
+        && let Some(error) = &job.last_error
+    {
+        line.push_str(&format!(" (last error: {error})"));
+    }
+    line
+}
+
+/// A job's record as a person reads it.
+pub fn describe(job: &JobRecord, now: SystemTime) -> String {
+    let ago = |time: SystemTime| format_age(now.duration_since(time).unwrap_or_default());
+    let mut text = format!("job       {}\n", job.key);
+    text.push_str(&format!("type      {}\n", job.job_type));
+    text.push_str(&format!(
+        "status    {} ({} ago)\n",
+        job.status,
+        ago(job.updated_at)
+    ));
+    text.push_str(&format!("attempts  {}\n", job.attempts));
+    if let Some(progress) = &job.progress {
+        text.push_str(&format!(
+            "progress  {}% {} ({} ago)\n",
+            progress.percent,
+            progress.message,
+            ago(progress.at)
+        ));
+    }
+    if let Some(error) = &job.last_error {
+        text.push_str(&format!("last error {error}\n"));
+    }
+    if let Some(output) = &job.output {
+        text.push_str(&format!("output    {output}\n"));
+    }
+    if let Some(token) = job.token {
+        text.push_str(&format!("fence     {token}\n"));
+    }
+    text.push_str("history\n");
+    for (status, at) in &job.history {
+        text.push_str(&format!("  {:<14}{}\n", status.as_str(), format_time(at.0)));
+    }
+    text
+}
+
+fn list_table(jobs: &[JobRecord], now: SystemTime) -> Table {
+    let mut table = Table::new(&["KEY", "STATUS", "ATTEMPTS", "PROGRESS", "CHANGED", "LAST ERROR"]);
+    for job in jobs {
+        table.row(vec![
+            job.key.clone(),
+            job.status.to_string(),
+            job.attempts.to_string(),
+            job.progress
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |progress| format!("{}%", progress.percent)),
+            format!(
+                "{} ago",
+                format_age(now.duration_since(job.updated_at).unwrap_or_default())
+            ),
+            job.last_error.clone().unwrap_or_default(),
+        ]);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use conveyor_core::tracking::StatusTime;
+
+    use super::*;
+
+    #[test]
+    fn a_record_reads_as_a_person_wants_it() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_963_051);
+        let job = JobRecord {
+            key: "conveyor:report#r-1".into(),
+            job_type: "report".into(),
+            status: JobStatus::Succeeded,
+            attempts: 2,
+            last_error: Some("503 from the warehouse".into()),
+            progress: None,
+            output: Some(r#"{"rows":12}"#.into()),
+            updated_at: now - Duration::from_secs(65),
+            history: vec![
+                (JobStatus::Running, StatusTime(now - Duration::from_secs(90))),
+                (JobStatus::Succeeded, StatusTime(now - Duration::from_secs(65))),
+            ],
+            token: Some(7),
+        };
+        let text = describe(&job, now);
+        assert!(text.contains("status    succeeded (1m 5s ago)"), "{text}");
+        assert!(text.contains("attempts  2"), "{text}");
+        assert!(text.contains("last error 503 from the warehouse"), "{text}");
+        assert!(text.contains(r#"output    {"rows":12}"#), "{text}");
+        assert!(text.contains("  succeeded     2026-"), "{text}");
+    }
+
+    #[test]
+    fn keys_with_a_type_are_namespaced_like_the_consumers() {
+        let args = KeyArgs {
+            key: "r-1".into(),
+            job_type: Some("report".into()),
+        };
+        assert_eq!(args.record_key(), "conveyor:report#r-1");
+    }
+}
