@@ -2,28 +2,34 @@
 //!
 //! Creates a queue with its DLQ and the idempotency table, starts the real `worker` binary, sends a mix of
 //! jobs (a duplicate send, a flaky webhook that succeeds on retry, two poison jobs, a report longer than
-//! the visibility timeout), waits until every job is accounted for, stops the worker with SIGTERM, then
+//! the visibility timeout, a chunked report flow whose chunks run on a second worker too, with their
+//! progress followed live), waits until every job is accounted for, stops the workers with SIGTERM, then
 //! runs more jobs through the real Lambda `bootstrap` under `conveyor lambda run`, sharing the table.
 //! Prints per job what happened, and exits non-zero if any job was lost or doubled.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{Failure, Queue as _};
+use conveyor_core::{Failure, IdempotencyStore, JobStatus, Queue as _};
 use conveyor_demo::{Binaries, terminate};
+use conveyor_dynamodb::DynamoStore;
+use conveyor_examples::jobs::chunked_report::chunked_report_flow;
 use conveyor_examples::jobs::report::GenerateReport;
 use conveyor_examples::jobs::webhook::WebhookDelivery;
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_examples::outbox::Outbox;
 use conveyor_examples::webhook_receiver::WebhookReceiver;
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{FlowProducer, Job, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 
 const SECRET: &str = "demo-signing-secret";
 const VISIBILITY_SECS: u32 = 10;
 const MAX_RECEIVE_COUNT: u32 = 3;
+/// The chunked report's chunks (run by two workers).
+const CHUNKS: u32 = 6;
 
 /// One job the demo sent, and what it expects to happen.
 struct Sent {
@@ -110,9 +116,41 @@ async fn main() -> anyhow::Result<()> {
         worker_log.display()
     );
 
+    let worker_log_2 = work.join("worker-2.log");
+    let mut worker_2 = binaries.spawn_worker(
+        &worker_queue.url,
+        None,
+        &app_env,
+        Some(std::fs::File::create(&worker_log_2)?),
+    )?;
+    println!(
+        "  second worker pid {} (logs: {})",
+        worker_2.id().unwrap_or(0),
+        worker_log_2.display()
+    );
+
     let producer = Producer::new(sqs.clone(), &worker_queue.url);
     let mut sent = send_worker_jobs(&producer, &receiver).await?;
     println!("  sent {} jobs (one of them twice)", sent.len() + 1);
+    let store = Arc::new(DynamoStore::new(dynamodb.clone(), &table));
+    let flow = chunked_report_flow("cr-1", CHUNKS, 700, &worker_queue.url);
+    let flow_sent = FlowProducer::new(sqs.clone(), store.clone()).send(&flow).await?;
+    println!(
+        "  sent flow {}: {} chunk jobs now, the assembling parent when the last chunk succeeded",
+        flow_sent.flow, flow_sent.messages_sent
+    );
+    sent.push(Sent {
+        label: format!("chunked_report cr-1 ({CHUNKS} chunks, 2 workers)"),
+        runtime: "worker",
+        expect: Expect::Effect {
+            field: "report_id",
+            value: serde_json::json!("cr-1"),
+        },
+    });
+    let watcher = tokio::spawn(watch_progress(
+        store.clone(),
+        flow_sent.children.values().cloned().collect(),
+    ));
 
     let main_queue = SqsQueue::connect(sqs.clone(), &worker_queue.url).await?;
     wait_settled(
@@ -127,8 +165,25 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .text()
         .await?;
+    watcher.abort();
     let status = terminate(&mut worker).await?;
-    println!("\n  SIGTERM -> worker drained and exited with {status}");
+    let status_2 = terminate(&mut worker_2).await?;
+    println!("\n  SIGTERM -> workers drained and exited with {status} and {status_2}");
+
+    step("conveyor jobs show (the chunked report's parent and its flow)");
+    let shown = std::process::Command::new(binaries.path("conveyor")?)
+        .envs(app_env.iter().cloned())
+        .args(["jobs", "--table", &table, "show", &flow_sent.parent_record])
+        .output()?;
+    for line in String::from_utf8_lossy(&shown.stdout).lines() {
+        println!("  {line}");
+    }
+    if !shown.status.success() {
+        bail!(
+            "conveyor jobs show failed: {}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+    }
 
     step("Lambda runtime (conveyor lambda run + bootstrap)");
     let lambda_producer = Producer::new(sqs.clone(), &lambda_queue.url);
@@ -181,6 +236,35 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Prints the report's and the chunks' status and progress each time they change (what
+/// `conveyor jobs watch` shows for one job), until aborted.
+async fn watch_progress(store: Arc<DynamoStore>, chunk_keys: Vec<String>) {
+    let mut last = String::new();
+    loop {
+        let mut line = String::new();
+        let mut statuses = std::collections::BTreeMap::<JobStatus, usize>::new();
+        let mut percents = Vec::new();
+        for key in &chunk_keys {
+            if let Ok(Some(job)) = store.job(key).await {
+                *statuses.entry(job.status).or_default() += 1;
+                percents.push(job.progress.map_or(0, |progress| progress.percent));
+            }
+        }
+        let sum: u32 = percents.iter().map(|percent| u32::from(*percent)).sum();
+        let overall = sum / u32::try_from(chunk_keys.len().max(1)).unwrap_or(1);
+        let counts: Vec<String> = statuses
+            .iter()
+            .map(|(status, count)| format!("{count} {status}"))
+            .collect();
+        line.push_str(&format!("chunks: {} (progress {overall}%)", counts.join(", ")));
+        if line != last {
+            println!("  {line}");
+            last = line;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 fn step(title: &str) {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use conveyor_core::{Pipeline, Router};
 
+use crate::jobs::chunked_report::{AssembleReportHandler, RunReportChunk};
 use crate::jobs::report::BuildReport;
 use crate::jobs::webhook::DeliverWebhook;
 use crate::jobs::welcome_email::SendWelcomeEmail;
@@ -70,7 +71,11 @@ pub fn router(settings: &AppSettings) -> anyhow::Result<Router> {
         .route(SendWelcomeEmail {
             outbox: Arc::clone(&outbox),
         })
-        .route(BuildReport { outbox })
+        .route(BuildReport {
+            outbox: Arc::clone(&outbox),
+        })
+        .route(RunReportChunk)
+        .route(AssembleReportHandler { outbox })
         .route(webhook))
 }
 
@@ -79,7 +84,8 @@ pub fn app_router() -> anyhow::Result<Router> {
     router(&AppSettings::from_env()?)
 }
 
-/// The pipeline, with idempotency on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE` is set.
+/// The pipeline, with idempotency, job tracking and flows on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE`
+/// is set (flow parents are sent through SQS).
 pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
     let mut pipeline = Pipeline::new(app_router()?);
     if let Some(budget) = retry_budget_from_env()? {
@@ -90,8 +96,14 @@ pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
         return Ok(pipeline);
     };
     let client = conveyor_dynamodb::dynamodb_client_from_env().await;
-    let store = conveyor_dynamodb::DynamoStore::new(client, table);
-    Ok(pipeline.with_store(Arc::new(store)))
+    let store = Arc::new(conveyor_dynamodb::DynamoStore::new(client, table));
+    let flows = conveyor_core::Flows {
+        store: store.clone(),
+        sender: Arc::new(conveyor_sqs::SqsSender::new(
+            conveyor_sqs::sqs_client_from_env().await,
+        )),
+    };
+    Ok(pipeline.with_store(store).with_flows(flows))
 }
 
 /// `CONVEYOR_RETRY_BUDGET_SECS`, when set: how long a failing job keeps being retried.

@@ -146,9 +146,18 @@ fn idempotency_table_has_the_jobs_index_the_cli_queries() -> Result<()> {
         "the jobs index must be named `{}`",
         defaults::JOBS_INDEX
     );
-    ensure!(string_attr(index, "hash_key")? == JOB_INDEX, "its hash_key must be `{JOB_INDEX}`");
-    ensure!(string_attr(index, "range_key")? == JOB_CHANGED, "its range_key must be `{JOB_CHANGED}`");
-    ensure!(string_attr(index, "projection_type")? == "ALL", "it must project every attribute");
+    ensure!(
+        string_attr(index, "hash_key")? == JOB_INDEX,
+        "its hash_key must be `{JOB_INDEX}`"
+    );
+    ensure!(
+        string_attr(index, "range_key")? == JOB_CHANGED,
+        "its range_key must be `{JOB_CHANGED}`"
+    );
+    ensure!(
+        string_attr(index, "projection_type")? == "ALL",
+        "it must project every attribute"
+    );
     for (name, kind) in [(JOB_INDEX, "S"), (JOB_CHANGED, "N")] {
         let attribute = blocks(table, "attribute")
             .find(|attribute| attr(attribute.body(), "name").and_then(as_string).as_deref() == Some(name))

@@ -6,6 +6,8 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::HandlerError;
+use crate::flow::ChildResult;
 use crate::message::{Attributes, Message};
 use crate::progress::ProgressReporter;
 
@@ -22,6 +24,7 @@ pub struct Context {
     idempotency_key: Option<String>,
     fencing_token: Option<u64>,
     progress: Option<Arc<ProgressReporter>>,
+    flow_children: Option<Arc<Vec<ChildResult>>>,
 }
 
 impl Context {
@@ -41,6 +44,7 @@ impl Context {
             idempotency_key,
             fencing_token: None,
             progress: None,
+            flow_children: None,
         }
     }
 
@@ -64,6 +68,42 @@ impl Context {
         if let Some(reporter) = &self.progress {
             reporter.report(percent, message.into());
         }
+    }
+
+    /// The same context carrying a flow parent's children's results.
+    pub fn with_flow_children(mut self, children: Option<Arc<Vec<ChildResult>>>) -> Self {
+        self.flow_children = children;
+        self
+    }
+
+    /// A flow parent's children's results (outputs read from their records, failed children with their
+    /// reasons), by child id; `None` when this job is no flow's parent (see [`crate::flow`]).
+    pub fn flow_children(&self) -> Option<&[ChildResult]> {
+        self.flow_children.as_deref().map(Vec::as_slice)
+    }
+
+    /// The succeeded children's outputs decoded as `T`, in child id order; a permanent error when one
+    /// does not decode, or when a child has no stored output.
+    pub fn child_outputs<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, HandlerError> {
+        let children = self.flow_children().unwrap_or_default();
+        children
+            .iter()
+            .filter(|child| child.error.is_none())
+            .map(|child| {
+                let output = child.output.as_deref().ok_or_else(|| {
+                    HandlerError::permanent(format!(
+                        "flow child {} ({}) has no stored output (too large for the store?)",
+                        child.id, child.key
+                    ))
+                })?;
+                serde_json::from_str(output).map_err(|error| {
+                    HandlerError::permanent(format!(
+                        "output of flow child {} does not decode: {error}",
+                        child.id
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// SQS's message id.

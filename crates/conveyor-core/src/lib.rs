@@ -11,6 +11,8 @@ pub mod display;
 pub mod disposition;
 pub mod envelope;
 pub mod error;
+pub mod flow;
+mod flow_step;
 pub mod handler;
 pub mod idempotency;
 pub mod lease;
@@ -29,6 +31,7 @@ pub use backoff::Backoff;
 pub use context::Context;
 pub use disposition::{Disposition, RejectMode, reject};
 pub use error::{ErrorKind, HandlerError};
+pub use flow::{ChildFailurePolicy, ChildResult, FlowSender, FlowStore, Flows};
 pub use handler::{BoxFuture, Handler, HandlerSettings};
 pub use idempotency::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,

@@ -42,6 +42,10 @@
 //! | release fails | outcome unchanged | the record lapses with the lease; the retry waits for it |
 //! | worker dies anywhere | message reappears after its visibility timeout, claim lapses at the same time | the next delivery claims and runs it, or acks it if it was completed |
 //! | DLQ send fails (applied by the runtime, [`reject`](crate::reject)) | message stays, visible after its backoff | nothing deleted before the DLQ has a copy |
+//! | a progress write fails or is fenced (tracked jobs) | logged; the next report tries again (a fenced one stops them) | progress is advisory; the last report rides on complete or release |
+//! | counting a flow child's end fails, or sending the flow's parent fails | `Defer` instead of the outcome | the child's record is settled; its copy comes back as a duplicate and repeats the flow step (see [`crate::flow`]) |
+//! | reading a flow parent's children fails | `Defer`, handler not run | the parent runs later with every output |
+//! | a flow parent sent because a child was dead-lettered (`FailParent`) | `Reject` with the child's reason, not run | the flow's policy |
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -54,6 +58,8 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::context::Context;
 use crate::delay::{Clock, is_cancelled_output, next_hop, system_clock};
+use crate::flow::Flows;
+use crate::flow_step;
 use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
 use crate::idempotency::{
     Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore, RecordStatus,
@@ -83,6 +89,8 @@ pub struct Pipeline {
     clock: Clock,
     /// The longest hop of a job not due yet (SQS's 15 minutes unless a test shortens it).
     max_hop: Duration,
+    /// Flow bookkeeping, when flows are on (see [`crate::flow`]).
+    flows: Option<Flows>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -154,6 +162,7 @@ impl Pipeline {
             retry_budget: None,
             clock: system_clock(),
             max_hop: MAX_DELAY,
+            flows: None,
         }
     }
 
@@ -167,6 +176,13 @@ impl Pipeline {
     /// minutes; tests shorten it together with a fast [`Pipeline::with_clock`]).
     pub fn with_max_delay_hop(mut self, max_hop: Duration) -> Self {
         self.max_hop = max_hop.min(MAX_DELAY);
+        self
+    }
+
+    /// Counts flow children's ends in `flows.store` and sends parents through `flows.sender` (see
+    /// [`crate::flow`]).
+    pub fn with_flows(mut self, flows: Flows) -> Self {
+        self.flows = Some(flows);
         self
     }
 
@@ -197,8 +213,20 @@ impl Pipeline {
         self.store.as_ref()
     }
 
-    /// Runs one message through decode → claim → handle → settle, and returns the outcome.
+    /// Runs one message through decode → claim → handle → settle, and returns the outcome. A flow
+    /// child's end is counted in its flow before the outcome goes back (see [`crate::flow`]).
     pub async fn process(
+        &self,
+        message: Arc<Message>,
+        queue: Arc<str>,
+        lease: &Lease,
+        budget: Budget,
+    ) -> Processed {
+        let processed = self.run_message(Arc::clone(&message), queue, lease, budget).await;
+        self.after_flow_child(&message, processed).await
+    }
+
+    async fn run_message(
         &self,
         message: Arc<Message>,
         queue: Arc<str>,
@@ -250,6 +278,21 @@ impl Pipeline {
             }
         };
 
+        if let Some(outcome) = flow_step::failed_parent(&message, origin) {
+            return Processed::early(outcome, Some(job_type));
+        }
+        let flow_children = match &self.flows {
+            Some(flows) => match flow_step::children(flows, self.store.as_ref(), &message).await {
+                Ok(children) => children,
+                Err(error) => {
+                    let reason = format!("reading the flow's children failed: {error}");
+                    let delay = STORE_OUTAGE_DEFERRAL.mul_f64(0.5 + fastrand::f64() / 2.0);
+                    return Processed::early(Outcome::Defer { delay, reason }, Some(job_type));
+                }
+            },
+            None => None,
+        };
+
         let store = self.store.as_ref().filter(|_| settings.idempotent);
         let (claim, idempotency_key) = match store {
             None => (None, None),
@@ -297,7 +340,8 @@ impl Pipeline {
             idempotency_key,
         )
         .with_fencing_token(claim.as_ref().map(|claim| claim.token))
-        .with_progress(reporter.clone());
+        .with_progress(reporter.clone())
+        .with_flow_children(flow_children);
         // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
         // invocation's) comes first, so a timeout's reason names the real limit.
         let allowed = deadline.saturating_duration_since(started);
@@ -344,6 +388,15 @@ impl Pipeline {
             handler_duration,
             output,
         }
+    }
+
+    /// A flow child's end counted in its flow (the parent sent when due), before the runtime applies
+    /// the outcome; see [`crate::flow`].
+    async fn after_flow_child(&self, message: &Message, mut processed: Processed) -> Processed {
+        if let Some(flows) = &self.flows {
+            processed.outcome = flow_step::after_child(flows, message, processed.outcome).await;
+        }
+        processed
     }
 }
 

@@ -37,19 +37,22 @@ pub enum JobStatus {
     Succeeded,
     /// Sent to the dead-letter queue with its last error.
     DeadLettered,
+    /// Cancelled by its producer before it ran (`conveyor_core::delay::cancel`).
+    Cancelled,
 }
 
 impl JobStatus {
     /// Every status, in the order a job goes through them.
-    pub const ALL: [JobStatus; 5] = [
+    pub const ALL: [JobStatus; 6] = [
         JobStatus::Sent,
         JobStatus::Running,
         JobStatus::Retrying,
         JobStatus::Succeeded,
         JobStatus::DeadLettered,
+        JobStatus::Cancelled,
     ];
 
-    /// The stored name: `sent`, `running`, `retrying`, `succeeded`, `dead_lettered`.
+    /// The stored name: `sent`, `running`, `retrying`, `succeeded`, `dead_lettered`, `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Sent => "sent",
@@ -57,6 +60,7 @@ impl JobStatus {
             JobStatus::Retrying => "retrying",
             JobStatus::Succeeded => "succeeded",
             JobStatus::DeadLettered => "dead_lettered",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 
@@ -68,7 +72,10 @@ impl JobStatus {
 
     /// True for the statuses a job does not leave on its own.
     pub fn is_final(self) -> bool {
-        matches!(self, JobStatus::Succeeded | JobStatus::DeadLettered)
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::DeadLettered | JobStatus::Cancelled
+        )
     }
 }
 
@@ -125,6 +132,7 @@ impl JobChange {
 pub fn status_after(outcome: &Outcome) -> (JobStatus, Option<String>) {
     match outcome {
         Outcome::Ack(AckReason::Completed | AckReason::Duplicate) => (JobStatus::Succeeded, None),
+        Outcome::Ack(AckReason::Cancelled) => (JobStatus::Cancelled, None),
         Outcome::Retry { reason, .. } | Outcome::Defer { reason, .. } => {
             (JobStatus::Retrying, Some(reason.clone()))
         }

@@ -48,11 +48,15 @@ use crate::jobs::{self, Clauses};
 use crate::options::{OversizedOutput, StoreOptions};
 use crate::size;
 
-/// The claim condition, as AWS Lambda Powertools writes it: absent, or expired, or in progress with a
-/// lease that has lapsed; plus one case Powertools never meets: an item without a Powertools `status`
-/// (a tracked job's `sent` marker, written by a producer before any claim) is free too.
+/// The claim condition, exactly as AWS Lambda Powertools writes it: absent, or expired, or in progress
+/// with a lease that has lapsed.
 pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress AND \
-                                   attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis) \
+                                   attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)";
+/// A tracked job's claim condition: Powertools' own, plus one case Powertools never meets: an item
+/// without a Powertools `status` (a tracked job's `sent` marker, written by a producer before any
+/// claim) is free too.
+pub const TRACKED_CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress \
+                                   AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis) \
                                    OR attribute_not_exists(#status)";
 /// The condition on complete and release: the record still carries our claim's token.
 pub const TOKEN_CONDITION: &str = "#token = :token";
@@ -246,9 +250,10 @@ impl DynamoStore {
             .expression_attribute_values(":token", number(claim.token))
             .expression_attribute_values(":expiry", number(epoch_secs(expires_at)))
             .expression_attribute_values(":status", string(RecordStatus::Completed.as_str()));
+        // Powertools' own expression (and order) when untracked.
         let mut set = vec!["#expiry = :expiry".to_owned(), "#status = :status".to_owned()];
         if let Some(output) = output {
-            set.push("#response_data = :response_data".to_owned());
+            set.insert(0, "#response_data = :response_data".to_owned());
             update = update
                 .expression_attribute_names("#response_data", &names.data)
                 .expression_attribute_values(
@@ -292,7 +297,10 @@ impl DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&request.key)))
-            .condition_expression(CLAIM_CONDITION)
+            .condition_expression(match change {
+                Some(_) => TRACKED_CLAIM_CONDITION,
+                None => CLAIM_CONDITION,
+            })
             .expression_attribute_names("#id", &names.id)
             .expression_attribute_names("#expiry", &names.expiration)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)

@@ -9,6 +9,7 @@ pub mod dead_letter {
     pub use conveyor_core::dead_letter::*;
 }
 mod errors;
+mod flow;
 pub mod iam;
 mod job;
 #[cfg(test)]
@@ -25,6 +26,7 @@ pub use client::{
     RECEIVE_MARGIN, lease_timeout_config, receive_timeout_config, retry_config, sqs_client_from_env,
     sqs_client_with_timeouts, timeout_config,
 };
+pub use flow::{Flow, FlowError, FlowProducer, FlowSent, SqsSender};
 pub use job::{Job, ProduceError};
 pub use producer::{BATCH_ATTEMPTS, BATCH_RETRY_BASE, BatchReport, CancelError, Producer};
 pub use queue::SqsQueue;

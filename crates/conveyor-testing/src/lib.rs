@@ -2,7 +2,9 @@
 
 pub mod browser;
 pub mod faults;
+pub mod flow_conformance;
 pub mod localstack;
+pub mod memory_flows;
 pub mod memory_queue;
 pub mod memory_store;
 pub mod powertools;
@@ -18,6 +20,7 @@ pub use faults::{
     with_faults_sqs,
 };
 pub use localstack::{QueueSpec, TestQueue};
+pub use memory_flows::{MemoryFlows, QueueSender};
 pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage};
 pub use memory_store::{MemoryIdempotencyStore, StoreRequests};
 pub use queue_conformance::{MemoryQueueFactory, QueueFactory, QueueUnderTest};

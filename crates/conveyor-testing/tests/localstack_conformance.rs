@@ -11,7 +11,7 @@ use conveyor_testing::localstack::{
     create_queue, create_table, dynamodb_client, ensure_local_aws, sqs_client,
 };
 use conveyor_testing::queue_conformance::{self, QueueFactory, QueueUnderTest};
-use conveyor_testing::{QueueSpec, store_conformance, tracking_conformance};
+use conveyor_testing::{QueueSpec, flow_conformance, store_conformance, tracking_conformance};
 
 struct LocalStackQueues {
     client: aws_sdk_sqs::Client,
@@ -61,5 +61,14 @@ async fn dynamo_store_on_dynamodb_local_passes_the_tracking_suite() -> anyhow::R
     let client = dynamodb_client().await;
     let table = create_table(&client, "tracking").await?;
     tracking_conformance::run_all(Arc::new(DynamoStore::new(client, table))).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamo_store_on_dynamodb_local_passes_the_flows_suite() -> anyhow::Result<()> {
+    ensure_local_aws().await?;
+    let client = dynamodb_client().await;
+    let table = create_table(&client, "flows").await?;
+    flow_conformance::run_all(Arc::new(DynamoStore::new(client, table))).await?;
     Ok(())
 }

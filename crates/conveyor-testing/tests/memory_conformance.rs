@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use conveyor_testing::{
-    MemoryIdempotencyStore, MemoryQueueFactory, queue_conformance, store_conformance, tracking_conformance,
+    MemoryFlows, MemoryIdempotencyStore, MemoryQueueFactory, flow_conformance, queue_conformance,
+    store_conformance, tracking_conformance,
 };
 
 #[tokio::test(start_paused = true)]
@@ -22,6 +23,13 @@ async fn memory_store_passes_the_store_suite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_passes_the_tracking_suite() {
     tracking_conformance::run_all(Arc::new(MemoryIdempotencyStore::new()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_flows_pass_the_flows_suite() {
+    flow_conformance::run_all(Arc::new(MemoryFlows::new()))
         .await
         .unwrap();
 }

@@ -1,5 +1,6 @@
 //! The example application's jobs.
 
+pub mod chunked_report;
 pub mod report;
 pub mod webhook;
 pub mod welcome_email;

@@ -1,10 +1,10 @@
 //! A report that runs longer than the queue's visibility timeout: the heartbeat keeps it invisible,
-//! progress goes to the logs, and it finishes once.
+//! its progress goes to its job record (`conveyor jobs watch`) and the logs, and it finishes once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::{Context, Handler, HandlerError};
+use conveyor_core::{Context, Handler, HandlerError, HandlerSettings};
 use serde::{Deserialize, Serialize};
 
 use crate::outbox::Outbox;
@@ -47,6 +47,8 @@ impl Handler for BuildReport {
                 }
             }
             tracing::info!(report_id = %job.report_id, section, of = job.sections, "report progress");
+            let percent = u8::try_from(section * 100 / job.sections.max(1)).unwrap_or(100);
+            ctx.progress(percent, format!("section {section} of {}", job.sections));
         }
         let location = format!("reports/{}.pdf", job.report_id);
         self.outbox
@@ -59,5 +61,12 @@ impl Handler for BuildReport {
             }))
             .await?;
         Ok(ReportBuilt { location })
+    }
+
+    fn settings(&self) -> HandlerSettings {
+        HandlerSettings {
+            tracked: true,
+            ..HandlerSettings::default()
+        }
     }
 }

@@ -4,12 +4,13 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use conveyor_core::flow::FlowState;
 use conveyor_core::idempotency::idempotency_key;
-use conveyor_core::{IdempotencyStore, JobQuery, JobRecord, JobStatus};
+use conveyor_core::{FlowStore, IdempotencyStore, JobQuery, JobRecord, JobStatus};
 use conveyor_dynamodb::DynamoStore;
 
 use crate::aws::Aws;
-use crate::output::{Format, Table, format_age, format_time, print_json};
+use crate::output::{Format, Table, format_age, format_epoch_millis, format_time, print_json};
 
 /// How often `jobs watch` reads the record.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -68,7 +69,7 @@ pub struct ListArgs {
     /// The job type.
     #[arg(long = "type", value_name = "TYPE")]
     pub job_type: String,
-    /// Only this status: sent, running, retrying, succeeded, dead_lettered.
+    /// Only this status: sent, running, retrying, succeeded, dead_lettered, cancelled.
     #[arg(long, value_parser = parse_status)]
     pub status: Option<JobStatus>,
     /// At most this many.
@@ -78,7 +79,7 @@ pub struct ListArgs {
 
 fn parse_status(text: &str) -> Result<JobStatus, String> {
     JobStatus::parse(text).ok_or_else(|| {
-        format!("{text:?} is not a job status; use one of sent, running, retrying, succeeded, dead_lettered")
+        format!("{text:?} is not a job status; use one of sent, running, retrying, succeeded, dead_lettered, cancelled")
     })
 }
 
@@ -87,11 +88,25 @@ pub async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::Result<(
     let store = DynamoStore::new(aws.dynamodb_client(), &args.table);
     match &args.command {
         JobsCommand::Show(key) => {
-            let job = find(&store, key, &args.table).await?;
+            let flow = match flow_id(&key.record_key()) {
+                Some(flow_id) => store.flow(flow_id).await.context("reading the job's flow")?,
+                None => None,
+            };
+            // A flow's parent has no record until it is sent: its flow's status is the answer then.
+            let job = match (find(&store, key, &args.table).await, &flow) {
+                (Ok(job), _) => Some(job),
+                (Err(_), Some(_)) => None,
+                (Err(error), None) => return Err(error),
+            };
             match format {
-                Format::Json => print_json(&serde_json::to_value(&job)?),
+                Format::Json => print_json(&serde_json::json!({ "job": job, "flow": flow })),
                 Format::Text => {
-                    crate::out!("{}", describe(&job, SystemTime::now()));
+                    if let Some(job) = &job {
+                        crate::out!("{}", describe(job, SystemTime::now()));
+                    }
+                    if let Some(flow) = &flow {
+                        crate::out!("{}", describe_flow(flow));
+                    }
                     Ok(())
                 }
             }
@@ -199,6 +214,33 @@ pub fn describe(job: &JobRecord, now: SystemTime) -> String {
     text.push_str("history\n");
     for (status, at) in &job.history {
         text.push_str(&format!("  {:<14}{}\n", status.as_str(), format_time(at.0)));
+    }
+    text
+}
+
+/// The flow whose parent has record key `record_key` (`conveyor:<type>#flow:<flow id>`), if any.
+fn flow_id(record_key: &str) -> Option<&str> {
+    record_key.split_once('#')?.1.strip_prefix("flow:")
+}
+
+/// A flow's status: its children done, failed and pending, and its parent.
+pub fn describe_flow(flow: &FlowState) -> String {
+    let mut text = format!(
+        "flow      {} ({} children: {} done, {} failed, {} pending; on failure: {})\n",
+        flow.id,
+        flow.children.len(),
+        flow.done.len(),
+        flow.failed.len(),
+        flow.pending(),
+        flow.policy.as_str()
+    );
+    let parent = match flow.parent_sent_at {
+        Some(millis) => format!("sent {}", format_epoch_millis(millis)),
+        None => "waiting for its children".to_owned(),
+    };
+    text.push_str(&format!("parent    {} ({parent})\n", flow.parent_record));
+    for (child, reason) in &flow.failed {
+        text.push_str(&format!("  child {child} failed: {reason}\n"));
     }
     text
 }
