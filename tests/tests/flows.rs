@@ -274,10 +274,12 @@ async fn a_long_jobs_progress_is_visible_from_another_process_while_it_runs() ->
         section_millis: 1_500,
     };
     Producer::new(sqs.clone(), &queue.url)
-        .send(&Job::new("report", report).key("report:long"))
+        .send_tracked(&Job::new("report", report).key("report:long"), &store)
         .await?;
-    let mut worker = binaries().spawn_worker(&queue.url, None, &env, None)?;
     let key = conveyor_core::idempotency::idempotency_key("report", Some("report:long"), "");
+    let sent = store.job(&key).await?.expect("the producer recorded it as sent");
+    assert_eq!((sent.status, sent.attempts), (JobStatus::Sent, 0));
+    let mut worker = binaries().spawn_worker(&queue.url, None, &env, None)?;
 
     // Seen by this process while the worker's run is in progress.
     let mut seen = Vec::new();
@@ -311,5 +313,10 @@ async fn a_long_jobs_progress_is_visible_from_another_process_while_it_runs() ->
     let last = finished.progress.expect("the last report lands with the end");
     assert_eq!((last.percent, last.message.as_str()), (100, "section 6 of 6"));
     assert_eq!(finished.attempts, 1);
+    let statuses: Vec<JobStatus> = finished.history.iter().map(|(status, _)| *status).collect();
+    assert_eq!(
+        statuses,
+        [JobStatus::Sent, JobStatus::Running, JobStatus::Succeeded]
+    );
     Ok(())
 }

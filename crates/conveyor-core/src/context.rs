@@ -82,6 +82,15 @@ impl Context {
         self.flow_children.as_deref().map(Vec::as_slice)
     }
 
+    /// How many of a flow parent's children were dead-lettered (policy `Ignore`); 0 for other jobs.
+    pub fn failed_children(&self) -> usize {
+        self.flow_children()
+            .unwrap_or_default()
+            .iter()
+            .filter(|child| child.error.is_some())
+            .count()
+    }
+
     /// The succeeded children's outputs decoded as `T`, in child id order; a permanent error when one
     /// does not decode, or when a child has no stored output.
     pub fn child_outputs<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, HandlerError> {

@@ -297,6 +297,13 @@ impl std::fmt::Debug for Flows {
     }
 }
 
+/// The error for a flow that has no record (expired, or never created by a flow producer).
+pub fn unknown_flow(flow_id: &str) -> StoreError {
+    StoreError::Misconfigured {
+        message: format!("flow {flow_id:?} has no record (expired, or never created by a flow producer)"),
+    }
+}
+
 /// `(flow id, child id)` of a child's message.
 pub fn child_of(message: &Message) -> Option<(&str, &str)> {
     message.string_attribute(FLOW_CHILD_ATTRIBUTE)?.rsplit_once('/')

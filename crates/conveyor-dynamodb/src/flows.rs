@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use conveyor_core::flow::{ChildEnd, ChildFailurePolicy, Counted, FlowState, NewFlow};
+use conveyor_core::flow::{ChildEnd, ChildFailurePolicy, Counted, FlowState, NewFlow, unknown_flow};
 use conveyor_core::tracking::to_epoch_millis;
 use conveyor_core::{FlowStore, StoreError};
 
@@ -127,20 +127,9 @@ impl DynamoStore {
     }
 
     async fn read_flow(&self, flow_id: &str) -> Result<Option<FlowState>, StoreError> {
-        let id = flow_item_id(flow_id);
-        self.count_request();
-        let answer = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|error| self.flow_failure(classify(&error, self.target("GetItem", &id)), flow_id))?;
-        match answer.item {
-            Some(item) if !item.is_empty() => parse_flow(flow_id, &item).map(Some),
-            _ => Ok(None),
+        match self.get_item(&flow_item_id(flow_id)).await? {
+            Some(item) => parse_flow(flow_id, &item).map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -226,11 +215,10 @@ impl FlowStore for DynamoStore {
             }
             Err(error) => match classify(&error, self.target("UpdateItem", &id)) {
                 Failure::ConditionFailed => {
-                    let flow = self.read_flow(flow_id).await?.ok_or_else(|| StoreError::Misconfigured {
-                        message: format!(
-                            "flow {flow_id:?} has no record (expired, or never created by a flow producer)"
-                        ),
-                    })?;
+                    let flow = self
+                        .read_flow(flow_id)
+                        .await?
+                        .ok_or_else(|| unknown_flow(flow_id))?;
                     Ok(Counted {
                         first_time: false,
                         flow,

@@ -241,20 +241,10 @@ impl DynamoStore {
 
     /// The job record of `key` (one consistent `GetItem`).
     pub(crate) async fn read_job(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
-        self.count_request();
-        let result = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(key)))
-            .consistent_read(true)
-            .send()
-            .await;
-        let item = match result {
-            Ok(answer) => answer.item.unwrap_or_default(),
-            Err(error) => return Err(store_error(classify(&error, self.target("GetItem", key)))),
-        };
-        Ok(self.job_from(key, &item))
+        Ok(self
+            .get_item(key)
+            .await?
+            .and_then(|item| self.job_from(key, &item)))
     }
 
     /// A job record from an item, with the idempotency record's output and token when it has one.

@@ -524,32 +524,36 @@ impl IdempotencyStore for DynamoStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
+        match self.get_item(key).await? {
+            Some(item) => self.parse(key, &item).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl DynamoStore {
+    /// The item `id` (one consistent `GetItem`); `None` when there is none.
+    pub(crate) async fn get_item(&self, id: &str) -> Result<Option<Item>, StoreError> {
         self.count_request();
         let result = self
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(self.primary_key(key)))
+            .set_key(Some(self.primary_key(id)))
             .consistent_read(true)
             .send()
             .await;
-        let answer = match result {
-            Ok(answer) => answer,
-            Err(error) => {
-                return Err(match classify(&error, self.target("GetItem", key)) {
-                    Failure::Store(error) => error,
-                    other => StoreError::Unavailable {
-                        message: format!(
-                            "GetItem on table {} for {key:?} failed unexpectedly: {other:?}",
-                            self.table
-                        ),
-                    },
-                });
-            }
-        };
-        match answer.item {
-            Some(item) if !item.is_empty() => self.parse(key, &item).map(Some),
-            _ => Ok(None),
+        match result {
+            Ok(answer) => Ok(answer.item.filter(|item| !item.is_empty())),
+            Err(error) => Err(match classify(&error, self.target("GetItem", id)) {
+                Failure::Store(error) => error,
+                other => StoreError::Unavailable {
+                    message: format!(
+                        "GetItem on table {} for {id:?} failed unexpectedly: {other:?}",
+                        self.table
+                    ),
+                },
+            }),
         }
     }
 }

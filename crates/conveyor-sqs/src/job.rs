@@ -239,6 +239,11 @@ impl<J: Serialize> Job<J> {
         &self.job_type
     }
 
+    /// The idempotency key (`Job::key`), when set.
+    pub fn producer_key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
     /// The payload.
     pub fn payload(&self) -> &J {
         &self.payload

@@ -20,6 +20,7 @@ pub mod redrive;
 #[cfg(test)]
 mod request_shape_tests;
 mod send;
+mod tracked;
 
 pub use client::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use conveyor_core::flow::{ChildEnd, Counted, FlowState, NewFlow};
+use conveyor_core::flow::{ChildEnd, Counted, FlowState, NewFlow, unknown_flow};
 use conveyor_core::tracking::to_epoch_millis;
 use conveyor_core::{FlowSender, FlowStore, OutgoingMessage, Queue, QueueError, StoreError};
 
@@ -31,12 +31,6 @@ impl MemoryFlows {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, FlowState>> {
         self.flows.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-fn missing(flow_id: &str) -> StoreError {
-    StoreError::Misconfigured {
-        message: format!("flow {flow_id:?} has no record (expired, or never created by a flow producer)"),
     }
 }
 
@@ -64,7 +58,7 @@ impl FlowStore for MemoryFlows {
     ) -> Result<Counted, StoreError> {
         self.counts.fetch_add(1, Ordering::Relaxed);
         let mut flows = self.lock();
-        let flow = flows.get_mut(flow_id).ok_or_else(|| missing(flow_id))?;
+        let flow = flows.get_mut(flow_id).ok_or_else(|| unknown_flow(flow_id))?;
         let counted_before =
             flow.done.iter().any(|done| done == child_id) || flow.failed.contains_key(child_id);
         if !counted_before {
@@ -83,7 +77,7 @@ impl FlowStore for MemoryFlows {
 
     async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
         let mut flows = self.lock();
-        let flow = flows.get_mut(flow_id).ok_or_else(|| missing(flow_id))?;
+        let flow = flows.get_mut(flow_id).ok_or_else(|| unknown_flow(flow_id))?;
         flow.parent_sent_at.get_or_insert(to_epoch_millis(at));
         Ok(())
     }

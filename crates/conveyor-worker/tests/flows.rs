@@ -59,12 +59,7 @@ impl Handler for Sum {
 
     async fn handle(&self, job: SumJob, ctx: Context) -> Result<u64, HandlerError> {
         let outputs: Vec<u64> = ctx.child_outputs()?;
-        let failed = ctx
-            .flow_children()
-            .unwrap_or_default()
-            .iter()
-            .filter(|child| child.error.is_some())
-            .count();
+        let failed = ctx.failed_children();
         self.runs
             .lock()
             .unwrap()
@@ -141,6 +136,12 @@ fn workers(setup: &Setup, count: usize) -> Vec<common::Running> {
         .collect()
 }
 
+async fn stop_all(workers: Vec<common::Running>) {
+    for worker in workers {
+        worker.stop().await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_nested_flow_sent_twice_runs_each_parent_once_after_its_children_with_their_outputs() {
     let setup = setup();
@@ -164,9 +165,7 @@ async fn a_nested_flow_sent_twice_runs_each_parent_once_after_its_children_with_
         setup.runs.lock().unwrap().len() >= 2 && setup.queue.is_empty()
     })
     .await;
-    for worker in running {
-        worker.stop().await;
-    }
+    stop_all(running).await;
     let runs = setup.runs.lock().unwrap().clone();
     assert_eq!(
         runs,
@@ -199,9 +198,7 @@ async fn a_failed_child_is_ignored_or_fails_the_parent_as_each_flow_says() {
         || !setup.runs.lock().unwrap().is_empty() && setup.dlq.len() >= 3 && setup.queue.is_empty(),
     )
     .await;
-    for worker in running {
-        worker.stop().await;
-    }
+    stop_all(running).await;
     let runs = setup.runs.lock().unwrap().clone();
     assert_eq!(
         runs,

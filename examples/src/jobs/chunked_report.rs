@@ -132,12 +132,7 @@ impl Handler for AssembleReportHandler {
 
     async fn handle(&self, job: AssembleReport, ctx: Context) -> Result<ReportAssembled, HandlerError> {
         let chunks: Vec<ChunkRows> = ctx.child_outputs()?;
-        let failed = ctx
-            .flow_children()
-            .unwrap_or_default()
-            .iter()
-            .filter(|child| child.error.is_some())
-            .count();
+        let failed = ctx.failed_children();
         if chunks.len() + failed != usize::try_from(job.chunks).unwrap_or(usize::MAX) {
             return Err(HandlerError::permanent(format!(
                 "report {} expected {} chunks, the flow has {}",
