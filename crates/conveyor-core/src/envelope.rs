@@ -41,9 +41,45 @@ struct Envelope {
     payload: Value,
 }
 
+#[derive(Serialize)]
+struct Sealed<'a> {
+    conveyor: &'a Header,
+    payload: Value,
+}
+
 /// The envelope for `payload` with `header`, as JSON text.
+///
+/// The text is the same in every build: the header is written in its fields' order and the
+/// payload's object keys sorted. (serde_json keeps maps in insertion order when any crate in the
+/// build enables its `preserve_order` feature, and sorted otherwise; an exported schedule's text
+/// must not change with that, or Terraform sees a change that is not one.)
 pub fn seal(header: &Header, payload: &Value) -> String {
-    serde_json::json!({ "conveyor": header, "payload": payload }).to_string()
+    let sealed = Sealed {
+        conveyor: header,
+        payload: sorted(payload),
+    };
+    match serde_json::to_string(&sealed) {
+        Ok(text) => text,
+        // Unreachable: a header of strings and a `Value` always serialise.
+        Err(_) => serde_json::json!({ "conveyor": header, "payload": sealed.payload }).to_string(),
+    }
+}
+
+/// `value` with every object's keys in sorted order, whatever map order serde_json was built with.
+pub fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut out = serde_json::Map::with_capacity(map.len());
+            for key in keys {
+                out.insert(key.clone(), sorted(&map[key]));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
 }
 
 /// The message with its envelope opened, when it is an enveloped message without attributes.
@@ -76,6 +112,27 @@ pub fn open(message: &Message) -> Option<Message> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sealed_text_does_not_depend_on_map_order() {
+        let header = Header {
+            job_type: "report".into(),
+            version: Some(1),
+            key: Some("k".into()),
+        };
+        // Built in insertion order "b", "a": kept so when serde_json's `preserve_order` is on
+        // (the workspace build has it), sorted when it is off. The text must be one and the same.
+        let mut inner = serde_json::Map::new();
+        inner.insert("d".into(), Value::from(1));
+        inner.insert("c".into(), Value::from(2));
+        let mut payload = serde_json::Map::new();
+        payload.insert("b".into(), Value::from(1));
+        payload.insert("a".into(), Value::Array(vec![Value::Object(inner)]));
+        assert_eq!(
+            seal(&header, &Value::Object(payload)),
+            r#"{"conveyor":{"type":"report","version":1,"key":"k"},"payload":{"a":[{"c":2,"d":1}],"b":1}}"#
+        );
+    }
 
     #[test]
     fn an_envelope_opens_into_attributes_and_payload() {
