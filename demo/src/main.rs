@@ -116,10 +116,12 @@ async fn main() -> anyhow::Result<()> {
         worker_log.display()
     );
 
+    let metrics_port_2 = free_port()?;
+    let listen_addr_2 = format!("127.0.0.1:{metrics_port_2}");
     let worker_log_2 = work.join("worker-2.log");
     let mut worker_2 = binaries.spawn_worker(
         &worker_queue.url,
-        None,
+        Some(&listen_addr_2),
         &app_env,
         Some(std::fs::File::create(&worker_log_2)?),
     )?;
@@ -161,10 +163,14 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_secs(120),
     )
     .await?;
-    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
-        .await?
-        .text()
-        .await?;
+    let mut metrics = Vec::new();
+    for port in [metrics_port, metrics_port_2] {
+        let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await?
+            .text()
+            .await?;
+        metrics.push(text);
+    }
     watcher.abort();
     let status = terminate(&mut worker).await?;
     let status_2 = terminate(&mut worker_2).await?;
@@ -210,15 +216,22 @@ async fn main() -> anyhow::Result<()> {
     let dead = dead_lettered(&sqs, &[&worker_queue, &lambda_queue]).await?;
     let problems = report(&sent, &Outbox::read_all(&outbox_path)?, &receiver, &dead);
     step("worker metrics");
-    // Queue-depth gauges are sampled every 30 s, so they would show the queue as it was at start-up: left out.
-    let mut lines: Vec<&str> = metrics
-        .lines()
-        .filter(|line| line.starts_with("conveyor_") && !line.contains("_bucket"))
-        .filter(|line| !line.starts_with("conveyor_queue_"))
-        .collect();
-    lines.sort_unstable();
-    for line in lines {
-        println!("  {line}");
+    // Both workers' counters: which of them took which jobs is up to SQS (LocalStack often hands a
+    // burst to one poller). Queue-depth and DLQ gauges are sampled every 30 s, so they would show the
+    // queues as they were at start-up: left out.
+    for (number, text) in metrics.iter().enumerate() {
+        println!("  worker {}:", number + 1);
+        let mut lines: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("conveyor_") && !line.contains("_bucket"))
+            .filter(|line| !line.starts_with("conveyor_queue_") && !line.starts_with("conveyor_dlq_"))
+            // Per-job-type counters that stayed at 0 say nothing here.
+            .filter(|line| !(line.contains("job_type=") && line.ends_with(" 0")))
+            .collect();
+        lines.sort_unstable();
+        for line in lines {
+            println!("    {line}");
+        }
     }
     println!(
         "\n{} in {:.1} s",
