@@ -75,6 +75,12 @@ impl Backoff {
     }
 }
 
+/// `delay` scaled by a random factor in [0.5, 1): how a deferral after an outage is spread, so the
+/// messages put back together do not all come back together.
+pub(crate) fn spread(delay: Duration) -> Duration {
+    delay.mul_f64(0.5 + fastrand::f64() / 2.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,7 +71,7 @@ pub(crate) async fn after_child(flows: &Flows, message: &Message, outcome: Outco
         Ok(()) => outcome,
         Err(error) => {
             tracing::warn!(%error, flow_id, child_id, "flow bookkeeping failed; the child's message comes back to do it");
-            let delay = BOOKKEEPING_DEFERRAL.mul_f64(0.5 + fastrand::f64() / 2.0);
+            let delay = crate::backoff::spread(BOOKKEEPING_DEFERRAL);
             Outcome::Defer {
                 delay,
                 reason: format!("flow {flow_id}: {error}"),

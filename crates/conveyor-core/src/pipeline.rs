@@ -286,7 +286,7 @@ impl Pipeline {
                 Ok(children) => children,
                 Err(error) => {
                     let reason = format!("reading the flow's children failed: {error}");
-                    let delay = STORE_OUTAGE_DEFERRAL.mul_f64(0.5 + fastrand::f64() / 2.0);
+                    let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
                     return Processed::early(Outcome::Defer { delay, reason }, Some(job_type));
                 }
             },
@@ -457,7 +457,7 @@ async fn claim(
         }
         Err(error) => {
             tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
-            let delay = STORE_OUTAGE_DEFERRAL.mul_f64(0.5 + fastrand::f64() / 2.0);
+            let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
             let reason = format!("claim failed: {error}");
             Err(Box::new(Processed::early(
                 Outcome::Defer { delay, reason },
