@@ -167,6 +167,7 @@ impl Pipeline {
     }
 
     /// Judges due times ([`crate::delay`]) by `clock` instead of the system clock (tests: a fast clock).
+    #[doc(hidden)] // a test hook: the tests run hours of time on a fast clock
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
@@ -174,6 +175,7 @@ impl Pipeline {
 
     /// Re-sends a job that is not due yet at least every `max_hop` (default, and at most, SQS's 15
     /// minutes; tests shorten it together with a fast [`Pipeline::with_clock`]).
+    #[doc(hidden)] // a test hook: the tests run hours of time on a fast clock
     pub fn with_max_delay_hop(mut self, max_hop: Duration) -> Self {
         self.max_hop = max_hop.min(MAX_DELAY);
         self

@@ -21,11 +21,11 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_core::defaults::JOBS_INDEX;
 use conveyor_core::tracking::{StatusTime, from_epoch_millis, to_epoch_millis};
-use conveyor_core::{Claim, JobChange, JobQuery, JobRecord, JobStatus, Progress, RecordStatus, StoreError};
+use conveyor_core::{Claim, JobChange, JobQuery, JobRecord, JobStatus, Progress, StoreError};
 
 use crate::classify::{Failure, classify};
 use crate::item::{Item, epoch_secs, number, string};
-use crate::store::{DynamoStore, EXTEND_CONDITION, with_clauses};
+use crate::store::{DynamoStore, with_clauses};
 
 /// The job type.
 pub const JOB_TYPE: &str = "job_type";
@@ -189,26 +189,11 @@ pub(crate) fn parse_job(
 impl DynamoStore {
     /// One `UpdateItem`: the progress, if the record still carries the claim's token and is in progress.
     pub(crate) async fn write_progress(&self, claim: &Claim, progress: &Progress) -> Result<(), StoreError> {
-        let names = &self.options.attributes;
         let mut clauses = Clauses::default();
         progress_clauses(&mut clauses, progress);
-        self.count_request();
-        let update = with_clauses(self.client.update_item(), &clauses);
-        let result = update
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&claim.key)))
-            .update_expression(clauses.expression(Vec::new(), Vec::new()))
-            .condition_expression(EXTEND_CONDITION)
-            .expression_attribute_names("#token", &names.fencing_token)
-            .expression_attribute_names("#status", &names.status)
-            .expression_attribute_values(":token", number(claim.token))
-            .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(error) => Err(self.fenced(classify(&error, self.target("UpdateItem", &claim.key)), claim)),
-        }
+        let update = with_clauses(self.client.update_item(), &clauses)
+            .update_expression(clauses.expression(Vec::new(), Vec::new()));
+        self.fenced_update(claim, update).await
     }
 
     /// One `UpdateItem` that writes the `sent` marker only where no item exists yet. The marker has no

@@ -31,6 +31,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::http::Response;
@@ -499,28 +500,15 @@ impl IdempotencyStore for DynamoStore {
 
     async fn extend_lease(&self, claim: &Claim, lease_until: SystemTime) -> Result<(), StoreError> {
         let names = &self.options.attributes;
-        self.count_request();
-        let result = self
+        let update = self
             .client
             .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&claim.key)))
             .update_expression("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
-            .condition_expression(EXTEND_CONDITION)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
             .expression_attribute_names("#expiry", &names.expiration)
             .expression_attribute_values(":expiry", number(epoch_secs(lease_until + EXPIRY_PAST_LEASE)))
-            .expression_attribute_names("#token", &names.fencing_token)
-            .expression_attribute_names("#status", &names.status)
-            .expression_attribute_values(":in_progress_expiry", number(epoch_millis(lease_until)))
-            .expression_attribute_values(":token", number(claim.token))
-            .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(error) => Err(self.fenced(classify(&error, self.target("UpdateItem", &claim.key)), claim)),
-        }
+            .expression_attribute_values(":in_progress_expiry", number(epoch_millis(lease_until)));
+        self.fenced_update(claim, update).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
@@ -532,6 +520,32 @@ impl IdempotencyStore for DynamoStore {
 }
 
 impl DynamoStore {
+    /// Sends `update` (its `SET` expression and values already given) on the claim's record, fenced: it
+    /// applies only while the record carries the claim's token and is still in progress. A failed
+    /// condition means the claim was taken over or settled, which [`Self::fenced`] reports as `Fenced`.
+    pub(crate) async fn fenced_update(
+        &self,
+        claim: &Claim,
+        update: UpdateItemFluentBuilder,
+    ) -> Result<(), StoreError> {
+        let names = &self.options.attributes;
+        self.count_request();
+        let result = update
+            .table_name(&self.table)
+            .set_key(Some(self.primary_key(&claim.key)))
+            .condition_expression(EXTEND_CONDITION)
+            .expression_attribute_names("#token", &names.fencing_token)
+            .expression_attribute_names("#status", &names.status)
+            .expression_attribute_values(":token", number(claim.token))
+            .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.fenced(classify(&error, self.target("UpdateItem", &claim.key)), claim)),
+        }
+    }
+
     /// The item `id` (one consistent `GetItem`); `None` when there is none.
     pub(crate) async fn get_item(&self, id: &str) -> Result<Option<Item>, StoreError> {
         self.count_request();
@@ -560,9 +574,9 @@ impl DynamoStore {
 
 /// Adds the names and values of `clauses` to an update.
 pub(crate) fn with_clauses(
-    mut update: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    mut update: UpdateItemFluentBuilder,
     clauses: &Clauses,
-) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+) -> UpdateItemFluentBuilder {
     for (name, attribute) in &clauses.names {
         update = update.expression_attribute_names(name, attribute);
     }

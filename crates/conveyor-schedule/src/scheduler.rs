@@ -52,6 +52,7 @@ impl SchedulerClock {
     }
 
     /// A clock that starts now and runs `speed` times faster than the system's (tests).
+    #[doc(hidden)] // a test hook: the tests run hours of time on a fast clock
     pub fn fast(speed: u32) -> Self {
         Self {
             origin: SystemTime::now(),
@@ -162,6 +163,7 @@ impl Scheduler {
     }
 
     /// Judges ticks by `clock` (tests: a fast one).
+    #[doc(hidden)] // a test hook: the tests run hours of time on a fast clock
     pub fn with_clock(mut self, clock: SchedulerClock) -> Self {
         self.clock = clock;
         self
