@@ -714,12 +714,13 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
 
 #[test]
 fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
-    use conveyor_dynamodb::iam::CONSUMER_TABLE;
+    use conveyor_dynamodb::iam::{CONSUMER_TABLE, OPERATOR_TABLE, PRODUCER_TABLE};
     use conveyor_sqs::iam::{CONSUMER_DEAD_LETTER_QUEUE, CONSUMER_QUEUE, OPERATOR, PRODUCER};
 
     let permissions = parse_module(&module_dir("consumer-permissions"))?;
     let queue = parse_module(&module_dir("queue"))?;
-    let checks: [PolicyCheck; 5] = [
+    let table = parse_module(&module_dir("idempotency-table"))?;
+    let checks: [PolicyCheck; 7] = [
         (&permissions, "this", "ConsumeQueue", CONSUMER_QUEUE),
         (
             &permissions,
@@ -730,6 +731,8 @@ fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
         (&permissions, "this", "IdempotencyRecords", CONSUMER_TABLE),
         (&queue, "producer", "SendJobs", PRODUCER),
         (&queue, "operator", "OperateQueues", OPERATOR),
+        (&table, "producer", "TrackJobs", PRODUCER_TABLE),
+        (&table, "operator", "OperateJobs", OPERATOR_TABLE),
     ];
     for (bodies, document, sid, list) in checks {
         let granted = statement_actions(bodies, document, sid)?;

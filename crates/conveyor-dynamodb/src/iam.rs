@@ -14,3 +14,19 @@ pub const CONSUMER_TABLE: &[(&str, &str)] = &[
     ("update_item", "dynamodb:UpdateItem"),
     ("get_item", "dynamodb:GetItem"),
 ];
+
+/// What a producer calls on the idempotency table beside sending: `Producer::send_tracked` writes the
+/// job's `sent` record, `Producer::cancel` marks a delayed job cancelled, and `FlowProducer` writes
+/// a flow's counting item. All are conditional `UpdateItem`s. The table module's
+/// `producer_policy_json` grants exactly this.
+pub const PRODUCER_TABLE: &[(&str, &str)] = &[("update_item", "dynamodb:UpdateItem")];
+
+/// What an operator's commands call on the idempotency table: `conveyor jobs show|watch` read a
+/// record (`GetItem`), `conveyor jobs list` queries the `conveyor-jobs` index (`Query`, granted on
+/// the index), and `conveyor schedules pause|resume|trigger` and cancelling a job write (`UpdateItem`).
+/// The table module's `operator_policy_json` grants exactly this.
+pub const OPERATOR_TABLE: &[(&str, &str)] = &[
+    ("get_item", "dynamodb:GetItem"),
+    ("query", "dynamodb:Query"),
+    ("update_item", "dynamodb:UpdateItem"),
+];

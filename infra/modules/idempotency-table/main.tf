@@ -57,3 +57,29 @@ resource "aws_dynamodb_table" "this" {
 
   tags = var.tags
 }
+
+# Ready-made policies for the people and services around the table (outputs producer_policy_json and
+# operator_policy_json; consumers get theirs from consumer-permissions). The actions are
+# conveyor_dynamodb::iam's PRODUCER_TABLE and OPERATOR_TABLE lists; tests/tests/infra.rs holds them equal.
+data "aws_iam_policy_document" "producer" {
+  # `Producer::send_tracked` (the `sent` record), `Producer::cancel`, `FlowProducer` (the flow's item).
+  statement {
+    sid       = "TrackJobs"
+    actions   = ["dynamodb:UpdateItem"]
+    resources = [aws_dynamodb_table.this.arn]
+  }
+}
+
+data "aws_iam_policy_document" "operator" {
+  # `conveyor jobs show|watch|list` (GetItem; Query on the conveyor-jobs index) and
+  # `conveyor schedules pause|resume|trigger`, cancelling a job (UpdateItem).
+  statement {
+    sid = "OperateJobs"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:Query",
+      "dynamodb:UpdateItem",
+    ]
+    resources = [aws_dynamodb_table.this.arn, "${aws_dynamodb_table.this.arn}/index/conveyor-jobs"]
+  }
+}
