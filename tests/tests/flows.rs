@@ -254,6 +254,27 @@ async fn a_dead_lettered_child_fails_the_parent_or_is_ignored_as_the_flow_says()
     );
     let failed = store.flow(&failing.flow).await?.expect("the flow's record");
     assert_eq!(failed.failed.len(), 1);
+    // The tracked records tell the same story as the queues: the poisoned chunk dead-lettered after
+    // one attempt with its reason, the others succeeded.
+    for (child, key) in &failing.children {
+        let record = store.job(key).await?.expect("every chunk is tracked");
+        if child == "00001" {
+            assert_eq!(
+                (record.status, record.attempts),
+                (JobStatus::DeadLettered, 1),
+                "{record:?}"
+            );
+            assert!(
+                record
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|error| error.contains("has no queries")),
+                "{record:?}"
+            );
+        } else {
+            assert_eq!(record.status, JobStatus::Succeeded, "{record:?}");
+        }
+    }
     terminate(&mut worker).await?;
     Ok(())
 }
