@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::convert::queue_name;
 use crate::errors::{classify, classify_entry};
 use crate::job::{Job, ProduceError};
-use crate::send::{batch_entry, send_message};
+use crate::send::{batch_entry, check_outgoing, send_message};
 
 /// Attempts per batch entry (the first send and two retries) for failures SQS marks as not the sender's.
 pub const BATCH_ATTEMPTS: u32 = 3;
@@ -190,6 +190,35 @@ impl Producer {
                 Err(error) => results[index] = Some(Err(error)),
             }
         }
+        self.send_pending(pending, results).await
+    }
+
+    /// Sends messages already encoded by [`Job::to_message`] (for this queue) with `SendMessageBatch`,
+    /// exactly as [`Producer::send_batch`] sends jobs: calls of at most 10 entries and 1 MiB, the same
+    /// retries. The transactional outbox (`conveyor-outbox`) encodes a job when the application commits
+    /// it and sends it later through this method. Each message is checked against SQS's limits again
+    /// (delay, size, FIFO), so a message built for another queue is refused without a request.
+    pub async fn send_messages(&self, messages: Vec<OutgoingMessage>) -> BatchReport {
+        let fifo = self.name.ends_with(".fifo");
+        let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; messages.len()];
+        let mut pending = Vec::new();
+        for (index, message) in messages.into_iter().enumerate() {
+            if let Err(error) = check_outgoing(&message, fifo) {
+                results[index] = Some(Err(ProduceError::Queue(error)));
+                continue;
+            }
+            let size = message.size();
+            pending.push(Pending { index, message, size });
+        }
+        self.send_pending(pending, results).await
+    }
+
+    /// Sends encoded messages in packed chunks; `results` already holds the refusals.
+    async fn send_pending(
+        &self,
+        pending: Vec<Pending>,
+        mut results: Vec<Option<Result<String, ProduceError>>>,
+    ) -> BatchReport {
         let mut fatal: Option<QueueError> = None;
         for chunk in pack(pending) {
             if let Some(error) = &fatal {
