@@ -253,13 +253,20 @@ mod tests {
             .delay(Duration::from_secs(30));
         let item = outbox.put_with_id(job.clone(), "order:1", "id-1")?;
         let keys: Vec<&str> = table.key_names().collect();
-        let entry = parse(&from_dynamodb(item.item()), &keys)?.ok_or_else(|| anyhow::anyhow!("not outbox"))?;
+        let entry =
+            parse(&from_dynamodb(item.item()), &keys)?.ok_or_else(|| anyhow::anyhow!("not outbox"))?;
         let expected = job.key("outbox:id-1").to_message("jobs")?;
         assert_eq!(entry.message.body, expected.body);
         assert_eq!(entry.message.attributes, expected.attributes);
         assert_eq!(entry.message.delay, expected.delay);
         assert_eq!(entry.aggregate, "order:1");
-        assert_eq!(entry.key, vec![("pk".to_owned(), "outbox#id-1".to_owned()), ("sk".to_owned(), "outbox#id-1".to_owned())]);
+        assert_eq!(
+            entry.key,
+            vec![
+                ("pk".to_owned(), "outbox#id-1".to_owned()),
+                ("sk".to_owned(), "outbox#id-1".to_owned())
+            ]
+        );
         Ok(())
     }
 
@@ -271,7 +278,10 @@ mod tests {
             (table::VERSION.to_owned(), Value::N("2".to_owned())),
             (table::ID.to_owned(), Value::S("x".to_owned())),
         ]);
-        assert!(matches!(parse(&newer, &["pk"]), Err(ImageError::NewerFormat { .. })));
+        assert!(matches!(
+            parse(&newer, &["pk"]),
+            Err(ImageError::NewerFormat { .. })
+        ));
         let broken = Image::from([
             (table::VERSION.to_owned(), Value::N("1".to_owned())),
             ("pk".to_owned(), Value::S("outbox#x".to_owned())),

@@ -159,6 +159,13 @@ impl Outbox {
         self.put_with_id(job, aggregate, &uuid::Uuid::new_v4().to_string())
     }
 
+    /// The item for a job that needs no order relative to other jobs: its aggregate is its own item id,
+    /// so the relay batches it freely.
+    pub fn put_unordered<J: Serialize>(&self, job: Job<J>) -> Result<OutboxItem, OutboxError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.put_with_id(job, &id, &id)
+    }
+
     /// As [`Outbox::put`] with an id the application chose (1 to 100 characters: letters, digits and
     /// punctuation, as SQS allows in a deduplication id). Putting the same id twice fails the second
     /// transaction (`ConditionalCheckFailed`).
@@ -234,7 +241,10 @@ impl Outbox {
         for name in self.table.key_names() {
             item.insert(name.to_owned(), string(&OutboxTable::key_value(id)));
         }
-        item.insert(table::VERSION.to_owned(), number(u64::from(table::FORMAT_VERSION)));
+        item.insert(
+            table::VERSION.to_owned(),
+            number(u64::from(table::FORMAT_VERSION)),
+        );
         item.insert(table::ID.to_owned(), string(id));
         item.insert(table::QUEUE_URL.to_owned(), string(&self.queue_url));
         item.insert(table::JOB_TYPE.to_owned(), string(job_type));
@@ -268,10 +278,7 @@ fn attributes_value(message: &OutgoingMessage) -> AttributeValue {
         .attributes
         .iter()
         .map(|(name, value)| {
-            let mut entry = HashMap::from([(
-                "type".to_owned(),
-                AttributeValue::S(value.data_type.clone()),
-            )]);
+            let mut entry = HashMap::from([("type".to_owned(), AttributeValue::S(value.data_type.clone()))]);
             if let Some(text) = &value.string_value {
                 entry.insert("string".to_owned(), AttributeValue::S(text.clone()));
             }
@@ -290,7 +297,9 @@ fn attributes_value(message: &OutgoingMessage) -> AttributeValue {
 /// The item's size as DynamoDB counts it, erring upward: names plus values, numbers as 21 bytes, 3 bytes
 /// of overhead per map entry.
 fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
-    item.iter().map(|(name, value)| name.len() + value_size(value)).sum()
+    item.iter()
+        .map(|(name, value)| name.len() + value_size(value))
+        .sum()
 }
 
 fn value_size(value: &AttributeValue) -> usize {
@@ -298,7 +307,12 @@ fn value_size(value: &AttributeValue) -> usize {
         AttributeValue::S(text) => text.len(),
         AttributeValue::N(_) => 21,
         AttributeValue::B(blob) => blob.as_ref().len(),
-        AttributeValue::M(map) => 3 + map.iter().map(|(name, value)| name.len() + 1 + value_size(value)).sum::<usize>(),
+        AttributeValue::M(map) => {
+            3 + map
+                .iter()
+                .map(|(name, value)| name.len() + 1 + value_size(value))
+                .sum::<usize>()
+        }
         _ => 21,
     }
 }
@@ -310,7 +324,9 @@ mod tests {
     use super::*;
 
     fn string<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> &'a str {
-        item.get(name).and_then(|value| value.as_s().ok()).map_or("", String::as_str)
+        item.get(name)
+            .and_then(|value| value.as_s().ok())
+            .map_or("", String::as_str)
     }
 
     #[test]
@@ -323,7 +339,10 @@ mod tests {
         assert_eq!(string(fields, "sk"), "outbox#abc");
         assert_eq!(string(fields, table::BODY), "7");
         assert_eq!(string(fields, table::AGGREGATE), "order:1");
-        assert!(!fields.contains_key(table::GROUP_ID), "standard queues get no group");
+        assert!(
+            !fields.contains_key(table::GROUP_ID),
+            "standard queues get no group"
+        );
         let attributes = fields
             .get(table::ATTRIBUTES)
             .and_then(|value| value.as_m().ok())
@@ -353,10 +372,15 @@ mod tests {
     fn the_producers_checks_and_the_item_limit_apply_before_the_transaction() {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs.fifo");
         let delayed = outbox.put(Job::new("t", 1).delay(Duration::from_secs(5)), "a");
-        assert!(matches!(delayed, Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))));
+        assert!(matches!(
+            delayed,
+            Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))
+        ));
         let standard = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
         let big = standard.put(Job::new("t", "x".repeat(500 * 1024)), "a");
-        let Err(error) = big else { panic!("a 500 KB job fits no item") };
+        let Err(error) = big else {
+            panic!("a 500 KB job fits no item")
+        };
         assert!(error.to_string().contains("409600"), "{error}");
         assert!(matches!(
             standard.put(Job::new("t", 1), ""),

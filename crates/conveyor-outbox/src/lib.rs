@@ -11,8 +11,9 @@ pub mod table;
 pub use image::{Change, Image, StreamRecord, Value};
 pub use item::{Outbox, OutboxError, OutboxItem};
 pub use relay::{Relay, RelayReport};
-pub use stream::{
-    ProgressSnapshot, RelayProgress, StreamRelay, StreamRelayError, StreamRelayOptions, streams_client_from_env,
-};
 pub use setup::{CreateTableError, create_outbox_table};
+pub use stream::{
+    ProgressSnapshot, RelayProgress, StreamRelay, StreamRelayError, StreamRelayOptions,
+    streams_client_from_env,
+};
 pub use table::OutboxTable;

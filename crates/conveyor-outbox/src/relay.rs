@@ -4,11 +4,11 @@
 //!
 //! # Design note: order, failures and duplicates
 //!
-//! - Records arrive in stream order, which for one item key is commit order. The jobs of one aggregate are
-//!   sent in that order: on a FIFO queue at most one job per aggregate goes into one `SendMessageBatch`
-//!   (SQS keeps a group's order across calls, and a failed entry cannot be followed by an accepted later
-//!   one of its group in the same call); on a standard queue several may share a call (SQS does not order
-//!   a standard queue anyway).
+//! - Records arrive in stream order (per shard; DynamoDB keeps one item key's changes in one shard in
+//!   order). The jobs of one aggregate are sent in that order: a job is sent only after every earlier job of
+//!   its aggregate was accepted, so at most one job per aggregate goes into a round of `SendMessageBatch`
+//!   calls (one call per queue, up to 10 entries of 10 aggregates). An aggregate may span queues.
+//!   `Outbox::put_unordered` gives a job an aggregate of its own (its item id), for jobs that need no order.
 //! - When a job cannot be sent, the later jobs of its aggregate are not sent in this run. The caller learns
 //!   the index of the first record not relayed ([`RelayReport::first_failure`]) and resumes there (Lambda:
 //!   `batchItemFailures`; the stream reader: its checkpoint stops before it). Records after that index
@@ -73,7 +73,9 @@ pub struct Relay {
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Relay").field("table", &self.table.name).finish_non_exhaustive()
+        f.debug_struct("Relay")
+            .field("table", &self.table.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -116,7 +118,7 @@ impl Relay {
         let before = self.requests();
         let mut report = RelayReport::default();
         let key_names: Vec<&str> = self.table.key_names().collect();
-        let mut by_queue: Vec<(String, Vec<Pending>)> = Vec::new();
+        let mut pending = Vec::new();
         let removed_at = removals(records);
         for (index, record) in records.iter().enumerate() {
             let Change::Insert(image) = &record.change else {
@@ -127,14 +129,7 @@ impl Relay {
                 Ok(Some(entry)) if removed_later(&removed_at, &entry, index) => {
                     report.already_removed += 1;
                 }
-                Ok(Some(entry)) => {
-                    let queue = entry.queue_url.clone();
-                    let pending = Pending { index, entry };
-                    match by_queue.iter_mut().find(|(url, _)| *url == queue) {
-                        Some((_, list)) => list.push(pending),
-                        None => by_queue.push((queue, vec![pending])),
-                    }
-                }
+                Ok(Some(entry)) => pending.push(Pending { index, entry }),
                 Ok(None) => report.ignored += 1,
                 Err(error) => {
                     report.unreadable += 1;
@@ -147,16 +142,9 @@ impl Relay {
                 }
             }
         }
-        let mut sent = Vec::new();
-        for (queue_url, pending) in by_queue {
-            let (queue_sent, first_failure) = self.send_to_queue(&queue_url, pending).await;
-            report.sent += queue_sent.len();
-            sent.extend(queue_sent);
-            report.first_failure = match (report.first_failure, first_failure) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
+        let (sent, first_failure) = self.send(pending).await;
+        report.sent = sent.len();
+        report.first_failure = first_failure;
         let (deleted, failed) = self.delete(&sent).await;
         report.deleted = deleted;
         report.delete_failures = failed;
@@ -175,63 +163,74 @@ impl Relay {
         )
     }
 
-    /// Sends one queue's entries in rounds of at most 10, keeping each aggregate's order; returns the
-    /// entries sent and the index of the first one not sent.
-    async fn send_to_queue(&self, queue_url: &str, pending: Vec<Pending>) -> (Vec<OutboxEntry>, Option<usize>) {
-        let producer = self.producer(queue_url);
-        let fifo = producer.name().ends_with(".fifo");
+    /// Sends the entries in rounds, at most one entry per aggregate per round and at most 10 per queue
+    /// (one `SendMessageBatch` per queue and round); returns the entries sent and the index of the first
+    /// one not sent.
+    async fn send(&self, pending: Vec<Pending>) -> (Vec<OutboxEntry>, Option<usize>) {
         let mut sent = Vec::new();
         let mut first_failure: Option<usize> = None;
         let mut blocked: HashSet<String> = HashSet::new();
         let mut waiting = pending;
         while !waiting.is_empty() {
-            let mut round: Vec<Pending> = Vec::new();
+            // Aggregates with an entry in this round, or one left for a later round: their next entries
+            // wait for the next round.
+            let mut taken: HashSet<String> = HashSet::new();
+            let mut round: Vec<(String, Vec<Pending>)> = Vec::new();
             let mut later: Vec<Pending> = Vec::new();
-            // Aggregates with a record left for a later round: their later records wait too.
-            let mut deferred: HashSet<String> = HashSet::new();
             for item in waiting {
-                let aggregate = &item.entry.aggregate;
-                if blocked.contains(aggregate) {
+                if blocked.contains(&item.entry.aggregate) {
                     first_failure = Some(first_failure.map_or(item.index, |first| first.min(item.index)));
                     continue;
                 }
-                let in_round = fifo && round.iter().any(|other| other.entry.aggregate == *aggregate);
-                if deferred.contains(aggregate) || in_round || round.len() == MAX_BATCH_ENTRIES {
-                    deferred.insert(aggregate.clone());
+                if !taken.insert(item.entry.aggregate.clone()) {
+                    later.push(item);
+                    continue;
+                }
+                let position = match round.iter().position(|(url, _)| *url == item.entry.queue_url) {
+                    Some(position) => position,
+                    None => {
+                        round.push((item.entry.queue_url.clone(), Vec::new()));
+                        round.len() - 1
+                    }
+                };
+                let batch = &mut round[position].1;
+                if batch.len() == MAX_BATCH_ENTRIES {
                     later.push(item);
                 } else {
-                    round.push(item);
+                    batch.push(item);
                 }
             }
-            if round.is_empty() {
-                break;
-            }
-            let messages = round.iter().map(|item| item.entry.message.clone()).collect();
-            let report = producer.send_messages(messages).await;
-            for (item, result) in round.into_iter().zip(report.results) {
-                match result {
-                    Ok(message_id) => {
-                        tracing::debug!(
-                            queue = %producer.name(),
-                            outbox_id = %item.entry.id,
-                            job_type = %item.entry.job_type,
-                            aggregate = %item.entry.aggregate,
-                            %message_id,
-                            "outbox job sent"
-                        );
-                        sent.push(item.entry);
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            queue = %producer.name(),
-                            outbox_id = %item.entry.id,
-                            job_type = %item.entry.job_type,
-                            aggregate = %item.entry.aggregate,
-                            %error,
-                            "outbox job not sent; its aggregate's later jobs wait for the retry"
-                        );
-                        blocked.insert(item.entry.aggregate.clone());
-                        first_failure = Some(first_failure.map_or(item.index, |first| first.min(item.index)));
+            for (queue_url, batch) in round {
+                let producer = self.producer(&queue_url);
+                let messages = batch.iter().map(|item| item.entry.message.clone()).collect();
+                let report = producer.send_messages(messages).await;
+                for (item, result) in batch.into_iter().zip(report.results) {
+                    let entry = item.entry;
+                    match result {
+                        Ok(message_id) => {
+                            tracing::debug!(
+                                queue = %producer.name(),
+                                outbox_id = %entry.id,
+                                job_type = %entry.job_type,
+                                aggregate = %entry.aggregate,
+                                %message_id,
+                                "outbox job sent"
+                            );
+                            sent.push(entry);
+                        }
+                        Err(error) => {
+                            tracing::warn!(
+                                queue = %producer.name(),
+                                outbox_id = %entry.id,
+                                job_type = %entry.job_type,
+                                aggregate = %entry.aggregate,
+                                %error,
+                                "outbox job not sent; its aggregate's later jobs wait for the retry"
+                            );
+                            first_failure =
+                                Some(first_failure.map_or(item.index, |first| first.min(item.index)));
+                            blocked.insert(entry.aggregate);
+                        }
                     }
                 }
             }
@@ -317,7 +316,11 @@ fn key_of(image: &crate::image::Image) -> Vec<(String, String)> {
         .collect()
 }
 
-fn removed_later(removed_at: &HashMap<Vec<(String, String)>, usize>, entry: &OutboxEntry, index: usize) -> bool {
+fn removed_later(
+    removed_at: &HashMap<Vec<(String, String)>, usize>,
+    entry: &OutboxEntry,
+    index: usize,
+) -> bool {
     let mut key = entry.key.clone();
     key.sort();
     removed_at.get(&key).is_some_and(|removed| *removed > index)

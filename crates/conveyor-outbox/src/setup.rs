@@ -57,12 +57,17 @@ pub async fn create_outbox_table(client: &Client, table: &OutboxTable) -> Result
     match request.send().await {
         Ok(_) => {}
         Err(e)
-            if e.as_service_error()
-                .is_some_and(aws_sdk_dynamodb::operation::create_table::CreateTableError::is_resource_in_use_exception) =>
+            if e.as_service_error().is_some_and(
+                aws_sdk_dynamodb::operation::create_table::CreateTableError::is_resource_in_use_exception,
+            ) =>
         {
             return Ok(());
         }
-        Err(e) => return Err(error(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string())),
+        Err(e) => {
+            return Err(error(
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string(),
+            ));
+        }
     }
     for _ in 0..300 {
         let status = client

@@ -46,7 +46,12 @@ pub struct RelayState {
 
 impl RelayState {
     /// The state of `stream_arn` in `table`, for a relay process that calls itself `owner`.
-    pub fn new(client: Client, table: impl Into<String>, stream_arn: impl Into<String>, owner: impl Into<String>) -> Self {
+    pub fn new(
+        client: Client,
+        table: impl Into<String>,
+        stream_arn: impl Into<String>,
+        owner: impl Into<String>,
+    ) -> Self {
         Self {
             client,
             table: table.into(),
@@ -147,8 +152,15 @@ impl RelayState {
             return Ok(Checkpoint::default());
         };
         Ok(Checkpoint {
-            sequence_number: item.get("sequence_number").and_then(|value| value.as_s().ok()).cloned(),
-            finished: item.get("finished").and_then(|value| value.as_bool().ok()).copied().unwrap_or(false),
+            sequence_number: item
+                .get("sequence_number")
+                .and_then(|value| value.as_s().ok())
+                .cloned(),
+            finished: item
+                .get("finished")
+                .and_then(|value| value.as_bool().ok())
+                .copied()
+                .unwrap_or(false),
         })
     }
 
@@ -164,7 +176,10 @@ impl RelayState {
             ),
         ]);
         if let Some(sequence_number) = &checkpoint.sequence_number {
-            item.insert("sequence_number".to_owned(), AttributeValue::S(sequence_number.clone()));
+            item.insert(
+                "sequence_number".to_owned(),
+                AttributeValue::S(sequence_number.clone()),
+            );
         }
         self.client
             .put_item()

@@ -290,15 +290,19 @@ impl StreamRelay {
             }
             if read == 0 {
                 self.progress.lag_millis.store(0, Ordering::Relaxed);
-                if self.options.exit_when_idle && described.is_some() && shards.values().all(|shard| shard.paused_until.is_none()) {
+                if self.options.exit_when_idle
+                    && described.is_some()
+                    && shards.values().all(|shard| shard.paused_until.is_none())
+                {
                     break;
                 }
                 pause(&stop, self.options.idle_poll).await;
             }
         }
         if leader {
-            self.count_request(state.release().await)
-                .unwrap_or_else(|error| tracing::warn!(%error, "outbox relay lease could not be released; it lapses"));
+            self.count_request(state.release().await).unwrap_or_else(
+                |error| tracing::warn!(%error, "outbox relay lease could not be released; it lapses"),
+            );
         }
         tracing::info!(stream = %stream_arn, relayed = self.progress.snapshot().relayed, "outbox relay stopped");
         Ok(())
@@ -361,7 +365,12 @@ impl StreamRelay {
     }
 
     /// Reads each readable shard once (parents before children); returns how many records were read.
-    async fn pass(&self, state: &RelayState, shards: &mut BTreeMap<String, Shard>, stop: &CancellationToken) -> usize {
+    async fn pass(
+        &self,
+        state: &RelayState,
+        shards: &mut BTreeMap<String, Shard>,
+        stop: &CancellationToken,
+    ) -> usize {
         let ready: Vec<String> = shards
             .iter()
             .filter(|(_, shard)| !shard.checkpoint.finished)
@@ -380,7 +389,9 @@ impl StreamRelay {
             if stop.is_cancelled() {
                 break;
             }
-            let Some(shard) = shards.get_mut(&id) else { continue };
+            let Some(shard) = shards.get_mut(&id) else {
+                continue;
+            };
             shard.paused_until = None;
             match self.read_shard(state, &id, shard).await {
                 Ok(count) => read += count,
@@ -434,7 +445,12 @@ impl StreamRelay {
     }
 
     /// Reads one page of a shard, relays it and moves the checkpoint; returns how many records were read.
-    async fn read_shard(&self, state: &RelayState, shard_id: &str, shard: &mut Shard) -> Result<usize, ReadError> {
+    async fn read_shard(
+        &self,
+        state: &RelayState,
+        shard_id: &str,
+        shard: &mut Shard,
+    ) -> Result<usize, ReadError> {
         let iterator = match shard.iterator.take() {
             Some(iterator) => iterator,
             None => self.iterator(state, shard_id, shard).await?,
@@ -453,18 +469,28 @@ impl StreamRelay {
                 match error.as_service_error() {
                     Some(GetRecordsError::ExpiredIteratorException(_)) => ReadError::Expired,
                     Some(GetRecordsError::TrimmedDataAccessException(_)) => ReadError::Trimmed,
-                    _ => ReadError::Other(aws_sdk_dynamodbstreams::error::DisplayErrorContext(&error).to_string()),
+                    _ => ReadError::Other(
+                        aws_sdk_dynamodbstreams::error::DisplayErrorContext(&error).to_string(),
+                    ),
                 }
             })?;
         let records: Vec<StreamRecord> = output.records().iter().filter_map(stream_record).collect();
         let next = output.next_shard_iterator().map(str::to_owned);
         let before = self.relay.requests();
         let report = self.relay.relay(&records).await;
-        self.progress.count(&self.progress.requests, self.relay.requests().saturating_sub(before));
+        self.progress.count(
+            &self.progress.requests,
+            self.relay.requests().saturating_sub(before),
+        );
         self.progress.count(&self.progress.relayed, report.sent as u64);
-        self.progress.count(&self.progress.ignored, (report.ignored + report.already_removed) as u64);
-        self.progress.count(&self.progress.unreadable, report.unreadable as u64);
-        self.progress.count(&self.progress.delete_failures, report.delete_failures as u64);
+        self.progress.count(
+            &self.progress.ignored,
+            (report.ignored + report.already_removed) as u64,
+        );
+        self.progress
+            .count(&self.progress.unreadable, report.unreadable as u64);
+        self.progress
+            .count(&self.progress.delete_failures, report.delete_failures as u64);
         if let Some(created) = records.last().and_then(|record| record.created_at_millis) {
             let lag = epoch_millis(SystemTime::now()).saturating_sub(created);
             self.progress.lag_millis.store(lag, Ordering::Relaxed);
@@ -476,7 +502,8 @@ impl StreamRelay {
             shard.trimmed = false;
         }
         if let Some(failed) = report.first_failure {
-            self.progress.count(&self.progress.failures, (records.len() - failed) as u64);
+            self.progress
+                .count(&self.progress.failures, (records.len() - failed) as u64);
             shard.paused_until = Some(Instant::now() + self.options.failure_pause);
         } else if next.is_none() {
             checkpoint.finished = true;
@@ -502,7 +529,10 @@ impl StreamRelay {
 /// A Streams API record in the relay's shape.
 fn stream_record(record: &aws_sdk_dynamodbstreams::types::Record) -> Option<StreamRecord> {
     let change = record.dynamodb()?;
-    let event = record.event_name().map(|name| name.as_str().to_owned()).unwrap_or_default();
+    let event = record
+        .event_name()
+        .map(|name| name.as_str().to_owned())
+        .unwrap_or_default();
     let mut converted = StreamRecord::new(
         change.sequence_number()?,
         &event,
@@ -537,8 +567,12 @@ pub async fn streams_client_from_env() -> aws_sdk_dynamodbstreams::Client {
         .load()
         .await;
     let mut builder = aws_sdk_dynamodbstreams::config::Builder::from(&config);
-    let own = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS").ok().filter(|url| !url.is_empty());
-    let dynamodb = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").ok().filter(|url| !url.is_empty());
+    let own = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+        .ok()
+        .filter(|url| !url.is_empty());
+    let dynamodb = std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
+        .ok()
+        .filter(|url| !url.is_empty());
     if let (None, Some(endpoint)) = (own, dynamodb) {
         builder = builder.endpoint_url(endpoint);
     }

@@ -38,6 +38,16 @@ pub const TRACE_HEADER: &str = "outbox_trace_header";
 /// When the item was built, epoch milliseconds.
 pub const CREATED_AT: &str = "outbox_created_at";
 
+/// The environment variable naming the outbox table (the relay Lambda, the worker's relay task and
+/// `conveyor outbox relay` read it).
+pub const TABLE_ENV: &str = "CONVEYOR_OUTBOX_TABLE";
+/// The environment variable naming the partition key attribute (default `pk`).
+pub const PARTITION_KEY_ENV: &str = "CONVEYOR_OUTBOX_PARTITION_KEY";
+/// The environment variable naming the sort key attribute (default `sk`; empty for none).
+pub const SORT_KEY_ENV: &str = "CONVEYOR_OUTBOX_SORT_KEY";
+/// The environment variable naming the TTL attribute (default `expires_at`).
+pub const TTL_ATTRIBUTE_ENV: &str = "CONVEYOR_OUTBOX_TTL_ATTRIBUTE";
+
 /// The prefix of the key values of outbox items (`outbox#<id>`).
 pub const KEY_PREFIX: &str = "outbox#";
 
@@ -73,6 +83,23 @@ impl OutboxTable {
             sort_key: Some("sk".to_owned()),
             ttl_attribute: "expires_at".to_owned(),
         }
+    }
+
+    /// The table from the environment: [`TABLE_ENV`] (required), [`PARTITION_KEY_ENV`], [`SORT_KEY_ENV`]
+    /// (empty for a table without a sort key), [`TTL_ATTRIBUTE_ENV`]; `None` when [`TABLE_ENV`] is unset.
+    pub fn from_env() -> Option<Self> {
+        let name = std::env::var(TABLE_ENV).ok().filter(|name| !name.is_empty())?;
+        let mut table = Self::new(name);
+        if let Ok(key) = std::env::var(PARTITION_KEY_ENV) {
+            table = table.partition_key(key);
+        }
+        if let Ok(key) = std::env::var(SORT_KEY_ENV) {
+            table = table.sort_key(Some(key.as_str()).filter(|key| !key.is_empty()));
+        }
+        if let Ok(name) = std::env::var(TTL_ATTRIBUTE_ENV) {
+            table = table.ttl_attribute(name);
+        }
+        Some(table)
     }
 
     /// The partition key attribute's name.

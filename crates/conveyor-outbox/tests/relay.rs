@@ -6,12 +6,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use conveyor_outbox::{
-    Outbox, OutboxTable, Relay, StreamRelay, StreamRelayOptions, create_outbox_table,
-};
+use conveyor_outbox::{Outbox, OutboxTable, Relay, StreamRelay, StreamRelayOptions, create_outbox_table};
 use conveyor_sqs::Job;
 use conveyor_testing::faults::{Fault, Faults, Rule, with_faults_dynamodb, with_faults_sqs};
-use conveyor_testing::localstack::{self, QueueSpec, DUMMY_CREDENTIAL, REGION};
+use conveyor_testing::localstack::{self, DUMMY_CREDENTIAL, QueueSpec, REGION};
 use tokio_util::sync::CancellationToken;
 
 fn streams_client() -> aws_sdk_dynamodbstreams::Client {
@@ -20,7 +18,13 @@ fn streams_client() -> aws_sdk_dynamodbstreams::Client {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(REGION))
         .endpoint_url(localstack::dynamodb_endpoint())
-        .credentials_provider(Credentials::new(DUMMY_CREDENTIAL, DUMMY_CREDENTIAL, None, None, "test"))
+        .credentials_provider(Credentials::new(
+            DUMMY_CREDENTIAL,
+            DUMMY_CREDENTIAL,
+            None,
+            None,
+            "test",
+        ))
         .build();
     aws_sdk_dynamodbstreams::Client::from_conf(config)
 }
@@ -48,7 +52,12 @@ async fn setup(prefix: &str) -> anyhow::Result<Setup> {
 
 impl Setup {
     /// A stream relay that stops once it has read everything.
-    fn relay(&self, sqs: aws_sdk_sqs::Client, relay_dynamodb: aws_sdk_dynamodb::Client, state: aws_sdk_dynamodb::Client) -> StreamRelay {
+    fn relay(
+        &self,
+        sqs: aws_sdk_sqs::Client,
+        relay_dynamodb: aws_sdk_dynamodb::Client,
+        state: aws_sdk_dynamodb::Client,
+    ) -> StreamRelay {
         let mut options = StreamRelayOptions::new(&self.state_table);
         options.exit_when_idle = true;
         options.idle_poll = Duration::from_millis(100);
@@ -95,7 +104,11 @@ fn order_put(table: &str, order: u64) -> anyhow::Result<TransactWriteItem> {
 
 /// Every message in the queue, received and deleted (a FIFO group's next messages come only once the
 /// ones received are deleted).
-async fn receive_all(sqs: &aws_sdk_sqs::Client, url: &str, expected: usize) -> anyhow::Result<Vec<aws_sdk_sqs::types::Message>> {
+async fn receive_all(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    expected: usize,
+) -> anyhow::Result<Vec<aws_sdk_sqs::types::Message>> {
     let mut messages = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut empty_receives = 0;
@@ -142,7 +155,8 @@ fn key_of(message: &aws_sdk_sqs::types::Message) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and_removed() -> anyhow::Result<()> {
+async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and_removed()
+-> anyhow::Result<()> {
     let setup = setup("outbox-tx").await?;
     let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-tx")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
@@ -157,7 +171,10 @@ async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and
         .send()
         .await?;
     // The same order again: its condition fails, so the whole transaction, job included, is not written.
-    let refused = outbox.put(Job::new("invoice", serde_json::json!({"order": 1, "again": true})), "order#1")?;
+    let refused = outbox.put(
+        Job::new("invoice", serde_json::json!({"order": 1, "again": true})),
+        "order#1",
+    )?;
     let answer = setup
         .dynamodb
         .transact_write_items()
@@ -165,7 +182,10 @@ async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and
         .transact_items(refused.into())
         .send()
         .await;
-    assert!(answer.is_err(), "the second order's condition fails the transaction");
+    assert!(
+        answer.is_err(),
+        "the second order's condition fails the transaction"
+    );
 
     let progress = setup.drain().await?;
     assert_eq!(progress.relayed, 1, "{progress:?}");
@@ -184,12 +204,16 @@ async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_that_dies_between_sending_and_removing_leaves_only_a_duplicate_with_the_same_key() -> anyhow::Result<()> {
+async fn a_relay_that_dies_between_sending_and_removing_leaves_only_a_duplicate_with_the_same_key()
+-> anyhow::Result<()> {
     let setup = setup("outbox-crash").await?;
     let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-crash")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
     for order in 1..=3 {
-        let item = outbox.put(Job::new("invoice", order).key(format!("invoice:{order}")), &format!("order#{order}"))?;
+        let item = outbox.put(
+            Job::new("invoice", order).key(format!("invoice:{order}")),
+            &format!("order#{order}"),
+        )?;
         setup
             .dynamodb
             .transact_write_items()
@@ -225,7 +249,8 @@ async fn a_relay_that_dies_between_sending_and_removing_leaves_only_a_duplicate_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_failures() -> anyhow::Result<()> {
+async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_failures()
+-> anyhow::Result<()> {
     let setup = setup("outbox-fifo").await?;
     let queue = localstack::create_queue(&setup.sqs, &QueueSpec::fifo("outbox-fifo")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
@@ -237,12 +262,21 @@ async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_
                 Job::new("step", serde_json::json!({"aggregate": aggregate, "step": step})),
                 &format!("account-{aggregate}"),
             )?;
-            setup.dynamodb.transact_write_items().transact_items(item.into()).send().await?;
+            setup
+                .dynamodb
+                .transact_write_items()
+                .transact_items(item.into())
+                .send()
+                .await?;
         }
     }
     // Sends fail now and then (every SDK attempt of a call, so the relay sees the failure).
     let faults = Faults::new(11);
-    faults.add(Rule::new(Fault::ServerError).on("SendMessageBatch").probability(0.3));
+    faults.add(
+        Rule::new(Fault::ServerError)
+            .on("SendMessageBatch")
+            .probability(0.3),
+    );
     let sqs = with_faults_sqs(&setup.sqs, &faults);
     let relay = setup.relay(sqs, setup.dynamodb.clone(), setup.dynamodb.clone());
     let progress = relay.progress();
@@ -261,12 +295,18 @@ async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_
             .cloned()
             .unwrap_or_default();
         assert_eq!(group, format!("account-{}", body["aggregate"]));
-        steps.entry(group).or_default().push(body["step"].as_u64().unwrap_or(u64::MAX));
+        steps
+            .entry(group)
+            .or_default()
+            .push(body["step"].as_u64().unwrap_or(u64::MAX));
     }
     assert_eq!(steps.len(), aggregates);
     for (group, seen) in &steps {
         let expected: Vec<u64> = (0..per_aggregate as u64).collect();
-        assert_eq!(seen, &expected, "group {group}: in order, each once (FIFO deduplicates re-sends)");
+        assert_eq!(
+            seen, &expected,
+            "group {group}: in order, each once (FIFO deduplicates re-sends)"
+        );
     }
     Ok(())
 }
