@@ -206,36 +206,37 @@ fn attributes(value: Option<&Value>) -> Attributes {
         .collect()
 }
 
-/// An image from DynamoDB's own attribute values (a `GetItem` answer, or an item built by
-/// [`crate::Outbox`]).
-pub fn from_dynamodb(item: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> Image {
-    use aws_sdk_dynamodb::types::AttributeValue as A;
-    fn value(attribute: &A) -> Value {
-        match attribute {
-            A::S(text) => Value::S(text.clone()),
-            A::N(text) => Value::N(text.clone()),
-            A::B(blob) => Value::B(blob.as_ref().to_vec()),
-            A::M(map) => Value::M(map.iter().map(|(k, v)| (k.clone(), value(v))).collect()),
-            _ => Value::Other,
+/// The conversion from one SDK's `AttributeValue` (the DynamoDB and DynamoDB Streams crates each have
+/// their own type, of the same shape).
+macro_rules! image_from {
+    ($name:ident, $attribute:ty, $doc:literal) => {
+        #[doc = $doc]
+        pub fn $name(item: &HashMap<String, $attribute>) -> Image {
+            fn value(attribute: &$attribute) -> Value {
+                type A = $attribute;
+                match attribute {
+                    A::S(text) => Value::S(text.clone()),
+                    A::N(text) => Value::N(text.clone()),
+                    A::B(blob) => Value::B(blob.as_ref().to_vec()),
+                    A::M(map) => Value::M(map.iter().map(|(k, v)| (k.clone(), value(v))).collect()),
+                    _ => Value::Other,
+                }
+            }
+            item.iter().map(|(k, v)| (k.clone(), value(v))).collect()
         }
-    }
-    item.iter().map(|(k, v)| (k.clone(), value(v))).collect()
+    };
 }
 
-/// An image from the DynamoDB Streams API's attribute values.
-pub fn from_streams(item: &HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>) -> Image {
-    use aws_sdk_dynamodbstreams::types::AttributeValue as A;
-    fn value(attribute: &A) -> Value {
-        match attribute {
-            A::S(text) => Value::S(text.clone()),
-            A::N(text) => Value::N(text.clone()),
-            A::B(blob) => Value::B(blob.as_ref().to_vec()),
-            A::M(map) => Value::M(map.iter().map(|(k, v)| (k.clone(), value(v))).collect()),
-            _ => Value::Other,
-        }
-    }
-    item.iter().map(|(k, v)| (k.clone(), value(v))).collect()
-}
+image_from!(
+    from_dynamodb,
+    aws_sdk_dynamodb::types::AttributeValue,
+    "An image from DynamoDB's own attribute values (a `GetItem` answer, or an item built by [`crate::Outbox`])."
+);
+image_from!(
+    from_streams,
+    aws_sdk_dynamodbstreams::types::AttributeValue,
+    "An image from the DynamoDB Streams API's attribute values."
+);
 
 #[cfg(test)]
 mod tests {
