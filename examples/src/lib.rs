@@ -85,11 +85,16 @@ pub fn app_router() -> anyhow::Result<Router> {
 }
 
 /// The pipeline, with idempotency, job tracking and flows on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE`
-/// is set (flow parents are sent through SQS).
+/// is set (flow parents are sent through SQS), and large payloads on S3 when `CONVEYOR_PAYLOAD_BUCKET` is
+/// set.
 pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
     let mut pipeline = Pipeline::new(app_router()?);
     if let Some(budget) = retry_budget_from_env()? {
         pipeline = pipeline.with_retry_budget(budget);
+    }
+    // Large payloads (claim check) through S3 when CONVEYOR_PAYLOAD_BUCKET is set.
+    if let Some(payloads) = conveyor_s3::payloads_from_env().await? {
+        pipeline = pipeline.with_payloads(payloads);
     }
     let Ok(table) = std::env::var(TABLE_ENV) else {
         tracing::warn!("{TABLE_ENV} is not set: running WITHOUT idempotency; duplicates will run twice");

@@ -6,7 +6,8 @@
 //! 1. Any `conveyor.failure` the original carries (from an earlier dead-lettering) is replaced by the new
 //!    failure; any `conveyor.overflow` it carries is unpacked first, so nothing nests.
 //! 2. If the originals and the failure fit in 10 attributes, the copy has exactly those.
-//! 3. Otherwise the copy keeps 8 originals (the `conveyor.*` ones first, then the rest by name), adds
+//! 3. Otherwise the copy keeps 8 originals (the `conveyor.*` ones and a large-payload marker first, then
+//!    the rest by name), adds
 //!    `conveyor.failure`, and moves every other original into one `conveyor.overflow` attribute (type `String`): a JSON
 //!    object by attribute name, each `{"data_type": …, "string_value": …}` or
 //!    `{"data_type": …, "binary_value": <base64>}`. [`original_attributes`] undoes it.
@@ -81,7 +82,16 @@ pub fn dead_letter_attributes(original: &Attributes, failure: &Failure) -> Attri
     // Room for 8 originals: 10 minus the failure minus the overflow attribute.
     let keep = MAX_MESSAGE_ATTRIBUTES - 2;
     let mut names: Vec<String> = originals.keys().cloned().collect();
-    names.sort_by_key(|name| (!name.starts_with("conveyor."), name.clone()));
+    // The large-payload marker stays in place too: consumers built on the SQS Extended Client Library
+    // recognise a pointer by it (see `crate::payload`).
+    names.sort_by_key(|name| {
+        let kept_first = name.starts_with("conveyor.")
+            || crate::payload::marking_attribute(
+                &std::iter::once((name.clone(), AttributeValue::number(0))).collect(),
+            )
+            .is_some();
+        (!kept_first, name.clone())
+    });
     let mut overflow = BTreeMap::new();
     for name in names.into_iter().skip(keep) {
         if let Some(value) = originals.remove(&name) {

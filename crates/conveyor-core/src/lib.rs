@@ -20,6 +20,7 @@ pub mod limits;
 pub mod log_output;
 pub mod message;
 pub mod outcome;
+pub mod payload;
 pub mod pipeline;
 pub mod progress;
 pub mod queue;
@@ -39,6 +40,7 @@ pub use idempotency::{
 pub use lease::Lease;
 pub use message::{AttributeValue, Attributes, Message, ReceiptHandle};
 pub use outcome::{AckReason, Failure, Outcome};
+pub use payload::{PayloadError, PayloadPointer, PayloadStore, Payloads};
 pub use pipeline::{Budget, Pipeline, Processed};
 pub use queue::{
     DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange,

@@ -22,6 +22,11 @@
 //!
 //! | failure point | what happens | why it is safe |
 //! |---|---|---|
+//! | a large-payload pointer ([`crate::payload`]): object fetched | the payload replaces the pointer, then as any message | the runtime keeps the original: a deferral, retry or DLQ copy carries the pointer and the object stays |
+//! | pointer, but the object is missing | `Ack(Duplicate)` when the key's record says completed (a redelivery after the object was deleted); else `Reject` naming bucket and key | the payload is gone for good; nothing ran |
+//! | pointer, but the payload store is unreachable or refuses (access, bucket) | `Defer` (no receive spent), handler not run | as a store outage: never dead-letters a job |
+//! | pointer, but no payload store configured, or a marked body that is not a pointer | `Retry` (backoff), `Reject` at the last attempt / `Reject` | a consumer deploy with the store fixes the first; the second is poison input |
+//! | job succeeded and its message was deleted | the runtime deletes the object ([`Pipeline::discard_payload`]), unless kept | never before the delete: a redelivery would find no payload |
 //! | body is a Conveyor envelope without attributes ([`crate::envelope`]) | opened: header → attributes, payload → body, then as any message | plain bodies are left alone |
 //! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
 //! | key cancelled ([`crate::delay::cancel`]) | `Ack(Cancelled)` without running, logged | the producer asked for it; the record says so |
@@ -69,6 +74,7 @@ use crate::lease::Lease;
 use crate::limits::MAX_DELAY;
 use crate::message::Message;
 use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
+use crate::payload::{PayloadError, PayloadPointer, Payloads, ResolveError};
 use crate::progress::{ProgressReporter, ProgressWriter};
 use crate::router::Router;
 use crate::tracking::{JobChange, JobStatus, status_after};
@@ -91,6 +97,8 @@ pub struct Pipeline {
     max_hop: Duration,
     /// Flow bookkeeping, when flows are on (see [`crate::flow`]).
     flows: Option<Flows>,
+    /// Large payloads (claim check), when on (see [`crate::payload`]).
+    payloads: Option<Payloads>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -163,6 +171,7 @@ impl Pipeline {
             clock: system_clock(),
             max_hop: MAX_DELAY,
             flows: None,
+            payloads: None,
         }
     }
 
@@ -203,6 +212,48 @@ impl Pipeline {
     pub fn with_store(mut self, store: Arc<dyn IdempotencyStore>) -> Self {
         self.store = Some(store);
         self
+    }
+
+    /// Resolves large-payload pointers (SQS Extended Client format) through `payloads.store` before
+    /// decoding, and lets the runtimes delete the object after success (see [`crate::payload`]).
+    pub fn with_payloads(mut self, payloads: Payloads) -> Self {
+        self.payloads = Some(payloads);
+        self
+    }
+
+    /// The large-payload settings, when on.
+    pub fn payloads(&self) -> Option<&Payloads> {
+        self.payloads.as_ref()
+    }
+
+    /// True when the runtime must call [`Pipeline::discard_payload`] once `message`'s delete after a
+    /// success is confirmed: it carries a pointer and objects are deleted after success.
+    pub fn discards_payload_of(&self, message: &Message) -> bool {
+        self.payloads
+            .as_ref()
+            .is_some_and(|payloads| payloads.delete_after_success)
+            && matches!(PayloadPointer::of(message), Some(Ok(_)))
+    }
+
+    /// Deletes the payload object of `message` (the original, pointer-carrying one) after its job
+    /// succeeded and its delete from the queue was confirmed. Never call it after a failure, a retry,
+    /// a deferral or a DLQ: those copies still point at the object. A failed delete is logged; the
+    /// bucket's lifecycle rule removes the object later.
+    pub async fn discard_payload(&self, message: &Message) {
+        if !self.discards_payload_of(message) {
+            return;
+        }
+        let (Some(payloads), Some(Ok(pointer))) = (&self.payloads, PayloadPointer::of(message)) else {
+            return;
+        };
+        match payloads.store.delete(&pointer.bucket, &pointer.key).await {
+            Ok(()) => tracing::debug!(%pointer, "payload object deleted after success"),
+            Err(error) => tracing::warn!(
+                %error,
+                %pointer,
+                "could not delete the payload object after success; the bucket's lifecycle rule removes it"
+            ),
+        }
     }
 
     /// The router.
@@ -257,6 +308,14 @@ impl Pipeline {
             handler: "",
             attempt: message.attempt(),
             max_attempts,
+        };
+        // A large-payload pointer is resolved after the due check (a job not due yet is not fetched on
+        // every hop) and before anything reads the body; the object may itself hold an envelope. The
+        // runtime keeps the original message: what it sends on (a deferred copy, the DLQ copy) is the
+        // pointer, and the object stays.
+        let message = match self.resolve_payload(message, origin).await {
+            Ok(message) => message,
+            Err(processed) => return *processed,
         };
         let handler = match self.router.handler_for(&message) {
             Ok(handler) => Arc::clone(handler),
@@ -390,6 +449,93 @@ impl Pipeline {
             handler_duration,
             output,
         }
+    }
+
+    /// The message with its large payload in place of the pointer; `Err` carries the finished result
+    /// when it cannot be had (see the failure table).
+    async fn resolve_payload(
+        &self,
+        message: Arc<Message>,
+        origin: Origin<'_>,
+    ) -> Result<Arc<Message>, Box<Processed>> {
+        let Some(found) = PayloadPointer::of(&message) else {
+            return Ok(message);
+        };
+        let job_type = self
+            .router
+            .handler_for(&message)
+            .ok()
+            .map(|handler| handler.job_type());
+        let origin = Origin {
+            handler: job_type.unwrap_or(""),
+            ..origin
+        };
+        let reject = |reason: String| {
+            let failure = Failure::now(reason, origin.attempt, origin.queue, origin.handler);
+            Err(Box::new(Processed::early(Outcome::Reject(failure), job_type)))
+        };
+        let pointer = match found {
+            Ok(pointer) => pointer,
+            Err(error) => return reject(error.to_string()),
+        };
+        let Some(payloads) = &self.payloads else {
+            // Like an unknown job type: the consumer's deploy with a payload store fixes it.
+            let error = crate::HandlerError::retryable(format!(
+                "the message is a large-payload pointer to {pointer} but this consumer has no payload store: \
+                 set CONVEYOR_PAYLOAD_BUCKET (or build the pipeline with Pipeline::with_payloads)"
+            ));
+            let backoff = self.retry_budget.unwrap_or_default();
+            let outcome = classify(RunResult::Failed(error), origin, &backoff);
+            return Err(Box::new(Processed::early(outcome, job_type)));
+        };
+        let error = match crate::payload::resolve(payloads.store.as_ref(), &message, &pointer).await {
+            Ok(resolved) => {
+                let opened = crate::envelope::open(&resolved).unwrap_or(resolved);
+                return Ok(Arc::new(opened));
+            }
+            Err(error) => error,
+        };
+        match error {
+            ResolveError::Store(PayloadError::NotFound { .. }) => {
+                if let Some(duplicate) = self.completed_before(&message, job_type).await {
+                    return Err(Box::new(duplicate));
+                }
+                reject(format!("{error}; the job cannot run"))
+            }
+            ResolveError::NotText { .. } => reject(error.to_string()),
+            ResolveError::Store(_) => {
+                tracing::warn!(%error, %pointer, "cannot fetch the large payload; deferring");
+                let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
+                let reason = format!("payload fetch failed: {error}");
+                Err(Box::new(Processed::early(
+                    Outcome::Defer { delay, reason },
+                    job_type,
+                )))
+            }
+        }
+    }
+
+    /// `Ack(Duplicate)` when `message`'s idempotency record (built without its body) says completed: a
+    /// redelivery of a job whose object was deleted after its success.
+    async fn completed_before(&self, message: &Message, job_type: Option<&'static str>) -> Option<Processed> {
+        let store = self.store.as_ref()?;
+        let handler = self.router.handler_for(message).ok()?;
+        let settings = handler.settings();
+        if !settings.idempotent {
+            return None;
+        }
+        let key = settings.key_style.key(handler.job_type(), message).ok()?;
+        let record = store.get(&key).await.ok()??;
+        if record.status != RecordStatus::Completed {
+            return None;
+        }
+        tracing::info!(key = %record.key, "payload gone but the job completed before: acknowledging the duplicate");
+        Some(Processed {
+            outcome: Outcome::Ack(AckReason::Duplicate),
+            job_type,
+            handler_duration: None,
+            output: record.output,
+        })
     }
 
     /// A flow child's end counted in its flow (the parent sent when due), before the runtime applies

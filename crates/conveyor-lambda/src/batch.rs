@@ -369,6 +369,9 @@ impl BatchProcessor {
                  (fail_invocation_when_all_fail)"
             ));
         }
+        if invocation_error.is_none() {
+            self.discard_payloads(&results, invocation.settle_by).await;
+        }
         let response = SqsBatchResponse {
             batch_item_failures: failures
                 .into_iter()
@@ -379,6 +382,27 @@ impl BatchProcessor {
             response,
             metrics: sources.into_iter().map(|source| source.metrics).collect(),
             invocation_error,
+        }
+    }
+
+    /// Deletes the large-payload objects of the jobs that succeeded (acknowledged messages), before the
+    /// response: the event source mapping deletes their messages after it, which this function cannot
+    /// observe. If the response is lost the messages come back without their objects; an idempotent
+    /// job's completed record then acknowledges them as duplicates (see `conveyor_core::pipeline`).
+    async fn discard_payloads(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
+        let discards = results
+            .iter()
+            .flat_map(|(_, lane_results)| lane_results)
+            .filter(|result| matches!(result.settled, Settled::Acked(_)))
+            .filter(|result| self.pipeline.discards_payload_of(&result.message))
+            .map(|result| self.pipeline.discard_payload(&result.message));
+        if tokio::time::timeout_at(settle_by, futures_util::future::join_all(discards))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "payload objects not all deleted before the invocation deadline; the bucket's lifecycle rule removes them"
+            );
         }
     }
 

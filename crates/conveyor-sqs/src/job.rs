@@ -27,8 +27,9 @@ pub enum ProduceError {
     },
     /// Body plus attributes exceed SQS's message size limit.
     #[error(
-        "job {job_type} is {size} bytes (body plus message attributes), over SQS's limit of {limit} bytes \
-         (1 MiB): store the payload elsewhere (S3, a database) and send a reference to it"
+        "job {job_type} is {size} bytes (body plus message attributes), over the queue's limit of {limit} bytes: \
+         turn on large payloads (Producer::with_large_payloads, or CONVEYOR_PAYLOAD_BUCKET for `conveyor send`) so \
+         the body goes to S3 and the message carries a pointer, or send a smaller payload"
     )]
     TooLarge {
         /// The job type.
@@ -51,6 +52,14 @@ pub enum ProduceError {
         count: usize,
         /// The limit.
         limit: usize,
+    },
+    /// Storing a large payload failed (nothing was sent).
+    #[error("job {job_type}: storing its large payload failed: {error}")]
+    Payload {
+        /// The job type.
+        job_type: String,
+        /// What the payload store said.
+        error: conveyor_core::PayloadError,
     },
     /// A message attribute that cannot be sent.
     #[error("job {job_type}: message attribute {name:?} {reason}")]
@@ -252,6 +261,13 @@ impl<J: Serialize> Job<J> {
     /// The message to send to a queue named `queue` (FIFO when it ends in `.fifo`), with every limit
     /// checked: size, attribute count and names, delay, FIFO group.
     pub fn to_message(&self, queue: &str) -> Result<OutgoingMessage, ProduceError> {
+        let message = self.encode(queue)?;
+        check_size(&self.job_type, &message, MAX_MESSAGE_BYTES)?;
+        Ok(message)
+    }
+
+    /// [`Job::to_message`] without the size check: the producer offloads a large body first.
+    pub(crate) fn encode(&self, queue: &str) -> Result<OutgoingMessage, ProduceError> {
         let job_type = || self.job_type.clone();
         let body = serde_json::to_string(&self.payload).map_err(|error| ProduceError::Serialize {
             job_type: job_type(),
@@ -307,14 +323,6 @@ impl<J: Serialize> Job<J> {
             deduplication_id: self.deduplication_id.clone(),
             trace_header: self.trace_header.clone(),
         };
-        let size = message.size();
-        if size > MAX_MESSAGE_BYTES {
-            return Err(ProduceError::TooLarge {
-                job_type: job_type(),
-                size,
-                limit: MAX_MESSAGE_BYTES,
-            });
-        }
         let fifo = queue.ends_with(".fifo");
         if let Some(delay) = delay {
             if fifo {
@@ -344,6 +352,15 @@ fn attribute_name_problem(name: &str) -> Option<String> {
     if lower.starts_with("conveyor.") {
         return Some("uses the prefix conveyor., which Conveyor reserves for its own attributes".to_owned());
     }
+    if conveyor_core::payload::marking_attribute(
+        &std::iter::once((name.to_owned(), conveyor_core::AttributeValue::number(0))).collect(),
+    )
+    .is_some()
+    {
+        return Some(
+            "is reserved for large-payload pointers (the SQS Extended Client Library's marker)".to_owned(),
+        );
+    }
     if lower.starts_with("aws.") || lower.starts_with("amazon.") {
         return Some("uses a prefix SQS reserves (AWS. or Amazon.)".to_owned());
     }
@@ -360,6 +377,23 @@ fn attribute_name_problem(name: &str) -> Option<String> {
         return Some("may not start or end with '.', nor hold '..'".to_owned());
     }
     None
+}
+
+/// Refuses a message over `limit` bytes (body plus attributes).
+pub(crate) fn check_size(
+    job_type: &str,
+    message: &OutgoingMessage,
+    limit: usize,
+) -> Result<(), ProduceError> {
+    let size = message.size();
+    if size > limit {
+        return Err(ProduceError::TooLarge {
+            job_type: job_type.to_owned(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

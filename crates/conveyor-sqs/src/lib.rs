@@ -12,6 +12,7 @@ mod errors;
 mod flow;
 pub mod iam;
 mod job;
+mod large;
 #[cfg(test)]
 mod mock_client;
 mod producer;

@@ -9,12 +9,13 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_core::delay::Cancelled;
 use conveyor_core::delay::DUE_ATTRIBUTE;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
-use conveyor_core::{IdempotencyStore, OutgoingMessage, QueueError, StoreError};
+use conveyor_core::{IdempotencyStore, OutgoingMessage, PayloadStore, QueueError, StoreError};
 use serde::Serialize;
 
 use crate::convert::queue_name;
 use crate::errors::{classify, classify_entry};
 use crate::job::{Job, ProduceError};
+use crate::large::{LargePayloads, offload};
 use crate::send::{batch_entry, check_outgoing, send_message};
 
 /// Attempts per batch entry (the first send and two retries) for failures SQS marks as not the sender's.
@@ -45,6 +46,10 @@ pub struct Producer {
     retention: tokio::sync::OnceCell<Option<Duration>>,
     /// The consumers' idempotency store, for [`Producer::cancel`].
     store: Option<Arc<dyn IdempotencyStore>>,
+    /// Where bodies over the threshold go ([`Producer::with_large_payloads`]).
+    large: Option<LargePayloads>,
+    /// The queue's `MaximumMessageSize`, read once when large payloads are on (1 MiB when unreadable).
+    max_size: tokio::sync::OnceCell<usize>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -52,6 +57,7 @@ impl std::fmt::Debug for Producer {
         f.debug_struct("Producer")
             .field("url", &self.url)
             .field("store", &self.store.is_some())
+            .field("large_payloads", &self.large.as_ref().map(|large| &large.bucket))
             .finish_non_exhaustive()
     }
 }
@@ -117,7 +123,34 @@ impl Producer {
             requests: AtomicU64::new(0),
             retention: tokio::sync::OnceCell::new(),
             store: None,
+            large: None,
+            max_size: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Sends jobs too large for the queue through `store` (S3: `conveyor_s3::S3PayloadStore`) in
+    /// `bucket`: a job whose body plus attributes exceed the threshold (by default the queue's
+    /// `MaximumMessageSize`, read once; see [`Producer::with_payload_threshold`]) is stored under a
+    /// random UUID key and sent as a pointer in the SQS Extended Client Library's format, with the
+    /// `ExtendedPayloadSize` attribute, so consumers built on that library read it too. Such a job may
+    /// carry at most 8 attributes (Conveyor's own included): the marker takes the ninth slot.
+    pub fn with_large_payloads(mut self, store: Arc<dyn PayloadStore>, bucket: impl Into<String>) -> Self {
+        self.large = Some(LargePayloads {
+            store,
+            bucket: bucket.into(),
+            threshold: None,
+        });
+        self
+    }
+
+    /// Offloads jobs over `bytes` (body plus attributes) instead of the queue's limit; `0` sends every
+    /// job through the payload store (the libraries' `always_through_s3`). The libraries default to
+    /// 262,144. Needs [`Producer::with_large_payloads`] first; ignored without it.
+    pub fn with_payload_threshold(mut self, bytes: usize) -> Self {
+        if let Some(large) = &mut self.large {
+            large.threshold = Some(bytes);
+        }
+        self
     }
 
     /// Lets [`Producer::cancel`] write to the consumers' idempotency store (their
@@ -154,8 +187,9 @@ impl Producer {
     /// Sends one job with `SendMessage`; returns its message id. Limits are checked first, so a job
     /// that breaks one makes no request.
     pub async fn send<J: Serialize>(&self, job: &Job<J>) -> Result<String, ProduceError> {
-        let message = job.to_message(&self.name)?;
+        let message = job.encode(&self.name)?;
         self.check_retention(job.job_type(), &message).await?;
+        let message = self.fit(job.job_type(), message).await?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         let id = send_message(&self.client, &self.url, &message).await?;
         tracing::debug!(queue = %self.name, job_type = %job.job_type(), message_id = %id, "job sent");
@@ -175,11 +209,11 @@ impl Producer {
         let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; jobs.len()];
         let mut pending = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
-            let checked = match job.to_message(&self.name) {
-                Ok(message) => self
-                    .check_retention(job.job_type(), &message)
-                    .await
-                    .map(|()| message),
+            let checked = match job.encode(&self.name) {
+                Ok(message) => match self.check_retention(job.job_type(), &message).await {
+                    Ok(()) => self.fit(job.job_type(), message).await,
+                    Err(error) => Err(error),
+                },
                 Err(error) => Err(error),
             };
             match checked {
@@ -244,6 +278,45 @@ impl Producer {
             })
             .collect();
         BatchReport { results }
+    }
+
+    /// The message as it goes to SQS: a large body offloaded when large payloads are on, else the size
+    /// checked against SQS's 1 MiB.
+    async fn fit(&self, job_type: &str, message: OutgoingMessage) -> Result<OutgoingMessage, ProduceError> {
+        let Some(large) = &self.large else {
+            return offload(None, job_type, message, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES).await;
+        };
+        let limit = self.queue_limit().await;
+        let threshold = large.threshold.unwrap_or(limit);
+        offload(Some(large), job_type, message, threshold, limit).await
+    }
+
+    /// The queue's `MaximumMessageSize` (read once; SQS's 1 MiB when it cannot be read).
+    async fn queue_limit(&self) -> usize {
+        *self
+            .max_size
+            .get_or_init(|| async {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                let answer = self
+                    .client
+                    .get_queue_attributes()
+                    .queue_url(&self.url)
+                    .attribute_names(QueueAttributeName::MaximumMessageSize)
+                    .send()
+                    .await;
+                let limit = answer.ok().and_then(|output| {
+                    output
+                        .attributes?
+                        .get(&QueueAttributeName::MaximumMessageSize)?
+                        .parse::<usize>()
+                        .ok()
+                });
+                if limit.is_none() {
+                    tracing::debug!(queue = %self.name, "cannot read the queue's MaximumMessageSize; offloading over 1 MiB");
+                }
+                limit.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES)
+            })
+            .await
     }
 
     /// Refuses a job due later than the queue keeps a message (its `MessageRetentionPeriod`, read once

@@ -5,8 +5,10 @@ pub mod faults;
 pub mod flow_conformance;
 pub mod localstack;
 pub mod memory_flows;
+pub mod memory_payloads;
 pub mod memory_queue;
 pub mod memory_store;
+pub mod payload_conformance;
 pub mod powertools;
 pub mod queue_conformance;
 pub mod scripted_queue;
@@ -21,6 +23,7 @@ pub use faults::{
 };
 pub use localstack::{QueueSpec, TestQueue};
 pub use memory_flows::{MemoryFlows, QueueSender};
+pub use memory_payloads::{MemoryPayloadStore, PayloadRequests};
 pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage};
 pub use memory_store::{MemoryIdempotencyStore, StoreRequests};
 pub use queue_conformance::{MemoryQueueFactory, QueueFactory, QueueUnderTest};

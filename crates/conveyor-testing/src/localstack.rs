@@ -257,6 +257,26 @@ pub fn sqs_client_at(endpoint: &str) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(config)
 }
 
+/// An S3 client for the emulator at `endpoint` (no I/O; path-style addresses, as LocalStack on
+/// `127.0.0.1` needs), e.g. an [`OwnLocalStack`] started with S3.
+pub fn s3_client_at(endpoint: &str) -> aws_sdk_s3::Client {
+    use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(
+            DUMMY_CREDENTIAL,
+            DUMMY_CREDENTIAL,
+            None,
+            None,
+            "conveyor-testing",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
 /// A DynamoDB client for DynamoDB Local (no I/O; call [`ensure_local_aws`] first).
 pub async fn dynamodb_client() -> aws_sdk_dynamodb::Client {
     use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};

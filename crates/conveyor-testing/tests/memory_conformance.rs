@@ -33,3 +33,11 @@ async fn memory_flows_pass_the_flows_suite() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn memory_payload_store_passes_the_payload_suite() {
+    let store = conveyor_testing::MemoryPayloadStore::with_bucket("payloads");
+    conveyor_testing::payload_conformance::run_all(&store, "payloads", "no-such-bucket")
+        .await
+        .unwrap();
+}

@@ -71,7 +71,14 @@ pub(crate) async fn apply(
                     tracing::info!("cancelled job dropped without running");
                 }
             }
-            delete(runtime, &target, held).await
+            // A large payload's object goes only once the message's delete is confirmed: a redelivery
+            // before that must still find it.
+            let discard = runtime.pipeline.discards_payload_of(target.message);
+            let settled = delete(runtime, &target, held, discard).await;
+            if discard && settled == Settled::Removed {
+                runtime.pipeline.discard_payload(target.message).await;
+            }
+            settled
         }
         Outcome::Retry { delay, reason } => {
             if runtime.hard_stop.is_cancelled() && target.lease.cancellation().is_cancelled() {
@@ -112,7 +119,7 @@ pub(crate) async fn apply(
                 Disposition::Delete => {
                     add(&counters.dead_lettered, 1);
                     job.dead_lettered.increment(1);
-                    delete(runtime, &target, held).await
+                    delete(runtime, &target, held, false).await
                 }
                 Disposition::Visible(delay) => {
                     if mode == RejectMode::LeaveToRedrive {
@@ -157,7 +164,7 @@ async fn defer(
         Ok(copy_id) => {
             add(&counters.deferred, 1);
             tracing::info!(%reason, ?delay, %copy_id, "deferred: a delayed copy was sent; deleting this receipt");
-            delete(runtime, target, held).await;
+            delete(runtime, target, held, false).await;
             Settled::Returned
         }
         Err(error) => {
@@ -170,11 +177,12 @@ async fn defer(
     }
 }
 
-/// Hands the delete to the batcher. On FIFO queues, waits until it is confirmed: the next message of the
-/// group may run only once its predecessor is gone (a failed delete sends the rest of the group back).
-async fn delete(runtime: &Runtime, target: &Applying<'_>, held: Held) -> Settled {
+/// Hands the delete to the batcher. On FIFO queues, and when `confirmed_only` (a large payload's object
+/// is deleted next), waits until it is confirmed: the next message of the group may run only once its
+/// predecessor is gone (a failed delete sends the rest of the group back).
+async fn delete(runtime: &Runtime, target: &Applying<'_>, held: Held, confirmed_only: bool) -> Settled {
     let fifo = runtime.queues[target.queue].is_fifo();
-    let (confirm, confirmed) = if fifo {
+    let (confirm, confirmed) = if fifo || confirmed_only {
         let (sender, receiver) = oneshot::channel();
         (Some(sender), Some(receiver))
     } else {

@@ -45,6 +45,8 @@ pub const WORKER_VARIABLES: &[&str] = &[
 pub const OTHER_CONVEYOR_VARIABLES: &[&str] = &[
     conveyor_core::log_output::ENV_LOG_FORMAT,
     "CONVEYOR_IDEMPOTENCY_TABLE",
+    "CONVEYOR_PAYLOAD_BUCKET",
+    "CONVEYOR_PAYLOAD_CLEANUP",
     "CONVEYOR_SQS_PORT",
     "CONVEYOR_DYNAMODB_PORT",
 ];

@@ -44,6 +44,11 @@ impl Services {
         services: "sqs",
         sqs_endpoint_strategy: "path",
     };
+    /// SQS and S3 (large payloads), path-style queue URLs.
+    pub const SQS_S3: Services = Services {
+        services: "sqs,s3",
+        sqs_endpoint_strategy: "path",
+    };
 }
 
 /// A LocalStack that belongs to one test; see the [module docs](self).
@@ -99,6 +104,11 @@ impl OwnLocalStack {
     /// An SQS client for this instance (dummy credentials, `us-east-1`).
     pub fn sqs_client(&self) -> aws_sdk_sqs::Client {
         super::sqs_client_at(&self.endpoint())
+    }
+
+    /// An S3 client for this instance (start it with `s3` among its services).
+    pub fn s3_client(&self) -> aws_sdk_s3::Client {
+        super::s3_client_at(&self.endpoint())
     }
 
     /// Stops the emulator (SIGTERM, or SIGKILL when `kill`, a crash) and starts it again on the same

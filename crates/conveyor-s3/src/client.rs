@@ -1,0 +1,49 @@
+//! Building an S3 client from the environment, with deadlines that suit a 5 MiB payload on the hot path.
+
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+
+/// How long to wait for a TCP (and TLS) connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one attempt may take (a multi-MiB body included).
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a call may take across its retries.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(45);
+/// Attempts per call (the SDK's standard retry mode, which also backs off on throttling and 5xx).
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// [`CONNECT_TIMEOUT`], [`ATTEMPT_TIMEOUT`] and [`OPERATION_TIMEOUT`], for a client you build yourself.
+pub fn timeout_config() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+}
+
+/// Standard retries with [`MAX_ATTEMPTS`], for a client you build yourself.
+pub fn retry_config() -> RetryConfig {
+    RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS)
+}
+
+/// An S3 client configured the standard way (environment variables, profile, instance or task role)
+/// with [`timeout_config`] and [`retry_config`]. When an endpoint is overridden (`AWS_ENDPOINT_URL_S3`
+/// or `AWS_ENDPOINT_URL`: LocalStack, MinIO) requests use path-style addressing
+/// (`http://host/bucket/key`), which emulators on `127.0.0.1` need; against AWS, virtual-hosted style.
+pub async fn s3_client_from_env() -> aws_sdk_s3::Client {
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeout_config())
+        .retry_config(retry_config())
+        .load()
+        .await;
+    let overridden = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
+    let s3_config = aws_sdk_s3::config::Builder::from(&config)
+        .force_path_style(overridden)
+        .build();
+    aws_sdk_s3::Client::from_conf(s3_config)
+}
