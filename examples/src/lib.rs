@@ -14,6 +14,7 @@ use anyhow::Context as _;
 use conveyor_core::{Pipeline, Router};
 
 use crate::jobs::chunked_report::{AssembleReportHandler, RunReportChunk};
+use crate::jobs::import_contacts::ImportContacts;
 use crate::jobs::report::BuildReport;
 use crate::jobs::webhook::DeliverWebhook;
 use crate::jobs::welcome_email::SendWelcomeEmail;
@@ -75,6 +76,9 @@ pub fn router(settings: &AppSettings) -> anyhow::Result<Router> {
             outbox: Arc::clone(&outbox),
         })
         .route(RunReportChunk)
+        .route(ImportContacts {
+            outbox: Arc::clone(&outbox),
+        })
         .route(AssembleReportHandler { outbox })
         .route(webhook))
 }

@@ -1,0 +1,446 @@
+//! Large payloads (claim check) end to end, on a LocalStack of this file's own serving SQS and S3 (the
+//! shared emulator serves SQS only): 5 MiB jobs through the example `worker` binary and through
+//! `conveyor lambda run` with the example `bootstrap`, the DLQ keeping the pointer and the object, a
+//! missing object dead-lettered with its bucket and key, and interop both ways with AWS's SQS Extended
+//! Client Library for Python (pinned in `localstack/extended-client/requirements.txt`, installed into
+//! `.local/` by `localstack/install-extended-client.sh` on first use).
+//!
+//! The binaries come from `cargo build -p conveyor-examples -p conveyor-cli --bins`, which `make test`
+//! runs first.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style)
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
+use conveyor_core::payload::{PayloadPointer, SIZE_ATTRIBUTE};
+use conveyor_core::{PayloadError, PayloadStore};
+use conveyor_examples::jobs::import_contacts::ContactImport;
+use conveyor_s3::S3PayloadStore;
+use conveyor_sqs::{Job, Producer};
+use conveyor_testing::localstack::{
+    self, OwnLocalStack, QueueSpec, Services, TestQueue, repo_root, unique_name,
+};
+use conveyor_testing::wait_for;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+
+/// The emulator every test of this file shares (started once; it dies with the test process).
+static EMULATOR: OnceCell<OwnLocalStack> = OnceCell::const_new();
+/// How long a job may take to show its effect (a 5 MiB fetch included).
+const EFFECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn emulator() -> &'static OwnLocalStack {
+    EMULATOR
+        .get_or_init(|| async { OwnLocalStack::start_with(Services::SQS_S3).await.unwrap() })
+        .await
+}
+
+/// A fresh bucket and a queue with a DLQ (3 receives), and the clients, on the shared emulator.
+struct Setup {
+    endpoint: String,
+    sqs: aws_sdk_sqs::Client,
+    store: Arc<S3PayloadStore>,
+    bucket: String,
+    queue: TestQueue,
+    outbox: PathBuf,
+}
+
+async fn setup(name: &str) -> Setup {
+    let emulator = emulator().await;
+    let sqs = emulator.sqs_client();
+    let s3 = emulator.s3_client();
+    let bucket = unique_name(&format!("{name}-payloads"))
+        .to_lowercase()
+        .replace('_', "-");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let spec = QueueSpec::standard(name)
+        .visibility_timeout_secs(30)
+        .max_receive_count(3);
+    let queue = localstack::create_queue(&sqs, &spec).await.unwrap();
+    let outbox = std::env::temp_dir().join(format!("{}.jsonl", unique_name(&format!("{name}-outbox"))));
+    Setup {
+        endpoint: emulator.endpoint(),
+        sqs,
+        store: Arc::new(S3PayloadStore::new(s3)),
+        bucket,
+        queue,
+        outbox,
+    }
+}
+
+impl Setup {
+    fn producer(&self) -> Producer {
+        Producer::new(self.sqs.clone(), &self.queue.url).with_large_payloads(self.store.clone(), &self.bucket)
+    }
+
+    /// The variables a consumer process runs with: this emulator for SQS and S3, the bucket, the app's.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL_SQS", self.endpoint.clone()),
+            ("AWS_ENDPOINT_URL_S3", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", localstack::DUMMY_CREDENTIAL.to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", localstack::DUMMY_CREDENTIAL.to_owned()),
+            ("AWS_REGION", localstack::REGION.to_owned()),
+            ("AWS_DEFAULT_REGION", localstack::REGION.to_owned()),
+            ("CONVEYOR_PAYLOAD_BUCKET", self.bucket.clone()),
+            ("WEBHOOK_SIGNING_SECRET", "large-payloads".to_owned()),
+            ("CONVEYOR_DEMO_OUTBOX", self.outbox.display().to_string()),
+        ]
+    }
+
+    /// The outbox's `contacts_imported` effects.
+    fn imports(&self) -> Vec<Value> {
+        let Ok(text) = std::fs::read_to_string(&self.outbox) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|effect| effect["effect"] == "contacts_imported")
+            .collect()
+    }
+
+    async fn wait_for_import(&self, list_id: &str) -> Value {
+        wait_for(EFFECT_TIMEOUT, Duration::from_millis(200), async || {
+            self.imports()
+                .into_iter()
+                .find(|effect| effect["list_id"] == list_id)
+        })
+        .await
+        .with_context(|| format!("no import of {list_id} in {}", self.outbox.display()))
+        .unwrap()
+    }
+
+    async fn object_exists(&self, key: &str) -> bool {
+        match self.store.get(&self.bucket, key).await {
+            Ok(_) => true,
+            Err(PayloadError::NotFound { .. }) => false,
+            Err(error) => panic!("S3 failed: {error}"),
+        }
+    }
+
+    /// Receives `count` messages from the DLQ (with every attribute).
+    async fn dead_letters(&self, count: usize) -> Vec<SqsMessage> {
+        let url = self.queue.dlq_url.clone().unwrap();
+        let mut found: Vec<SqsMessage> = Vec::new();
+        wait_for(EFFECT_TIMEOUT, Duration::from_millis(100), async || {
+            let output = self
+                .sqs
+                .receive_message()
+                .queue_url(&url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_attribute_names("All")
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .visibility_timeout(300)
+                .send()
+                .await
+                .ok()?;
+            found.extend(output.messages.unwrap_or_default());
+            (found.len() >= count).then_some(())
+        })
+        .await
+        .with_context(|| format!("expected {count} DLQ messages, found {}", found.len()))
+        .unwrap();
+        found
+    }
+}
+
+/// A contact list of about `bytes` bytes: a header with an `email` column (or `header`), then rows.
+fn contacts(list_id: &str, bytes: usize, header: &str) -> (ContactImport, usize) {
+    let mut csv = format!("{header}\n");
+    let mut rows = 0;
+    while csv.len() < bytes {
+        csv.push_str(&format!("user{rows}@example.com,Contact {rows}\n"));
+        rows += 1;
+    }
+    (
+        ContactImport {
+            list_id: list_id.to_owned(),
+            csv,
+        },
+        rows,
+    )
+}
+
+fn sha256(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn attribute<'a>(message: &'a SqsMessage, name: &str) -> Option<&'a str> {
+    message.message_attributes.as_ref()?.get(name)?.string_value()
+}
+
+/// A binary `make test` builds next to this test's executable (`target/debug/<name>`).
+fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().and_then(Path::parent).unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p conveyor-examples -p conveyor-cli --bins` (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// Variables of the test process that would point a child elsewhere.
+const INHERITED: &[&str] = &[
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_SQS",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "CONVEYOR_IDEMPOTENCY_TABLE",
+    "CONVEYOR_PAYLOAD_CLEANUP",
+];
+
+fn command(program: &Path, env: &[(&'static str, String)]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    for name in INHERITED {
+        command.env_remove(name);
+    }
+    command
+        .envs(env.iter().map(|(name, value)| (*name, value.as_str())))
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// The Python extended client: `interop.py <args>`; returns the JSON line it printed.
+async fn python(setup: &Setup, args: &[&str]) -> Value {
+    let root = repo_root();
+    let install = std::process::Command::new(root.join("localstack").join("install-extended-client.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "localstack/install-extended-client.sh failed (needs python3 with venv and PyPI); run it by hand:\n{}{}",
+        String::from_utf8_lossy(&install.stdout),
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let python = root
+        .join(".local")
+        .join("extended-client")
+        .join("venv")
+        .join("bin")
+        .join("python");
+    let output = command(&python, &setup.env())
+        .arg(root.join("tests").join("extended_client").join("interop.py"))
+        .args(args)
+        .env("AWS_ENDPOINT_URL", &setup.endpoint)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "interop.py {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// One worker run: a 5 MiB job succeeds and its object goes; a 5 MiB job that fails permanently reaches
+/// the DLQ as its pointer and keeps its object; a pointer to a missing object reaches the DLQ naming
+/// bucket and key; a Python extended-client producer's large job runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::Result<()> {
+    let setup = setup("large-worker").await;
+    let producer = setup.producer();
+    let (good, rows) = contacts("list-good", 5 * 1024 * 1024, "email,name");
+    let (bad, _) = contacts("list-bad", 5 * 1024 * 1024, "address,name");
+    producer.send(&Job::new("import_contacts", good.clone())).await?;
+    producer.send(&Job::new("import_contacts", bad)).await?;
+    // A pointer to an object nobody wrote (or the lifecycle rule expired).
+    let missing = PayloadPointer::new(&setup.bucket, "never-written");
+    setup
+        .sqs
+        .send_message()
+        .queue_url(&setup.queue.url)
+        .message_body(missing.to_body())
+        .message_attributes(
+            SIZE_ATTRIBUTE,
+            MessageAttributeValue::builder()
+                .data_type("Number")
+                .string_value("100")
+                .build()?,
+        )
+        .message_attributes(
+            "conveyor.type",
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("import_contacts")
+                .build()?,
+        )
+        .send()
+        .await?;
+    // The Python library's producer: a 2 MB list, through S3 (always_through_s3).
+    let python_sent = python(
+        &setup,
+        &[
+            "send",
+            &setup.queue.url,
+            &setup.bucket,
+            "list-python",
+            "60000",
+            "import_contacts",
+        ],
+    )
+    .await;
+    let keys_before = list_keys(&setup).await;
+    assert_eq!(
+        keys_before.len(),
+        3,
+        "three objects: two from Conveyor, one from Python: {keys_before:?}"
+    );
+
+    let mut env = setup.env();
+    env.push(("CONVEYOR_QUEUE_URL", setup.queue.url.clone()));
+    env.push(("CONVEYOR_LISTEN_ADDR", "off".to_owned()));
+    env.push(("RUST_LOG", "info".to_owned()));
+    let worker = command(&binary("worker"), &env)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the worker")?;
+
+    let imported = setup.wait_for_import("list-good").await;
+    assert_eq!(imported["rows"], rows);
+    assert_eq!(
+        imported["csv_sha256"],
+        sha256(&good.csv),
+        "the handler got the 5 MiB CSV intact"
+    );
+    let from_python = setup.wait_for_import("list-python").await;
+    assert_eq!(from_python["rows"], 60000);
+    assert_eq!(imported["csv_bytes"].as_u64().unwrap() as usize, good.csv.len());
+
+    let dead = setup.dead_letters(2).await;
+    drop(worker);
+    let failure_of = |message: &SqsMessage| -> Value {
+        serde_json::from_str(attribute(message, "conveyor.failure").unwrap()).unwrap()
+    };
+    let bad_copy = dead
+        .iter()
+        .find(|message| {
+            failure_of(message)["error"]
+                .as_str()
+                .unwrap()
+                .contains("no email column")
+        })
+        .context("the permanent failure's DLQ copy")?;
+    let pointer = PayloadPointer::from_body(bad_copy.body().unwrap()).unwrap();
+    assert_eq!(pointer.bucket, setup.bucket, "the DLQ copy carries the pointer");
+    assert!(attribute(bad_copy, SIZE_ATTRIBUTE).is_some(), "and the marker");
+    assert!(
+        setup.object_exists(&pointer.key).await,
+        "a dead-lettered job keeps its object"
+    );
+
+    let missing_copy = dead
+        .iter()
+        .find(|message| message.body() == Some(missing.to_body().as_str()))
+        .context("the missing object's DLQ copy")?;
+    let reason = failure_of(missing_copy)["error"].as_str().unwrap().to_owned();
+    assert!(
+        reason.contains(&format!("s3://{}/never-written", setup.bucket)),
+        "the reason names bucket and key: {reason}"
+    );
+
+    // Only the dead-lettered job's object is left: the two that succeeded were deleted after success.
+    let left = list_keys(&setup).await;
+    assert_eq!(left, vec![pointer.key.clone()], "python sent {python_sent}");
+    Ok(())
+}
+
+/// The same 5 MiB job through `conveyor lambda run` and the example `bootstrap`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lambda_function_runs_a_large_job_and_deletes_its_object() -> anyhow::Result<()> {
+    let setup = setup("large-lambda").await;
+    let (job, rows) = contacts("list-lambda", 5 * 1024 * 1024, "email");
+    setup
+        .producer()
+        .send(&Job::new("import_contacts", job.clone()))
+        .await?;
+    assert_eq!(list_keys(&setup).await.len(), 1);
+
+    let mut runner = command(&binary("conveyor"), &setup.env());
+    runner
+        .args([
+            "lambda",
+            "run",
+            "--until-empty",
+            "--queue-url",
+            &setup.queue.url,
+            "--bootstrap",
+        ])
+        .arg(binary("bootstrap"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, value) in setup.env() {
+        runner.arg("--env").arg(format!("{name}={value}"));
+    }
+    let output = tokio::time::timeout(Duration::from_secs(120), runner.output()).await??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        bail!(
+            "conveyor lambda run failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let imported = setup.wait_for_import("list-lambda").await;
+    assert_eq!(imported["rows"], rows);
+    assert_eq!(imported["csv_sha256"], sha256(&job.csv));
+    assert!(
+        list_keys(&setup).await.is_empty(),
+        "the object goes after success:\n{stdout}"
+    );
+    Ok(())
+}
+
+/// A Conveyor producer's large job, received by the Python extended client: it fetches the payload
+/// through our pointer and deletes the object through its decorated receipt handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_extended_client_reads_a_conveyor_producers_large_job() -> anyhow::Result<()> {
+    let setup = setup("large-python").await;
+    let (job, _) = contacts("list-to-python", 3 * 1024 * 1024, "email");
+    let body = serde_json::to_string(&job)?;
+    setup.producer().send(&Job::new("import_contacts", job)).await?;
+    assert_eq!(list_keys(&setup).await.len(), 1);
+
+    let received = python(&setup, &["receive", &setup.queue.url, &setup.bucket]).await;
+    assert_eq!(received["sha256"], sha256(&body), "{received}");
+    assert_eq!(received["length"], body.len());
+    assert_eq!(received["attributes"]["conveyor.type"], "import_contacts");
+    assert!(
+        received["attributes"].get(SIZE_ATTRIBUTE).is_none(),
+        "the library removes its marker"
+    );
+    assert_eq!(
+        received["decorated_receipt"], true,
+        "the library recognised our pointer"
+    );
+    assert!(
+        list_keys(&setup).await.is_empty(),
+        "the library deleted the object with the message"
+    );
+    Ok(())
+}
+
+async fn list_keys(setup: &Setup) -> Vec<String> {
+    let s3 = emulator().await.s3_client();
+    let output = s3.list_objects_v2().bucket(&setup.bucket).send().await.unwrap();
+    output
+        .contents
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|object| object.key)
+        .collect()
+}
