@@ -13,6 +13,7 @@ use conveyor_sqs::admin::{
 };
 use serde_json::{Value, json};
 
+use crate::commands::payloads::Fetched;
 use crate::output::{Format, Table, format_epoch_millis, format_time, print_json, progress};
 
 /// How often `--wait` reads a move task's progress.
@@ -44,7 +45,9 @@ pub enum DlqCommand {
 
 Messages are received with a short visibility timeout and made visible again at once, so they stay in
 the DLQ (each peek adds one to their ApproximateReceiveCount). Bodies are not printed unless
---show-body is given: they may carry personal data.")]
+--show-body is given: they may carry personal data. A large payload (an SQS Extended Client pointer) shows
+as `pointer → s3://bucket/key (N bytes)`; --fetch-payloads reads the object from S3 so --show-body prints
+the payload itself (needs s3:GetObject; AWS_ENDPOINT_URL_S3 for LocalStack). The object stays.")]
 pub struct PeekArgs {
     /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
@@ -55,6 +58,9 @@ pub struct PeekArgs {
     /// Print message bodies too (they may carry personal data).
     #[arg(long)]
     pub show_body: bool,
+    /// With --show-body, fetch large payloads from S3 and print them instead of their pointers.
+    #[arg(long, requires = "show_body")]
+    pub fetch_payloads: bool,
     /// How long peeked messages stay hidden if the command dies before making them visible again.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=43_200))]
     pub hold_secs: u64,
@@ -144,11 +150,20 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
     };
     let peeked = peek(client, &pair.dlq.url, options).await?;
     let not_released = peeked.release_failures.len();
+    let payloads = if args.fetch_payloads {
+        crate::commands::payloads::fetch_all(&peeked.messages).await
+    } else {
+        Vec::new()
+    };
     if format == Format::Json {
         let messages: Vec<Value> = peeked
             .messages
             .iter()
-            .map(|received| message_json(received, args.show_body))
+            .zip(crate::commands::payloads::padded(
+                &payloads,
+                peeked.messages.len(),
+            ))
+            .map(|(received, fetched)| message_json(received, args.show_body, fetched))
             .collect();
         print_json(&json!({
             "dead_letter_queue": queue_json(&pair.dlq),
@@ -158,7 +173,7 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
             "not_made_visible": not_released,
         }))?;
     } else {
-        print_peek_text(&pair, &peeked.messages, args.show_body);
+        print_peek_text(&pair, &peeked.messages, args.show_body, &payloads);
     }
     if not_released > 0 {
         bail!(
@@ -170,7 +185,7 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
     Ok(())
 }
 
-fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool) {
+fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool, payloads: &[Fetched]) {
     let sources: Vec<&str> = pair.sources.iter().map(QueueInfo::name).collect();
     crate::outln!(
         "dead-letter queue {} (source: {}): {} visible before the peek; showing {}, all left in the DLQ",
@@ -227,9 +242,25 @@ fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool
     if sqs_counts {
         crate::outln!("* no failure record: SQS's ApproximateReceiveCount, which counts peeks too");
     }
+    for received in messages {
+        if let Some(pointer) = crate::commands::payloads::describe(&received.message) {
+            crate::outln!("payload of {}: {pointer}", received.message.id);
+        }
+    }
     if show_body {
-        for received in messages {
-            crate::outln!("body of {}: {}", received.message.id, received.message.body);
+        let fetched = crate::commands::payloads::padded(payloads, messages.len());
+        for (received, fetched) in messages.iter().zip(fetched) {
+            match fetched {
+                Some(Ok(payload)) => {
+                    crate::outln!("body of {} (payload from S3): {payload}", received.message.id)
+                }
+                Some(Err(error)) => crate::outln!(
+                    "body of {}: {} ({error})",
+                    received.message.id,
+                    received.message.body
+                ),
+                None => crate::outln!("body of {}: {}", received.message.id, received.message.body),
+            }
         }
     }
 }
@@ -243,7 +274,7 @@ fn source_of(received: &Received) -> Option<String> {
     Some(arn.rsplit(':').next().unwrap_or(arn).to_owned())
 }
 
-fn message_json(received: &Received, show_body: bool) -> Value {
+fn message_json(received: &Received, show_body: bool, fetched: Option<&Result<String, String>>) -> Value {
     let message = &received.message;
     let failure = received.failure();
     let mut value = json!({
@@ -264,8 +295,20 @@ fn message_json(received: &Received, show_body: bool) -> Value {
             value["failure_attribute"] = json!(raw);
         }
     }
+    if let Some(Ok(pointer)) = conveyor_core::PayloadPointer::of(message) {
+        value["payload"] = json!({
+            "bucket": pointer.bucket,
+            "key": pointer.key,
+            "size": conveyor_core::payload::declared_size(&message.attributes),
+        });
+    }
     if show_body {
         value["body"] = json!(message.body);
+        match fetched {
+            Some(Ok(payload)) => value["payload_body"] = json!(payload),
+            Some(Err(error)) => value["payload_error"] = json!(error),
+            None => {}
+        }
     }
     value
 }

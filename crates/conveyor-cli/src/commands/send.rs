@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
@@ -31,7 +32,9 @@ const PROGRESS_EVERY: usize = 100;
 
 A job in a file: {\"job_type\": \"...\", \"payload\": {...}, \"key\": \"...\", \"version\": 1, \"delay_secs\": 0,
 \"group_id\": \"...\", \"dedup_id\": \"...\", \"attributes\": {\"name\": \"value\"}}; only payload is required.
-Options given on the command line apply to every job of the file that does not set that field.")]
+Options given on the command line apply to every job of the file that does not set that field.
+With CONVEYOR_PAYLOAD_BUCKET set, a job too large for the queue is stored in that S3 bucket and sent as a
+pointer (the SQS Extended Client Library's format; the consumers need the same variable).")]
 pub struct SendArgs {
     /// URL (or name) of the queue to send to.
     #[arg(long, value_name = "URL")]
@@ -150,7 +153,13 @@ pub async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -
     let url = resolve_queue_url(&client, &args.queue_url).await?;
     let queue = describe(&client, &url).await?;
     check_jobs(&queue, request.jobs())?;
-    let producer = Producer::new(client, &url);
+    let mut producer = Producer::new(client, &url);
+    if let Some(bucket) = conveyor_s3::payload_bucket_from_env() {
+        let store = Arc::new(conveyor_s3::S3PayloadStore::new(
+            conveyor_s3::s3_client_from_env().await,
+        ));
+        producer = producer.with_large_payloads(store, bucket);
+    }
     let results: Vec<Result<String, String>> = match &request {
         Request::One(job) => vec![
             producer
@@ -377,10 +386,15 @@ fn check_job(queue: &QueueInfo, job: &JobSpec) -> Result<(), String> {
             ));
         }
     }
-    job.to_job()
-        .to_message(name)
-        .map(|_| ())
-        .map_err(|error| error.to_string())
+    match job.to_job().to_message(name) {
+        // Too large for SQS but not for the payload bucket: the producer offloads it.
+        Err(conveyor_sqs::ProduceError::TooLarge { .. })
+            if conveyor_s3::payload_bucket_from_env().is_some() =>
+        {
+            Ok(())
+        }
+        other => other.map(|_| ()).map_err(|error| error.to_string()),
+    }
 }
 
 fn job_label(job: &JobSpec) -> String {

@@ -1,0 +1,52 @@
+//! Large payloads (SQS Extended Client pointers) in the CLI's output: what a pointer says, and its
+//! object fetched from S3 on request (`dlq peek --fetch-payloads`). Fetching never deletes.
+
+use conveyor_core::payload::{PayloadPointer, declared_size, resolve};
+use conveyor_core::{Message, PayloadStore};
+use conveyor_s3::{S3PayloadStore, s3_client_from_env};
+use conveyor_sqs::admin::Received;
+
+/// One message's fetched payload: `None` when it is not a pointer; `Err` says why it could not be read.
+pub type Fetched = Option<Result<String, String>>;
+
+/// `pointer → s3://bucket/key (N bytes)` for a pointer message, `None` for any other.
+pub fn describe(message: &Message) -> Option<String> {
+    match PayloadPointer::of(message)? {
+        Ok(pointer) => {
+            let size = declared_size(&message.attributes)
+                .map_or_else(|| "size unknown".to_owned(), |n| format!("{n} bytes"));
+            Some(format!("pointer → {pointer} ({size})"))
+        }
+        Err(error) => Some(format!("not readable: {error}")),
+    }
+}
+
+/// Every pointer message's payload, in order, read through S3 with the standard configuration.
+pub async fn fetch_all(messages: &[Received]) -> Vec<Fetched> {
+    let store = S3PayloadStore::new(s3_client_from_env().await);
+    let mut fetched = Vec::with_capacity(messages.len());
+    for received in messages {
+        fetched.push(fetch(&store, &received.message).await);
+    }
+    fetched
+}
+
+async fn fetch(store: &dyn PayloadStore, message: &Message) -> Fetched {
+    let pointer = match PayloadPointer::of(message)? {
+        Ok(pointer) => pointer,
+        Err(error) => return Some(Err(error.to_string())),
+    };
+    Some(
+        resolve(store, message, &pointer)
+            .await
+            .map(|resolved| resolved.body)
+            .map_err(|error| error.to_string()),
+    )
+}
+
+/// `payloads` lined up with `count` messages (all `None` when nothing was fetched).
+pub fn padded(payloads: &[Fetched], count: usize) -> Vec<Option<&Result<String, String>>> {
+    (0..count)
+        .map(|index| payloads.get(index).and_then(Option::as_ref))
+        .collect()
+}
