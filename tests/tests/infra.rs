@@ -254,6 +254,45 @@ fn wildcard_is_log_stream_suffix(text: &str) -> bool {
     )
 }
 
+/// Whether a resource is `"${<one bucket's ARN>}/*"`: the objects of one named bucket (a payload
+/// bucket's objects have random UUID keys, so no narrower ARN exists). The bucket is a resource of the
+/// module (`aws_s3_bucket.<name>.arn`) or `var.payload_bucket_arn`, which its validation holds to one
+/// bucket ARN without wildcards.
+fn wildcard_is_bucket_objects_suffix(text: &str) -> bool {
+    let Some(bucket) = text.strip_suffix("/*") else {
+        return false;
+    };
+    let Some(reference) = bucket.strip_prefix("${").and_then(|rest| rest.strip_suffix('}')) else {
+        return false;
+    };
+    let parts: Vec<&str> = reference.trim().split('.').collect();
+    matches!(
+        parts.as_slice(),
+        ["aws_s3_bucket", name, "arn"] if !name.is_empty() && !name.contains('*')
+    ) || parts.as_slice() == ["var", "payload_bucket_arn"]
+}
+
+#[test]
+fn the_bucket_objects_exception_is_narrow() {
+    assert!(wildcard_is_bucket_objects_suffix("${aws_s3_bucket.this.arn}/*"));
+    assert!(wildcard_is_bucket_objects_suffix("${var.payload_bucket_arn}/*"));
+    for wildcard in [
+        "*",
+        "s3:*",
+        "arn:aws:s3:::*",
+        "arn:aws:s3:::payloads/*",
+        "${aws_s3_bucket.this.arn}*",
+        "${aws_s3_bucket.this.arn}/*/*",
+        "${var.queue_arn}/*",
+        "${statement.value}/*",
+    ] {
+        assert!(
+            !wildcard_is_bucket_objects_suffix(wildcard),
+            "{wildcard} must not be allowed"
+        );
+    }
+}
+
 /// The `statement` bodies of a policy document, including `dynamic "statement"` contents.
 fn statements(document: &Body) -> Vec<&Body> {
     let mut found: Vec<&Body> = blocks(document, "statement").map(Block::body).collect();
@@ -305,7 +344,11 @@ fn statement_wildcards(statement: &Body) -> Vec<String> {
     }
     strings
         .into_iter()
-        .filter(|text| text.contains('*') && !wildcard_is_log_stream_suffix(text))
+        .filter(|text| {
+            text.contains('*')
+                && !wildcard_is_log_stream_suffix(text)
+                && !wildcard_is_bucket_objects_suffix(text)
+        })
         .collect()
 }
 
@@ -580,6 +623,16 @@ const DYNAMODB_OPERATIONS: [&str; 13] = [
     "update_item",
 ];
 
+/// The `aws_sdk_s3::Client` object operations a payload store could call.
+const S3_OPERATIONS: [&str; 6] = [
+    "copy_object",
+    "delete_object",
+    "delete_objects",
+    "get_object",
+    "head_object",
+    "put_object",
+];
+
 fn crates_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates")
 }
@@ -672,7 +725,9 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
     }
     let operator_files: Vec<&str> = operator_files.iter().map(String::as_str).collect();
 
-    let groups: [CallGroup; 4] = [
+    let mut payload_calls = operations(conveyor_s3::iam::CONSUMER);
+    payload_calls.extend(operations(conveyor_s3::iam::PRODUCER));
+    let groups: [CallGroup; 5] = [
         ("consumer (SQS)", &consumer_files, &SQS_OPERATIONS, consumer),
         ("producer", &producer_files, &SQS_OPERATIONS, operations(PRODUCER)),
         (
@@ -691,6 +746,12 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
             &["conveyor-dynamodb/src/store.rs", "conveyor-schedule/src/store.rs"],
             &DYNAMODB_OPERATIONS,
             operations(CONSUMER_TABLE),
+        ),
+        (
+            "payload store (S3)",
+            &["conveyor-s3/src/store.rs"],
+            &S3_OPERATIONS,
+            payload_calls,
         ),
     ];
     let mut problems = Vec::new();
@@ -720,7 +781,8 @@ fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
     let permissions = parse_module(&module_dir("consumer-permissions"))?;
     let queue = parse_module(&module_dir("queue"))?;
     let table = parse_module(&module_dir("idempotency-table"))?;
-    let checks: [PolicyCheck; 7] = [
+    let payload_bucket = parse_module(&module_dir("payload-bucket"))?;
+    let checks: [PolicyCheck; 9] = [
         (&permissions, "this", "ConsumeQueue", CONSUMER_QUEUE),
         (
             &permissions,
@@ -733,6 +795,18 @@ fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
         (&queue, "operator", "OperateQueues", OPERATOR),
         (&table, "producer", "TrackJobs", PRODUCER_TABLE),
         (&table, "operator", "OperateJobs", OPERATOR_TABLE),
+        (
+            &permissions,
+            "this",
+            "ReadAndDeletePayloads",
+            conveyor_s3::iam::CONSUMER,
+        ),
+        (
+            &payload_bucket,
+            "producer",
+            "WritePayloads",
+            conveyor_s3::iam::PRODUCER,
+        ),
     ];
     for (bodies, document, sid, list) in checks {
         let granted = statement_actions(bodies, document, sid)?;
@@ -814,6 +888,7 @@ fn the_modules_set_only_variables_the_code_reads() -> Result<()> {
         ENV_VISIBILITY_TIMEOUT_SECS,
         ENV_LISTEN_ADDR,
         log_format,
+        conveyor_s3::BUCKET_ENV,
     ]
     .iter()
     .map(|name| (*name).to_owned())
@@ -835,6 +910,7 @@ fn the_modules_set_only_variables_the_code_reads() -> Result<()> {
         conveyor_lambda::REJECT_MODE_ENV,
         table,
         log_format,
+        conveyor_s3::BUCKET_ENV,
     ]
     .into_iter()
     .collect();

@@ -20,8 +20,9 @@ use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack;
 
 /// Every folder `terraform validate` must accept.
-const CONFIGURATIONS: [&str; 9] = [
+const CONFIGURATIONS: [&str; 10] = [
     "modules/queue",
+    "modules/payload-bucket",
     "modules/schedules",
     "modules/idempotency-table",
     "modules/consumer-permissions",
@@ -185,6 +186,7 @@ fn baseline(module: &str, package: &str) -> Vec<(&'static str, String)> {
             inputs
         }
         "idempotency-table" => common(&[("name", "\"jobs-idempotency\"")]),
+        "payload-bucket" => common(&[("name", "\"jobs-payloads\"")]),
         "consumer-permissions" => common(&[
             ("queue_arn", QUEUE_ARN),
             ("dlq_arn", DLQ_ARN),
@@ -336,6 +338,29 @@ fn cases() -> Vec<Case> {
             &[("kms_key_arn", "\"arn:aws:kms:us-east-1:123456789012:key/*\"")],
             Some("kms_key_arn must be a KMS key ARN"),
         ),
+        // payload-bucket
+        case("payload_bucket_valid", "payload-bucket", &[], None),
+        case(
+            "payload_bucket_uppercase_name",
+            "payload-bucket",
+            &[("name", "\"Jobs_Payloads\"")],
+            Some("name must be a valid S3 bucket name"),
+        ),
+        case(
+            "payload_bucket_no_expiration",
+            "payload-bucket",
+            &[("expiration_days", "0")],
+            Some("expiration_days must be a whole number of days, at least 1"),
+        ),
+        case(
+            "payload_bucket_with_kms_key",
+            "payload-bucket",
+            &[(
+                "kms_key_arn",
+                "\"arn:aws:kms:us-east-1:123456789012:key/0b1c2d3e\"",
+            )],
+            None,
+        ),
         // consumer-permissions
         case("permissions_valid", "consumer-permissions", &[], None),
         case(
@@ -353,8 +378,29 @@ fn cases() -> Vec<Case> {
             &[("kms_key_arns", "[\"*\"]")],
             Some("kms_key_arns must list KMS key ARNs"),
         ),
+        case(
+            "permissions_payload_bucket",
+            "consumer-permissions",
+            &[("payload_bucket_arn", "\"arn:aws:s3:::jobs-payloads\"")],
+            None,
+        ),
+        case(
+            "permissions_payload_bucket_objects_wildcard",
+            "consumer-permissions",
+            &[("payload_bucket_arn", "\"arn:aws:s3:::jobs-payloads/*\"")],
+            Some("payload_bucket_arn must be one S3 bucket ARN"),
+        ),
         // lambda-consumer
         case("lambda_valid", "lambda-consumer", &[], None),
+        case(
+            "lambda_with_payload_bucket",
+            "lambda-consumer",
+            &[(
+                "payload_bucket",
+                "{ name = \"jobs-payloads\", arn = \"arn:aws:s3:::jobs-payloads\" }",
+            )],
+            None,
+        ),
         case(
             "lambda_window_counts_toward_visibility",
             "lambda-consumer",

@@ -3,6 +3,7 @@
 mod classify;
 mod client;
 mod env;
+pub mod iam;
 mod store;
 
 pub use client::{

@@ -27,7 +27,8 @@ pub enum ProduceError {
     },
     /// Body plus attributes exceed SQS's message size limit.
     #[error(
-        "job {job_type} is {size} bytes (body plus message attributes), over the queue's limit of {limit} bytes: \
+        "job {job_type} is {size} bytes (body plus message attributes), over SQS's limit of {limit} bytes (the \
+         queue's MaximumMessageSize): \
          turn on large payloads (Producer::with_large_payloads, or CONVEYOR_PAYLOAD_BUCKET for `conveyor send`) so \
          the body goes to S3 and the message carries a pointer, or send a smaller payload"
     )]

@@ -51,7 +51,34 @@ data "aws_iam_policy_document" "this" {
     resources = [var.idempotency_table_arn]
   }
 
-  # Customer-managed keys, only when SQS or DynamoDB use them on the consumer's behalf.
+  # Large payloads (claim check), only when the consumer has a payload bucket: fetch the object before
+  # the job runs, delete it after the job succeeded (conveyor_s3::iam::CONSUMER).
+  dynamic "statement" {
+    for_each = var.payload_bucket_arn == null ? [] : [var.payload_bucket_arn]
+
+    content {
+      sid = "ReadAndDeletePayloads"
+      actions = [
+        "s3:DeleteObject",
+        "s3:GetObject",
+      ]
+      resources = ["${var.payload_bucket_arn}/*"]
+    }
+  }
+
+  # ListBucket makes S3 answer a missing object with NoSuchKey (dead-letter the job, naming bucket and
+  # key) instead of AccessDenied (which Conveyor must treat as a configuration problem and defer).
+  dynamic "statement" {
+    for_each = var.payload_bucket_arn == null ? [] : [var.payload_bucket_arn]
+
+    content {
+      sid       = "TellMissingPayloads"
+      actions   = ["s3:ListBucket"]
+      resources = [var.payload_bucket_arn]
+    }
+  }
+
+  # Customer-managed keys, only when SQS, DynamoDB or S3 use them on the consumer's behalf.
   dynamic "statement" {
     for_each = length(var.kms_key_arns) > 0 ? [var.kms_key_arns] : []
 
@@ -69,6 +96,7 @@ data "aws_iam_policy_document" "this" {
         values = [
           "sqs.${local.region}.amazonaws.com",
           "dynamodb.${local.region}.amazonaws.com",
+          "s3.${local.region}.amazonaws.com",
         ]
       }
     }

@@ -38,3 +38,14 @@ variable "kms_key_arns" {
     error_message = "kms_key_arns must list KMS key ARNs (arn:aws:kms:<region>:<account>:key/<id>); \"*\", aliases and wildcards are refused."
   }
 }
+
+variable "payload_bucket_arn" {
+  description = "ARN of the large-payload bucket (modules/payload-bucket); null (the default) when the consumer takes no large payloads."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.payload_bucket_arn == null || can(regex("^arn:[a-z-]+:s3:::[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", coalesce(var.payload_bucket_arn, "-")))
+    error_message = "payload_bucket_arn must be one S3 bucket ARN (arn:aws:s3:::<bucket>), without wildcards or a key."
+  }
+}

@@ -55,6 +55,9 @@ locals {
     var.visibility_timeout_seconds == null ? {} : {
       CONVEYOR_VISIBILITY_TIMEOUT_SECS = tostring(var.visibility_timeout_seconds)
     },
+    var.payload_bucket == null ? {} : {
+      CONVEYOR_PAYLOAD_BUCKET = var.payload_bucket.name
+    },
   )
 }
 
@@ -106,6 +109,7 @@ module "permissions" {
   dlq_arn               = var.dlq_arn
   idempotency_table_arn = var.idempotency_table_arn
   kms_key_arns          = var.kms_key_arns
+  payload_bucket_arn    = try(var.payload_bucket.arn, null)
 }
 
 data "aws_iam_policy_document" "task" {

@@ -298,3 +298,12 @@ variable "alarm_evaluation_periods" {
     error_message = "alarm_evaluation_periods must be at least 1."
   }
 }
+
+variable "payload_bucket" {
+  description = "The large-payload bucket (modules/payload-bucket: its name and arn outputs); null (the default) when jobs never exceed the queue's size limit. Sets CONVEYOR_PAYLOAD_BUCKET and grants s3:GetObject, s3:DeleteObject and s3:ListBucket on it."
+  type = object({
+    name = string
+    arn  = string
+  })
+  default = null
+}

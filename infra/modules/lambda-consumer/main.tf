@@ -63,6 +63,7 @@ module "permissions" {
   dlq_arn               = var.dlq_arn
   idempotency_table_arn = var.idempotency_table_arn
   kms_key_arns          = var.kms_key_arns
+  payload_bucket_arn    = try(var.payload_bucket.arn, null)
 }
 
 data "aws_iam_policy_document" "permissions" {
@@ -118,6 +119,8 @@ resource "aws_lambda_function" "this" {
       CONVEYOR_IDEMPOTENCY_TABLE = var.idempotency_table_name
       CONVEYOR_LOG_FORMAT        = "json"
       RUST_LOG                   = var.rust_log
+      }, var.payload_bucket == null ? {} : {
+      CONVEYOR_PAYLOAD_BUCKET = var.payload_bucket.name
     })
   }
 

@@ -253,3 +253,12 @@ variable "duration_alarm_percent" {
     error_message = "duration_alarm_percent must be in (0, 100]."
   }
 }
+
+variable "payload_bucket" {
+  description = "The large-payload bucket (modules/payload-bucket: its name and arn outputs); null (the default) when jobs never exceed the queue's size limit. Sets CONVEYOR_PAYLOAD_BUCKET and grants s3:GetObject, s3:DeleteObject and s3:ListBucket on it."
+  type = object({
+    name = string
+    arn  = string
+  })
+  default = null
+}
