@@ -354,6 +354,43 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
         "the reason names bucket and key: {reason}"
     );
 
+    // `conveyor dlq peek` shows the pointers and, on request, the payload from S3 (which stays).
+    let peek = command(&binary("conveyor"), &setup.env())
+        .args([
+            "dlq",
+            "peek",
+            "--queue-url",
+            &setup.queue.url,
+            "--show-body",
+            "--fetch-payloads",
+        ])
+        .output()
+        .await?;
+    let peeked = String::from_utf8_lossy(&peek.stdout);
+    assert!(
+        peek.status.success(),
+        "{peeked}{}",
+        String::from_utf8_lossy(&peek.stderr)
+    );
+    let size = attribute(bad_copy, SIZE_ATTRIBUTE).unwrap();
+    assert!(
+        peeked.contains(&format!(
+            "pointer → s3://{}/{} ({size} bytes)",
+            setup.bucket, pointer.key
+        )),
+        "{}",
+        &peeked[..peeked.len().min(3000)]
+    );
+    assert!(
+        peeked.contains("(payload from S3): {\"list_id\":\"list-bad\""),
+        "{}",
+        &peeked[..peeked.len().min(3000)]
+    );
+    assert!(
+        peeked.contains("never-written") && peeked.contains("does not exist"),
+        "the missing one says so"
+    );
+
     // Only the dead-lettered job's object is left: the two that succeeded were deleted after success.
     let left = list_keys(&setup).await;
     assert_eq!(left, vec![pointer.key.clone()], "python sent {python_sent}");
@@ -365,11 +402,21 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
 async fn a_lambda_function_runs_a_large_job_and_deletes_its_object() -> anyhow::Result<()> {
     let setup = setup("large-lambda").await;
     let (job, rows) = contacts("list-lambda", 5 * 1024 * 1024, "email");
-    setup
+    let (small, small_rows) = contacts("list-lambda-small", 10 * 1024, "email");
+    // A batch: the large job goes through S3, the small one inline.
+    let report = setup
         .producer()
-        .send(&Job::new("import_contacts", job.clone()))
-        .await?;
-    assert_eq!(list_keys(&setup).await.len(), 1);
+        .send_batch(&[
+            Job::new("import_contacts", job.clone()),
+            Job::new("import_contacts", small),
+        ])
+        .await;
+    assert!(report.all_sent(), "{report:?}");
+    assert_eq!(
+        list_keys(&setup).await.len(),
+        1,
+        "only the large job's body is in S3"
+    );
 
     let mut runner = command(&binary("conveyor"), &setup.env());
     runner
@@ -398,6 +445,10 @@ async fn a_lambda_function_runs_a_large_job_and_deletes_its_object() -> anyhow::
     let imported = setup.wait_for_import("list-lambda").await;
     assert_eq!(imported["rows"], rows);
     assert_eq!(imported["csv_sha256"], sha256(&job.csv));
+    assert_eq!(
+        setup.wait_for_import("list-lambda-small").await["rows"],
+        small_rows
+    );
     assert!(
         list_keys(&setup).await.is_empty(),
         "the object goes after success:\n{stdout}"
