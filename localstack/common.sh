@@ -333,6 +333,31 @@ service_log() {
 
 # Holds an exclusive lock on the file $1 (through file descriptor 9) for the rest of this shell, waiting
 # up to $2 seconds; $3 names who else may hold it, for the error. Without flock it runs unlocked.
+# Creates (or repairs) the Python venv at $1 and installs the pinned requirements file $2 into it; $3 is
+# a Python statement that must succeed afterwards (the imports), $4 names what is installed. Writes the
+# requirements file's sha256 to $1/.conveyor-installed when done (the callers' stamp).
+install_pinned_venv() {
+  local venv="$1" requirements="$2" check="$3" what="$4" python="${CONVEYOR_PYTHON:-python3}"
+  require_cmd "$python" "Install Python 3 (Debian: apt-get install -y python3 python3-venv) or set CONVEYOR_PYTHON." || return 1
+  if [[ -d "$venv" ]] && ! "$venv/bin/python" -c '' 2>/dev/null; then
+    rm -rf "$venv"
+  fi
+  if [[ ! -x "$venv/bin/python" ]]; then
+    "$python" -m venv "$venv" || {
+      err "'$python -m venv' failed. Debian/Ubuntu: apt-get install -y python3-venv"
+      return 1
+    }
+  fi
+  rm -f "$venv/.conveyor-installed"
+  log "installing $what (pins in $requirements) into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  "$venv/bin/python" -c "$check" || {
+    err "$what installed but does not import; see the output above"
+    return 1
+  }
+  sha256sum "$requirements" | cut -d' ' -f1 >"$venv/.conveyor-installed"
+}
+
 hold_lock() {
   mkdir -p "$(dirname "$1")"
   exec 9>"$1"

@@ -15,7 +15,6 @@ PT_SRC="$CONVEYOR_LOCALSTACK_DIR/powertools"
 PT_DIR="$LOCAL_DIR/powertools"
 PT_VENV="$PT_DIR/venv"
 PT_NODE="$PT_DIR/node"
-PYTHON="${CONVEYOR_PYTHON:-python3}"
 
 stamp_text() { sha256sum "$@" | cut -d' ' -f1; }
 py_stamp() { stamp_text "$PT_SRC/requirements.txt"; }
@@ -31,24 +30,8 @@ node_installed() {
 }
 
 install_py() {
-  require_cmd "$PYTHON" "Install Python 3 (Debian: apt-get install -y python3 python3-venv) or set CONVEYOR_PYTHON." || return 1
-  if [[ -d "$PT_VENV" ]] && ! "$PT_VENV/bin/python" -c '' 2>/dev/null; then
-    rm -rf "$PT_VENV"
-  fi
-  if [[ ! -x "$PT_VENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$PT_VENV" || {
-      err "'$PYTHON -m venv' failed. Debian/Ubuntu: apt-get install -y python3-venv"
-      return 1
-    }
-  fi
-  rm -f "$PT_VENV/.conveyor-installed"
-  log "installing Powertools for Python (pins in $PT_SRC/requirements.txt) into $PT_VENV"
-  "$PT_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$PT_SRC/requirements.txt"
-  "$PT_VENV/bin/python" -c 'import aws_lambda_powertools.utilities.idempotency, boto3' || {
-    err "Powertools for Python installed but does not import; see the output above"
-    return 1
-  }
-  py_stamp >"$PT_VENV/.conveyor-installed"
+  install_pinned_venv "$PT_VENV" "$PT_SRC/requirements.txt" \
+    'import aws_lambda_powertools.utilities.idempotency, boto3' "Powertools for Python"
 }
 
 install_node() {

@@ -146,6 +146,17 @@ impl Setup {
         .await
         .with_context(|| format!("expected {count} DLQ messages, found {}", found.len()))
         .unwrap();
+        // Visible again, for `conveyor dlq peek`.
+        for message in &found {
+            self.sqs
+                .change_message_visibility()
+                .queue_url(&url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .visibility_timeout(0)
+                .send()
+                .await
+                .unwrap();
+        }
         found
     }
 }

@@ -291,26 +291,30 @@ impl Producer {
         offload(Some(large), job_type, message, threshold, limit).await
     }
 
+    /// One attribute of the queue (one `GetQueueAttributes`), `None` when it cannot be read (a producer
+    /// role without `sqs:GetQueueAttributes`).
+    async fn queue_attribute(&self, name: QueueAttributeName) -> Option<String> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let output = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(name.clone())
+            .send()
+            .await
+            .ok()?;
+        output.attributes?.remove(&name)
+    }
+
     /// The queue's `MaximumMessageSize` (read once; SQS's 1 MiB when it cannot be read).
     async fn queue_limit(&self) -> usize {
         *self
             .max_size
             .get_or_init(|| async {
-                self.requests.fetch_add(1, Ordering::Relaxed);
-                let answer = self
-                    .client
-                    .get_queue_attributes()
-                    .queue_url(&self.url)
-                    .attribute_names(QueueAttributeName::MaximumMessageSize)
-                    .send()
-                    .await;
-                let limit = answer.ok().and_then(|output| {
-                    output
-                        .attributes?
-                        .get(&QueueAttributeName::MaximumMessageSize)?
-                        .parse::<usize>()
-                        .ok()
-                });
+                let limit = self
+                    .queue_attribute(QueueAttributeName::MaximumMessageSize)
+                    .await
+                    .and_then(|value| value.parse::<usize>().ok());
                 if limit.is_none() {
                     tracing::debug!(queue = %self.name, "cannot read the queue's MaximumMessageSize; offloading over 1 MiB");
                 }
@@ -335,21 +339,10 @@ impl Producer {
         let retention = *self
             .retention
             .get_or_init(|| async {
-                self.requests.fetch_add(1, Ordering::Relaxed);
-                let answer = self
-                    .client
-                    .get_queue_attributes()
-                    .queue_url(&self.url)
-                    .attribute_names(QueueAttributeName::MessageRetentionPeriod)
-                    .send()
-                    .await;
-                let seconds = answer.ok().and_then(|output| {
-                    output
-                        .attributes?
-                        .get(&QueueAttributeName::MessageRetentionPeriod)?
-                        .parse::<u64>()
-                        .ok()
-                });
+                let seconds = self
+                    .queue_attribute(QueueAttributeName::MessageRetentionPeriod)
+                    .await
+                    .and_then(|value| value.parse::<u64>().ok());
                 if seconds.is_none() {
                     tracing::debug!(queue = %self.name, "cannot read the queue's retention; checking delays against 14 days");
                 }
