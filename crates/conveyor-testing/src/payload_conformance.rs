@@ -56,26 +56,36 @@ fn fail(case: &'static str, message: impl Into<String>) -> SuiteFailure {
     SuiteFailure::new(case, message)
 }
 
-/// Bytes that are not all ASCII (a body is UTF-8 text, often with multi-byte characters).
-pub async fn put_then_get_returns_the_same_bytes(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
-    const CASE: &str = "put_then_get_returns_the_same_bytes";
-    let key = key();
-    let body = "{\"name\":\"Zoë\",\"emoji\":\"📦\"}".as_bytes().to_vec();
+/// Puts `body` at `key` and reads it back unchanged.
+async fn round_trip(
+    case: &'static str,
+    store: &dyn PayloadStore,
+    bucket: &str,
+    key: &str,
+    body: Vec<u8>,
+) -> CaseResult {
     store
-        .put(bucket, &key, body.clone())
+        .put(bucket, key, body.clone())
         .await
-        .map_err(|error| fail(CASE, format!("put failed: {error}")))?;
+        .map_err(|error| fail(case, format!("put failed: {error}")))?;
     let got = store
-        .get(bucket, &key)
+        .get(bucket, key)
         .await
-        .map_err(|error| fail(CASE, format!("get failed: {error}")))?;
+        .map_err(|error| fail(case, format!("get failed: {error}")))?;
     if got != body {
         return Err(fail(
-            CASE,
-            format!("got {} bytes, expected {}", got.len(), body.len()),
+            case,
+            format!("got {} bytes back, expected {}", got.len(), body.len()),
         ));
     }
     Ok(())
+}
+
+/// Bytes that are not all ASCII (a body is UTF-8 text, often with multi-byte characters).
+pub async fn put_then_get_returns_the_same_bytes(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
+    const CASE: &str = "put_then_get_returns_the_same_bytes";
+    let body = "{\"name\":\"Zoë\",\"emoji\":\"📦\"}".as_bytes().to_vec();
+    round_trip(CASE, store, bucket, &key(), body).await
 }
 
 /// The size the issue names.
@@ -83,20 +93,7 @@ pub async fn a_five_mib_payload_round_trips(store: &dyn PayloadStore, bucket: &s
     const CASE: &str = "a_five_mib_payload_round_trips";
     let key = key();
     let body: Vec<u8> = (0..5 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
-    store
-        .put(bucket, &key, body.clone())
-        .await
-        .map_err(|error| fail(CASE, format!("put failed: {error}")))?;
-    let got = store
-        .get(bucket, &key)
-        .await
-        .map_err(|error| fail(CASE, format!("get failed: {error}")))?;
-    if got != body {
-        return Err(fail(
-            CASE,
-            format!("got {} bytes back, expected {}", got.len(), body.len()),
-        ));
-    }
+    round_trip(CASE, store, bucket, &key, body).await?;
     store
         .delete(bucket, &key)
         .await
