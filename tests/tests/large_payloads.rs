@@ -316,7 +316,7 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
     env.push(("CONVEYOR_QUEUE_URL", setup.queue.url.clone()));
     env.push(("CONVEYOR_LISTEN_ADDR", "off".to_owned()));
     env.push(("RUST_LOG", "info".to_owned()));
-    let worker = command(&binary("worker"), &env)
+    let mut worker = command(&binary("worker"), &env)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -334,7 +334,7 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
     assert_eq!(imported["csv_bytes"].as_u64().unwrap() as usize, good.csv.len());
 
     let dead = setup.dead_letters(2).await;
-    drop(worker);
+    worker.kill().await?;
     let failure_of = |message: &SqsMessage| -> Value {
         serde_json::from_str(attribute(message, "conveyor.failure").unwrap()).unwrap()
     };
@@ -401,6 +401,44 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
         peeked.contains("never-written") && peeked.contains("does not exist"),
         "the missing one says so"
     );
+
+    // `conveyor dlq redrive` moves the pointers, marker included; the object is still there. (To a queue
+    // of its own: LocalStack keeps serving the killed worker's long poll for a while, which would take
+    // messages redriven to the source queue.)
+    let target = localstack::create_queue(&setup.sqs, &QueueSpec::standard("large-redriven")).await?;
+    let redrive = command(&binary("conveyor"), &setup.env())
+        .args(["dlq", "redrive", "--queue-url", &setup.queue.url])
+        .args(["--job-type", "import_contacts", "--to-queue-url", &target.url])
+        .output()
+        .await?;
+    assert!(
+        redrive.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&redrive.stdout),
+        String::from_utf8_lossy(&redrive.stderr)
+    );
+    let redriven = setup
+        .sqs
+        .receive_message()
+        .queue_url(&target.url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(5)
+        .message_attribute_names("All")
+        .send()
+        .await?
+        .messages
+        .unwrap_or_default();
+    let back = redriven
+        .iter()
+        .find(|message| message.body() == bad_copy.body())
+        .with_context(|| {
+            format!(
+                "the dead-lettered job back in its queue, as its pointer; redrive said {}; received {redriven:?}",
+                String::from_utf8_lossy(&redrive.stdout)
+            )
+        })?;
+    assert!(attribute(back, SIZE_ATTRIBUTE).is_some(), "with its marker");
+    assert!(attribute(back, "conveyor.failure").is_none());
 
     // Only the dead-lettered job's object is left: the two that succeeded were deleted after success.
     let left = list_keys(&setup).await;
