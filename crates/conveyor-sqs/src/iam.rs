@@ -32,7 +32,8 @@ pub const CONSUMER_DEAD_LETTER_QUEUE: &[(&str, &str)] = &[
 
 /// What a producer calls: [`Producer::send`](crate::Producer::send) and `send_batch`, resolving a
 /// queue name to its URL (`conveyor send --queue-url NAME`), and reading the queue's retention once
-/// before the first job delayed past 15 minutes.
+/// before the first job delayed past 15 minutes and its `MaximumMessageSize` once when large payloads
+/// are on (`Producer::with_large_payloads`; the S3 side is `conveyor_s3::iam::PRODUCER`).
 pub const PRODUCER: &[(&str, &str)] = &[
     ("send_message", "sqs:SendMessage"),
     ("send_message_batch", "sqs:SendMessage"),

@@ -205,7 +205,8 @@ locals {
 
 data "aws_iam_policy_document" "producer" {
   # `Producer::send` / `send_batch`, resolving a queue name (`conveyor send --queue-url NAME`), and
-  # reading the queue's retention once before the first job delayed past 15 minutes.
+  # reading the queue's retention once before the first job delayed past 15 minutes and its
+  # MaximumMessageSize once when large payloads are on (the S3 side: modules/payload-bucket).
   statement {
     sid = "SendJobs"
     actions = [
