@@ -34,6 +34,11 @@ pub const APP_VARIABLES: &[&str] = &[
     RETRY_BUDGET_ENV,
     schedules::SCHEDULES_ENV,
     schedules::SCHEDULE_QUEUE_ENV,
+    conveyor_outbox::table::TABLE_ENV,
+    conveyor_outbox::table::PARTITION_KEY_ENV,
+    conveyor_outbox::table::SORT_KEY_ENV,
+    conveyor_outbox::table::TTL_ATTRIBUTE_ENV,
+    conveyor_outbox::STATE_TABLE_ENV,
 ];
 
 /// The application's settings, from the environment.

@@ -7,6 +7,7 @@ use crate::commands::console::ConsoleArgs;
 use crate::commands::dlq::DlqArgs;
 use crate::commands::jobs::JobsArgs;
 use crate::commands::local::LocalArgs;
+use crate::commands::outbox::OutboxArgs;
 use crate::commands::purge::PurgeArgs;
 use crate::commands::schedules::SchedulesArgs;
 use crate::commands::send::SendArgs;
@@ -58,6 +59,8 @@ pub enum Command {
     Local(LocalArgs),
     /// Export the application's schedules; list, pause, resume and trigger them.
     Schedules(SchedulesArgs),
+    /// Relay the transactional outbox from its table's stream to SQS; count its backlog.
+    Outbox(OutboxArgs),
 }
 
 impl Command {
@@ -75,6 +78,7 @@ impl Command {
             Command::Schedules(args) => crate::commands::schedules::run(args, aws, format).await,
             Command::Console(args) => crate::commands::console::run(args, aws).await,
             Command::Jobs(args) => crate::commands::jobs::run(args, aws, format).await,
+            Command::Outbox(args) => crate::commands::outbox::run(args, aws, format).await,
         }
     }
 }

@@ -58,12 +58,18 @@ pub async fn run_outbox_relay() -> Result<(), LambdaError> {
     );
     let handler = service_fn(move |event: LambdaEvent<Event>| {
         let relay = relay.clone();
-        async move {
-            let span = tracing::info_span!("invocation", request_id = %event.context.request_id, records = event.payload.records.len());
-            Ok::<_, std::convert::Infallible>(
-                relay_stream_event(&relay, &event.payload).instrument(span).await,
-            )
-        }
+        // Boxed: the relay's future is deep, and a binary's `main` would otherwise need a larger
+        // `recursion_limit` to compute its layout.
+        let invocation: std::pin::Pin<Box<dyn std::future::Future<Output = DynamoDbEventResponse> + Send>> =
+            Box::pin(async move {
+                let span = tracing::info_span!(
+                    "invocation",
+                    request_id = %event.context.request_id,
+                    records = event.payload.records.len()
+                );
+                relay_stream_event(&relay, &event.payload).instrument(span).await
+            });
+        async move { Ok::<_, std::convert::Infallible>(invocation.await) }
     });
     lambda_runtime::run(handler)
         .await

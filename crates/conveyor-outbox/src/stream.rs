@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::image::{StreamRecord, from_streams};
 use crate::relay::Relay;
 use crate::state::{Checkpoint, RelayState, StateError};
+use crate::table::OutboxTable;
 
 /// Why the stream relay stopped.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,15 @@ pub enum StreamRelayError {
         table: String,
         /// The SDK's error.
         message: String,
+    },
+    /// No table for the lease and checkpoints was configured.
+    #[error(
+        "the outbox relay for table {table} needs a table for its lease and checkpoints: set \
+         CONVEYOR_OUTBOX_STATE_TABLE, or CONVEYOR_IDEMPOTENCY_TABLE (the consumers' idempotency table serves)"
+    )]
+    NoStateTable {
+        /// The outbox table.
+        table: String,
     },
     /// The state table failed.
     #[error(transparent)]
@@ -552,21 +562,61 @@ async fn pause(stop: &CancellationToken, length: Duration) {
     }
 }
 
+/// The environment variable naming the relay's state table (lease and checkpoints); default the
+/// consumers' idempotency table, `CONVEYOR_IDEMPOTENCY_TABLE`.
+pub const STATE_TABLE_ENV: &str = "CONVEYOR_OUTBOX_STATE_TABLE";
+
+/// A stream relay from the environment, or `None` when `CONVEYOR_OUTBOX_TABLE` is unset: the outbox
+/// table from `OutboxTable::from_env`, the state table from [`STATE_TABLE_ENV`] or
+/// `CONVEYOR_IDEMPOTENCY_TABLE`, clients the standard way with Conveyor's deadlines.
+pub async fn stream_relay_from_env() -> Result<Option<StreamRelay>, StreamRelayError> {
+    let Some(table) = OutboxTable::from_env() else {
+        return Ok(None);
+    };
+    let state_table = [STATE_TABLE_ENV, "CONVEYOR_IDEMPOTENCY_TABLE"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
+        .ok_or_else(|| StreamRelayError::NoStateTable {
+            table: table.name.clone(),
+        })?;
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .timeout_config(timeouts())
+        .load()
+        .await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let relay = Relay::new(conveyor_sqs::sqs_client_from_env().await, dynamodb.clone(), table);
+    Ok(Some(StreamRelay::new(
+        relay,
+        streams_client(&config),
+        dynamodb,
+        StreamRelayOptions::new(state_table),
+    )))
+}
+
+/// Deadlines for the relay's DynamoDB and Streams calls (those of `conveyor_dynamodb`'s clients).
+fn timeouts() -> aws_config::timeout::TimeoutConfig {
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .operation_attempt_timeout(Duration::from_secs(5))
+        .operation_timeout(Duration::from_secs(15))
+        .build()
+}
+
 /// A DynamoDB Streams client configured the standard way, with the same deadlines as the other clients.
 /// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` points it elsewhere; when only `AWS_ENDPOINT_URL_DYNAMODB` is set
 /// (DynamoDB Local, which serves streams on its own port), that endpoint is used.
 pub async fn streams_client_from_env() -> aws_sdk_dynamodbstreams::Client {
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(
-            aws_sdk_dynamodbstreams::config::timeout::TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .operation_attempt_timeout(Duration::from_secs(5))
-                .operation_timeout(Duration::from_secs(15))
-                .build(),
-        )
+        .timeout_config(timeouts())
         .load()
         .await;
-    let mut builder = aws_sdk_dynamodbstreams::config::Builder::from(&config);
+    streams_client(&config)
+}
+
+/// A DynamoDB Streams client from a loaded configuration, with the endpoint rule of
+/// [`streams_client_from_env`].
+pub fn streams_client(config: &aws_config::SdkConfig) -> aws_sdk_dynamodbstreams::Client {
+    let mut builder = aws_sdk_dynamodbstreams::config::Builder::from(config);
     let own = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
         .ok()
         .filter(|url| !url.is_empty());

@@ -72,6 +72,7 @@ pub struct Worker {
     protections: Protections,
     status: WorkerStatus,
     scheduler: Option<conveyor_schedule::Scheduler>,
+    outbox_relay: Option<conveyor_outbox::StreamRelay>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -115,6 +116,7 @@ impl Worker {
             protections: Protections::default(),
             status,
             scheduler: None,
+            outbox_relay: None,
         })
     }
 
@@ -162,6 +164,14 @@ impl Worker {
     /// see `conveyor_schedule`) until shutdown begins.
     pub fn with_scheduler(mut self, scheduler: conveyor_schedule::Scheduler) -> Self {
         self.scheduler = Some(scheduler);
+        self
+    }
+
+    /// Also runs the transactional outbox's relay (`conveyor_outbox::StreamRelay`): it reads the outbox
+    /// table's stream while this worker holds the relay's lease (other workers stand by), and stops when
+    /// shutdown begins, giving the lease up so another worker takes over at once.
+    pub fn with_outbox_relay(mut self, relay: conveyor_outbox::StreamRelay) -> Self {
+        self.outbox_relay = Some(relay);
         self
     }
 
@@ -264,6 +274,28 @@ impl Worker {
                 tokio::select! {
                     () = scheduler.run(stop) => {}
                     () = graceful.cancelled() => {}
+                }
+            });
+        }
+
+        if let Some(relay) = self.outbox_relay {
+            // Stops when the drain begins: its last page is relayed and checkpointed, then the lease
+            // is released.
+            let stop = background.child_token();
+            let (on_drain, graceful) = (stop.clone(), graceful.clone());
+            background_tasks.spawn(async move {
+                let stop_on_drain = async move {
+                    graceful.cancelled().await;
+                    on_drain.cancel();
+                    std::future::pending::<()>().await;
+                };
+                tokio::select! {
+                    result = relay.run(stop) => {
+                        if let Err(error) = result {
+                            tracing::error!(%error, "outbox relay stopped");
+                        }
+                    }
+                    () = stop_on_drain => {}
                 }
             });
         }

@@ -48,14 +48,23 @@ async fn main() -> anyhow::Result<()> {
     }
     let pipeline = conveyor_examples::app_pipeline().await?;
     let scheduler = conveyor_examples::schedules::app_scheduler().await?;
+    // With CONVEYOR_OUTBOX_TABLE set, this worker also relays the transactional outbox (one worker of the
+    // service reads the stream at a time; the others stand by).
+    let outbox_relay = conveyor_outbox::stream_relay_from_env().await?;
     // Reads the config, connects the queues (a configuration error stops here with its fix, an outage
     // is retried), watches their DLQs, runs until SIGTERM/SIGINT.
     let report = conveyor_worker::Runner::new(pipeline)
         .config_file(args.config)
         .app_variables(app_variables)
-        .configure(move |worker| match scheduler {
-            Some(scheduler) => worker.with_scheduler(scheduler),
-            None => worker,
+        .configure(move |worker| {
+            let worker = match scheduler {
+                Some(scheduler) => worker.with_scheduler(scheduler),
+                None => worker,
+            };
+            match outbox_relay {
+                Some(relay) => worker.with_outbox_relay(relay),
+                None => worker,
+            }
         })
         .run()
         .await?;

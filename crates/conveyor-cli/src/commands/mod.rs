@@ -4,6 +4,7 @@ pub mod console;
 pub mod dlq;
 pub mod jobs;
 pub mod local;
+pub mod outbox;
 pub mod payloads;
 pub mod purge;
 pub mod schedules;
