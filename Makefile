@@ -43,6 +43,7 @@ bench: local-aws
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead
 	$(CARGO) run --release -p conveyor-sqs --example send_bench
+	$(CARGO) run --release -p conveyor-outbox --example backlog_bench -- 10000
 
 ## Runs SEEDS seeds of the simulator (crates/conveyor-sim) in parallel, with progress; a failing seed
 ## prints the command that replays it with a trace.

@@ -20,7 +20,7 @@ use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack;
 
 /// Every folder `terraform validate` must accept.
-const CONFIGURATIONS: [&str; 10] = [
+const CONFIGURATIONS: [&str; 11] = [
     "modules/queue",
     "modules/payload-bucket",
     "modules/schedules",
@@ -28,6 +28,7 @@ const CONFIGURATIONS: [&str; 10] = [
     "modules/consumer-permissions",
     "modules/lambda-consumer",
     "modules/ecs-consumer",
+    "modules/outbox-relay",
     "examples/lambda",
     "examples/ecs",
     "tests/localstack",
@@ -89,8 +90,9 @@ fn both_examples_plan_with_the_localstack_override() -> Result<()> {
     let package = copy.scratch().join("bootstrap.zip");
     write_file(&package, "not a real zip: plan only hashes it")?;
     let package_var = format!("package_path={}", package.display());
+    let relay_package_var = format!("outbox_relay_package_path={}", package.display());
     let examples: [(&str, Vec<String>); 2] = [
-        ("examples/lambda", vec![package_var]),
+        ("examples/lambda", vec![package_var, relay_package_var]),
         (
             "examples/ecs",
             vec![
@@ -201,6 +203,15 @@ fn baseline(module: &str, package: &str) -> Vec<(&'static str, String)> {
                 ("idempotency_table_arn", TABLE_ARN),
                 ("queue_visibility_timeout_seconds", "60"),
                 ("timeout_seconds", "10"),
+            ]);
+            inputs.push(("package_path", format!("{package:?}")));
+            inputs
+        }
+        "outbox-relay" => {
+            let mut inputs = common(&[
+                ("name", "\"jobs-outbox-relay\""),
+                ("table_name", "\"jobs-outbox\""),
+                ("queue_arns", "[\"arn:aws:sqs:us-east-1:123456789012:jobs\"]"),
             ]);
             inputs.push(("package_path", format!("{package:?}")));
             inputs
@@ -389,6 +400,60 @@ fn cases() -> Vec<Case> {
             "consumer-permissions",
             &[("payload_bucket_arn", "\"arn:aws:s3:::jobs-payloads/*\"")],
             Some("payload_bucket_arn must be one S3 bucket ARN"),
+        ),
+        // outbox-relay
+        case("outbox_lambda_valid", "outbox-relay", &[], None),
+        case(
+            "outbox_ecs_on_the_apps_table_valid",
+            "outbox-relay",
+            &[
+                ("deploy_lambda", "false"),
+                ("package_path", "null"),
+                ("create_table", "false"),
+                (
+                    "table_arn",
+                    "\"arn:aws:dynamodb:us-east-1:123456789012:table/app\"",
+                ),
+                (
+                    "stream_arn",
+                    "\"arn:aws:dynamodb:us-east-1:123456789012:table/app/stream/2024-01-01T00:00:00.000\"",
+                ),
+                ("state_table_arn", TABLE_ARN),
+            ],
+            None,
+        ),
+        case(
+            "outbox_existing_table_needs_its_stream",
+            "outbox-relay",
+            &[("create_table", "false")],
+            Some("set table_arn and stream_arn"),
+        ),
+        case(
+            "outbox_created_table_takes_no_stream",
+            "outbox-relay",
+            &[(
+                "stream_arn",
+                "\"arn:aws:dynamodb:us-east-1:123456789012:table/app/stream/2024-01-01T00:00:00.000\"",
+            )],
+            Some("create_table is true"),
+        ),
+        case(
+            "outbox_lambda_needs_a_package",
+            "outbox-relay",
+            &[("package_path", "null")],
+            Some("set package_path to the relay's zip"),
+        ),
+        case(
+            "outbox_retries_in_range",
+            "outbox-relay",
+            &[("maximum_retry_attempts", "20000")],
+            Some("maximum_retry_attempts must be -1"),
+        ),
+        case(
+            "outbox_queue_arns_checked",
+            "outbox-relay",
+            &[("queue_arns", "[\"jobs\"]")],
+            Some("queue_arns must list at least one SQS queue ARN"),
         ),
         // lambda-consumer
         case("lambda_valid", "lambda-consumer", &[], None),

@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+#[doc(hidden)]
+pub mod backlog;
 pub mod image;
 mod item;
 mod relay;

@@ -310,3 +310,98 @@ async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_two_thousand_drains_with_every_job_sent_and_every_item_removed() -> anyhow::Result<()> {
+    let setup = setup("outbox-backlog").await?;
+    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-backlog")).await?;
+    let outbox = Outbox::new(setup.table.clone(), &queue.url);
+    let count = 2_000;
+    let items = (0..count)
+        .map(|n| outbox.put(Job::new("invoice", n), &format!("order#{}", n % 200)))
+        .collect::<Result<Vec<_>, _>>()?;
+    conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &items).await?;
+    let progress = setup.drain().await?;
+    assert_eq!(progress.relayed, count as u64, "{progress:?}");
+    assert_eq!(progress.failures, 0);
+    assert_eq!(setup.outbox_items().await?, 0);
+    // Sends of 10, deletes of 25, reads of 1000: well under one request per job.
+    assert!(progress.requests < count as u64 / 5, "{progress:?}");
+    let attributes = setup
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&queue.url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await?;
+    let visible = attributes
+        .attributes()
+        .and_then(|map| map.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(visible, count.to_string());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_relay_reads_at_a_time_and_a_standby_takes_over_when_it_stops() -> anyhow::Result<()> {
+    let setup = setup("outbox-lease").await?;
+    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-lease")).await?;
+    let outbox = Outbox::new(setup.table.clone(), &queue.url);
+    let relay = |lease: u64| {
+        let mut options = StreamRelayOptions::new(&setup.state_table);
+        options.idle_poll = Duration::from_millis(100);
+        options.lease = Duration::from_secs(lease);
+        StreamRelay::new(
+            Relay::new(setup.sqs.clone(), setup.dynamodb.clone(), setup.table.clone()),
+            streams_client(),
+            setup.dynamodb.clone(),
+            options,
+        )
+    };
+    let first = relay(3);
+    let second = relay(3);
+    let (first_progress, second_progress) = (first.progress(), second.progress());
+    let (stop_first, stop_second) = (CancellationToken::new(), CancellationToken::new());
+    let first_run = tokio::spawn(first.run(stop_first.clone()));
+    conveyor_testing::wait_until(Duration::from_secs(10), Duration::from_millis(50), async || {
+        first_progress.snapshot().leader
+    })
+    .await?;
+    let second_run = tokio::spawn(second.run(stop_second.clone()));
+    let write = async |n: u64| -> anyhow::Result<()> {
+        let item = outbox.put(Job::new("invoice", n), &format!("order#{n}"))?;
+        setup
+            .dynamodb
+            .transact_write_items()
+            .transact_items(item.into())
+            .send()
+            .await?;
+        Ok(())
+    };
+    write(1).await?;
+    conveyor_testing::wait_until(Duration::from_secs(10), Duration::from_millis(50), async || {
+        first_progress.snapshot().relayed == 1
+    })
+    .await?;
+    assert!(!second_progress.snapshot().leader, "the second relay stands by");
+    assert_eq!(second_progress.snapshot().relayed, 0);
+
+    // The first stops (giving the lease up); the second takes over and resumes at the checkpoint.
+    stop_first.cancel();
+    first_run.await??;
+    write(2).await?;
+    conveyor_testing::wait_until(Duration::from_secs(15), Duration::from_millis(50), async || {
+        second_progress.snapshot().relayed == 1
+    })
+    .await?;
+    assert!(second_progress.snapshot().leader);
+    stop_second.cancel();
+    second_run.await??;
+    assert_eq!(
+        receive_all(&setup.sqs, &queue.url, 2).await?.len(),
+        2,
+        "each job once"
+    );
+    Ok(())
+}

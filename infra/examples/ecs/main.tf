@@ -74,6 +74,9 @@ module "consumer" {
   # Checked against the worker's minimum (10 s); the worker itself reads it from the queue.
   queue_visibility_timeout_seconds = module.queue.visibility_timeout_seconds
 
+  # The transactional outbox: the workers relay it from the outbox table's stream (one at a time).
+  environment = module.outbox_relay.ecs_environment
+
   # conveyor_core::defaults::ECS_STOP_TIMEOUT_SECS. The worker drains for what fits after its 7 s
   # shutdown reserve (23 s); drain_deadline_seconds can only shorten that.
   stop_timeout_seconds = 30
@@ -86,4 +89,25 @@ module "consumer" {
   alarm_actions = var.alarm_actions
 
   depends_on = [aws_ecs_cluster_capacity_providers.this]
+}
+
+# The transactional outbox (crates/conveyor-outbox): a table the application writes jobs into within its
+# own transactions, relayed to the queue by the workers (Worker::with_outbox_relay, on with
+# CONVEYOR_OUTBOX_TABLE), which keep their lease and checkpoints in the idempotency table.
+module "outbox_relay" {
+  source = "../../modules/outbox-relay"
+
+  name            = "${var.name}-outbox-relay"
+  table_name      = "${var.name}-outbox"
+  queue_arns      = [module.queue.queue_arn]
+  deploy_lambda   = false
+  state_table_arn = module.idempotency_table.arn
+
+  deletion_protection_enabled = false
+}
+
+resource "aws_iam_role_policy" "outbox_relay" {
+  name   = "conveyor-outbox-relay"
+  role   = module.consumer.task_role_name
+  policy = module.outbox_relay.ecs_policy_json
 }

@@ -32,3 +32,8 @@ output "execution_role_log_policy_json" {
   description = "Attach to the execution role if it cannot yet write to the workers' log group."
   value       = module.consumer.execution_role_log_policy_json
 }
+
+output "outbox_table_name" {
+  description = "The outbox table (OutboxTable::new / CONVEYOR_OUTBOX_TABLE)."
+  value       = module.outbox_relay.table_name
+}

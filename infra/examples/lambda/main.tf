@@ -67,3 +67,18 @@ module "schedules" {
   queue_arn      = module.queue.queue_arn
   name_prefix    = var.name
 }
+
+# The transactional outbox (crates/conveyor-outbox): a table the application writes jobs into within its
+# own transactions, and a relay function on its stream that sends them to the queue. Deployed when
+# outbox_relay_package_path is set (the example outbox_relay binary's zip); the table always.
+module "outbox_relay" {
+  source = "../../modules/outbox-relay"
+
+  name          = "${var.name}-outbox-relay"
+  table_name    = "${var.name}-outbox"
+  queue_arns    = [module.queue.queue_arn]
+  deploy_lambda = var.outbox_relay_package_path != null
+  package_path  = var.outbox_relay_package_path
+
+  deletion_protection_enabled = false
+}

@@ -22,3 +22,8 @@ output "log_group_name" {
   description = "The consumer's logs."
   value       = module.consumer.log_group_name
 }
+
+output "outbox_table_name" {
+  description = "The outbox table (OutboxTable::new / CONVEYOR_OUTBOX_TABLE)."
+  value       = module.outbox_relay.table_name
+}

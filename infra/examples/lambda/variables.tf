@@ -15,6 +15,12 @@ variable "package_path" {
   type        = string
 }
 
+variable "outbox_relay_package_path" {
+  description = "Zip with the arm64 `bootstrap` of the outbox relay (the example `outbox_relay` binary, `cargo lambda build --release --arm64 --bin outbox_relay --output-format zip`); null leaves the relay function out."
+  type        = string
+  default     = null
+}
+
 variable "alarm_actions" {
   description = "ARNs (e.g. an SNS topic) notified by the queue alarms."
   type        = list(string)

@@ -1,0 +1,41 @@
+//! Writing a backlog of outbox items quickly (25 per `BatchWriteItem`), for the backlog test and the
+//! benchmark (`make bench`). Not how an application writes them: that is one item per transaction.
+
+use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+
+use crate::OutboxItem;
+
+/// Writes `items` with `BatchWriteItem`, retrying unprocessed ones; returns how many requests it took.
+#[doc(hidden)]
+pub async fn write_backlog(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    items: &[OutboxItem],
+) -> Result<u64, aws_sdk_dynamodb::Error> {
+    let mut requests = 0;
+    for chunk in items.chunks(25) {
+        let mut writes: Vec<WriteRequest> = chunk
+            .iter()
+            .filter_map(|item| {
+                PutRequest::builder()
+                    .set_item(Some(item.item().clone()))
+                    .build()
+                    .ok()
+            })
+            .map(|put| WriteRequest::builder().put_request(put).build())
+            .collect();
+        while !writes.is_empty() {
+            requests += 1;
+            let output = client
+                .batch_write_item()
+                .request_items(table, writes)
+                .send()
+                .await?;
+            writes = output
+                .unprocessed_items
+                .and_then(|mut left| left.remove(table))
+                .unwrap_or_default();
+        }
+    }
+    Ok(requests)
+}
