@@ -39,6 +39,7 @@ pub const APP_VARIABLES: &[&str] = &[
     conveyor_outbox::table::SORT_KEY_ENV,
     conveyor_outbox::table::TTL_ATTRIBUTE_ENV,
     conveyor_outbox::STATE_TABLE_ENV,
+    conveyor_outbox::LEASE_SECONDS_ENV,
 ];
 
 /// The application's settings, from the environment.

@@ -102,6 +102,8 @@ async fn jobs_committed_through_the_outbox_run_once_across_a_killed_relay() -> a
             &table.name,
             "--state-table",
             &idempotency,
+            "--lease-seconds",
+            "5",
         ])
         .envs(localstack::aws_env())
         .env("RUST_LOG", "warn")
@@ -123,6 +125,7 @@ async fn jobs_committed_through_the_outbox_run_once_across_a_killed_relay() -> a
     let emails = outbox_path("e2e-outbox");
     let mut env = app_env(&idempotency, &emails);
     env.push(("CONVEYOR_OUTBOX_TABLE".to_owned(), table.name.clone()));
+    env.push(("CONVEYOR_OUTBOX_LEASE_SECONDS".to_owned(), "5".to_owned()));
     let mut worker = binaries().spawn_worker(&queue.url, None, &env, None)?;
     wait_until(Duration::from_secs(180), Duration::from_millis(500), async || {
         emails_per_user(&emails).is_ok_and(|counts| counts.len() == USERS as usize)

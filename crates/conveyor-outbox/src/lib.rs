@@ -15,7 +15,7 @@ pub use item::{Outbox, OutboxError, OutboxItem};
 pub use relay::{Relay, RelayReport};
 pub use setup::{CreateTableError, create_outbox_table};
 pub use stream::{
-    ProgressSnapshot, RelayProgress, STATE_TABLE_ENV, StreamRelay, StreamRelayError, StreamRelayOptions,
-    stream_relay_from_env, streams_client, streams_client_from_env,
+    LEASE_SECONDS_ENV, ProgressSnapshot, RelayProgress, STATE_TABLE_ENV, StreamRelay, StreamRelayError,
+    StreamRelayOptions, stream_relay_from_env, streams_client, streams_client_from_env,
 };
 pub use table::OutboxTable;

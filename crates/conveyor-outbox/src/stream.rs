@@ -51,6 +51,14 @@ pub enum StreamRelayError {
         /// The outbox table.
         table: String,
     },
+    /// `CONVEYOR_OUTBOX_LEASE_SECONDS` does not hold a whole number of at least 3.
+    #[error(
+        "CONVEYOR_OUTBOX_LEASE_SECONDS={value:?} is invalid: give whole seconds, at least 3 (default 30)"
+    )]
+    InvalidLease {
+        /// The variable's value.
+        value: String,
+    },
     /// The state table failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -566,6 +574,10 @@ async fn pause(stop: &CancellationToken, length: Duration) {
 /// consumers' idempotency table, `CONVEYOR_IDEMPOTENCY_TABLE`.
 pub const STATE_TABLE_ENV: &str = "CONVEYOR_OUTBOX_STATE_TABLE";
 
+/// The environment variable setting the relay's lease in whole seconds (default 30, at least 3): how
+/// long a standby relay waits before it takes over from one that died.
+pub const LEASE_SECONDS_ENV: &str = "CONVEYOR_OUTBOX_LEASE_SECONDS";
+
 /// A stream relay from the environment, or `None` when `CONVEYOR_OUTBOX_TABLE` is unset: the outbox
 /// table from `OutboxTable::from_env`, the state table from [`STATE_TABLE_ENV`] or
 /// `CONVEYOR_IDEMPOTENCY_TABLE`, clients the standard way with Conveyor's deadlines.
@@ -585,11 +597,21 @@ pub async fn stream_relay_from_env() -> Result<Option<StreamRelay>, StreamRelayE
         .await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     let relay = Relay::new(conveyor_sqs::sqs_client_from_env().await, dynamodb.clone(), table);
+    let mut options = StreamRelayOptions::new(state_table);
+    if let Ok(text) = std::env::var(LEASE_SECONDS_ENV) {
+        let seconds = text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|seconds| *seconds >= 3)
+            .ok_or(StreamRelayError::InvalidLease { value: text })?;
+        options.lease = Duration::from_secs(seconds);
+    }
     Ok(Some(StreamRelay::new(
         relay,
         streams_client(&config),
         dynamodb,
-        StreamRelayOptions::new(state_table),
+        options,
     )))
 }
 
