@@ -254,6 +254,13 @@ fn wildcard_is_log_stream_suffix(text: &str) -> bool {
     )
 }
 
+/// Whether a resource is `"${local.table_arn}/stream/*"`: the streams of the outbox relay's one table
+/// (`dynamodb:ListStreams`, which the event source mapping needs; a table's stream ARN ends in a
+/// creation time, so no narrower ARN exists before the stream does).
+fn wildcard_is_table_streams_suffix(text: &str) -> bool {
+    text == "${local.table_arn}/stream/*"
+}
+
 /// Whether a resource is `"${<one bucket's ARN>}/*"`: the objects of one named bucket (a payload
 /// bucket's objects have random UUID keys, so no narrower ARN exists). The bucket is a resource of the
 /// module (`aws_s3_bucket.<name>.arn`) or `var.payload_bucket_arn`, which its validation holds to one
@@ -348,6 +355,7 @@ fn statement_wildcards(statement: &Body) -> Vec<String> {
             text.contains('*')
                 && !wildcard_is_log_stream_suffix(text)
                 && !wildcard_is_bucket_objects_suffix(text)
+                && !wildcard_is_table_streams_suffix(text)
         })
         .collect()
 }
@@ -422,6 +430,26 @@ fn iam_policies_name_every_action_and_resource() -> Result<()> {
 /// Policies the wildcard check cannot see: inline JSON instead of a policy document, and managed
 /// policies (AWS's own use `"*"` resources). Every `policy` / `assume_role_policy` must read
 /// `data.aws_iam_policy_document.<name>.json`.
+/// The names along a reference such as `data.aws_iam_policy_document.lambda[0].json`, skipping
+/// indexes (a document made with `count`); `None` for anything but a plain reference.
+fn reference_path(expr: &Expression) -> Option<Vec<String>> {
+    let Expression::Traversal(traversal) = expr else {
+        return traversal_path(expr);
+    };
+    let Expression::Variable(root) = &traversal.expr else {
+        return None;
+    };
+    let mut path = vec![root.as_str().to_owned()];
+    for operator in &traversal.operators {
+        match operator {
+            hcl::expr::TraversalOperator::GetAttr(name) => path.push(name.as_str().to_owned()),
+            hcl::expr::TraversalOperator::Index(_) | hcl::expr::TraversalOperator::LegacyIndex(_) => {}
+            _ => return None,
+        }
+    }
+    Some(path)
+}
+
 fn policies_not_from_documents(body: &Body, path: &Path) -> Vec<String> {
     let mut problems = Vec::new();
     for resource in blocks(body, "resource") {
@@ -447,11 +475,14 @@ fn policies_not_from_documents(body: &Body, path: &Path) -> Vec<String> {
             let Some(expr) = attr(resource.body(), key) else {
                 continue;
             };
-            let from_document = traversal_path(expr).is_some_and(|parts| {
-                parts.len() == 4
-                    && parts[0] == "data"
-                    && parts[1] == "aws_iam_policy_document"
-                    && parts[3] == "json"
+            let from_document = reference_path(expr).is_some_and(|parts| {
+                let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+                match parts.as_slice() {
+                    ["data", "aws_iam_policy_document", _, "json"] => true,
+                    // A module's ready-made policy: its documents are walked by this same test.
+                    ["module", _, output] => output.ends_with("_policy_json"),
+                    _ => false,
+                }
             });
             if !from_document {
                 problems.push(format!(
