@@ -367,18 +367,17 @@ impl Observer {
         }
         let received = receiver.received();
         for request in &received[self.webhooks_seen.min(received.len())..] {
-            if request.status == 200 {
-                if let Some(job) = request
+            if request.status == 200
+                && let Some(job) = request
                     .delivery_id
                     .strip_prefix("wh-")
                     .and_then(|id| id.parse().ok())
-                {
-                    self.effects.push(Effect {
-                        job,
-                        writer: None,
-                        seen: now,
-                    });
-                }
+            {
+                self.effects.push(Effect {
+                    job,
+                    writer: None,
+                    seen: now,
+                });
             }
         }
         self.webhooks_seen = received.len();
@@ -837,11 +836,11 @@ fn check_effects(
                 )
             };
             let mut line = format!("job {job}: first by {}, again by {}", place(first), place(later));
-            if let Some(writer) = &first.writer {
-                if let Some((_, killed)) = kills.iter().find(|(name, _)| name == writer) {
-                    let after = killed.saturating_duration_since(first.seen).as_secs_f64();
-                    line.push_str(&format!(" ({writer} SIGKILLed {after:.1} s after the effect)"));
-                }
+            if let Some(writer) = &first.writer
+                && let Some((_, killed)) = kills.iter().find(|(name, _)| name == writer)
+            {
+                let after = killed.saturating_duration_since(first.seen).as_secs_f64();
+                line.push_str(&format!(" ({writer} SIGKILLed {after:.1} s after the effect)"));
             }
             if killed_in_window(kills, first.writer.as_deref(), first.seen, later.seen) {
                 report.kill_window_doubles.push(line);

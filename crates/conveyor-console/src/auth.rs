@@ -83,23 +83,22 @@ pub(crate) async fn require_token(
     {
         return next.run(request).await;
     }
-    if request.method() == Method::GET {
-        if let Some((given, rest)) = query_token(&request) {
-            if same(&given, expected) {
-                let path = request.uri().path();
-                let target = if rest.is_empty() {
-                    path.to_owned()
-                } else {
-                    format!("{path}?{rest}")
-                };
-                let mut response = Redirect::to(&target).into_response();
-                let cookie = format!("{COOKIE}={expected}; HttpOnly; SameSite=Strict; Path=/");
-                if let Ok(value) = HeaderValue::from_str(&cookie) {
-                    response.headers_mut().insert(header::SET_COOKIE, value);
-                }
-                return response;
-            }
+    if request.method() == Method::GET
+        && let Some((given, rest)) = query_token(&request)
+        && same(&given, expected)
+    {
+        let path = request.uri().path();
+        let target = if rest.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}?{rest}")
+        };
+        let mut response = Redirect::to(&target).into_response();
+        let cookie = format!("{COOKIE}={expected}; HttpOnly; SameSite=Strict; Path=/");
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().insert(header::SET_COOKIE, value);
         }
+        return response;
     }
     tracing::info!(path = %request.uri().path(), method = %request.method(), "console: request without a valid token refused");
     problem(

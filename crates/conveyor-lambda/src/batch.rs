@@ -372,12 +372,15 @@ impl BatchProcessor {
         if invocation_error.is_none() {
             self.discard_payloads(&results, invocation.settle_by).await;
         }
-        let response = SqsBatchResponse {
-            batch_item_failures: failures
-                .into_iter()
-                .map(|(_, item_identifier)| BatchItemFailure { item_identifier })
-                .collect(),
-        };
+        let mut response = SqsBatchResponse::default();
+        response.batch_item_failures = failures
+            .into_iter()
+            .map(|(_, item_identifier)| {
+                let mut failure = BatchItemFailure::default();
+                failure.item_identifier = item_identifier;
+                failure
+            })
+            .collect();
         BatchReport {
             response,
             metrics: sources.into_iter().map(|source| source.metrics).collect(),

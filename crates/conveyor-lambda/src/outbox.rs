@@ -33,13 +33,17 @@ pub async fn relay_stream_event(relay: &Relay, event: &Event) -> DynamoDbEventRe
         .map(|first| {
             records[first..]
                 .iter()
-                .map(|record| DynamoDbBatchItemFailure {
-                    item_identifier: Some(record.sequence_number.clone()),
+                .map(|record| {
+                    let mut failure = DynamoDbBatchItemFailure::default();
+                    failure.item_identifier = Some(record.sequence_number.clone());
+                    failure
                 })
                 .collect()
         })
         .unwrap_or_default();
-    DynamoDbEventResponse { batch_item_failures }
+    let mut response = DynamoDbEventResponse::default();
+    response.batch_item_failures = batch_item_failures;
+    response
 }
 
 /// Runs the relay function: the outbox table from the environment (`CONVEYOR_OUTBOX_TABLE` and its

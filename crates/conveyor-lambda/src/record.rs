@@ -107,26 +107,30 @@ pub fn to_record(message: &Message, event_source_arn: &str) -> SqsMessage {
         .attributes
         .iter()
         .map(|(name, value)| {
-            let attribute = SqsMessageAttribute {
-                string_value: value.string_value.clone(),
-                binary_value: value.binary_value.clone().map(Base64Data),
-                data_type: Some(value.data_type.clone()),
-                ..SqsMessageAttribute::default()
-            };
+            let mut attribute = SqsMessageAttribute::default();
+            attribute.string_value = value.string_value.clone();
+            attribute.binary_value = value.binary_value.clone().map(base64_data);
+            attribute.data_type = Some(value.data_type.clone());
             (name.clone(), attribute)
         })
         .collect();
-    SqsMessage {
-        message_id: Some(message.id.clone()),
-        receipt_handle: Some(message.receipt_handle.as_str().to_owned()),
-        body: Some(message.body.clone()),
-        attributes,
-        message_attributes,
-        event_source_arn: Some(event_source_arn.to_owned()),
-        event_source: Some(crate::SQS_EVENT_SOURCE.to_owned()),
-        aws_region: event_source_arn.split(':').nth(3).map(str::to_owned),
-        ..SqsMessage::default()
-    }
+    let mut record = SqsMessage::default();
+    record.message_id = Some(message.id.clone());
+    record.receipt_handle = Some(message.receipt_handle.as_str().to_owned());
+    record.body = Some(message.body.clone());
+    record.attributes = attributes;
+    record.message_attributes = message_attributes;
+    record.event_source_arn = Some(event_source_arn.to_owned());
+    record.event_source = Some(crate::SQS_EVENT_SOURCE.to_owned());
+    record.aws_region = event_source_arn.split(':').nth(3).map(str::to_owned);
+    record
+}
+
+/// `Base64Data` is `#[non_exhaustive]` in aws_lambda_events 1.x: built through its `Default` and `DerefMut`.
+fn base64_data(bytes: Vec<u8>) -> Base64Data {
+    let mut data = Base64Data::default();
+    *data = bytes;
+    data
 }
 
 /// Lambda writes `dataType` on every attribute; when it is missing, the value's kind says it.
@@ -171,32 +175,26 @@ mod tests {
             ),
         ]);
         let message_attributes = HashMap::from([
-            (
-                "conveyor.type".to_owned(),
-                SqsMessageAttribute {
-                    string_value: Some("welcome_email".to_owned()),
-                    data_type: Some("String".to_owned()),
-                    ..SqsMessageAttribute::default()
-                },
-            ),
-            (
-                "blob".to_owned(),
-                SqsMessageAttribute {
-                    binary_value: Some(Base64Data(vec![1, 2, 3])),
-                    data_type: None,
-                    ..SqsMessageAttribute::default()
-                },
-            ),
+            ("conveyor.type".to_owned(), {
+                let mut attribute = SqsMessageAttribute::default();
+                attribute.string_value = Some("welcome_email".to_owned());
+                attribute.data_type = Some("String".to_owned());
+                attribute
+            }),
+            ("blob".to_owned(), {
+                let mut attribute = SqsMessageAttribute::default();
+                attribute.binary_value = Some(base64_data(vec![1, 2, 3]));
+                attribute
+            }),
         ]);
-        SqsMessage {
-            message_id: Some("m1".to_owned()),
-            receipt_handle: Some("rh1".to_owned()),
-            body: Some("{}".to_owned()),
-            attributes,
-            message_attributes,
-            event_source_arn: Some("arn:aws:sqs:us-east-1:123456789012:jobs.fifo".to_owned()),
-            ..SqsMessage::default()
-        }
+        let mut record = SqsMessage::default();
+        record.message_id = Some("m1".to_owned());
+        record.receipt_handle = Some("rh1".to_owned());
+        record.body = Some("{}".to_owned());
+        record.attributes = attributes;
+        record.message_attributes = message_attributes;
+        record.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:jobs.fifo".to_owned());
+        record
     }
 
     #[test]

@@ -205,15 +205,15 @@ pub fn load(text: &str) -> Result<Vec<Schedule>, ExportError> {
 }
 
 fn rate(secs: u64, nanos: u32) -> Result<String, String> {
-    if nanos != 0 || secs % 60 != 0 {
+    if nanos != 0 || !secs.is_multiple_of(60) {
         return Err(format!(
             "an interval of {secs}s is not whole minutes, and EventBridge Scheduler's rate() counts minutes"
         ));
     }
     let minutes = secs / 60;
-    let (value, unit) = if minutes % 1440 == 0 {
+    let (value, unit) = if minutes.is_multiple_of(1440) {
         (minutes / 1440, "day")
-    } else if minutes % 60 == 0 {
+    } else if minutes.is_multiple_of(60) {
         (minutes / 60, "hour")
     } else {
         (minutes, "minute")

@@ -125,7 +125,7 @@ impl Function {
 /// The event the mapping sends for `messages`.
 fn event(messages: &[Message], queue: &str) -> SqsEvent {
     let arn = format!("arn:aws:sqs:us-east-1:000000000000:{queue}");
-    SqsEvent {
-        records: messages.iter().map(|message| to_record(message, &arn)).collect(),
-    }
+    let mut event = SqsEvent::default();
+    event.records = messages.iter().map(|message| to_record(message, &arn)).collect();
+    event
 }

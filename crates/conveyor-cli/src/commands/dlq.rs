@@ -290,10 +290,10 @@ fn message_json(received: &Received, show_body: bool, fetched: Option<&Result<St
         "dead_letter_source_arn": received.dead_letter_source_arn,
         "group_id": message.group_id,
     });
-    if failure.is_none() {
-        if let Some(raw) = received.failure_attribute() {
-            value["failure_attribute"] = json!(raw);
-        }
+    if failure.is_none()
+        && let Some(raw) = received.failure_attribute()
+    {
+        value["failure_attribute"] = json!(raw);
     }
     if let Some(Ok(pointer)) = conveyor_core::PayloadPointer::of(message) {
         value["payload"] = json!({

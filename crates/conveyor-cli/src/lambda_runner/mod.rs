@@ -690,7 +690,7 @@ async fn invoke(
             let mut summary = lock(&shared.summary);
             summary.longest_failure_streak = summary.longest_failure_streak.max(streak);
         }
-        if streak == CRASH_LOOP || (streak > CRASH_LOOP && streak % 10 == 0) {
+        if streak == CRASH_LOOP || (streak > CRASH_LOOP && streak.is_multiple_of(10)) {
             crate::errln!(
                 "crash loop: {streak} invocations in a row failed to initialise, crashed or timed out; the runner \
                  goes on as Lambda does (each batch comes back after its visibility timeout, and to the DLQ after \

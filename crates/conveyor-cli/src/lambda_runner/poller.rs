@@ -110,9 +110,9 @@ impl Poller {
 
     /// The event an event source mapping would send for `messages`.
     pub fn event(&self, messages: &[Message]) -> SqsEvent {
-        SqsEvent {
-            records: messages.iter().map(|message| self.record(message)).collect(),
-        }
+        let mut event = SqsEvent::default();
+        event.records = messages.iter().map(|message| self.record(message)).collect();
+        event
     }
 
     /// Splits `messages` into the longest prefix whose event fits in `limit` bytes (at least one
@@ -155,18 +155,18 @@ impl Poller {
                     .collect()
             })
             .unwrap_or_default();
-        SqsMessage {
-            message_id: message.message_id.clone(),
-            receipt_handle: message.receipt_handle.clone(),
-            body: message.body.clone(),
-            md5_of_body: message.md5_of_body.clone(),
-            md5_of_message_attributes: message.md5_of_message_attributes.clone(),
-            attributes,
-            message_attributes,
-            event_source_arn: Some(self.arn.clone()),
-            event_source: Some("aws:sqs".to_owned()),
-            aws_region: Some(self.region.clone()),
-        }
+        let mut record = SqsMessage::default();
+        record.message_id = message.message_id.clone();
+        record.receipt_handle = message.receipt_handle.clone();
+        record.body = message.body.clone();
+        record.md5_of_body = message.md5_of_body.clone();
+        record.md5_of_message_attributes = message.md5_of_message_attributes.clone();
+        record.attributes = attributes;
+        record.message_attributes = message_attributes;
+        record.event_source_arn = Some(self.arn.clone());
+        record.event_source = Some("aws:sqs".to_owned());
+        record.aws_region = Some(self.region.clone());
+        record
     }
 }
 
@@ -175,25 +175,24 @@ fn system_attribute_name(name: &MessageSystemAttributeName) -> String {
 }
 
 fn message_attribute(value: &MessageAttributeValue) -> SqsMessageAttribute {
-    SqsMessageAttribute {
-        string_value: value.string_value.clone(),
-        binary_value: value
-            .binary_value
-            .as_ref()
-            .map(|blob| Base64Data(blob.as_ref().to_vec())),
-        string_list_values: value.string_list_values.clone().unwrap_or_default(),
-        binary_list_values: value
-            .binary_list_values
-            .as_ref()
-            .map(|blobs| {
-                blobs
-                    .iter()
-                    .map(|blob| Base64Data(blob.as_ref().to_vec()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        data_type: Some(value.data_type.clone()),
-    }
+    let mut attribute = SqsMessageAttribute::default();
+    attribute.string_value = value.string_value.clone();
+    attribute.binary_value = value.binary_value.as_ref().map(|blob| base64_data(blob.as_ref()));
+    attribute.string_list_values = value.string_list_values.clone().unwrap_or_default();
+    attribute.binary_list_values = value
+        .binary_list_values
+        .as_ref()
+        .map(|blobs| blobs.iter().map(|blob| base64_data(blob.as_ref())).collect())
+        .unwrap_or_default();
+    attribute.data_type = Some(value.data_type.clone());
+    attribute
+}
+
+/// `Base64Data` is `#[non_exhaustive]` in aws_lambda_events 1.x: built through `Default` and `DerefMut`.
+fn base64_data(bytes: &[u8]) -> Base64Data {
+    let mut data = Base64Data::default();
+    data.extend_from_slice(bytes);
+    data
 }
 
 /// How the batch ends, read from the function's response as Lambda reads it.

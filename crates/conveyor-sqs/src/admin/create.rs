@@ -129,10 +129,10 @@ async fn ensure_queue(
     name: &str,
     attributes: Vec<(QueueAttributeName, String)>,
 ) -> Result<(String, Created), AdminError> {
-    if let Ok(output) = client.get_queue_url().queue_name(name).send().await {
-        if let Some(url) = output.queue_url {
-            return Ok((url, Created::Existed));
-        }
+    if let Ok(output) = client.get_queue_url().queue_name(name).send().await
+        && let Some(url) = output.queue_url
+    {
+        return Ok((url, Created::Existed));
     }
     let mut request = client.create_queue().queue_name(name);
     for (attribute, value) in attributes {

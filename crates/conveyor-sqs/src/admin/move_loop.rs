@@ -81,10 +81,10 @@ impl MoveFilter {
 
     /// True when `received` passes every part of the filter.
     pub fn matches(&self, received: &Received) -> bool {
-        if let Some(ids) = &self.message_ids {
-            if !ids.contains(&received.message.id) {
-                return false;
-            }
+        if let Some(ids) = &self.message_ids
+            && !ids.contains(&received.message.id)
+        {
+            return false;
         }
         if self.failed_after.is_some() || self.failed_before.is_some() {
             let Some(at) = received.failed_at() else {
@@ -96,10 +96,10 @@ impl MoveFilter {
                 return false;
             }
         }
-        if let Some(job_type) = &self.job_type {
-            if received.message.job_type() != Some(job_type.as_str()) {
-                return false;
-            }
+        if let Some(job_type) = &self.job_type
+            && received.message.job_type() != Some(job_type.as_str())
+        {
+            return false;
         }
         if let Some(text) = &self.reason_contains {
             let recorded = match received.failure() {
@@ -132,10 +132,10 @@ impl Destinations {
             Destinations::BySource(queues) if queues.len() == 1 => return queues.first(),
             Destinations::BySource(queues) => queues,
         };
-        if let Some(arn) = &received.dead_letter_source_arn {
-            if let Some(queue) = queues.iter().find(|queue| &queue.arn.arn == arn) {
-                return Some(queue);
-            }
+        if let Some(arn) = &received.dead_letter_source_arn
+            && let Some(queue) = queues.iter().find(|queue| &queue.arn.arn == arn)
+        {
+            return Some(queue);
         }
         let source = received.failure()?.source_queue;
         queues
