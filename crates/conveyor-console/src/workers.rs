@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use conveyor_worker::telemetry::{
+use conveyor_core::metric_names::{
     IN_FLIGHT, LEASES_LOST, MESSAGES_DEAD_LETTERED as DEAD_LETTERED, MESSAGES_RECEIVED as RECEIVED,
     MESSAGES_RETRIED as RETRIED, MESSAGES_SUCCEEDED as SUCCEEDED,
 };

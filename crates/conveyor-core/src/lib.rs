@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod background;
 pub mod backoff;
 pub mod config;
 pub mod context;
@@ -19,6 +20,7 @@ pub mod lease;
 pub mod limits;
 pub mod log_output;
 pub mod message;
+pub mod metric_names;
 pub mod outcome;
 pub mod payload;
 pub mod pipeline;
@@ -28,6 +30,7 @@ pub mod record_key;
 pub mod router;
 pub mod tracking;
 
+pub use background::BackgroundTask;
 pub use backoff::Backoff;
 pub use context::Context;
 pub use disposition::{Disposition, RejectMode, reject};

@@ -4,6 +4,7 @@ mod batch;
 mod error;
 mod event;
 mod metrics;
+#[cfg(feature = "outbox")]
 pub mod outbox;
 mod queues;
 mod record;

@@ -650,3 +650,19 @@ pub fn streams_client(config: &aws_config::SdkConfig) -> aws_sdk_dynamodbstreams
     }
     aws_sdk_dynamodbstreams::Client::from_conf(builder.build())
 }
+
+impl conveyor_core::BackgroundTask for StreamRelay {
+    fn name(&self) -> &'static str {
+        "outbox relay"
+    }
+
+    /// When the drain begins, the last page read is relayed and checkpointed, then the lease is
+    /// released, so another worker takes over at once.
+    fn run(self: Box<Self>, drain: CancellationToken) -> conveyor_core::BoxFuture<()> {
+        Box::pin(async move {
+            if let Err(error) = StreamRelay::run(*self, drain).await {
+                tracing::error!(%error, "outbox relay stopped");
+            }
+        })
+    }
+}

@@ -392,6 +392,23 @@ pub async fn trigger(
     Ok(message_id)
 }
 
+impl conveyor_core::BackgroundTask for Scheduler {
+    fn name(&self) -> &'static str {
+        "scheduler"
+    }
+
+    /// Stops at once when the drain begins: a worker that is shutting down sends no new tick (a tick
+    /// claimed and not yet sent lapses, and another worker sends it).
+    fn run(self: Box<Self>, drain: CancellationToken) -> conveyor_core::BoxFuture<()> {
+        Box::pin(async move {
+            tokio::select! {
+                () = Scheduler::run(*self, drain.clone()) => {}
+                () = drain.cancelled() => {}
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

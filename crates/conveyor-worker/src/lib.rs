@@ -10,6 +10,7 @@ mod error;
 pub mod heartbeat;
 mod job;
 mod ops;
+mod prometheus;
 pub mod protect;
 mod receiver;
 mod report;

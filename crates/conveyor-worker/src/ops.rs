@@ -10,12 +10,12 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use conveyor_http::Limits;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::WorkerError;
+use crate::prometheus::MetricsHandle;
 use crate::report::WorkerStatus;
 use crate::telemetry::record_log_write_errors;
 
@@ -45,11 +45,11 @@ pub(crate) async fn bind(addr: &str) -> Result<TcpListener, WorkerError> {
 #[derive(Clone)]
 struct Endpoint {
     status: WorkerStatus,
-    metrics: Option<PrometheusHandle>,
+    metrics: Option<MetricsHandle>,
 }
 
 /// The routes (GET and HEAD; any other method gets 405, any other path 404).
-fn router(status: WorkerStatus, metrics: Option<PrometheusHandle>) -> Router {
+fn router(status: WorkerStatus, metrics: Option<MetricsHandle>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -74,7 +74,7 @@ async fn render_metrics(State(endpoint): State<Endpoint>) -> Response {
     let Some(handle) = endpoint.metrics else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            "metrics go to the application's own recorder, installed before the worker's\n",
+            "no Prometheus recorder: this build has no `prometheus` feature, or the application installed its own recorder before the worker\n",
         )
             .into_response();
     };
@@ -91,7 +91,7 @@ async fn render_metrics(State(endpoint): State<Endpoint>) -> Response {
 pub(crate) async fn serve(
     listener: TcpListener,
     status: WorkerStatus,
-    metrics: Option<PrometheusHandle>,
+    metrics: Option<MetricsHandle>,
     stop: CancellationToken,
 ) {
     conveyor_http::serve(listener, router(status, metrics), limits(), stop).await;

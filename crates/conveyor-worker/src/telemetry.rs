@@ -1,113 +1,17 @@
-//! Metric names, the Prometheus recorder, and the per-queue metric handles the hot path uses.
+//! Metric names and the per-queue metric handles the hot path uses (the Prometheus recorder is in
+//! `prometheus`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-/// Messages received (label `queue`).
-pub const MESSAGES_RECEIVED: &str = "conveyor_messages_received_total";
-/// Messages whose handler succeeded and that were deleted (labels `queue`, `job_type`).
-pub const MESSAGES_SUCCEEDED: &str = "conveyor_messages_succeeded_total";
-/// Messages put back for a retry (labels `queue`, `job_type`).
-pub const MESSAGES_RETRIED: &str = "conveyor_messages_retried_total";
-/// Messages sent to the DLQ (labels `queue`, `job_type`).
-pub const MESSAGES_DEAD_LETTERED: &str = "conveyor_messages_dead_lettered_total";
-/// Duplicates acknowledged without running (labels `queue`, `job_type`).
-pub const MESSAGES_DUPLICATES: &str = "conveyor_messages_duplicates_total";
-/// Visibility extensions made by the heartbeat (label `queue`).
-pub const HEARTBEAT_EXTENSIONS: &str = "conveyor_heartbeat_extensions_total";
-/// Leases lost: a visibility extension or a claim extension was refused (label `queue`).
-pub const LEASES_LOST: &str = "conveyor_leases_lost_total";
-/// Messages put back unrun because a downstream's circuit was open (label `downstream`).
-pub const CIRCUIT_DEFERRALS: &str = "conveyor_circuit_open_deferrals_total";
-/// Cancelled jobs dropped without running when they came due (labels `queue`, `job_type`).
-pub const MESSAGES_CANCELLED: &str = "conveyor_messages_cancelled_total";
-/// How long handlers ran (label `job_type`).
-pub const HANDLER_DURATION: &str = "conveyor_handler_duration_seconds";
-/// A message's age when received, from `SentTimestamp` (label `queue`).
-pub const MESSAGE_AGE: &str = "conveyor_message_age_seconds";
-/// Messages in flight in this worker.
-pub const IN_FLIGHT: &str = "conveyor_in_flight";
-/// `ApproximateNumberOfMessages` (label `queue`).
-pub const QUEUE_VISIBLE: &str = "conveyor_queue_visible";
-/// `ApproximateNumberOfMessagesNotVisible` (label `queue`).
-pub const QUEUE_IN_FLIGHT: &str = "conveyor_queue_in_flight";
-/// `ApproximateNumberOfMessagesDelayed` (label `queue`).
-pub const QUEUE_DELAYED: &str = "conveyor_queue_delayed";
-/// Messages in a dead-letter queue the worker watches (label `queue`: the DLQ's name): visible, in
-/// flight and delayed together. Only DLQs passed to
-/// [`Worker::watch_dead_letter_queue`](crate::Worker::watch_dead_letter_queue) are measured. Alert when
-/// it is above zero: each message there is a job that will not run again until someone redrives it.
-pub const DLQ_MESSAGES: &str = "conveyor_dlq_messages";
-/// Log lines dropped because the log output failed (a closed pipe, a full disk): logging never
-/// changes what happens to a job, so a failed write is counted here instead.
-pub const LOG_WRITE_ERRORS: &str = "conveyor_log_write_errors_total";
-
-const DURATION_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
-];
-const AGE_BUCKETS: &[f64] = &[
-    0.1,
-    0.5,
-    1.0,
-    5.0,
-    15.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-    4.0 * 3600.0,
-    24.0 * 3600.0,
-];
-
-static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
-
-/// Installs the Prometheus recorder once per process and returns its handle; `None` when the
-/// application installed another recorder first (then metrics go there, and `/metrics` says so).
-pub(crate) fn install_recorder() -> Option<PrometheusHandle> {
-    RECORDER
-        .get_or_init(|| {
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Full(HANDLER_DURATION.to_owned()), DURATION_BUCKETS)
-                .and_then(|builder| {
-                    builder.set_buckets_for_metric(Matcher::Full(MESSAGE_AGE.to_owned()), AGE_BUCKETS)
-                });
-            let installed = builder.and_then(PrometheusBuilder::install_recorder);
-            match installed {
-                Ok(handle) => {
-                    describe();
-                    Some(handle)
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "another metrics recorder is installed; /metrics will be empty");
-                    None
-                }
-            }
-        })
-        .clone()
-}
-
-fn describe() {
-    metrics::describe_counter!(MESSAGES_RECEIVED, "Messages received.");
-    metrics::describe_counter!(MESSAGES_SUCCEEDED, "Messages processed successfully and deleted.");
-    metrics::describe_counter!(MESSAGES_RETRIED, "Messages put back in the queue for a retry.");
-    metrics::describe_counter!(MESSAGES_DEAD_LETTERED, "Messages sent to the dead-letter queue.");
-    metrics::describe_counter!(MESSAGES_DUPLICATES, "Duplicates acknowledged without running.");
-    metrics::describe_counter!(HEARTBEAT_EXTENSIONS, "Visibility extensions by the heartbeat.");
-    metrics::describe_counter!(LEASES_LOST, "Leases lost while a job ran.");
-    metrics::describe_counter!(CIRCUIT_DEFERRALS, "Messages deferred unrun by an open circuit.");
-    metrics::describe_histogram!(HANDLER_DURATION, metrics::Unit::Seconds, "Handler run time.");
-    metrics::describe_histogram!(MESSAGE_AGE, metrics::Unit::Seconds, "Message age at receive.");
-    metrics::describe_gauge!(IN_FLIGHT, "Messages in flight in this worker.");
-    metrics::describe_gauge!(QUEUE_VISIBLE, "Approximate visible messages.");
-    metrics::describe_gauge!(QUEUE_IN_FLIGHT, "Approximate in-flight messages.");
-    metrics::describe_gauge!(QUEUE_DELAYED, "Approximate delayed messages.");
-    metrics::describe_gauge!(DLQ_MESSAGES, "Messages in a watched dead-letter queue.");
-    metrics::describe_counter!(LOG_WRITE_ERRORS, "Log writes that failed and were dropped.");
-}
+pub use conveyor_core::metric_names::{
+    CIRCUIT_DEFERRALS, DLQ_MESSAGES, HANDLER_DURATION, HEARTBEAT_EXTENSIONS, IN_FLIGHT, LEASES_LOST,
+    LOG_WRITE_ERRORS, MESSAGE_AGE, MESSAGES_CANCELLED, MESSAGES_DEAD_LETTERED, MESSAGES_DUPLICATES,
+    MESSAGES_RECEIVED, MESSAGES_RETRIED, MESSAGES_SUCCEEDED, QUEUE_DELAYED, QUEUE_IN_FLIGHT, QUEUE_VISIBLE,
+};
 
 /// One queue's metric handles, resolved once so the hot path does not build keys per message.
 #[derive(Debug)]

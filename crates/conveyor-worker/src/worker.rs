@@ -24,7 +24,7 @@ use std::time::Duration;
 use conveyor_core::config::WorkerConfig;
 use conveyor_core::defaults::{MIN_VISIBILITY_TIMEOUT, SHUTDOWN_RESERVE};
 use conveyor_core::pipeline::CANCEL_GRACE;
-use conveyor_core::{Pipeline, Queue};
+use conveyor_core::{BackgroundTask, Pipeline, Queue};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -33,11 +33,12 @@ use tokio_util::task::TaskTracker;
 use crate::capacity::Capacity;
 use crate::error::WorkerError;
 use crate::heartbeat::{HeartbeatQueue, HeartbeatSettings, Heartbeats};
+use crate::prometheus::install_recorder;
 use crate::protect::{BreakerSettings, Guards, Protections};
 use crate::receiver::{plan_loops, receive_loop};
 use crate::report::{WorkerReport, WorkerStatus};
 use crate::runtime::Runtime;
-use crate::telemetry::{QueueMetrics, in_flight_gauge, install_recorder};
+use crate::telemetry::{QueueMetrics, in_flight_gauge};
 use crate::{deleter, ops, signals, stats};
 
 /// How long cancelled jobs get to apply their outcome after the pipeline's grace period.
@@ -71,8 +72,7 @@ pub struct Worker {
     dead_letter_queues: Vec<Arc<dyn Queue>>,
     protections: Protections,
     status: WorkerStatus,
-    scheduler: Option<conveyor_schedule::Scheduler>,
-    outbox_relay: Option<conveyor_outbox::StreamRelay>,
+    background: Vec<Box<dyn BackgroundTask>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -115,8 +115,7 @@ impl Worker {
             dead_letter_queues: Vec::new(),
             protections: Protections::default(),
             status,
-            scheduler: None,
-            outbox_relay: None,
+            background: Vec::new(),
         })
     }
 
@@ -160,18 +159,13 @@ impl Worker {
         self
     }
 
-    /// Also runs `scheduler` (its schedules' ticks, each sent by exactly one of any number of workers;
-    /// see `conveyor_schedule`) until shutdown begins.
-    pub fn with_scheduler(mut self, scheduler: conveyor_schedule::Scheduler) -> Self {
-        self.scheduler = Some(scheduler);
-        self
-    }
-
-    /// Also runs the transactional outbox's relay (`conveyor_outbox::StreamRelay`): it reads the outbox
-    /// table's stream while this worker holds the relay's lease (other workers stand by), and stops when
-    /// shutdown begins, giving the lease up so another worker takes over at once.
-    pub fn with_outbox_relay(mut self, relay: conveyor_outbox::StreamRelay) -> Self {
-        self.outbox_relay = Some(relay);
+    /// Also runs `task` beside the receive loops until the drain begins (see [`BackgroundTask`]): a
+    /// `conveyor_schedule::Scheduler` (each tick sent by exactly one of any number of workers), a
+    /// `conveyor_outbox::StreamRelay` (it reads the outbox table's stream while this worker holds the
+    /// relay's lease, and gives the lease up when the drain begins so another worker takes over at once),
+    /// or an application's own task.
+    pub fn with_background_task(mut self, task: impl BackgroundTask) -> Self {
+        self.background.push(Box::new(task));
         self
     }
 
@@ -267,36 +261,20 @@ impl Worker {
             background.clone(),
         ));
 
-        if let Some(scheduler) = self.scheduler {
-            // Stops with the drain: no new tick is sent by a worker that is shutting down.
-            let (stop, graceful) = (background.child_token(), graceful.clone());
+        for task in self.background {
+            // The task's drain token is cancelled when the drain begins (or, at the latest, with the
+            // other background tasks), and the worker waits for the task before it reports.
+            let drain = background.child_token();
+            let (on_drain, graceful) = (drain.clone(), graceful.clone());
+            let name = task.name();
             background_tasks.spawn(async move {
-                tokio::select! {
-                    () = scheduler.run(stop) => {}
-                    () = graceful.cancelled() => {}
-                }
-            });
-        }
-
-        if let Some(relay) = self.outbox_relay {
-            // Stops when the drain begins: its last page is relayed and checkpointed, then the lease
-            // is released.
-            let stop = background.child_token();
-            let (on_drain, graceful) = (stop.clone(), graceful.clone());
-            background_tasks.spawn(async move {
-                let stop_on_drain = async move {
+                let watch = tokio::spawn(async move {
                     graceful.cancelled().await;
                     on_drain.cancel();
-                    std::future::pending::<()>().await;
-                };
-                tokio::select! {
-                    result = relay.run(stop) => {
-                        if let Err(error) = result {
-                            tracing::error!(%error, "outbox relay stopped");
-                        }
-                    }
-                    () = stop_on_drain => {}
-                }
+                });
+                task.run(drain).await;
+                watch.abort();
+                tracing::debug!(task = name, "background task stopped");
             });
         }
 

@@ -58,11 +58,11 @@ async fn main() -> anyhow::Result<()> {
         .app_variables(app_variables)
         .configure(move |worker| {
             let worker = match scheduler {
-                Some(scheduler) => worker.with_scheduler(scheduler),
+                Some(scheduler) => worker.with_background_task(scheduler),
                 None => worker,
             };
             match outbox_relay {
-                Some(relay) => worker.with_outbox_relay(relay),
+                Some(relay) => worker.with_background_task(relay),
                 None => worker,
             }
         })

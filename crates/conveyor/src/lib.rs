@@ -1,0 +1,53 @@
+#![doc = include_str!("../README.md")]
+
+pub use conveyor_core::{
+    BackgroundTask, Backoff, Context, ErrorKind, Handler, HandlerError, HandlerSettings, KeyStyle, Pipeline,
+    Router,
+};
+
+/// Everything of the core: the ports (`Queue`, `IdempotencyStore`, `PayloadStore`, `FlowStore`), the
+/// message model, outcomes and the pipeline both runtimes call.
+pub use conveyor_core as core;
+
+/// SQS: the producer (`Producer`, `Job`), the queue adapter, flows' sender and the admin calls.
+pub use conveyor_sqs as sqs;
+
+/// The long-poll runtime (feature `worker`).
+#[cfg(feature = "worker")]
+pub use conveyor_worker as worker;
+
+/// The Lambda runtime (feature `lambda`).
+#[cfg(feature = "lambda")]
+pub use conveyor_lambda as lambda;
+
+/// The DynamoDB idempotency store, job tracking and flow counting (feature `dynamodb`).
+#[cfg(feature = "dynamodb")]
+pub use conveyor_dynamodb as dynamodb;
+
+/// Large payloads in S3 (feature `s3`).
+#[cfg(feature = "s3")]
+pub use conveyor_s3 as s3;
+
+/// Schedules (feature `schedule`).
+#[cfg(feature = "schedule")]
+pub use conveyor_schedule as schedule;
+
+/// The transactional outbox (feature `outbox`).
+#[cfg(feature = "outbox")]
+pub use conveyor_outbox as outbox;
+
+/// Test doubles and helpers (feature `testing`).
+#[cfg(feature = "testing")]
+pub use conveyor_testing as testing;
+
+/// The names a handler, a producer and a `main` use: `use conveyor::prelude::*;`.
+pub mod prelude {
+    pub use conveyor_core::{Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router};
+    pub use conveyor_sqs::{Job, Producer};
+
+    #[cfg(feature = "worker")]
+    pub use conveyor_worker::{Runner, Worker};
+
+    #[cfg(feature = "dynamodb")]
+    pub use conveyor_dynamodb::DynamoStore;
+}
