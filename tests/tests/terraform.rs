@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use conveyor_core::Queue;
-use conveyor_core::config::{QueueConfig, WorkerConfig};
 use conveyor_e2e::terraform::{InfraCopy, TERRAFORM_SERVICES, Terraform, run_parallel, write_file};
 use conveyor_sqs::{Job, Producer, SqsQueue};
 use conveyor_testing::localstack;
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
 
 /// Every folder `terraform validate` must accept.
 const CONFIGURATIONS: [&str; 11] = [

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use conveyor_console::{Console, ConsoleConfig};
-use conveyor_core::config::{QueueConfig, WorkerConfig};
 use conveyor_core::{Context, Handler, HandlerError, Pipeline, Router};
 use conveyor_sqs::admin::QueueRef;
 use conveyor_sqs::{Job, Producer, SqsQueue};
@@ -20,6 +19,7 @@ use conveyor_testing::browser::{Chromedriver, chromium_capabilities, screenshot_
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::wait::wait_for;
 use conveyor_worker::Worker;
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -36,8 +36,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use conveyor_core::config::{FifoFailure, LambdaConfig};
 use std::io::Write as _;
 
 use conveyor_core::outcome::{Origin, at_last_attempt};

@@ -9,6 +9,7 @@ pub mod outbox;
 mod queues;
 mod record;
 mod runtime;
+mod settings;
 
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 pub use batch::{BatchFailed, BatchProcessor, BatchReport, visibility_advice};
@@ -21,3 +22,4 @@ pub use runtime::{
     BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, FIFO_FAILURE_ENV, REJECT_MODE_ENV,
     config_from_env, init_tracing, instant_at, run,
 };
+pub use settings::{FifoFailure, LambdaConfig};

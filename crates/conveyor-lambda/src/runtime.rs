@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::SqsBatchResponse;
-use conveyor_core::config::{FifoFailure, LambdaConfig};
 use conveyor_core::{Pipeline, RejectMode};
 use lambda_runtime::{LambdaEvent, service_fn};
 use tokio::time::Instant;

@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use conveyor_core::IdempotencyStore;
-use conveyor_core::config::LambdaConfig;
 use conveyor_core::message::{FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE};
 use conveyor_core::{
     AttributeValue, Context, Handler, HandlerError, Message, OutgoingMessage, Pipeline, Queue, RecordStatus,
     Router,
 };
+use conveyor_lambda::LambdaConfig;
 use conveyor_lambda::{BatchProcessor, BatchReport, FixedQueue, SqsEvent, parse_event, to_message};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
 use serde::Deserialize;
@@ -881,7 +881,7 @@ async fn the_success_path_needs_no_sqs_call_and_an_unresolvable_queue_fails_only
 #[tokio::test(start_paused = true)]
 async fn powertools_mode_holds_back_the_whole_rest_of_a_fifo_batch() {
     let config = LambdaConfig {
-        fifo_failure: conveyor_core::config::FifoFailure::Batch,
+        fifo_failure: conveyor_lambda::FifoFailure::Batch,
         ..LambdaConfig::default()
     };
     let queue = MemoryQueue::fifo("orders.fifo").with_visibility_timeout(Duration::from_secs(300));

@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use conveyor_core::config::LambdaConfig;
 use conveyor_core::{
     Context, Handler, HandlerError, HandlerSettings, IdempotencyStore, KeySource, KeyStyle, Message,
     Pipeline, PowertoolsFlavor, PowertoolsKey, Queue, RecordStatus, Router,
 };
 use conveyor_dynamodb::DynamoStore;
+use conveyor_lambda::LambdaConfig;
 use conveyor_lambda::{BatchProcessor, FixedQueue, parse_event};
 use conveyor_testing::localstack::{self, dynamodb_client, ensure_local_aws, unique_name};
 use conveyor_testing::powertools::{self, Consumer, ConsumerSpec, Language, sqs_record};

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::config::LambdaConfig;
 use conveyor_core::{Message, Queue, ReceiptHandle};
+use conveyor_lambda::LambdaConfig;
 use conveyor_lambda::{BatchProcessor, SqsEvent, to_record};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -5,11 +5,11 @@ use std::collections::HashSet;
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use conveyor_core::config::{QueueConfig, WorkerConfig};
 use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
 use conveyor_core::{AttributeValue, IdempotencyStore, OutgoingMessage, Pipeline, Queue, Router};
 use conveyor_lambda::{BatchProcessor, FixedQueue};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, QueuedMessage, ScriptedQueue};
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
 use conveyor_worker::{Worker, WorkerError, WorkerReport};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

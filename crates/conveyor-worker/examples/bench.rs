@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use conveyor_core::config::{QueueConfig, WorkerConfig};
 use conveyor_core::{Context, Handler, HandlerError, Pipeline, Queue, Router};
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::MemoryQueue;
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client};
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
 use conveyor_worker::{Worker, WorkerStatus};
 use futures_util::StreamExt;
 use tokio::sync::Notify;

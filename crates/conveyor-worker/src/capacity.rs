@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
-use conveyor_core::config::PriorityMode;
+use crate::config::PriorityMode;
 use tokio::sync::oneshot;
 
 /// The in-flight limit.

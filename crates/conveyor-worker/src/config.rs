@@ -1,10 +1,10 @@
 //! Loading the worker's configuration: a TOML file, then environment overrides, then validation.
 
+pub use crate::settings::{PriorityMode, QueueConfig, WorkerConfig};
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-
-use conveyor_core::config::{QueueConfig, WorkerConfig};
 
 use crate::error::WorkerError;
 
@@ -431,7 +431,7 @@ mod tests {
         assert_eq!(config.max_in_flight, 60);
         assert_eq!(config.queues.len(), 2);
         assert_eq!(config.queues[0].weight, 10);
-        assert_eq!(config.priority, conveyor_core::config::PriorityMode::Strict);
+        assert_eq!(config.priority, crate::config::PriorityMode::Strict);
         assert_eq!(config.listen_addr.as_deref(), Some("0.0.0.0:9100"));
         std::fs::remove_file(&file.0).unwrap();
     }

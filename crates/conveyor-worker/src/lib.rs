@@ -16,6 +16,7 @@ mod receiver;
 mod report;
 mod retry;
 mod runtime;
+mod settings;
 mod signals;
 mod stats;
 pub mod telemetry;

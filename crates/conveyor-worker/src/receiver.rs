@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::config::WorkerConfig;
+use crate::config::WorkerConfig;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
 use conveyor_core::{Lease, Message, QueueError};
 use tokio::time::Instant;
@@ -291,7 +291,7 @@ fn dispatch(
 
 #[cfg(test)]
 mod tests {
-    use conveyor_core::config::{PriorityMode, QueueConfig};
+    use crate::config::{PriorityMode, QueueConfig};
 
     use super::*;
 

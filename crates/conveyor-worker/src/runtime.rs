@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use conveyor_core::config::WorkerConfig;
+use crate::config::WorkerConfig;
 use conveyor_core::{Pipeline, Queue};
 use metrics::Gauge;
 use tokio_util::sync::CancellationToken;

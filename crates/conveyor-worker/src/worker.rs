@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::config::WorkerConfig;
+use crate::config::WorkerConfig;
 use conveyor_core::defaults::{MIN_VISIBILITY_TIMEOUT, SHUTDOWN_RESERVE};
 use conveyor_core::pipeline::CANCEL_GRACE;
 use conveyor_core::{BackgroundTask, Pipeline, Queue};

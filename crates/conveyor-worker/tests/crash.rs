@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
-use conveyor_core::config::{QueueConfig, WorkerConfig};
 use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::JOB_TYPE_ATTRIBUTE;
 use conveyor_core::{
@@ -25,6 +24,7 @@ use conveyor_sqs::SqsQueue;
 use conveyor_testing::localstack::{
     QueueSpec, create_queue, create_table, dynamodb_client, ensure_local_aws, sqs_client,
 };
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
 use serde::{Deserialize, Serialize};
 
 const TEST: &str = "a_worker_killed_mid_job_leaves_it_to_another_worker_exactly_once";

@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use common::aws::{self, send_all};
 use common::*;
-use conveyor_core::config::WorkerConfig;
 use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::{IdempotencyStore, OutgoingMessage, Pipeline, Queue, QueueDepth, RecordStatus, Router};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::faults::{Fault, Faults, Rule, faulty_dynamodb_client, faulty_sqs_client};
 use conveyor_testing::localstack::{QueueSpec, create_queue, create_table, ensure_local_aws};
+use conveyor_worker::config::WorkerConfig;
 use conveyor_worker::{Worker, WorkerReport};
 use tokio::time::Instant;
 

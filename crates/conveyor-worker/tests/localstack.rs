@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use common::aws::{self, connect, send_all, visible_ids};
 use common::*;
-use conveyor_core::config::{PriorityMode, WorkerConfig};
 use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{Pipeline, Queue, RecordStatus, Router};
 use conveyor_testing::localstack::{QueueSpec, create_queue};
 use conveyor_worker::Worker;
+use conveyor_worker::config::{PriorityMode, WorkerConfig};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

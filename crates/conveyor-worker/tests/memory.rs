@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
-use conveyor_core::config::{PriorityMode, WorkerConfig};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{IdempotencyStore, Pipeline, Queue, Router};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
+use conveyor_worker::config::{PriorityMode, WorkerConfig};
 use conveyor_worker::{BreakerSettings, Worker};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use conveyor_core::config::WorkerConfig;
 use conveyor_testing::MemoryQueue;
+use conveyor_worker::config::WorkerConfig;
 use conveyor_worker::healthcheck;
 use tokio_util::sync::CancellationToken;
 

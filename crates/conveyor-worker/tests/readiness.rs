@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use common::*;
 use conveyor_core::Queue;
-use conveyor_core::config::WorkerConfig;
 use conveyor_testing::{MemoryQueue, wait_for};
+use conveyor_worker::config::WorkerConfig;
 use tokio::time::Instant;
 
 /// Waits (up to `secs`) until `/readyz` answers `code`; returns its body.

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use conveyor_core::config::{PriorityMode, QueueConfig, WorkerConfig};
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE};
 use conveyor_core::{
     AttributeValue, Backoff, Context, Handler, HandlerError, HandlerSettings, OutgoingMessage, Pipeline,
     Queue, Router,
 };
+use conveyor_worker::config::{PriorityMode, QueueConfig, WorkerConfig};
 use conveyor_worker::{Worker, WorkerError, WorkerReport, WorkerStatus};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;

@@ -1,0 +1,116 @@
+//! The Lambda adapter's settings, validated at start-up with errors that say what to change.
+
+use std::time::Duration;
+
+use conveyor_core::RejectMode;
+use conveyor_core::config::{ConfigError, Problems, millis, seconds};
+use conveyor_core::defaults;
+use serde::{Deserialize, Serialize};
+
+/// The Lambda adapter's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LambdaConfig {
+    /// The function's timeout.
+    #[serde(with = "seconds")]
+    pub function_timeout: Duration,
+    /// The source queue's visibility timeout.
+    #[serde(with = "seconds")]
+    pub queue_visibility_timeout: Duration,
+    /// Messages that cannot start before the deadline minus this margin are reported as failures.
+    #[serde(with = "millis")]
+    pub deadline_margin: Duration,
+    /// Records of one batch processed at once (FIFO groups still run in order).
+    pub batch_concurrency: usize,
+    /// Where permanent failures go.
+    pub reject_mode: RejectMode,
+    /// When every record of a batch failed, fail the invocation too (after settling every record), so
+    /// Lambda's `Errors` metric and its alarms see the outage, as Powertools' `BatchProcessingError`
+    /// does. Off by default: the event source mapping then retries the whole batch, including records
+    /// that were dead-lettered or deferred (each settled once by its idempotency record).
+    pub fail_invocation_when_all_fail: bool,
+    /// What a failed record holds back on a FIFO queue.
+    pub fifo_failure: FifoFailure,
+}
+
+/// What a failed record holds back in a Lambda batch from a FIFO queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FifoFailure {
+    /// Only the rest of its message group (the default): other groups are independent, so holding them
+    /// back would only delay them and spend their receives.
+    #[default]
+    Group,
+    /// Every record after it in the batch, whatever its group (AWS Lambda Powertools' behaviour), for
+    /// consumers whose groups are not independent.
+    Batch,
+}
+
+impl Default for LambdaConfig {
+    fn default() -> Self {
+        Self {
+            function_timeout: Duration::from_secs(10),
+            queue_visibility_timeout: Duration::from_secs(defaults::QUEUE_VISIBILITY_TIMEOUT_SECS),
+            deadline_margin: Duration::from_millis(500),
+            batch_concurrency: 10,
+            reject_mode: RejectMode::default(),
+            fail_invocation_when_all_fail: false,
+            fifo_failure: FifoFailure::default(),
+        }
+    }
+}
+
+impl LambdaConfig {
+    /// Checks every setting; the error lists all problems with what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Problems::default();
+        problems.check(self.function_timeout < self.queue_visibility_timeout, "function_timeout", || {
+            format!(
+                "the function timeout ({:?}) must stay below the queue's visibility timeout ({:?}), or SQS \
+                 delivers messages again while the first invocation still runs; AWS advises a visibility \
+                 timeout of at least {}x the function timeout",
+                self.function_timeout,
+                self.queue_visibility_timeout,
+                defaults::LAMBDA_VISIBILITY_RATIO
+            )
+        });
+        problems.check(
+            self.deadline_margin < self.function_timeout,
+            "deadline_margin",
+            || {
+                format!(
+                    "{:?} leaves no time to run within the {:?} timeout",
+                    self.deadline_margin, self.function_timeout
+                )
+            },
+        );
+        problems.check(
+            (1..=10_000).contains(&self.batch_concurrency),
+            "batch_concurrency",
+            || format!("{} is outside 1..=10000", self.batch_concurrency),
+        );
+        problems.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        LambdaConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn lambda_timeout_must_stay_below_visibility() {
+        let config = LambdaConfig {
+            function_timeout: Duration::from_secs(60),
+            queue_visibility_timeout: Duration::from_secs(30),
+            ..LambdaConfig::default()
+        };
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.problems[0].field, "function_timeout");
+        assert!(error.to_string().contains("visibility timeout"));
+    }
+}
