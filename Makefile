@@ -9,12 +9,14 @@ demo: local-aws
 	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
 	./target/debug/demo
 
-## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack), and the
-## console in headless Chromium (installed with apt-get on first use, see localstack/install-chromium.sh).
+## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack), the
+## console in headless Chromium (installed with apt-get on first use, see localstack/install-chromium.sh),
+## doctests, and the API docs with broken links denied.
 test: lint local-aws browser
 	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(CARGO) test --workspace --doc
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 lint:
 	$(CARGO) fmt --all --check

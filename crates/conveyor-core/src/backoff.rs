@@ -16,7 +16,7 @@
 //! to the budget on average (at most twice it). With the default budget of 15 minutes and SQS's usual
 //! `maxReceiveCount` of 5: ceilings of 2, 4, 8 and 16 minutes, about 15 minutes of retrying in all.
 //! A queue without a redrive policy retries forever; the spread then assumes
-//! [`MAX_RECEIVE_COUNT`](crate::defaults::MAX_RECEIVE_COUNT) attempts and later failures wait up to the
+//! [`crate::defaults::MAX_RECEIVE_COUNT`] attempts and later failures wait up to the
 //! last ceiling. No wait exceeds SQS's 12-hour visibility limit (the worker also keeps it within 12 hours
 //! of the receive).
 

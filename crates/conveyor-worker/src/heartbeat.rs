@@ -18,7 +18,7 @@
 //!    counted from when the receive returned. An extension's new deadline is counted from when the
 //!    request was *sent*, so the tracked deadline is never later than the real one.
 //! 3. **No call can stall the heartbeat.** The loop only decides what is due; each batch's extension runs
-//!    in its own task, retried promptly with jitter ([`crate::retry`]) and each try cut at the earliest
+//!    in its own task, retried promptly with jitter (`retry.rs`) and each try cut at the earliest
 //!    deadline in the batch. One hung request delays nothing else; an entry is not sent again while its
 //!    call is out.
 //! 4. **Visibility first, then the claim, independently.** The idempotency claim's lease is extended only

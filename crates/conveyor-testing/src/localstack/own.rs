@@ -51,7 +51,7 @@ impl Services {
     };
 }
 
-/// A LocalStack that belongs to one test; see the [module docs](self).
+/// A LocalStack that belongs to one test; see the module docs of `localstack::own`.
 #[derive(Debug)]
 pub struct OwnLocalStack {
     services: Services,
