@@ -31,11 +31,11 @@ use crate::outcome::Failure;
 use crate::queue::OutgoingMessage;
 
 /// Attribute holding the originals that did not fit next to the failure record (JSON).
-pub const OVERFLOW_ATTRIBUTE: &str = "conveyor.overflow";
+pub(crate) const OVERFLOW_ATTRIBUTE: &str = "conveyor.overflow";
 
 /// The longest failure `error` text kept in the record; longer ones are cut (on a char boundary) and end
 /// in `…`, so a huge error cannot push the copy over SQS's size limit.
-pub const MAX_FAILURE_ERROR_BYTES: usize = 4096;
+pub(crate) const MAX_FAILURE_ERROR_BYTES: usize = 4096;
 
 /// One overflowed attribute, as stored in the JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +71,7 @@ impl Stored {
 }
 
 /// The attributes for the dead-lettered copy of a message with `original` attributes.
-pub fn dead_letter_attributes(original: &Attributes, failure: &Failure) -> Attributes {
+pub(crate) fn dead_letter_attributes(original: &Attributes, failure: &Failure) -> Attributes {
     let mut originals = original_attributes(original);
     let failure_value = AttributeValue::string(bounded(failure).to_json());
     if originals.len() < MAX_MESSAGE_ATTRIBUTES {

@@ -48,12 +48,12 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(ECS_STOP_TIMEOUT_SECS -
 /// value is only that a crashed holder's key stays locked this much longer.
 pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(2);
 /// How long a failing job keeps being retried, on average, before it reaches the DLQ.
-pub const RETRY_BUDGET: Duration = Duration::from_secs(15 * 60);
+pub(crate) const RETRY_BUDGET: Duration = Duration::from_secs(15 * 60);
 /// The minimum ratio of a queue's visibility timeout to a Lambda consumer's timeout (AWS's advice).
 pub const LAMBDA_VISIBILITY_RATIO: u64 = 6;
 /// How long a completed idempotency record keeps suppressing duplicates.
 pub const IDEMPOTENCY_RECORD_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The least time between two progress writes of one tracked run (`HandlerSettings::progress_interval`).
-pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);
 /// The secondary index that lists tracked jobs by type and status (`conveyor jobs list`).
 pub const JOBS_INDEX: &str = "conveyor-jobs";

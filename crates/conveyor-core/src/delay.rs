@@ -48,7 +48,7 @@ pub const CANCELLED_OUTPUT: &str = r#"{"conveyor.cancelled":true}"#;
 /// How long a cancellation record lasts: past SQS's longest retention (14 days).
 pub const CANCEL_RECORD_TTL: Duration = Duration::from_secs(15 * 24 * 3600);
 /// How early a job may run before its due time: a hop shorter than this is not worth a request.
-pub const DUE_TOLERANCE: Duration = Duration::from_millis(500);
+pub(crate) const DUE_TOLERANCE: Duration = Duration::from_millis(500);
 /// SQS's longest message retention: no delay may be longer.
 pub const MAX_TOTAL_DELAY: Duration = Duration::from_secs(14 * 24 * 3600);
 
@@ -56,7 +56,7 @@ pub const MAX_TOTAL_DELAY: Duration = Duration::from_secs(14 * 24 * 3600);
 pub type Clock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// The system clock.
-pub fn system_clock() -> Clock {
+pub(crate) fn system_clock() -> Clock {
     std::sync::Arc::new(SystemTime::now)
 }
 
@@ -73,7 +73,7 @@ pub fn due_value(due: SystemTime) -> String {
 
 /// The delay of the next hop when `message` is not due at `now` (at most `max_hop`, itself at most
 /// SQS's 15 minutes); `None` when it is due (or carries no due time).
-pub fn next_hop(message: &Message, now: SystemTime, max_hop: Duration) -> Option<Duration> {
+pub(crate) fn next_hop(message: &Message, now: SystemTime, max_hop: Duration) -> Option<Duration> {
     let remaining = due_at(message)?.duration_since(now).ok()?;
     if remaining <= DUE_TOLERANCE {
         return None;
@@ -82,7 +82,7 @@ pub fn next_hop(message: &Message, now: SystemTime, max_hop: Duration) -> Option
 }
 
 /// True when a record's output marks its job cancelled.
-pub fn is_cancelled_output(output: Option<&str>) -> bool {
+pub(crate) fn is_cancelled_output(output: Option<&str>) -> bool {
     output == Some(CANCELLED_OUTPUT)
 }
 

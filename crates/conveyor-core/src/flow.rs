@@ -48,9 +48,9 @@ use crate::queue::{OutgoingMessage, QueueError};
 /// `<flow id>/<child id>` on a child's message.
 pub const FLOW_CHILD_ATTRIBUTE: &str = "conveyor.flow";
 /// The flow id on a parent's message.
-pub const FLOW_PARENT_ATTRIBUTE: &str = "conveyor.flow.parent";
+pub(crate) const FLOW_PARENT_ATTRIBUTE: &str = "conveyor.flow.parent";
 /// On a parent sent because a child was dead-lettered (policy `FailParent`): the child's reason.
-pub const FLOW_FAILED_ATTRIBUTE: &str = "conveyor.flow.failed";
+pub(crate) const FLOW_FAILED_ATTRIBUTE: &str = "conveyor.flow.failed";
 
 /// The parent's idempotency key in flow `flow_id`: a parent sent twice runs once.
 pub fn parent_key(flow_id: &str) -> String {
@@ -305,12 +305,12 @@ pub fn unknown_flow(flow_id: &str) -> StoreError {
 }
 
 /// `(flow id, child id)` of a child's message.
-pub fn child_of(message: &Message) -> Option<(&str, &str)> {
+pub(crate) fn child_of(message: &Message) -> Option<(&str, &str)> {
     message.string_attribute(FLOW_CHILD_ATTRIBUTE)?.rsplit_once('/')
 }
 
 /// The flow id of a parent's message.
-pub fn parent_of(message: &Message) -> Option<&str> {
+pub(crate) fn parent_of(message: &Message) -> Option<&str> {
     message.string_attribute(FLOW_PARENT_ATTRIBUTE)
 }
 

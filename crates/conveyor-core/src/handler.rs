@@ -116,7 +116,8 @@ impl Default for HandlerSettings {
 }
 
 /// A decoded job, ready to run once claimed. Running it returns the output as JSON text.
-pub type PreparedJob = Box<dyn FnOnce(Context) -> BoxFuture<Result<Option<String>, HandlerError>> + Send>;
+pub(crate) type PreparedJob =
+    Box<dyn FnOnce(Context) -> BoxFuture<Result<Option<String>, HandlerError>> + Send>;
 
 /// A handler with its types erased, as the [`Router`](crate::Router) stores it.
 pub trait ErasedHandler: Send + Sync {

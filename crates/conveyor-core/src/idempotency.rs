@@ -289,7 +289,7 @@ pub fn next_token(previous: Option<u64>, now: SystemTime) -> u64 {
 
 /// How long to wait before retrying a job whose key is in progress elsewhere: until the other lease
 /// lapses (a little after), or `fallback` when the record carries no lease.
-pub fn wait_for_lease(record: &IdempotencyRecord, now: SystemTime, fallback: Duration) -> Duration {
+pub(crate) fn wait_for_lease(record: &IdempotencyRecord, now: SystemTime, fallback: Duration) -> Duration {
     let end = record
         .lease_until
         .unwrap_or(now + fallback)

@@ -101,7 +101,7 @@ impl Lease {
 }
 
 /// Converts a (tokio) instant to wall-clock time.
-pub fn to_wall_clock(instant: Instant) -> SystemTime {
+pub(crate) fn to_wall_clock(instant: Instant) -> SystemTime {
     let now = Instant::now();
     let wall = SystemTime::now();
     if instant >= now {

@@ -67,7 +67,7 @@ impl AttributeValue {
 pub type Attributes = BTreeMap<String, AttributeValue>;
 
 /// Attribute names, types and values, as SQS counts them against the 1 MiB message limit.
-pub fn attributes_size(attributes: &Attributes) -> usize {
+pub(crate) fn attributes_size(attributes: &Attributes) -> usize {
     attributes
         .iter()
         .map(|(name, value)| name.len() + value.size())

@@ -43,9 +43,9 @@ use serde_json::Value;
 use crate::message::{AttributeValue, Attributes, Message};
 
 /// The pointer class the libraries write.
-pub const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
+pub(crate) const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
 /// The pointer class older Java clients wrote; accepted on read.
-pub const LEGACY_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
+pub(crate) const LEGACY_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.MessageS3Pointer";
 /// The attribute that marks a pointer message and holds the payload's size in bytes.
 pub const SIZE_ATTRIBUTE: &str = "ExtendedPayloadSize";
 /// The attribute older clients (and the Java library by default) write instead.

@@ -129,7 +129,7 @@ impl JobChange {
 }
 
 /// The status a run's outcome leaves the job in, with the error that goes with it.
-pub fn status_after(outcome: &Outcome) -> (JobStatus, Option<String>) {
+pub(crate) fn status_after(outcome: &Outcome) -> (JobStatus, Option<String>) {
     match outcome {
         Outcome::Ack(AckReason::Completed | AckReason::Duplicate) => (JobStatus::Succeeded, None),
         Outcome::Ack(AckReason::Cancelled) => (JobStatus::Cancelled, None),

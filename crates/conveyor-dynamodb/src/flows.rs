@@ -44,7 +44,7 @@ const PARENT_SENT: &str = "flow_parent_sent";
 const CHANGED: &str = "flow_changed";
 
 /// The item id of flow `flow_id`.
-pub fn flow_item_id(flow_id: &str) -> String {
+pub(crate) fn flow_item_id(flow_id: &str) -> String {
     format!("conveyor-flow:{flow_id}")
 }
 

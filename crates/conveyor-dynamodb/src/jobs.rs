@@ -30,29 +30,29 @@ use crate::store::{DynamoStore, with_clauses};
 /// The job type.
 pub const JOB_TYPE: &str = "job_type";
 /// The status.
-pub const JOB_STATUS: &str = "job_status";
+pub(crate) const JOB_STATUS: &str = "job_status";
 /// Runs started.
-pub const JOB_ATTEMPTS: &str = "job_attempts";
+pub(crate) const JOB_ATTEMPTS: &str = "job_attempts";
 /// The last error.
-pub const JOB_ERROR: &str = "job_error";
+pub(crate) const JOB_ERROR: &str = "job_error";
 /// The last progress percentage.
-pub const JOB_PROGRESS: &str = "job_progress";
+pub(crate) const JOB_PROGRESS: &str = "job_progress";
 /// The last progress message.
-pub const JOB_PROGRESS_MESSAGE: &str = "job_progress_message";
+pub(crate) const JOB_PROGRESS_MESSAGE: &str = "job_progress_message";
 /// When the last progress was reported (epoch ms).
-pub const JOB_PROGRESS_AT: &str = "job_progress_at";
+pub(crate) const JOB_PROGRESS_AT: &str = "job_progress_at";
 /// When the status last changed (epoch ms): the index's sort key.
 pub const JOB_CHANGED: &str = "job_changed";
 /// `<job type>#<status>`: the index's partition key.
 pub const JOB_INDEX: &str = "job_index";
 
 /// The attribute holding the last time a job entered `status`.
-pub fn status_time_attribute(status: JobStatus) -> String {
+pub(crate) fn status_time_attribute(status: JobStatus) -> String {
     format!("job_{}_at", status.as_str())
 }
 
 /// The index partition of a job type and status.
-pub fn index_value(job_type: &str, status: JobStatus) -> String {
+pub(crate) fn index_value(job_type: &str, status: JobStatus) -> String {
     format!("{job_type}#{}", status.as_str())
 }
 

@@ -56,7 +56,7 @@ pub const CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now O
 /// A tracked job's claim condition: Powertools' own, plus one case Powertools never meets: an item
 /// without a Powertools `status` (a tracked job's `sent` marker, written by a producer before any
 /// claim) is free too.
-pub const TRACKED_CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress \
+pub(crate) const TRACKED_CLAIM_CONDITION: &str = "attribute_not_exists(#id) OR #expiry < :now OR (#status = :inprogress \
                                    AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis) \
                                    OR attribute_not_exists(#status)";
 /// The condition on complete and release: the record still carries our claim's token.

@@ -47,7 +47,7 @@ fn expect_status(answer: &str, status: u16) -> Result<(), String> {
 }
 
 /// A request line that is not HTTP gets `400` and a closed connection.
-pub async fn malformed_request_is_refused(addr: SocketAddr) -> Result<(), String> {
+pub(crate) async fn malformed_request_is_refused(addr: SocketAddr) -> Result<(), String> {
     let mut stream = connect(addr).await?;
     write(&mut stream, b"THIS IS NOT HTTP\r\n\r\n").await?;
     let answer = read_until_closed(&mut stream, Duration::from_secs(5)).await?;
@@ -55,7 +55,11 @@ pub async fn malformed_request_is_refused(addr: SocketAddr) -> Result<(), String
 }
 
 /// A `POST path` with a body of `length` bytes gets `413`.
-pub async fn oversized_body_is_refused(addr: SocketAddr, path: &str, length: usize) -> Result<(), String> {
+pub(crate) async fn oversized_body_is_refused(
+    addr: SocketAddr,
+    path: &str,
+    length: usize,
+) -> Result<(), String> {
     let mut stream = connect(addr).await?;
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n"
@@ -68,7 +72,7 @@ pub async fn oversized_body_is_refused(addr: SocketAddr, path: &str, length: usi
 }
 
 /// A client that sends part of its headers and then nothing is cut off within `within`.
-pub async fn unfinished_head_is_cut_off(addr: SocketAddr, within: Duration) -> Result<(), String> {
+pub(crate) async fn unfinished_head_is_cut_off(addr: SocketAddr, within: Duration) -> Result<(), String> {
     let mut stream = connect(addr).await?;
     write(&mut stream, b"GET / HTTP/1.1\r\nHost: localhost\r\n").await?;
     read_until_closed(&mut stream, within).await.map(|_| ())
@@ -76,7 +80,7 @@ pub async fn unfinished_head_is_cut_off(addr: SocketAddr, within: Duration) -> R
 
 /// A client that announces a body and sends only part of it gets `408` (and a closed connection)
 /// within `within`.
-pub async fn unfinished_body_is_cut_off(
+pub(crate) async fn unfinished_body_is_cut_off(
     addr: SocketAddr,
     path: &str,
     within: Duration,

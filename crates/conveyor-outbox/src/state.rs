@@ -28,7 +28,7 @@ pub struct StateError {
 
 /// Where one shard was left.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     /// The sequence number of the last record relayed (everything up to it is done).
     pub sequence_number: Option<String>,
     /// The shard is closed and read to its end.
@@ -37,7 +37,7 @@ pub struct Checkpoint {
 
 /// The lease and checkpoints of one stream.
 #[derive(Debug, Clone)]
-pub struct RelayState {
+pub(crate) struct RelayState {
     client: Client,
     table: String,
     stream_arn: String,

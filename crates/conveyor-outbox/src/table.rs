@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 /// The format version written in [`VERSION`]; the relay skips (and logs) items of a newer format.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 /// Marks an item as an outbox item (its value is the format version). Items without it are not the
 /// relay's business: in a single-table design they are the application's own.
 pub const VERSION: &str = "outbox_version";
@@ -20,15 +20,15 @@ pub const QUEUE_URL: &str = "outbox_queue_url";
 pub const JOB_TYPE: &str = "outbox_job_type";
 /// The aggregate id: records of one aggregate are sent in commit order; on a FIFO queue it is the message
 /// group id.
-pub const AGGREGATE: &str = "outbox_aggregate";
+pub(crate) const AGGREGATE: &str = "outbox_aggregate";
 /// The idempotency key the consumer settles the job under (`conveyor.key`).
-pub const IDEMPOTENCY_KEY: &str = "outbox_idempotency_key";
+pub(crate) const IDEMPOTENCY_KEY: &str = "outbox_idempotency_key";
 /// The encoded message body.
-pub const BODY: &str = "outbox_body";
+pub(crate) const BODY: &str = "outbox_body";
 /// The message attributes: a map of name to `{type, string | binary}`.
-pub const ATTRIBUTES: &str = "outbox_attributes";
+pub(crate) const ATTRIBUTES: &str = "outbox_attributes";
 /// The delivery delay in milliseconds, counted from when the relay sends (standard queues only).
-pub const DELAY_MS: &str = "outbox_delay_ms";
+pub(crate) const DELAY_MS: &str = "outbox_delay_ms";
 /// The FIFO message group id.
 pub const GROUP_ID: &str = "outbox_group_id";
 /// The FIFO message deduplication id.
@@ -49,7 +49,7 @@ pub const SORT_KEY_ENV: &str = "CONVEYOR_OUTBOX_SORT_KEY";
 pub const TTL_ATTRIBUTE_ENV: &str = "CONVEYOR_OUTBOX_TTL_ATTRIBUTE";
 
 /// The prefix of the key values of outbox items (`outbox#<id>`).
-pub const KEY_PREFIX: &str = "outbox#";
+pub(crate) const KEY_PREFIX: &str = "outbox#";
 
 /// The TTL written on outbox items when none is configured: a backstop for items whose delete failed
 /// after they were sent. Longer than the stream's 24-hour retention, so an item is never expired before

@@ -158,7 +158,7 @@ pub struct Schedule {
 }
 
 /// The default [`Schedule::missed_after`].
-pub const DEFAULT_MISSED_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_MISSED_AFTER: Duration = Duration::from_secs(60);
 
 fn check_name(name: &str) -> Result<(), DefinitionError> {
     let valid = (1..=64).contains(&name.len())
@@ -351,7 +351,7 @@ pub fn tick_key(name: &str, tick: SystemTime) -> String {
 }
 
 /// A tick as RFC 3339 UTC, seconds precision (`2026-11-30T02:00:00Z`).
-pub fn format_tick(tick: SystemTime) -> String {
+pub(crate) fn format_tick(tick: SystemTime) -> String {
     let time: DateTime<Utc> = tick.into();
     time.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

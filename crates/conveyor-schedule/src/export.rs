@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::definition::{JobTemplate, MissedTicks, Schedule, Timing, format_tick};
 
 /// The file format's version.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 /// A schedule that EventBridge Scheduler cannot express.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,7 +37,7 @@ pub struct ExportError {
 /// The definition as written in code, so `conveyor schedules list` and `trigger` can rebuild it
 /// ([`load`]); Terraform ignores it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Definition {
+pub(crate) struct Definition {
     /// The cron expression, for cron schedules.
     pub cron: Option<String>,
     /// The interval in seconds, for interval schedules.
@@ -56,7 +56,7 @@ pub struct Definition {
 
 /// One schedule in the file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Exported {
+pub(crate) struct Exported {
     /// The schedule's name.
     pub name: String,
     /// EventBridge's `cron(...)` or `rate(...)`.
@@ -77,7 +77,7 @@ pub struct Exported {
 
 /// The file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExportFile {
+pub(crate) struct ExportFile {
     /// [`FORMAT`].
     pub format: u32,
     /// The schedules.

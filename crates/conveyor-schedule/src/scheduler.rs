@@ -24,14 +24,14 @@ use crate::definition::{MAX_CATCH_UP, MissedTicks, Schedule, format_tick, tick_k
 use crate::store::{Finished, ScheduleState, TickClaim, TickStore};
 
 /// How long a won tick is held before another worker may take it over (the send must fit in it).
-pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(30);
 /// How long to wait before retrying after the store or SQS failed.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
 /// The longest sleep between two looks at the schedules.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// Ticks this worker sent, or failed to send (labels `schedule`, `outcome`: `sent`, `send_failed`,
 /// `max_runs_reached`); exported by the worker's Prometheus endpoint.
-pub const TICKS: &str = "conveyor_schedule_ticks_total";
+pub(crate) const TICKS: &str = "conveyor_schedule_ticks_total";
 
 fn count_tick(schedule: &str, outcome: &'static str) {
     metrics::counter!(TICKS, "schedule" => schedule.to_owned(), "outcome" => outcome).increment(1);
@@ -131,7 +131,7 @@ struct Pending {
 }
 
 /// Checks names are unique and every schedule has a job.
-pub fn check_schedules(schedules: &[Schedule]) -> Result<(), SchedulerError> {
+pub(crate) fn check_schedules(schedules: &[Schedule]) -> Result<(), SchedulerError> {
     let mut seen = std::collections::HashSet::new();
     for schedule in schedules {
         if !seen.insert(schedule.name.as_str()) {

@@ -39,7 +39,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 /// How long a tick's record is kept past the tick (the table's TTL attribute).
-pub const TICK_RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const TICK_RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 const CLAIMED: &str = "CLAIMED";
 const SENT: &str = "SENT";
@@ -115,7 +115,7 @@ fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
 }
 
 /// The state item's id.
-pub fn state_id(name: &str) -> String {
+pub(crate) fn state_id(name: &str) -> String {
     format!("conveyor:schedule#{name}")
 }
 

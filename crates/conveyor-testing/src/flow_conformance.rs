@@ -71,7 +71,7 @@ fn new_flow(case: &str, children: usize, policy: ChildFailurePolicy) -> NewFlow 
 }
 
 /// Create, create again with other children (a re-send), read: the first write stands.
-pub async fn a_flow_is_created_once_and_read_back(store: &dyn FlowStore) -> CaseResult {
+pub(crate) async fn a_flow_is_created_once_and_read_back(store: &dyn FlowStore) -> CaseResult {
     let case = CASES[0];
     let flow = new_flow(case, 3, ChildFailurePolicy::Ignore);
     store.create_flow(&flow).await.or_fail(case, "create_flow")?;
@@ -110,7 +110,7 @@ pub async fn a_flow_is_created_once_and_read_back(store: &dyn FlowStore) -> Case
 }
 
 /// The same child's success counted twice counts once; the second answer says so.
-pub async fn a_child_counts_once(store: &dyn FlowStore) -> CaseResult {
+pub(crate) async fn a_child_counts_once(store: &dyn FlowStore) -> CaseResult {
     let case = CASES[1];
     let flow = new_flow(case, 2, ChildFailurePolicy::FailParent);
     store.create_flow(&flow).await.or_fail(case, "create_flow")?;
@@ -148,7 +148,7 @@ pub async fn a_child_counts_once(store: &dyn FlowStore) -> CaseResult {
 }
 
 /// 20 children counted concurrently, each twice: exactly one first-time count leaves none pending.
-pub async fn exactly_one_count_finishes_the_flow(store: Arc<dyn FlowStore>) -> CaseResult {
+pub(crate) async fn exactly_one_count_finishes_the_flow(store: Arc<dyn FlowStore>) -> CaseResult {
     let case = CASES[2];
     let flow = new_flow(case, 20, ChildFailurePolicy::FailParent);
     store.create_flow(&flow).await.or_fail(case, "create_flow")?;
@@ -184,7 +184,7 @@ pub async fn exactly_one_count_finishes_the_flow(store: Arc<dyn FlowStore>) -> C
 }
 
 /// A dead-lettered child's reason is kept; its later success does not count; the policy decides.
-pub async fn a_failed_child_is_recorded_with_its_reason(store: &dyn FlowStore) -> CaseResult {
+pub(crate) async fn a_failed_child_is_recorded_with_its_reason(store: &dyn FlowStore) -> CaseResult {
     let case = CASES[3];
     let flow = new_flow(case, 2, ChildFailurePolicy::FailParent);
     store.create_flow(&flow).await.or_fail(case, "create_flow")?;
@@ -218,7 +218,7 @@ pub async fn a_failed_child_is_recorded_with_its_reason(store: &dyn FlowStore) -
 }
 
 /// The first time the parent is marked sent stays.
-pub async fn the_parent_is_marked_sent_once(store: &dyn FlowStore) -> CaseResult {
+pub(crate) async fn the_parent_is_marked_sent_once(store: &dyn FlowStore) -> CaseResult {
     let case = CASES[4];
     let flow = new_flow(case, 1, ChildFailurePolicy::FailParent);
     store.create_flow(&flow).await.or_fail(case, "create_flow")?;
@@ -238,7 +238,7 @@ pub async fn the_parent_is_marked_sent_once(store: &dyn FlowStore) -> CaseResult
 }
 
 /// Counting a child of a flow that has no record is an error, never a silent success.
-pub async fn an_unknown_flow_is_an_error(store: &dyn FlowStore) -> CaseResult {
+pub(crate) async fn an_unknown_flow_is_an_error(store: &dyn FlowStore) -> CaseResult {
     let case = CASES[5];
     let unknown = format!("{case}/{}", uuid::Uuid::new_v4().simple());
     let result = store

@@ -259,7 +259,7 @@ pub fn sqs_client_at(endpoint: &str) -> aws_sdk_sqs::Client {
 
 /// An S3 client for the emulator at `endpoint` (no I/O; path-style addresses, as LocalStack on
 /// `127.0.0.1` needs), e.g. an [`OwnLocalStack`] started with S3.
-pub fn s3_client_at(endpoint: &str) -> aws_sdk_s3::Client {
+pub(crate) fn s3_client_at(endpoint: &str) -> aws_sdk_s3::Client {
     use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
     let config = aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())

@@ -51,7 +51,7 @@ use tokio::time::Instant;
 /// How many deleted messages' last receipts are remembered, so a repeated delete succeeds as on SQS.
 pub const TOMBSTONES: usize = 65_536;
 /// SQS's FIFO deduplication window.
-pub const DEDUPLICATION_WINDOW: Duration = Duration::from_secs(5 * 60);
+pub(crate) const DEDUPLICATION_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// The default visibility timeout, as on a new SQS queue.
 pub const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -82,14 +82,17 @@ async fn round_trip(
 }
 
 /// Bytes that are not all ASCII (a body is UTF-8 text, often with multi-byte characters).
-pub async fn put_then_get_returns_the_same_bytes(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
+pub(crate) async fn put_then_get_returns_the_same_bytes(
+    store: &dyn PayloadStore,
+    bucket: &str,
+) -> CaseResult {
     const CASE: &str = "put_then_get_returns_the_same_bytes";
     let body = "{\"name\":\"Zoë\",\"emoji\":\"📦\"}".as_bytes().to_vec();
     round_trip(CASE, store, bucket, &key(), body).await
 }
 
 /// The size the issue names.
-pub async fn a_five_mib_payload_round_trips(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
+pub(crate) async fn a_five_mib_payload_round_trips(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
     const CASE: &str = "a_five_mib_payload_round_trips";
     let key = key();
     let body: Vec<u8> = (0..5 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
@@ -101,7 +104,7 @@ pub async fn a_five_mib_payload_round_trips(store: &dyn PayloadStore, bucket: &s
 }
 
 /// `NotFound` carries the bucket and key, so the failure reason can name them.
-pub async fn a_missing_key_is_not_found_naming_bucket_and_key(
+pub(crate) async fn a_missing_key_is_not_found_naming_bucket_and_key(
     store: &dyn PayloadStore,
     bucket: &str,
 ) -> CaseResult {
@@ -120,7 +123,7 @@ pub async fn a_missing_key_is_not_found_naming_bucket_and_key(
 }
 
 /// A deleted object is gone; deleting it again succeeds (as S3's `DeleteObject`).
-pub async fn delete_removes_and_a_second_delete_succeeds(
+pub(crate) async fn delete_removes_and_a_second_delete_succeeds(
     store: &dyn PayloadStore,
     bucket: &str,
 ) -> CaseResult {
@@ -150,7 +153,7 @@ pub async fn delete_removes_and_a_second_delete_succeeds(
 }
 
 /// A second put to the same key replaces the object.
-pub async fn put_replaces(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
+pub(crate) async fn put_replaces(store: &dyn PayloadStore, bucket: &str) -> CaseResult {
     const CASE: &str = "put_replaces";
     let key = key();
     for body in [b"first".to_vec(), b"second".to_vec()] {
@@ -166,7 +169,10 @@ pub async fn put_replaces(store: &dyn PayloadStore, bucket: &str) -> CaseResult 
 }
 
 /// A bucket that does not exist is a configuration error (never `NotFound`, which dead-letters a job).
-pub async fn a_missing_bucket_is_misconfigured(store: &dyn PayloadStore, missing_bucket: &str) -> CaseResult {
+pub(crate) async fn a_missing_bucket_is_misconfigured(
+    store: &dyn PayloadStore,
+    missing_bucket: &str,
+) -> CaseResult {
     const CASE: &str = "a_missing_bucket_is_misconfigured";
     match store.get(missing_bucket, &key()).await {
         Err(PayloadError::Misconfigured { message }) if message.contains(missing_bucket) => Ok(()),

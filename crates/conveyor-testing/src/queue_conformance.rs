@@ -387,7 +387,9 @@ pub async fn received_message_is_invisible_then_redelivered(factory: &dyn QueueF
 
 /// A receive's own `VisibilityTimeout` applies, not the queue's: the worker sends the one its heartbeat
 /// computes deadlines from, so the two cannot disagree.
-pub async fn receive_applies_the_visibility_timeout_it_sends(factory: &dyn QueueFactory) -> CaseResult {
+pub(crate) async fn receive_applies_the_visibility_timeout_it_sends(
+    factory: &dyn QueueFactory,
+) -> CaseResult {
     let case = "receive_applies_the_visibility_timeout_it_sends";
     let sent = Duration::from_secs(2);
     let under = create(case, factory, spec(case, 60)).await?;

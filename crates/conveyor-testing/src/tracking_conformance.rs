@@ -100,7 +100,7 @@ fn has_history(job: &JobRecord, status: JobStatus) -> bool {
 }
 
 /// Claim → running, attempt 1; complete → succeeded with the output, both times in the history.
-pub async fn a_tracked_run_records_its_status_attempts_and_output(
+pub(crate) async fn a_tracked_run_records_its_status_attempts_and_output(
     store: &dyn IdempotencyStore,
 ) -> CaseResult {
     let case = CASES[0];
@@ -168,7 +168,7 @@ pub async fn a_tracked_run_records_its_status_attempts_and_output(
 
 /// Claim, release as retrying with an error, claim again, complete: two attempts, succeeded, and the
 /// retry's error still said.
-pub async fn a_retry_then_a_success_tells_the_truth(store: &dyn IdempotencyStore) -> CaseResult {
+pub(crate) async fn a_retry_then_a_success_tells_the_truth(store: &dyn IdempotencyStore) -> CaseResult {
     let case = CASES[1];
     let key = key(case);
     let first = acquire(case, store, &request(&key, Duration::from_secs(60)), "report").await?;
@@ -230,7 +230,7 @@ pub async fn a_retry_then_a_success_tells_the_truth(store: &dyn IdempotencyStore
 }
 
 /// Release as dead-lettered: the status and the error stay.
-pub async fn a_dead_lettered_job_keeps_its_error(store: &dyn IdempotencyStore) -> CaseResult {
+pub(crate) async fn a_dead_lettered_job_keeps_its_error(store: &dyn IdempotencyStore) -> CaseResult {
     let case = CASES[2];
     let key = key(case);
     let claim = acquire(case, store, &request(&key, Duration::from_secs(60)), "report").await?;
@@ -246,7 +246,7 @@ pub async fn a_dead_lettered_job_keeps_its_error(store: &dyn IdempotencyStore) -
 
 /// Progress from the holder lands; from a stale holder (after a takeover) and after the end it is
 /// refused as fenced; the last report written with complete lands.
-pub async fn progress_is_fenced_and_lands_with_the_end(store: &dyn IdempotencyStore) -> CaseResult {
+pub(crate) async fn progress_is_fenced_and_lands_with_the_end(store: &dyn IdempotencyStore) -> CaseResult {
     let case = CASES[3];
     let key = key(case);
     let report = |percent: u8, message: &str| Progress {
@@ -307,7 +307,7 @@ pub async fn progress_is_fenced_and_lands_with_the_end(store: &dyn IdempotencySt
 }
 
 /// A producer's sent marker is readable, does not block the claim, and never overwrites a run.
-pub async fn a_sent_marker_never_blocks_the_claim(store: &dyn IdempotencyStore) -> CaseResult {
+pub(crate) async fn a_sent_marker_never_blocks_the_claim(store: &dyn IdempotencyStore) -> CaseResult {
     let case = CASES[4];
     let key = key(case);
     store
@@ -342,7 +342,7 @@ pub async fn a_sent_marker_never_blocks_the_claim(store: &dyn IdempotencyStore) 
 }
 
 /// An untracked claim and complete leave no job record.
-pub async fn an_untracked_claim_keeps_no_job_record(store: &dyn IdempotencyStore) -> CaseResult {
+pub(crate) async fn an_untracked_claim_keeps_no_job_record(store: &dyn IdempotencyStore) -> CaseResult {
     let case = CASES[5];
     let key = key(case);
     let ClaimOutcome::Acquired(claim) = store
@@ -362,7 +362,7 @@ pub async fn an_untracked_claim_keeps_no_job_record(store: &dyn IdempotencyStore
 }
 
 /// `jobs` lists one type's jobs by status, newest change first.
-pub async fn jobs_are_listed_by_type_and_status(store: &dyn IdempotencyStore) -> CaseResult {
+pub(crate) async fn jobs_are_listed_by_type_and_status(store: &dyn IdempotencyStore) -> CaseResult {
     let case = CASES[6];
     let job_type = format!("listing{}", uuid::Uuid::new_v4().simple());
     let mut keys = Vec::new();

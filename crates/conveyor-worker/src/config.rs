@@ -11,7 +11,7 @@ use crate::error::WorkerError;
 /// `CONVEYOR_QUEUE_URL`: one queue URL, or comma-separated URLs each with an optional `=weight`.
 pub const ENV_QUEUE_URL: &str = "CONVEYOR_QUEUE_URL";
 /// `CONVEYOR_MAX_IN_FLIGHT`: messages in flight at once, across all queues.
-pub const ENV_MAX_IN_FLIGHT: &str = "CONVEYOR_MAX_IN_FLIGHT";
+pub(crate) const ENV_MAX_IN_FLIGHT: &str = "CONVEYOR_MAX_IN_FLIGHT";
 /// `CONVEYOR_VISIBILITY_TIMEOUT_SECS`: the queues' visibility timeout in seconds.
 pub const ENV_VISIBILITY_TIMEOUT_SECS: &str = "CONVEYOR_VISIBILITY_TIMEOUT_SECS";
 /// `CONVEYOR_DRAIN_DEADLINE_SECS`: how long in-flight jobs may finish after SIGTERM, in seconds.
@@ -19,12 +19,12 @@ pub const ENV_DRAIN_DEADLINE_SECS: &str = "CONVEYOR_DRAIN_DEADLINE_SECS";
 /// `CONVEYOR_LISTEN_ADDR`: the operations endpoint's address, or `off`.
 pub const ENV_LISTEN_ADDR: &str = "CONVEYOR_LISTEN_ADDR";
 /// `CONVEYOR_MAX_PROCESSING_SECS`: the longest a message is kept in flight by heartbeats, in seconds.
-pub const ENV_MAX_PROCESSING_SECS: &str = "CONVEYOR_MAX_PROCESSING_SECS";
+pub(crate) const ENV_MAX_PROCESSING_SECS: &str = "CONVEYOR_MAX_PROCESSING_SECS";
 /// `CONVEYOR_STOP_TIMEOUT_SECS`: the platform's stop timeout (SIGTERM to SIGKILL), in seconds; shutdown
 /// fits inside it, and the drain deadline defaults to what fits.
 pub const ENV_STOP_TIMEOUT_SECS: &str = "CONVEYOR_STOP_TIMEOUT_SECS";
 /// `CONVEYOR_CONFIG`: the config file (the binaries' `--config`).
-pub const ENV_CONFIG: &str = "CONVEYOR_CONFIG";
+pub(crate) const ENV_CONFIG: &str = "CONVEYOR_CONFIG";
 
 /// Every `CONVEYOR_*` environment variable the worker reads: the one list to extend when the worker
 /// starts reading another. At start-up, any other `CONVEYOR_*` name in the environment is reported
@@ -132,7 +132,7 @@ pub fn load_config_with(
 
 /// The `CONVEYOR_*` names in `names` that are neither the worker's, Conveyor's other variables nor
 /// `app_variables`, each with the closest known name when it is close enough to be the intended one.
-pub fn unknown_variables<'a>(
+pub(crate) fn unknown_variables<'a>(
     names: impl IntoIterator<Item = &'a str>,
     app_variables: &[&str],
 ) -> Vec<UnknownVariable> {

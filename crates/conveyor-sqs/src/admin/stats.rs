@@ -169,7 +169,7 @@ async fn with_age(client: &Client, queue: QueueInfo, peek_age: bool) -> Result<Q
 }
 
 /// The age of the oldest of `sent` at `now`.
-pub fn oldest_age(sent: &[SystemTime], now: SystemTime) -> OldestAge {
+pub(crate) fn oldest_age(sent: &[SystemTime], now: SystemTime) -> OldestAge {
     let Some(oldest) = sent.iter().min() else {
         return OldestAge::Empty;
     };
