@@ -33,7 +33,7 @@ use conveyor_core::Failure;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_examples::RETRY_BUDGET_ENV;
 use conveyor_examples::webhook_receiver::WebhookReceiver;
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec, TestQueue};
 use tokio::process::Child;
 
@@ -259,7 +259,7 @@ fn draw_kind(rng: &mut fastrand::Rng, index: u32) -> Kind {
     }
 }
 
-fn job(kind: Kind, id: u32, receiver: &WebhookReceiver) -> Job<serde_json::Value> {
+fn job(kind: Kind, id: u32, receiver: &WebhookReceiver) -> NewJob<serde_json::Value> {
     let webhook = |path: &str| {
         serde_json::json!({
             "delivery_id": format!("wh-{id}"),
@@ -269,25 +269,25 @@ fn job(kind: Kind, id: u32, receiver: &WebhookReceiver) -> Job<serde_json::Value
         })
     };
     match kind {
-        Kind::Email => Job::new(
+        Kind::Email => NewJob::new(
             "welcome_email",
             serde_json::json!({ "user_id": id, "email": format!("user{id}@example.com"), "name": format!("user {id}") }),
         )
         .key(format!("welcome_email:user:{id}")),
-        Kind::NoEmailAddress => Job::new(
+        Kind::NoEmailAddress => NewJob::new(
             "welcome_email",
             serde_json::json!({ "user_id": id, "email": "nobody", "name": "no address" }),
         )
         .key(format!("welcome_email:user:{id}")),
-        Kind::MalformedBody => Job::new("welcome_email", serde_json::json!({ "user_id": format!("poison-{id}") })),
+        Kind::MalformedBody => NewJob::new("welcome_email", serde_json::json!({ "user_id": format!("poison-{id}") })),
         Kind::Webhook { flaky } => {
-            Job::new("webhook", webhook(if flaky { "/flaky" } else { "/ok" })).key(format!("webhook:wh-{id}"))
+            NewJob::new("webhook", webhook(if flaky { "/flaky" } else { "/ok" })).key(format!("webhook:wh-{id}"))
         }
-        Kind::GoneWebhook => Job::new("webhook", webhook("/gone")).key(format!("webhook:wh-{id}")),
+        Kind::GoneWebhook => NewJob::new("webhook", webhook("/gone")).key(format!("webhook:wh-{id}")),
         Kind::Report { long } => {
             // Long: 3 sections of 4 s, past the 10 s visibility timeout (the heartbeat must hold it).
             let (sections, section_millis) = if long { (3, 4_000) } else { (1, 20) };
-            Job::new(
+            NewJob::new(
                 "report",
                 serde_json::json!({ "report_id": format!("r-{id}"), "sections": sections, "section_millis": section_millis }),
             )

@@ -22,7 +22,7 @@ use conveyor_examples::jobs::webhook::WebhookDelivery;
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_examples::outbox::Outbox;
 use conveyor_examples::webhook_receiver::WebhookReceiver;
-use conveyor_sqs::{FlowProducer, Job, Producer, SqsQueue};
+use conveyor_sqs::{FlowProducer, NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 
 const SECRET: &str = "demo-signing-secret";
@@ -307,11 +307,11 @@ fn webhook(receiver: &WebhookReceiver, id: &str, path: &str) -> WebhookDelivery 
 
 async fn send_email(producer: &Producer, job: WelcomeEmail) -> anyhow::Result<String> {
     let key = job.idempotency_key();
-    Ok(producer.send(&Job::new("welcome_email", job).key(key)).await?)
+    Ok(producer.send(&NewJob::new("welcome_email", job).key(key)).await?)
 }
 
 async fn send_webhook(producer: &Producer, job: WebhookDelivery) -> anyhow::Result<String> {
-    Ok(producer.send(&Job::new("webhook", job)).await?)
+    Ok(producer.send(&NewJob::new("webhook", job)).await?)
 }
 
 async fn send_worker_jobs(producer: &Producer, receiver: &WebhookReceiver) -> anyhow::Result<Vec<Sent>> {
@@ -351,7 +351,7 @@ async fn send_worker_jobs(producer: &Producer, receiver: &WebhookReceiver) -> an
         runtime: "worker",
         expect: Expect::DeadLettered("wh-gone"),
     });
-    let poison = Job::new("welcome_email", serde_json::json!({ "user_id": "not-a-number" }));
+    let poison = NewJob::new("welcome_email", serde_json::json!({ "user_id": "not-a-number" }));
     producer.send(&poison).await?;
     sent.push(Sent {
         label: "welcome_email, malformed body".into(),
@@ -363,7 +363,7 @@ async fn send_worker_jobs(producer: &Producer, receiver: &WebhookReceiver) -> an
         sections: 4,
         section_millis: 3_500,
     };
-    producer.send(&Job::new("report", report)).await?;
+    producer.send(&NewJob::new("report", report)).await?;
     sent.push(Sent {
         label: format!("report r-1 (14 s, visibility {VISIBILITY_SECS} s)"),
         runtime: "worker",

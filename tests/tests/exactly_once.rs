@@ -8,18 +8,18 @@ use std::time::Duration;
 use conveyor_demo::{queue_is_empty, terminate};
 use conveyor_e2e::{app_env, binaries, emails_per_user, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::wait_until;
 
-fn welcome(user_id: u64) -> Job<WelcomeEmail> {
+fn welcome(user_id: u64) -> NewJob<WelcomeEmail> {
     let job = WelcomeEmail {
         user_id,
         email: format!("user{user_id}@example.com"),
         name: format!("user {user_id}"),
     };
     let key = job.idempotency_key();
-    Job::new("welcome_email", job).key(key)
+    NewJob::new("welcome_email", job).key(key)
 }
 
 fn queue_spec(prefix: &str) -> QueueSpec {
@@ -41,7 +41,7 @@ async fn two_workers_and_a_thousand_jobs_each_sent_twice_have_each_effect_once()
     let env = app_env(&table, &outbox);
 
     let producer = Producer::new(sqs.clone(), &queue.url);
-    let jobs: Vec<Job<WelcomeEmail>> = (1..=1000).map(welcome).collect();
+    let jobs: Vec<NewJob<WelcomeEmail>> = (1..=1000).map(welcome).collect();
     for round in 0..2 {
         let report = producer.send_batch(&jobs).await;
         assert!(report.all_sent(), "round {round}: {} of 1000 sent", report.sent());

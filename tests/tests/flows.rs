@@ -12,7 +12,7 @@ use conveyor_e2e::{app_env, binaries, outbox_path};
 use conveyor_examples::jobs::chunked_report::{ReportChunk, RunReportChunk, chunked_report_flow};
 use conveyor_examples::jobs::report::GenerateReport;
 use conveyor_examples::outbox::Outbox;
-use conveyor_sqs::{Flow, FlowProducer, Job, Producer, SqsQueue};
+use conveyor_sqs::{Flow, FlowProducer, NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::{wait_for, wait_until};
 
@@ -150,7 +150,7 @@ fn poisoned_flow(report_id: &str, queue_url: &str, policy: ChildFailurePolicy) -
     };
     let mut flow = Flow::new(
         format!("report:{report_id}"),
-        Job::new("chunked_report", parent),
+        NewJob::new("chunked_report", parent),
         queue_url,
     )
     .on_child_failure(policy);
@@ -162,7 +162,7 @@ fn poisoned_flow(report_id: &str, queue_url: &str, policy: ChildFailurePolicy) -
             query_millis: 50,
         };
         flow = flow.child(
-            Job::new(<RunReportChunk as conveyor_core::Handler>::JOB_TYPE, job),
+            NewJob::new(<RunReportChunk as conveyor_core::Handler>::JOB_TYPE, job),
             queue_url,
         );
     }
@@ -295,7 +295,7 @@ async fn a_long_jobs_progress_is_visible_from_another_process_while_it_runs() ->
         section_millis: 1_500,
     };
     Producer::new(sqs.clone(), &queue.url)
-        .send_tracked(&Job::new("report", report).key("report:long"), &store)
+        .send_tracked(&NewJob::new("report", report).key("report:long"), &store)
         .await?;
     let key = conveyor_core::idempotency::idempotency_key("report", Some("report:long"), "");
     let sent = store.job(&key).await?.expect("the producer recorded it as sent");

@@ -20,7 +20,7 @@ use conveyor_core::payload::{PayloadPointer, SIZE_ATTRIBUTE};
 use conveyor_core::{PayloadError, PayloadStore};
 use conveyor_examples::jobs::import_contacts::ContactImport;
 use conveyor_s3::S3PayloadStore;
-use conveyor_sqs::{Job, Producer};
+use conveyor_sqs::{NewJob, Producer};
 use conveyor_testing::localstack::{
     self, OwnLocalStack, QueueSpec, Services, TestQueue, repo_root, unique_name,
 };
@@ -267,8 +267,8 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
     let producer = setup.producer();
     let (good, rows) = contacts("list-good", 5 * 1024 * 1024, "email,name");
     let (bad, _) = contacts("list-bad", 5 * 1024 * 1024, "address,name");
-    producer.send(&Job::new("import_contacts", good.clone())).await?;
-    producer.send(&Job::new("import_contacts", bad)).await?;
+    producer.send(&NewJob::new("import_contacts", good.clone())).await?;
+    producer.send(&NewJob::new("import_contacts", bad)).await?;
     // A pointer to an object nobody wrote (or the lifecycle rule expired).
     let missing = PayloadPointer::new(&setup.bucket, "never-written");
     setup
@@ -456,8 +456,8 @@ async fn a_lambda_function_runs_a_large_job_and_deletes_its_object() -> anyhow::
     let report = setup
         .producer()
         .send_batch(&[
-            Job::new("import_contacts", job.clone()),
-            Job::new("import_contacts", small),
+            NewJob::new("import_contacts", job.clone()),
+            NewJob::new("import_contacts", small),
         ])
         .await;
     assert!(report.all_sent(), "{report:?}");
@@ -512,7 +512,7 @@ async fn the_python_extended_client_reads_a_conveyor_producers_large_job() -> an
     let setup = setup("large-python").await;
     let (job, _) = contacts("list-to-python", 3 * 1024 * 1024, "email");
     let body = serde_json::to_string(&job)?;
-    setup.producer().send(&Job::new("import_contacts", job)).await?;
+    setup.producer().send(&NewJob::new("import_contacts", job)).await?;
     assert_eq!(list_keys(&setup).await.len(), 1);
 
     let received = python(&setup, &["receive", &setup.queue.url, &setup.bucket]).await;

@@ -10,7 +10,7 @@ use conveyor_demo::{queue_is_empty, terminate};
 use conveyor_e2e::{app_env, binaries, emails_per_user, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_outbox::{Outbox, OutboxTable, create_outbox_table};
-use conveyor_sqs::{Job, SqsQueue};
+use conveyor_sqs::{NewJob, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::wait_until;
 use tokio::process::Command;
@@ -28,9 +28,9 @@ fn user_put(table: &str, user_id: u64) -> anyhow::Result<TransactWriteItem> {
     Ok(TransactWriteItem::builder().put(put).build())
 }
 
-fn welcome(user_id: u64) -> Job<WelcomeEmail> {
+fn welcome(user_id: u64) -> NewJob<WelcomeEmail> {
     // No key of its own: the consumer settles it under the outbox's `outbox:<item id>`.
-    Job::new(
+    NewJob::new(
         "welcome_email",
         WelcomeEmail {
             user_id,

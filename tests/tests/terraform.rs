@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use conveyor_core::Queue;
 use conveyor_e2e::terraform::{InfraCopy, TERRAFORM_SERVICES, Terraform, run_parallel, write_file};
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack;
 use conveyor_worker::config::{QueueConfig, WorkerConfig};
 
@@ -928,7 +928,7 @@ async fn applied_queue_sends_a_permanent_failure_to_the_applied_dlq() -> Result<
     env.retain(|(key, _)| key != "AWS_ENDPOINT_URL_SQS");
     env.push(("AWS_ENDPOINT_URL_SQS".to_owned(), emulator.endpoint()));
     let mut worker = conveyor_e2e::binaries().spawn_worker(&queue_url, None, &env, None)?;
-    let poison = Job::new(
+    let poison = NewJob::new(
         "welcome_email",
         serde_json::json!({ "user_id": 7, "name": "Ada", "email": "no-at-sign" }),
     );

@@ -13,7 +13,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_demo::{queue_is_empty, terminate};
 use conveyor_e2e::{SECRET, binaries, outbox_path};
 use conveyor_examples::jobs::report::GenerateReport;
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack;
 use conveyor_testing::wait_until;
 use serde_json::Value;
@@ -141,7 +141,7 @@ async fn a_45_second_job_on_a_default_queue_runs_once_on_two_default_workers() -
         section_millis: 1000,
     };
     Producer::new(sqs.clone(), &url)
-        .send(&Job::new("report", job))
+        .send(&NewJob::new("report", job))
         .await?;
 
     let built = |outbox: &Path| -> anyhow::Result<usize> {
@@ -229,7 +229,7 @@ async fn a_queue_with_a_5_second_visibility_timeout_is_refused_at_start_up() -> 
         section_millis: 10,
     };
     Producer::new(sqs.clone(), &url)
-        .send(&Job::new("report", job))
+        .send(&NewJob::new("report", job))
         .await?;
     let outbox = outbox_path("e2e-short");
     let log = log_path("e2e-short");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Form;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use conveyor_sqs::{Job, Producer};
+use conveyor_sqs::{NewJob, Producer};
 use serde_json::Value;
 
 use crate::auth::refuse_without_csrf;
@@ -55,7 +55,7 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
     let payload_text = fields.get("payload").ok_or("write the job's JSON body")?;
     let payload: Value = serde_json::from_str(payload_text)
         .map_err(|error| format!("the body is not valid JSON ({error}); nothing was sent"))?;
-    let mut job = Job::new(job_type, payload);
+    let mut job = NewJob::new(job_type, payload);
     if let Some(key) = fields.get("key") {
         job = job.key(key);
     }

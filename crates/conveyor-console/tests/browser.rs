@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use conveyor_console::{Console, ConsoleConfig};
 use conveyor_core::{Context, Handler, HandlerError, Pipeline, Router};
 use conveyor_sqs::admin::QueueRef;
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::browser::{Chromedriver, chromium_capabilities, screenshot_dir};
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::wait::wait_for;
@@ -147,7 +147,7 @@ async fn scenario(
         } else {
             json!({"id": id})
         };
-        producer.send(&Job::new("webhook", payload)).await?;
+        producer.send(&NewJob::new("webhook", payload)).await?;
     }
     wait_text(browser, &format!("{row} td.visible"), "4", false).await?;
     screenshot(browser, "queues.png").await?;

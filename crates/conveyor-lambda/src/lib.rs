@@ -20,6 +20,6 @@ pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name}
 pub use record::{RecordError, to_message, to_record};
 pub use runtime::{
     BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, FIFO_FAILURE_ENV, REJECT_MODE_ENV,
-    config_from_env, init_tracing, instant_at, run,
+    config_from_env, init_tracing, instant_at, run, run_with_config,
 };
 pub use settings::{FifoFailure, LambdaConfig};

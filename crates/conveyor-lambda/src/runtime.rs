@@ -26,16 +26,23 @@ pub const DEADLINE_MARGIN_ENV: &str = "CONVEYOR_DEADLINE_MARGIN_MS";
 /// Environment variable: `send_to_dlq` (default) or `leave_to_redrive`.
 pub const REJECT_MODE_ENV: &str = "CONVEYOR_REJECT_MODE";
 
-/// Runs the function: receives SQS batches from the Lambda Runtime API until the environment is shut
-/// down. Clients are built once here (the cold start); queues are resolved on first use.
+/// Runs the function with the configuration its environment gives ([`config_from_env`]): receives SQS
+/// batches from the Lambda Runtime API until the environment is shut down. The same shape as
+/// `conveyor_worker::run(pipeline)`, so one `main` line tells the two runtimes apart.
 ///
 /// ```no_run
 /// # async fn example(router: conveyor_core::Router) -> Result<(), conveyor_lambda::LambdaError> {
 /// let pipeline = conveyor_core::Pipeline::new(router);
-/// conveyor_lambda::run(pipeline, conveyor_lambda::config_from_env()?).await
+/// conveyor_lambda::run(pipeline).await
 /// # }
 /// ```
-pub async fn run(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
+pub async fn run(pipeline: Pipeline) -> Result<(), LambdaError> {
+    run_with_config(pipeline, config_from_env()?).await
+}
+
+/// [`run`] with `config` instead of the environment's. Clients are built once here (the cold start);
+/// queues are resolved on first use.
+pub async fn run_with_config(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
     config.validate()?;
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_lambda::outbox::relay_stream_event;
 use conveyor_outbox::{Outbox, OutboxItem, OutboxTable, Relay, create_outbox_table};
-use conveyor_sqs::Job;
+use conveyor_sqs::NewJob;
 use conveyor_testing::localstack::{self, QueueSpec};
 use serde_json::{Value, json};
 
@@ -79,10 +79,10 @@ async fn the_first_record_not_relayed_and_all_after_it_are_reported_and_the_rest
     let good = Outbox::new(table.clone(), &queue.url);
     let bad = Outbox::new(table.clone(), &missing);
 
-    let a1 = write(&dynamodb, good.put(Job::new("t", "a1"), "A")?).await?;
-    let b1 = write(&dynamodb, bad.put(Job::new("t", "b1"), "B")?).await?;
-    let a2 = write(&dynamodb, good.put(Job::new("t", "a2"), "A")?).await?;
-    let b2 = write(&dynamodb, good.put(Job::new("t", "b2"), "B")?).await?;
+    let a1 = write(&dynamodb, good.put(NewJob::new("t", "a1"), "A")?).await?;
+    let b1 = write(&dynamodb, bad.put(NewJob::new("t", "b1"), "B")?).await?;
+    let a2 = write(&dynamodb, good.put(NewJob::new("t", "a2"), "A")?).await?;
+    let b2 = write(&dynamodb, good.put(NewJob::new("t", "b2"), "B")?).await?;
     let business = HashMap::from([
         ("pk".to_owned(), AttributeValue::S("order#1".to_owned())),
         ("sk".to_owned(), AttributeValue::S("order".to_owned())),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use conveyor_outbox::backlog::write_backlog;
 use conveyor_outbox::{Outbox, OutboxTable, Relay, StreamRelay, StreamRelayOptions, create_outbox_table};
-use conveyor_sqs::Job;
+use conveyor_sqs::NewJob;
 use conveyor_testing::localstack::{self, QueueSpec};
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
     let items = (0..count)
         .map(|n| {
             outbox.put(
-                Job::new("invoice", serde_json::json!({"order": n})),
+                NewJob::new("invoice", serde_json::json!({"order": n})),
                 &format!("order#{}", n % 1000),
             )
         })

@@ -240,7 +240,7 @@ image_from!(
 
 #[cfg(test)]
 mod tests {
-    use conveyor_sqs::Job;
+    use conveyor_sqs::NewJob;
 
     use super::*;
     use crate::{Outbox, OutboxTable};
@@ -249,7 +249,7 @@ mod tests {
     fn an_item_reads_back_as_the_message_it_was_built_from() -> anyhow::Result<()> {
         let table = OutboxTable::new("t");
         let outbox = Outbox::new(table.clone(), "http://localhost/000/jobs");
-        let job = Job::new("invoice", serde_json::json!({"order": 1}))
+        let job = NewJob::new("invoice", serde_json::json!({"order": 1}))
             .attribute("tenant", MessageAttribute::string("acme"))
             .delay(Duration::from_secs(30));
         let item = outbox.put_with_id(job.clone(), "order:1", "id-1")?;

@@ -1,6 +1,6 @@
 //! [`Outbox`]: a job turned into the `TransactWriteItem` an application adds to its own transaction.
 //!
-//! The job goes through the producer's own encoding and checks ([`Job::to_message`]): size, attribute
+//! The job goes through the producer's own encoding and checks ([`NewJob::to_message`]): size, attribute
 //! count and names, schema version, delay, FIFO group. A job that would be refused at send time is refused
 //! here, before the transaction, so a committed outbox item is always sendable.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use conveyor_core::OutgoingMessage;
 use conveyor_core::limits::MAX_ITEM_BYTES;
-use conveyor_sqs::{Job, ProduceError};
+use conveyor_sqs::{NewJob, ProduceError};
 use serde::Serialize;
 
 use crate::table::{self, OutboxTable};
@@ -67,7 +67,7 @@ pub enum OutboxError {
 ///
 /// ```
 /// use conveyor_outbox::{Outbox, OutboxTable};
-/// use conveyor_sqs::Job;
+/// use conveyor_sqs::NewJob;
 ///
 /// #[derive(serde::Serialize)]
 /// struct Invoice { order_id: u64 }
@@ -76,7 +76,7 @@ pub enum OutboxError {
 ///     OutboxTable::new("orders"),
 ///     "https://sqs.us-east-1.amazonaws.com/123456789012/invoices",
 /// );
-/// let item = outbox.put(Job::new("invoice", Invoice { order_id: 42 }), "order:42")?;
+/// let item = outbox.put(NewJob::new("invoice", Invoice { order_id: 42 }), "order:42")?;
 /// // client.transact_write_items().transact_items(order_put).transact_items(item.into()).send().await?;
 /// assert!(item.idempotency_key().starts_with("outbox:"));
 /// # Ok::<(), conveyor_outbox::OutboxError>(())
@@ -155,13 +155,13 @@ impl Outbox {
     /// The item for `job`, with a new random id. `aggregate` orders jobs: the relay sends the jobs of one
     /// aggregate in the order their transactions committed, and on a FIFO queue it is the message group
     /// id (replacing a group id set on the job).
-    pub fn put<J: Serialize>(&self, job: Job<J>, aggregate: &str) -> Result<OutboxItem, OutboxError> {
+    pub fn put<J: Serialize>(&self, job: NewJob<J>, aggregate: &str) -> Result<OutboxItem, OutboxError> {
         self.put_with_id(job, aggregate, &uuid::Uuid::new_v4().to_string())
     }
 
     /// The item for a job that needs no order relative to other jobs: its aggregate is its own item id,
     /// so the relay batches it freely.
-    pub fn put_unordered<J: Serialize>(&self, job: Job<J>) -> Result<OutboxItem, OutboxError> {
+    pub fn put_unordered<J: Serialize>(&self, job: NewJob<J>) -> Result<OutboxItem, OutboxError> {
         let id = uuid::Uuid::new_v4().to_string();
         self.put_with_id(job, &id, &id)
     }
@@ -171,7 +171,7 @@ impl Outbox {
     /// transaction (`ConditionalCheckFailed`).
     pub fn put_with_id<J: Serialize>(
         &self,
-        job: Job<J>,
+        job: NewJob<J>,
         aggregate: &str,
         id: &str,
     ) -> Result<OutboxItem, OutboxError> {
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn the_item_carries_the_encoded_job_and_a_derived_key() -> anyhow::Result<()> {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
-        let item = outbox.put_with_id(Job::new("invoice", 7), "order:1", "abc")?;
+        let item = outbox.put_with_id(NewJob::new("invoice", 7), "order:1", "abc")?;
         assert_eq!(item.idempotency_key(), "outbox:abc");
         let fields = item.item();
         assert_eq!(string(fields, "pk"), "outbox#abc");
@@ -360,7 +360,7 @@ mod tests {
             OutboxTable::new("t").sort_key(None),
             "http://localhost/000/jobs.fifo",
         );
-        let item = outbox.put_with_id(Job::new("invoice", 7).key("invoice:7"), "order:1", "abc")?;
+        let item = outbox.put_with_id(NewJob::new("invoice", 7).key("invoice:7"), "order:1", "abc")?;
         assert_eq!(item.idempotency_key(), "invoice:7", "the job's own key wins");
         assert_eq!(string(item.item(), table::GROUP_ID), "order:1");
         assert_eq!(string(item.item(), table::DEDUPLICATION_ID), "abc");
@@ -371,19 +371,19 @@ mod tests {
     #[test]
     fn the_producers_checks_and_the_item_limit_apply_before_the_transaction() {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs.fifo");
-        let delayed = outbox.put(Job::new("t", 1).delay(Duration::from_secs(5)), "a");
+        let delayed = outbox.put(NewJob::new("t", 1).delay(Duration::from_secs(5)), "a");
         assert!(matches!(
             delayed,
             Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))
         ));
         let standard = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
-        let big = standard.put(Job::new("t", "x".repeat(500 * 1024)), "a");
+        let big = standard.put(NewJob::new("t", "x".repeat(500 * 1024)), "a");
         let Err(error) = big else {
             panic!("a 500 KB job fits no item")
         };
         assert!(error.to_string().contains("409600"), "{error}");
         assert!(matches!(
-            standard.put(Job::new("t", 1), ""),
+            standard.put(NewJob::new("t", 1), ""),
             Err(OutboxError::InvalidAggregate { .. })
         ));
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use conveyor_outbox::{Outbox, OutboxTable, Relay, StreamRelay, StreamRelayOptions, create_outbox_table};
-use conveyor_sqs::Job;
+use conveyor_sqs::NewJob;
 use conveyor_testing::faults::{Fault, Faults, Rule, with_faults_dynamodb, with_faults_sqs};
 use conveyor_testing::localstack::{self, DUMMY_CREDENTIAL, QueueSpec, REGION};
 use tokio_util::sync::CancellationToken;
@@ -161,7 +161,7 @@ async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and
     let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-tx")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
 
-    let committed = outbox.put(Job::new("invoice", serde_json::json!({"order": 1})), "order#1")?;
+    let committed = outbox.put(NewJob::new("invoice", serde_json::json!({"order": 1})), "order#1")?;
     let committed_key = committed.idempotency_key().to_owned();
     setup
         .dynamodb
@@ -172,7 +172,7 @@ async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and
         .await?;
     // The same order again: its condition fails, so the whole transaction, job included, is not written.
     let refused = outbox.put(
-        Job::new("invoice", serde_json::json!({"order": 1, "again": true})),
+        NewJob::new("invoice", serde_json::json!({"order": 1, "again": true})),
         "order#1",
     )?;
     let answer = setup
@@ -211,7 +211,7 @@ async fn a_relay_that_dies_between_sending_and_removing_leaves_only_a_duplicate_
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
     for order in 1..=3 {
         let item = outbox.put(
-            Job::new("invoice", order).key(format!("invoice:{order}")),
+            NewJob::new("invoice", order).key(format!("invoice:{order}")),
             &format!("order#{order}"),
         )?;
         setup
@@ -259,7 +259,7 @@ async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_
     for step in 0..per_aggregate {
         for aggregate in 0..aggregates {
             let item = outbox.put(
-                Job::new("step", serde_json::json!({"aggregate": aggregate, "step": step})),
+                NewJob::new("step", serde_json::json!({"aggregate": aggregate, "step": step})),
                 &format!("account-{aggregate}"),
             )?;
             setup
@@ -318,7 +318,7 @@ async fn a_backlog_of_two_thousand_drains_with_every_job_sent_and_every_item_rem
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
     let count = 2_000;
     let items = (0..count)
-        .map(|n| outbox.put(Job::new("invoice", n), &format!("order#{}", n % 200)))
+        .map(|n| outbox.put(NewJob::new("invoice", n), &format!("order#{}", n % 200)))
         .collect::<Result<Vec<_>, _>>()?;
     conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &items).await?;
     let progress = setup.drain().await?;
@@ -370,7 +370,7 @@ async fn one_relay_reads_at_a_time_and_a_standby_takes_over_when_it_stops() -> a
     .await?;
     let second_run = tokio::spawn(second.run(stop_second.clone()));
     let write = async |n: u64| -> anyhow::Result<()> {
-        let item = outbox.put(Job::new("invoice", n), &format!("order#{n}"))?;
+        let item = outbox.put(NewJob::new("invoice", n), &format!("order#{n}"))?;
         setup
             .dynamodb
             .transact_write_items()

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use conveyor_core::payload::{PayloadError, PayloadPointer, PayloadStore, resolve};
 use conveyor_core::{Message, Payloads, Pipeline, Router};
 use conveyor_s3::S3PayloadStore;
-use conveyor_sqs::{Job, Producer};
+use conveyor_sqs::{NewJob, Producer};
 use conveyor_testing::localstack::{OwnLocalStack, QueueSpec, Services, create_queue, unique_name};
 
 const JOBS: usize = 20;
@@ -87,13 +87,13 @@ async fn main() -> anyhow::Result<()> {
             producer = producer.with_large_payloads(store.clone(), &bucket);
         }
         // The producer reads the queue's MaximumMessageSize once; not counted per job.
-        producer.send(&Job::new("figure", "warm-up")).await?;
+        producer.send(&NewJob::new("figure", "warm-up")).await?;
         drain(&sqs, &queue.url).await;
         let (sqs_before, s3_before) = (producer.requests(), store.requests.load(Ordering::Relaxed));
         let mut times = Times::default();
         for _ in 0..JOBS {
             let started = Instant::now();
-            producer.send(&Job::new("figure", body.as_str())).await?;
+            producer.send(&NewJob::new("figure", body.as_str())).await?;
             times.send.push(started.elapsed());
 
             let started = Instant::now();

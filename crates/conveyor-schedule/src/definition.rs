@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use conveyor_core::Handler;
-use conveyor_sqs::Job;
+use conveyor_sqs::NewJob;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
@@ -102,7 +102,7 @@ pub enum MissedTicks {
 /// The most missed ticks [`MissedTicks::All`] fires in one catch-up.
 pub const MAX_CATCH_UP: usize = 1000;
 
-/// The job a schedule sends: type, version and payload, as a typed [`Job`] would carry them.
+/// The job a schedule sends: type, version and payload, as a typed [`NewJob`] would carry them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobTemplate {
     /// `conveyor.type`.
@@ -115,8 +115,8 @@ pub struct JobTemplate {
 
 impl JobTemplate {
     /// The job to send for one tick, keyed by schedule and tick (see [`tick_key`]).
-    pub fn job(&self, key: String) -> Job<serde_json::Value> {
-        Job::new(self.job_type.clone(), self.payload.clone())
+    pub fn job(&self, key: String) -> NewJob<serde_json::Value> {
+        NewJob::new(self.job_type.clone(), self.payload.clone())
             .version(self.version)
             .key(key)
     }

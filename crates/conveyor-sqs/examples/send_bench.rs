@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use conveyor_core::Queue;
-use conveyor_sqs::{Job, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client};
 use serde::Serialize;
 
@@ -30,10 +30,10 @@ struct Row {
     elapsed: Duration,
 }
 
-fn jobs(n: usize) -> Vec<Job<Payload>> {
+fn jobs(n: usize) -> Vec<NewJob<Payload>> {
     (0..n)
         .map(|i| {
-            Job::new(
+            NewJob::new(
                 "welcome_email",
                 Payload {
                     user_id: i as u64,

@@ -7,9 +7,9 @@
 //! use conveyor_sqs::{Flow, FlowProducer, Job};
 //!
 //! let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
-//! let mut flow = Flow::new("report:r-1", Job::new("report", serde_json::json!({"id": "r-1"})), queue);
+//! let mut flow = Flow::new("report:r-1", NewJob::new("report", serde_json::json!({"id": "r-1"})), queue);
 //! for chunk in 0..8 {
-//!     flow = flow.child(Job::new("report_chunk", serde_json::json!({"report": "r-1", "chunk": chunk})), queue);
+//!     flow = flow.child(NewJob::new("report_chunk", serde_json::json!({"report": "r-1", "chunk": chunk})), queue);
 //! }
 //! FlowProducer::new(client, store).send(&flow).await?;
 //! # Ok(()) }
@@ -31,7 +31,7 @@ use conveyor_core::{
 use serde::Serialize;
 
 use crate::convert::queue_name;
-use crate::job::{Job, ProduceError};
+use crate::job::{NewJob, ProduceError};
 use crate::send::send_message;
 
 /// Why a flow was not (completely) sent. Sending the same flow (same id) again is safe: its record
@@ -93,7 +93,7 @@ struct FlowJob {
 }
 
 impl FlowJob {
-    fn new<J: Serialize>(job: &Job<J>, queue_url: String) -> Self {
+    fn new<J: Serialize>(job: &NewJob<J>, queue_url: String) -> Self {
         Self {
             message: job.to_message(queue_name(&queue_url)),
             job_type: job.job_type().to_owned(),
@@ -121,8 +121,8 @@ pub struct Flow {
 impl Flow {
     /// A flow `id` (a business id such as `report:r-1`: sending the same id again is settled as a
     /// duplicate) whose `parent` goes to `queue_url` once every child succeeded. The parent's
-    /// idempotency key is its own (`Job::key`) or `flow:<id>`.
-    pub fn new<J: Serialize>(id: impl Into<String>, parent: Job<J>, queue_url: impl Into<String>) -> Self {
+    /// idempotency key is its own (`NewJob::key`) or `flow:<id>`.
+    pub fn new<J: Serialize>(id: impl Into<String>, parent: NewJob<J>, queue_url: impl Into<String>) -> Self {
         Self {
             id: id.into(),
             parent: FlowJob::new(&parent, queue_url.into()),
@@ -131,9 +131,9 @@ impl Flow {
         }
     }
 
-    /// Adds a child sent to `queue_url` now. Its idempotency key is its own (`Job::key`) or
+    /// Adds a child sent to `queue_url` now. Its idempotency key is its own (`NewJob::key`) or
     /// `flow:<flow id>:<child id>`; its handler must be idempotent (its output is read from its record).
-    pub fn child<J: Serialize>(mut self, job: Job<J>, queue_url: impl Into<String>) -> Self {
+    pub fn child<J: Serialize>(mut self, job: NewJob<J>, queue_url: impl Into<String>) -> Self {
         self.children
             .push(Child::Job(FlowJob::new(&job, queue_url.into())));
         self

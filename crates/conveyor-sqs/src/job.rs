@@ -1,4 +1,4 @@
-//! [`Job`]: a typed job to send, and the limits checked before it leaves the process.
+//! [`NewJob`]: a typed job to send, and the limits checked before it leaves the process.
 
 use std::time::{Duration, SystemTime};
 
@@ -104,7 +104,7 @@ pub enum ProduceError {
     },
     /// A FIFO queue without a message group id.
     #[error(
-        "job {job_type}: FIFO queue {queue} needs a message group id: call Job::group_id (jobs of one group \
+        "job {job_type}: FIFO queue {queue} needs a message group id: call NewJob::group_id (jobs of one group \
          run in order)"
     )]
     MissingGroupId {
@@ -132,18 +132,18 @@ pub enum ProduceError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use conveyor_sqs::Job;
+/// use conveyor_sqs::NewJob;
 ///
 /// #[derive(serde::Serialize)]
 /// struct WelcomeEmail { user_id: u64 }
 ///
-/// let job = Job::new("welcome_email", WelcomeEmail { user_id: 42 })
+/// let job = NewJob::new("welcome_email", WelcomeEmail { user_id: 42 })
 ///     .key("welcome_email:user:42")
 ///     .delay(Duration::from_secs(60));
 /// assert_eq!(job.job_type(), "welcome_email");
 /// ```
 #[derive(Debug, Clone)]
-pub struct Job<J> {
+pub struct NewJob<J> {
     job_type: String,
     payload: J,
     version: u32,
@@ -156,7 +156,7 @@ pub struct Job<J> {
     trace_header: Option<String>,
 }
 
-impl<J: Serialize> Job<J> {
+impl<J: Serialize> NewJob<J> {
     /// A job of `job_type` (sent as `conveyor.type`) with schema version 1.
     pub fn new(job_type: impl Into<String>, payload: J) -> Self {
         Self {
@@ -196,15 +196,15 @@ impl<J: Serialize> Job<J> {
     /// A delivery delay (standard queues only), up to the queue's retention period. Up to 15 minutes
     /// it is SQS's `DelaySeconds`; a longer one travels as a due time (`conveyor.due`) and the
     /// consumers re-send it every 15 minutes until it is due, without running it or spending a receive
-    /// (`conveyor_core::delay`). Replaces an earlier [`Job::deliver_at`].
+    /// (`conveyor_core::delay`). Replaces an earlier [`NewJob::deliver_at`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self.deliver_at = None;
         self
     }
 
-    /// Delivers the job at `time` (a time in the past delivers it at once); as [`Job::delay`], counted
-    /// from when the job is sent. Replaces an earlier [`Job::delay`].
+    /// Delivers the job at `time` (a time in the past delivers it at once); as [`NewJob::delay`], counted
+    /// from when the job is sent. Replaces an earlier [`NewJob::delay`].
     pub fn deliver_at(mut self, time: SystemTime) -> Self {
         self.deliver_at = Some(time);
         self.delay = None;
@@ -249,7 +249,7 @@ impl<J: Serialize> Job<J> {
         &self.job_type
     }
 
-    /// The idempotency key (`Job::key`), when set.
+    /// The idempotency key (`NewJob::key`), when set.
     pub fn producer_key(&self) -> Option<&str> {
         self.key.as_deref()
     }
@@ -267,7 +267,7 @@ impl<J: Serialize> Job<J> {
         Ok(message)
     }
 
-    /// [`Job::to_message`] without the size check: the producer offloads a large body first.
+    /// [`NewJob::to_message`] without the size check: the producer offloads a large body first.
     pub(crate) fn encode(&self, queue: &str) -> Result<OutgoingMessage, ProduceError> {
         let job_type = || self.job_type.clone();
         let body = serde_json::to_string(&self.payload).map_err(|error| ProduceError::Serialize {
@@ -424,7 +424,7 @@ mod tests {
 
     #[test]
     fn for_handler_stamps_type_and_version() {
-        let message = Job::for_handler::<SendEmail>(Email { user_id: 1 })
+        let message = NewJob::for_handler::<SendEmail>(Email { user_id: 1 })
             .key("email:1")
             .trace_header("Root=1-abc")
             .to_message("jobs")
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn oversized_bodies_name_size_and_limit() {
-        let error = Job::new("big", "x".repeat(MAX_MESSAGE_BYTES))
+        let error = NewJob::new("big", "x".repeat(MAX_MESSAGE_BYTES))
             .to_message("jobs")
             .unwrap_err();
         let ProduceError::TooLarge { size, limit, .. } = &error else {
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn attribute_limit_counts_conveyor_attributes_and_explains_the_reserved_slot() {
-        let mut job = Job::new("t", 1).key("k");
+        let mut job = NewJob::new("t", 1).key("k");
         for i in 0..6 {
             job = job.attribute(format!("a{i}"), AttributeValue::string("v"));
         }
@@ -485,7 +485,7 @@ mod tests {
 
     #[test]
     fn delays_and_fifo_rules() {
-        let long = Job::new("t", 1)
+        let long = NewJob::new("t", 1)
             .delay(Duration::from_secs(15 * 24 * 3600))
             .to_message("jobs")
             .unwrap_err();
@@ -493,7 +493,7 @@ mod tests {
         assert!(long.to_string().contains("EventBridge Scheduler"));
         assert!(long.to_string().contains("1209600s"), "{long}");
         let before = SystemTime::now();
-        let hours = Job::new("t", 1)
+        let hours = NewJob::new("t", 1)
             .delay(Duration::from_secs(2 * 3600))
             .to_message("jobs")
             .unwrap();
@@ -506,7 +506,7 @@ mod tests {
             .unwrap();
         let expected = conveyor_core::outcome::epoch_millis(before + Duration::from_secs(2 * 3600));
         assert!((expected..expected + 5_000).contains(&due), "{due} vs {expected}");
-        let at = Job::new("t", 1)
+        let at = NewJob::new("t", 1)
             .deliver_at(SystemTime::now() + Duration::from_secs(60))
             .to_message("jobs")
             .unwrap();
@@ -515,33 +515,33 @@ mod tests {
             !at.attributes.contains_key(DUE_ATTRIBUTE),
             "short delays use DelaySeconds only"
         );
-        let past = Job::new("t", 1)
+        let past = NewJob::new("t", 1)
             .deliver_at(SystemTime::UNIX_EPOCH)
             .to_message("jobs")
             .unwrap();
         assert_eq!(past.delay, None);
         assert!(
-            Job::new("t", 1)
+            NewJob::new("t", 1)
                 .delay(Duration::from_secs(15 * 60))
                 .to_message("jobs")
                 .is_ok()
         );
 
-        let fifo_delay = Job::new("t", 1)
+        let fifo_delay = NewJob::new("t", 1)
             .group_id("g")
             .delay(Duration::from_secs(5))
             .to_message("jobs.fifo")
             .unwrap_err();
         assert!(matches!(fifo_delay, ProduceError::DelayOnFifo { .. }));
-        let no_group = Job::new("t", 1).to_message("jobs.fifo").unwrap_err();
+        let no_group = NewJob::new("t", 1).to_message("jobs.fifo").unwrap_err();
         assert!(matches!(no_group, ProduceError::MissingGroupId { ref queue, .. } if queue == "jobs.fifo"));
-        assert!(Job::new("t", 1).group_id("g").to_message("jobs.fifo").is_ok());
+        assert!(NewJob::new("t", 1).group_id("g").to_message("jobs.fifo").is_ok());
     }
 
     #[test]
     fn bad_attribute_names_and_empty_bodies() {
         for name in ["conveyor.type", "AWS.x", "a b", ".a", "a..b", ""] {
-            let error = Job::new("t", 1)
+            let error = NewJob::new("t", 1)
                 .attribute(name, AttributeValue::string("v"))
                 .to_message("jobs")
                 .unwrap_err();
@@ -551,9 +551,9 @@ mod tests {
             );
         }
         // An empty string payload is the JSON text `""`, not an empty body.
-        assert_eq!(Job::new("t", "").to_message("jobs").unwrap().body, "\"\"");
+        assert_eq!(NewJob::new("t", "").to_message("jobs").unwrap().body, "\"\"");
         assert!(matches!(
-            Job::new("t", 1).version(0).to_message("jobs"),
+            NewJob::new("t", 1).version(0).to_message("jobs"),
             Err(ProduceError::InvalidVersion { .. })
         ));
     }

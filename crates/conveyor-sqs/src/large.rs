@@ -76,7 +76,7 @@ mod tests {
     use conveyor_testing::MemoryPayloadStore;
 
     use super::*;
-    use crate::Job;
+    use crate::NewJob;
 
     fn large(store: &Arc<MemoryPayloadStore>) -> LargePayloads {
         LargePayloads {
@@ -87,7 +87,7 @@ mod tests {
     }
 
     fn job(bytes: usize) -> OutgoingMessage {
-        Job::new("report", "x".repeat(bytes)).encode("jobs").unwrap()
+        NewJob::new("report", "x".repeat(bytes)).encode("jobs").unwrap()
     }
 
     #[tokio::test]
@@ -192,7 +192,7 @@ mod tests {
     #[tokio::test]
     async fn the_marker_needs_an_attribute_slot() {
         let store = Arc::new(MemoryPayloadStore::with_bucket("payloads"));
-        let mut job = Job::new("report", "x".repeat(2 * 1024 * 1024)).key("k");
+        let mut job = NewJob::new("report", "x".repeat(2 * 1024 * 1024)).key("k");
         for name in ["a", "b", "c", "d", "e", "f"] {
             job = job.attribute(name, conveyor_core::AttributeValue::string("v"));
         }

@@ -29,7 +29,7 @@ pub use client::{
     sqs_client_with_timeouts, timeout_config,
 };
 pub use flow::{Flow, FlowError, FlowProducer, FlowSent, SqsSender};
-pub use job::{Job, ProduceError};
+pub use job::{NewJob, ProduceError};
 pub use producer::{BATCH_ATTEMPTS, BATCH_RETRY_BASE, BatchReport, CancelError, Producer};
 pub use queue::SqsQueue;
 pub use redrive::{QueueArn, RedrivePolicy};

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::convert::queue_name;
 use crate::errors::{classify, classify_entry};
-use crate::job::{Job, ProduceError};
+use crate::job::{NewJob, ProduceError};
 use crate::large::{LargePayloads, offload};
 use crate::send::{batch_entry, check_outgoing, send_message};
 
@@ -33,7 +33,7 @@ pub const BATCH_RETRY_BASE: Duration = Duration::from_millis(100);
 /// struct WelcomeEmail { user_id: u64 }
 ///
 /// let producer = Producer::new(sqs_client_from_env().await, "https://sqs.us-east-1.amazonaws.com/123456789012/jobs");
-/// let id = producer.send(&Job::new("welcome_email", WelcomeEmail { user_id: 42 }).key("welcome_email:user:42")).await?;
+/// let id = producer.send(&NewJob::new("welcome_email", WelcomeEmail { user_id: 42 }).key("welcome_email:user:42")).await?;
 /// println!("sent {id}");
 /// # Ok(()) }
 /// ```
@@ -186,7 +186,7 @@ impl Producer {
 
     /// Sends one job with `SendMessage`; returns its message id. Limits are checked first, so a job
     /// that breaks one makes no request.
-    pub async fn send<J: Serialize>(&self, job: &Job<J>) -> Result<String, ProduceError> {
+    pub async fn send<J: Serialize>(&self, job: &NewJob<J>) -> Result<String, ProduceError> {
         let message = job.encode(&self.name)?;
         self.check_retention(job.job_type(), &message).await?;
         let message = self.fit(job.job_type(), message).await?;
@@ -205,7 +205,7 @@ impl Producer {
     /// so a retry can duplicate a job on a standard queue (FIFO queues deduplicate); consumers are
     /// idempotent for this reason. A missing queue or denied access fails every remaining job without
     /// further requests.
-    pub async fn send_batch<J: Serialize>(&self, jobs: &[Job<J>]) -> BatchReport {
+    pub async fn send_batch<J: Serialize>(&self, jobs: &[NewJob<J>]) -> BatchReport {
         let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; jobs.len()];
         let mut pending = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
@@ -227,7 +227,7 @@ impl Producer {
         self.send_pending(pending, results).await
     }
 
-    /// Sends messages already encoded by [`Job::to_message`] (for this queue) with `SendMessageBatch`,
+    /// Sends messages already encoded by [`NewJob::to_message`] (for this queue) with `SendMessageBatch`,
     /// exactly as [`Producer::send_batch`] sends jobs: calls of at most 10 entries and 1 MiB, the same
     /// retries. The transactional outbox (`conveyor-outbox`) encodes a job when the application commits
     /// it and sends it later through this method. Each message is checked against SQS's limits again
@@ -326,7 +326,7 @@ impl Producer {
     /// Refuses a job due later than the queue keeps a message (its `MessageRetentionPeriod`, read once
     /// per producer with `GetQueueAttributes` when the first job due past 15 minutes is sent). When the
     /// attribute cannot be read (a producer role without `sqs:GetQueueAttributes`), SQS's 14-day maximum
-    /// was already checked by [`Job::to_message`].
+    /// was already checked by [`NewJob::to_message`].
     async fn check_retention(&self, job_type: &str, message: &OutgoingMessage) -> Result<(), ProduceError> {
         let Some(due) = message
             .attributes

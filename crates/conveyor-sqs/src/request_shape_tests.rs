@@ -25,7 +25,7 @@ use conveyor_core::{
     DeadLetter, EntryError, Failure, Message, Queue, QueueError, ReceiptHandle, VisibilityChange,
 };
 
-use crate::{Job, ProduceError, Producer, SqsQueue};
+use crate::{NewJob, ProduceError, Producer, SqsQueue};
 
 const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
 const DLQ_URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs-dlq";
@@ -406,14 +406,14 @@ async fn the_producer_rejects_oversized_bodies_and_long_delays_without_a_request
     let client = mock_sqs([&send, &batch]);
     let producer = Producer::new(client, URL);
 
-    let oversized = Job::new("big", "x".repeat(1024 * 1024));
+    let oversized = NewJob::new("big", "x".repeat(1024 * 1024));
     let error = producer.send(&oversized).await.unwrap_err();
     assert!(
         matches!(error, ProduceError::TooLarge { limit: 1_048_576, .. }),
         "{error:?}"
     );
 
-    let late = Job::new("late", 1).delay(Duration::from_secs(15 * 24 * 3600));
+    let late = NewJob::new("late", 1).delay(Duration::from_secs(15 * 24 * 3600));
     let error = producer.send(&late).await.unwrap_err();
     assert!(matches!(error, ProduceError::DelayTooLong { .. }), "{error:?}");
 
@@ -436,7 +436,7 @@ async fn the_producer_sends_type_version_key_and_trace_header() {
     });
     let client = mock_sqs([&send]);
     let producer = Producer::new(client, URL);
-    let job = Job::new("email", serde_json::json!({"user_id": 42}))
+    let job = NewJob::new("email", serde_json::json!({"user_id": 42}))
         .version(2)
         .key("email:42")
         .delay(Duration::from_secs(30))
@@ -493,7 +493,7 @@ async fn a_partial_batch_failure_retries_only_the_failed_retryable_entry() {
     });
     let client = mock_sqs([&batch]);
     let producer = Producer::new(client, URL);
-    let jobs: Vec<Job<u32>> = (0..3).map(|i| Job::new("n", i)).collect();
+    let jobs: Vec<NewJob<u32>> = (0..3).map(|i| NewJob::new("n", i)).collect();
     let report = producer.send_batch(&jobs).await;
 
     let seen = seen.lock().unwrap();
@@ -524,7 +524,7 @@ async fn a_batch_entry_that_keeps_failing_gives_up_after_three_attempts() {
     });
     let client = mock_sqs([&batch]);
     let producer = Producer::new(client, URL);
-    let report = producer.send_batch(&[Job::new("n", 1)]).await;
+    let report = producer.send_batch(&[NewJob::new("n", 1)]).await;
     assert_eq!(batch.num_calls(), 3);
     assert!(
         matches!(&report.results[0], Err(ProduceError::Rejected { code, .. }) if code == "InternalError")
@@ -546,7 +546,7 @@ async fn the_producer_reports_a_missing_queue_in_queue_missing_words() {
     });
     let client = mock_sqs([&batch]);
     let producer = Producer::new(client, URL);
-    let jobs: Vec<Job<u32>> = (0..25).map(|i| Job::new("n", i)).collect();
+    let jobs: Vec<NewJob<u32>> = (0..25).map(|i| NewJob::new("n", i)).collect();
     let report = producer.send_batch(&jobs).await;
     assert_eq!(
         batch.num_calls(),

@@ -5,7 +5,7 @@ use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::{IdempotencyStore, JobChange, JobStatus};
 use serde::Serialize;
 
-use crate::job::{Job, ProduceError};
+use crate::job::{NewJob, ProduceError};
 use crate::producer::Producer;
 
 impl Producer {
@@ -17,7 +17,7 @@ impl Producer {
     /// status is missing.
     pub async fn send_tracked<J: Serialize>(
         &self,
-        job: &Job<J>,
+        job: &NewJob<J>,
         store: &dyn IdempotencyStore,
     ) -> Result<String, ProduceError> {
         let id = self.send(job).await?;

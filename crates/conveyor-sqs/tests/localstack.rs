@@ -20,7 +20,7 @@ use conveyor_core::{
     AttributeValue, DeadLetter, EntryError, Failure, Message, OutgoingMessage, Queue, QueueError,
     ReceiptHandle, VisibilityChange,
 };
-use conveyor_sqs::{Job, ProduceError, Producer, SqsQueue};
+use conveyor_sqs::{NewJob, ProduceError, Producer, SqsQueue};
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client, unique_name};
 use conveyor_testing::wait_for;
 
@@ -48,7 +48,7 @@ async fn send_and_receive_round_trip_with_attributes_and_trace_header() -> anyho
     let created = create_queue(&client, &QueueSpec::standard("sqs-round-trip")).await?;
     let producer = Producer::new(client.clone(), &created.url);
     let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
-    let job = Job::new("welcome_email", serde_json::json!({"user_id": 42}))
+    let job = NewJob::new("welcome_email", serde_json::json!({"user_id": 42}))
         .version(2)
         .key("welcome_email:user:42")
         .attribute("tenant", AttributeValue::string("acme"))
@@ -104,7 +104,7 @@ async fn stale_receipt_handles() -> anyhow::Result<()> {
     .await?;
     let queue = SqsQueue::connect(client.clone(), &created.url).await?;
     Producer::new(client.clone(), &created.url)
-        .send(&Job::new("t", 1))
+        .send(&NewJob::new("t", 1))
         .await?;
 
     let first = receive_one(&queue).await?;
@@ -185,7 +185,7 @@ async fn dead_letter_goes_to_the_dlq_named_by_the_redrive_policy() -> anyhow::Re
     let producer = Producer::new(client.clone(), &created.url);
     producer
         .send(
-            &Job::new("email", 7)
+            &NewJob::new("email", 7)
                 .key("email:7")
                 .attribute("tenant", AttributeValue::string("acme")),
         )
@@ -273,7 +273,7 @@ async fn fifo_dead_letter_keeps_the_group_and_deduplicates_on_the_message_id() -
     assert_eq!(queue.dead_letter_queue_url(), Some(dlq_url.as_str()));
     Producer::new(client.clone(), &url)
         .send(
-            &Job::new("charge", 1)
+            &NewJob::new("charge", 1)
                 .group_id("customer-9")
                 .deduplication_id("charge-1"),
         )
@@ -300,8 +300,8 @@ async fn a_producer_batch_of_25_jobs_all_arrive() -> anyhow::Result<()> {
     let client = client().await?;
     let created = create_queue(&client, &QueueSpec::standard("sqs-batch")).await?;
     let producer = Producer::new(client.clone(), &created.url);
-    let jobs: Vec<Job<serde_json::Value>> = (0..25)
-        .map(|n| Job::new("count", serde_json::json!({ "n": n })).key(format!("count:{n}")))
+    let jobs: Vec<NewJob<serde_json::Value>> = (0..25)
+        .map(|n| NewJob::new("count", serde_json::json!({ "n": n })).key(format!("count:{n}")))
         .collect();
     let report = producer.send_batch(&jobs).await;
     assert!(report.all_sent(), "{:?}", report.failures().collect::<Vec<_>>());
@@ -333,7 +333,7 @@ async fn producer_limits_are_checked_with_clear_errors() -> anyhow::Result<()> {
     let producer = Producer::new(client.clone(), &standard.url);
 
     let oversize = producer
-        .send(&Job::new("big", "x".repeat(1024 * 1024)))
+        .send(&NewJob::new("big", "x".repeat(1024 * 1024)))
         .await
         .unwrap_err();
     assert!(
@@ -341,7 +341,7 @@ async fn producer_limits_are_checked_with_clear_errors() -> anyhow::Result<()> {
         "{oversize}"
     );
 
-    let mut crowded = Job::new("crowded", 1).key("k");
+    let mut crowded = NewJob::new("crowded", 1).key("k");
     for i in 0..7 {
         crowded = crowded.attribute(format!("a{i}"), AttributeValue::string("v"));
     }
@@ -361,18 +361,18 @@ async fn producer_limits_are_checked_with_clear_errors() -> anyhow::Result<()> {
     assert_eq!(producer.requests(), 0, "limits are checked before any request");
 
     let fifo_producer = Producer::new(client.clone(), &fifo.url);
-    let no_group = fifo_producer.send(&Job::new("t", 1)).await.unwrap_err();
+    let no_group = fifo_producer.send(&NewJob::new("t", 1)).await.unwrap_err();
     assert!(
         matches!(no_group, ProduceError::MissingGroupId { .. }),
         "{no_group}"
     );
-    assert!(fifo_producer.send(&Job::new("t", 1).group_id("g")).await.is_ok());
+    assert!(fifo_producer.send(&NewJob::new("t", 1).group_id("g")).await.is_ok());
 
     let missing_url = standard
         .url
         .replace(&standard.name, &unique_name("no-such-queue"));
     let missing = Producer::new(client.clone(), &missing_url)
-        .send(&Job::new("t", 1))
+        .send(&NewJob::new("t", 1))
         .await
         .unwrap_err();
     assert_eq!(
@@ -397,7 +397,7 @@ async fn fifo_expired_receipt_handle_on_delete_is_lease_lost() -> anyhow::Result
     .await?;
     let queue = SqsQueue::connect(client.clone(), &created.url).await?;
     Producer::new(client.clone(), &created.url)
-        .send(&Job::new("t", 1).group_id("g"))
+        .send(&NewJob::new("t", 1).group_id("g"))
         .await?;
     let message = receive_one(&queue).await?;
     // Wait for the visibility timeout to lapse (the message counts as visible again), without receiving it.

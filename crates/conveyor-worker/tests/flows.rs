@@ -11,7 +11,7 @@ use std::time::Duration;
 use conveyor_core::{
     ChildFailurePolicy, Context, Flows, Handler, HandlerError, IdempotencyStore, Pipeline, Queue, Router,
 };
-use conveyor_sqs::{Flow, FlowProducer, Job};
+use conveyor_sqs::{Flow, FlowProducer, NewJob};
 use conveyor_testing::{MemoryFlows, MemoryIdempotencyStore, MemoryQueue, QueueSender};
 use conveyor_worker::Worker;
 use serde::{Deserialize, Serialize};
@@ -102,8 +102,8 @@ fn setup() -> Setup {
     }
 }
 
-fn sum(name: &str) -> Job<SumJob> {
-    Job::new(
+fn sum(name: &str) -> NewJob<SumJob> {
+    NewJob::new(
         "sum",
         SumJob {
             name: name.to_owned(),
@@ -111,8 +111,8 @@ fn sum(name: &str) -> Job<SumJob> {
     )
 }
 
-fn double(n: u64) -> Job<Leaf> {
-    Job::new("double", Leaf { n })
+fn double(n: u64) -> NewJob<Leaf> {
+    NewJob::new("double", Leaf { n })
 }
 
 const URL: &str = "http://memory.invalid/000000000000/flows";

@@ -13,7 +13,7 @@ use conveyor_core::deferral::DeferralRecord;
 use conveyor_core::delay::{Cancelled, Clock};
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
 use conveyor_core::{Context, Handler, HandlerError, Pipeline, Queue, Router};
-use conveyor_sqs::{Job, Producer};
+use conveyor_sqs::{NewJob, Producer};
 use conveyor_testing::localstack::{QueueSpec, create_queue};
 use conveyor_worker::Worker;
 use serde::{Deserialize, Serialize};
@@ -91,7 +91,7 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
 
     let producer = Producer::new(client.clone(), &created.url).with_store(Arc::clone(&store));
     // The queue keeps messages 4 days (SQS's default): a 5-day delay is refused before anything is sent.
-    let too_late = Job::new(
+    let too_late = NewJob::new(
         "monthly_report",
         Report {
             month: "2027-01".into(),
@@ -106,7 +106,7 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
     let sent_at = clock();
     let due = sent_at + Duration::from_secs(2 * 3600);
     for month in ["2026-11", "2026-12"] {
-        let job = Job::new("monthly_report", Report { month: month.into() })
+        let job = NewJob::new("monthly_report", Report { month: month.into() })
             .key(format!("report:{month}"))
             .deliver_at(due);
         let mut message = job.to_message(&created.url).unwrap();

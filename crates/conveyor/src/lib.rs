@@ -9,7 +9,7 @@ pub use conveyor_core::{
 /// message model, outcomes and the pipeline both runtimes call.
 pub use conveyor_core as core;
 
-/// SQS: the producer (`Producer`, `Job`), the queue adapter, flows' sender and the admin calls.
+/// SQS: the producer (`Producer`, `NewJob`), the queue adapter, flows' sender and the admin calls.
 pub use conveyor_sqs as sqs;
 
 /// The long-poll runtime (feature `worker`).
@@ -43,7 +43,7 @@ pub use conveyor_testing as testing;
 /// The names a handler, a producer and a `main` use: `use conveyor::prelude::*;`.
 pub mod prelude {
     pub use conveyor_core::{Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router};
-    pub use conveyor_sqs::{Job, Producer};
+    pub use conveyor_sqs::{NewJob, Producer};
 
     #[cfg(feature = "worker")]
     pub use conveyor_worker::{Runner, Worker};

@@ -8,7 +8,6 @@
 async fn main() -> anyhow::Result<()> {
     conveyor_lambda::init_tracing();
     let pipeline = conveyor_examples::app_pipeline().await?;
-    let config = conveyor_lambda::config_from_env()?;
-    conveyor_lambda::run(pipeline, config).await?;
+    conveyor_lambda::run(pipeline).await?;
     Ok(())
 }

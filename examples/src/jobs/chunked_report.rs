@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::{Context, Handler, HandlerError, HandlerSettings};
-use conveyor_sqs::{Flow, Job};
+use conveyor_sqs::{Flow, NewJob};
 use serde::{Deserialize, Serialize};
 
 use crate::outbox::Outbox;
@@ -61,7 +61,7 @@ pub fn chunked_report_flow(report_id: &str, chunks: u32, query_millis: u64, queu
     };
     let mut flow = Flow::new(
         format!("report:{report_id}"),
-        Job::new(AssembleReportHandler::JOB_TYPE, parent),
+        NewJob::new(AssembleReportHandler::JOB_TYPE, parent),
         queue_url,
     );
     for chunk in 0..chunks {
@@ -71,7 +71,7 @@ pub fn chunked_report_flow(report_id: &str, chunks: u32, query_millis: u64, queu
             queries: 4,
             query_millis,
         };
-        flow = flow.child(Job::new(RunReportChunk::JOB_TYPE, job), queue_url);
+        flow = flow.child(NewJob::new(RunReportChunk::JOB_TYPE, job), queue_url);
     }
     flow
 }

@@ -14,7 +14,7 @@ use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use conveyor_core::AttributeValue;
 use conveyor_sqs::admin::{QueueInfo, QueueRef, describe, resolve_queue_url};
-use conveyor_sqs::{Job, Producer};
+use conveyor_sqs::{NewJob, Producer};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -106,8 +106,8 @@ struct JobSpec {
 
 impl JobSpec {
     /// The producer's job.
-    fn to_job(&self) -> Job<Value> {
-        let mut job = Job::new(self.job_type.clone(), self.payload.clone());
+    fn to_job(&self) -> NewJob<Value> {
+        let mut job = NewJob::new(self.job_type.clone(), self.payload.clone());
         if let Some(version) = self.version {
             job = job.version(version);
         }
@@ -186,7 +186,7 @@ pub async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -
 async fn send_many(producer: &Producer, jobs: &[JobSpec]) -> Vec<Result<String, String>> {
     let mut results = Vec::with_capacity(jobs.len());
     for chunk in jobs.chunks(PROGRESS_EVERY) {
-        let batch: Vec<Job<Value>> = chunk.iter().map(JobSpec::to_job).collect();
+        let batch: Vec<NewJob<Value>> = chunk.iter().map(JobSpec::to_job).collect();
         let report = producer.send_batch(&batch).await;
         results.extend(
             report
