@@ -267,7 +267,9 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
     let producer = setup.producer();
     let (good, rows) = contacts("list-good", 5 * 1024 * 1024, "email,name");
     let (bad, _) = contacts("list-bad", 5 * 1024 * 1024, "address,name");
-    producer.send(&NewJob::new("import_contacts", good.clone())).await?;
+    producer
+        .send(&NewJob::new("import_contacts", good.clone()))
+        .await?;
     producer.send(&NewJob::new("import_contacts", bad)).await?;
     // A pointer to an object nobody wrote (or the lifecycle rule expired).
     let missing = PayloadPointer::new(&setup.bucket, "never-written");
@@ -512,7 +514,10 @@ async fn the_python_extended_client_reads_a_conveyor_producers_large_job() -> an
     let setup = setup("large-python").await;
     let (job, _) = contacts("list-to-python", 3 * 1024 * 1024, "email");
     let body = serde_json::to_string(&job)?;
-    setup.producer().send(&NewJob::new("import_contacts", job)).await?;
+    setup
+        .producer()
+        .send(&NewJob::new("import_contacts", job))
+        .await?;
     assert_eq!(list_keys(&setup).await.len(), 1);
 
     let received = python(&setup, &["receive", &setup.queue.url, &setup.bucket]).await;

@@ -55,6 +55,7 @@ impl Default for ConsoleConfig {
 }
 
 /// Why the console cannot start.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleError {
     /// A non-loopback address without a token.

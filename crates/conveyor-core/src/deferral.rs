@@ -54,6 +54,7 @@ impl DeferralRecord {
 }
 
 /// Why a deferred copy cannot be built; the runtime falls back and logs this.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeferralError {
     /// FIFO queues: a copy would go behind the rest of its group.

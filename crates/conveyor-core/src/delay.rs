@@ -87,6 +87,7 @@ pub(crate) fn is_cancelled_output(output: Option<&str>) -> bool {
 }
 
 /// What [`cancel`] found.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cancelled {
     /// The job is cancelled: when it comes due it is dropped without running.

@@ -7,6 +7,7 @@ use crate::outcome::Failure;
 use crate::queue::{DeadLetter, Queue};
 
 /// How rejected (permanently failed) messages reach the DLQ.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RejectMode {

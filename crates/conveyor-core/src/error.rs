@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// Whether a failed job may succeed if tried again.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     /// Try again later: after `delay` if given, else after the handler's backoff.

@@ -58,6 +58,7 @@ pub fn parent_key(flow_id: &str) -> String {
 }
 
 /// What a dead-lettered child does to its flow.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChildFailurePolicy {

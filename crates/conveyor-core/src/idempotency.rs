@@ -119,6 +119,7 @@ pub enum ClaimOutcome {
 }
 
 /// A store call that failed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The record is no longer ours: its token changed (a takeover after our lease lapsed) or it is gone.

@@ -89,6 +89,7 @@ pub fn epoch_millis(time: SystemTime) -> u64 {
 }
 
 /// How a handler run ended, before classification.
+#[non_exhaustive]
 #[derive(Debug)]
 pub enum RunResult {
     /// The handler returned `Ok`.

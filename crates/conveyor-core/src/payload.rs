@@ -155,6 +155,7 @@ pub fn resolved(message: &Message, body: String) -> Message {
 }
 
 /// Why a payload store call failed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
     /// No object at the pointer: deleted after an earlier successful run, expired by the bucket's
@@ -251,6 +252,7 @@ pub async fn resolve(
 }
 
 /// Why [`resolve`] failed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// The store failed.

@@ -69,6 +69,7 @@ pub struct EntryFailure {
 }
 
 /// Where a dead-lettered message went.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadLetter {
     /// A copy was sent to this DLQ (its name).

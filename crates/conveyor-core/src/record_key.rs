@@ -29,6 +29,7 @@ use crate::idempotency::{idempotency_key, payload_hash};
 use crate::message::Message;
 
 /// How a handler's idempotency record id is built. [`KeyStyle::Conveyor`] is the default.
+#[non_exhaustive]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum KeyStyle {
     /// `conveyor:<job type>#<producer key or message id>`; validation hashes the body with SHA-256.
@@ -39,6 +40,7 @@ pub enum KeyStyle {
 }
 
 /// Which Powertools builds the ids to match.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PowertoolsFlavor {
     /// Powertools for AWS Lambda (Python): hex MD5 of `json.dumps(value, sort_keys=True)`.
@@ -49,6 +51,7 @@ pub enum PowertoolsFlavor {
 
 /// Where the value that is hashed comes from, and the `event_key_jmespath` that selects the same value
 /// from an SQS record on the Powertools side.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
     /// The SQS message id (of the job's first copy). Powertools: `messageId`.
@@ -75,6 +78,7 @@ pub struct PowertoolsKey {
 }
 
 /// A key that cannot be built from a message.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     /// The body is not JSON, so a body field cannot be read.

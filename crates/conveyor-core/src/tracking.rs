@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::outcome::{AckReason, Outcome};
 
 /// Where a tracked job is.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {

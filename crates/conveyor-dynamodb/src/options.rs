@@ -39,6 +39,7 @@ impl Default for AttributeNames {
 }
 
 /// What `complete` does when the output would make the item larger than DynamoDB's 400 KB.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum OversizedOutput {
     /// Store the record completed without `data`, and log a warning. Duplicates are still suppressed;
@@ -51,6 +52,7 @@ pub enum OversizedOutput {
 }
 
 /// How `complete` writes the output into `data`. Reading accepts both, always.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DataFormat {
     /// A string holding the output's JSON text, as Powertools for Python writes it (and reads it back

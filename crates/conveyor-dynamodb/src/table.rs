@@ -20,6 +20,7 @@ const ACTIVE_WITHIN: Duration = Duration::from_secs(30);
 const STATUS_POLL: Duration = Duration::from_millis(100);
 
 /// Why the table could not be created.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
     /// A DynamoDB call failed.

@@ -3,6 +3,7 @@
 use conveyor_core::config::ConfigError;
 
 /// Why [`run`](crate::run) could not start or stopped.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum LambdaError {
     /// The configuration is invalid; the message lists every problem and what to change.
@@ -37,6 +38,7 @@ pub struct EventError {
 }
 
 /// Why an invocation failed instead of answering with a batch response.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvocationError {
     /// The payload is not an SQS event.

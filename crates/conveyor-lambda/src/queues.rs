@@ -19,6 +19,7 @@ pub fn queue_name(arn: &str) -> &str {
 }
 
 /// Why the queue behind an ARN is unknown.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     /// Not an SQS queue ARN.

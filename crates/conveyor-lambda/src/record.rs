@@ -19,6 +19,7 @@ mod names {
 }
 
 /// A record the adapter cannot process.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     /// No `messageId`: it cannot even be reported as a failure.

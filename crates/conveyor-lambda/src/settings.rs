@@ -34,6 +34,7 @@ pub struct LambdaConfig {
 }
 
 /// What a failed record holds back in a Lambda batch from a FIFO queue.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FifoFailure {

@@ -9,6 +9,7 @@ use conveyor_core::{AttributeValue as MessageAttribute, Attributes, OutgoingMess
 use crate::table::{self, FORMAT_VERSION};
 
 /// An attribute value of a stream image: the types an outbox item uses, anything else as `Other`.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     /// A string.
@@ -27,6 +28,7 @@ pub enum Value {
 pub type Image = BTreeMap<String, Value>;
 
 /// What changed in a stream record.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A new item (`INSERT`) with its new image.
@@ -90,6 +92,7 @@ pub struct OutboxEntry {
 }
 
 /// Why an image that is an outbox item cannot be sent.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImageError {
     /// A required attribute is missing or of the wrong type.

@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::table::{self, OutboxTable};
 
 /// Why a job could not be put in the outbox.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum OutboxError {
     /// The job breaks one of the producer's checks (the same error [`conveyor_sqs::Producer::send`]

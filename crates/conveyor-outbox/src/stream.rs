@@ -23,6 +23,7 @@ use crate::state::{Checkpoint, RelayState, StateError};
 use crate::table::OutboxTable;
 
 /// Why the stream relay stopped.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum StreamRelayError {
     /// The outbox table has no stream.

@@ -11,6 +11,7 @@ use croner::parser::{CronParser, Seconds};
 use serde::{Deserialize, Serialize};
 
 /// Why a schedule definition was refused.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DefinitionError {
     /// The cron expression does not parse.
@@ -68,6 +69,7 @@ pub enum DefinitionError {
 }
 
 /// When a schedule fires.
+#[non_exhaustive]
 #[derive(Debug, Clone)]
 pub enum Timing {
     /// A cron expression (seconds optional) in an IANA time zone; daylight-saving changes as the
@@ -87,6 +89,7 @@ pub enum Timing {
 
 /// Which missed ticks fire when the schedulers come back (all workers down, paused clock, deploy).
 /// A tick is *missed* when it is older than [`Schedule::missed_after`] when first seen.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MissedTicks {

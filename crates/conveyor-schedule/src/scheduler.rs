@@ -77,6 +77,7 @@ impl SchedulerClock {
 }
 
 /// Why a scheduler could not be built, or a trigger failed.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
     /// Two schedules with one name.

@@ -56,6 +56,7 @@ pub struct StoreError {
 }
 
 /// What claiming a tick found.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TickClaim {
     /// This worker holds the tick: send it.
@@ -340,6 +341,7 @@ impl TickStore {
 }
 
 /// How a won tick ended.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy)]
 pub enum Finished<'a> {
     /// Sent, with this message id.

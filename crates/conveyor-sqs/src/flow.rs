@@ -37,6 +37,7 @@ use crate::send::send_message;
 /// Why a flow was not (completely) sent. Sending the same flow (same id) again is safe: its record
 /// is written once, and its children carry keys derived from the flow id, so the ones already sent
 /// are settled as duplicates.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum FlowError {
     /// A job of the flow breaks a limit or does not encode; nothing was sent.

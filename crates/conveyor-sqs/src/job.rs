@@ -9,6 +9,7 @@ use conveyor_core::{AttributeValue, Attributes, Handler, OutgoingMessage, QueueE
 use serde::Serialize;
 
 /// Why a job was not sent.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProduceError {
     /// The payload does not serialise to JSON.

@@ -63,6 +63,7 @@ impl std::fmt::Debug for Producer {
 }
 
 /// Why [`Producer::cancel`] could not cancel.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum CancelError {
     /// The producer has no store to write the cancellation to.

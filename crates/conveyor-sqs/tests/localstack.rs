@@ -366,7 +366,12 @@ async fn producer_limits_are_checked_with_clear_errors() -> anyhow::Result<()> {
         matches!(no_group, ProduceError::MissingGroupId { .. }),
         "{no_group}"
     );
-    assert!(fifo_producer.send(&NewJob::new("t", 1).group_id("g")).await.is_ok());
+    assert!(
+        fifo_producer
+            .send(&NewJob::new("t", 1).group_id("g"))
+            .await
+            .is_ok()
+    );
 
     let missing_url = standard
         .url

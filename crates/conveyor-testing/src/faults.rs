@@ -91,6 +91,7 @@ use crate::localstack;
 pub const HANG: Duration = Duration::from_secs(3600);
 
 /// What to do to a call.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
     /// Wait this long, then send the request as usual.

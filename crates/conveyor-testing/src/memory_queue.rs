@@ -56,6 +56,7 @@ pub(crate) const DEDUPLICATION_WINDOW: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_VISIBILITY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a message is, as [`MemoryQueue::snapshot`] reports it.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MessageState {
     /// Sent with a delay that has not passed yet.

@@ -164,6 +164,7 @@ fn install() -> Result<Installed, String> {
 }
 
 /// One line a consumer printed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The handler started for this message id.

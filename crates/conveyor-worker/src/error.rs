@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use conveyor_core::config::ConfigError;
 
 /// Why a worker could not start or run.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     /// A setting (a config-file field or an environment variable) has a value that cannot be used.

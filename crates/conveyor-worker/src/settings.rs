@@ -9,6 +9,7 @@ use conveyor_core::limits::{MAX_VISIBILITY_TIMEOUT, MAX_WAIT_TIME};
 use serde::{Deserialize, Serialize};
 
 /// How a worker with several queues shares its capacity between them.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PriorityMode {

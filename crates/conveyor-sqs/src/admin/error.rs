@@ -19,6 +19,7 @@ const UNSUPPORTED_CODES: &[&str] = &[
 ];
 
 /// An administration operation that failed.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdminError {
     /// An SQS call failed (a missing queue, denied access, throttling, a refused request).

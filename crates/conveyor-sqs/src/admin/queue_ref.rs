@@ -25,6 +25,7 @@ pub struct BadQueueRef {
 }
 
 /// What a `--queue-url` value names.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QueueRef {
     /// A queue URL, used as is.
