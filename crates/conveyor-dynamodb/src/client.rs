@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 
@@ -41,11 +40,13 @@ pub fn retry_config() -> RetryConfig {
 /// A DynamoDB client configured the standard way (environment variables, profile, instance or task
 /// role; `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local) with [`timeout_config`] and [`retry_config`],
 /// so an unreachable table becomes `StoreError::Unavailable` within seconds instead of hanging a claim.
+///
+/// The configuration is loaded once per process and shared with the other clients
+/// (`conveyor_aws::shared_config`).
 pub async fn dynamodb_client_from_env() -> aws_sdk_dynamodb::Client {
-    let config = aws_config::defaults(BehaviorVersion::latest())
+    let config = aws_sdk_dynamodb::config::Builder::from(conveyor_aws::shared_config().await)
         .timeout_config(timeout_config())
         .retry_config(retry_config())
-        .load()
-        .await;
-    aws_sdk_dynamodb::Client::new(&config)
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
 }

@@ -628,18 +628,17 @@ fn timeouts() -> aws_config::timeout::TimeoutConfig {
 /// A DynamoDB Streams client configured the standard way, with the same deadlines as the other clients.
 /// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` points it elsewhere; when only `AWS_ENDPOINT_URL_DYNAMODB` is set
 /// (DynamoDB Local, which serves streams on its own port), that endpoint is used.
+///
+/// The configuration is loaded once per process and shared with the other clients
+/// (`conveyor_aws::shared_config`).
 pub async fn streams_client_from_env() -> aws_sdk_dynamodbstreams::Client {
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .timeout_config(timeouts())
-        .load()
-        .await;
-    streams_client(&config)
+    streams_client(conveyor_aws::shared_config().await)
 }
 
 /// A DynamoDB Streams client from a loaded configuration, with the endpoint rule of
 /// [`streams_client_from_env`].
 pub fn streams_client(config: &aws_config::SdkConfig) -> aws_sdk_dynamodbstreams::Client {
-    let mut builder = aws_sdk_dynamodbstreams::config::Builder::from(config);
+    let mut builder = aws_sdk_dynamodbstreams::config::Builder::from(config).timeout_config(timeouts());
     let own = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
         .ok()
         .filter(|url| !url.is_empty());

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 
@@ -33,16 +32,17 @@ pub fn retry_config() -> RetryConfig {
 /// with [`timeout_config`] and [`retry_config`]. When an endpoint is overridden (`AWS_ENDPOINT_URL_S3`
 /// or `AWS_ENDPOINT_URL`: LocalStack, MinIO) requests use path-style addressing
 /// (`http://host/bucket/key`), which emulators on `127.0.0.1` need; against AWS, virtual-hosted style.
+///
+/// The configuration is loaded once per process and shared with the other clients
+/// (`conveyor_aws::shared_config`).
 pub async fn s3_client_from_env() -> aws_sdk_s3::Client {
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .timeout_config(timeout_config())
-        .retry_config(retry_config())
-        .load()
-        .await;
+    let config = conveyor_aws::shared_config().await;
     let overridden = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
         .iter()
         .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
-    let s3_config = aws_sdk_s3::config::Builder::from(&config)
+    let s3_config = aws_sdk_s3::config::Builder::from(config)
+        .timeout_config(timeout_config())
+        .retry_config(retry_config())
         .force_path_style(overridden)
         .build();
     aws_sdk_s3::Client::from_conf(s3_config)

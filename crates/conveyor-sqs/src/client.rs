@@ -5,12 +5,11 @@
 //! The long-poll `ReceiveMessage` is the one call that legitimately takes long: it gets its own,
 //! longer deadline per call from [`receive_timeout_config`].
 //!
-//! (These mirror `conveyor_dynamodb::client`. The two are not folded into one function: the only crate
-//! both adapters share is `conveyor-core`, which has no AWS SDK dependency by design.)
+//! The configuration itself (region, credentials, endpoints) is loaded once per process by
+//! `conveyor_aws::shared_config`; each service's client adds its own deadlines here.
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 
@@ -118,13 +117,11 @@ pub fn sqs_client_with_timeouts(config: &aws_config::SdkConfig) -> aws_sdk_sqs::
 ///
 /// The SDK itself honours `AWS_ENDPOINT_URL_SQS` (and the general `AWS_ENDPOINT_URL`, or `endpoint_url`
 /// in a profile), which is how the tests and `localstack/env.sh` point it at LocalStack.
+///
+/// The configuration is loaded once per process and shared with the other clients
+/// (`conveyor_aws::shared_config`).
 pub async fn sqs_client_from_env() -> aws_sdk_sqs::Client {
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .timeout_config(timeout_config())
-        .retry_config(retry_config())
-        .load()
-        .await;
-    sqs_client_with_timeouts(&config)
+    sqs_client_with_timeouts(conveyor_aws::shared_config().await)
 }
 
 #[cfg(test)]
@@ -159,7 +156,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_built_from_any_config_gets_the_deadlines() {
         let config = aws_config::SdkConfig::builder()
-            .behavior_version(BehaviorVersion::latest())
+            .behavior_version(aws_config::BehaviorVersion::latest())
             .timeout_config(TimeoutConfig::disabled())
             .build();
         let client = sqs_client_with_timeouts(&config);
