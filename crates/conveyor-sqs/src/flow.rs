@@ -4,7 +4,7 @@
 //! ```no_run
 //! # async fn example(client: aws_sdk_sqs::Client, store: std::sync::Arc<dyn conveyor_core::FlowStore>)
 //! # -> Result<(), conveyor_sqs::FlowError> {
-//! use conveyor_sqs::{Flow, FlowProducer, Job};
+//! use conveyor_sqs::{Flow, FlowProducer, NewJob};
 //!
 //! let queue = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
 //! let mut flow = Flow::new("report:r-1", NewJob::new("report", serde_json::json!({"id": "r-1"})), queue);

@@ -27,7 +27,7 @@ pub const BATCH_RETRY_BASE: Duration = Duration::from_millis(100);
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), conveyor_sqs::ProduceError> {
-/// use conveyor_sqs::{Job, Producer, sqs_client_from_env};
+/// use conveyor_sqs::{NewJob, Producer, sqs_client_from_env};
 ///
 /// #[derive(serde::Serialize)]
 /// struct WelcomeEmail { user_id: u64 }
