@@ -18,7 +18,7 @@ const LOCAL_HINT: &str =
 /// Where and as whom to call AWS. Without these options everything comes from the standard AWS
 /// environment and shared config (`AWS_PROFILE`, `AWS_REGION`, `AWS_ENDPOINT_URL_SQS`, SSO, ...).
 #[derive(Debug, Clone, Default, Args)]
-pub struct AwsArgs {
+pub(crate) struct AwsArgs {
     /// Named profile from ~/.aws/config (instead of AWS_PROFILE).
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
@@ -32,7 +32,7 @@ pub struct AwsArgs {
 
 /// A configuration mistake found before any call: fatal, with what to set.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// No region from `--region`, `AWS_REGION` / `AWS_DEFAULT_REGION` or the profile.
     #[error(
         "no AWS region is configured: pass --region (e.g. --region us-east-1), set AWS_REGION, or set `region` \
@@ -52,7 +52,7 @@ pub enum ConfigError {
 
 /// The loaded AWS configuration, with the settings the error messages name.
 #[derive(Debug, Clone)]
-pub struct Aws {
+pub(crate) struct Aws {
     config: SdkConfig,
     endpoint_override: Option<String>,
     /// The region every client uses.
@@ -62,7 +62,7 @@ pub struct Aws {
 impl AwsArgs {
     /// Loads the standard AWS configuration with these options on top, and checks that it has a region
     /// and credentials.
-    pub async fn load(&self) -> Result<Aws, ConfigError> {
+    pub(crate) async fn load(&self) -> Result<Aws, ConfigError> {
         let mut loader = aws_config::defaults(BehaviorVersion::latest());
         if let Some(profile) = &self.profile {
             loader = loader.profile_name(profile);
@@ -97,7 +97,7 @@ impl AwsArgs {
 impl Aws {
     /// Settings for unit tests of the messages that name them.
     #[cfg(test)]
-    pub fn for_tests(region: &str, endpoint: Option<&str>) -> Self {
+    pub(crate) fn for_tests(region: &str, endpoint: Option<&str>) -> Self {
         Self {
             config: SdkConfig::builder()
                 .region(Region::new(region.to_owned()))
@@ -108,7 +108,7 @@ impl Aws {
     }
 
     /// An SQS client with `--endpoint-url` applied.
-    pub fn sqs_client(&self) -> aws_sdk_sqs::Client {
+    pub(crate) fn sqs_client(&self) -> aws_sdk_sqs::Client {
         let mut sqs = aws_sdk_sqs::config::Builder::from(&self.config);
         if let Some(endpoint) = &self.endpoint_override {
             sqs = sqs.endpoint_url(endpoint);
@@ -117,37 +117,37 @@ impl Aws {
     }
 
     /// A DynamoDB client (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`, as the worker's).
-    pub fn dynamodb_client(&self) -> aws_sdk_dynamodb::Client {
+    pub(crate) fn dynamodb_client(&self) -> aws_sdk_dynamodb::Client {
         aws_sdk_dynamodb::Client::new(&self.config)
     }
 
     /// A DynamoDB Streams client (endpoint from `AWS_ENDPOINT_URL_DYNAMODB_STREAMS`, else
     /// `AWS_ENDPOINT_URL_DYNAMODB`, as DynamoDB Local serves both).
-    pub fn streams_client(&self) -> aws_sdk_dynamodbstreams::Client {
+    pub(crate) fn streams_client(&self) -> aws_sdk_dynamodbstreams::Client {
         conveyor_outbox::streams_client(&self.config)
     }
 
     /// The DynamoDB endpoint the client calls: `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`, else
     /// AWS's regional endpoint.
-    pub fn dynamodb_endpoint(&self) -> String {
+    pub(crate) fn dynamodb_endpoint(&self) -> String {
         env_nonempty("AWS_ENDPOINT_URL_DYNAMODB")
             .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
             .unwrap_or_else(|| format!("https://dynamodb.{}.amazonaws.com", self.region))
     }
 
     /// The SQS endpoint when it is not AWS's own (an emulator).
-    pub fn local_sqs_endpoint(&self) -> Option<String> {
+    pub(crate) fn local_sqs_endpoint(&self) -> Option<String> {
         Some(self.sqs_endpoint()).filter(|endpoint| !is_aws(endpoint))
     }
 
     /// The DynamoDB endpoint when it is not AWS's own (an emulator).
-    pub fn local_dynamodb_endpoint(&self) -> Option<String> {
+    pub(crate) fn local_dynamodb_endpoint(&self) -> Option<String> {
         Some(self.dynamodb_endpoint()).filter(|endpoint| !is_aws(endpoint))
     }
 
     /// The SQS endpoint the client calls, as a person would write it: `--endpoint-url`, else
     /// `AWS_ENDPOINT_URL_SQS`, else `AWS_ENDPOINT_URL`, else AWS's regional endpoint.
-    pub fn sqs_endpoint(&self) -> String {
+    pub(crate) fn sqs_endpoint(&self) -> String {
         self.endpoint_override
             .clone()
             .or_else(|| env_nonempty("AWS_ENDPOINT_URL_SQS"))

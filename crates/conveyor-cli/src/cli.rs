@@ -22,7 +22,7 @@ use crate::output::{Color, Format};
 /// everything at LocalStack.
 #[derive(Debug, Parser)]
 #[command(name = "conveyor", version, propagate_version = false)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Output format: human-readable tables, or one JSON document for scripts.
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     pub output: Format,
@@ -40,7 +40,7 @@ pub struct Cli {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Send a job (from arguments) or jobs (from a JSON file) to a queue.
     Send(SendArgs),
     /// Show a queue's and its DLQ's depth: visible, in flight, delayed, oldest message.
@@ -65,7 +65,7 @@ pub enum Command {
 
 impl Command {
     /// Runs the command with the loaded AWS configuration.
-    pub async fn run(&self, cli: &Cli, aws: &Aws) -> anyhow::Result<()> {
+    pub(crate) async fn run(&self, cli: &Cli, aws: &Aws) -> anyhow::Result<()> {
         let format = cli.output;
         let client = aws.sqs_client();
         match self {

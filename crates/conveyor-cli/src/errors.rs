@@ -12,11 +12,11 @@ use crate::aws::{Aws, ConfigError};
 /// A request the command refuses as given (exit code 2), such as `purge` without its confirmation flag.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 /// Prints `error` (with its causes) and a hint on stderr; returns the exit code. `aws` (absent when the
 /// configuration itself failed to load) names the region and endpoint in the hints.
-pub fn report(error: &anyhow::Error, aws: Option<&Aws>) -> ExitCode {
+pub(crate) fn report(error: &anyhow::Error, aws: Option<&Aws>) -> ExitCode {
     match unreachable(error).zip(aws) {
         Some((reason, aws)) => crate::errln!(
             "error: cannot reach SQS at {} (region {}): {reason}",

@@ -8,7 +8,7 @@ use clap::ValueEnum;
 
 /// The output format chosen with `--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// Tables and sentences for people.
     #[default]
     Text,
@@ -18,7 +18,7 @@ pub enum Format {
 
 /// When log lines are coloured (`--color`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Color {
+pub(crate) enum Color {
     /// Only when stderr is a terminal and `NO_COLOR` is not set (<https://no-color.org>).
     #[default]
     Auto,
@@ -30,7 +30,7 @@ pub enum Color {
 
 impl Color {
     /// True when log lines written to stderr should carry ANSI colour codes.
-    pub fn enabled(self) -> bool {
+    pub(crate) fn enabled(self) -> bool {
         use std::io::IsTerminal as _;
         match self {
             Color::Always => true,
@@ -44,27 +44,27 @@ impl Color {
 }
 
 /// Prints one JSON document.
-pub fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     crate::outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
 /// Prints a progress line on stderr (in both formats: stdout carries only the result).
-pub fn progress(line: &str) {
+pub(crate) fn progress(line: &str) {
     crate::errln!("{line}");
 }
 
 /// A plain text table: a header row and left-aligned columns separated by two spaces. The last column is
 /// not padded, so a long value there (a failure reason) does not push the others apart.
 #[derive(Debug, Default)]
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these column titles.
-    pub fn new(header: &[&str]) -> Self {
+    pub(crate) fn new(header: &[&str]) -> Self {
         Self {
             header: header.iter().map(|title| (*title).to_owned()).collect(),
             rows: Vec::new(),
@@ -72,14 +72,14 @@ impl Table {
     }
 
     /// Adds a row (missing cells are empty, extra cells are dropped).
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         let mut cells = cells;
         cells.resize(self.header.len(), String::new());
         self.rows.push(cells);
     }
 
     /// The table as text, one line per row, ending in a newline.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let columns = self.header.len();
         let mut widths = vec![0; columns];
         for row in std::iter::once(&self.header).chain(&self.rows) {
@@ -104,7 +104,7 @@ impl Table {
     }
 }
 
-pub use conveyor_core::display::{format_age, format_epoch_millis, format_time};
+pub(crate) use conveyor_core::display::{format_age, format_epoch_millis, format_time};
 
 #[cfg(test)]
 mod tests {

@@ -26,17 +26,17 @@ static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
 static WRITE_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 /// Writes to stdout; a closed pipe ends stdout's output quietly. Use [`out!`](crate::out).
-pub fn write_stdout(args: fmt::Arguments<'_>) {
+pub(crate) fn write_stdout(args: fmt::Arguments<'_>) {
     unless_closed(&STDOUT_CLOSED, "stdout", || io::stdout().lock().write_fmt(args));
 }
 
 /// Writes to stderr; a closed pipe ends stderr's output quietly. Use [`errln!`](crate::errln).
-pub fn write_stderr(args: fmt::Arguments<'_>) {
+pub(crate) fn write_stderr(args: fmt::Arguments<'_>) {
     unless_closed(&STDERR_CLOSED, "stderr", || io::stderr().lock().write_fmt(args));
 }
 
 /// Flushes stdout (whose lines may still sit in its buffer) with the same rules as a write.
-pub fn flush_stdout() {
+pub(crate) fn flush_stdout() {
     unless_closed(&STDOUT_CLOSED, "stdout", || io::stdout().lock().flush());
 }
 
@@ -51,7 +51,7 @@ fn unless_closed(closed: &AtomicBool, stream: &str, operation: impl FnOnce() -> 
 }
 
 /// The first write error other than a closed pipe, if any.
-pub fn write_error() -> Option<String> {
+pub(crate) fn write_error() -> Option<String> {
     WRITE_ERROR.lock().ok().and_then(|error| error.clone())
 }
 

@@ -10,12 +10,12 @@ use conveyor_core::{AttributeValue, Message, ReceiptHandle};
 
 /// System attribute names, as SQS spells them in the record's `attributes`.
 mod names {
-    pub const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
-    pub const SENT_TIMESTAMP: &str = "SentTimestamp";
-    pub const FIRST_RECEIVE_TIMESTAMP: &str = "ApproximateFirstReceiveTimestamp";
-    pub const GROUP_ID: &str = "MessageGroupId";
-    pub const DEDUPLICATION_ID: &str = "MessageDeduplicationId";
-    pub const TRACE_HEADER: &str = "AWSTraceHeader";
+    pub(super) const RECEIVE_COUNT: &str = "ApproximateReceiveCount";
+    pub(super) const SENT_TIMESTAMP: &str = "SentTimestamp";
+    pub(super) const FIRST_RECEIVE_TIMESTAMP: &str = "ApproximateFirstReceiveTimestamp";
+    pub(super) const GROUP_ID: &str = "MessageGroupId";
+    pub(super) const DEDUPLICATION_ID: &str = "MessageDeduplicationId";
+    pub(super) const TRACE_HEADER: &str = "AWSTraceHeader";
 }
 
 /// A record the adapter cannot process.

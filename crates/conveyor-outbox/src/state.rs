@@ -46,7 +46,7 @@ pub(crate) struct RelayState {
 
 impl RelayState {
     /// The state of `stream_arn` in `table`, for a relay process that calls itself `owner`.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         table: impl Into<String>,
         stream_arn: impl Into<String>,
@@ -61,7 +61,7 @@ impl RelayState {
     }
 
     /// The stream's ARN.
-    pub fn stream_arn(&self) -> &str {
+    pub(crate) fn stream_arn(&self) -> &str {
         &self.stream_arn
     }
 
@@ -82,7 +82,7 @@ impl RelayState {
 
     /// Takes or renews the lease for `length`: `Ok(true)` when this process holds it now, `Ok(false)` when
     /// another one does.
-    pub async fn acquire(&self, length: Duration) -> Result<bool, StateError> {
+    pub(crate) async fn acquire(&self, length: Duration) -> Result<bool, StateError> {
         let now = epoch_millis(SystemTime::now());
         let expires = now + u64::try_from(length.as_millis()).unwrap_or(u64::MAX);
         // UpdateItem (not PutItem): the checkpoints are PutItems, and tests fail those alone.
@@ -113,7 +113,7 @@ impl RelayState {
     }
 
     /// Gives the lease up (when this process holds it), so a standby relay takes over at once.
-    pub async fn release(&self) -> Result<(), StateError> {
+    pub(crate) async fn release(&self) -> Result<(), StateError> {
         let answer = self
             .client
             .delete_item()
@@ -138,7 +138,7 @@ impl RelayState {
     }
 
     /// The shard's checkpoint (default when none was written).
-    pub async fn checkpoint(&self, shard_id: &str) -> Result<Checkpoint, StateError> {
+    pub(crate) async fn checkpoint(&self, shard_id: &str) -> Result<Checkpoint, StateError> {
         let output = self
             .client
             .get_item()
@@ -165,7 +165,7 @@ impl RelayState {
     }
 
     /// Writes the shard's checkpoint.
-    pub async fn save(&self, shard_id: &str, checkpoint: &Checkpoint) -> Result<(), StateError> {
+    pub(crate) async fn save(&self, shard_id: &str, checkpoint: &Checkpoint) -> Result<(), StateError> {
         let mut item = HashMap::from([
             ("id".to_owned(), AttributeValue::S(self.checkpoint_id(shard_id))),
             ("finished".to_owned(), AttributeValue::Bool(checkpoint.finished)),

@@ -19,7 +19,7 @@ use crate::aws::Aws;
 
 Open the printed address in a browser. On any address but loopback a token is required: open the page
 once as /?token=<token> (it is then kept in a cookie) or send Authorization: Bearer <token>.")]
-pub struct ConsoleArgs {
+pub(crate) struct ConsoleArgs {
     /// Address to listen on; anything but loopback needs --token.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8025")]
     pub listen: SocketAddr,
@@ -47,7 +47,7 @@ pub struct ConsoleArgs {
 }
 
 /// Runs the console until Ctrl-C.
-pub async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
     let config = ConsoleConfig {
         listen: args.listen,
         token: args.token.clone(),

@@ -21,7 +21,7 @@ const TASK_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Arguments of `conveyor dlq`.
 #[derive(Debug, Args)]
-pub struct DlqArgs {
+pub(crate) struct DlqArgs {
     /// What to do with the dead-letter queue.
     #[command(subcommand)]
     pub command: DlqCommand,
@@ -29,7 +29,7 @@ pub struct DlqArgs {
 
 /// The `dlq` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum DlqCommand {
+pub(crate) enum DlqCommand {
     /// Show dead-lettered messages with their failure reason, without consuming them.
     Peek(PeekArgs),
     /// Move dead-lettered messages back to their source queue (all, or only matching ones).
@@ -48,7 +48,7 @@ the DLQ (each peek adds one to their ApproximateReceiveCount). Bodies are not pr
 --show-body is given: they may carry personal data. A large payload (an SQS Extended Client pointer) shows
 as `pointer → s3://bucket/key (N bytes)`; --fetch-payloads reads the object from S3 so --show-body prints
 the payload itself (needs s3:GetObject; AWS_ENDPOINT_URL_S3 for LocalStack). The object stays.")]
-pub struct PeekArgs {
+pub(crate) struct PeekArgs {
     /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
@@ -68,7 +68,7 @@ pub struct PeekArgs {
 
 /// How `dlq redrive` moves messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Method {
+pub(crate) enum Method {
     /// A move task when there is no filter and one destination; the loop otherwise, or when the endpoint
     /// lacks StartMessageMoveTask.
     #[default]
@@ -92,7 +92,7 @@ endpoint without StartMessageMoveTask, a loop receives from the DLQ, sends each 
 source queue (same body and attributes, minus conveyor.failure) and deletes it from the DLQ only after
 the send succeeded; messages that stay are made visible again when the scan ends. Ctrl-C stops the loop
 after the current batch.")]
-pub struct RedriveArgs {
+pub(crate) struct RedriveArgs {
     /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
@@ -126,14 +126,14 @@ pub struct RedriveArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Example:
   conveyor dlq tasks --queue-url $URL")]
-pub struct TasksArgs {
+pub(crate) struct TasksArgs {
     /// URL of the source queue or of the DLQ.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
 }
 
 /// Runs a `conveyor dlq` subcommand.
-pub async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     match &args.command {
         DlqCommand::Peek(args) => run_peek(args, &client, format).await,
         DlqCommand::Redrive(args) => run_redrive(args, &client, format).await,

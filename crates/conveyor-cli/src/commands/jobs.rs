@@ -24,7 +24,7 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
   conveyor jobs watch report:r-1 --type report      # follows progress until the job ends
 
 Only job types whose handler sets HandlerSettings::tracked keep a record.")]
-pub struct JobsArgs {
+pub(crate) struct JobsArgs {
     /// The idempotency table that holds the records.
     #[arg(long, global = true, env = "CONVEYOR_IDEMPOTENCY_TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
     pub table: String,
@@ -35,7 +35,7 @@ pub struct JobsArgs {
 
 /// The `jobs` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum JobsCommand {
+pub(crate) enum JobsCommand {
     /// Print one job's record.
     Show(KeyArgs),
     /// List tracked jobs of a type, newest change first.
@@ -46,7 +46,7 @@ pub enum JobsCommand {
 
 /// Which job.
 #[derive(Debug, Args)]
-pub struct KeyArgs {
+pub(crate) struct KeyArgs {
     /// The producer's key (with --type), or the record key `conveyor:<type>#<key>`.
     pub key: String,
     /// The job type, when KEY is the producer's key.
@@ -65,7 +65,7 @@ impl KeyArgs {
 
 /// Which jobs.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// The job type.
     #[arg(long = "type", value_name = "TYPE")]
     pub job_type: String,
@@ -84,7 +84,7 @@ fn parse_status(text: &str) -> Result<JobStatus, String> {
 }
 
 /// Runs `conveyor jobs`.
-pub async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     let store = DynamoStore::new(aws.dynamodb_client(), &args.table);
     match &args.command {
         JobsCommand::Show(key) => {
@@ -184,7 +184,7 @@ fn watch_line(job: &JobRecord) -> String {
 }
 
 /// A job's record as a person reads it.
-pub fn describe(job: &JobRecord, now: SystemTime) -> String {
+pub(crate) fn describe(job: &JobRecord, now: SystemTime) -> String {
     let ago = |time: SystemTime| format_age(now.duration_since(time).unwrap_or_default());
     let mut text = format!("job       {}\n", job.key);
     text.push_str(&format!("type      {}\n", job.job_type));
@@ -224,7 +224,7 @@ fn flow_id(record_key: &str) -> Option<&str> {
 }
 
 /// A flow's status: its children done, failed and pending, and its parent.
-pub fn describe_flow(flow: &FlowState) -> String {
+pub(crate) fn describe_flow(flow: &FlowState) -> String {
     let mut text = format!(
         "flow      {} ({} children: {} done, {} failed, {} pending; on failure: {})\n",
         flow.id,

@@ -10,11 +10,11 @@ use crate::errors::UsageError;
 use crate::output::{Format, print_json, progress};
 
 /// The table `local init` creates unless `--table` names another (the name the README uses).
-pub const DEFAULT_TABLE: &str = "conveyor-idempotency";
+pub(crate) const DEFAULT_TABLE: &str = "conveyor-idempotency";
 
 /// Arguments of `conveyor local`.
 #[derive(Debug, Args)]
-pub struct LocalArgs {
+pub(crate) struct LocalArgs {
     /// What to do on the local stack.
     #[command(subcommand)]
     pub command: LocalCommand,
@@ -22,7 +22,7 @@ pub struct LocalArgs {
 
 /// The `local` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum LocalCommand {
+pub(crate) enum LocalCommand {
     /// Create a queue with its DLQ and redrive policy, and the idempotency table, on the local emulators.
     Init(InitArgs),
 }
@@ -36,7 +36,7 @@ pub enum LocalCommand {
 Idempotent: what exists already is kept (a queue without the redrive policy gets it) and said so. Only
 for the local emulators: it refuses AWS's own endpoints (use infra/ there). The environment to export
 goes to stdout, the report of what was created to stderr.")]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// The queue's name (`.fifo` is added with --fifo); its DLQ is NAME-dlq.
     #[arg(long, value_name = "NAME")]
     pub queue: String,
@@ -55,7 +55,7 @@ pub struct InitArgs {
 }
 
 /// Runs `conveyor local`.
-pub async fn run(args: &LocalArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &LocalArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     match &args.command {
         LocalCommand::Init(init) => run_init(init, aws, format).await,
     }

@@ -1,12 +1,12 @@
 //! One module per command group.
 
-pub mod console;
-pub mod dlq;
-pub mod jobs;
-pub mod local;
-pub mod outbox;
-pub mod payloads;
-pub mod purge;
-pub mod schedules;
-pub mod send;
-pub mod stats;
+pub(crate) mod console;
+pub(crate) mod dlq;
+pub(crate) mod jobs;
+pub(crate) mod local;
+pub(crate) mod outbox;
+pub(crate) mod payloads;
+pub(crate) mod purge;
+pub(crate) mod schedules;
+pub(crate) mod send;
+pub(crate) mod stats;

@@ -20,7 +20,7 @@ use crate::output::{Format, print_json};
 
 The relay reads the table's DynamoDB stream, sends each outbox item's job to its queue and deletes the
 item. One relay reads a stream at a time (a lease in the state table); others stand by.")]
-pub struct OutboxArgs {
+pub(crate) struct OutboxArgs {
     /// The outbox table (the application's own table, or a table of its own).
     #[arg(long, global = true, env = "CONVEYOR_OUTBOX_TABLE")]
     pub table: Option<String>,
@@ -42,7 +42,7 @@ pub struct OutboxArgs {
 
 /// The `outbox` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum OutboxCommand {
+pub(crate) enum OutboxCommand {
     /// Relay outbox items from the table's stream to SQS, printing progress.
     Relay(RelayArgs),
     /// Count the outbox items still in the table (a Scan: reads the whole table) and the oldest one's age.
@@ -51,7 +51,7 @@ pub enum OutboxCommand {
 
 /// Arguments of `conveyor outbox relay`.
 #[derive(Debug, Args)]
-pub struct RelayArgs {
+pub(crate) struct RelayArgs {
     /// The table holding the relay's lease and checkpoints (partition key `id`).
     #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
     pub state_table: String,
@@ -67,7 +67,7 @@ pub struct RelayArgs {
 }
 
 /// Runs `conveyor outbox`.
-pub async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     let Some(name) = args.table.clone() else {
         anyhow::bail!("no outbox table: pass --table NAME or set CONVEYOR_OUTBOX_TABLE");
     };

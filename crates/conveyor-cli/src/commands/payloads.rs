@@ -7,10 +7,10 @@ use conveyor_s3::{S3PayloadStore, s3_client_from_env};
 use conveyor_sqs::admin::Received;
 
 /// One message's fetched payload: `None` when it is not a pointer; `Err` says why it could not be read.
-pub type Fetched = Option<Result<String, String>>;
+pub(crate) type Fetched = Option<Result<String, String>>;
 
 /// `pointer → s3://bucket/key (N bytes)` for a pointer message, `None` for any other.
-pub fn describe(message: &Message) -> Option<String> {
+pub(crate) fn describe(message: &Message) -> Option<String> {
     match PayloadPointer::of(message)? {
         Ok(pointer) => {
             let size = declared_size(&message.attributes)
@@ -22,7 +22,7 @@ pub fn describe(message: &Message) -> Option<String> {
 }
 
 /// Every pointer message's payload, in order, read through S3 with the standard configuration.
-pub async fn fetch_all(messages: &[Received]) -> Vec<Fetched> {
+pub(crate) async fn fetch_all(messages: &[Received]) -> Vec<Fetched> {
     let store = S3PayloadStore::new(s3_client_from_env().await);
     let mut fetched = Vec::with_capacity(messages.len());
     for received in messages {
@@ -45,7 +45,7 @@ async fn fetch(store: &dyn PayloadStore, message: &Message) -> Fetched {
 }
 
 /// `payloads` lined up with `count` messages (all `None` when nothing was fetched).
-pub fn padded(payloads: &[Fetched], count: usize) -> Vec<Option<&Result<String, String>>> {
+pub(crate) fn padded(payloads: &[Fetched], count: usize) -> Vec<Option<&Result<String, String>>> {
     (0..count)
         .map(|index| payloads.get(index).and_then(Option::as_ref))
         .collect()

@@ -14,7 +14,7 @@ use crate::output::{Format, print_json};
 
 PurgeQueue deletes every message, visible, in flight and delayed, within 60 seconds; it cannot be
 undone, and SQS allows one purge per queue every 60 seconds. It purges only the queue given, not its DLQ.")]
-pub struct PurgeArgs {
+pub(crate) struct PurgeArgs {
     /// URL (or name) of the queue to empty.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
@@ -24,7 +24,7 @@ pub struct PurgeArgs {
 }
 
 /// Runs `conveyor purge`.
-pub async fn run(args: &PurgeArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &PurgeArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     if !args.yes_i_really_mean_it {
         return Err(UsageError(format!(
             "refusing to purge {}: purging deletes every message in the queue and cannot be undone; run again \

@@ -30,7 +30,7 @@ use crate::output::{Format, Table, format_time, print_json};
 Pausing and resuming act on the workers' schedulers (state in the idempotency table). Schedules
 deployed to EventBridge Scheduler (infra/modules/schedules) are paused there: set the module's
 `enabled = false`, or `aws scheduler update-schedule --state DISABLED`.")]
-pub struct SchedulesArgs {
+pub(crate) struct SchedulesArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: SchedulesCommand,
@@ -38,7 +38,7 @@ pub struct SchedulesArgs {
 
 /// Where the definitions and the state are.
 #[derive(Debug, Args)]
-pub struct Source {
+pub(crate) struct Source {
     /// The file `conveyor schedules export` wrote.
     #[arg(long, value_name = "FILE", default_value = "schedules.json")]
     pub file: PathBuf,
@@ -49,7 +49,7 @@ pub struct Source {
 
 /// The `conveyor schedules` commands.
 #[derive(Debug, Subcommand)]
-pub enum SchedulesCommand {
+pub(crate) enum SchedulesCommand {
     /// Write the application's schedules to a file (runs `APP --export-schedules FILE`).
     Export {
         /// The application's binary (one that supports --export-schedules, like the example worker).
@@ -98,7 +98,7 @@ pub enum SchedulesCommand {
 }
 
 /// Runs `conveyor schedules`.
-pub async fn run(args: &SchedulesArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &SchedulesArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     match &args.command {
         SchedulesCommand::Export { app, out } => export(app, out),
         SchedulesCommand::List { source, next } => list(source, aws, *next, format).await,

@@ -35,7 +35,7 @@ A job in a file: {\"job_type\": \"...\", \"payload\": {...}, \"key\": \"...\", \
 Options given on the command line apply to every job of the file that does not set that field.
 With CONVEYOR_PAYLOAD_BUCKET set, a job too large for the queue is stored in that S3 bucket and sent as a
 pointer (the SQS Extended Client Library's format; the consumers need the same variable).")]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// URL (or name) of the queue to send to.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
@@ -148,7 +148,7 @@ impl Request {
 }
 
 /// Runs `conveyor send`.
-pub async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let request = read_request(args)?;
     let url = resolve_queue_url(&client, &args.queue_url).await?;
     let queue = describe(&client, &url).await?;

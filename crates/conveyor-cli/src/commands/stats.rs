@@ -16,7 +16,7 @@ The age of the oldest message is a CloudWatch metric (ApproximateAgeOfOldestMess
 attribute, so it shows as n/a. --peek-age estimates it instead from the SentTimestamp of up to 100
 peeked messages: a lower bound on standard queues, and each peek counts as a receive of the peeked
 messages (on a queue with a low maxReceiveCount that can move them to the DLQ sooner).")]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// URL (or name) of the queue (its DLQ is found from its RedrivePolicy).
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
@@ -26,7 +26,7 @@ pub struct StatsArgs {
 }
 
 /// Runs `conveyor stats`.
-pub async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let url = resolve_queue_url(&client, &args.queue_url).await?;
     let stats = stats(&client, &url, args.peek_age).await?;
     let max_receive_count = stats

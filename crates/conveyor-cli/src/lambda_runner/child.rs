@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// What the child is told about itself.
 #[derive(Debug, Clone)]
-pub struct FunctionSettings {
+pub(crate) struct FunctionSettings {
     /// The bootstrap executable.
     pub bootstrap: PathBuf,
     /// `AWS_LAMBDA_FUNCTION_NAME`.
@@ -44,7 +44,7 @@ fn passes_through(name: &str) -> bool {
 }
 
 /// A running bootstrap.
-pub struct Bootstrap {
+pub(crate) struct Bootstrap {
     child: Child,
     spawned_at: Instant,
 }
@@ -52,7 +52,7 @@ pub struct Bootstrap {
 impl Bootstrap {
     /// Starts the bootstrap against the Runtime API at `api`. Its stdout and stderr are forwarded to
     /// the runner's stderr, prefixed `bootstrap| `.
-    pub fn spawn(settings: &FunctionSettings, api: SocketAddr) -> anyhow::Result<Self> {
+    pub(crate) fn spawn(settings: &FunctionSettings, api: SocketAddr) -> anyhow::Result<Self> {
         let mut command = Command::new(&settings.bootstrap);
         command.env_clear();
         for (name, value) in std::env::vars_os() {
@@ -85,22 +85,22 @@ impl Bootstrap {
     }
 
     /// When the process was started.
-    pub fn spawned_at(&self) -> Instant {
+    pub(crate) fn spawned_at(&self) -> Instant {
         self.spawned_at
     }
 
     /// Waits for the process to exit.
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         self.child.wait().await
     }
 
     /// True when the process has exited (a runtime that gave up after an error).
-    pub fn has_exited(&mut self) -> bool {
+    pub(crate) fn has_exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Kills the process and reaps it.
-    pub async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         if let Err(error) = self.child.kill().await {
             tracing::debug!(%error, "bootstrap already gone");
         }

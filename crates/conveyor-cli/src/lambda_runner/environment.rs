@@ -15,13 +15,13 @@ use super::runtime_api::{ApiEvent, Invocation, RuntimeApi};
 use super::{ENVIRONMENT_HINT, describe_error};
 
 /// How long a bootstrap may take from start to its first `next` request (Lambda's init limit).
-pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Slack after the invocation deadline for the answer's HTTP request to arrive.
 const DEADLINE_GRACE: Duration = Duration::from_millis(250);
 
 /// How one invocation ended.
 #[derive(Debug)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// The function returned this body.
     Response(Vec<u8>),
     /// The function (or the Runtime API, for an oversized response) reported an error.
@@ -43,7 +43,7 @@ pub enum Ended {
 
 impl Ended {
     /// True when the environment is replaced before the next invocation (AWS discards it).
-    pub fn replaces_environment(&self) -> bool {
+    pub(crate) fn replaces_environment(&self) -> bool {
         matches!(
             self,
             Ended::TimedOut | Ended::Exited(_) | Ended::Undelivered | Ended::InitFailed(_)
@@ -53,7 +53,7 @@ impl Ended {
 
 /// What an invocation did, with its timings.
 #[derive(Debug)]
-pub struct Invoked {
+pub(crate) struct Invoked {
     /// How it ended.
     pub ended: Ended,
     /// Spawn to first `next`, when this invocation started a new process.
@@ -63,7 +63,7 @@ pub struct Invoked {
 }
 
 /// An execution environment, numbered from 1.
-pub struct Environment {
+pub(crate) struct Environment {
     number: usize,
     api: RuntimeApi,
     bootstrap: Option<Bootstrap>,
@@ -72,7 +72,7 @@ pub struct Environment {
 
 impl Environment {
     /// Binds a Runtime API endpoint; the bootstrap starts with the first invocation.
-    pub async fn bind(number: usize, settings: Arc<FunctionSettings>) -> std::io::Result<Self> {
+    pub(crate) async fn bind(number: usize, settings: Arc<FunctionSettings>) -> std::io::Result<Self> {
         Ok(Self {
             number,
             api: RuntimeApi::bind().await?,
@@ -82,12 +82,12 @@ impl Environment {
     }
 
     /// The environment's number (1, 2, ...), as printed.
-    pub fn number(&self) -> usize {
+    pub(crate) fn number(&self) -> usize {
         self.number
     }
 
     /// Runs one invocation, initialising first when needed.
-    pub async fn invoke(&mut self, invocation: Invocation) -> Invoked {
+    pub(crate) async fn invoke(&mut self, invocation: Invocation) -> Invoked {
         if self.bootstrap.as_mut().is_some_and(Bootstrap::has_exited) {
             // The runtime gave up after its last invocation: a new one starts, as Lambda would.
             self.discard().await;
@@ -121,7 +121,7 @@ impl Environment {
     }
 
     /// Kills the process, if any.
-    pub async fn shut_down(&mut self) {
+    pub(crate) async fn shut_down(&mut self) {
         self.discard().await;
     }
 

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 
 /// A message's group (`MessageGroupId`), when it has one.
-pub fn group_of(message: &Message) -> Option<&str> {
+pub(crate) fn group_of(message: &Message) -> Option<&str> {
     message
         .attributes
         .as_ref()?
@@ -41,7 +41,7 @@ fn sequence_of(message: &Message) -> u128 {
 
 /// Which environment holds which group, and the messages waiting for a busy group.
 #[derive(Debug, Default)]
-pub struct Groups {
+pub(crate) struct Groups {
     busy: HashMap<String, usize>,
     held: BTreeMap<String, Vec<Message>>,
 }
@@ -49,7 +49,7 @@ pub struct Groups {
 impl Groups {
     /// Splits a received batch for `environment`: returns the messages it may run now (their groups
     /// become busy for it) and how many were held for a group busy elsewhere.
-    pub fn admit(&mut self, environment: usize, messages: Vec<Message>) -> (Vec<Message>, usize) {
+    pub(crate) fn admit(&mut self, environment: usize, messages: Vec<Message>) -> (Vec<Message>, usize) {
         let mut run = Vec::with_capacity(messages.len());
         let mut held = 0;
         for message in messages {
@@ -73,7 +73,7 @@ impl Groups {
 
     /// Up to `max` held messages of groups no environment holds, group by group in sequence order;
     /// their groups become busy for `environment`.
-    pub fn take_ready(&mut self, environment: usize, max: usize) -> Vec<Message> {
+    pub(crate) fn take_ready(&mut self, environment: usize, max: usize) -> Vec<Message> {
         let ready: Vec<String> = self
             .held
             .keys()
@@ -101,7 +101,12 @@ impl Groups {
     /// `environment`'s invocation of `messages` ended and `deleted` (message ids) were deleted: its
     /// groups are free again. Held messages of a group that left messages in the queue are dropped
     /// from the hold (left in flight; see the module note); returns how many.
-    pub fn finish(&mut self, environment: usize, messages: &[Message], deleted: &HashSet<String>) -> usize {
+    pub(crate) fn finish(
+        &mut self,
+        environment: usize,
+        messages: &[Message],
+        deleted: &HashSet<String>,
+    ) -> usize {
         let mut left_behind = HashSet::new();
         for message in messages {
             let Some(group) = group_of(message) else {
@@ -123,7 +128,7 @@ impl Groups {
     }
 
     /// Every held message (at shutdown, to make them visible again).
-    pub fn drain(&mut self) -> Vec<Message> {
+    pub(crate) fn drain(&mut self) -> Vec<Message> {
         std::mem::take(&mut self.held).into_values().flatten().collect()
     }
 }

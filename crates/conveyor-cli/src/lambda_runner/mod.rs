@@ -18,11 +18,11 @@
 //! Nothing here is specific to Conveyor's adapter: any bootstrap built on `lambda_runtime` (or any
 //! other custom runtime) runs under it.
 
-pub mod child;
-pub mod environment;
-pub mod fifo;
-pub mod poller;
-pub mod runtime_api;
+pub(crate) mod child;
+pub(crate) mod environment;
+pub(crate) mod fifo;
+pub(crate) mod poller;
+pub(crate) mod runtime_api;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ const CRASH_LOOP: u32 = 3;
 
 /// `conveyor lambda ...`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct LambdaArgs {
+pub(crate) struct LambdaArgs {
     /// The Lambda command.
     #[command(subcommand)]
     pub command: LambdaCommand,
@@ -58,7 +58,7 @@ pub struct LambdaArgs {
 
 /// The Lambda commands.
 #[derive(Debug, Clone, clap::Subcommand)]
-pub enum LambdaCommand {
+pub(crate) enum LambdaCommand {
     /// Run a bootstrap binary against a queue the way an SQS event source mapping does: serve the
     /// Lambda Runtime API on loopback, poll the queue, invoke with each batch, delete what succeeded.
     ///
@@ -76,7 +76,7 @@ pub(crate) const ENVIRONMENT_HINT: &str = "the bootstrap gets this shell's envir
     in the function's configuration (infra/modules/lambda-consumer's `environment`)";
 
 /// Runs a `conveyor lambda` command with the CLI's SQS client.
-pub async fn run_command(args: &LambdaArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<()> {
+pub(crate) async fn run_command(args: &LambdaArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<()> {
     match &args.command {
         LambdaCommand::Run(run_args) => run(run_args, client).await.map(|_| ()),
     }
@@ -84,7 +84,7 @@ pub async fn run_command(args: &LambdaArgs, client: aws_sdk_sqs::Client) -> anyh
 
 /// `conveyor lambda run` arguments.
 #[derive(Debug, Clone, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The bootstrap executable (e.g. target/debug/bootstrap).
     #[arg(long)]
     pub bootstrap: PathBuf,
@@ -188,7 +188,7 @@ impl RunArgs {
 
 /// What a run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Invocations.
     pub batches: u64,
     /// Records handed to the function.
@@ -269,7 +269,7 @@ fn millis(duration: Duration) -> f64 {
 
 /// Runs until a stop condition (`--until-empty`, `--max-batches`, `--max-idle-secs`) or Ctrl-C; prints
 /// one line per batch and the summary. Every bootstrap is killed on the way out, whatever happened.
-pub async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<Summary> {
+pub(crate) async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<Summary> {
     let region = client
         .config()
         .region()

@@ -25,10 +25,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 /// Lambda's limit for a synchronous invocation's payload (the event), in bytes.
-pub const MAX_INVOCATION_PAYLOAD: usize = 6 * 1024 * 1024;
+pub(crate) const MAX_INVOCATION_PAYLOAD: usize = 6 * 1024 * 1024;
 
 /// Receives batches from one queue.
-pub struct Poller {
+pub(crate) struct Poller {
     client: aws_sdk_sqs::Client,
     queue_url: String,
     arn: String,
@@ -40,7 +40,7 @@ pub struct Poller {
 
 impl Poller {
     /// A poller for `queue_url` (whose ARN is `arn`) in `region`.
-    pub fn new(
+    pub(crate) fn new(
         client: aws_sdk_sqs::Client,
         queue_url: String,
         arn: String,
@@ -61,7 +61,7 @@ impl Poller {
     }
 
     /// The next batch: empty when a long poll found nothing.
-    pub async fn next_batch(&self) -> anyhow::Result<Vec<Message>> {
+    pub(crate) async fn next_batch(&self) -> anyhow::Result<Vec<Message>> {
         let mut batch = self.receive(self.want(0), self.poll_wait).await?;
         if batch.is_empty() || self.window.is_zero() {
             return Ok(batch);
@@ -109,7 +109,7 @@ impl Poller {
     }
 
     /// The event an event source mapping would send for `messages`.
-    pub fn event(&self, messages: &[Message]) -> SqsEvent {
+    pub(crate) fn event(&self, messages: &[Message]) -> SqsEvent {
         let mut event = SqsEvent::default();
         event.records = messages.iter().map(|message| self.record(message)).collect();
         event
@@ -117,7 +117,11 @@ impl Poller {
 
     /// Splits `messages` into the longest prefix whose event fits in `limit` bytes (at least one
     /// message, as one SQS message always fits) and the rest. A prefix keeps FIFO order.
-    pub fn cut_to_payload(&self, mut messages: Vec<Message>, limit: usize) -> (Vec<Message>, Vec<Message>) {
+    pub(crate) fn cut_to_payload(
+        &self,
+        mut messages: Vec<Message>,
+        limit: usize,
+    ) -> (Vec<Message>, Vec<Message>) {
         // `{"Records":[` + records joined by `,` + `]}`.
         let mut size = r#"{"Records":[]}"#.len();
         let mut fits = 0;
@@ -197,7 +201,7 @@ fn base64_data(bytes: &[u8]) -> Base64Data {
 
 /// How the batch ends, read from the function's response as Lambda reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Delete every record except these message ids.
     Partial(HashSet<String>),
     /// Lambda would treat the response as a complete failure: leave the whole batch.
@@ -209,7 +213,7 @@ pub enum Verdict {
 /// Lambda's documented rules: an empty or null `batchItemFailures`, or an empty or null response, is a
 /// complete success; invalid JSON, an empty or null `itemIdentifier`, a bad key name, or an id that is
 /// not in the batch is a complete failure.
-pub fn verdict(body: &[u8], ids: &HashSet<String>) -> Verdict {
+pub(crate) fn verdict(body: &[u8], ids: &HashSet<String>) -> Verdict {
     let text = String::from_utf8_lossy(body);
     if text.trim().is_empty() {
         return Verdict::Partial(HashSet::new());

@@ -52,17 +52,17 @@ use tokio_util::sync::CancellationToken;
 
 const PREFIX: &str = "/2018-06-01/runtime";
 /// Lambda's error type for a response over the payload limit.
-pub const RESPONSE_TOO_LARGE: &str = "Function.ResponseSizeTooLarge";
+pub(crate) const RESPONSE_TOO_LARGE: &str = "Function.ResponseSizeTooLarge";
 /// The largest response or error body accepted: Lambda's 6 MB synchronous response limit.
-pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 /// A body over [`MAX_BODY_BYTES`] but under this is read and dropped, so the connection stays usable
 /// and the route can answer 413 (a function's oversized response is a function error, as on Lambda);
 /// a larger one is refused at once and closes the connection.
-pub const MAX_DISCARDED_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_DISCARDED_BYTES: usize = 64 * 1024 * 1024;
 
 /// The API's request limits: Lambda's body limit; headers within 30 s (an idle keep-alive connection
 /// is closed after that too: the runtime client reconnects), and a body within 60 s.
-pub fn limits() -> Limits {
+pub(crate) fn limits() -> Limits {
     Limits {
         header_timeout: Duration::from_secs(30),
         body_timeout: Duration::from_secs(60),
@@ -72,7 +72,7 @@ pub fn limits() -> Limits {
 }
 /// An event for the bootstrap.
 #[derive(Debug, Clone)]
-pub struct Invocation {
+pub(crate) struct Invocation {
     /// `Lambda-Runtime-Aws-Request-Id`.
     pub id: String,
     /// The event JSON.
@@ -87,7 +87,7 @@ pub struct Invocation {
 
 /// What happened on the API, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiEvent {
+pub(crate) enum ApiEvent {
     /// The bootstrap asked for the next event.
     NextRequested {
         /// When.
@@ -150,7 +150,7 @@ impl Shared {
 }
 
 /// The server: bound on `127.0.0.1:0` (a free port), serving until dropped.
-pub struct RuntimeApi {
+pub(crate) struct RuntimeApi {
     addr: SocketAddr,
     shared: Arc<Shared>,
     events: mpsc::UnboundedReceiver<ApiEvent>,
@@ -165,12 +165,12 @@ impl Drop for RuntimeApi {
 
 impl RuntimeApi {
     /// Binds a free loopback port and starts serving.
-    pub async fn bind() -> std::io::Result<Self> {
+    pub(crate) async fn bind() -> std::io::Result<Self> {
         Self::bind_with(limits()).await
     }
 
     /// [`RuntimeApi::bind`] with other request limits (tests use short deadlines).
-    pub async fn bind_with(limits: Limits) -> std::io::Result<Self> {
+    pub(crate) async fn bind_with(limits: Limits) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (sender, events) = mpsc::unbounded_channel();
@@ -196,24 +196,24 @@ impl RuntimeApi {
     }
 
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Offers an invocation to the next (or a waiting) `next` request.
-    pub fn submit(&self, invocation: Invocation) {
+    pub(crate) fn submit(&self, invocation: Invocation) {
         *lock(&self.shared.slot) = Some(invocation);
         self.shared.ready.notify_waiters();
     }
 
     /// Withdraws an invocation nobody took and closes the open one: late answers get 400.
-    pub fn withdraw(&self) {
+    pub(crate) fn withdraw(&self) {
         lock(&self.shared.slot).take();
         lock(&self.shared.open).take();
     }
 
     /// The next API event.
-    pub async fn next_event(&mut self) -> Option<ApiEvent> {
+    pub(crate) async fn next_event(&mut self) -> Option<ApiEvent> {
         self.events.recv().await
     }
 }

@@ -9,12 +9,12 @@ use conveyor_testing::localstack::{aws_env, ensure_local_aws, sqs_client};
 use serde_json::Value;
 
 /// How long a test waits for SQS's approximate counts to settle.
-pub const SETTLE: Duration = Duration::from_secs(10);
-pub const POLL: Duration = Duration::from_millis(100);
+pub(crate) const SETTLE: Duration = Duration::from_secs(10);
+pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// What one run of the binary did.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -31,7 +31,7 @@ impl From<std::process::Output> for Run {
 }
 
 impl Run {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|error| {
             panic!(
                 "stdout is not one JSON document ({error}):\n{}\nstderr:\n{}",
@@ -41,7 +41,7 @@ impl Run {
     }
 
     #[track_caller]
-    pub fn assert_ok(&self) -> &Self {
+    pub(crate) fn assert_ok(&self) -> &Self {
         assert_eq!(
             self.code, 0,
             "expected success\nstdout:\n{}\nstderr:\n{}",
@@ -51,7 +51,7 @@ impl Run {
     }
 
     #[track_caller]
-    pub fn assert_failed_with(&self, code: i32, words: &[&str]) {
+    pub(crate) fn assert_failed_with(&self, code: i32, words: &[&str]) {
         assert_eq!(
             self.code, code,
             "exit code\nstdout:\n{}\nstderr:\n{}",
@@ -73,7 +73,7 @@ impl Run {
 }
 
 /// The `conveyor` command with `args`, pointed at LocalStack.
-pub fn conveyor_command(args: &[&str]) -> tokio::process::Command {
+pub(crate) fn conveyor_command(args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
     command
         .args(args)
@@ -87,7 +87,7 @@ pub fn conveyor_command(args: &[&str]) -> tokio::process::Command {
 }
 
 /// Runs `conveyor` with `args`, pointed at LocalStack.
-pub async fn conveyor(args: &[&str]) -> Run {
+pub(crate) async fn conveyor(args: &[&str]) -> Run {
     let output = conveyor_command(args)
         .output()
         .await
@@ -96,7 +96,7 @@ pub async fn conveyor(args: &[&str]) -> Run {
 }
 
 /// Starts the emulators (once per process) and returns an SQS client for them.
-pub async fn setup() -> Client {
+pub(crate) async fn setup() -> Client {
     ensure_local_aws().await.expect("LocalStack starts");
     sqs_client().await
 }

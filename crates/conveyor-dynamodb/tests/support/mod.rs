@@ -7,10 +7,10 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use conveyor_testing::localstack;
 
-pub use conveyor_testing::localstack::{create_table, unique_name};
+pub(crate) use conveyor_testing::localstack::{create_table, unique_name};
 
 /// A client for `endpoint` with dummy credentials and the store's timeouts and retries.
-pub fn client_for(endpoint: &str) -> Client {
+pub(crate) fn client_for(endpoint: &str) -> Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
@@ -29,7 +29,7 @@ pub fn client_for(endpoint: &str) -> Client {
 }
 
 /// Starts the local stack if needed and returns a client for DynamoDB Local.
-pub async fn local_client() -> anyhow::Result<Client> {
+pub(crate) async fn local_client() -> anyhow::Result<Client> {
     localstack::ensure_local_aws().await?;
     Ok(client_for(&localstack::dynamodb_endpoint()))
 }

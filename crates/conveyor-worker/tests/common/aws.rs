@@ -14,25 +14,25 @@ use futures_util::StreamExt;
 use super::TestJob;
 
 /// Starts the emulators if needed and returns an SQS client.
-pub async fn sqs() -> aws_sdk_sqs::Client {
+pub(crate) async fn sqs() -> aws_sdk_sqs::Client {
     ensure_local_aws().await.unwrap();
     sqs_client().await
 }
 
 /// A fresh idempotency table.
-pub async fn store() -> Arc<dyn IdempotencyStore> {
+pub(crate) async fn store() -> Arc<dyn IdempotencyStore> {
     ensure_local_aws().await.unwrap();
     let client = dynamodb_client().await;
     let table = create_table(&client, "worker").await.unwrap();
     Arc::new(DynamoStore::new(client, table))
 }
 
-pub async fn connect(client: &aws_sdk_sqs::Client, url: &str) -> Arc<SqsQueue> {
+pub(crate) async fn connect(client: &aws_sdk_sqs::Client, url: &str) -> Arc<SqsQueue> {
     Arc::new(SqsQueue::connect(client.clone(), url).await.unwrap())
 }
 
 /// Sends all messages, 10 at a time in parallel.
-pub async fn send_all(queue: &SqsQueue, messages: Vec<OutgoingMessage>) {
+pub(crate) async fn send_all(queue: &SqsQueue, messages: Vec<OutgoingMessage>) {
     futures_util::stream::iter(messages)
         .for_each_concurrent(10, |message| async move {
             queue.send(message).await.unwrap();
@@ -41,7 +41,7 @@ pub async fn send_all(queue: &SqsQueue, messages: Vec<OutgoingMessage>) {
 }
 
 /// A worker config for these queue URLs (weights as given), no operations endpoint.
-pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
+pub(crate) fn config(queues: &[(&str, u32)]) -> WorkerConfig {
     WorkerConfig {
         queues: queues
             .iter()
@@ -59,7 +59,7 @@ pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
 
 /// Receives every visible message (without deleting), until `expected` distinct ones were seen or
 /// `timeout` passed; returns their job ids.
-pub async fn visible_ids(queue: &SqsQueue, expected: usize, timeout: Duration) -> HashSet<u64> {
+pub(crate) async fn visible_ids(queue: &SqsQueue, expected: usize, timeout: Duration) -> HashSet<u64> {
     let mut ids = HashSet::new();
     let deadline = tokio::time::Instant::now() + timeout;
     while ids.len() < expected && tokio::time::Instant::now() < deadline {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What a test job does.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct TestJob {
+pub(crate) struct TestJob {
     pub id: u64,
     /// How long the job works (watching its cancellation token unless `stubborn`).
     #[serde(default)]
@@ -36,7 +36,7 @@ pub struct TestJob {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub enum Fail {
+pub(crate) enum Fail {
     #[default]
     Never,
     Retry,
@@ -46,7 +46,7 @@ pub enum Fail {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Started,
     Succeeded,
     Failed,
@@ -54,7 +54,7 @@ pub enum Kind {
 }
 
 #[derive(Debug, Clone)]
-pub struct Event {
+pub(crate) struct Event {
     pub id: u64,
     pub job_type: &'static str,
     pub kind: Kind,
@@ -64,12 +64,12 @@ pub struct Event {
 
 /// Everything the handlers did, in order.
 #[derive(Debug, Default)]
-pub struct Log {
+pub(crate) struct Log {
     events: Mutex<Vec<Event>>,
 }
 
 impl Log {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
 
@@ -83,11 +83,11 @@ impl Log {
         });
     }
 
-    pub fn events(&self) -> Vec<Event> {
+    pub(crate) fn events(&self) -> Vec<Event> {
         self.events.lock().unwrap().clone()
     }
 
-    pub fn count(&self, kind: Kind) -> usize {
+    pub(crate) fn count(&self, kind: Kind) -> usize {
         self.events
             .lock()
             .unwrap()
@@ -96,7 +96,7 @@ impl Log {
             .count()
     }
 
-    pub fn count_of(&self, job_type: &str, kind: Kind) -> usize {
+    pub(crate) fn count_of(&self, job_type: &str, kind: Kind) -> usize {
         self.events
             .lock()
             .unwrap()
@@ -106,7 +106,7 @@ impl Log {
     }
 
     /// Ids in the order their `kind` event happened.
-    pub fn ids(&self, kind: Kind) -> Vec<u64> {
+    pub(crate) fn ids(&self, kind: Kind) -> Vec<u64> {
         self.events
             .lock()
             .unwrap()
@@ -117,7 +117,7 @@ impl Log {
     }
 
     /// How many runs were going on at once, at most.
-    pub fn max_concurrent(&self, job_type: &str) -> usize {
+    pub(crate) fn max_concurrent(&self, job_type: &str) -> usize {
         let mut running = 0usize;
         let mut max = 0usize;
         for event in self
@@ -140,45 +140,45 @@ impl Log {
 }
 
 /// A job type, as a type.
-pub trait JobKind: Send + Sync + 'static {
+pub(crate) trait JobKind: Send + Sync + 'static {
     const NAME: &'static str;
 }
 
-pub struct Plain;
+pub(crate) struct Plain;
 impl JobKind for Plain {
     const NAME: &'static str = "plain";
 }
-pub struct Slow;
+pub(crate) struct Slow;
 impl JobKind for Slow {
     const NAME: &'static str = "slow";
 }
-pub struct Email;
+pub(crate) struct Email;
 impl JobKind for Email {
     const NAME: &'static str = "email";
 }
-pub struct Urgent;
+pub(crate) struct Urgent;
 impl JobKind for Urgent {
     const NAME: &'static str = "urgent";
 }
-pub struct Backlog;
+pub(crate) struct Backlog;
 impl JobKind for Backlog {
     const NAME: &'static str = "backlog";
 }
 
 /// A handler that records what it does and follows the job's script.
-pub struct Recorder<K> {
+pub(crate) struct Recorder<K> {
     log: Arc<Log>,
     downstream_down: Arc<AtomicBool>,
     _kind: PhantomData<K>,
 }
 
 impl<K> Recorder<K> {
-    pub fn new(log: &Arc<Log>) -> Self {
+    pub(crate) fn new(log: &Arc<Log>) -> Self {
         Self::with_downstream(log, &Arc::new(AtomicBool::new(false)))
     }
 
     /// While `down` is true every run fails with a retryable error (after its work).
-    pub fn with_downstream(log: &Arc<Log>, down: &Arc<AtomicBool>) -> Self {
+    pub(crate) fn with_downstream(log: &Arc<Log>, down: &Arc<AtomicBool>) -> Self {
         Self {
             log: Arc::clone(log),
             downstream_down: Arc::clone(down),
@@ -248,7 +248,7 @@ impl<K: JobKind> Handler for Recorder<K> {
 }
 
 /// A message for job type `job_type`.
-pub fn message(job_type: &str, job: &TestJob) -> OutgoingMessage {
+pub(crate) fn message(job_type: &str, job: &TestJob) -> OutgoingMessage {
     let mut message = OutgoingMessage {
         body: serde_json::to_string(job).unwrap(),
         ..OutgoingMessage::default()
@@ -260,7 +260,7 @@ pub fn message(job_type: &str, job: &TestJob) -> OutgoingMessage {
 }
 
 /// The same with a producer idempotency key.
-pub fn keyed_message(job_type: &str, job: &TestJob, key: &str) -> OutgoingMessage {
+pub(crate) fn keyed_message(job_type: &str, job: &TestJob, key: &str) -> OutgoingMessage {
     let mut message = message(job_type, job);
     message
         .attributes
@@ -269,7 +269,7 @@ pub fn keyed_message(job_type: &str, job: &TestJob, key: &str) -> OutgoingMessag
 }
 
 /// A FIFO message of `group`.
-pub fn fifo_message(job_type: &str, job: &TestJob, group: &str) -> OutgoingMessage {
+pub(crate) fn fifo_message(job_type: &str, job: &TestJob, group: &str) -> OutgoingMessage {
     OutgoingMessage {
         group_id: Some(group.to_owned()),
         deduplication_id: Some(format!("{group}-{}", job.id)),
@@ -277,14 +277,14 @@ pub fn fifo_message(job_type: &str, job: &TestJob, group: &str) -> OutgoingMessa
     }
 }
 
-pub fn job(id: u64) -> TestJob {
+pub(crate) fn job(id: u64) -> TestJob {
     TestJob {
         id,
         ..TestJob::default()
     }
 }
 
-pub fn slow_job(id: u64, ms: u64) -> TestJob {
+pub(crate) fn slow_job(id: u64, ms: u64) -> TestJob {
     TestJob {
         id,
         ms,
@@ -293,7 +293,7 @@ pub fn slow_job(id: u64, ms: u64) -> TestJob {
 }
 
 /// A config for in-memory queues named `names` (weights as given), no operations endpoint.
-pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
+pub(crate) fn config(queues: &[(&str, u32)]) -> WorkerConfig {
     WorkerConfig {
         queues: queues
             .iter()
@@ -311,14 +311,14 @@ pub fn config(queues: &[(&str, u32)]) -> WorkerConfig {
 }
 
 /// A worker running in its own task.
-pub struct Running {
+pub(crate) struct Running {
     pub shutdown: CancellationToken,
     pub handle: JoinHandle<Result<WorkerReport, WorkerError>>,
     pub status: WorkerStatus,
 }
 
 /// Runs `worker` until its `shutdown` token is cancelled.
-pub fn start(worker: Worker) -> Running {
+pub(crate) fn start(worker: Worker) -> Running {
     let shutdown = CancellationToken::new();
     let status = worker.status();
     let handle = tokio::spawn(worker.run(shutdown.clone()));
@@ -331,20 +331,24 @@ pub fn start(worker: Worker) -> Running {
 
 impl Running {
     /// Shuts the worker down gracefully and returns its report.
-    pub async fn stop(self) -> WorkerReport {
+    pub(crate) async fn stop(self) -> WorkerReport {
         self.shutdown.cancel();
         self.handle.await.unwrap().unwrap()
     }
 }
 
 /// A worker for one queue whose only route is `Recorder<Plain>`, without idempotency.
-pub fn plain_worker<Q: Queue + 'static>(config: WorkerConfig, log: &Arc<Log>, queue: &Arc<Q>) -> Worker {
+pub(crate) fn plain_worker<Q: Queue + 'static>(
+    config: WorkerConfig,
+    log: &Arc<Log>,
+    queue: &Arc<Q>,
+) -> Worker {
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(log)));
     Worker::new(config, pipeline, vec![Arc::clone(queue) as Arc<dyn Queue>]).unwrap()
 }
 
 /// Waits for `condition` for up to `secs` (tokio's clock: instant under a paused clock).
-pub async fn eventually(secs: u64, what: &str, condition: impl Fn() -> bool) {
+pub(crate) async fn eventually(secs: u64, what: &str, condition: impl Fn() -> bool) {
     let waited =
         conveyor_testing::wait_until(Duration::from_secs(secs), Duration::from_millis(10), async || {
             condition()
@@ -356,7 +360,7 @@ pub async fn eventually(secs: u64, what: &str, condition: impl Fn() -> bool) {
 }
 
 /// `GET path` on the operations endpoint at `addr`: (status code, body).
-pub async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+pub(crate) async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -372,4 +376,4 @@ pub async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     (code, body)
 }
 
-pub mod aws;
+pub(crate) mod aws;
