@@ -261,19 +261,14 @@ impl Worker {
             background.clone(),
         ));
 
+        // One drain token for every background task: cancelled when the drain begins (or, at the
+        // latest, with the other background tasks); the worker waits for the tasks before it reports.
+        let task_drain = background.child_token();
         for task in self.background {
-            // The task's drain token is cancelled when the drain begins (or, at the latest, with the
-            // other background tasks), and the worker waits for the task before it reports.
-            let drain = background.child_token();
-            let (on_drain, graceful) = (drain.clone(), graceful.clone());
+            let drain = task_drain.clone();
             let name = task.name();
             background_tasks.spawn(async move {
-                let watch = tokio::spawn(async move {
-                    graceful.cancelled().await;
-                    on_drain.cancel();
-                });
                 task.run(drain).await;
-                watch.abort();
                 tracing::debug!(task = name, "background task stopped");
             });
         }
@@ -314,7 +309,7 @@ impl Worker {
         );
 
         tokio::select! {
-            () = graceful.cancelled() => {}
+            () = graceful.cancelled() => task_drain.cancel(),
             () = immediate.cancelled() => {}
         }
         drain(&runtime, &immediate, &mut loops).await;
