@@ -18,6 +18,9 @@ use crate::idempotency::Claim;
 #[derive(Debug)]
 pub struct Lease {
     cancel: CancellationToken,
+    /// The process's own stop (the worker's hard stop), when the runtime gives one: work that may
+    /// outlive the message's hold (a completion tried again after the lease was lost) ends with it.
+    process_stop: Option<CancellationToken>,
     visible_until: Mutex<Instant>,
     latest_visible_until: Mutex<Option<Instant>>,
     claim: Mutex<Option<Claim>>,
@@ -33,10 +36,23 @@ impl Lease {
         Self::with_token(visible_until, CancellationToken::new())
     }
 
+    /// Sets the process's own stop (see [`Lease::process_stop`]).
+    pub fn with_process_stop(mut self, stop: CancellationToken) -> Self {
+        self.process_stop = Some(stop);
+        self
+    }
+
+    /// The process's own stop: cancelled when the runtime stops for good (the worker's hard stop).
+    /// A lease without one answers with its own cancellation.
+    pub fn process_stop(&self) -> &CancellationToken {
+        self.process_stop.as_ref().unwrap_or(&self.cancel)
+    }
+
     /// A lease cancelled through `cancel` (a child of a runtime-wide token, say).
     pub fn with_token(visible_until: Instant, cancel: CancellationToken) -> Self {
         Self {
             cancel,
+            process_stop: None,
             visible_until: Mutex::new(visible_until),
             latest_visible_until: Mutex::new(None),
             claim: Mutex::new(None),

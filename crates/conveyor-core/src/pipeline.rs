@@ -41,7 +41,7 @@
 //! | the same, on the last attempt the redrive policy allows | release claim, `Reject` with the last error | the DLQ copy says why (SQS's own redrive would move it without a reason) |
 //! | handler returns a permanent error | release claim, `Reject` | retrying cannot help |
 //! | run cancelled (lease lost, shutdown) | release claim, `Retry` at once (`Defer` on the last attempt) | another delivery runs it; the claim is free for it; a cancellation never spends the last receive |
-//! | complete fails (store down) | `Ack` anyway, logged | the work is done; deleting the message stops SQS redelivery. The record stays in progress until its lease lapses, so only a producer re-send after that could run again |
+//! | complete fails (store down) | tried again (the worker: up to [`COMPLETE_RETRY_LIMIT`], even past a lost lease, until its hard stop; Lambda: until its settle deadline); then `Ack` anyway, logged | the work is done; deleting the message stops SQS redelivery. Only when the tries end first does the record stay in progress until its lease lapses, so a redelivery or a producer re-send after that could run again (the at-least-once window) |
 //! | complete fenced (lease taken over) | `Ack`, logged as a possible double run | only after a lapsed lease, which the heartbeat prevents |
 //! | output too large for the store | complete without output, `Ack` | succeeded work never becomes a failure |
 //! | release fails | outcome unchanged | the record lapses with the lease; the retry waits for it |
@@ -438,6 +438,7 @@ impl Pipeline {
                 output.as_deref(),
                 settings,
                 change.as_ref(),
+                lease,
             );
             if bounded(settle_deadline, settling).await.is_err() {
                 tracing::warn!(key = %claim.key, "settling the claim did not finish before the deadline; it lapses with its lease");
@@ -742,8 +743,25 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     "non-string panic payload".to_owned()
 }
 
+/// The first wait between tries of a completion the store did not answer (doubling, jittered).
+const COMPLETE_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between tries of a completion.
+const COMPLETE_RETRY_LONGEST: Duration = Duration::from_millis(500);
+/// How long a completion the store does not answer is tried (a store outage longer than this leaves
+/// the record in progress until its lease lapses).
+pub const COMPLETE_RETRY_LIMIT: Duration = Duration::from_secs(15 * 60);
+
 /// Completes or releases the claim according to the outcome (recording a tracked job's `change` in
 /// the same write). Never changes the outcome.
+///
+/// A completion the store does not answer (`Unavailable`) is tried again, for up to
+/// [`COMPLETE_RETRY_LIMIT`]: until the process stops ([`Lease::process_stop`], the worker's hard
+/// stop) or the caller's deadline cuts it (the Lambda invocation's settle deadline, see [`Budget`]).
+/// The job's effect happened; a completion that never lands would let a later duplicate run it again
+/// once the claim lapses. A lost lease does not stop the tries: the message may come back, and a
+/// completion that lands before its next delivery claims makes that delivery a duplicate (one that
+/// lands after a takeover is fenced, harmlessly). What stays is the at-least-once window: the process
+/// dies, or the Lambda invocation ends, in a store outage between the effect and the completion.
 async fn settle(
     store: &dyn IdempotencyStore,
     claim: &Claim,
@@ -751,6 +769,7 @@ async fn settle(
     output: Option<&str>,
     settings: &HandlerSettings,
     change: Option<&JobChange>,
+    lease: &Lease,
 ) {
     if !matches!(outcome, Outcome::Ack(AckReason::Completed)) {
         let released = match change {
@@ -769,12 +788,32 @@ async fn settle(
             None => store.complete(claim, output, expires_at).await,
         }
     };
-    let result = match complete(output).await {
-        Err(StoreError::OutputTooLarge { size, limit, .. }) => {
-            tracing::warn!(size, limit, key = %claim.key, "output too large for the store; completing without it");
-            complete(None).await
+    let mut output = output;
+    let mut wait = COMPLETE_RETRY_FIRST;
+    let give_up = Instant::now() + COMPLETE_RETRY_LIMIT;
+    let result = loop {
+        match complete(output).await {
+            Err(StoreError::OutputTooLarge { size, limit, .. }) if output.is_some() => {
+                tracing::warn!(size, limit, key = %claim.key, "output too large for the store; completing without it");
+                output = None;
+            }
+            Err(error @ StoreError::Unavailable { .. }) => {
+                tracing::warn!(%error, key = %claim.key, "the completion did not land; trying again");
+                let pause = crate::backoff::spread(wait);
+                if Instant::now() + pause > give_up {
+                    break Err(error);
+                }
+                let cancelled = tokio::select! {
+                    () = tokio::time::sleep(pause) => false,
+                    () = lease.process_stop().cancelled() => true,
+                };
+                if cancelled {
+                    break Err(error);
+                }
+                wait = (wait * 2).min(COMPLETE_RETRY_LONGEST);
+            }
+            other => break other,
         }
-        other => other,
     };
     match result {
         Ok(()) => {}

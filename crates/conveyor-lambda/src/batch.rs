@@ -208,13 +208,24 @@ struct Lane {
 /// What the invocation keeps after its last call to build and return the response.
 const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
 
+/// The share of the invocation kept after the handlers' cutoff for settling (completing the claim, a
+/// DLQ send, a deferred copy, the backoff changes): a tenth of the invocation's time, at least the
+/// configured `deadline_margin`. A completion cut by the deadline would let a duplicate run the job
+/// again once the claim lapses, so the handler gives up that time, not the completion.
+fn settle_reserve(deadline_margin: Duration, invocation_time: Duration) -> Duration {
+    deadline_margin.max(invocation_time / SETTLE_SHARE)
+}
+
+/// The invocation's time is divided by this for the settle reserve (see [`settle_reserve`]).
+const SETTLE_SHARE: u32 = 10;
+
 /// The invocation's time limits, the same for every record of the batch.
 #[derive(Debug, Clone, Copy)]
 struct Invocation {
     /// When the invocation ends; the idempotency claim's lease ends here too.
     deadline: Instant,
     /// The last moment a message may start, and when handlers are told to stop: the deadline less the
-    /// configured margin.
+    /// settle reserve (see [`settle_reserve`]).
     cutoff: Instant,
     /// Every store and SQS call ends by this: the deadline less [`RESPONSE_RESERVE`].
     settle_by: Instant,
@@ -322,12 +333,13 @@ impl BatchProcessor {
             }
         }
 
-        let lanes = self.lanes(&mut sources, deadline.saturating_duration_since(Instant::now()));
+        let invocation_time = deadline.saturating_duration_since(Instant::now());
+        let lanes = self.lanes(&mut sources, invocation_time);
         let concurrency = self.config.batch_concurrency.max(1);
         let invocation = Invocation {
             deadline,
             cutoff: deadline
-                .checked_sub(self.config.deadline_margin)
+                .checked_sub(settle_reserve(self.config.deadline_margin, invocation_time))
                 .unwrap_or(deadline),
             settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };

@@ -17,7 +17,10 @@ pub struct LambdaConfig {
     /// The source queue's visibility timeout.
     #[serde(with = "seconds")]
     pub queue_visibility_timeout: Duration,
-    /// Messages that cannot start before the deadline minus this margin are reported as failures.
+    /// The least time kept after the handlers' cutoff for settling the batch (completions, DLQ sends,
+    /// deferred copies): messages that cannot start before the deadline minus the reserve are deferred
+    /// or reported as failures, and running handlers are told to stop then. The reserve is a tenth of
+    /// the invocation's time when that is more.
     #[serde(with = "millis")]
     pub deadline_margin: Duration,
     /// Records of one batch processed at once (FIFO groups still run in order).

@@ -35,6 +35,9 @@ pub struct Report {
     pub violations: Vec<String>,
     /// Findings that are known, documented limitations: reported, not failures.
     pub known: Vec<String>,
+    /// Jobs whose effect was applied twice inside the documented at-least-once window (a process
+    /// killed between its effect and its completion): counted, not failures.
+    pub in_the_window: usize,
     /// Jobs in the scenario.
     pub jobs: usize,
     /// Messages the producer sent.
@@ -85,6 +88,7 @@ pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
                 seed,
                 violations: vec![format!("could not build the runtime: {error}")],
                 known: Vec::new(),
+                in_the_window: 0,
                 jobs: scenario.jobs.len(),
                 sends: 0,
                 receives: 0,
@@ -103,6 +107,7 @@ pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
         seed,
         violations,
         known,
+        in_the_window: check::in_the_window(scenario, &observed),
         jobs: scenario.jobs.len(),
         sends: observed.log.sent.len(),
         receives: observed.log.received.len(),

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::deferral::deferred_copy;
-use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::{
     AckReason, Disposition, EntryError, Lease, Message, Outcome, Processed, RejectMode, VisibilityChange,
     reject,
@@ -34,8 +33,9 @@ pub(crate) struct Applying<'a> {
     pub(crate) queue: usize,
     pub(crate) message: &'a Message,
     pub(crate) lease: &'a Arc<Lease>,
-    /// When the receive returned: SQS's 12 hours per receipt count from here.
-    pub(crate) received_at: Instant,
+    /// When SQS's 12 hours of visibility end: they count from the message's *first* receive
+    /// (`ApproximateFirstReceiveTimestamp`), not from this receipt.
+    pub(crate) visibility_cap: Instant,
 }
 
 /// Applies the pipeline's outcome; `held` (heartbeat, slot) is released once the queue call answered.
@@ -210,11 +210,11 @@ async fn delete(runtime: &Runtime, target: &Applying<'_>, held: Held, confirmed_
     }
 }
 
-/// Makes one message visible again after `delay` (kept within SQS's 12 hours of this receipt),
+/// Makes one message visible again after `delay` (kept within SQS's 12 hours from its first receive),
 /// retrying transient failures until its visibility deadline. If it still fails, the message comes
 /// back when its current visibility timeout ends: later, never lost.
 pub(crate) async fn set_visibility(runtime: &Runtime, target: &Applying<'_>, delay: Duration) {
-    let room = (target.received_at + MAX_VISIBILITY_TIMEOUT).saturating_duration_since(Instant::now());
+    let room = target.visibility_cap.saturating_duration_since(Instant::now());
     let change = VisibilityChange {
         receipt_handle: target.message.receipt_handle.clone(),
         timeout: delay.min(room),

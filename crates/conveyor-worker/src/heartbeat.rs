@@ -213,16 +213,20 @@ impl Heartbeats {
         }
     }
 
-    /// Starts tracking `message` of queue `queue`, received at `received_at` with `lease`.
+    /// Starts tracking `message` of queue `queue`, received at `received_at` with `lease`. Extensions
+    /// stop at the processing limit (counted from this receipt) or at `visibility_cap`, SQS's 12 hours
+    /// from the message's first receive, whichever comes first.
     pub(crate) fn register(
         &self,
         queue: usize,
         message: &Message,
         lease: Arc<Lease>,
         received_at: Instant,
+        visibility_cap: Instant,
     ) -> Registration {
         let settings = &self.inner.settings;
-        let stop_at = received_at + settings.max_processing_time.min(MAX_VISIBILITY_TIMEOUT);
+        let stop_at =
+            (received_at + settings.max_processing_time.min(MAX_VISIBILITY_TIMEOUT)).min(visibility_cap);
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         self.inner.lock().insert(
             id,
@@ -567,7 +571,10 @@ mod tests {
         let message = messages.pop().unwrap();
         let at = Instant::now();
         let lease = Arc::new(Lease::new(at + VISIBILITY));
-        let registration = setup.heartbeats.register(0, &message, Arc::clone(&lease), at);
+        let registration =
+            setup
+                .heartbeats
+                .register(0, &message, Arc::clone(&lease), at, at + MAX_VISIBILITY_TIMEOUT);
         (message, lease, registration)
     }
 
@@ -771,7 +778,14 @@ mod tests {
                 .pop()
                 .unwrap();
             let lease = Arc::new(Lease::new(Instant::now() + visibility));
-            registrations.push(heartbeats.register(index, &message, Arc::clone(&lease), Instant::now()));
+            let now = Instant::now();
+            registrations.push(heartbeats.register(
+                index,
+                &message,
+                Arc::clone(&lease),
+                now,
+                now + MAX_VISIBILITY_TIMEOUT,
+            ));
             leases.push(lease);
         }
         tokio::time::sleep(Duration::from_secs(120)).await;

@@ -21,8 +21,9 @@ pub(crate) struct Received {
     pub(crate) message: Message,
     pub(crate) lease: Arc<Lease>,
     pub(crate) held: Held,
-    /// When the receive returned.
-    pub(crate) received_at: Instant,
+    /// When SQS's 12 hours of visibility end (counted from the first receive, see
+    /// `receiver::visibility_cap`).
+    pub(crate) visibility_cap: Instant,
 }
 
 /// Runs one message and applies its outcome.
@@ -66,14 +67,14 @@ async fn run_in_span(
         message,
         lease,
         held,
-        received_at,
+        visibility_cap,
     } = received;
     let message = Arc::new(message);
     let target = Applying {
         queue,
         message: &message,
         lease: &lease,
-        received_at,
+        visibility_cap,
     };
     let job_type = runtime.pipeline.router().job_type_for(&message);
     if let Some(job_type) = job_type {
@@ -142,7 +143,7 @@ async fn run_in_span(
             ticket.finish(verdict);
         }
         if let (true, Outcome::Defer { delay, reason }) = (fifo, &processed.outcome) {
-            let room = (received_at + MAX_VISIBILITY_TIMEOUT).saturating_duration_since(Instant::now());
+            let room = visibility_cap.saturating_duration_since(Instant::now());
             if *delay < room {
                 tracing::info!(%reason, ?delay, "the FIFO message waits in flight, then runs again");
                 if let Wait::Again = wait_in_flight(&runtime, &lease, *delay).await {

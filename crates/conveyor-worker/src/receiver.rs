@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::WorkerConfig;
-use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
+use conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
+use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT};
 use conveyor_core::{Lease, Message, QueueError};
 use tokio::time::Instant;
 
@@ -224,6 +225,19 @@ struct ReceiveTimes {
     received_at: Instant,
 }
 
+/// When SQS's 12 hours of visibility end for `message`, received at `at` (`now` on the wall clock).
+/// SQS counts them from the message's first receive (`ApproximateFirstReceiveTimestamp`), not from
+/// this receipt: a message received again after a retry has less than 12 hours left. The first
+/// receive is SQS's wall-clock time, so the clock skew allowance is taken off (earlier is safe: an
+/// extension or a delay past the cap is refused by SQS).
+fn visibility_cap(message: &Message, at: Instant, now: SystemTime) -> Instant {
+    let since_first = message.first_received_at.map_or(Duration::ZERO, |first| {
+        now.duration_since(first).unwrap_or_default() + CLOCK_SKEW_ALLOWANCE
+    });
+    let left = MAX_VISIBILITY_TIMEOUT.saturating_sub(since_first);
+    at + left
+}
+
 /// Starts a task per message (standard queues) or per message group (FIFO queues).
 fn dispatch(
     runtime: &Arc<Runtime>,
@@ -249,11 +263,16 @@ fn dispatch(
         if let Some(age) = message.sent_at.and_then(|sent| now.duration_since(sent).ok()) {
             metrics.age.record(seconds(age));
         }
-        let lease = Arc::new(Lease::with_token(visible_until, runtime.hard_stop.child_token()));
+        let lease = Arc::new(
+            Lease::with_token(visible_until, runtime.hard_stop.child_token())
+                .with_process_stop(runtime.hard_stop.clone()),
+        );
         lease.set_latest_visible_until(latest_visible_until);
-        let registration = runtime
-            .heartbeats
-            .register(queue, &message, Arc::clone(&lease), at);
+        let visibility_cap = visibility_cap(&message, at, now);
+        let registration =
+            runtime
+                .heartbeats
+                .register(queue, &message, Arc::clone(&lease), at, visibility_cap);
         let received = Received {
             message,
             lease,
@@ -262,7 +281,7 @@ fn dispatch(
                 permit,
                 in_flight: InFlight::new(runtime),
             },
-            received_at: at,
+            visibility_cap,
         };
         if !fifo {
             runtime
@@ -294,6 +313,19 @@ mod tests {
     use crate::config::{PriorityMode, QueueConfig};
 
     use super::*;
+
+    #[test]
+    fn the_visibility_cap_counts_from_the_first_receive_not_this_one() {
+        let at = Instant::now();
+        let now = SystemTime::now();
+        let mut message = Message::new("m-1", "{}");
+        assert_eq!(visibility_cap(&message, at, now), at + MAX_VISIBILITY_TIMEOUT);
+        message.first_received_at = Some(now - Duration::from_secs(3 * 3600));
+        let left = Duration::from_secs(9 * 3600) - CLOCK_SKEW_ALLOWANCE;
+        assert_eq!(visibility_cap(&message, at, now), at + left);
+        message.first_received_at = Some(now - Duration::from_secs(13 * 3600));
+        assert_eq!(visibility_cap(&message, at, now), at);
+    }
 
     fn config(max_in_flight: usize, weights: &[u32]) -> WorkerConfig {
         WorkerConfig {
