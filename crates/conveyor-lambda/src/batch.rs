@@ -34,6 +34,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::{FifoFailure, LambdaConfig};
@@ -120,6 +121,91 @@ impl Settled {
 struct Item {
     index: usize,
     message: Arc<Message>,
+    /// Who took the record: its lane (to run it) or the late deferrer (see [`LateDeferrer`]).
+    taken: Arc<AtomicU8>,
+}
+
+/// [`Item::taken`]: nobody yet.
+const PENDING: u8 = 0;
+/// [`Item::taken`]: its lane started it.
+const STARTED: u8 = 1;
+/// [`Item::taken`]: the late deferrer took it at the cutoff.
+const DEFERRED_LATE: u8 = 2;
+
+/// A standard-queue record the late deferrer may take at the cutoff.
+struct LateCandidate {
+    index: usize,
+    message: Arc<Message>,
+    queue: Arc<SourceQueue>,
+    taken: Arc<AtomicU8>,
+}
+
+/// Defers, at the cutoff, every standard-queue record no lane started yet, all at once.
+///
+/// # Design note: why at the cutoff, not after the lanes
+///
+/// Lanes run `batch_concurrency` at a time; the ones that never got a turn before the cutoff would
+/// otherwise be deferred only once the running handlers returned (after their grace, close to
+/// `settle_by`), and their copies would miss the deadline: listed, each receive spent unrun. So at the
+/// cutoff this takes every record still pending (an atomic swap on [`Item::taken`], so a lane and the
+/// deferrer never both handle one), sends their copies concurrently while the last handlers wind down,
+/// and the lanes skip what it took. FIFO records are never taken: a copy would break their group's
+/// order, and their lane lists them in order.
+struct LateDeferrer {
+    candidates: Vec<LateCandidate>,
+}
+
+impl LateDeferrer {
+    /// Waits for the cutoff (or for `lanes_done`), then defers what is still pending.
+    async fn run(
+        self,
+        cutoff: Instant,
+        settle_by: Instant,
+        lanes_done: &tokio::sync::Notify,
+    ) -> Vec<(usize, Settled)> {
+        tokio::select! {
+            () = tokio::time::sleep_until(cutoff) => {}
+            () = lanes_done.notified() => return Vec::new(),
+        }
+        let taken: Vec<LateCandidate> = self
+            .candidates
+            .into_iter()
+            .filter(|candidate| {
+                candidate
+                    .taken
+                    .compare_exchange(PENDING, DEFERRED_LATE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+            .collect();
+        if !taken.is_empty() {
+            tracing::info!(
+                records = taken.len(),
+                "the invocation's cutoff: deferring the records not started yet"
+            );
+        }
+        let deferrals = taken.into_iter().map(|candidate| async move {
+            let settled = match candidate.queue.get().await {
+                Some(queue) => {
+                    let reason = "not started: too close to the invocation deadline";
+                    match defer(
+                        queue.as_ref(),
+                        &candidate.message,
+                        Duration::ZERO,
+                        reason,
+                        settle_by,
+                    )
+                    .await
+                    {
+                        Settled::Retry { .. } => Settled::Untouched,
+                        settled => settled,
+                    }
+                }
+                None => Settled::Untouched,
+            };
+            (candidate.index, settled)
+        });
+        futures_util::future::join_all(deferrals).await
+    }
 }
 
 /// The records of one source queue.
@@ -315,6 +401,7 @@ impl BatchProcessor {
                 Ok(message) => sources[source].items.push(Item {
                     index,
                     message: Arc::new(message),
+                    taken: Arc::new(AtomicU8::new(PENDING)),
                 }),
                 Err(error) => {
                     tracing::error!(index, %error, "cannot process a record");
@@ -343,11 +430,43 @@ impl BatchProcessor {
                 .unwrap_or(deadline),
             settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };
-        let mut results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
-            .map(|lane| self.run_lane(lane, invocation))
-            .buffer_unordered(concurrency)
-            .collect()
-            .await;
+        let late = LateDeferrer {
+            candidates: lanes
+                .iter()
+                .filter(|lane| !lane.fifo)
+                .flat_map(|lane| {
+                    lane.items.iter().map(|item| LateCandidate {
+                        index: item.index,
+                        message: Arc::clone(&item.message),
+                        queue: Arc::clone(&lane.queue),
+                        taken: Arc::clone(&item.taken),
+                    })
+                })
+                .collect(),
+        };
+        let lanes_done = tokio::sync::Notify::new();
+        let running = async {
+            let results: Vec<(Lane, Vec<ItemResult>)> = stream::iter(lanes)
+                .map(|lane| self.run_lane(lane, invocation))
+                .buffer_unordered(concurrency)
+                .collect()
+                .await;
+            lanes_done.notify_one();
+            results
+        };
+        let (mut results, deferred_late) = tokio::join!(
+            running,
+            late.run(invocation.cutoff, invocation.settle_by, &lanes_done)
+        );
+        for (lane_results_index, settled) in deferred_late {
+            let found = results
+                .iter_mut()
+                .flat_map(|(_, lane_results)| lane_results.iter_mut())
+                .find(|result| result.index == lane_results_index);
+            if let Some(result) = found {
+                result.settled = settled;
+            }
+        }
 
         self.defer_not_started(&mut results, invocation.settle_by).await;
         self.apply_backoff(&results, invocation.settle_by).await;
@@ -509,7 +628,7 @@ impl BatchProcessor {
             job_type = message.job_type(),
             trace_header = message.trace_header.as_deref(),
         );
-        let run = AssertUnwindSafe(self.settle(lane, message, invocation, span.clone())).catch_unwind();
+        let run = AssertUnwindSafe(self.settle(lane, item, invocation, span.clone())).catch_unwind();
         match run.instrument(span).await {
             Ok(result) => result,
             Err(_) => {
@@ -522,10 +641,19 @@ impl BatchProcessor {
     async fn settle(
         &self,
         lane: &Lane,
-        message: &Arc<Message>,
+        item: &Item,
         invocation: Invocation,
         span: tracing::Span,
     ) -> (Settled, Option<Duration>) {
+        let message = &item.message;
+        let started = item
+            .taken
+            .compare_exchange(PENDING, STARTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !started {
+            // The late deferrer took it at the cutoff; its result replaces this one.
+            return (Settled::NotStarted, None);
+        }
         if Instant::now() >= invocation.cutoff {
             tracing::info!("not started: too close to the invocation deadline");
             return (Settled::NotStarted, None);

@@ -260,18 +260,10 @@ fn check_dead_letter(
                     job.id, copy.id
                 ),
             );
-        } else if !ran && received_only_by_lambdas(&copy.id, observed) {
-            observed_known(
-                violations,
-                format!(
-                    "job {}: copy {} reached the DLQ by redrive without having run: the Lambda adapter defers the \
-                 records it had no time to start with a copy, but when SQS or the store is slow the copy does \
-                 not go out before the invocation deadline (the record's settle and the copies share the \
-                 deadline margin), so the record is listed and that receive counts toward maxReceiveCount \
-                 (open finding)",
-                    job.id, copy.id
-                ),
-            );
+        } else if !ran && duplicate_left_by_failed_deletes(job, copy, observed) {
+            // Not a lost or doubled job: the job's effect was applied, and this copy was received
+            // while SQS refused deletes, so its acknowledgements (as a duplicate) never removed it.
+        } else if !ran && !received_by_the_dead(&copy.id, observed) {
         } else if !ran && !received_by_the_dead(&copy.id, observed) {
             violations.push(format!(
                 "job {}: copy {} is in the DLQ without a reason and without having run{}",
@@ -394,15 +386,20 @@ fn store_down_after_the_effect(run: &Run, log: &Log, function_timeout: Duration)
         .any(|(from, to)| *from <= invocation_over && ended <= *to)
 }
 
-/// Every receive of `message_id` was by a Lambda function.
-fn received_only_by_lambdas(message_id: &str, observed: &Observation) -> bool {
-    let mut receives = observed
-        .log
+/// `copy` is a duplicate of a job whose effect was applied, received while SQS failed deletes: its
+/// acknowledgements could not remove it, and SQS's redrive moved it after `maxReceiveCount`.
+fn duplicate_left_by_failed_deletes(job: &JobSpec, copy: &QueuedMessage, observed: &Observation) -> bool {
+    let log = &observed.log;
+    let done = log.effects.iter().any(|(effected, _)| *effected == job.id);
+    let in_a_delete_fault = |at: u128| {
+        log.delete_faults
+            .iter()
+            .any(|(from, to)| *from <= at && at <= *to)
+    };
+    done && log
         .received
         .iter()
-        .filter(|received| received.message_id == message_id)
-        .peekable();
-    receives.peek().is_some() && receives.all(|received| received.instance.starts_with("lambda-"))
+        .any(|received| received.message_id == copy.id && in_a_delete_fault(received.at_ms))
 }
 
 /// A worker run's lease may be lost, or the run cancelled, only when the queue or the store failed

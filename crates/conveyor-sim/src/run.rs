@@ -348,6 +348,8 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
                 windows.push(window(*length, move || queue.hang_visibility(false)));
             }
             Event::FailDeletes(length) => {
+                let from = trace.elapsed_ms();
+                sink.delete_fault(from, from + length.as_millis());
                 shared.queue.fail_deletes(true);
                 let queue = Arc::clone(&shared.queue);
                 windows.push(window(*length, move || queue.fail_deletes(false)));

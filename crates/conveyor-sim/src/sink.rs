@@ -23,6 +23,8 @@ pub struct Received {
     pub receive_count: u32,
     /// True for a deferred copy (it carries `conveyor.deferral`).
     pub deferred_copy: bool,
+    /// When (virtual ms).
+    pub at_ms: u128,
 }
 
 /// How a run ended, as far as the handler knows.
@@ -93,6 +95,8 @@ pub struct Log {
     pub queue_faults: Vec<(u128, u128)>,
     /// Windows (virtual ms) when receives answered late.
     pub late_receives: Vec<(u128, u128)>,
+    /// Windows (virtual ms) when deletes failed.
+    pub delete_faults: Vec<(u128, u128)>,
     /// When each instance was asked to shut down (virtual ms).
     pub shutdowns: Vec<(String, u128)>,
 }
@@ -152,6 +156,7 @@ impl Sink {
             job,
             receive_count: message.receive_count,
             deferred_copy,
+            at_ms: self.trace.elapsed_ms(),
         });
     }
 
@@ -163,6 +168,11 @@ impl Sink {
     /// A window when the queue failed or hung visibility changes.
     pub fn queue_fault(&self, from_ms: u128, to_ms: u128) {
         self.lock().queue_faults.push((from_ms, to_ms));
+    }
+
+    /// Records a window when deletes failed.
+    pub fn delete_fault(&self, from_ms: u128, to_ms: u128) {
+        self.lock().delete_faults.push((from_ms, to_ms));
     }
 
     /// A window when receives answered late.
