@@ -19,10 +19,11 @@ use conveyor_sqs::admin::{
     DeadLetterPair, Destinations, MoveFilter, MoveOptions, PeekOptions, Received, delete_messages, describe,
     display_chain, move_messages, peek, resolve_dead_letter,
 };
+use maud::{Markup, html};
 
 use crate::auth::refuse_without_csrf;
 use crate::fields::Fields;
-use crate::html::{Nav, csrf_field, esc, hidden, page, problem, query_value};
+use crate::html::{Nav, card, csrf_field, hidden, page, problem, query_value};
 use crate::state::AppState;
 
 /// Messages a page peeks at unless `max` says otherwise.
@@ -102,16 +103,15 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
         .filter(|received| filter.matches(received))
         .collect();
     let queue = fields.get("queue").unwrap_or_default();
-    let body = format!(
-        "{summary}{filters}{table}",
-        summary = summary(&pair, peeked.messages.len(), matching.len()),
-        filters = filter_form(queue, &fields, max),
-        table = messages_form(&state, &pair, queue, &fields, &matching),
-    );
+    let body = html! {
+        (summary(&pair, peeked.messages.len(), matching.len()))
+        (filter_form(queue, &fields, max))
+        (messages_form(&state, &pair, queue, &fields, &matching))
+    };
     page(
         &format!("Dead letters of {}", source_names(&pair)),
         Nav::Queues,
-        &body,
+        body,
     )
     .into_response()
 }
@@ -121,45 +121,38 @@ fn source_names(pair: &DeadLetterPair) -> String {
     names.join(", ")
 }
 
-fn summary(pair: &DeadLetterPair, peeked: usize, matching: usize) -> String {
+fn summary(pair: &DeadLetterPair, peeked: usize, matching: usize) -> Markup {
     let depth = &pair.dlq.depth;
-    format!(
-        "<div class=\"cards\">{}{}{}</div><p class=\"muted\">DLQ <code>{}</code>. Peeking makes messages \
-         visible again at once and adds one to their receive count.</p>",
-        crate::html::card(
-            "In the DLQ",
-            &(depth.visible + depth.in_flight).to_string(),
-            depth.visible > 0,
-            "dlq-depth"
-        ),
-        crate::html::card("Peeked", &peeked.to_string(), false, "dlq-peeked"),
-        crate::html::card(
-            "Matching the filter",
-            &matching.to_string(),
-            false,
-            "dlq-matching"
-        ),
-        esc(pair.dlq.name()),
-    )
+    html! {
+        div class="cards" {
+            (card("In the DLQ", depth.visible + depth.in_flight, depth.visible > 0, "dlq-depth"))
+            (card("Peeked", peeked, false, "dlq-peeked"))
+            (card("Matching the filter", matching, false, "dlq-matching"))
+        }
+        p class="muted" {
+            "DLQ " code { (pair.dlq.name()) } ". Peeking makes messages visible again at once and adds one \
+             to their receive count."
+        }
+    }
 }
 
-fn filter_form(queue: &str, fields: &Fields, max: usize) -> String {
+fn filter_form(queue: &str, fields: &Fields, max: usize) -> Markup {
     let input = |name: &str, label: &str, kind: &str| {
-        format!(
-            "<label>{label}<input type=\"{kind}\" name=\"{name}\" value=\"{}\"></label>",
-            esc(fields.get(name).unwrap_or_default())
-        )
+        html! {
+            label { (label) input type=(kind) name=(name) value=(fields.get(name).unwrap_or_default()); }
+        }
     };
-    format!(
-        "<form class=\"filters\" method=\"get\" action=\"/dlq\" id=\"filter\">{}{}{}{}{}\
-         <label>Peek at most<input type=\"number\" name=\"max\" min=\"1\" max=\"{MAX_PEEK}\" value=\"{max}\"></label>\
-         <button type=\"submit\">Filter</button></form>",
-        hidden("queue", queue),
-        input("job_type", "Job type", "text"),
-        input("reason", "Reason contains", "text"),
-        input("newer", "Failed in the last (min)", "number"),
-        input("older", "Failed over (min) ago", "number"),
-    )
+    html! {
+        form class="filters" method="get" action="/dlq" id="filter" {
+            (hidden("queue", queue))
+            (input("job_type", "Job type", "text"))
+            (input("reason", "Reason contains", "text"))
+            (input("newer", "Failed in the last (min)", "number"))
+            (input("older", "Failed over (min) ago", "number"))
+            label { "Peek at most" input type="number" name="max" min="1" max=(MAX_PEEK) value=(max); }
+            button type="submit" { "Filter" }
+        }
+    }
 }
 
 fn messages_form(
@@ -168,7 +161,7 @@ fn messages_form(
     queue: &str,
     fields: &Fields,
     matching: &[&Received],
-) -> String {
+) -> Markup {
     let show = fields.get("show");
     let page_url = |extra: &str| {
         let mut url = format!("/dlq?queue={}", query_value(queue));
@@ -179,92 +172,115 @@ fn messages_form(
         }
         format!("{url}{extra}")
     };
-    let mut rows = String::new();
-    for received in matching {
-        let message = &received.message;
-        let failure = received.failure();
-        let job_type = message
-            .job_type()
-            .map(str::to_owned)
-            .or_else(|| failure.as_ref().map(|failure| failure.handler.clone()))
-            .unwrap_or_default();
-        let receives = failure
-            .as_ref()
-            .map_or(message.receive_count, |failure| failure.receive_count);
-        let source = failure
-            .as_ref()
-            .map(|failure| failure.source_queue.clone())
-            .or_else(|| {
-                received
-                    .dead_letter_source_arn
-                    .as_ref()
-                    .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned())
-            })
-            .unwrap_or_default();
-        let failed = received.failed_at().map(format_time).unwrap_or_default();
-        let id = esc(&message.id);
-        let shown = show == Some(message.id.as_str());
-        let body_link = if shown {
-            format!("<a href=\"{}\">Hide body</a>", esc(&page_url("")))
-        } else {
-            format!(
-                "<a href=\"{}#m-{id}\" class=\"show-body\">Show body</a>",
-                esc(&page_url(&format!("&show={}", query_value(&message.id))))
-            )
-        };
-        rows.push_str(&format!(
-            "<tr id=\"m-{id}\" class=\"dead-letter\"><td><input type=\"checkbox\" name=\"id\" value=\"{id}\" \
-             aria-label=\"select\"></td><td class=\"job-type\">{}</td><td class=\"reason\">{}</td>\
-             <td class=\"n\">{receives}</td><td>{}</td><td class=\"wide\">{}</td>\
-             <td class=\"wide\"><code>{id}</code></td><td>{body_link}</td></tr>",
-            esc(&job_type),
-            esc(&received.reason()),
-            esc(&source),
-            esc(&failed),
-        ));
-        if shown {
-            rows.push_str(&format!(
-                "<tr><td></td><td colspan=\"7\"><pre class=\"body\">{}</pre></td></tr>",
-                esc(&message.body)
-            ));
+    html! {
+        form method="post" action="/dlq/act" id="dead-letters" {
+            (csrf_field(state))
+            (hidden("queue", queue))
+            @for name in FILTER_FIELDS {
+                @if let Some(value) = fields.get(name) { (hidden(name, value)) }
+            }
+            div class="actions" {
+                (destination_select(pair))
+                button type="submit" name="action" value="redrive_selected" id="redrive-selected" {
+                    "Redrive selected"
+                }
+                button type="submit" name="action" value="redrive_filter" id="redrive-filter" {
+                    "Redrive all matching"
+                }
+                button type="submit" name="action" value="delete_selected" class="danger" id="delete-selected" {
+                    "Delete selected…"
+                }
+            }
+            div class="scroll" {
+                table {
+                    thead {
+                        tr {
+                            th { input type="checkbox" data-select-all aria-label="select all"; }
+                            th { "Job type" }
+                            th { "Reason" }
+                            th class="n" { "Receives" }
+                            th { "Source" }
+                            th class="wide" { "Failed at" }
+                            th class="wide" { "Message id" }
+                            th {}
+                        }
+                    }
+                    tbody {
+                        @for received in matching {
+                            (dead_letter_rows(received, show == Some(received.message.id.as_str()), &page_url))
+                        }
+                        @if matching.is_empty() {
+                            tr { td colspan="8" class="muted" { "No dead letters match." } }
+                        }
+                    }
+                }
+            }
         }
     }
-    if rows.is_empty() {
-        rows = "<tr><td colspan=\"8\" class=\"muted\">No dead letters match.</td></tr>".to_owned();
+}
+
+/// One dead letter's row, and its body's row when `shown`; `page_url` is this page's address plus a
+/// suffix.
+fn dead_letter_rows(received: &Received, shown: bool, page_url: &dyn Fn(&str) -> String) -> Markup {
+    let message = &received.message;
+    let failure = received.failure();
+    let job_type = message
+        .job_type()
+        .map(str::to_owned)
+        .or_else(|| failure.as_ref().map(|failure| failure.handler.clone()))
+        .unwrap_or_default();
+    let receives = failure
+        .as_ref()
+        .map_or(message.receive_count, |failure| failure.receive_count);
+    let source = failure
+        .as_ref()
+        .map(|failure| failure.source_queue.clone())
+        .or_else(|| {
+            received
+                .dead_letter_source_arn
+                .as_ref()
+                .map(|arn| arn.rsplit(':').next().unwrap_or(arn).to_owned())
+        })
+        .unwrap_or_default();
+    let failed = received.failed_at().map(format_time).unwrap_or_default();
+    let id = &message.id;
+    html! {
+        tr id={ "m-" (id) } class="dead-letter" {
+            td { input type="checkbox" name="id" value=(id) aria-label="select"; }
+            td class="job-type" { (job_type) }
+            td class="reason" { (received.reason()) }
+            td class="n" { (receives) }
+            td { (source) }
+            td class="wide" { (failed) }
+            td class="wide" { code { (id) } }
+            td {
+                @if shown {
+                    a href=(page_url("")) { "Hide body" }
+                } @else {
+                    a href={ (page_url(&format!("&show={}", query_value(id)))) "#m-" (id) } class="show-body" {
+                        "Show body"
+                    }
+                }
+            }
+        }
+        @if shown {
+            tr { td {} td colspan="7" { pre class="body" { (message.body) } } }
+        }
     }
-    let carried: String = FILTER_FIELDS
-        .iter()
-        .filter_map(|name| fields.get(name).map(|value| hidden(name, value)))
-        .collect();
-    format!(
-        "<form method=\"post\" action=\"/dlq/act\" id=\"dead-letters\">{csrf}{queue_field}{carried}\
-         <div class=\"actions\">{destination}\
-         <button type=\"submit\" name=\"action\" value=\"redrive_selected\" id=\"redrive-selected\">Redrive selected</button>\
-         <button type=\"submit\" name=\"action\" value=\"redrive_filter\" id=\"redrive-filter\">Redrive all matching</button>\
-         <button type=\"submit\" name=\"action\" value=\"delete_selected\" class=\"danger\" id=\"delete-selected\">Delete selected…</button>\
-         </div><div class=\"scroll\"><table><thead><tr><th><input type=\"checkbox\" data-select-all aria-label=\"select all\"></th>\
-         <th>Job type</th><th>Reason</th><th class=\"n\">Receives</th><th>Source</th><th class=\"wide\">Failed at</th>\
-         <th class=\"wide\">Message id</th><th></th></tr></thead><tbody>{rows}</tbody></table></div></form>",
-        csrf = csrf_field(state),
-        queue_field = hidden("queue", queue),
-        destination = destination_select(pair),
-    )
 }
 
 /// Where a redrive sends messages: back to their source (the default), or any queue the console shows.
-fn destination_select(pair: &DeadLetterPair) -> String {
-    let mut options = String::from("<option value=\"\">its source queue</option>");
-    for source in &pair.sources {
-        options.push_str(&format!(
-            "<option value=\"{}\">{}</option>",
-            esc(&source.url),
-            esc(source.name())
-        ));
+fn destination_select(pair: &DeadLetterPair) -> Markup {
+    html! {
+        label {
+            "Redrive to"
+            select name="to" {
+                option value="" { "its source queue" }
+                @for source in &pair.sources { option value=(source.url) { (source.name()) } }
+            }
+        }
+        label { "or another queue URL" input type="text" name="to_other" placeholder="https://sqs…"; }
     }
-    format!(
-        "<label>Redrive to<select name=\"to\">{options}</select></label>\
-         <label>or another queue URL<input type=\"text\" name=\"to_other\" placeholder=\"https://sqs…\"></label>"
-    )
 }
 
 /// `POST /dlq/act`: redrive or delete, a selection or everything matching; deletes ask first.
@@ -345,21 +361,23 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
 }
 
 fn confirm_delete(state: &AppState, fields: &Fields, pair: &DeadLetterPair, what: &str) -> Response {
-    let carried: String = fields
-        .carried()
-        .map(|(name, value)| hidden(name, value))
-        .collect();
-    let body = format!(
-        "<p>Delete <strong>{}</strong> from <code>{}</code> for good? They are not sent anywhere; this \
-         cannot be undone.</p><form method=\"post\" action=\"/dlq/act\">{}{}{}\
-         <button class=\"danger\" type=\"submit\" id=\"confirm\">Yes, delete them</button> \
-         <a href=\"/dlq?queue={}\">Cancel</a></form>",
-        esc(what),
-        esc(pair.dlq.name()),
-        csrf_field(state),
-        carried,
-        hidden("confirm", "yes"),
-        esc(&query_value(fields.get("queue").unwrap_or_default())),
+    let cancel = format!(
+        "/dlq?queue={}",
+        query_value(fields.get("queue").unwrap_or_default())
     );
-    page("Delete dead letters?", Nav::Queues, &body).into_response()
+    let body = html! {
+        p {
+            "Delete " strong { (what) } " from " code { (pair.dlq.name()) } " for good? They are not sent \
+             anywhere; this cannot be undone."
+        }
+        form method="post" action="/dlq/act" {
+            (csrf_field(state))
+            @for (name, value) in fields.carried() { (hidden(name, value)) }
+            (hidden("confirm", "yes"))
+            button class="danger" type="submit" id="confirm" { "Yes, delete them" }
+            " "
+            a href=(cancel) { "Cancel" }
+        }
+    };
+    page("Delete dead letters?", Nav::Queues, body).into_response()
 }

@@ -1,27 +1,16 @@
-//! The page frame, escaping, the stylesheet and the one small script (no build step, no Node).
+//! The page frame, the shared fragments, the stylesheet and the one small script (no build step, no
+//! Node).
+//!
+//! Every page is a [`maud`] template: a value spliced in with `(value)` is HTML-escaped (`&`, `<`, `>`,
+//! `"`; attributes are always double-quoted), so no page builds markup from strings.
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
+use maud::{DOCTYPE, Markup, Render, html};
 
 use crate::state::AppState;
-
-/// `text` safe inside HTML text and double-quoted attributes.
-pub(crate) fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
 
 /// `text` as a URL query value.
 pub(crate) fn query_value(text: &str) -> String {
@@ -45,56 +34,67 @@ pub(crate) enum Nav {
 }
 
 /// A whole page: navigation, then `body`.
-pub(crate) fn page(title: &str, nav: Nav, body: &str) -> Html<String> {
-    let link = |href: &str, label: &str, this: Nav| {
-        let class = if nav == this { " class=\"on\"" } else { "" };
-        format!("<a href=\"{href}\"{class}>{label}</a>")
+pub(crate) fn page(title: &str, nav: Nav, body: Markup) -> Html<String> {
+    let nav_link = |href: &str, label: &str, this: Nav| {
+        html! { a href=(href) class=[(nav == this).then_some("on")] { (label) } }
     };
-    Html(format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title} · Conveyor</title><link rel=\"stylesheet\" href=\"/static/console.css\">\
-         <script src=\"/static/console.js\" defer></script></head><body>\
-         <header><strong>Conveyor</strong><nav>{queues}{jobs}{send}</nav></header>\
-         <main><h1>{title}</h1>{body}</main></body></html>",
-        title = esc(title),
-        queues = link("/", "Queues", Nav::Queues),
-        jobs = link("/jobs", "Jobs", Nav::Jobs),
-        send = link("/send", "Send", Nav::Send),
-    ))
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Conveyor" }
+                link rel="stylesheet" href="/static/console.css";
+                script src="/static/console.js" defer {}
+            }
+            body {
+                header {
+                    strong { "Conveyor" }
+                    nav {
+                        (nav_link("/", "Queues", Nav::Queues))
+                        (nav_link("/jobs", "Jobs", Nav::Jobs))
+                        (nav_link("/send", "Send", Nav::Send))
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    };
+    Html(page.into_string())
 }
 
 /// A page saying what went wrong and what to do, with `status`.
 pub(crate) fn problem(status: StatusCode, title: &str, message: &str) -> Response {
-    let body = format!(
-        "<p class=\"bad\" id=\"problem\">{}</p><p><a href=\"/\">Back to the queues</a></p>",
-        esc(message)
-    );
-    (status, page(title, Nav::Other, &body)).into_response()
+    let body = html! {
+        p class="bad" id="problem" { (message) }
+        p { a href="/" { "Back to the queues" } }
+    };
+    (status, page(title, Nav::Other, body)).into_response()
 }
 
 /// The hidden CSRF field every state-changing form carries.
-pub(crate) fn csrf_field(state: &AppState) -> String {
+pub(crate) fn csrf_field(state: &AppState) -> Markup {
     hidden("csrf", &state.csrf)
 }
 
 /// A hidden form field.
-pub(crate) fn hidden(name: &str, value: &str) -> String {
-    format!(
-        "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
-        esc(name),
-        esc(value)
-    )
+pub(crate) fn hidden(name: &str, value: &str) -> Markup {
+    html! { input type="hidden" name=(name) value=(value); }
 }
 
 /// A number card for the top of a page; `alert` colours it when it is not zero.
-pub(crate) fn card(label: &str, value: &str, alert: bool, id: &str) -> String {
+pub(crate) fn card(label: &str, value: impl Render, alert: bool, id: &str) -> Markup {
     let class = if alert { "card alert" } else { "card" };
-    format!(
-        "<div class=\"{class}\"><b id=\"{id}\">{}</b><span>{}</span></div>",
-        esc(value),
-        esc(label)
-    )
+    html! {
+        div class=(class) {
+            b id=(id) { (value) }
+            span { (label) }
+        }
+    }
 }
 
 pub(crate) async fn not_found() -> Response {
@@ -179,12 +179,24 @@ const SCRIPT: &str = r#"// Conveyor console: live regions and "select all". Ever
 mod tests {
     use super::*;
 
+    const HOSTILE: &str = r#"<script>alert("x")</script> & 'y'"#;
+
     #[test]
     fn markup_and_query_values_are_escaped() {
+        // Text and double-quoted attribute values: `'` needs no escape there.
         assert_eq!(
-            esc(r#"<script>alert("x")</script> & 'y'"#),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+            hidden("a\"b", HOSTILE).into_string(),
+            "<input type=\"hidden\" name=\"a&quot;b\" \
+             value=\"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; 'y'\">"
         );
+        assert_eq!(
+            card(HOSTILE, HOSTILE, true, "c").into_string(),
+            "<div class=\"card alert\"><b id=\"c\">&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; 'y'</b>\
+             <span>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; 'y'</span></div>"
+        );
+        let page = page(HOSTILE, Nav::Send, html! { p { (HOSTILE) } }).0;
+        assert!(!page.contains("<script>alert"), "{page}");
+        assert!(page.contains("<a href=\"/send\" class=\"on\">Send</a>"), "{page}");
         assert_eq!(
             query_value("http://h:4566/000/jobs q"),
             "http%3A%2F%2Fh%3A4566%2F000%2Fjobs%20q"

@@ -13,132 +13,143 @@ use axum::response::{IntoResponse, Response};
 use conveyor_core::display::{format_age, format_time};
 use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::{IdempotencyRecord, IdempotencyStore, JobRecord, RecordStatus};
+use maud::{Markup, html};
 
 use crate::fields::Fields;
-use crate::html::{Nav, esc, query_value};
+use crate::html::{Nav, page, query_value};
 use crate::state::AppState;
 
-async fn lookup(state: &AppState, fields: &Fields) -> String {
-    let mut body = form(state, fields);
-    let key = match (fields.get("record_id"), fields.get("job_type")) {
-        (Some(record_id), _) => record_id.to_owned(),
+/// The lookup form, then the record `fields` ask for (nothing more when they ask for none).
+async fn lookup(state: &AppState, fields: &Fields) -> Markup {
+    let form = form(state, fields);
+    let Some(key) = requested_key(fields) else {
+        return form;
+    };
+    let found = found(state, fields, &key).await;
+    html! { (form) (found) }
+}
+
+/// The record id the form asks for: the record id itself, or the key a producer's job type and key (or
+/// message id) make.
+fn requested_key(fields: &Fields) -> Option<String> {
+    match (fields.get("record_id"), fields.get("job_type")) {
+        (Some(record_id), _) => Some(record_id.to_owned()),
         (None, Some(job_type)) => match (fields.get("key"), fields.get("message_id")) {
-            (None, None) => return body,
-            (key, message_id) => idempotency_key(job_type, key, message_id.unwrap_or_default()),
+            (None, None) => None,
+            (key, message_id) => Some(idempotency_key(job_type, key, message_id.unwrap_or_default())),
         },
-        (None, None) => return body,
-    };
-    let Some(store) = &state.store else {
-        body.push_str(
-            "<p class=\"note\">Job lookup reads the idempotency table: start the console with --table \
-             NAME.</p>",
-        );
-        return body;
-    };
-    match store.get(&key).await {
-        Ok(Some(record)) => {
-            body.push_str(&render(&record, fields, SystemTime::now()));
-            // A tracked job's status, attempts, last error and progress (the same item).
-            match store.job(&key).await {
-                Ok(Some(job)) => body.push_str(&render_tracking(&job, SystemTime::now())),
-                Ok(None) => body.push_str(
-                    "<p class=\"muted\">Attempts, the last error and progress are kept for job types whose \
-                     handler sets <code>HandlerSettings::tracked</code>; a failed job's reason is on its dead \
-                     letter (Queues → Dead letters).</p>",
-                ),
-                Err(error) => body.push_str(&format!(
-                    "<p class=\"bad\">Reading the job's tracking failed: {}</p>",
-                    esc(&error.to_string())
-                )),
-            }
-        }
-        Ok(None) => body.push_str(&format!(
-            "<p id=\"job-missing\">No record <code>{}</code>: the job has not started yet, its record \
-             expired, or the key or type is not the one the producer used.</p>",
-            esc(&key)
-        )),
-        Err(error) => body.push_str(&format!(
-            "<p class=\"bad\">Reading <code>{}</code> failed: {}</p>",
-            esc(&key),
-            esc(&error.to_string())
-        )),
+        (None, None) => None,
     }
-    body
+}
+
+/// The record `key` and, for a tracked job, its tracking; or why there is none.
+async fn found(state: &AppState, fields: &Fields, key: &str) -> Markup {
+    let Some(store) = &state.store else {
+        return html! {
+            p class="note" {
+                "Job lookup reads the idempotency table: start the console with --table NAME."
+            }
+        };
+    };
+    match store.get(key).await {
+        Ok(Some(record)) => {
+            // A tracked job's status, attempts, last error and progress (the same item).
+            let tracking = match store.job(key).await {
+                Ok(Some(job)) => render_tracking(&job, SystemTime::now()),
+                Ok(None) => html! {
+                    p class="muted" {
+                        "Attempts, the last error and progress are kept for job types whose handler sets "
+                        code { "HandlerSettings::tracked" } "; a failed job's reason is on its dead letter \
+                         (Queues → Dead letters)."
+                    }
+                },
+                Err(error) => html! {
+                    p class="bad" { "Reading the job's tracking failed: " (error) }
+                },
+            };
+            html! { (render(&record, fields, SystemTime::now())) (tracking) }
+        }
+        Ok(None) => html! {
+            p id="job-missing" {
+                "No record " code { (key) } ": the job has not started yet, its record expired, or the key \
+                 or type is not the one the producer used."
+            }
+        },
+        Err(error) => html! {
+            p class="bad" { "Reading " code { (key) } " failed: " (error) }
+        },
+    }
 }
 
 pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
     let body = lookup(&state, &fields).await;
-    crate::html::page("Jobs", Nav::Jobs, &body).into_response()
+    page("Jobs", Nav::Jobs, body).into_response()
 }
 
-fn form(state: &AppState, fields: &Fields) -> String {
-    let value = |name: &str| esc(fields.get(name).unwrap_or_default());
-    let types: String = state
-        .config
-        .job_types
-        .iter()
-        .map(|job_type| format!("<option value=\"{}\">", esc(job_type)))
-        .collect();
-    format!(
-        "<form class=\"filters\" method=\"get\" action=\"/jobs\" id=\"lookup\">\
-         <label>Job type<input name=\"job_type\" list=\"job-types\" value=\"{}\"></label>\
-         <datalist id=\"job-types\">{types}</datalist>\
-         <label>Idempotency key<input name=\"key\" value=\"{}\"></label>\
-         <label>or message id<input name=\"message_id\" value=\"{}\"></label>\
-         <label>or record id<input name=\"record_id\" value=\"{}\"></label>\
-         <button type=\"submit\">Look up</button></form>",
-        value("job_type"),
-        value("key"),
-        value("message_id"),
-        value("record_id"),
-    )
+fn form(state: &AppState, fields: &Fields) -> Markup {
+    let value = |name: &str| fields.get(name).unwrap_or_default();
+    html! {
+        form class="filters" method="get" action="/jobs" id="lookup" {
+            label { "Job type" input name="job_type" list="job-types" value=(value("job_type")); }
+            datalist id="job-types" {
+                @for job_type in &state.config.job_types { option value=(job_type); }
+            }
+            label { "Idempotency key" input name="key" value=(value("key")); }
+            label { "or message id" input name="message_id" value=(value("message_id")); }
+            label { "or record id" input name="record_id" value=(value("record_id")); }
+            button type="submit" { "Look up" }
+        }
+    }
 }
 
 /// A tracked job's record (`conveyor jobs show` prints the same).
-fn render_tracking(job: &JobRecord, now: SystemTime) -> String {
+fn render_tracking(job: &JobRecord, now: SystemTime) -> Markup {
     let ago = |at: SystemTime| format_age(now.duration_since(at).unwrap_or_default());
-    let progress = job.progress.as_ref().map_or("–".to_owned(), |progress| {
-        format!(
-            "{}% {} ({} ago)",
-            progress.percent,
-            esc(&progress.message),
-            ago(progress.at)
-        )
-    });
-    let history: String = job
-        .history
-        .iter()
-        .map(|(status, at)| format!("{} {}<br>", status.as_str(), format_time(at.0)))
-        .collect();
-    format!(
-        "<div class=\"scroll\"><table id=\"job-tracking\"><tbody>\
-         <tr><th>Job status</th><td id=\"job-tracked-status\">{} ({} ago)</td></tr>\
-         <tr><th>Attempts</th><td>{}</td></tr>\
-         <tr><th>Last error</th><td>{}</td></tr>\
-         <tr><th>Progress</th><td>{progress}</td></tr>\
-         <tr><th>History</th><td>{history}</td></tr>\
-         </tbody></table></div>",
-        job.status.as_str(),
-        ago(job.updated_at),
-        job.attempts,
-        job.last_error.as_deref().map_or("–".to_owned(), esc),
-    )
+    html! {
+        div class="scroll" {
+            table id="job-tracking" {
+                tbody {
+                    tr {
+                        th { "Job status" }
+                        td id="job-tracked-status" { (job.status.as_str()) " (" (ago(job.updated_at)) " ago)" }
+                    }
+                    tr { th { "Attempts" } td { (job.attempts) } }
+                    tr { th { "Last error" } td { (job.last_error.as_deref().unwrap_or("–")) } }
+                    tr {
+                        th { "Progress" }
+                        td {
+                            @match &job.progress {
+                                Some(progress) => {
+                                    (progress.percent) "% " (progress.message) " (" (ago(progress.at)) " ago)"
+                                },
+                                None => "–",
+                            }
+                        }
+                    }
+                    tr {
+                        th { "History" }
+                        td { @for (status, at) in &job.history { (status.as_str()) " " (format_time(at.0)) br; } }
+                    }
+                }
+            }
+        }
+    }
 }
 
-fn render(record: &IdempotencyRecord, fields: &Fields, now: SystemTime) -> String {
+fn render(record: &IdempotencyRecord, fields: &Fields, now: SystemTime) -> Markup {
     let status = match record.status {
-        RecordStatus::Completed => "<span class=\"ok\">completed</span>".to_owned(),
-        RecordStatus::InProgress if record.is_free_at(now) => {
-            "<span class=\"bad\">in progress, lease lapsed</span> (its worker stopped; the next delivery takes it over)"
-                .to_owned()
-        }
-        RecordStatus::InProgress => "running".to_owned(),
-        RecordStatus::Expired => "expired".to_owned(),
+        RecordStatus::Completed => html! { span class="ok" { "completed" } },
+        RecordStatus::InProgress if record.is_free_at(now) => html! {
+            span class="bad" { "in progress, lease lapsed" }
+            " (its worker stopped; the next delivery takes it over)"
+        },
+        RecordStatus::InProgress => html! { "running" },
+        RecordStatus::Expired => html! { "expired" },
     };
     let time = |at: Option<SystemTime>| at.map_or("–".to_owned(), format_time);
     let output = match (&record.output, fields.get("show_output")) {
-        (None, _) => "<span class=\"muted\">none stored</span>".to_owned(),
-        (Some(output), Some(_)) => format!("<pre id=\"job-output\">{}</pre>", esc(output)),
+        (None, _) => html! { span class="muted" { "none stored" } },
+        (Some(output), Some(_)) => html! { pre id="job-output" { (output) } },
         (Some(output), None) => {
             let mut url = String::from("/jobs?show_output=1");
             for name in ["job_type", "key", "message_id", "record_id"] {
@@ -146,27 +157,35 @@ fn render(record: &IdempotencyRecord, fields: &Fields, now: SystemTime) -> Strin
                     url.push_str(&format!("&{name}={}", query_value(value)));
                 }
             }
-            format!(
-                "<a href=\"{}\" id=\"show-output\">Show output</a> <span class=\"muted\">({} bytes)</span>",
-                esc(&url),
-                output.len()
-            )
+            html! {
+                a href=(url) id="show-output" { "Show output" }
+                " "
+                span class="muted" { "(" (output.len()) " bytes)" }
+            }
         }
     };
-    format!(
-        "<div class=\"scroll\"><table id=\"job\"><tbody>\
-         <tr><th>Record</th><td><code>{}</code></td></tr>\
-         <tr><th>Status</th><td id=\"job-status\">{status}</td></tr>\
-         <tr><th>Lease until</th><td>{}</td></tr>\
-         <tr><th>Record expires</th><td>{}</td></tr>\
-         <tr><th>Claim token</th><td>{}</td></tr>\
-         <tr><th>Output</th><td>{output}</td></tr>\
-         </tbody></table></div>",
-        esc(&record.key),
-        time(record.lease_until),
-        time(Some(record.expires_at)),
-        record.token.map_or("–".to_owned(), |token| token.to_string()),
-    )
+    html! {
+        div class="scroll" {
+            table id="job" {
+                tbody {
+                    tr { th { "Record" } td { code { (record.key) } } }
+                    tr { th { "Status" } td id="job-status" { (status) } }
+                    tr { th { "Lease until" } td { (time(record.lease_until)) } }
+                    tr { th { "Record expires" } td { (time(Some(record.expires_at))) } }
+                    tr {
+                        th { "Claim token" }
+                        td {
+                            @match record.token {
+                                Some(token) => (token),
+                                None => "–",
+                            }
+                        }
+                    }
+                    tr { th { "Output" } td { (output) } }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -197,7 +216,7 @@ mod tests {
             history: vec![(JobStatus::Running, StatusTime(now - Duration::from_secs(65)))],
             token: Some(7),
         };
-        let html = render_tracking(&job, now);
+        let html = render_tracking(&job, now).into_string();
         assert!(html.contains("running (1m 5s ago)"), "{html}");
         assert!(html.contains("<td>2</td>"), "{html}");
         assert!(

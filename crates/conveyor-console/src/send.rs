@@ -8,16 +8,17 @@ use axum::Form;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use conveyor_sqs::{NewJob, Producer};
+use maud::{Markup, html};
 use serde_json::Value;
 
 use crate::auth::refuse_without_csrf;
 use crate::fields::Fields;
-use crate::html::{Nav, csrf_field, esc, page};
+use crate::html::{Nav, csrf_field, page};
 use crate::state::AppState;
 
 pub(crate) async fn form(State(state): State<Arc<AppState>>) -> Response {
-    let body = render(&state, &Fields::default(), "").await;
-    page("Send a job", Nav::Send, &body).into_response()
+    let body = render(&state, &Fields::default(), None).await;
+    page("Send a job", Nav::Send, body).into_response()
 }
 
 pub(crate) async fn submit(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
@@ -25,14 +26,11 @@ pub(crate) async fn submit(State(state): State<Arc<AppState>>, Form(fields): For
         return refused;
     }
     let outcome = match send(&state, &fields).await {
-        Ok(id) => format!(
-            "<p class=\"ok\">Sent: message id <code id=\"sent-id\">{}</code></p>",
-            esc(&id)
-        ),
-        Err(problem) => format!("<p class=\"bad\" id=\"send-error\">{}</p>", esc(&problem)),
+        Ok(id) => html! { p class="ok" { "Sent: message id " code id="sent-id" { (id) } } },
+        Err(problem) => html! { p class="bad" id="send-error" { (problem) } },
     };
-    let body = render(&state, &fields, &outcome).await;
-    page("Send a job", Nav::Send, &body).into_response()
+    let body = render(&state, &fields, Some(outcome)).await;
+    page("Send a job", Nav::Send, body).into_response()
 }
 
 /// Checks the form, then sends; the error says what to fix (nothing was sent).
@@ -71,54 +69,49 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
     Ok(id)
 }
 
-async fn render(state: &AppState, fields: &Fields, outcome: &str) -> String {
+/// The send form, filled in from `fields`, after what the last submission did (`outcome`).
+async fn render(state: &AppState, fields: &Fields, outcome: Option<Markup>) -> Markup {
     if state.config.job_types.is_empty() {
-        return "<p class=\"note\">No job types are registered: start the console with --job-type TYPE (as \
-                often as needed) to send jobs from here.</p>"
-            .to_owned();
+        return html! {
+            p class="note" {
+                "No job types are registered: start the console with --job-type TYPE (as often as needed) \
+                 to send jobs from here."
+            }
+        };
     }
     let chosen_type = fields.get("job_type");
-    let types: String = state
-        .config
-        .job_types
-        .iter()
-        .map(|job_type| {
-            let selected = if chosen_type == Some(job_type.as_str()) {
-                " selected"
-            } else {
-                ""
-            };
-            format!("<option{selected}>{}</option>", esc(job_type))
-        })
-        .collect();
     let chosen_queue = fields.get("queue");
-    let queues: String = state
-        .queue_urls()
-        .await
-        .unwrap_or_default()
-        .iter()
-        .map(|url| {
-            let selected = if chosen_queue == Some(url.as_str()) {
-                " selected"
-            } else {
-                ""
-            };
-            let name = url.rsplit('/').next().unwrap_or(url);
-            format!("<option value=\"{}\"{selected}>{}</option>", esc(url), esc(name))
-        })
-        .collect();
-    let value = |name: &str| esc(fields.get(name).unwrap_or_default());
-    format!(
-        "{outcome}<form class=\"stack\" method=\"post\" action=\"/send\" id=\"send\">{csrf}\
-         <label>Queue<select name=\"queue\">{queues}</select></label>\
-         <label>Job type<select name=\"job_type\">{types}</select></label>\
-         <label>Body (JSON)<textarea name=\"payload\" spellcheck=\"false\">{payload}</textarea></label>\
-         <label>Idempotency key (optional)<input name=\"key\" value=\"{key}\"></label>\
-         <label>Message group (FIFO queues)<input name=\"group_id\" value=\"{group}\"></label>\
-         <div><button type=\"submit\">Check and send</button></div></form>",
-        csrf = csrf_field(state),
-        payload = value("payload"),
-        key = value("key"),
-        group = value("group_id"),
-    )
+    let urls = state.queue_urls().await.unwrap_or_default();
+    let value = |name: &str| fields.get(name).unwrap_or_default();
+    html! {
+        @if let Some(outcome) = outcome { (outcome) }
+        form class="stack" method="post" action="/send" id="send" {
+            (csrf_field(state))
+            label {
+                "Queue"
+                select name="queue" {
+                    @for url in &urls {
+                        option value=(url) selected[chosen_queue == Some(url.as_str())] {
+                            (url.rsplit('/').next().unwrap_or(url))
+                        }
+                    }
+                }
+            }
+            label {
+                "Job type"
+                select name="job_type" {
+                    @for job_type in &state.config.job_types {
+                        option selected[chosen_type == Some(job_type.as_str())] { (job_type) }
+                    }
+                }
+            }
+            label {
+                "Body (JSON)"
+                textarea name="payload" spellcheck="false" { (value("payload")) }
+            }
+            label { "Idempotency key (optional)" input name="key" value=(value("key")); }
+            label { "Message group (FIFO queues)" input name="group_id" value=(value("group_id")); }
+            div { button type="submit" { "Check and send" } }
+        }
+    }
 }

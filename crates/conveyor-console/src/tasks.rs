@@ -13,8 +13,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use conveyor_sqs::admin::{AdminError, MoveReport};
+use maud::{Markup, html};
 
-use crate::html::{Nav, esc, page, problem};
+use crate::html::{Nav, card, page, problem};
 use crate::state::AppState;
 
 /// Tasks kept for their pages (the oldest go first).
@@ -108,81 +109,52 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Path(id): Path<u64>
         return missing();
     };
     let every = state.config.refresh.as_millis();
-    let body = format!(
-        "<div data-live=\"/tasks/{id}/live\" data-every=\"{every}\">{}</div>\
-         <noscript><p class=\"muted\">Reload the page to see the progress.</p></noscript>\
-         <p><a href=\"{}\">Back</a></p>",
-        progress(&task),
-        esc(&task.back)
-    );
-    page(&task.title, Nav::Other, &body).into_response()
+    let body = html! {
+        div data-live={ "/tasks/" (id) "/live" } data-every=(every) { (progress(&task)) }
+        noscript { p class="muted" { "Reload the page to see the progress." } }
+        p { a href=(task.back) { "Back" } }
+    };
+    page(&task.title, Nav::Other, body).into_response()
 }
 
 pub(crate) async fn live(State(state): State<Arc<AppState>>, Path(id): Path<u64>) -> Response {
     match state.tasks.get(id) {
-        Some(task) => Html(progress(&task)).into_response(),
+        Some(task) => Html(progress(&task).into_string()).into_response(),
         None => missing(),
     }
 }
 
 /// The numbers of a task; `data-finished` stops the live refresh.
-fn progress(task: &Task) -> String {
+fn progress(task: &Task) -> Markup {
     let report = &task.report;
     let (status, finished) = match (&task.error, task.took) {
-        (Some(error), _) => (format!("<span class=\"bad\">failed: {}</span>", esc(error)), true),
+        (Some(error), _) => (html! { span class="bad" { "failed: " (error) } }, true),
         (None, Some(took)) => (
-            format!("<span class=\"ok\">done</span> in {:.1} s", took.as_secs_f64()),
+            html! { span class="ok" { "done" } " in " (format!("{:.1}", took.as_secs_f64())) " s" },
             true,
         ),
         (None, None) => (
-            format!("running for {} s", task.started.elapsed().as_secs()),
+            html! { "running for " (task.started.elapsed().as_secs()) " s" },
             false,
         ),
     };
-    let failures: String = report
-        .failed
-        .iter()
-        .map(|failure| {
-            format!(
-                "<li><code>{}</code>: {}</li>",
-                esc(&failure.message_id),
-                esc(&failure.error)
-            )
-        })
-        .collect();
-    let failures = if failures.is_empty() {
-        String::new()
-    } else {
-        format!("<h2>Not moved</h2><ul>{failures}</ul>")
-    };
-    format!(
-        "<p id=\"task-status\" data-finished=\"{finished}\">{status}</p>\
-         <div class=\"cards\">{moved}{examined}{skipped}{unroutable}{later}{failed}</div>{failures}",
-        moved = crate::html::card(task.verb, &report.moved.to_string(), false, "task-moved"),
-        examined = crate::html::card("Examined", &report.examined.to_string(), false, "task-examined"),
-        skipped = crate::html::card(
-            "Not matching (left)",
-            &report.skipped.to_string(),
-            false,
-            "task-skipped"
-        ),
-        unroutable = crate::html::card(
-            "Unknown source (left)",
-            &report.unroutable.to_string(),
-            report.unroutable > 0,
-            "task-unroutable"
-        ),
-        later = crate::html::card(
-            "Arrived after start (left)",
-            &report.arrived_after_start.to_string(),
-            false,
-            "task-later"
-        ),
-        failed = crate::html::card(
-            "Failed",
-            &report.failed.len().to_string(),
-            !report.failed.is_empty(),
-            "task-failed"
-        ),
-    )
+    html! {
+        p id="task-status" data-finished=(finished) { (status) }
+        div class="cards" {
+            (card(task.verb, report.moved, false, "task-moved"))
+            (card("Examined", report.examined, false, "task-examined"))
+            (card("Not matching (left)", report.skipped, false, "task-skipped"))
+            (card("Unknown source (left)", report.unroutable, report.unroutable > 0, "task-unroutable"))
+            (card("Arrived after start (left)", report.arrived_after_start, false, "task-later"))
+            (card("Failed", report.failed.len(), !report.failed.is_empty(), "task-failed"))
+        }
+        @if !report.failed.is_empty() {
+            h2 { "Not moved" }
+            ul {
+                @for failure in &report.failed {
+                    li { code { (failure.message_id) } ": " (failure.error) }
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A time as `2026-11-29T14:37:31.815Z` (UTC, milliseconds).
+use chrono::{DateTime, Datelike, Timelike};
+
+/// A time as `2026-11-29T14:37:31.815Z` (UTC, milliseconds); a time before 1970 as the epoch.
 pub fn format_time(time: SystemTime) -> String {
     let millis = time
         .duration_since(UNIX_EPOCH)
@@ -10,33 +12,26 @@ pub fn format_time(time: SystemTime) -> String {
     format_epoch_millis(u64::try_from(millis).unwrap_or(u64::MAX))
 }
 
-/// Epoch milliseconds as `2026-11-29T14:37:31.815Z`.
+/// Epoch milliseconds as `2026-11-29T14:37:31.815Z`. Past chrono's last date (the end of the year 262142)
+/// the milliseconds are printed as they are: `18446744073709551615 ms after the epoch`.
 pub fn format_epoch_millis(millis: u64) -> String {
-    let seconds = millis / 1000;
-    let days = i64::try_from(seconds / 86_400).unwrap_or(0);
-    let rest = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
+    let Some(time) = i64::try_from(millis)
+        .ok()
+        .and_then(DateTime::from_timestamp_millis)
+    else {
+        return format!("{millis} ms after the epoch");
+    };
+    // The fields one by one rather than `%Y`, which signs years past 9999.
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        time.year(),
+        time.month(),
+        time.day(),
+        time.hour(),
+        time.minute(),
+        time.second(),
         millis % 1000
     )
-}
-
-/// Days since 1970-01-01 as a (year, month, day) date (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let month = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 /// A duration as people read it: `45s`, `12m 5s`, `3h 2m`, `2d 4h`.
@@ -59,6 +54,73 @@ mod tests {
         assert_eq!(format_epoch_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_epoch_millis(1_795_963_051_815), "2026-11-29T14:37:31.815Z");
         assert_eq!(format_epoch_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            format_time(UNIX_EPOCH + Duration::from_millis(1_795_963_051_815)),
+            "2026-11-29T14:37:31.815Z"
+        );
+        assert_eq!(
+            format_time(UNIX_EPOCH - Duration::from_secs(1)),
+            "1970-01-01T00:00:00.000Z",
+            "before the epoch: the epoch"
+        );
+    }
+
+    #[test]
+    fn leap_years_and_month_ends() {
+        let day = 86_400_000;
+        // 2024 is a leap year: 28 February, 29 February, 1 March.
+        assert_eq!(format_epoch_millis(1_709_078_400_000), "2024-02-28T00:00:00.000Z");
+        assert_eq!(
+            format_epoch_millis(1_709_078_400_000 + day),
+            "2024-02-29T00:00:00.000Z"
+        );
+        assert_eq!(
+            format_epoch_millis(1_709_078_400_000 + 2 * day - 1),
+            "2024-02-29T23:59:59.999Z"
+        );
+        assert_eq!(
+            format_epoch_millis(1_709_078_400_000 + 2 * day),
+            "2024-03-01T00:00:00.000Z"
+        );
+        // 2023 is not: 28 February, then 1 March.
+        assert_eq!(format_epoch_millis(1_677_542_400_000), "2023-02-28T00:00:00.000Z");
+        assert_eq!(
+            format_epoch_millis(1_677_542_400_000 + day),
+            "2023-03-01T00:00:00.000Z"
+        );
+        // 1900 and 2100 are not (divisible by 100), 2000 is (by 400).
+        assert_eq!(format_epoch_millis(4_107_456_000_000), "2100-02-28T00:00:00.000Z");
+        assert_eq!(
+            format_epoch_millis(4_107_456_000_000 + day),
+            "2100-03-01T00:00:00.000Z"
+        );
+        assert_eq!(format_epoch_millis(951_696_000_000), "2000-02-28T00:00:00.000Z");
+        assert_eq!(
+            format_epoch_millis(951_696_000_000 + day),
+            "2000-02-29T00:00:00.000Z"
+        );
+        // Month and year ends.
+        assert_eq!(format_epoch_millis(1_714_521_599_999), "2024-04-30T23:59:59.999Z");
+        assert_eq!(format_epoch_millis(1_714_521_600_000), "2024-05-01T00:00:00.000Z");
+        assert_eq!(format_epoch_millis(1_735_689_599_999), "2024-12-31T23:59:59.999Z");
+        assert_eq!(format_epoch_millis(1_735_689_600_000), "2025-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn far_years_keep_their_digits() {
+        // 9999-12-31T23:59:59.999Z and the millisecond after: no sign, five digits.
+        assert_eq!(
+            format_epoch_millis(253_402_300_799_999),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            format_epoch_millis(253_402_300_800_000),
+            "10000-01-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            format_epoch_millis(u64::MAX),
+            "18446744073709551615 ms after the epoch"
+        );
     }
 
     #[test]
