@@ -78,8 +78,74 @@ async fn handle(
         records = event.records.len(),
         xray_trace_id = context.xray_trace_id.as_deref(),
     );
-    let deadline = instant_at(context.deadline());
+    let budget = invocation_budget(
+        context.deadline,
+        SystemTime::now(),
+        processor.config().function_timeout,
+    );
+    if let Budget::Fallback { problem, budget } = &budget {
+        warn_once_about_the_deadline(context.deadline, problem, *budget);
+    }
+    let deadline = Instant::now() + budget.time();
     Ok(processor.process_batch(event, deadline).instrument(span).await?)
+}
+
+/// Lambda's longest function timeout: a deadline further ahead is not Lambda's.
+pub(crate) const MAX_FUNCTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The time an invocation has, from its `Lambda-Runtime-Deadline-Ms` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Budget {
+    /// The header's deadline, this far ahead.
+    Deadline(Duration),
+    /// The header cannot be Lambda's (already past, or past Lambda's 15-minute maximum): an emulator's
+    /// mistake, such as cargo-lambda's `600000` (ten minutes as a duration, not an epoch time). The
+    /// invocation runs under `budget` (the configured `function_timeout`).
+    Fallback {
+        /// What is wrong with the header.
+        problem: &'static str,
+        /// The time the invocation gets instead.
+        budget: Duration,
+    },
+}
+
+impl Budget {
+    fn time(&self) -> Duration {
+        match self {
+            Budget::Deadline(ahead) => *ahead,
+            Budget::Fallback { budget, .. } => *budget,
+        }
+    }
+}
+
+/// The invocation's budget for a deadline header of `deadline_ms` (epoch milliseconds) seen at `now`.
+fn invocation_budget(deadline_ms: u64, now: SystemTime, fallback: Duration) -> Budget {
+    let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms);
+    match deadline.duration_since(now) {
+        Err(_) => Budget::Fallback {
+            problem: "already past when the invocation arrived",
+            budget: fallback,
+        },
+        Ok(ahead) if ahead > MAX_FUNCTION_TIMEOUT + Duration::from_secs(1) => Budget::Fallback {
+            problem: "further ahead than Lambda's 15-minute maximum",
+            budget: fallback,
+        },
+        Ok(ahead) => Budget::Deadline(ahead),
+    }
+}
+
+/// Says once per execution environment that the deadline header is not Lambda's, with its value.
+fn warn_once_about_the_deadline(deadline_ms: u64, problem: &str, budget: Duration) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            deadline_ms,
+            fallback_secs = budget.as_secs_f64(),
+            "the invocation's deadline (Lambda-Runtime-Deadline-Ms: {deadline_ms}) is {problem}: not a deadline \
+             Lambda sends (an emulator's, such as cargo lambda's); running each invocation under the configured \
+             function timeout of {budget:?} instead (LambdaConfig::function_timeout)"
+        );
+    });
 }
 
 /// The tokio instant at wall-clock time `at` (now, when it has passed).
@@ -187,6 +253,38 @@ pub fn init_tracing() {
     };
     if result.is_err() {
         tracing::debug!("a tracing subscriber is already set");
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn lambdas_deadline_is_taken_and_an_emulators_is_replaced_by_the_fallback() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let at = |ahead: Duration| {
+            (now + ahead)
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+        };
+        let fallback = Duration::from_secs(10);
+        assert_eq!(
+            invocation_budget(at(Duration::from_secs(30)), now, fallback),
+            Budget::Deadline(Duration::from_secs(30))
+        );
+        assert_eq!(
+            invocation_budget(at(MAX_FUNCTION_TIMEOUT), now, fallback),
+            Budget::Deadline(MAX_FUNCTION_TIMEOUT)
+        );
+        // cargo lambda's Runtime API sends ten minutes as a duration: 1970, long past.
+        let cargo_lambda = invocation_budget(600_000, now, fallback);
+        assert!(
+            matches!(cargo_lambda, Budget::Fallback { problem, budget } if problem.contains("past") && budget == fallback)
+        );
+        let far = invocation_budget(at(Duration::from_secs(3600)), now, fallback);
+        assert!(matches!(far, Budget::Fallback { problem, .. } if problem.contains("15-minute")));
     }
 }
 

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LambdaConfig {
-    /// The function's timeout.
+    /// The function's timeout. Also the time each invocation gets when its deadline header cannot be
+    /// Lambda's (already past, or beyond Lambda's 15 minutes: an emulator such as cargo lambda).
     #[serde(with = "seconds")]
     pub function_timeout: Duration,
     /// The source queue's visibility timeout.
