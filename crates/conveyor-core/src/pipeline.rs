@@ -81,6 +81,8 @@ use crate::tracking::{JobChange, JobStatus, status_after};
 
 /// How long a cancelled handler may take to return on its own before its future is dropped.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// The key [`Pipeline::check_store`] reads: no job's key (those are namespaced by job type).
+const STORE_PROBE_KEY: &str = "conveyor:probe#start-up";
 /// How long a job waits when the idempotency store cannot be reached (half to all of it, jittered).
 const STORE_OUTAGE_DEFERRAL: Duration = Duration::from_secs(30);
 
@@ -253,6 +255,32 @@ impl Pipeline {
                 %pointer,
                 "could not delete the payload object after success; the bucket's lifecycle rule removes it"
             ),
+        }
+    }
+
+    /// Probes the idempotency store once (a read of a key no job uses), so a runtime can refuse to
+    /// start against a store it cannot use: `Err(Misconfigured)` (a table that does not exist, access
+    /// denied) carries what to fix. An outage is not a configuration error: it is logged and `Ok`, and
+    /// jobs defer until the store answers. `Ok` without a store, or when no handler is idempotent.
+    pub async fn check_store(&self) -> Result<(), StoreError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        if !self
+            .router
+            .settings()
+            .iter()
+            .any(|(_, settings)| settings.idempotent)
+        {
+            return Ok(());
+        }
+        match store.get(STORE_PROBE_KEY).await {
+            Ok(_) => Ok(()),
+            Err(error @ StoreError::Misconfigured { .. }) => Err(error),
+            Err(error) => {
+                tracing::warn!(%error, "the idempotency store does not answer at start; jobs wait for it (an outage, not a configuration error)");
+                Ok(())
+            }
         }
     }
 
@@ -603,6 +631,17 @@ async fn claim(
         }
         Ok(ClaimOutcome::Exists(record)) => {
             Err(Box::new(existing_record(record, &request, origin, job_type, now)))
+        }
+        Err(error @ StoreError::Misconfigured { .. }) => {
+            // A configuration error found after the start-up check (the table deleted, a policy
+            // changed): deferred like an outage, so nothing is lost, but said as what it is.
+            tracing::error!(%error, key = %request.key, "the idempotency store is misconfigured; not running unclaimed until it is fixed");
+            let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
+            let reason = format!("claim refused, the store is misconfigured: {error}");
+            Err(Box::new(Processed::early(
+                Outcome::Defer { delay, reason },
+                Some(job_type),
+            )))
         }
         Err(error) => {
             tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");

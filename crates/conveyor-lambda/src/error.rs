@@ -22,6 +22,13 @@ pub enum LambdaError {
     /// The Lambda runtime client failed (the Runtime API is unreachable, say).
     #[error("the Lambda runtime stopped: {0}")]
     Runtime(String),
+    /// The idempotency store refused the cold start's probe as a configuration error (a table that
+    /// does not exist, access denied): the function fails its init and takes no record.
+    #[error(
+        "the idempotency store cannot be used: {0}; the function took no record (fix the table or the \
+         function's role, then redeploy)"
+    )]
+    Store(conveyor_core::StoreError),
 }
 
 /// An invocation whose payload is not an SQS event: the function reports it as an invocation error.

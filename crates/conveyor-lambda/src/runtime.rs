@@ -44,6 +44,8 @@ pub async fn run(pipeline: Pipeline) -> Result<(), LambdaError> {
 /// queues are resolved on first use.
 pub async fn run_with_config(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
     config.validate()?;
+    // A store that cannot be used fails the cold start with what to fix, before any record is taken.
+    pipeline.check_store().await.map_err(LambdaError::Store)?;
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(
         pipeline,

@@ -88,18 +88,21 @@ impl Runner {
     pub async fn run(self) -> Result<WorkerReport, WorkerError> {
         let config = load_config_reading(self.config_path.as_deref(), &self.app_variables)?;
         let client = conveyor_sqs::sqs_client_from_env().await;
+        let region = client.config().region().map(ToString::to_string);
         let mut queues: Vec<Arc<dyn Queue>> = Vec::new();
         let mut dead_letter_queues: Vec<Arc<dyn Queue>> = Vec::new();
         for queue in &config.queues {
             let connected = connect_with_retry(&queue.url, DEFAULT_CONNECT_PATIENCE, || {
                 conveyor_sqs::SqsQueue::connect(client.clone(), &queue.url)
             })
-            .await?;
+            .await
+            .map_err(|error| name_the_regions(error, &queue.url, region.as_deref()))?;
             if let Some(dlq_url) = connected.dead_letter_queue_url() {
                 let dlq = connect_with_retry(dlq_url, DEFAULT_CONNECT_PATIENCE, || {
                     conveyor_sqs::SqsQueue::connect(client.clone(), dlq_url)
                 })
-                .await?;
+                .await
+                .map_err(|error| name_the_regions(error, dlq_url, region.as_deref()))?;
                 dead_letter_queues.push(Arc::new(dlq));
             }
             queues.push(Arc::new(connected));
@@ -112,5 +115,55 @@ impl Runner {
             worker = adjust(worker);
         }
         worker.run_until_signal().await
+    }
+}
+
+/// SQS answers "does not exist" for a queue of another region: when the queue URL names a region
+/// other than the client's, the start-up error says both and how to fix it (as the CLI does).
+fn name_the_regions(error: WorkerError, url: &str, client_region: Option<&str>) -> WorkerError {
+    let WorkerError::Connect { queue, problem } = error else {
+        return error;
+    };
+    let url_region = conveyor_sqs::admin::queue_url_region(url);
+    match (url_region, client_region) {
+        (Some(url_region), Some(client_region))
+            if url_region != client_region && problem.contains("does not exist") =>
+        {
+            WorkerError::Connect {
+                queue,
+                problem: format!(
+                    "the queue URL names region {url_region} but the worker's AWS region is {client_region}, and SQS \
+                     answers \"does not exist\" for a queue of another region: set AWS_REGION={url_region} (or the \
+                     profile's region), or use the queue of region {client_region}"
+                ),
+            }
+        }
+        _ => WorkerError::Connect { queue, problem },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_queue_of_another_region_names_both_regions() {
+        let missing = || WorkerError::Connect {
+            queue: "q".to_owned(),
+            problem: "it does not exist: create it".to_owned(),
+        };
+        let url = "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs";
+        let named = name_the_regions(missing(), url, Some("us-east-1")).to_string();
+        assert!(
+            named.contains("eu-west-1")
+                && named.contains("us-east-1")
+                && named.contains("AWS_REGION=eu-west-1"),
+            "{named}"
+        );
+        let same = name_the_regions(missing(), url, Some("eu-west-1")).to_string();
+        assert!(
+            same.contains("create it") && !same.contains("AWS_REGION"),
+            "{same}"
+        );
     }
 }

@@ -85,6 +85,12 @@ pub enum WorkerError {
         /// The last attempt's error.
         last_error: String,
     },
+    /// The idempotency store refused the start-up probe as a configuration error (a table that does
+    /// not exist, access denied): no message was received.
+    #[error(
+        "the idempotency store cannot be used: {0}; no message was received (fix the table or the role, then start again)"
+    )]
+    Store(conveyor_core::StoreError),
     /// A health check failed.
     #[error("health check of {addr} failed: {problem}")]
     Unhealthy {

@@ -197,6 +197,9 @@ impl Worker {
         immediate: CancellationToken,
     ) -> Result<WorkerReport, WorkerError> {
         self.warn_about_unknown_job_types();
+        // A store that cannot be used is a configuration error: stop before receiving anything,
+        // rather than defer every job forever while /readyz says ready.
+        self.pipeline.check_store().await.map_err(WorkerError::Store)?;
         let config = self.config;
         let status = self.status;
         let listener = match &config.listen_addr {
