@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::apply::{Applying, Settled, apply, release_in_order, set_visibility};
+use crate::fifo_gate::{Ticket, Turn};
 use crate::protect::{Admission, Breaker, acquire_slot};
 use crate::report::add;
 use crate::runtime::{Held, Runtime};
@@ -158,13 +159,39 @@ async fn run_in_span(
 /// Runs a FIFO group's messages of one batch in order, one at a time. When one goes back to the
 /// queue, the rest go back too, in order, after its outcome was applied; at shutdown the ones not
 /// started yet go back at once (SQS holds the group while the running one is in flight).
-pub(crate) async fn run_group(runtime: Arc<Runtime>, queue: usize, group: Vec<Received>) {
-    let mut pending: VecDeque<Received> = group.into();
+pub(crate) async fn run_group(
+    runtime: Arc<Runtime>,
+    queue: usize,
+    group: String,
+    ticket: Ticket,
+    members: Vec<Received>,
+) {
+    {
+        let (_turn, turn) = ticket.wait().await;
+        let returned = match turn {
+            Turn::Run => run_members(&runtime, queue, members).await,
+            Turn::GoBack => {
+                tracing::info!(queue = %runtime.names[queue], group, "an earlier batch of the FIFO group went back; this one follows it, unrun");
+                release_rest(&runtime, queue, members.into(), Reason::GroupFailed).await;
+                true
+            }
+        };
+        if returned {
+            ticket.gate().returned();
+        }
+    }
+    runtime.fifo_gates.done(queue, &group, ticket);
+}
+
+/// Runs the members of one batch of a group in order; true when any of them went back to the queue.
+async fn run_members(runtime: &Arc<Runtime>, queue: usize, members: Vec<Received>) -> bool {
+    let runtime = Arc::clone(runtime);
+    let mut pending: VecDeque<Received> = members.into();
     while let Some(current) = pending.pop_front() {
         if runtime.stop_receiving.is_cancelled() {
             pending.push_front(current);
             release_rest(&runtime, queue, pending, Reason::Shutdown).await;
-            return;
+            return true;
         }
         let run = run_message(Arc::clone(&runtime), queue, current);
         tokio::pin!(run);
@@ -179,16 +206,17 @@ pub(crate) async fn run_group(runtime: Arc<Runtime>, queue: usize, group: Vec<Re
                 }
             }
         };
-        if settled == Settled::Returned && !pending.is_empty() {
+        if settled == Settled::Returned {
             let reason = if runtime.stop_receiving.is_cancelled() {
                 Reason::Shutdown
             } else {
                 Reason::GroupFailed
             };
             release_rest(&runtime, queue, pending, reason).await;
-            return;
+            return true;
         }
     }
+    false
 }
 
 enum Reason {

@@ -301,9 +301,11 @@ fn dispatch(
     }
     for group in order {
         if let Some(members) = groups.remove(&group) {
+            // The ticket is taken now, in receive order (see `crate::fifo_gate`).
+            let ticket = runtime.fifo_gates.ticket(queue, &group);
             runtime
                 .tracker
-                .spawn(run_group(Arc::clone(runtime), queue, members));
+                .spawn(run_group(Arc::clone(runtime), queue, group, ticket, members));
         }
     }
 }
