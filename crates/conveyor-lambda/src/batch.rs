@@ -294,6 +294,33 @@ struct Lane {
 /// What the invocation keeps after its last call to build and return the response.
 const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
 
+/// The time a FIFO deferral's wait in the invocation leaves before the cutoff, to try again.
+const FIFO_WAIT_RESERVE: Duration = Duration::from_secs(1);
+
+/// On a FIFO queue a deferral cannot go out as a copy, so it is listed and its receive counts. At the
+/// last receive the redrive policy allows, that would let SQS's redrive move the message to the DLQ
+/// without a reason: it is dead-lettered now instead, with a reason that says it could not run and why.
+fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
+    let Outcome::Defer { reason, .. } = &outcome else {
+        return outcome;
+    };
+    if !origin.is_last_attempt() {
+        return outcome;
+    }
+    let error = format!(
+        "not run at its last allowed receive ({} of {}): {reason} at each try; a FIFO message cannot be \
+         deferred with a copy, so receives it could not run in were spent; redrive it once the cause is fixed",
+        origin.attempt,
+        origin.max_attempts.unwrap_or(origin.attempt)
+    );
+    Outcome::Reject(conveyor_core::Failure::now(
+        error,
+        origin.attempt,
+        origin.queue,
+        origin.handler,
+    ))
+}
+
 /// The share of the invocation kept after the handlers' cutoff for settling (completing the claim, a
 /// DLQ send, a deferred copy, the backoff changes): a tenth of the invocation's time, at least the
 /// configured `deadline_margin`. A completion cut by the deadline would let a duplicate run the job
@@ -659,20 +686,37 @@ impl BatchProcessor {
             return (Settled::NotStarted, None);
         }
         let lease = Lease::new(invocation.deadline);
-        let processed = self
-            .pipeline
-            .process(
-                Arc::clone(message),
-                Arc::clone(&lane.name),
-                &lease,
-                Budget {
-                    run_deadline: Some(invocation.cutoff),
-                    // Learnt below, only when the outcome needs the queue.
-                    max_attempts: None,
-                    settle_deadline: Some(invocation.settle_by),
-                },
-            )
-            .await;
+        let budget = Budget {
+            run_deadline: Some(invocation.cutoff),
+            // Learnt below, only when the outcome needs the queue.
+            max_attempts: None,
+            settle_deadline: Some(invocation.settle_by),
+        };
+        let process = || {
+            self.pipeline
+                .process(Arc::clone(message), Arc::clone(&lane.name), &lease, budget)
+        };
+        let mut processed = process().await;
+        // A FIFO message cannot be deferred with a copy (it would break its group's order), so a
+        // deferral (the store unreachable, its key in progress elsewhere) waits here while the
+        // invocation has time, as the worker waits in flight: listing it would spend a receive of it
+        // and of every message behind it in its group.
+        while lane.fifo
+            && let Outcome::Defer { delay, reason } = &processed.outcome
+        {
+            let left = invocation.cutoff.saturating_duration_since(Instant::now());
+            let Some(room) = left.checked_sub(FIFO_WAIT_RESERVE) else {
+                break;
+            };
+            let wait = (*delay).min(room);
+            if wait.is_zero() {
+                // Nothing to wait for (a cancelled run's deferral): listed as it is.
+                break;
+            }
+            tracing::info!(%reason, wait_ms = wait.as_millis() as u64, "the FIFO message waits in the invocation, then tries again");
+            tokio::time::sleep(wait).await;
+            processed = process().await;
+        }
         // Untyped messages learn their job type from the default route.
         if message.job_type().is_none()
             && let Some(job_type) = processed.job_type
@@ -695,6 +739,11 @@ impl BatchProcessor {
             max_attempts: queue.max_receive_count(),
         };
         let outcome = at_last_attempt(processed.outcome, origin);
+        let outcome = if lane.fifo && duration.is_none() {
+            never_ran_at_the_last_attempt(outcome, origin)
+        } else {
+            outcome
+        };
         let settled = match &outcome {
             Outcome::Ack(reason) => {
                 tracing::debug!(?reason, "acknowledged");

@@ -287,6 +287,11 @@ fn check_dead_letter(
         }
         return;
     }
+    if never_ran_in_a_store_outage(job, &failure, observed) {
+        // The rule for a message that could not run (a FIFO message cannot be deferred with a copy):
+        // at its last allowed receive it reaches the DLQ with a reason that says so and why.
+        return;
+    }
     if runs.is_empty() {
         violations.push(format!(
             "job {}: in the DLQ without having run: {}",
@@ -310,6 +315,37 @@ fn check_dead_letter(
             job.id, failure.error
         ));
     }
+}
+
+/// A copy of `job` was dead-lettered at its last allowed receive as not run, and a fault explains it:
+/// the store could not be reached and an outage overlapped the job's receives, or its key was in
+/// progress elsewhere and a worker (a claim holder) was killed, or another copy ran the job. Those
+/// receives were spent deferring.
+fn never_ran_in_a_store_outage(job: &JobSpec, failure: &Failure, observed: &Observation) -> bool {
+    let log = &observed.log;
+    // The DLQ copy is a new message: its job's receives are the ones to look at.
+    let receives: Vec<u128> = log
+        .received
+        .iter()
+        .filter(|received| received.job == Some(job.id))
+        .map(|received| received.at_ms)
+        .collect();
+    let (Some(first), Some(last)) = (receives.iter().min(), receives.iter().max()) else {
+        return false;
+    };
+    // The outage overlaps the copy's receives (up to an invocation after the last one).
+    let within = last + observed.longest_invocation.as_millis();
+    let store_down = failure.error.contains("store")
+        && log
+            .store_outages
+            .iter()
+            .any(|(from, to)| from <= &within && to >= first);
+    // A claim held by a worker that was killed stays in progress until its lease lapses.
+    // or another copy held it and ran the job (this copy was a duplicate).
+    let done = log.effects.iter().any(|(effected, _)| *effected == job.id);
+    let holder_died =
+        failure.error.contains("in progress elsewhere") && (done || !observed.dead_instances.is_empty());
+    failure.error.starts_with("not run at its last allowed receive") && (store_down || holder_died)
 }
 
 fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {
@@ -346,9 +382,11 @@ pub fn in_the_window(scenario: &Scenario, observed: &Observation) -> usize {
 }
 
 /// The first run that applied `job`'s effect never got its claim completed, inside the window: its
-/// process died (a worker killed between the effect and the completion), or it ran on a Lambda whose
-/// invocation ended while the store was down from the effect on (the adapter tries the completion
-/// until its settle deadline; a Lambda cannot hold the message longer).
+/// process died (a worker killed between the effect and the completion); or it ran on a Lambda whose
+/// invocation ended while the store was down after the effect (the adapter tries the completion until
+/// its settle deadline; a Lambda cannot hold the message longer); or the store was down when the
+/// effect happened, past the claim's lease, and another delivery claimed first when it came back (the
+/// completion is tried every half second; whoever reaches the store first after an outage wins).
 fn completion_lost_in_the_window(scenario: &Scenario, job: u32, observed: &Observation) -> bool {
     let log = &observed.log;
     log.effects
@@ -359,6 +397,7 @@ fn completion_lost_in_the_window(scenario: &Scenario, job: u32, observed: &Obser
             observed.dead_instances.contains(&run.instance)
                 || (run.instance.starts_with("lambda-")
                     && store_down_after_the_effect(run, log, longest_function_timeout(scenario)))
+                || store_down_after_the_effect(run, log, Duration::ZERO)
         })
         .and_then(|run| Some((run.key.clone()?, run.token?)))
         .is_some_and(|claim| !observed.completed_tokens.contains(&claim))

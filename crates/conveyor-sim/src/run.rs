@@ -45,6 +45,8 @@ pub struct Observation {
     pub dead_instances: Vec<String>,
     /// The queue was FIFO.
     pub fifo: bool,
+    /// The longest function timeout of the scenario's Lambda functions (zero without any).
+    pub longest_invocation: Duration,
     /// The claims (key, fencing token) that were completed in the store.
     pub completed_tokens: HashSet<(String, u64)>,
 }
@@ -427,6 +429,12 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         worker_errors,
         dead_instances,
         fifo: scenario.fifo,
+        longest_invocation: scenario
+            .lambdas
+            .iter()
+            .map(|lambda| lambda.function_timeout)
+            .max()
+            .unwrap_or_default(),
         completed_tokens: shared.store.completed_tokens(),
     }
 }

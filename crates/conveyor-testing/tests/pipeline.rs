@@ -472,7 +472,9 @@ async fn a_cancelled_run_goes_back_at_once_and_releases_the_claim() {
     }
 }
 
-#[tokio::test]
+/// The completion is tried again for `COMPLETE_RETRY_LIMIT` (15 minutes, on the paused clock here),
+/// then the job is acknowledged anyway: the record lapses with its lease.
+#[tokio::test(start_paused = true)]
 async fn complete_failing_with_the_store_down_still_acks() {
     let fixture = fixture_with(
         Behaviour::Succeed,
@@ -489,6 +491,36 @@ async fn complete_failing_with_the_store_down_still_acks() {
         record.status,
         RecordStatus::InProgress,
         "the record lapses with its lease"
+    );
+}
+
+/// A completion the store did not answer lands once the store is back, while the message is held: a
+/// later duplicate finds the job completed instead of running it again.
+#[tokio::test(start_paused = true)]
+async fn a_completion_lost_in_a_store_outage_lands_when_the_store_is_back() {
+    let fixture = fixture_with(
+        Behaviour::Succeed,
+        MemoryIdempotencyStore::new(),
+        settings(),
+        |store| {
+            Some(Arc::new(move || {
+                store.set_unavailable(true);
+                let store = store.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_secs(40)).await;
+                    store.set_unavailable(false);
+                });
+            }))
+        },
+    );
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(
+        record.status,
+        RecordStatus::Completed,
+        "the completion was tried until it landed"
     );
 }
 
