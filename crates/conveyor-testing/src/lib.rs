@@ -17,10 +17,9 @@ pub mod suite;
 pub mod tracking_conformance;
 pub mod wait;
 
-pub use faults::{
-    Fault, Faults, Rule, RuleId, RuleStats, faulty_dynamodb_client, faulty_sqs_client, with_faults_dynamodb,
-    with_faults_sqs,
-};
+pub use faults::{Fault, Faults, Rule, RuleId, RuleStats};
+#[cfg(feature = "aws")]
+pub use faults::{faulty_dynamodb_client, faulty_sqs_client, with_faults_dynamodb, with_faults_sqs};
 pub use localstack::{QueueSpec, TestQueue};
 pub use memory_flows::{MemoryFlows, QueueSender};
 pub use memory_payloads::{MemoryPayloadStore, PayloadRequests};

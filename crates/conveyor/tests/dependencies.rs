@@ -27,10 +27,16 @@ fn cargo(args: &[&str]) -> String {
 
 /// The packages (names) a build of the facade with `features` links, without dev- and build-only ones.
 fn packages(features: &str) -> BTreeSet<String> {
+    packages_of("conveyor", features)
+}
+
+/// The packages (names) a build of `package` with `features` (and no default ones) links, without dev- and
+/// build-only ones.
+fn packages_of(package: &str, features: &str) -> BTreeSet<String> {
     let mut args = vec![
         "tree",
         "-p",
-        "conveyor",
+        package,
         "-e",
         "normal",
         "--prefix",
@@ -135,6 +141,67 @@ fn features_add_their_crates() {
     assert!(
         lambda_outbox.contains("serde_dynamo"),
         "lambda + outbox lacks the relay's stream event types"
+    );
+}
+
+/// The SDK crates a build of conveyor-testing without its `aws` feature must not link.
+const SDK: &[&str] = &[
+    "aws-sdk-sqs",
+    "aws-sdk-dynamodb",
+    "aws-sdk-s3",
+    "aws-sdk-sts",
+    "aws-config",
+    "aws-runtime",
+    "aws-smithy-runtime",
+    "aws-smithy-runtime-api",
+    "aws-smithy-http-client",
+    "aws-smithy-types",
+    "conveyor-sqs",
+    "conveyor-dynamodb",
+    "conveyor-aws",
+];
+
+/// The in-memory doubles need only the core: the facade's `testing` feature adds no AWS SDK crate to
+/// what the facade links anyway (its `sqs` module, hence aws-sdk-sqs, is not behind a feature), and
+/// conveyor-testing without `aws` links none at all.
+#[test]
+fn a_testing_build_adds_no_sdk() {
+    let testing = packages("testing");
+    let bare = packages("");
+    println!(
+        "testing: {} packages (the facade without features: {})",
+        testing.len(),
+        bare.len()
+    );
+    assert!(testing.contains("conveyor-testing"));
+    assert_absent(
+        "testing",
+        &testing,
+        &[
+            "aws-sdk-dynamodb",
+            "aws-sdk-s3",
+            "conveyor-dynamodb",
+            "conveyor-s3",
+        ],
+    );
+    let added: Vec<&String> = testing
+        .difference(&bare)
+        .filter(|name| {
+            name.starts_with("aws-") || (name.starts_with("conveyor-") && *name != "conveyor-testing")
+        })
+        .collect();
+    assert!(added.is_empty(), "the testing feature adds {added:?}");
+
+    let doubles = packages_of("conveyor-testing", "");
+    println!("conveyor-testing without aws: {} packages", doubles.len());
+    assert!(doubles.contains("conveyor-core"));
+    assert_absent("conveyor-testing without aws", &doubles, SDK);
+
+    let aws = packages_of("conveyor-testing", "aws");
+    println!("conveyor-testing with aws: {} packages", aws.len());
+    assert!(
+        aws.contains("aws-sdk-sqs") && aws.contains("conveyor-dynamodb"),
+        "the aws feature does not build the SDK"
     );
 }
 
