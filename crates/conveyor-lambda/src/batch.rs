@@ -304,7 +304,9 @@ fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcom
     let Outcome::Defer { reason, .. } = &outcome else {
         return outcome;
     };
-    if !origin.is_last_attempt() {
+    // Only the store's outage: a key in progress elsewhere is left to its holder (the pipeline's
+    // claim reasons start so; see `conveyor_core::pipeline`).
+    if !origin.is_last_attempt() || !reason.starts_with("claim ") {
         return outcome;
     }
     let error = format!(

@@ -317,10 +317,8 @@ fn check_dead_letter(
     }
 }
 
-/// A copy of `job` was dead-lettered at its last allowed receive as not run, and a fault explains it:
-/// the store could not be reached and an outage overlapped the job's receives, or its key was in
-/// progress elsewhere and a worker (a claim holder) was killed, or another copy ran the job. Those
-/// receives were spent deferring.
+/// A copy of `job` was dead-lettered at its last allowed receive as not run because the store could
+/// not be reached, and a store outage did overlap the job's receives: they were spent deferring.
 fn never_ran_in_a_store_outage(job: &JobSpec, failure: &Failure, observed: &Observation) -> bool {
     let log = &observed.log;
     // The DLQ copy is a new message: its job's receives are the ones to look at.
@@ -340,12 +338,7 @@ fn never_ran_in_a_store_outage(job: &JobSpec, failure: &Failure, observed: &Obse
             .store_outages
             .iter()
             .any(|(from, to)| from <= &within && to >= first);
-    // A claim held by a worker that was killed stays in progress until its lease lapses.
-    // or another copy held it and ran the job (this copy was a duplicate).
-    let done = log.effects.iter().any(|(effected, _)| *effected == job.id);
-    let holder_died =
-        failure.error.contains("in progress elsewhere") && (done || !observed.dead_instances.is_empty());
-    failure.error.starts_with("not run at its last allowed receive") && (store_down || holder_died)
+    failure.error.starts_with("not run at its last allowed receive") && store_down
 }
 
 fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {
