@@ -378,23 +378,64 @@ pub fn in_the_window(scenario: &Scenario, observed: &Observation) -> usize {
 /// process died (a worker killed between the effect and the completion); or it ran on a Lambda whose
 /// invocation ended while the store was down after the effect (the adapter tries the completion until
 /// its settle deadline; a Lambda cannot hold the message longer); or the store was down when the
-/// effect happened, past the claim's lease, and another delivery claimed first when it came back (the
-/// completion is tried every half second; whoever reaches the store first after an outage wins).
+/// effect happened and either the worker was shut down in it (the tries end at its hard stop) or
+/// another delivery claimed first within a second of the store coming back (the completion is tried
+/// every half second; whoever reaches the store first after an outage wins).
 fn completion_lost_in_the_window(scenario: &Scenario, job: u32, observed: &Observation) -> bool {
     let log = &observed.log;
-    log.effects
+    let mut effects = log
+        .effects
         .iter()
-        .find(|(done, _)| *done == job)
-        .and_then(|(_, run)| log.runs.get(*run))
+        .filter(|(done, _)| *done == job)
+        .filter_map(|(_, run)| log.runs.get(*run));
+    let first = effects.next();
+    let second = effects.next();
+    first
         .filter(|run| {
             observed.dead_instances.contains(&run.instance)
                 || (run.instance.starts_with("lambda-")
                     && store_down_after_the_effect(run, log, longest_function_timeout(scenario)))
-                || store_down_after_the_effect(run, log, Duration::ZERO)
+                || second.is_some_and(|second| claimed_first_at_recovery(run, second, log))
+                || stopped_in_a_store_outage(run, log)
         })
         .and_then(|run| Some((run.key.clone()?, run.token?)))
         .is_some_and(|claim| !observed.completed_tokens.contains(&claim))
 }
+
+/// The store was down when `first` applied its effect, and `second` claimed the job within a second
+/// after the store came back: before `first`'s completion, tried every half second, could land.
+fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log) -> bool {
+    let Some(effect) = first.ended_ms else {
+        return false;
+    };
+    log.store_outages.iter().any(|(from, to)| {
+        *from <= effect
+            && effect <= *to
+            && second.started_ms >= *to
+            && second.started_ms <= to + RECOVERY_RACE_MS
+    })
+}
+
+/// `run`'s worker was asked to shut down after the run started, and the store was down when the run
+/// applied its effect: the completion's tries end with the worker's hard stop.
+fn stopped_in_a_store_outage(run: &Run, log: &Log) -> bool {
+    let Some(effect) = run.ended_ms else {
+        return false;
+    };
+    let stopped = log
+        .shutdowns
+        .iter()
+        .any(|(instance, at)| *instance == run.instance && *at >= run.started_ms);
+    stopped
+        && log
+            .store_outages
+            .iter()
+            .any(|(from, to)| *from <= effect && effect <= *to)
+}
+
+/// How soon after a store outage another delivery's claim counts as winning the race against a
+/// completion tried every half second.
+const RECOVERY_RACE_MS: u128 = 1_000;
 
 /// The longest function timeout of the scenario's Lambda functions.
 fn longest_function_timeout(scenario: &Scenario) -> Duration {
