@@ -234,7 +234,14 @@ fn visibility_cap(message: &Message, at: Instant, now: SystemTime) -> Instant {
     let since_first = message.first_received_at.map_or(Duration::ZERO, |first| {
         now.duration_since(first).unwrap_or_default() + CLOCK_SKEW_ALLOWANCE
     });
-    let left = MAX_VISIBILITY_TIMEOUT.saturating_sub(since_first);
+    // A first receive more than 12 hours back leaves nothing to count from (or is an emulator's
+    // mistake): this receipt's own 12 hours, as before.
+    let Some(left) = MAX_VISIBILITY_TIMEOUT
+        .checked_sub(since_first)
+        .filter(|left| !left.is_zero())
+    else {
+        return at + MAX_VISIBILITY_TIMEOUT;
+    };
     at + left
 }
 
@@ -326,7 +333,7 @@ mod tests {
         let left = Duration::from_secs(9 * 3600) - CLOCK_SKEW_ALLOWANCE;
         assert_eq!(visibility_cap(&message, at, now), at + left);
         message.first_received_at = Some(now - Duration::from_secs(13 * 3600));
-        assert_eq!(visibility_cap(&message, at, now), at);
+        assert_eq!(visibility_cap(&message, at, now), at + MAX_VISIBILITY_TIMEOUT);
     }
 
     fn config(max_in_flight: usize, weights: &[u32]) -> WorkerConfig {
