@@ -632,21 +632,17 @@ async fn claim(
         Ok(ClaimOutcome::Exists(record)) => {
             Err(Box::new(existing_record(record, &request, origin, job_type, now)))
         }
-        Err(error @ StoreError::Misconfigured { .. }) => {
-            // A configuration error found after the start-up check (the table deleted, a policy
-            // changed): deferred like an outage, so nothing is lost, but said as what it is.
-            tracing::error!(%error, key = %request.key, "the idempotency store is misconfigured; not running unclaimed until it is fixed");
-            let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
-            let reason = format!("claim refused, the store is misconfigured: {error}");
-            Err(Box::new(Processed::early(
-                Outcome::Defer { delay, reason },
-                Some(job_type),
-            )))
-        }
         Err(error) => {
-            tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
+            // A configuration error found after the start-up check (the table deleted, a policy
+            // changed) is deferred like an outage, so nothing is lost, but said as what it is.
+            let reason = if matches!(error, StoreError::Misconfigured { .. }) {
+                tracing::error!(%error, key = %request.key, "the idempotency store is misconfigured; not running unclaimed until it is fixed");
+                format!("claim refused, the store is misconfigured: {error}")
+            } else {
+                tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
+                format!("claim failed: {error}")
+            };
             let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
-            let reason = format!("claim failed: {error}");
             Err(Box::new(Processed::early(
                 Outcome::Defer { delay, reason },
                 Some(job_type),
