@@ -178,7 +178,7 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
 
     // The documented at-least-once window (counted in the report, see `in_the_window`): the process
     // died between the effect and the completion.
-    if effects > 1 && !completion_lost_in_the_window(scenario, job.id, observed) {
+    if effects > 1 && !completion_lost_in_the_window(job.id, observed) {
         let by: Vec<String> = log
             .effects
             .iter()
@@ -370,7 +370,7 @@ pub fn in_the_window(scenario: &Scenario, observed: &Observation) -> usize {
                 .count()
                 > 1
         })
-        .filter(|job| completion_lost_in_the_window(scenario, job.id, observed))
+        .filter(|job| completion_lost_in_the_window(job.id, observed))
         .count()
 }
 
@@ -381,7 +381,7 @@ pub fn in_the_window(scenario: &Scenario, observed: &Observation) -> usize {
 /// effect happened and either the worker was shut down in it (the tries end at its hard stop) or
 /// another delivery claimed first within a second of the store coming back (the completion is tried
 /// every half second; whoever reaches the store first after an outage wins).
-fn completion_lost_in_the_window(scenario: &Scenario, job: u32, observed: &Observation) -> bool {
+fn completion_lost_in_the_window(job: u32, observed: &Observation) -> bool {
     let log = &observed.log;
     let mut effects = log
         .effects
@@ -394,7 +394,7 @@ fn completion_lost_in_the_window(scenario: &Scenario, job: u32, observed: &Obser
         .filter(|run| {
             observed.dead_instances.contains(&run.instance)
                 || (run.instance.starts_with("lambda-")
-                    && store_down_after_the_effect(run, log, longest_function_timeout(scenario)))
+                    && store_down_after_the_effect(run, log, observed.longest_invocation))
                 || second.is_some_and(|second| claimed_first_at_recovery(run, second, log))
                 || stopped_in_a_store_outage(run, log)
         })
@@ -436,16 +436,6 @@ fn stopped_in_a_store_outage(run: &Run, log: &Log) -> bool {
 /// How soon after a store outage another delivery's claim counts as winning the race against a
 /// completion tried every half second.
 const RECOVERY_RACE_MS: u128 = 1_000;
-
-/// The longest function timeout of the scenario's Lambda functions.
-fn longest_function_timeout(scenario: &Scenario) -> Duration {
-    scenario
-        .lambdas
-        .iter()
-        .map(|lambda| lambda.function_timeout)
-        .max()
-        .unwrap_or_default()
-}
 
 /// A store outage covered part of the time between `run`'s end (its effect) and the end of its
 /// invocation (at most `function_timeout` later): the completion was tried in it.
