@@ -21,6 +21,9 @@ pub const VALIDATION_ATTRIBUTE: &str = "validation";
 /// the token became a number: the random strings older releases wrote under `fencing_token` are left
 /// alone.)
 pub const TOKEN_ATTRIBUTE: &str = "fence";
+/// Conveyor's run count, a number (N) each claim increases and a dead-lettering removes; Powertools
+/// ignores it.
+pub const RUNS_ATTRIBUTE: &str = "runs";
 
 /// How many receives before SQS moves a message to the DLQ (the redrive policy's `maxReceiveCount`).
 pub const MAX_RECEIVE_COUNT: u32 = 5;

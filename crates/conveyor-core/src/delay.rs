@@ -112,6 +112,7 @@ pub async fn cancel(
         lease_until: now + Duration::from_secs(30),
         expires_at: now + CANCEL_RECORD_TTL,
         validation: None,
+        restart_runs: false,
     };
     let claim = match store.claim(&request).await? {
         ClaimOutcome::Acquired(claim) => claim,

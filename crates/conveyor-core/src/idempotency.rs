@@ -98,6 +98,9 @@ pub struct ClaimRequest {
     pub expires_at: SystemTime,
     /// The payload hash, when payload validation is on.
     pub validation: Option<String>,
+    /// Count this claim as the job's first run ([`Claim::run`] 1): the message came back from a
+    /// dead-letter queue (a redrive), which gives it the whole retry budget again.
+    pub restart_runs: bool,
 }
 
 /// A held claim; complete, release and extend are fenced on its token.
@@ -107,6 +110,12 @@ pub struct Claim {
     pub key: String,
     /// The claim's fencing token: greater than every earlier claim's on this key (see [`next_token`]).
     pub token: u64,
+    /// Which run of the job this claim starts: 1 for the first claim on the key, counted across
+    /// deliveries, deferred copies and runs a runtime repeats in place (a FIFO head retried while its
+    /// group waits), started again when the record had expired or the message came back from a DLQ
+    /// ([`ClaimRequest::restart_runs`]). The retry budget
+    /// counts this, not only SQS's receive count, where the two differ.
+    pub run: u32,
 }
 
 /// The result of a claim.
@@ -181,6 +190,7 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// Frees the claim's record so a retry can claim it at once (its lease ends; its token moves on).
+    /// The key's run count stays: the retry is the next run.
     async fn release(&self, claim: &Claim) -> Result<(), StoreError>;
 
     /// Moves the claim's lease end.

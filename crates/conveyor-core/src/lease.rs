@@ -1,5 +1,6 @@
 //! The state one in-flight message shares between the pipeline and the runtime's heartbeat.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
@@ -24,6 +25,8 @@ pub struct Lease {
     visible_until: Mutex<Instant>,
     latest_visible_until: Mutex<Option<Instant>>,
     claim: Mutex<Option<Claim>>,
+    /// A claim was held under this lease before (a run repeated in place: a FIFO head's retry).
+    claimed_before: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,6 +59,7 @@ impl Lease {
             visible_until: Mutex::new(visible_until),
             latest_visible_until: Mutex::new(None),
             claim: Mutex::new(None),
+            claimed_before: AtomicBool::new(false),
         }
     }
 
@@ -108,6 +112,13 @@ impl Lease {
     /// Stores the claim just acquired.
     pub fn hold_claim(&self, claim: Claim) {
         *lock(&self.claim) = Some(claim);
+        self.claimed_before.store(true, Ordering::Release);
+    }
+
+    /// True when a claim was held under this lease before: this delivery's run is being repeated in
+    /// place (a FIFO head retried while its group waits).
+    pub fn claimed_before(&self) -> bool {
+        self.claimed_before.load(Ordering::Acquire)
     }
 
     /// Takes the claim back before settling it.

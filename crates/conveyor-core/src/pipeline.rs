@@ -137,6 +137,10 @@ pub struct Processed {
     pub handler_duration: Option<Duration>,
     /// The output as JSON: the new one, or the stored one for a duplicate.
     pub output: Option<String>,
+    /// Which run of the job this was by the store's count ([`Claim::run`](crate::Claim::run)), when
+    /// a claim was taken; a runtime that applies the last-attempt rules itself counts this, not only
+    /// the receive count.
+    pub run: Option<u32>,
 }
 
 impl Processed {
@@ -146,6 +150,7 @@ impl Processed {
             job_type,
             handler_duration: None,
             output: None,
+            run: None,
         }
     }
 
@@ -402,6 +407,19 @@ impl Pipeline {
                 Err(processed) => return *processed,
             },
         };
+        // The retry budget counts runs: more than the receive count when runs were repeated in place
+        // (a FIFO head retried while its group waits) or the job came back as a deferred copy.
+        let run_number = claim.as_ref().map(|claim| claim.run);
+        let origin = Origin {
+            attempt: origin.attempt.max(run_number.unwrap_or(0)),
+            ..origin
+        };
+        if let (Some(store), Some(claim), Some(max)) = (store, &claim, max_attempts)
+            && claim.run > max
+        {
+            let failure = spent(store.as_ref(), claim, lease, origin, max, settle_deadline).await;
+            return Processed::early(Outcome::Reject(failure), Some(job_type));
+        }
 
         let started = Instant::now();
         let mut deadline = started + settings.timeout;
@@ -477,6 +495,7 @@ impl Pipeline {
             job_type: Some(job_type),
             handler_duration,
             output,
+            run: run_number,
         }
     }
 
@@ -564,6 +583,7 @@ impl Pipeline {
             job_type,
             handler_duration: None,
             output: record.output,
+            run: None,
         })
     }
 
@@ -610,6 +630,7 @@ async fn claim(
         validation: settings
             .validate_payload
             .then(|| settings.key_style.validation(message)),
+        restart_runs: came_back_from_a_dlq(message) && !lease.claimed_before(),
     };
     let claiming = async {
         if !settings.tracked {
@@ -682,6 +703,7 @@ fn existing_record(
                 job_type: Some(job_type),
                 handler_duration: None,
                 output: record.output,
+                run: None,
             }
         }
         RecordStatus::InProgress | RecordStatus::Expired => {
@@ -782,6 +804,41 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 const COMPLETE_RETRY_FIRST: Duration = Duration::from_millis(100);
 /// The longest wait between tries of a completion.
 const COMPLETE_RETRY_LONGEST: Duration = Duration::from_millis(500);
+/// The job's runs are spent (its last run was rejected, but that move to the DLQ did not land, so the
+/// message came back): it goes to the DLQ now, without another run over the budget.
+async fn spent(
+    store: &dyn IdempotencyStore,
+    claim: &Claim,
+    lease: &Lease,
+    origin: Origin<'_>,
+    max: u32,
+    settle_deadline: Option<Instant>,
+) -> Failure {
+    lease.take_claim();
+    if bounded(settle_deadline, store.release(claim)).await.is_err() {
+        tracing::warn!(key = %claim.key, "releasing the claim did not finish before the deadline; it lapses with its lease");
+    }
+    let error = format!(
+        "not run again: its {max} allowed runs are spent (this would be run {}); the last one's move to the \
+         DLQ did not land, so the message came back",
+        claim.run
+    );
+    tracing::warn!(key = %claim.key, run = claim.run, max, "runs spent; dead-lettering without running");
+    let mut failure = Failure::now(error, origin.attempt, origin.queue, origin.handler);
+    failure.retries_exhausted = true;
+    failure
+}
+
+/// A DLQ copy moved back to its queue (a redrive): it carries the failure that sent it there, it is
+/// not a deferred copy, and this is its first receive. Its runs count from 1 again.
+fn came_back_from_a_dlq(message: &Message) -> bool {
+    message.receive_count <= 1
+        && message.attributes.contains_key(crate::message::FAILURE_ATTRIBUTE)
+        && !message
+            .attributes
+            .contains_key(crate::message::DEFERRAL_ATTRIBUTE)
+}
+
 /// How long a completion the store does not answer is tried (a store outage longer than this leaves
 /// the record in progress until its lease lapses).
 pub const COMPLETE_RETRY_LIMIT: Duration = Duration::from_secs(15 * 60);

@@ -235,7 +235,7 @@ fn truncate(value: f64) -> u64 {
     value.trunc() as u64
 }
 
-fn type_name(value: &AttributeValue) -> &'static str {
+pub(crate) fn type_name(value: &AttributeValue) -> &'static str {
     match value {
         AttributeValue::B(_) => "binary (B)",
         AttributeValue::Bool(_) => "boolean (BOOL)",

@@ -22,6 +22,8 @@ pub struct AttributeNames {
     pub validation: String,
     /// Conveyor's fencing token, a number (N) every claim increases (`fence`); Powertools ignores it.
     pub fencing_token: String,
+    /// Conveyor's run count, a number (N) every claim increases (`runs`); Powertools ignores it.
+    pub runs: String,
 }
 
 impl Default for AttributeNames {
@@ -34,6 +36,7 @@ impl Default for AttributeNames {
             data: defaults::DATA_ATTRIBUTE.to_owned(),
             validation: defaults::VALIDATION_ATTRIBUTE.to_owned(),
             fencing_token: defaults::TOKEN_ATTRIBUTE.to_owned(),
+            runs: defaults::RUNS_ATTRIBUTE.to_owned(),
         }
     }
 }

@@ -136,23 +136,82 @@ impl DynamoStore {
         item::primary_key(&self.options.attributes, self.options.sort_key.as_ref(), id)
     }
 
-    /// The fencing token an acquired claim's `UPDATED_NEW` answer carries.
-    fn acquired_token(&self, key: &str, attributes: Option<&Item>) -> Result<u64, StoreError> {
-        let names = &self.options.attributes;
-        match attributes.and_then(|item| item.get(&names.fencing_token)) {
-            Some(AttributeValue::N(text)) => text.parse().map_err(|_| StoreError::Misconfigured {
+    /// A whole number attribute of an acquired claim's `UPDATED_OLD` answer (absent: the item had none).
+    fn old_number(
+        &self,
+        key: &str,
+        attributes: Option<&Item>,
+        name: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        match attributes.and_then(|item| item.get(name)) {
+            None => Ok(None),
+            Some(AttributeValue::N(text)) => text.parse().map(Some).map_err(|_| StoreError::Misconfigured {
                 message: format!(
-                    "claim of {key:?} in table {} returned fencing token {text:?}, not a whole number",
+                    "record {key:?} in table {} holds {name} = {text:?}, not a whole number; delete the record \
+                     or fix the attribute",
                     self.table
                 ),
             }),
-            _ => Err(StoreError::Misconfigured {
+            Some(other) => Err(StoreError::Misconfigured {
                 message: format!(
-                    "claim of {key:?} in table {} did not return the fencing token `{}`",
-                    self.table, names.fencing_token
+                    "record {key:?} in table {} holds {name} as {}, not a number; delete the record or fix the \
+                     attribute",
+                    self.table,
+                    item::type_name(other)
                 ),
             }),
         }
+    }
+
+    /// The claim an acquiring update made, from the values it replaced (`UPDATED_OLD`): the token is
+    /// the old one + 1 (or `fence_base` + 1 on a fresh record), the run the old count + 1, or 1 when
+    /// the record was absent or expired (or the claim restarts the count). An expired record's count
+    /// is then set back to 1, fenced on the new token (one more request, only when an expired record
+    /// is claimed again).
+    async fn acquired(
+        &self,
+        request: &ClaimRequest,
+        old: Option<&Item>,
+        fence_base: u64,
+        now: SystemTime,
+    ) -> Result<Claim, StoreError> {
+        let names = &self.options.attributes;
+        let key = &request.key;
+        let token = self
+            .old_number(key, old, &names.fencing_token)?
+            .unwrap_or(fence_base)
+            .saturating_add(1);
+        let expired = self
+            .old_number(key, old, &names.expiration)?
+            .is_some_and(|expiry| expiry < epoch_secs(now));
+        let restarted = expired || request.restart_runs;
+        let old_runs = self.old_number(key, old, &names.runs)?.unwrap_or(0);
+        let claim = Claim {
+            key: key.clone(),
+            token,
+            run: if restarted {
+                1
+            } else {
+                u32::try_from(old_runs.saturating_add(1)).unwrap_or(u32::MAX)
+            },
+        };
+        if expired && !request.restart_runs && old_runs > 0 {
+            self.count_request();
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(self.primary_key(key)))
+                .update_expression("SET #runs = :one")
+                .condition_expression(TOKEN_CONDITION)
+                .expression_attribute_names("#runs", &names.runs)
+                .expression_attribute_names("#token", &names.fencing_token)
+                .expression_attribute_values(":one", number(1))
+                .expression_attribute_values(":token", number(token))
+                .send()
+                .await
+                .map_err(|error| self.fenced(classify(&error, self.target("UpdateItem", key)), &claim))?;
+        }
+        Ok(claim)
     }
 
     fn remember(&self, record: &IdempotencyRecord) {
@@ -285,12 +344,18 @@ impl DynamoStore {
             return Ok(ClaimOutcome::Exists(record));
         }
         let names = &self.options.attributes;
+        let fence_base = u64::try_from(epoch_millis(now)).unwrap_or(u64::MAX);
         self.count_request();
         let mut set = vec![
             "#status = :inprogress".to_owned(),
             "#expiry = :expiry".to_owned(),
             "#in_progress_expiry = :in_progress_expiry".to_owned(),
             "#token = if_not_exists(#token, :fence_base) + :one".to_owned(),
+            if request.restart_runs {
+                "#runs = :one".to_owned()
+            } else {
+                "#runs = if_not_exists(#runs, :zero) + :one".to_owned()
+            },
         ];
         let mut remove = vec!["#response_data".to_owned()];
         let mut update = self
@@ -307,6 +372,7 @@ impl DynamoStore {
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
             .expression_attribute_names("#status", &names.status)
             .expression_attribute_names("#token", &names.fencing_token)
+            .expression_attribute_names("#runs", &names.runs)
             .expression_attribute_names("#response_data", &names.data)
             .expression_attribute_names("#validation", &names.validation)
             .expression_attribute_values(":now", number(epoch_secs(now)))
@@ -314,10 +380,13 @@ impl DynamoStore {
             .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
             .expression_attribute_values(":expiry", number(epoch_secs(request.expires_at)))
             .expression_attribute_values(":in_progress_expiry", number(epoch_millis(request.lease_until)))
-            .expression_attribute_values(":fence_base", number(epoch_millis(now)))
+            .expression_attribute_values(":fence_base", number(fence_base))
             .expression_attribute_values(":one", number(1))
-            .return_values(ReturnValue::UpdatedNew)
+            .return_values(ReturnValue::UpdatedOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if !request.restart_runs {
+            update = update.expression_attribute_values(":zero", number(0));
+        }
         match &request.validation {
             Some(validation) => {
                 set.push("#validation = :validation".to_owned());
@@ -333,12 +402,11 @@ impl DynamoStore {
             .await;
         let error = match result {
             Ok(answer) => {
-                let token = self.acquired_token(&request.key, answer.attributes.as_ref())?;
-                tracing::debug!(key = %request.key, token, "claimed");
-                return Ok(ClaimOutcome::Acquired(Claim {
-                    key: request.key.clone(),
-                    token,
-                }));
+                let claim = self
+                    .acquired(request, answer.attributes.as_ref(), fence_base, now)
+                    .await?;
+                tracing::debug!(key = %request.key, token = claim.token, run = claim.run, "claimed");
+                return Ok(ClaimOutcome::Acquired(claim));
             }
             Err(error) => error,
         };
@@ -393,7 +461,7 @@ impl DynamoStore {
         self.count_request();
         let clauses = change.map(jobs::change_clauses).unwrap_or_default();
         // The record stays, with its lease ended and its token moved past ours: the key is claimable at
-        // once, the counter keeps counting, and a late extend or complete of ours is fenced.
+        // once, the counters keep counting, and a late extend or complete of ours is fenced.
         let update = self.client.update_item();
         let result = with_clauses(update, &clauses)
             .table_name(&self.table)

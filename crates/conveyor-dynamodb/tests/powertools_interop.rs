@@ -80,6 +80,7 @@ fn request(key: &str) -> ClaimRequest {
         lease_until: now + Duration::from_secs(60),
         expires_at: now + Duration::from_secs(3600),
         validation: None,
+        restart_runs: false,
     }
 }
 

@@ -70,6 +70,7 @@ fn request(key: &str) -> ClaimRequest {
         lease_until: now + Duration::from_secs(60),
         expires_at: now + Duration::from_secs(3600),
         validation: None,
+        restart_runs: false,
     }
 }
 
@@ -298,6 +299,7 @@ fn claim() -> Claim {
     Claim {
         key: "conveyor:email#user:42".into(),
         token: 1_796_000_000_001,
+        run: 1,
     }
 }
 

@@ -43,7 +43,8 @@ use std::io::Write as _;
 
 use conveyor_core::outcome::{Origin, at_last_attempt};
 use conveyor_core::{
-    AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Queue, VisibilityChange, reject,
+    AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Processed, Queue, VisibilityChange,
+    reject,
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -138,6 +139,9 @@ struct LateCandidate {
     message: Arc<Message>,
     queue: Arc<SourceQueue>,
     taken: Arc<AtomicU8>,
+    /// The record's lane is a FIFO group: taken only at its last allowed receive, to dead-letter.
+    fifo: bool,
+    queue_name: Arc<str>,
 }
 
 /// Defers, at the cutoff, every standard-queue record no lane started yet, all at once.
@@ -149,10 +153,43 @@ struct LateCandidate {
 /// `settle_by`), and their copies would miss the deadline: listed, each receive spent unrun. So at the
 /// cutoff this takes every record still pending (an atomic swap on [`Item::taken`], so a lane and the
 /// deferrer never both handle one), sends their copies concurrently while the last handlers wind down,
-/// and the lanes skip what it took. FIFO records are never taken: a copy would break their group's
-/// order, and their lane lists them in order.
+/// and the lanes skip what it took. A FIFO record is taken only at its last allowed receive: a copy
+/// would break its group's order, and listed, SQS's redrive would move it to the DLQ without a reason,
+/// so it is dead-lettered now with one (it never ran, and why); the other FIFO records are left to
+/// their lanes, which list them in order.
 struct LateDeferrer {
     candidates: Vec<LateCandidate>,
+    reject_mode: conveyor_core::RejectMode,
+}
+
+/// True when `candidate` is at the last receive its queue's redrive policy allows.
+async fn at_the_last_receive(candidate: &LateCandidate) -> bool {
+    let Some(queue) = candidate.queue.get().await else {
+        return false;
+    };
+    queue
+        .max_receive_count()
+        .is_some_and(|max| candidate.message.attempt() >= max)
+}
+
+/// Sends a message that never ran to the DLQ with `failure` (why), cut at `settle_by`: dead-lettered,
+/// or left to be listed when the send did not land in time.
+async fn dead_letter_unrun(
+    queue: &dyn Queue,
+    message: &Message,
+    failure: &conveyor_core::Failure,
+    mode: conveyor_core::RejectMode,
+    settle_by: Instant,
+) -> Settled {
+    let rejecting = reject(queue, message, failure, mode, Duration::ZERO);
+    match tokio::time::timeout_at(settle_by, rejecting).await {
+        Ok(Disposition::Delete) => Settled::DeadLettered,
+        Ok(Disposition::Visible(_)) => Settled::Untouched,
+        Err(_) => {
+            tracing::warn!(message_id = %message.id, "the DLQ send of a message not run at its last allowed receive did not answer before the invocation deadline; listing it");
+            Settled::Untouched
+        }
+    }
 }
 
 impl LateDeferrer {
@@ -167,24 +204,41 @@ impl LateDeferrer {
             () = tokio::time::sleep_until(cutoff) => {}
             () = lanes_done.notified() => return Vec::new(),
         }
-        let taken: Vec<LateCandidate> = self
-            .candidates
-            .into_iter()
-            .filter(|candidate| {
-                candidate
-                    .taken
-                    .compare_exchange(PENDING, DEFERRED_LATE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            })
-            .collect();
+        let mut taken: Vec<LateCandidate> = Vec::new();
+        for candidate in self.candidates {
+            if candidate.fifo && !at_the_last_receive(&candidate).await {
+                continue;
+            }
+            let took = candidate
+                .taken
+                .compare_exchange(PENDING, DEFERRED_LATE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if took {
+                taken.push(candidate);
+            }
+        }
         if !taken.is_empty() {
             tracing::info!(
                 records = taken.len(),
                 "the invocation's cutoff: deferring the records not started yet"
             );
         }
+        let mode = self.reject_mode;
         let deferrals = taken.into_iter().map(|candidate| async move {
             let settled = match candidate.queue.get().await {
+                Some(queue) if candidate.fifo => {
+                    let attempt = candidate.message.attempt();
+                    let error = format!(
+                        "not run at its last allowed receive ({attempt} of {}): the invocation's time ran out \
+                         before it started, behind the messages ahead of it in its FIFO group, and each such \
+                         receive counted (a batch should fit in the function timeout: lower the batch size or \
+                         raise the timeout); redrive it once the group's earlier messages are settled",
+                        queue.max_receive_count().unwrap_or(attempt)
+                    );
+                    let job_type = candidate.message.job_type().unwrap_or("");
+                    let failure = conveyor_core::Failure::now(error, attempt, &candidate.queue_name, job_type);
+                    dead_letter_unrun(queue.as_ref(), &candidate.message, &failure, mode, settle_by).await
+                }
                 Some(queue) => {
                     let reason = "not started: too close to the invocation deadline";
                     match defer(
@@ -230,6 +284,14 @@ struct SourceQueue {
 }
 
 impl SourceQueue {
+    /// The queue's `maxReceiveCount` when the queue was resolved already (no call made for it).
+    fn known_max_receive_count(&self) -> Option<u32> {
+        self.resolved
+            .get()
+            .and_then(Option::as_ref)
+            .and_then(|queue| queue.max_receive_count())
+    }
+
     /// The queue, resolved once; `None` (logged) when it cannot be.
     async fn get(&self) -> Option<Arc<dyn Queue>> {
         self.resolved
@@ -293,6 +355,14 @@ struct Lane {
 
 /// What the invocation keeps after its last call to build and return the response.
 const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
+
+/// Which run this was: the store's count when the run was claimed (it counts runs repeated in the
+/// invocation and deferred copies), never less than the receive count.
+fn attempt_of(message: &Message, processed: &Processed) -> u32 {
+    processed
+        .run
+        .map_or(message.attempt(), |run| run.max(message.attempt()))
+}
 
 /// The time a FIFO deferral's wait in the invocation leaves before the cutoff, to try again.
 const FIFO_WAIT_RESERVE: Duration = Duration::from_secs(1);
@@ -462,16 +532,18 @@ impl BatchProcessor {
         let late = LateDeferrer {
             candidates: lanes
                 .iter()
-                .filter(|lane| !lane.fifo)
                 .flat_map(|lane| {
                     lane.items.iter().map(|item| LateCandidate {
                         index: item.index,
                         message: Arc::clone(&item.message),
                         queue: Arc::clone(&lane.queue),
                         taken: Arc::clone(&item.taken),
+                        fifo: lane.fifo,
+                        queue_name: Arc::clone(&lane.name),
                     })
                 })
                 .collect(),
+            reject_mode: self.config.reject_mode,
         };
         let lanes_done = tokio::sync::Notify::new();
         let running = async {
@@ -498,6 +570,8 @@ impl BatchProcessor {
         }
 
         self.defer_not_started(&mut results, invocation.settle_by).await;
+        self.dead_letter_unrun_at_the_last_receive(&mut results, invocation.settle_by)
+            .await;
         self.apply_backoff(&results, invocation.settle_by).await;
         for (_, lane_results) in &results {
             for result in lane_results {
@@ -621,7 +695,7 @@ impl BatchProcessor {
     async fn run_lane(&self, lane: Lane, invocation: Invocation) -> (Lane, Vec<ItemResult>) {
         let mut results = Vec::with_capacity(lane.items.len());
         let mut blocked: Option<Settled> = None;
-        for item in &lane.items {
+        for (position, item) in lane.items.iter().enumerate() {
             let (settled, handler_duration) = if let Some(head) = blocked {
                 tracing::info!(
                     message_id = %item.message.id,
@@ -634,6 +708,22 @@ impl BatchProcessor {
             if lane.fifo && settled.is_failure() && blocked.is_none() {
                 blocked = Some(settled);
             }
+            // Past the cutoff no successor starts: the mapping's delete after the invocation suffices.
+            let removed = matches!(settled, Settled::Acked(_) | Settled::DeadLettered);
+            let successors = position + 1 < lane.items.len();
+            if lane.fifo
+                && removed
+                && successors
+                && blocked.is_none()
+                && Instant::now() < invocation.cutoff
+                && !self
+                    .delete_before_successors(&lane, &item.message, invocation.cutoff)
+                    .await
+            {
+                blocked = Some(Settled::Retry {
+                    delay: Duration::ZERO,
+                });
+            }
             results.push(ItemResult {
                 index: item.index,
                 source: lane.source,
@@ -643,6 +733,51 @@ impl BatchProcessor {
             });
         }
         (lane, results)
+    }
+
+    /// True when a failed FIFO run is retried in the invocation: it was claimed (the store counts its
+    /// runs) and it was not the last run the redrive policy allows.
+    async fn retries_in_place(&self, lane: &Lane, message: &Message, processed: &Processed) -> bool {
+        if processed.run.is_none() {
+            return false;
+        }
+        let Some(queue) = lane.queue.get().await else {
+            return false;
+        };
+        let origin = Origin {
+            queue: &lane.name,
+            handler: processed.job_type.unwrap_or(""),
+            attempt: attempt_of(message, processed),
+            max_attempts: queue.max_receive_count(),
+        };
+        !origin.is_last_attempt()
+    }
+
+    /// Deletes a settled FIFO message before the next one of its group runs. Left to the event source
+    /// mapping's delete after the invocation, a delete that fails would bring it back after its
+    /// successors ran. False when the delete failed or did not answer by the cutoff: the rest of the
+    /// group then goes back unrun, behind it.
+    async fn delete_before_successors(&self, lane: &Lane, message: &Message, cutoff: Instant) -> bool {
+        let Some(queue) = lane.queue.get().await else {
+            return false;
+        };
+        let receipt = [message.receipt_handle.clone()];
+        let Ok(deleted) = tokio::time::timeout_at(cutoff, queue.delete_batch(&receipt)).await else {
+            tracing::warn!(message_id = %message.id, "the delete before the rest of its FIFO group did not answer before the cutoff; the rest goes back unrun");
+            return false;
+        };
+        match deleted {
+            Ok(failures) if failures.is_empty() => true,
+            Ok(failures) => {
+                let reason = failures.first().map(|failure| failure.error.to_string());
+                tracing::warn!(message_id = %message.id, reason, "the delete before the rest of its FIFO group failed; the rest goes back unrun");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(message_id = %message.id, %error, "the delete before the rest of its FIFO group failed; the rest goes back unrun");
+                false
+            }
+        }
     }
 
     /// One message, in its span, with panics caught (the pipeline catches the handler's; this catches
@@ -688,10 +823,18 @@ impl BatchProcessor {
             return (Settled::NotStarted, None);
         }
         let lease = Lease::new(invocation.deadline);
+        // A redelivery may find its runs spent (its last run's reject landed in the DLQ, the mapping's
+        // delete did not): the pipeline needs the budget before it runs one more, so the queue is
+        // resolved for it (cached per execution environment). A first delivery learns it below, only
+        // when the outcome needs the queue.
+        let max_attempts = if message.attempt() > 1 {
+            lane.queue.get().await.and_then(|queue| queue.max_receive_count())
+        } else {
+            lane.queue.known_max_receive_count()
+        };
         let budget = Budget {
             run_deadline: Some(invocation.cutoff),
-            // Learnt below, only when the outcome needs the queue.
-            max_attempts: None,
+            max_attempts,
             settle_deadline: Some(invocation.settle_by),
         };
         let process = || {
@@ -702,16 +845,24 @@ impl BatchProcessor {
         // A FIFO message cannot be deferred with a copy (it would break its group's order), so a
         // deferral (the store unreachable, its key in progress elsewhere) waits here while the
         // invocation has time, as the worker waits in flight: listing it would spend a receive of it
-        // and of every message behind it in its group.
-        while lane.fifo
-            && let Outcome::Defer { delay, reason } = &processed.outcome
-        {
+        // and of every message behind it in its group. A failed claimed run is retried here the same
+        // way, after its backoff, while its budget lasts (the store counts the runs): the last run's
+        // retry becomes the reject below.
+        while lane.fifo {
             let left = invocation.cutoff.saturating_duration_since(Instant::now());
             let Some(room) = left.checked_sub(FIFO_WAIT_RESERVE) else {
                 break;
             };
-            let wait = (*delay).min(room);
-            if wait.is_zero() {
+            let (wait, reason) = match &processed.outcome {
+                Outcome::Defer { delay, reason } => ((*delay).min(room), reason),
+                Outcome::Retry { delay, reason }
+                    if *delay <= room && self.retries_in_place(lane, message, &processed).await =>
+                {
+                    (*delay, reason)
+                }
+                _ => break,
+            };
+            if wait.is_zero() && matches!(processed.outcome, Outcome::Defer { .. }) {
                 // Nothing to wait for (a cancelled run's deferral): listed as it is.
                 break;
             }
@@ -737,7 +888,7 @@ impl BatchProcessor {
         let origin = Origin {
             queue: &lane.name,
             handler: processed.job_type.unwrap_or(""),
-            attempt: message.attempt(),
+            attempt: attempt_of(message, &processed),
             max_attempts: queue.max_receive_count(),
         };
         let outcome = at_last_attempt(processed.outcome, origin);
@@ -810,6 +961,76 @@ impl BatchProcessor {
                 Settled::Retry { .. } => Settled::Untouched,
                 settled => settled,
             };
+        }
+    }
+
+    /// On a FIFO queue the messages behind a failed one in their group, or left when the invocation's
+    /// time ran out, go back unrun, and their receive counts: at the last receive the redrive policy
+    /// allows, SQS's redrive would move them to the DLQ without a reason. Those are dead-lettered now
+    /// instead, with a reason that says they never ran and why. (The worker holds such messages in
+    /// flight instead; an invocation cannot outlive its timeout.)
+    async fn dead_letter_unrun_at_the_last_receive(
+        &self,
+        results: &mut [(Lane, Vec<ItemResult>)],
+        settle_by: Instant,
+    ) {
+        let mut rejects = Vec::new();
+        for (lane_index, (lane, lane_results)) in results.iter().enumerate() {
+            if !lane.fifo {
+                continue;
+            }
+            let mut ahead: Option<&str> = None;
+            for (item_index, result) in lane_results.iter().enumerate() {
+                let unrun = result.settled.is_failure() && result.handler_duration.is_none();
+                if !unrun {
+                    if result.settled.is_failure() && ahead.is_none() {
+                        ahead = Some(&result.message.id);
+                    }
+                    continue;
+                }
+                let Some(queue) = lane.queue.get().await else {
+                    continue;
+                };
+                let Some(max) = queue.max_receive_count() else {
+                    continue;
+                };
+                let attempt = result.message.attempt();
+                if attempt < max {
+                    continue;
+                }
+                let why = match ahead {
+                    Some(head) => format!(
+                        "message {head} ahead of it in its FIFO group had not finished, and each receive behind \
+                         it counted"
+                    ),
+                    None => "the invocation's time ran out before it started, and each such receive counted \
+                             (a batch should fit in the function timeout: lower the batch size or raise the \
+                             timeout)"
+                        .to_owned(),
+                };
+                let error = format!(
+                    "not run at its last allowed receive ({attempt} of {max}): {why}; redrive it once the \
+                     group's earlier messages are settled"
+                );
+                let failure = conveyor_core::Failure::now(
+                    error,
+                    attempt,
+                    &lane.name,
+                    result.message.job_type().unwrap_or(""),
+                );
+                let message = Arc::clone(&result.message);
+                let mode = self.config.reject_mode;
+                rejects.push(async move {
+                    let settled =
+                        dead_letter_unrun(queue.as_ref(), &message, &failure, mode, settle_by).await;
+                    (lane_index, item_index, settled)
+                });
+            }
+        }
+        for (lane_index, item_index, settled) in futures_util::future::join_all(rejects).await {
+            if settled == Settled::DeadLettered {
+                results[lane_index].1[item_index].settled = settled;
+            }
         }
     }
 

@@ -657,6 +657,7 @@ async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive
         lease_until: SystemTime::now() + Duration::from_secs(600),
         expires_at: SystemTime::now() + Duration::from_secs(3600),
         validation: None,
+        restart_runs: false,
     };
     conveyor_core::IdempotencyStore::claim(store.as_ref(), &held)
         .await

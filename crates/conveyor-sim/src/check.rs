@@ -133,28 +133,9 @@ fn check_fifo_order(scenario: &Scenario, log: &Log, violations: &mut Vec<String>
                  sent behind it, applied its effect at {later_effect} ms",
                 run.instance, run.started_ms
             );
-            if redelivered_after_a_lambda_batch(message_id, run.started_ms, log) {
-                observed_known(
-                    violations,
-                    format!(
-                        "{text}: a Lambda batch settled the message (done or dead-lettered) and ran the rest of \
-                         its group, then the event source mapping's delete failed (a fault window), so the \
-                         message came back after its successors (open finding: the adapter could delete a \
-                         FIFO message itself before running its successors, as the worker does)"
-                    ),
-                );
-            } else {
-                violations.push(text);
-            }
+            violations.push(text);
         }
     }
-}
-
-/// `message_id` was received by a Lambda function before `at` and received again later.
-fn redelivered_after_a_lambda_batch(message_id: &str, at: u128, log: &Log) -> bool {
-    log.runs
-        .iter()
-        .any(|run| run.message_id == message_id && run.started_ms < at && run.instance.starts_with("lambda-"))
 }
 
 fn overlaps_store_outage(run: &Run, log: &Log) -> bool {
@@ -203,7 +184,7 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
         violations.push(format!("job {}: poison input reached the handler", job.id));
     }
     for copy in dead {
-        check_dead_letter(job, copy, &runs, observed, violations);
+        check_dead_letter(scenario, job, copy, &runs, observed, violations);
     }
     let failing = runs
         .iter()
@@ -233,6 +214,7 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
 }
 
 fn check_dead_letter(
+    scenario: &Scenario,
     job: &JobSpec,
     copy: &QueuedMessage,
     runs: &[&Run],
@@ -250,20 +232,9 @@ fn check_dead_letter(
         // a duplicate or a deferred copy spending its receives unrun is the defect this catches), or
         // a consumer holding it must have died.
         let ran = !job.poison && runs.iter().any(|run| run.message_id == copy.id);
-        if !ran && observed.fifo {
-            observed_known(
-                violations,
-                format!(
-                    "job {}: copy {} reached the DLQ by redrive without having run: on a FIFO queue the messages \
-                 received behind a failed one in their group go back unrun (a worker puts them back, a Lambda \
-                 reports them as failures), and each such receive counts toward maxReceiveCount",
-                    job.id, copy.id
-                ),
-            );
-        } else if !ran && duplicate_left_by_failed_deletes(job, copy, observed) {
+        if !ran && duplicate_left_by_failed_deletes(job, copy, observed) {
             // Not a lost or doubled job: the job's effect was applied, and this copy was received
             // while SQS refused deletes, so its acknowledgements (as a duplicate) never removed it.
-        } else if !ran && !received_by_the_dead(&copy.id, observed) {
         } else if !ran && !received_by_the_dead(&copy.id, observed) {
             violations.push(format!(
                 "job {}: copy {} is in the DLQ without a reason and without having run{}",
@@ -287,7 +258,9 @@ fn check_dead_letter(
         }
         return;
     }
-    if never_ran_in_a_store_outage(job, &failure, observed) {
+    if never_ran_in_a_store_outage(job, &failure, observed)
+        || not_run_at_its_last_receive(scenario, job, &failure, observed)
+    {
         // The rule for a message that could not run (a FIFO message cannot be deferred with a copy):
         // at its last allowed receive it reaches the DLQ with a reason that says so and why.
         return;
@@ -339,6 +312,30 @@ fn never_ran_in_a_store_outage(job: &JobSpec, failure: &Failure, observed: &Obse
             .iter()
             .any(|(from, to)| from <= &within && to >= first);
     failure.error.starts_with("not run at its last allowed receive") && store_down
+}
+
+/// A FIFO copy of `job` was dead-lettered with a reason saying it did not run at its last allowed
+/// receive, and that is true: a message of the job (the DLQ copy is a new message) was delivered as
+/// many times as the redrive policy allows, and no run of it started at that last receive (it waited
+/// behind its group, past the invocation's time, or through a shutdown).
+fn not_run_at_its_last_receive(
+    scenario: &Scenario,
+    job: &JobSpec,
+    failure: &Failure,
+    observed: &Observation,
+) -> bool {
+    let log = &observed.log;
+    if !observed.fifo || !failure.error.starts_with("not run at its last allowed receive") {
+        return false;
+    }
+    log.received.iter().any(|received| {
+        received.job == Some(job.id)
+            && received.receive_count >= scenario.max_receive_count
+            && !log
+                .runs
+                .iter()
+                .any(|run| run.message_id == received.message_id && run.started_ms >= received.at_ms)
+    })
 }
 
 fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {

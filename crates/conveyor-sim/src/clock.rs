@@ -111,15 +111,28 @@ impl Skew {
 
 impl VirtualStore {
     async fn claim_as(&self, request: &ClaimRequest, skew: Skew) -> Result<ClaimOutcome, StoreError> {
+        let now = skew.apply(self.now());
         if let Some(record) = self.current(&request.key)
-            && record.expires_at != UNIX_EPOCH
-            && record.is_free_at(skew.apply(self.now()))
+            && record.is_free_at(now)
         {
-            // Lapsed on the claimant's clock: make the inner store see it so.
-            self.inner.insert(IdempotencyRecord {
-                expires_at: UNIX_EPOCH,
-                ..record
-            });
+            // Free on the claimant's clock: make the inner store see it so, as expired or as a lapsed
+            // lease, whichever it is (an expired record's run count starts again; a lapsed lease's
+            // goes on).
+            let secs = |time: SystemTime| time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let seen = if secs(record.expires_at) < secs(now) {
+                IdempotencyRecord {
+                    expires_at: UNIX_EPOCH,
+                    ..record.clone()
+                }
+            } else {
+                IdempotencyRecord {
+                    lease_until: Some(UNIX_EPOCH),
+                    ..record.clone()
+                }
+            };
+            if seen != record {
+                self.inner.insert(seen);
+            }
         }
         let request = ClaimRequest {
             lease_until: self.to_virtual(request.lease_until, skew),
@@ -227,6 +240,7 @@ mod tests {
             lease_until: now + lease,
             expires_at: now + Duration::from_secs(24 * 3600),
             validation: None,
+            restart_runs: false,
         }
     }
 

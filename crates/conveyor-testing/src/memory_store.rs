@@ -66,6 +66,8 @@ struct Counters {
 #[derive(Debug)]
 pub struct MemoryIdempotencyStore {
     records: Mutex<HashMap<String, IdempotencyRecord>>,
+    /// Each key's run count ([`Claim::run`]); always locked after `records`, as the claim's one write.
+    runs: Mutex<HashMap<String, u32>>,
     /// Tracked jobs' records, by key; always locked after `records` (claims update both at once).
     jobs: Mutex<HashMap<String, JobRecord>>,
     unavailable: AtomicBool,
@@ -84,6 +86,7 @@ impl MemoryIdempotencyStore {
     pub fn new() -> Self {
         Self {
             records: Mutex::new(HashMap::new()),
+            runs: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             unavailable: AtomicBool::new(false),
             max_output_bytes: MAX_ITEM_BYTES,
@@ -213,8 +216,18 @@ impl MemoryIdempotencyStore {
         {
             return ClaimOutcome::Exists(record.clone());
         }
-        // DynamoDB's `if_not_exists(fence, :now_ms) + 1` in the same conditional write.
-        let token = next_token(records.get(&request.key).and_then(|record| record.token), now);
+        // DynamoDB's `if_not_exists(fence, :now_ms) + 1` in the same conditional write; the run count
+        // starts again on a record that was absent or expired.
+        let previous = records.get(&request.key);
+        let token = next_token(previous.and_then(|record| record.token), now);
+        let fresh = request.restart_runs
+            || previous.is_none_or(|record| epoch_secs(record.expires_at) < epoch_secs(now));
+        let run = {
+            let mut runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = runs.entry(request.key.clone()).or_insert(0);
+            *count = if fresh { 1 } else { count.saturating_add(1) };
+            *count
+        };
         let record = stored(IdempotencyRecord::in_progress(request, token));
         records.insert(request.key.clone(), record);
         if let Some(job_change) = job_change {
@@ -223,6 +236,7 @@ impl MemoryIdempotencyStore {
         ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),
             token,
+            run,
         })
     }
 
@@ -399,6 +413,7 @@ mod tests {
             lease_until: now + lease,
             expires_at: now + Duration::from_secs(3600),
             validation: None,
+            restart_runs: false,
         }
     }
 

@@ -91,6 +91,7 @@ fn request(key: &str, lease_until: SystemTime) -> ClaimRequest {
         lease_until,
         expires_at: SystemTime::now() + HOUR,
         validation: None,
+        restart_runs: false,
     }
 }
 

@@ -57,6 +57,7 @@ fn request(key: &str, lease: Duration) -> ClaimRequest {
         lease_until: now + lease,
         expires_at: now + HOUR,
         validation: None,
+        restart_runs: false,
     }
 }
 

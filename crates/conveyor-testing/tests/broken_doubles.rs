@@ -133,6 +133,7 @@ impl IdempotencyStore for AlwaysAcquires {
         Ok(ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),
             token,
+            run: 1,
         }))
     }
 
@@ -198,6 +199,7 @@ impl IdempotencyStore for ConstantToken {
         Ok(ClaimOutcome::Acquired(Claim {
             key: request.key.clone(),
             token: 1,
+            run: 1,
         }))
     }
 

@@ -77,6 +77,7 @@ fn claim_request(key: &str) -> ClaimRequest {
         lease_until: now + Duration::from_secs(60),
         expires_at: now + Duration::from_secs(3600),
         validation: None,
+        restart_runs: false,
     }
 }
 

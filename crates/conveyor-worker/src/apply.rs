@@ -39,6 +39,18 @@ pub(crate) struct Applying<'a> {
 }
 
 /// Applies the pipeline's outcome; `held` (heartbeat, slot) is released once the queue call answered.
+/// Counts a failed run that the worker retries in place (a FIFO head whose group waits) as `apply`
+/// counts a retry.
+pub(crate) fn record_retry_in_place(runtime: &Runtime, queue: usize, processed: &Processed) {
+    let job = runtime.metrics[queue].job(processed.job_type);
+    if let Some(duration) = processed.handler_duration {
+        job.duration.record(seconds(duration));
+        runtime.observe_job(duration);
+    }
+    add(&runtime.status.counters().retried, 1);
+    job.retried.increment(1);
+}
+
 pub(crate) async fn apply(
     runtime: &Runtime,
     target: Applying<'_>,

@@ -586,6 +586,7 @@ mod tests {
             lease_until: lease.claim_lease_until(),
             expires_at: SystemTime::now() + Duration::from_secs(3600),
             validation: None,
+            restart_runs: false,
         };
         let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
             panic!("the key is free")

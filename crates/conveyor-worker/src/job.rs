@@ -10,7 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::apply::{Applying, Settled, apply, release_in_order, set_visibility};
+use crate::apply::{Applying, Settled, apply, record_retry_in_place, release_in_order, set_visibility};
 use crate::fifo_gate::{Ticket, Turn};
 use crate::protect::{Admission, Breaker, acquire_slot};
 use crate::report::add;
@@ -109,6 +109,7 @@ async fn run_in_span(
                     job_type,
                     handler_duration: None,
                     output: None,
+                    run: None,
                 };
                 return apply(&runtime, target, processed, held).await;
             }
@@ -150,6 +151,25 @@ async fn run_in_span(
                 if let Wait::Again = wait_in_flight(&runtime, &lease, *delay).await {
                     continue;
                 }
+            }
+        }
+        // A failed FIFO run is retried in place, its group held: put back, it would send every message
+        // received behind it in this batch back unrun, each spending a receive toward the redrive. Only
+        // a claimed run is: the store counts its runs (`Processed::run`), so the budget holds across
+        // these retries, a shutdown and another worker; unclaimed, the receive count is all there is.
+        if let (true, Outcome::Retry { delay, reason }, Some(run)) = (fifo, &processed.outcome, processed.run)
+        {
+            let room = visibility_cap.saturating_duration_since(Instant::now());
+            if *delay < room {
+                tracing::info!(%reason, ?delay, run, "job will be retried in place; its FIFO group waits");
+                record_retry_in_place(&runtime, queue, &processed);
+                if let Wait::Again = wait_in_flight(&runtime, &lease, *delay).await {
+                    continue;
+                }
+                // Shutting down, or the lease ended: the retry (already counted) is another delivery's.
+                tracing::info!("stopped waiting to retry in place; the message is visible again");
+                set_visibility(&runtime, &target, Duration::ZERO).await;
+                return Settled::Returned;
             }
         }
         return apply(&runtime, target, processed, held).await;
@@ -225,6 +245,7 @@ enum Reason {
 }
 
 async fn release_rest(runtime: &Runtime, queue: usize, rest: VecDeque<Received>, reason: Reason) {
+    let rest = dead_letter_unrun_at_the_last_receive(runtime, queue, rest, &reason).await;
     if rest.is_empty() {
         return;
     }
@@ -247,6 +268,60 @@ async fn release_rest(runtime: &Runtime, queue: usize, rest: VecDeque<Received>,
         "the rest of the FIFO group's batch goes back to the queue in order"
     );
     // Dropping `rest` here ends their heartbeats and frees their slots, after the change answered.
+}
+
+/// The messages of `rest` at the last receive the redrive policy allows would reach the DLQ by SQS's
+/// redrive, unrun and without a reason, once put back: they are dead-lettered now instead, with one
+/// (never run, and why). The others are returned, in order, to go back.
+async fn dead_letter_unrun_at_the_last_receive(
+    runtime: &Runtime,
+    queue: usize,
+    rest: VecDeque<Received>,
+    reason: &Reason,
+) -> VecDeque<Received> {
+    let Some(max) = runtime.queues[queue].max_receive_count() else {
+        return rest;
+    };
+    let mut back = VecDeque::with_capacity(rest.len());
+    for received in rest {
+        let attempt = received.message.attempt();
+        if attempt < max {
+            back.push_back(received);
+            continue;
+        }
+        let why = match reason {
+            Reason::Shutdown => "the worker shut down before it started",
+            Reason::GroupFailed => "a message ahead of it in its FIFO group had not finished",
+        };
+        let error = format!(
+            "not run at its last allowed receive ({attempt} of {max}): {why}, and each receive behind its \
+             group counted; redrive it once the group's earlier messages are settled"
+        );
+        let job_type = runtime.pipeline.router().job_type_for(&received.message);
+        let failure =
+            conveyor_core::Failure::now(error, attempt, &runtime.names[queue], job_type.unwrap_or(""));
+        let Received {
+            message,
+            lease,
+            held,
+            visibility_cap,
+        } = received;
+        let target = Applying {
+            queue,
+            message: &message,
+            lease: &lease,
+            visibility_cap,
+        };
+        let processed = Processed {
+            outcome: Outcome::Reject(failure),
+            job_type,
+            handler_duration: None,
+            output: None,
+            run: None,
+        };
+        apply(runtime, target, processed, held).await;
+    }
+    back
 }
 
 enum Admit {
