@@ -344,7 +344,7 @@ impl DynamoStore {
             return Ok(ClaimOutcome::Exists(record));
         }
         let names = &self.options.attributes;
-        let fence_base = u64::try_from(epoch_millis(now)).unwrap_or(u64::MAX);
+        let fence_base = epoch_millis(now);
         self.count_request();
         let mut set = vec![
             "#status = :inprogress".to_owned(),

@@ -213,15 +213,17 @@ async fn a_conveyor_record_has_powertools_names_and_types_plus_the_token() {
         .item
         .unwrap();
 
-    // Powertools' completed item, attribute for attribute, plus Conveyor's token.
+    // Powertools' completed item, attribute for attribute, plus Conveyor's token and run count.
     let mut expected = kinds(&typed(&fixture()["item_completed"]));
     expected.push(("fence".into(), "N"));
+    expected.push(("runs".into(), "N"));
     expected.sort();
     assert_eq!(kinds(&item), expected);
     assert_eq!(item["id"].as_s().unwrap(), key);
     assert_eq!(item["status"].as_s().unwrap(), "COMPLETED");
     assert_eq!(item["data"].as_s().unwrap(), r#"{"ok": true}"#);
     assert_eq!(item["fence"].as_n().unwrap(), &claim.token.to_string());
+    assert_eq!(item["runs"].as_n().unwrap(), "1");
     let expiration: u64 = item["expiration"].as_n().unwrap().parse().unwrap();
     assert!(
         (before_secs + 3590..=before_secs + 3610).contains(&expiration),

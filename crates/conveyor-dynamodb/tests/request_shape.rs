@@ -117,11 +117,13 @@ fn conditional_check_failed_response(item: Option<&Value>) -> Response {
 #[tokio::test]
 async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_token() {
     let (seen, record) = recorder::<UpdateItemInput>();
+    // UPDATED_OLD: the values the claim replaced (a released record: its token and run count).
     let update = mock!(Client::update_item).then_compute_response(move |input| {
         record(input);
         MockResponse::Output(
             UpdateItemOutput::builder()
-                .attributes("fence", AttributeValue::N("1796000000123".into()))
+                .attributes("fence", AttributeValue::N("1796000000122".into()))
+                .attributes("runs", AttributeValue::N("2".into()))
                 .build(),
         )
     });
@@ -135,8 +137,9 @@ async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_toke
     };
     assert_eq!(
         held.token, 1_796_000_000_123,
-        "the token is the one DynamoDB computed"
+        "the token is the one DynamoDB computed: the old one + 1"
     );
+    assert_eq!(held.run, 3, "the run is the old count + 1");
     assert_eq!(store.requests(), 1);
 
     let seen = seen.lock().unwrap();
@@ -152,11 +155,13 @@ async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_toke
         input.update_expression(),
         Some(
             "SET #status = :inprogress, #expiry = :expiry, #in_progress_expiry = :in_progress_expiry, \
-             #token = if_not_exists(#token, :fence_base) + :one, #validation = :validation REMOVE #response_data"
+             #token = if_not_exists(#token, :fence_base) + :one, #runs = if_not_exists(#runs, :zero) + :one, \
+             #validation = :validation REMOVE #response_data"
         )
     );
     let mut expected_names = json_names(&reference["ExpressionAttributeNames"]);
     expected_names.insert("#token".into(), "fence".into());
+    expected_names.insert("#runs".into(), "runs".into());
     expected_names.insert("#response_data".into(), "data".into());
     expected_names.insert("#validation".into(), "validation".into());
     assert_eq!(names_of(input.expression_attribute_names()), expected_names);
@@ -164,7 +169,7 @@ async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_toke
         input.return_values_on_condition_check_failure(),
         Some(&ReturnValuesOnConditionCheckFailure::AllOld)
     );
-    assert_eq!(input.return_values(), Some(&ReturnValue::UpdatedNew));
+    assert_eq!(input.return_values(), Some(&ReturnValue::UpdatedOld));
     let values = input.expression_attribute_values().unwrap();
     let mut value_names: Vec<_> = values.keys().cloned().collect();
     value_names.sort();
@@ -178,7 +183,8 @@ async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_toke
             ":now",
             ":now_in_millis",
             ":one",
-            ":validation"
+            ":validation",
+            ":zero"
         ]
     );
     assert_eq!(s(&values[":inprogress"]), "INPROGRESS");

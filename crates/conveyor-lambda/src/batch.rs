@@ -848,27 +848,29 @@ impl BatchProcessor {
         // and of every message behind it in its group. A failed claimed run is retried here the same
         // way, after its backoff, while its budget lasts (the store counts the runs): the last run's
         // retry becomes the reject below.
-        while lane.fifo {
-            let left = invocation.cutoff.saturating_duration_since(Instant::now());
-            let Some(room) = left.checked_sub(FIFO_WAIT_RESERVE) else {
-                break;
-            };
-            let (wait, reason) = match &processed.outcome {
-                Outcome::Defer { delay, reason } => ((*delay).min(room), reason),
-                Outcome::Retry { delay, reason }
-                    if *delay <= room && self.retries_in_place(lane, message, &processed).await =>
-                {
-                    (*delay, reason)
+        if lane.fifo {
+            loop {
+                let left = invocation.cutoff.saturating_duration_since(Instant::now());
+                let Some(room) = left.checked_sub(FIFO_WAIT_RESERVE) else {
+                    break;
+                };
+                let (wait, reason) = match &processed.outcome {
+                    Outcome::Defer { delay, reason } => ((*delay).min(room), reason),
+                    Outcome::Retry { delay, reason }
+                        if *delay <= room && self.retries_in_place(lane, message, &processed).await =>
+                    {
+                        (*delay, reason)
+                    }
+                    _ => break,
+                };
+                if wait.is_zero() && matches!(processed.outcome, Outcome::Defer { .. }) {
+                    // Nothing to wait for (a cancelled run's deferral): listed as it is.
+                    break;
                 }
-                _ => break,
-            };
-            if wait.is_zero() && matches!(processed.outcome, Outcome::Defer { .. }) {
-                // Nothing to wait for (a cancelled run's deferral): listed as it is.
-                break;
+                tracing::info!(%reason, wait_ms = wait.as_millis() as u64, "the FIFO message waits in the invocation, then tries again");
+                tokio::time::sleep(wait).await;
+                processed = process().await;
             }
-            tracing::info!(%reason, wait_ms = wait.as_millis() as u64, "the FIFO message waits in the invocation, then tries again");
-            tokio::time::sleep(wait).await;
-            processed = process().await;
         }
         // Untyped messages learn their job type from the default route.
         if message.job_type().is_none()

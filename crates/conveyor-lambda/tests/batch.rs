@@ -393,8 +393,11 @@ async fn fifo_stops_a_group_after_a_failure_and_lets_other_groups_go_on() {
         .collect();
     assert!(states.contains(&(a2, MessageState::Visible)), "{states:?}");
     assert!(states.contains(&(a3, MessageState::Visible)), "{states:?}");
-    assert!(states.contains(&(a1, MessageState::InFlight)), "{states:?}");
-    assert!(states.contains(&(b1, MessageState::InFlight)), "{states:?}");
+    // A settled message with successors in the batch was deleted by the adapter before they ran (a
+    // failed mapping delete cannot bring it back behind them); the last of a group is the mapping's.
+    let present = |id: &String| states.iter().any(|(state_id, _)| state_id == id);
+    assert!(!present(&a1), "a1 deleted before a2 ran: {states:?}");
+    assert!(!present(&b1), "b1 deleted before b2 ran: {states:?}");
     assert!(states.contains(&(b2, MessageState::InFlight)), "{states:?}");
 }
 

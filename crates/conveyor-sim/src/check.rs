@@ -232,9 +232,12 @@ fn check_dead_letter(
         // a duplicate or a deferred copy spending its receives unrun is the defect this catches), or
         // a consumer holding it must have died.
         let ran = !job.poison && runs.iter().any(|run| run.message_id == copy.id);
-        if !ran && duplicate_left_by_failed_deletes(job, copy, observed) {
+        if !ran && duplicate_left_by_failed_deletes(job, copy, observed, scenario.visibility) {
             // Not a lost or doubled job: the job's effect was applied, and this copy was received
             // while SQS refused deletes, so its acknowledgements (as a duplicate) never removed it.
+        } else if !ran && settled_in_a_queue_fault(copy, observed, scenario.visibility) {
+            // Its last receive's settling needed SQS (the DLQ send with the reason), and SQS was down
+            // or hanging then: the redrive is the backstop for exactly this.
         } else if !ran && !received_by_the_dead(&copy.id, observed) {
             violations.push(format!(
                 "job {}: copy {} is in the DLQ without a reason and without having run{}",
@@ -336,6 +339,23 @@ fn not_run_at_its_last_receive(
                 .iter()
                 .any(|run| run.message_id == received.message_id && run.started_ms >= received.at_ms)
     })
+}
+
+/// SQS failed (down, or its visibility calls hanging) while `copy` was held after its last receive.
+fn settled_in_a_queue_fault(copy: &QueuedMessage, observed: &Observation, visibility: Duration) -> bool {
+    let log = &observed.log;
+    let Some(last) = log
+        .received
+        .iter()
+        .filter(|received| received.message_id == copy.id)
+        .map(|received| received.at_ms)
+        .max()
+    else {
+        return false;
+    };
+    log.queue_faults
+        .iter()
+        .any(|(from, to)| *from <= last + visibility.as_millis() && last <= *to)
 }
 
 fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {
@@ -446,20 +466,33 @@ fn store_down_after_the_effect(run: &Run, log: &Log, function_timeout: Duration)
         .any(|(from, to)| *from <= invocation_over && ended <= *to)
 }
 
-/// `copy` is a duplicate of a job whose effect was applied, received while SQS failed deletes: its
-/// acknowledgements could not remove it, and SQS's redrive moved it after `maxReceiveCount`.
-fn duplicate_left_by_failed_deletes(job: &JobSpec, copy: &QueuedMessage, observed: &Observation) -> bool {
+/// `copy` is a stale receipt of a job that was settled (its effect applied, or a copy of it in the DLQ
+/// with its reason), and SQS failed deletes while a consumer held it (between a receive and the end of
+/// that receive's visibility timeout): the acknowledgement could not remove it, and SQS's redrive moved
+/// it after `maxReceiveCount`.
+fn duplicate_left_by_failed_deletes(
+    job: &JobSpec,
+    copy: &QueuedMessage,
+    observed: &Observation,
+    visibility: Duration,
+) -> bool {
     let log = &observed.log;
     let done = log.effects.iter().any(|(effected, _)| *effected == job.id);
-    let in_a_delete_fault = |at: u128| {
+    let dead_lettered_with_a_reason = observed.dead_lettered.iter().any(|other| {
+        other.id != copy.id
+            && job_of_body(&other.body) == Some(job.id)
+            && other.attributes.contains_key(FAILURE_ATTRIBUTE)
+    });
+    let held_in_a_delete_fault = |at: u128| {
         log.delete_faults
             .iter()
-            .any(|(from, to)| *from <= at && at <= *to)
+            .any(|(from, to)| *from <= at + visibility.as_millis() && at <= *to)
     };
-    done && log
-        .received
-        .iter()
-        .any(|received| received.message_id == copy.id && in_a_delete_fault(received.at_ms))
+    (done || dead_lettered_with_a_reason)
+        && log
+            .received
+            .iter()
+            .any(|received| received.message_id == copy.id && held_in_a_delete_fault(received.at_ms))
 }
 
 /// A worker run's lease may be lost, or the run cancelled, only when the queue or the store failed

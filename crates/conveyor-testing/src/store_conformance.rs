@@ -28,6 +28,7 @@ pub const CASES: &[&str] = &[
     "extend_lease_refuses_a_completed_record",
     "validation_hash_is_kept",
     "fencing_token_increases_with_every_claim",
+    "runs_are_counted_across_claims",
 ];
 
 /// Runs every case against `store`; returns every failed case.
@@ -72,6 +73,10 @@ pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailur
         (
             "fencing_token_increases_with_every_claim",
             Box::pin(fencing_token_increases_with_every_claim(store.as_ref())),
+        ),
+        (
+            "runs_are_counted_across_claims",
+            Box::pin(runs_are_counted_across_claims(store.as_ref())),
         ),
     ];
     run_cases("store", cases).await
@@ -507,6 +512,45 @@ pub async fn fencing_token_increases_with_every_claim(store: &dyn IdempotencySto
         case,
         record.and_then(|record| record.token) == tokens.last().copied(),
         "the record does not carry the last claim's token"
+    );
+    Ok(())
+}
+
+/// Every claim on a key counts a run (`Claim::run`): a takeover and a claim after a release are the
+/// next run; a claim of an expired record, or one that restarts the count (a DLQ redrive), is run 1.
+pub async fn runs_are_counted_across_claims(store: &dyn IdempotencyStore) -> CaseResult {
+    let case = "runs_are_counted_across_claims";
+    let key = key(case);
+    let mut runs = vec![acquire(case, store, &lapsed(&key)).await?.run];
+    let taken_over = acquire(case, store, &lapsed(&key)).await?;
+    runs.push(taken_over.run);
+    store.release(&taken_over).await.or_fail(case, "release")?;
+    let after_release = acquire(case, store, &live(&key)).await?;
+    runs.push(after_release.run);
+    store
+        .complete(&after_release, Some("1"), SystemTime::now() - PAST)
+        .await
+        .or_fail(case, "complete (already expired)")?;
+    let after_expiry = acquire(case, store, &live(&key)).await?;
+    runs.push(after_expiry.run);
+    store.release(&after_expiry).await.or_fail(case, "release")?;
+    let restarted = acquire(
+        case,
+        store,
+        &ClaimRequest {
+            restart_runs: true,
+            ..live(&key)
+        },
+    )
+    .await?;
+    runs.push(restarted.run);
+    store.release(&restarted).await.or_fail(case, "release")?;
+    runs.push(acquire(case, store, &live(&key)).await?.run);
+    ensure!(
+        case,
+        runs == [1, 2, 3, 1, 1, 2],
+        "runs {runs:?}, expected [1, 2, 3, 1, 1, 2] (takeover and release count on; expiry and a \
+         restart start at 1)"
     );
     Ok(())
 }

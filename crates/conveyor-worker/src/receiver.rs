@@ -161,6 +161,57 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
     }
 }
 
+/// A FIFO message a late receive brought at the last receive its redrive policy allows would reach
+/// the DLQ by SQS's redrive, unrun and without a reason, once made visible: it is dead-lettered now
+/// with one. (A FIFO message cannot be deferred with a copy; a standard one goes back, its receive
+/// spent, like any at shutdown.) Returns the others, in order.
+async fn dead_letter_fifo_at_the_last_receive(
+    runtime: &Runtime,
+    queue: usize,
+    messages: Vec<Message>,
+    deadline: Instant,
+) -> Vec<Message> {
+    let source = runtime.queues[queue].as_ref();
+    let Some(max) = source.max_receive_count().filter(|_| source.is_fifo()) else {
+        return messages;
+    };
+    let mut back = Vec::with_capacity(messages.len());
+    for message in messages {
+        let attempt = message.attempt();
+        if attempt < max {
+            back.push(message);
+            continue;
+        }
+        let error = format!(
+            "not run at its last allowed receive ({attempt} of {max}): the worker shut down as it was \
+             received; redrive it once the group's earlier messages are settled"
+        );
+        let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
+        let failure = conveyor_core::Failure::now(error, attempt, &runtime.names[queue], job_type);
+        let rejecting = conveyor_core::reject(
+            source,
+            &message,
+            &failure,
+            runtime.config.reject_mode,
+            Duration::ZERO,
+        );
+        let deleted = match tokio::time::timeout_at(deadline, rejecting).await {
+            Ok(conveyor_core::Disposition::Delete) => {
+                let receipt = [message.receipt_handle.clone()];
+                matches!(
+                    tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await,
+                    Ok(Ok(failures)) if failures.is_empty()
+                )
+            }
+            _ => false,
+        };
+        if !deleted {
+            back.push(message);
+        }
+    }
+    back
+}
+
 /// Waits for a receive that was in flight when shutdown began (bounded by the drain deadline; the
 /// client's own deadline cuts it earlier) and makes what it brought visible again at once.
 async fn release_late(
@@ -177,6 +228,7 @@ async fn release_late(
         return;
     }
     let deadline = Instant::now() + bound.min(runtime.visibility[queue]);
+    let messages = dead_letter_fifo_at_the_last_receive(runtime, queue, messages, deadline).await;
     let late: Vec<&Message> = messages.iter().collect();
     release_in_order(runtime, queue, &late, deadline).await;
     add(
