@@ -28,6 +28,17 @@
 //! message of the group is processed before it. A message that reached the DLQ does not stop its group:
 //! it is settled, exactly as when SQS's own redrive moves it after `maxReceiveCount`.
 //!
+//! Three more FIFO rules keep the group's receives for runs and its order through faults:
+//! - A failed claimed run (or a deferral) is retried in the invocation after its backoff while the
+//!   invocation has time and the budget lasts (the store counts the runs), instead of being listed
+//!   with every message behind it, each spending a receive.
+//! - A settled message with successors in the batch is deleted by the adapter before they run (cut at
+//!   the cutoff): left to the mapping's delete after the invocation, a failed delete would bring it
+//!   back after them. If that delete fails, the rest of the group goes back unrun, behind it.
+//! - A message that could not run and is at its last allowed receive (behind a failed message, or
+//!   past the cutoff) is dead-lettered with a reason starting `not run at its last allowed receive`,
+//!   at the cutoff or after the lanes, instead of being redriven by SQS without one.
+//!
 //! The idempotency claim's lease ends at the invocation deadline (the [`Lease`]'s `visible_until`):
 //! if the function dies, the claim lapses no later than the moment the invocation is over, and the
 //! message cannot be delivered again before its visibility timeout, which is longer.

@@ -191,21 +191,7 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
         .filter(|run| matches!(run.end, RunEnd::Failed | RunEnd::Permanent))
         .count();
     let allowed = scenario.max_receive_count as usize * sends;
-    let forked = log
-        .received
-        .iter()
-        .any(|received| received.job == Some(job.id) && received.deferred_copy);
-    if failing > allowed && forked {
-        observed_known(
-            violations,
-            format!(
-                "job {}: {failing} failed runs, more than the {allowed} its {sends} sends allow (maxReceiveCount {}): \
-             a second delivery of a message in progress was deferred as a copy, which forked the job into two \
-             chains with a retry budget each",
-                job.id, scenario.max_receive_count
-            ),
-        );
-    } else if failing > allowed {
+    if failing > allowed {
         violations.push(format!(
             "job {}: {failing} failed runs, more than the {allowed} its {sends} sends allow (maxReceiveCount {})",
             job.id, scenario.max_receive_count
@@ -363,14 +349,6 @@ fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {
         received.message_id == message_id && observed.dead_instances.contains(&received.instance)
     })
 }
-
-/// Marks a finding as a known limitation: reported, not a failure.
-fn observed_known(violations: &mut Vec<String>, text: String) {
-    violations.push(format!("{KNOWN}{text}"));
-}
-
-/// Prefix of findings that are known, documented limitations rather than broken invariants.
-pub const KNOWN: &str = "known: ";
 
 /// The jobs whose effect was applied more than once inside the documented at-least-once window (see
 /// `completion_lost_in_the_window`), and a later delivery ran it again.

@@ -22,6 +22,18 @@ fn queue(name: &str) -> Arc<MemoryQueue> {
     Arc::new(MemoryQueue::standard(name).with_visibility_timeout(Duration::from_secs(30)))
 }
 
+/// A worker for one queue whose only route is `Recorder<Plain>`, idempotent through `store`.
+fn store_worker(
+    config: WorkerConfig,
+    log: &Arc<Log>,
+    queue: &Arc<MemoryQueue>,
+    store: &Arc<MemoryIdempotencyStore>,
+) -> Worker {
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(log)))
+        .with_store(Arc::clone(store) as Arc<dyn IdempotencyStore>);
+    Worker::new(config, pipeline, vec![Arc::clone(queue) as Arc<dyn Queue>]).unwrap()
+}
+
 fn queue_with_dlq(name: &str, max_receive_count: u32) -> Arc<MemoryQueue> {
     let dlq = Arc::new(MemoryQueue::standard(&format!("{name}-dlq")));
     Arc::new(
@@ -176,15 +188,7 @@ async fn a_duplicate_send_is_acknowledged_without_running() {
     queue
         .push_message(keyed_message("plain", &job(1), "welcome:42"))
         .unwrap();
-    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
-        .with_store(store.clone() as Arc<dyn IdempotencyStore>);
-    let worker = Worker::new(
-        config(&[("dupes", 1)]),
-        pipeline,
-        vec![queue.clone() as Arc<dyn Queue>],
-    )
-    .unwrap();
-    let running = start(worker);
+    let running = start(store_worker(config(&[("dupes", 1)]), &log, &queue, &store));
     eventually(30, "the first run", || {
         log.count(Kind::Succeeded) == 1 && queue.is_empty()
     })
@@ -690,4 +694,55 @@ async fn queues_must_line_up_with_the_config() {
         error.contains("1 queue(s)") && error.contains("lists 2"),
         "{error}"
     );
+}
+
+/// Point 2 of the FIFO rules: a failed head is retried in place while its group waits, its runs
+/// counted by the store, so the messages received behind it spend no receive, and it reaches the DLQ
+/// after `maxReceiveCount` runs at its first receive.
+#[tokio::test(start_paused = true)]
+async fn a_failed_fifo_head_is_retried_in_place_and_its_followers_spend_no_receive() {
+    let log = Log::new();
+    let dlq = Arc::new(MemoryQueue::fifo("orders-dlq"));
+    let queue = Arc::new(
+        MemoryQueue::fifo("orders")
+            .with_visibility_timeout(Duration::from_secs(30))
+            .with_dead_letter_queue(dlq, 3),
+    );
+    let head = TestJob {
+        id: 1,
+        fail: Fail::RetryAfter(2),
+        fail_until: u32::MAX,
+        ..TestJob::default()
+    };
+    queue.push_message(fifo_message("plain", &head, "a")).unwrap();
+    for id in 2..=3 {
+        queue.push_message(fifo_message("plain", &job(id), "a")).unwrap();
+    }
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let running = start(store_worker(config(&[("orders.fifo", 1)]), &log, &queue, &store));
+    eventually(120, "the followers' runs and the head's DLQ copy", || {
+        log.count(Kind::Succeeded) == 2 && queue.messages_in_dlq().len() == 1 && queue.is_empty()
+    })
+    .await;
+    running.stop().await;
+
+    let events = log.events();
+    let starts: Vec<(u64, u32)> = events
+        .iter()
+        .filter(|event| event.kind == Kind::Started)
+        .map(|event| (event.id, event.receive_count))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(1, 1), (1, 1), (1, 1), (2, 1), (3, 1)],
+        "three runs of the head at its first receive, then the followers, each at its first receive"
+    );
+    let copy = &queue.messages_in_dlq()[0];
+    let record = copy.attributes[conveyor_core::message::FAILURE_ATTRIBUTE]
+        .string_value
+        .clone()
+        .unwrap();
+    let failure: conveyor_core::Failure = serde_json::from_str(&record).unwrap();
+    assert!(failure.retries_exhausted, "{failure:?}");
+    assert!(failure.error.contains("attempt 3 of the 3"), "{}", failure.error);
 }
