@@ -34,6 +34,13 @@ fn store_worker(
     Worker::new(config, pipeline, vec![Arc::clone(queue) as Arc<dyn Queue>]).unwrap()
 }
 
+/// The failure record the first DLQ copy carries.
+fn first_dlq_failure(queue: &MemoryQueue) -> conveyor_core::Failure {
+    let copy = &queue.messages_in_dlq()[0];
+    let record = copy.attributes[FAILURE_ATTRIBUTE].string_value.clone().unwrap();
+    serde_json::from_str(&record).unwrap()
+}
+
 fn queue_with_dlq(name: &str, max_receive_count: u32) -> Arc<MemoryQueue> {
     let dlq = Arc::new(MemoryQueue::standard(&format!("{name}-dlq")));
     Arc::new(
@@ -169,12 +176,7 @@ async fn panics_are_retried_and_the_last_allowed_attempt_goes_to_the_dlq_with_it
     let report = running.stop().await;
     assert_eq!(log.count(Kind::Started), 3, "maxReceiveCount runs, then the DLQ");
     assert_eq!((report.retried, report.dead_lettered), (2, 1));
-    let copy = &queue.messages_in_dlq()[0];
-    let record = copy.attributes[conveyor_core::message::FAILURE_ATTRIBUTE]
-        .string_value
-        .clone()
-        .unwrap();
-    let failure: conveyor_core::Failure = serde_json::from_str(&record).unwrap();
+    let failure = first_dlq_failure(&queue);
     assert!(failure.error.contains("handler panicked"), "{}", failure.error);
     assert!(failure.retries_exhausted, "{failure:?}");
     assert_eq!(failure.receive_count, 3, "the attempt count");
@@ -737,12 +739,7 @@ async fn a_failed_fifo_head_is_retried_in_place_and_its_followers_spend_no_recei
         vec![(1, 1), (1, 1), (1, 1), (2, 1), (3, 1)],
         "three runs of the head at its first receive, then the followers, each at its first receive"
     );
-    let copy = &queue.messages_in_dlq()[0];
-    let record = copy.attributes[conveyor_core::message::FAILURE_ATTRIBUTE]
-        .string_value
-        .clone()
-        .unwrap();
-    let failure: conveyor_core::Failure = serde_json::from_str(&record).unwrap();
+    let failure = first_dlq_failure(&queue);
     assert!(failure.retries_exhausted, "{failure:?}");
     assert!(failure.error.contains("attempt 3 of the 3"), "{}", failure.error);
 }
