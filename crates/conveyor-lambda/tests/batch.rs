@@ -64,10 +64,21 @@ impl Handler for Scripted {
         if step.sleep_ms > 0 {
             tokio::time::sleep(Duration::from_millis(step.sleep_ms)).await;
         }
+        let runs = self
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|name| **name == step.name)
+            .count();
         match step.action.as_str() {
             "retry" => Err(HandlerError::retry_after(
                 "provider busy",
                 Duration::from_secs(30),
+            )),
+            "retry_once" if runs < 2 => Err(HandlerError::retry_after(
+                "provider busy for a moment",
+                Duration::from_secs(2),
             )),
             "permanent" => Err(HandlerError::permanent("no such user")),
             "panic" => panic!("handler bug"),
@@ -970,4 +981,29 @@ async fn a_job_not_due_yet_hops_as_a_delayed_copy_and_runs_once_due() {
     assert!(listed(&report).is_empty());
     assert_eq!(harness.ran(), vec!["now"]);
     assert_eq!(report.metrics[0].succeeded, 1);
+}
+
+/// A failed FIFO run whose backoff fits in the invocation is retried there (the store counts its
+/// runs), so the message behind it in its group runs in the same invocation instead of being listed,
+/// unrun, with it: neither spends a receive.
+#[tokio::test(start_paused = true)]
+async fn a_failed_fifo_head_is_retried_in_the_invocation_and_its_group_goes_on() {
+    let dlq = Arc::new(MemoryQueue::fifo("orders-dlq"));
+    let queue = MemoryQueue::fifo("orders")
+        .with_visibility_timeout(Duration::from_secs(300))
+        .with_dead_letter_queue(dlq, 3);
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let harness = Harness::build(queue, LambdaConfig::default(), Some(store));
+    harness.push_step(json!({"name": "a1", "action": "retry_once"}), Some("a"));
+    harness.push_step(json!({"name": "a2"}), Some("a"));
+    let received = harness.receive().await;
+
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), Vec::<String>::new(), "nothing listed");
+    assert_eq!(
+        harness.ran(),
+        vec!["a1", "a1", "a2"],
+        "a1 again after its 2 s, then a2"
+    );
+    assert_eq!(report.metrics[0].succeeded, 2);
 }
