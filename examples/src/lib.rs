@@ -6,6 +6,24 @@ pub mod outbox;
 pub mod schedules;
 pub mod webhook_receiver;
 
+/// The repository's README and the guides in `docs/`, whose snippets are compiled (and, where they
+/// can run without AWS, run) as this crate's doctests: the crate depends on every member a snippet uses.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/handlers.md")]
+    struct Handlers;
+    #[doc = include_str!("../../docs/running.md")]
+    struct Running;
+    #[doc = include_str!("../../docs/configuration.md")]
+    struct Configuration;
+    #[doc = include_str!("../../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../../docs/figures.md")]
+    struct Figures;
+}
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
