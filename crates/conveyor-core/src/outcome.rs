@@ -180,6 +180,14 @@ pub fn at_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
     }
 }
 
+/// The failure of a message dead-lettered at the last receive the redrive policy allows without
+/// having run in it (`why`: what kept it from running, and what to do): SQS's redrive would move it
+/// without a reason. Every such reason starts `not run at its last allowed receive (n of max)`.
+pub fn not_run_at_the_last_receive(why: &str, attempt: u32, max: u32, queue: &str, handler: &str) -> Failure {
+    let error = format!("not run at its last allowed receive ({attempt} of {max}): {why}");
+    Failure::now(error, attempt, queue, handler)
+}
+
 /// A retry of the last attempt the redrive policy allows becomes a reject carrying the last error, so
 /// the DLQ copy says why (SQS's own redrive moves it without a reason; it stays the backstop for
 /// crashes).

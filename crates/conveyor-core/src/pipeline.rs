@@ -145,7 +145,9 @@ pub struct Processed {
 }
 
 impl Processed {
-    fn early(outcome: Outcome, job_type: Option<&'static str>) -> Self {
+    /// The result for a message whose handler did not run (no output, no claim): what a runtime
+    /// settles itself (a deferral it decided, a dead-lettering at the last receive).
+    pub fn not_run(outcome: Outcome, job_type: Option<&'static str>) -> Self {
         Self {
             outcome,
             job_type,
@@ -335,7 +337,7 @@ impl Pipeline {
                 .handler_for(&message)
                 .ok()
                 .map(|handler| handler.job_type());
-            return Processed::early(Outcome::Defer { delay, reason }, job_type);
+            return Processed::not_run(Outcome::Defer { delay, reason }, job_type);
         }
         let origin = Origin {
             queue: &queue,
@@ -356,7 +358,7 @@ impl Pipeline {
             Err(error) => {
                 let backoff = self.retry_budget.unwrap_or_default();
                 let outcome = classify(RunResult::Failed(error), origin, &backoff);
-                return Processed::early(outcome, None);
+                return Processed::not_run(outcome, None);
             }
         };
         let job_type = handler.job_type();
@@ -369,12 +371,12 @@ impl Pipeline {
             Ok(job) => job,
             Err(error) => {
                 let outcome = classify(RunResult::Failed(error), origin, &self.backoff(settings));
-                return Processed::early(outcome, Some(job_type));
+                return Processed::not_run(outcome, Some(job_type));
             }
         };
 
         if let Some(outcome) = flow_step::failed_parent(&message, origin) {
-            return Processed::early(outcome, Some(job_type));
+            return Processed::not_run(outcome, Some(job_type));
         }
         let flow_children = match &self.flows {
             Some(flows) => match flow_step::children(flows, self.store.as_ref(), &message).await {
@@ -382,7 +384,7 @@ impl Pipeline {
                 Err(error) => {
                     let reason = format!("reading the flow's children failed: {error}");
                     let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
-                    return Processed::early(Outcome::Defer { delay, reason }, Some(job_type));
+                    return Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type));
                 }
             },
             None => None,
@@ -419,7 +421,7 @@ impl Pipeline {
             && claim.run > max
         {
             let failure = spent(store.as_ref(), claim, lease, origin, max, settle_deadline).await;
-            return Processed::early(Outcome::Reject(failure), Some(job_type));
+            return Processed::not_run(Outcome::Reject(failure), Some(job_type));
         }
 
         let started = Instant::now();
@@ -521,7 +523,7 @@ impl Pipeline {
         };
         let reject = |reason: String| {
             let failure = Failure::now(reason, origin.attempt, origin.queue, origin.handler);
-            Err(Box::new(Processed::early(Outcome::Reject(failure), job_type)))
+            Err(Box::new(Processed::not_run(Outcome::Reject(failure), job_type)))
         };
         let pointer = match found {
             Ok(pointer) => pointer,
@@ -535,7 +537,7 @@ impl Pipeline {
             ));
             let backoff = self.retry_budget.unwrap_or_default();
             let outcome = classify(RunResult::Failed(error), origin, &backoff);
-            return Err(Box::new(Processed::early(outcome, job_type)));
+            return Err(Box::new(Processed::not_run(outcome, job_type)));
         };
         let error = match crate::payload::resolve(payloads.store.as_ref(), &message, &pointer).await {
             Ok(resolved) => {
@@ -556,7 +558,7 @@ impl Pipeline {
                 tracing::warn!(%error, %pointer, "cannot fetch the large payload; deferring");
                 let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
                 let reason = format!("payload fetch failed: {error}");
-                Err(Box::new(Processed::early(
+                Err(Box::new(Processed::not_run(
                     Outcome::Defer { delay, reason },
                     job_type,
                 )))
@@ -615,7 +617,7 @@ async fn claim(
         Err(error) => {
             // The key is part of the job: a body without it cannot be made idempotent on any delivery.
             let failure = Failure::now(error.to_string(), origin.attempt, origin.queue, job_type);
-            return Err(Box::new(Processed::early(
+            return Err(Box::new(Processed::not_run(
                 Outcome::Reject(failure),
                 Some(job_type),
             )));
@@ -665,7 +667,7 @@ async fn claim(
                 format!("claim failed: {error}")
             };
             let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
-            Err(Box::new(Processed::early(
+            Err(Box::new(Processed::not_run(
                 Outcome::Defer { delay, reason },
                 Some(job_type),
             )))
@@ -690,12 +692,12 @@ fn existing_record(
             request.key
         );
         let failure = Failure::now(reason, origin.attempt, origin.queue, job_type);
-        return Processed::early(Outcome::Reject(failure), Some(job_type));
+        return Processed::not_run(Outcome::Reject(failure), Some(job_type));
     }
     match record.status {
         RecordStatus::Completed if is_cancelled_output(record.output.as_deref()) => {
             tracing::info!(key = %record.key, "cancelled: dropping the job without running it");
-            Processed::early(Outcome::Ack(AckReason::Cancelled), Some(job_type))
+            Processed::not_run(Outcome::Ack(AckReason::Cancelled), Some(job_type))
         }
         RecordStatus::Completed => {
             tracing::info!(key = %record.key, "duplicate: already completed, acknowledging without running");
@@ -715,7 +717,7 @@ fn existing_record(
             let delay = wait_for_lease(&record, now, fallback).min(crate::limits::MAX_VISIBILITY_TIMEOUT);
             tracing::info!(key = %record.key, ?delay, "in progress elsewhere; deferring until its lease ends");
             let reason = "in progress elsewhere".to_owned();
-            Processed::early(Outcome::Defer { delay, reason }, Some(job_type))
+            Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type))
         }
     }
 }

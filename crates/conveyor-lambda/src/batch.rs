@@ -52,7 +52,7 @@ use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::io::Write as _;
 
-use conveyor_core::outcome::{Origin, at_last_attempt};
+use conveyor_core::outcome::{Origin, at_last_attempt, not_run_at_the_last_receive};
 use conveyor_core::{
     AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Processed, Queue, VisibilityChange,
     reject,
@@ -239,15 +239,16 @@ impl LateDeferrer {
             let settled = match candidate.queue.get().await {
                 Some(queue) if candidate.fifo => {
                     let attempt = candidate.message.attempt();
-                    let error = format!(
-                        "not run at its last allowed receive ({attempt} of {}): the invocation's time ran out \
-                         before it started, behind the messages ahead of it in its FIFO group, and each such \
-                         receive counted (a batch should fit in the function timeout: lower the batch size or \
-                         raise the timeout); redrive it once the group's earlier messages are settled",
-                        queue.max_receive_count().unwrap_or(attempt)
+                    let failure = not_run_at_the_last_receive(
+                        "the invocation's time ran out before it started, behind the messages ahead of it in \
+                         its FIFO group, and each such receive counted (a batch should fit in the function \
+                         timeout: lower the batch size or raise the timeout); redrive it once the group's \
+                         earlier messages are settled",
+                        attempt,
+                        queue.max_receive_count().unwrap_or(attempt),
+                        &candidate.queue_name,
+                        candidate.message.job_type().unwrap_or(""),
                     );
-                    let job_type = candidate.message.job_type().unwrap_or("");
-                    let failure = conveyor_core::Failure::now(error, attempt, &candidate.queue_name, job_type);
                     dead_letter_unrun(queue.as_ref(), &candidate.message, &failure, mode, settle_by).await
                 }
                 Some(queue) => {
@@ -390,15 +391,14 @@ fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcom
     if !origin.is_last_attempt() || !reason.starts_with("claim ") {
         return outcome;
     }
-    let error = format!(
-        "not run at its last allowed receive ({} of {}): {reason} at each try; a FIFO message cannot be \
-         deferred with a copy, so receives it could not run in were spent; redrive it once the cause is fixed",
-        origin.attempt,
-        origin.max_attempts.unwrap_or(origin.attempt)
+    let why = format!(
+        "{reason} at each try; a FIFO message cannot be deferred with a copy, so receives it could not run \
+         in were spent; redrive it once the cause is fixed"
     );
-    Outcome::Reject(conveyor_core::Failure::now(
-        error,
+    Outcome::Reject(not_run_at_the_last_receive(
+        &why,
         origin.attempt,
+        origin.max_attempts.unwrap_or(origin.attempt),
         origin.queue,
         origin.handler,
     ))
@@ -1021,13 +1021,11 @@ impl BatchProcessor {
                              timeout)"
                         .to_owned(),
                 };
-                let error = format!(
-                    "not run at its last allowed receive ({attempt} of {max}): {why}; redrive it once the \
-                     group's earlier messages are settled"
-                );
-                let failure = conveyor_core::Failure::now(
-                    error,
+                let why = format!("{why}; redrive it once the group's earlier messages are settled");
+                let failure = not_run_at_the_last_receive(
+                    &why,
                     attempt,
+                    max,
                     &lane.name,
                     result.message.job_type().unwrap_or(""),
                 );

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
+use conveyor_core::outcome::not_run_at_the_last_receive;
 use conveyor_core::{Budget, Lease, Message, Outcome, Processed};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
@@ -104,13 +105,7 @@ async fn run_in_span(
                 }
                 tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
                 let reason = format!("circuit of {downstream} open");
-                let processed = Processed {
-                    outcome: Outcome::Defer { delay, reason },
-                    job_type,
-                    handler_duration: None,
-                    output: None,
-                    run: None,
-                };
+                let processed = Processed::not_run(Outcome::Defer { delay, reason }, job_type);
                 return apply(&runtime, target, processed, held).await;
             }
         };
@@ -293,13 +288,13 @@ async fn dead_letter_unrun_at_the_last_receive(
             Reason::Shutdown => "the worker shut down before it started",
             Reason::GroupFailed => "a message ahead of it in its FIFO group had not finished",
         };
-        let error = format!(
-            "not run at its last allowed receive ({attempt} of {max}): {why}, and each receive behind its \
-             group counted; redrive it once the group's earlier messages are settled"
+        let why = format!(
+            "{why}, and each receive behind its group counted; redrive it once the group's earlier messages \
+             are settled"
         );
         let job_type = runtime.pipeline.router().job_type_for(&received.message);
         let failure =
-            conveyor_core::Failure::now(error, attempt, &runtime.names[queue], job_type.unwrap_or(""));
+            not_run_at_the_last_receive(&why, attempt, max, &runtime.names[queue], job_type.unwrap_or(""));
         let Received {
             message,
             lease,
@@ -312,14 +307,13 @@ async fn dead_letter_unrun_at_the_last_receive(
             lease: &lease,
             visibility_cap,
         };
-        let processed = Processed {
-            outcome: Outcome::Reject(failure),
-            job_type,
-            handler_duration: None,
-            output: None,
-            run: None,
-        };
-        apply(runtime, target, processed, held).await;
+        apply(
+            runtime,
+            target,
+            Processed::not_run(Outcome::Reject(failure), job_type),
+            held,
+        )
+        .await;
     }
     back
 }

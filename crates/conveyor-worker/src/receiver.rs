@@ -182,12 +182,14 @@ async fn dead_letter_fifo_at_the_last_receive(
             back.push(message);
             continue;
         }
-        let error = format!(
-            "not run at its last allowed receive ({attempt} of {max}): the worker shut down as it was \
-             received; redrive it once the group's earlier messages are settled"
-        );
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
-        let failure = conveyor_core::Failure::now(error, attempt, &runtime.names[queue], job_type);
+        let failure = conveyor_core::outcome::not_run_at_the_last_receive(
+            "the worker shut down as it was received; redrive it once the group's earlier messages are settled",
+            attempt,
+            max,
+            &runtime.names[queue],
+            job_type,
+        );
         let rejecting = conveyor_core::reject(
             source,
             &message,
