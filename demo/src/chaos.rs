@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use conveyor_core::Failure;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
+use conveyor_core::runtime::Failure;
 use conveyor_examples::RETRY_BUDGET_ENV;
 use conveyor_examples::webhook_receiver::WebhookReceiver;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};
@@ -771,7 +771,7 @@ async fn dlq_depth(sqs: &aws_sdk_sqs::Client, queue: &TestQueue) -> anyhow::Resu
 }
 
 async fn main_queue_depth(queue: &SqsQueue) -> String {
-    use conveyor_core::Queue as _;
+    use conveyor_core::port::Queue as _;
     match queue.depth().await {
         Ok(depth) => format!("{depth:?}"),
         Err(error) => error.to_string(),

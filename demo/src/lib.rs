@@ -8,7 +8,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use conveyor_core::Queue as _;
+use conveyor_core::port::Queue as _;
 use conveyor_examples::{OUTBOX_ENV, TABLE_ENV, WEBHOOK_SECRET_ENV};
 use conveyor_sqs::SqsQueue;
 use tokio::process::{Child, Command};

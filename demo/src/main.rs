@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{Failure, IdempotencyStore, JobStatus, Queue as _};
+use conveyor_core::{
+    JobStatus,
+    port::{IdempotencyStore, Queue as _},
+    runtime::Failure,
+};
 use conveyor_demo::{Binaries, terminate};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_examples::jobs::chunked_report::chunked_report_flow;

@@ -156,12 +156,12 @@ fn retry_budget_from_env() -> anyhow::Result<Option<Duration>> {
 /// default); any other value is an error that lists the valid ones. `RUST_LOG` filters. Colour only on a
 /// terminal.
 ///
-/// Logs go to stderr through [`conveyor_core::log_output::stderr`]: a closed or full log pipe drops
+/// Logs go to stderr through [`conveyor_core::runtime::stderr`]: a closed or full log pipe drops
 /// lines (counted) and never panics a job's task, so logging cannot change what happens to a job.
 pub fn init_tracing() -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
 
-    use conveyor_core::log_output::{self, LogFormat};
+    use conveyor_core::runtime::{self as log_output, LogFormat};
 
     let format = LogFormat::from_env()?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use aws_lambda_events::sqs::SqsEvent;
-use conveyor_core::Queue as _;
+use conveyor_core::port::Queue as _;
 use conveyor_e2e::{app_env, binaries, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};

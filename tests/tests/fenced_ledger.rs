@@ -8,8 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use conveyor_core::{
-    AckReason, Budget, Context, Handler, HandlerError, IdempotencyStore, Lease, Message, Outcome, Pipeline,
-    Router,
+    message::Message,
+    port::IdempotencyStore,
+    runtime::{AckReason, Budget, Lease, Outcome},
+    {Context, Handler, HandlerError, Pipeline, Router},
 };
 use conveyor_dynamodb::DynamoStore;
 use conveyor_examples::fenced_ledger::{FencedLedger, LedgerError};

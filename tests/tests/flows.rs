@@ -5,7 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{ChildFailurePolicy, Failure, FlowStore as _, IdempotencyStore, JobQuery, JobStatus};
+use conveyor_core::{
+    port::{FlowStore as _, IdempotencyStore},
+    runtime::Failure,
+    {ChildFailurePolicy, JobQuery, JobStatus},
+};
 use conveyor_demo::{queue_is_empty, terminate};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_e2e::{app_env, binaries, outbox_path};
@@ -297,7 +301,7 @@ async fn a_long_jobs_progress_is_visible_from_another_process_while_it_runs() ->
     Producer::new(sqs.clone(), &queue.url)
         .send_tracked(&NewJob::new("report", report).key("report:long"), &store)
         .await?;
-    let key = conveyor_core::idempotency::idempotency_key("report", Some("report:long"), "");
+    let key = conveyor_core::port::idempotency_key("report", Some("report:long"), "");
     let sent = store.job(&key).await?.expect("the producer recorded it as sent");
     assert_eq!((sent.status, sent.attempts), (JobStatus::Sent, 0));
     let mut worker = binaries().spawn_worker(&queue.url, None, &env, None)?;

@@ -3,7 +3,7 @@
 //! `validate`, `plan`, `test` and `apply`). It checks what would otherwise drift silently:
 //!
 //! - every file parses, and every module has its five files;
-//! - the idempotency table uses the attribute names of `conveyor_core::defaults`;
+//! - the idempotency table uses the attribute names of `conveyor_dynamodb::defaults`;
 //! - the queue and ECS defaults and limits equal the constants in `conveyor_core`;
 //! - IAM policies name every action and resource (no `"*"`, but for denials and X-Ray), and come
 //!   from policy documents;
@@ -20,7 +20,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
-use conveyor_core::defaults;
+use conveyor_core::runtime;
+use conveyor_dynamodb::defaults as table_defaults;
 use conveyor_e2e::hcl_walk::{
     as_number, as_string, attr, blocks, blocks_in, files_under, first_label, infra_dir, module_dir,
     parse_file, parse_module, required_attr, single_block, single_resource, string_attr, string_literals,
@@ -100,7 +101,7 @@ fn every_module_has_its_five_files() -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Names and numbers shared with conveyor_core::defaults
+// Names and numbers shared with conveyor_core::runtime
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -108,7 +109,7 @@ fn idempotency_table_uses_the_record_attribute_names() -> Result<()> {
     let bodies = parse_module(&module_dir("idempotency-table"))?;
     let table = single_resource(&bodies, "aws_dynamodb_table")?.body();
 
-    let key = defaults::IDEMPOTENCY_KEY_ATTRIBUTE;
+    let key = table_defaults::IDEMPOTENCY_KEY_ATTRIBUTE;
     ensure!(
         string_attr(table, "hash_key")? == key,
         "the table's hash_key must be `{key}`"
@@ -123,7 +124,7 @@ fn idempotency_table_uses_the_record_attribute_names() -> Result<()> {
     );
 
     let ttl = single_block(table, "ttl")?.body();
-    let expiration = defaults::EXPIRATION_ATTRIBUTE;
+    let expiration = table_defaults::EXPIRATION_ATTRIBUTE;
     ensure!(
         string_attr(ttl, "attribute_name")? == expiration,
         "the table's TTL attribute must be `{expiration}`"
@@ -142,9 +143,9 @@ fn idempotency_table_has_the_jobs_index_the_cli_queries() -> Result<()> {
     let table = single_resource(&bodies, "aws_dynamodb_table")?.body();
     let index = single_block(table, "global_secondary_index")?.body();
     ensure!(
-        string_attr(index, "name")? == defaults::JOBS_INDEX,
+        string_attr(index, "name")? == table_defaults::JOBS_INDEX,
         "the jobs index must be named `{}`",
-        defaults::JOBS_INDEX
+        table_defaults::JOBS_INDEX
     );
     ensure!(
         string_attr(index, "hash_key")? == JOB_INDEX,
@@ -176,16 +177,16 @@ fn queue_defaults_match_the_code() -> Result<()> {
 
     let max_receive_count = variable_default_number(&bodies, "max_receive_count")?;
     ensure!(
-        max_receive_count == u64::from(defaults::MAX_RECEIVE_COUNT),
+        max_receive_count == u64::from(runtime::MAX_RECEIVE_COUNT),
         "queue max_receive_count defaults to {max_receive_count}, the code to {}",
-        defaults::MAX_RECEIVE_COUNT
+        runtime::MAX_RECEIVE_COUNT
     );
 
     let visibility = variable_default_number(&bodies, "visibility_timeout_seconds")?;
     ensure!(
-        visibility == defaults::QUEUE_VISIBILITY_TIMEOUT_SECS,
+        visibility == runtime::QUEUE_VISIBILITY_TIMEOUT_SECS,
         "queue visibility_timeout_seconds defaults to {visibility}, the code to {}",
-        defaults::QUEUE_VISIBILITY_TIMEOUT_SECS
+        runtime::QUEUE_VISIBILITY_TIMEOUT_SECS
     );
     Ok(())
 }
@@ -196,9 +197,9 @@ fn ecs_shutdown_defaults_match_the_code() -> Result<()> {
 
     let stop_timeout = variable_default_number(&bodies, "stop_timeout_seconds")?;
     ensure!(
-        stop_timeout == defaults::ECS_STOP_TIMEOUT_SECS,
+        stop_timeout == runtime::ECS_STOP_TIMEOUT_SECS,
         "ecs-consumer stop_timeout_seconds defaults to {stop_timeout}, the code to {}",
-        defaults::ECS_STOP_TIMEOUT_SECS
+        runtime::ECS_STOP_TIMEOUT_SECS
     );
 
     // The drain is left to the worker (stop timeout - reserve) unless the user sets one: not decided twice.
@@ -207,20 +208,20 @@ fn ecs_shutdown_defaults_match_the_code() -> Result<()> {
         matches!(drain_default, Expression::Null),
         "ecs-consumer drain_deadline_seconds must default to null (the worker derives it from the stop timeout)"
     );
-    let drain_deadline = stop_timeout.saturating_sub(defaults::SHUTDOWN_RESERVE.as_secs());
+    let drain_deadline = stop_timeout.saturating_sub(runtime::SHUTDOWN_RESERVE.as_secs());
     ensure!(
-        drain_deadline == defaults::DRAIN_DEADLINE.as_secs(),
+        drain_deadline == runtime::DRAIN_DEADLINE.as_secs(),
         "the default stop timeout leaves a {drain_deadline} s drain, the code's DRAIN_DEADLINE is {:?}",
-        defaults::DRAIN_DEADLINE
+        runtime::DRAIN_DEADLINE
     );
     let locals = blocks_in(&bodies, "locals")
         .find_map(|block| attr(block.body(), "shutdown_reserve_seconds"))
         .context("ecs-consumer has no local shutdown_reserve_seconds")?;
     let reserve = as_number(locals).context("shutdown_reserve_seconds is not a number")?;
     ensure!(
-        reserve == defaults::SHUTDOWN_RESERVE.as_secs(),
+        reserve == runtime::SHUTDOWN_RESERVE.as_secs(),
         "ecs-consumer's shutdown_reserve_seconds is {reserve}, the code's SHUTDOWN_RESERVE {:?}",
-        defaults::SHUTDOWN_RESERVE
+        runtime::SHUTDOWN_RESERVE
     );
     ensure!(
         drain_deadline + reserve <= stop_timeout,
@@ -543,10 +544,10 @@ fn lambda_example_keeps_visibility_at_six_times_the_timeout() -> Result<()> {
     let visibility = module_input_number(&example, queue, "queue", "visibility_timeout_seconds")?;
     let timeout = module_input_number(&example, consumer, "lambda-consumer", "timeout_seconds")?;
     ensure!(
-        visibility >= defaults::LAMBDA_VISIBILITY_RATIO * timeout,
+        visibility >= runtime::LAMBDA_VISIBILITY_RATIO * timeout,
         "the queue's visibility timeout ({visibility} s) must be at least {}x the Lambda timeout \
          ({timeout} s)",
-        defaults::LAMBDA_VISIBILITY_RATIO
+        runtime::LAMBDA_VISIBILITY_RATIO
     );
 
     // The consumer's own precondition must see the same number: the queue module's output.
@@ -569,7 +570,7 @@ fn lambda_consumer_checks_the_six_times_rule() -> Result<()> {
 
     let wanted = format!(
         "var.queue_visibility_timeout_seconds >= {} * var.timeout_seconds + var.maximum_batching_window_in_seconds",
-        defaults::LAMBDA_VISIBILITY_RATIO
+        runtime::LAMBDA_VISIBILITY_RATIO
     );
     let mut conditions = Vec::new();
     for precondition in blocks(lifecycle, "precondition") {
@@ -892,7 +893,7 @@ fn the_modules_set_only_variables_the_code_reads() -> Result<()> {
         ENV_DRAIN_DEADLINE_SECS, ENV_LISTEN_ADDR, ENV_QUEUE_URL, ENV_STOP_TIMEOUT_SECS,
         ENV_VISIBILITY_TIMEOUT_SECS, OTHER_CONVEYOR_VARIABLES, WORKER_VARIABLES,
     };
-    let log_format = conveyor_core::log_output::ENV_LOG_FORMAT;
+    let log_format = conveyor_core::runtime::ENV_LOG_FORMAT;
     let table = conveyor_examples::TABLE_ENV;
 
     let ecs = parse_module(&module_dir("ecs-consumer"))?;
@@ -1027,8 +1028,8 @@ fn the_limits_terraform_checks_are_the_codes() -> Result<()> {
     );
 
     let ecs = parse_module(&module_dir("ecs-consumer"))?;
-    let reserve = defaults::SHUTDOWN_RESERVE.as_secs();
-    let min_visibility = defaults::MIN_VISIBILITY_TIMEOUT.as_secs();
+    let reserve = runtime::SHUTDOWN_RESERVE.as_secs();
+    let min_visibility = runtime::MIN_VISIBILITY_TIMEOUT.as_secs();
     ensure!(local_number(&ecs, "shutdown_reserve_seconds")? == reserve);
     ensure!(local_number(&ecs, "min_visibility_timeout_seconds")? == min_visibility);
     // The worker refuses a stop timeout of the reserve or less: whole seconds start at reserve + 1.

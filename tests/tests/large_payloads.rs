@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
-use conveyor_core::payload::{PayloadPointer, SIZE_ATTRIBUTE};
-use conveyor_core::{PayloadError, PayloadStore};
+use conveyor_core::port::{PayloadError, PayloadStore};
+use conveyor_core::port::{PayloadPointer, SIZE_ATTRIBUTE};
 use conveyor_examples::jobs::import_contacts::ContactImport;
 use conveyor_s3::S3PayloadStore;
 use conveyor_sqs::{NewJob, Producer};

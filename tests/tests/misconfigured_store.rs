@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use conveyor_core::Queue as _;
+use conveyor_core::port::Queue as _;
 use conveyor_e2e::{app_env, binaries, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};

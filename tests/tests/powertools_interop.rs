@@ -16,8 +16,13 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use conveyor_core::{
-    AckReason, Budget, Context, Handler, HandlerError, HandlerSettings, KeySource, KeyStyle, Lease, Message,
-    Outcome, Pipeline, PowertoolsFlavor, PowertoolsKey, Processed, RecordStatus, Router,
+    message::Message,
+    port::RecordStatus,
+    runtime::{AckReason, Budget, Lease, Outcome, Processed},
+    {
+        Context, Handler, HandlerError, HandlerSettings, KeySource, KeyStyle, Pipeline, PowertoolsFlavor,
+        PowertoolsKey, Router,
+    },
 };
 use conveyor_dynamodb::{DataFormat, DynamoStore, SortKey, StoreOptions};
 use conveyor_testing::localstack::{self, dynamodb_client, ensure_local_aws, unique_name};
@@ -196,7 +201,7 @@ impl Shared {
     /// Waits until the in-progress lease on `message`'s record (written by `whose` consumer) lapsed.
     async fn wait_lease_lapsed(&self, message: &Message, whose: &str) -> anyhow::Result<()> {
         let id = self.record_id(message);
-        let record = conveyor_core::IdempotencyStore::get(self.store.as_ref(), &id)
+        let record = conveyor_core::port::IdempotencyStore::get(self.store.as_ref(), &id)
             .await?
             .with_context(|| format!("{whose} in-progress record"))?;
         let lapses = record
@@ -437,7 +442,7 @@ async fn a_lapsed_conveyor_claim_is_taken_over_by_the_other_side() -> anyhow::Re
         // The stale Conveyor run finishes after the takeover: its complete is fenced, the record stays
         // what Powertools wrote.
         running.await?;
-        let record = conveyor_core::IdempotencyStore::get(shared.store.as_ref(), &id)
+        let record = conveyor_core::port::IdempotencyStore::get(shared.store.as_ref(), &id)
             .await?
             .context("the record")?;
         assert_eq!(record.status, RecordStatus::Completed);
@@ -482,9 +487,10 @@ async fn expired_status_records_are_read_and_claimable() -> anyhow::Result<()> {
     spec.expires_after_seconds = Some(-10);
     let events = Consumer::run(Language::Python, &spec).await?;
     assert_eq!(powertools::runs(&events), 1, "{events:?}");
-    let record = conveyor_core::IdempotencyStore::get(shared.store.as_ref(), &shared.record_id(&message))
-        .await?
-        .context("Powertools' record")?;
+    let record =
+        conveyor_core::port::IdempotencyStore::get(shared.store.as_ref(), &shared.record_id(&message))
+            .await?
+            .context("Powertools' record")?;
     assert_eq!(record.status, RecordStatus::Expired, "{record:?}");
 
     let processed = process(

@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use conveyor_core::{AckReason, Budget, Lease, Message, Outcome, Pipeline};
+use conveyor_core::{
+    Pipeline,
+    message::Message,
+    runtime::{AckReason, Budget, Lease, Outcome},
+};
 
 #[test]
 fn the_committed_schedules_file_is_what_the_code_exports() -> Result<()> {
@@ -60,13 +64,13 @@ async fn an_enveloped_tick_without_attributes_runs_with_the_ticks_key() -> Resul
         "{:?}",
         again.outcome
     );
-    let key = conveyor_core::idempotency::idempotency_key(
+    let key = conveyor_core::port::idempotency_key(
         "report",
         Some("schedule:nightly-sales-report@2026-11-30T01:00:00Z"),
         "",
     );
     ensure!(
-        conveyor_core::IdempotencyStore::get(store.as_ref(), &key)
+        conveyor_core::port::IdempotencyStore::get(store.as_ref(), &key)
             .await?
             .is_some()
     );

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use conveyor_core::Queue;
+use conveyor_core::port::Queue;
 use conveyor_e2e::terraform::{InfraCopy, TERRAFORM_SERVICES, Terraform, run_parallel, write_file};
 use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack;
@@ -634,7 +634,7 @@ fn cases() -> Vec<Case> {
         let drain_text = drain.map_or_else(|| "default".to_owned(), |drain| drain.to_string());
         let refused_with = if worker_accepts(stop, drain) {
             None
-        } else if stop <= conveyor_core::defaults::SHUTDOWN_RESERVE.as_secs() {
+        } else if stop <= conveyor_core::runtime::SHUTDOWN_RESERVE.as_secs() {
             Some(STOP_MESSAGE)
         } else {
             Some(DRAIN_MESSAGE)

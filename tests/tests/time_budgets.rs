@@ -259,7 +259,7 @@ async fn a_queue_with_a_5_second_visibility_timeout_is_refused_at_start_up() -> 
         "names the override: {output}"
     );
     let queue = SqsQueue::connect(sqs.clone(), &url).await?;
-    let depth = conveyor_core::Queue::depth(&queue).await?;
+    let depth = conveyor_core::port::Queue::depth(&queue).await?;
     assert_eq!(
         (depth.visible, depth.in_flight),
         (1, 0),

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use conveyor_core::QueueError;
+use conveyor_core::port::QueueError;
 use conveyor_sqs::ProduceError;
 use conveyor_sqs::admin::{AdminError, queue_url_region};
 

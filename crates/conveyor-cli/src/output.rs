@@ -104,7 +104,7 @@ impl Table {
     }
 }
 
-pub(crate) use conveyor_core::display::{format_age, format_epoch_millis, format_time};
+pub(crate) use conveyor_core::runtime::{format_age, format_epoch_millis, format_time};
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 use conveyor_core::message::{
     FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE,
 };
-use conveyor_core::{Failure, Queue as _};
+use conveyor_core::{port::Queue as _, runtime::Failure};
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::localstack::{QueueSpec, TestQueue, create_queue, unique_name};
 use conveyor_testing::wait_until;

@@ -14,7 +14,7 @@ use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use conveyor_core::display::format_time;
+use conveyor_core::runtime::format_time;
 use conveyor_sqs::admin::{
     DeadLetterPair, Destinations, MoveFilter, MoveOptions, PeekOptions, Received, delete_messages, describe,
     display_chain, move_messages, peek, resolve_dead_letter,

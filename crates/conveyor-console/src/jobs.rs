@@ -10,9 +10,12 @@ use std::time::SystemTime;
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use conveyor_core::display::{format_age, format_time};
-use conveyor_core::idempotency::idempotency_key;
-use conveyor_core::{IdempotencyRecord, IdempotencyStore, JobRecord, RecordStatus};
+use conveyor_core::port::idempotency_key;
+use conveyor_core::runtime::{format_age, format_time};
+use conveyor_core::{
+    JobRecord,
+    port::{IdempotencyRecord, IdempotencyStore, RecordStatus},
+};
 use maud::{Markup, html};
 
 use crate::fields::Fields;
@@ -193,7 +196,7 @@ mod tests {
     use std::time::Duration;
 
     use conveyor_core::JobStatus;
-    use conveyor_core::tracking::StatusTime;
+    use conveyor_core::port::StatusTime;
 
     use super::*;
 

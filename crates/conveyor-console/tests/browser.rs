@@ -194,7 +194,7 @@ async fn scenario(
         listen_addr: Some(ops.to_string()),
         ..WorkerConfig::default()
     };
-    let worker_queue: Arc<dyn conveyor_core::Queue> =
+    let worker_queue: Arc<dyn conveyor_core::port::Queue> =
         Arc::new(SqsQueue::connect(sqs.clone(), &queue.url).await?);
     let worker = Worker::new(config, pipeline, vec![worker_queue])?;
     let shutdown = CancellationToken::new();

@@ -77,7 +77,7 @@ impl Context {
     }
 
     /// A flow parent's children's results (outputs read from their records, failed children with their
-    /// reasons), by child id; `None` when this job is no flow's parent (see [`crate::flow`]).
+    /// reasons), by child id; `None` when this job is no flow's parent (see `src/flow.rs`).
     pub fn flow_children(&self) -> Option<&[ChildResult]> {
         self.flow_children.as_deref().map(Vec::as_slice)
     }

@@ -9,7 +9,7 @@
 //! then deletes the original: the copy starts again at receive count 1.
 //!
 //! The copy keeps what identifies the job and its history, in one attribute, `conveyor.deferral`
-//! (JSON, see [`DeferralRecord`]): the original message id (so the idempotency key of a job without a
+//! (JSON, see [`DeferralRecord`](crate::message::DeferralRecord)): the original message id (so the idempotency key of a job without a
 //! producer key stays the same), the first-sent time, the runs so far and the deferrals so far. Body,
 //! attributes, the trace header and the FIFO group are copied as they are.
 //!
@@ -24,34 +24,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
-
 use crate::limits::{MAX_DELAY, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES};
-use crate::message::{AttributeValue, DEFERRAL_ATTRIBUTE, Message, attributes_size};
+use crate::message::{AttributeValue, DEFERRAL_ATTRIBUTE, DeferralRecord, Message, attributes_size};
 use crate::outcome::epoch_millis;
 use crate::queue::OutgoingMessage;
-
-/// The history a deferred copy carries (attribute `conveyor.deferral`, JSON).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeferralRecord {
-    /// The message id of the first copy: the idempotency key's fallback.
-    pub original_id: String,
-    /// When the first copy was sent (epoch milliseconds), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_sent_ms: Option<u64>,
-    /// Runs (receives that reached the handler or failed it) before this copy.
-    pub attempts: u32,
-    /// How many times the job was deferred so far.
-    pub deferrals: u32,
-}
-
-impl DeferralRecord {
-    /// The record a message carries, if it is a deferred copy (an unreadable one counts as none).
-    pub fn of(message: &Message) -> Option<DeferralRecord> {
-        let json = message.string_attribute(DEFERRAL_ATTRIBUTE)?;
-        serde_json::from_str(json).ok()
-    }
-}
 
 /// Why a deferred copy cannot be built; the runtime falls back and logs this.
 #[non_exhaustive]

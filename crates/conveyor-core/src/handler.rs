@@ -94,9 +94,9 @@ pub struct HandlerSettings {
     /// consumer's, to deduplicate with it (see [`KeyStyle`](crate::KeyStyle)).
     pub key_style: crate::record_key::KeyStyle,
     /// Keep a job record (status, attempts, last error, progress, output) in the idempotency record
-    /// (see [`tracking`](crate::tracking)); needs `idempotent` and a store.
+    /// (see [`JobStatus`](crate::JobStatus)); needs `idempotent` and a store.
     pub tracked: bool,
-    /// The least time between two progress writes of one run (see [`progress`](crate::progress)).
+    /// The least time between two progress writes of one run (see [`Context::progress`](crate::Context::progress)).
     pub progress_interval: Duration,
 }
 

@@ -1,53 +1,107 @@
 #![doc = include_str!("../README.md")]
 
-pub mod background;
-pub mod backoff;
+// The modules are private; what a user writes is at the root, and the rest is in four public modules
+// with one job each: `message` (the message model), `port` (what an adapter implements), `runtime`
+// (what the worker and the Lambda adapter call), `limits`, `config` and `metric_names` (shared names and
+// numbers). Every public item has exactly one path.
+mod background;
+mod backoff;
 pub mod config;
-pub mod context;
-pub mod dead_letter;
-pub mod defaults;
-pub mod deferral;
-pub mod delay;
-pub mod display;
-pub mod disposition;
-pub mod envelope;
-pub mod error;
-pub mod flow;
+mod context;
+mod dead_letter;
+mod defaults;
+mod deferral;
+mod delay;
+mod display;
+mod disposition;
+mod envelope;
+mod error;
+mod flow;
 mod flow_step;
-pub mod handler;
-pub mod idempotency;
-pub mod lease;
+mod handler;
+mod idempotency;
+mod lease;
 pub mod limits;
-pub mod log_output;
+mod log_output;
 pub mod message;
 pub mod metric_names;
-pub mod outcome;
-pub mod payload;
-pub mod pipeline;
-pub mod progress;
-pub mod queue;
-pub mod record_key;
-pub mod router;
-pub mod tracking;
+mod outcome;
+mod payload;
+mod pipeline;
+mod progress;
+mod queue;
+mod record_key;
+mod router;
+mod tracking;
 
 pub use background::BackgroundTask;
 pub use backoff::Backoff;
 pub use context::Context;
-pub use disposition::{Disposition, RejectMode, reject};
+pub use delay::Cancelled;
+pub use disposition::RejectMode;
 pub use error::{ErrorKind, HandlerError};
-pub use flow::{ChildFailurePolicy, ChildResult, FlowSender, FlowStore, Flows};
+pub use flow::{ChildFailurePolicy, ChildResult, Flows};
 pub use handler::{BoxFuture, Handler, HandlerSettings};
-pub use idempotency::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
-};
-pub use lease::Lease;
-pub use message::{AttributeValue, Attributes, Message, ReceiptHandle};
-pub use outcome::{AckReason, Failure, Outcome};
-pub use payload::{PayloadError, PayloadPointer, PayloadStore, Payloads};
-pub use pipeline::{Budget, Pipeline, Processed};
-pub use queue::{
-    DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange,
-};
+pub use payload::Payloads;
+pub use pipeline::Pipeline;
 pub use record_key::{KeySource, KeyStyle, PowertoolsFlavor, PowertoolsKey};
 pub use router::Router;
-pub use tracking::{JobChange, JobQuery, JobRecord, JobStatus, Progress};
+pub use tracking::{JobQuery, JobRecord, JobStatus, Progress};
+
+/// The ports: what an adapter implements ([`Queue`](port::Queue), [`IdempotencyStore`](port::IdempotencyStore),
+/// [`PayloadStore`](port::PayloadStore), [`FlowStore`](port::FlowStore), [`FlowSender`](port::FlowSender)),
+/// with the types their methods take and return and the helpers every implementation shares.
+///
+/// `conveyor-sqs`, `conveyor-dynamodb` and `conveyor-s3` implement them for AWS; `conveyor-testing`
+/// implements them in memory and holds the conformance suites each implementation must pass.
+pub mod port {
+    pub use crate::flow::{
+        ChildEnd, Counted, FLOW_CHILD_ATTRIBUTE, FlowSender, FlowState, FlowStore, NewFlow, ParentMessage,
+        parent_key, unknown_flow,
+    };
+    pub use crate::idempotency::{
+        Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore,
+        RecordStatus, StoreError, idempotency_key, next_token, payload_hash,
+    };
+    pub use crate::payload::{
+        LEGACY_SIZE_ATTRIBUTE, LIBRARY_DEFAULT_THRESHOLD, PayloadError, PayloadPointer, PayloadStore,
+        PointerError, ResolveError, SIZE_ATTRIBUTE, declared_size, marking_attribute, resolve, resolved,
+        size_attribute,
+    };
+    pub use crate::queue::{
+        DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError,
+        VisibilityChange,
+    };
+    pub use crate::record_key::KeyError;
+    pub use crate::tracking::{JobChange, StatusTime, from_epoch_millis, newest_first, to_epoch_millis};
+}
+
+/// What the runtimes (`conveyor-worker`, `conveyor-lambda`) and the simulator call: the pipeline's
+/// outcomes and leases, dead-lettering and deferral, delays, envelopes, logging output and the defaults
+/// shared with `infra/`. A handler or a producer never needs these.
+pub mod runtime {
+    pub use crate::dead_letter::{dead_letter_copy, original_attributes};
+    pub use crate::defaults::{
+        CLOCK_SKEW_ALLOWANCE, DRAIN_DEADLINE, ECS_STOP_TIMEOUT_SECS, IDEMPOTENCY_RECORD_TTL,
+        LAMBDA_VISIBILITY_RATIO, MAX_RECEIVE_COUNT, MIN_VISIBILITY_TIMEOUT, QUEUE_VISIBILITY_TIMEOUT_SECS,
+        SHUTDOWN_RESERVE,
+    };
+    pub use crate::deferral::{DeferralError, deferred_copy, first_sent};
+    pub use crate::delay::{
+        CANCEL_RECORD_TTL, CANCELLED_OUTPUT, Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value,
+    };
+    pub use crate::display::{format_age, format_epoch_millis, format_time};
+    pub use crate::disposition::{Disposition, reject};
+    pub use crate::envelope::{Header, open, seal, sorted};
+    pub use crate::handler::ErasedHandler;
+    pub use crate::lease::Lease;
+    pub use crate::log_output::{
+        ENV_LOG_FORMAT, LogFormat, LossyWriter, UnknownLogFormat, stderr, stdout, write_errors,
+    };
+    pub use crate::outcome::{
+        AckReason, CANCELLED, Failure, Origin, Outcome, RunResult, at_last_attempt, classify, epoch_millis,
+        exhaust, not_run_at_the_last_receive,
+    };
+    pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
+    pub use crate::progress::ProgressReporter;
+}

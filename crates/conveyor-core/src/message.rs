@@ -11,7 +11,7 @@ pub const SCHEMA_VERSION_ATTRIBUTE: &str = "conveyor.version";
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "conveyor.key";
 /// Message attribute added to dead-lettered messages: the failure as JSON.
 pub const FAILURE_ATTRIBUTE: &str = "conveyor.failure";
-/// Message attribute of a deferred copy: its history as JSON (see [`crate::deferral`]).
+/// Message attribute of a deferred copy: its history as JSON ([`DeferralRecord`]).
 pub const DEFERRAL_ATTRIBUTE: &str = "conveyor.deferral";
 
 /// The opaque handle SQS returns with each receive; needed to delete or extend that receipt.
@@ -143,13 +143,35 @@ impl Message {
     /// The id of the job's first copy: this message's id, or the original's when this is a deferred copy.
     /// The idempotency key falls back to it when the producer set no key.
     pub fn original_id(&self) -> String {
-        crate::deferral::DeferralRecord::of(self).map_or_else(|| self.id.clone(), |record| record.original_id)
+        DeferralRecord::of(self).map_or_else(|| self.id.clone(), |record| record.original_id)
     }
 
     /// Which run of the job this delivery is (1 = first): the receive count, plus the runs of earlier
     /// copies when this is a deferred copy. Deferrals themselves never count.
     pub fn attempt(&self) -> u32 {
-        let before = crate::deferral::DeferralRecord::of(self).map_or(0, |record| record.attempts);
+        let before = DeferralRecord::of(self).map_or(0, |record| record.attempts);
         before.saturating_add(self.receive_count.max(1))
+    }
+}
+
+/// The history a deferred copy carries (attribute `conveyor.deferral`, JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeferralRecord {
+    /// The message id of the first copy: the idempotency key's fallback.
+    pub original_id: String,
+    /// When the first copy was sent (epoch milliseconds), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_sent_ms: Option<u64>,
+    /// Runs (receives that reached the handler or failed it) before this copy.
+    pub attempts: u32,
+    /// How many times the job was deferred so far.
+    pub deferrals: u32,
+}
+
+impl DeferralRecord {
+    /// The record a message carries, if it is a deferred copy (an unreadable one counts as none).
+    pub fn of(message: &Message) -> Option<DeferralRecord> {
+        let json = message.string_attribute(DEFERRAL_ATTRIBUTE)?;
+        serde_json::from_str(json).ok()
     }
 }

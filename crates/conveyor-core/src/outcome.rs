@@ -23,7 +23,7 @@ pub enum Outcome {
     /// Send the message to the DLQ with the failure recorded, then delete it.
     Reject(Failure),
     /// Put the message back without running it, after `delay`, without spending one of its receives
-    /// (see [`crate::deferral`]): the job did not run here (a key in progress elsewhere, the store
+    /// (see [`deferred_copy`](crate::runtime::deferred_copy)): the job did not run here (a key in progress elsewhere, the store
     /// unreachable, a circuit open).
     Defer {
         /// How long until the job may run.
@@ -111,7 +111,7 @@ pub struct Origin<'a> {
     pub queue: &'a str,
     /// The job type.
     pub handler: &'a str,
-    /// Which run of the job this is (1 = first; [`Message::attempt`](crate::Message::attempt)).
+    /// Which run of the job this is (1 = first; [`Message::attempt`](crate::message::Message::attempt)).
     pub attempt: u32,
     /// The runs the queue's redrive policy allows (`maxReceiveCount`); `None` without a DLQ.
     pub max_attempts: Option<u32>,

@@ -138,7 +138,7 @@ pub struct Processed {
     pub handler_duration: Option<Duration>,
     /// The output as JSON: the new one, or the stored one for a duplicate.
     pub output: Option<String>,
-    /// Which run of the job this was by the store's count ([`Claim::run`](crate::Claim::run)), when
+    /// Which run of the job this was by the store's count ([`Claim::run`](crate::port::Claim::run)), when
     /// a claim was taken; a runtime that applies the last-attempt rules itself counts this, not only
     /// the receive count.
     pub run: Option<u32>,
@@ -201,7 +201,7 @@ impl Pipeline {
     }
 
     /// Counts flow children's ends in `flows.store` and sends parents through `flows.sender` (see
-    /// [`crate::flow`]).
+    /// `src/flow.rs`).
     pub fn with_flows(mut self, flows: Flows) -> Self {
         self.flows = Some(flows);
         self
@@ -225,7 +225,7 @@ impl Pipeline {
     }
 
     /// Resolves large-payload pointers (SQS Extended Client format) through `payloads.store` before
-    /// decoding, and lets the runtimes delete the object after success (see [`crate::payload`]).
+    /// decoding, and lets the runtimes delete the object after success (see [`PayloadStore`](crate::port::PayloadStore)).
     pub fn with_payloads(mut self, payloads: Payloads) -> Self {
         self.payloads = Some(payloads);
         self
@@ -303,7 +303,7 @@ impl Pipeline {
     }
 
     /// Runs one message through decode → claim → handle → settle, and returns the outcome. A flow
-    /// child's end is counted in its flow before the outcome goes back (see [`crate::flow`]).
+    /// child's end is counted in its flow before the outcome goes back (see `src/flow.rs`).
     pub async fn process(
         &self,
         message: Arc<Message>,

@@ -19,7 +19,7 @@ mod support;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
-use conveyor_core::{ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus};
+use conveyor_core::port::{ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus};
 use conveyor_dynamodb::{DynamoStore, StoreOptions};
 use conveyor_testing::powertools::{self, Consumer, ConsumerSpec, Event, Language, sqs_record};
 

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use conveyor_core::{IdempotencyRecord, RecordStatus};
+use conveyor_core::port::{IdempotencyRecord, RecordStatus};
 
 /// Completed records by key, evicted oldest-first when full.
 #[derive(Debug)]

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_smithy_runtime_api::http::Response;
-use conveyor_core::StoreError;
+use conveyor_core::port::StoreError;
 
 /// What went wrong with one request.
 #[derive(Debug)]

@@ -23,9 +23,12 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use conveyor_core::flow::{ChildEnd, ChildFailurePolicy, Counted, FlowState, NewFlow, unknown_flow};
-use conveyor_core::tracking::to_epoch_millis;
-use conveyor_core::{FlowStore, StoreError};
+use conveyor_core::port::to_epoch_millis;
+use conveyor_core::port::{FlowStore, StoreError};
+use conveyor_core::{
+    ChildFailurePolicy,
+    port::{ChildEnd, Counted, FlowState, NewFlow, unknown_flow},
+};
 
 use crate::classify::{Failure, classify};
 use crate::item::{Item, epoch_secs, number, string};

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
-use conveyor_core::{IdempotencyRecord, RecordStatus, StoreError};
+use conveyor_core::port::{IdempotencyRecord, RecordStatus, StoreError};
 use serde_json::Value;
 
 use crate::options::{AttributeNames, DataFormat, SortKey};

@@ -18,10 +18,13 @@
 //! (a `succeeded`-only partition would), and `jobs list --type T --status S` is one `Query`, newest
 //! change first; listing every status of a type is five.
 
+use crate::defaults::JOBS_INDEX;
 use aws_sdk_dynamodb::types::AttributeValue;
-use conveyor_core::defaults::JOBS_INDEX;
-use conveyor_core::tracking::{StatusTime, from_epoch_millis, to_epoch_millis};
-use conveyor_core::{Claim, JobChange, JobQuery, JobRecord, JobStatus, Progress, StoreError};
+use conveyor_core::port::{StatusTime, from_epoch_millis, to_epoch_millis};
+use conveyor_core::{
+    port::{Claim, JobChange, StoreError},
+    {JobQuery, JobRecord, JobStatus, Progress},
+};
 
 use crate::classify::{Failure, classify};
 use crate::item::{Item, epoch_secs, number, string};
@@ -202,7 +205,7 @@ impl DynamoStore {
     pub(crate) async fn write_sent(&self, key: &str, change: &JobChange) -> Result<(), StoreError> {
         let names = &self.options.attributes;
         let clauses = change_clauses(change);
-        let expires = change.at + conveyor_core::defaults::IDEMPOTENCY_RECORD_TTL;
+        let expires = change.at + conveyor_core::runtime::IDEMPOTENCY_RECORD_TTL;
         self.count_request();
         let update = with_clauses(self.client.update_item(), &clauses);
         let result = update
@@ -254,7 +257,7 @@ impl DynamoStore {
                     .await?,
             );
         }
-        conveyor_core::tracking::newest_first(&mut found, query.limit);
+        conveyor_core::port::newest_first(&mut found, query.limit);
         Ok(found)
     }
 

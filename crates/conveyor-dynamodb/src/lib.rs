@@ -3,6 +3,7 @@
 mod cache;
 mod classify;
 mod client;
+pub mod defaults;
 pub mod flows;
 pub mod iam;
 mod item;

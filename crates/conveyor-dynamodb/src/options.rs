@@ -1,7 +1,7 @@
 //! What a [`DynamoStore`](crate::DynamoStore) can be told: attribute names, the oversized-output policy
 //! and the completed-record cache.
 
-use conveyor_core::defaults;
+use crate::defaults;
 
 /// The item's attribute names. The defaults are AWS Lambda Powertools' names (plus Conveyor's
 /// `fencing_token`), so a table can be shared with Powertools consumers; change them only to match a

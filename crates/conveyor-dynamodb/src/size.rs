@@ -82,7 +82,7 @@ mod tests {
         item.insert(names.fencing_token.clone(), number(epoch_millis(now) + 1));
         item.insert(
             names.validation.clone(),
-            string(conveyor_core::idempotency::payload_hash("body")),
+            string(conveyor_core::port::payload_hash("body")),
         );
         item.insert(names.status.clone(), string("COMPLETED"));
         item.insert(names.expiration.clone(), number(4_000_000_000));

@@ -6,7 +6,7 @@
 //!   form. It is an update rather than Powertools' `PutItem` for one reason: the fencing token. In the
 //!   same conditional write, `#fence = if_not_exists(#fence, :fence_base) + :one` increases the token
 //!   the record carries (a takeover gets the previous holder's token + 1; a fresh record starts above
-//!   the claimant's clock in epoch milliseconds, see `conveyor_core::idempotency::next_token`), and
+//!   the claimant's clock in epoch milliseconds, see `conveyor_core::port::next_token`), and
 //!   `ReturnValues = UPDATED_NEW` brings the new token back. Because an update keeps attributes a put
 //!   would drop, the claim also `REMOVE`s `data` (and `validation` when it sets none), so a taken-over
 //!   record holds exactly what a fresh claim writes. When the condition fails,
@@ -35,12 +35,15 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::http::Response;
-use conveyor_core::idempotency::EXPIRY_PAST_LEASE;
-use conveyor_core::{
+use conveyor_core::port::EXPIRY_PAST_LEASE;
+use conveyor_core::port::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
 };
 
-use conveyor_core::{JobChange, JobQuery, JobRecord, Progress};
+use conveyor_core::{
+    port::JobChange,
+    {JobQuery, JobRecord, Progress},
+};
 
 use crate::cache::CompletedCache;
 use crate::classify::{Failure, Target, classify};

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
+use crate::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOBS_INDEX};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
     ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
 };
-use conveyor_core::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOBS_INDEX};
 
 use crate::jobs::{JOB_CHANGED, JOB_INDEX};
 use tokio::time::Instant;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use conveyor_core::idempotency::payload_hash;
-use conveyor_core::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus, StoreError};
+use conveyor_core::port::payload_hash;
+use conveyor_core::port::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus, StoreError};
 use conveyor_dynamodb::{DynamoStore, OversizedOutput, StoreOptions};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -45,7 +45,7 @@ async fn acquire(store: &DynamoStore, request: &ClaimRequest) -> Claim {
     }
 }
 
-async fn existing(store: &DynamoStore, request: &ClaimRequest) -> conveyor_core::IdempotencyRecord {
+async fn existing(store: &DynamoStore, request: &ClaimRequest) -> conveyor_core::port::IdempotencyRecord {
     match store.claim(request).await.unwrap() {
         ClaimOutcome::Exists(record) => record,
         other => panic!("expected Exists, got {other:?}"),

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use conveyor_core::{ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus};
+use conveyor_core::port::{ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus};
 use conveyor_dynamodb::DynamoStore;
 use serde_json::Value;
 

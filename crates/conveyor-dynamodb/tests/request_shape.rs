@@ -22,7 +22,7 @@ use aws_smithy_mocks::{
 };
 use aws_smithy_runtime_api::http::{Response, StatusCode};
 use aws_smithy_types::body::SdkBody;
-use conveyor_core::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus, StoreError};
+use conveyor_core::port::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus, StoreError};
 use conveyor_dynamodb::{DynamoStore, OversizedOutput, StoreOptions};
 use serde_json::Value;
 

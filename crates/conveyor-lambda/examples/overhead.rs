@@ -19,7 +19,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::{Context, Handler, HandlerError, Pipeline, Queue, Router};
+use conveyor_core::{
+    port::Queue,
+    {Context, Handler, HandlerError, Pipeline, Router},
+};
 use conveyor_lambda::LambdaConfig;
 use conveyor_lambda::{BatchProcessor, FixedQueue, SqsEvent, parse_event};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue};

@@ -15,7 +15,7 @@
 //!    mapping deletes the original only after the DLQ holds the copy. If the DLQ send fails (or the
 //!    queue has no DLQ), it is handled as a Retry with the fallback delay instead.
 //! 4. **Defer** (not run: its key in progress elsewhere, the store unreachable): a delayed copy is sent
-//!    (`conveyor_core::deferral`) and the original is not listed, so the receive does not count toward
+//!    (`conveyor-core/src/deferral.rs`) and the original is not listed, so the receive does not count toward
 //!    `maxReceiveCount`; if the copy cannot be sent in time, handled as a Retry.
 //! 5. **Not started** (too close to the invocation deadline): on a standard queue, deferred as in 4,
 //!    without delay; on a FIFO queue, or when the copy does not go out in time, listed and untouched:
@@ -52,10 +52,12 @@ use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::io::Write as _;
 
-use conveyor_core::outcome::{Origin, at_last_attempt, not_run_at_the_last_receive};
+use conveyor_core::runtime::{Origin, at_last_attempt, not_run_at_the_last_receive};
 use conveyor_core::{
-    AckReason, Budget, Disposition, Lease, Message, Outcome, Pipeline, Processed, Queue, VisibilityChange,
-    reject,
+    Pipeline,
+    message::Message,
+    port::{Queue, VisibilityChange},
+    runtime::{AckReason, Budget, Disposition, Lease, Outcome, Processed, reject},
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -188,7 +190,7 @@ async fn at_the_last_receive(candidate: &LateCandidate) -> bool {
 async fn dead_letter_unrun(
     queue: &dyn Queue,
     message: &Message,
-    failure: &conveyor_core::Failure,
+    failure: &conveyor_core::runtime::Failure,
     mode: conveyor_core::RejectMode,
     settle_by: Instant,
 ) -> Settled {
@@ -343,7 +345,7 @@ impl SourceQueue {
 /// Why a queue's visibility timeout is too short for a function that runs `function_time`, and what to
 /// change; `None` when it is at least six times that (AWS's advice).
 pub fn visibility_advice(visibility: Duration, function_time: Duration) -> Option<String> {
-    let ratio = u32::try_from(conveyor_core::defaults::LAMBDA_VISIBILITY_RATIO).unwrap_or(6);
+    let ratio = u32::try_from(conveyor_core::runtime::LAMBDA_VISIBILITY_RATIO).unwrap_or(6);
     let advised = function_time.saturating_mul(ratio);
     (visibility < advised).then(|| {
         format!(
@@ -387,7 +389,7 @@ fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcom
         return outcome;
     };
     // Only the store's outage: a key in progress elsewhere is left to its holder (the pipeline's
-    // claim reasons start so; see `conveyor_core::pipeline`).
+    // claim reasons start so; see `conveyor-core/src/pipeline.rs`).
     if !origin.is_last_attempt() || !reason.starts_with("claim ") {
         return outcome;
     }
@@ -473,7 +475,7 @@ impl BatchProcessor {
         if self.emit_metrics {
             let now = SystemTime::now();
             // A closed stdout must not fail the invocation: the line is dropped (and counted).
-            let mut out = conveyor_core::log_output::stdout();
+            let mut out = conveyor_core::runtime::stdout();
             for line in report
                 .metrics
                 .iter()
@@ -636,7 +638,7 @@ impl BatchProcessor {
     /// Deletes the large-payload objects of the jobs that succeeded (acknowledged messages), before the
     /// response: the event source mapping deletes their messages after it, which this function cannot
     /// observe. If the response is lost the messages come back without their objects; an idempotent
-    /// job's completed record then acknowledges them as duplicates (see `conveyor_core::pipeline`).
+    /// job's completed record then acknowledges them as duplicates (see `conveyor-core/src/pipeline.rs`).
     async fn discard_payloads(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let discards = results
             .iter()
@@ -1084,7 +1086,7 @@ impl BatchProcessor {
             let answer = tokio::time::timeout_at(settle_by, changing)
                 .await
                 .unwrap_or_else(|_| {
-                    Err(conveyor_core::QueueError::Unavailable {
+                    Err(conveyor_core::port::QueueError::Unavailable {
                         message: "no answer before the invocation deadline".to_owned(),
                     })
                 });
@@ -1137,17 +1139,17 @@ fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
     sources.len() - 1
 }
 
-/// Defers a message without spending a receive: sends a delayed copy (see `conveyor_core::deferral`) and
+/// Defers a message without spending a receive: sends a delayed copy (see `conveyor-core/src/deferral.rs`) and
 /// leaves the original out of `batchItemFailures`, so the event source mapping deletes it. When the copy
 /// cannot be built or sent before `settle_by`, the message is retried instead (that receive counts).
 async fn defer(
-    queue: &dyn conveyor_core::Queue,
+    queue: &dyn conveyor_core::port::Queue,
     message: &Message,
     delay: Duration,
     reason: &str,
     settle_by: Instant,
 ) -> Settled {
-    let copy = match conveyor_core::deferral::deferred_copy(message, delay, queue.is_fifo()) {
+    let copy = match conveyor_core::runtime::deferred_copy(message, delay, queue.is_fifo()) {
         Ok(copy) => copy,
         Err(why) => {
             tracing::info!(%reason, %why, "cannot defer with a copy; retrying after the delay");

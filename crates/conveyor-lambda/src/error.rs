@@ -28,7 +28,7 @@ pub enum LambdaError {
         "the idempotency store cannot be used: {0}; the function took no record (fix the table or the \
          function's role, then redeploy)"
     )]
-    Store(conveyor_core::StoreError),
+    Store(conveyor_core::port::StoreError),
 }
 
 /// An invocation whose payload is not an SQS event: the function reports it as an invocation error.

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::outcome::epoch_millis;
+use conveyor_core::runtime::epoch_millis;
 use serde::Serialize;
 
 /// The CloudWatch namespace.
@@ -25,7 +25,7 @@ pub struct BatchMetrics {
     pub dead_lettered: u64,
     /// Acknowledged without running: an earlier delivery completed them.
     pub duplicates: u64,
-    /// Acknowledged without running: the producer cancelled them (`conveyor_core::delay::cancel`).
+    /// Acknowledged without running: the producer cancelled them (`conveyor_core::runtime::cancel`).
     pub cancelled: u64,
     /// Put back without running as a delayed copy (a key in progress elsewhere, the store unreachable).
     pub deferred: u64,

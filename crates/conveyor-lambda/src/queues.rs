@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use conveyor_core::Queue;
+use conveyor_core::port::Queue;
 use conveyor_sqs::QueueArn;
 use tokio::sync::Mutex;
 

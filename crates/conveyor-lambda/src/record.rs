@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
-use conveyor_core::{AttributeValue, Message, ReceiptHandle};
+use conveyor_core::message::{AttributeValue, Message, ReceiptHandle};
 
 /// System attribute names, as SQS spells them in the record's `attributes`.
 mod names {

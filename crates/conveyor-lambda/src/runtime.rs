@@ -225,7 +225,7 @@ fn choice<T: Copy>(name: &'static str, value: String, choices: &[(&str, T)]) -> 
 /// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`,
 /// the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI colours (CloudWatch
 /// shows them as escape codes); no timestamps (CloudWatch adds its own). Does nothing when a global
-/// subscriber is already set. Logs go to stdout through [`conveyor_core::log_output::stdout`]: a write
+/// subscriber is already set. Logs go to stdout through [`conveyor_core::runtime::stdout`]: a write
 /// that fails is dropped and counted, never a panic.
 pub fn init_tracing() {
     use lambda_runtime::tracing::subscriber::EnvFilter;
@@ -245,7 +245,7 @@ pub fn init_tracing() {
         .with_target(false)
         .without_time()
         // A closed or full stdout drops log lines (counted) instead of panicking a record's task.
-        .with_writer(conveyor_core::log_output::stdout)
+        .with_writer(conveyor_core::runtime::stdout)
         .log_internal_errors(false);
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
     let result = if json {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use conveyor_core::RejectMode;
 use conveyor_core::config::{ConfigError, Problems, millis, seconds};
-use conveyor_core::defaults;
+use conveyor_core::runtime;
 use serde::{Deserialize, Serialize};
 
 /// The Lambda adapter's settings.
@@ -55,7 +55,7 @@ impl Default for LambdaConfig {
     fn default() -> Self {
         Self {
             function_timeout: Duration::from_secs(10),
-            queue_visibility_timeout: Duration::from_secs(defaults::QUEUE_VISIBILITY_TIMEOUT_SECS),
+            queue_visibility_timeout: Duration::from_secs(runtime::QUEUE_VISIBILITY_TIMEOUT_SECS),
             deadline_margin: Duration::from_millis(500),
             batch_concurrency: 10,
             reject_mode: RejectMode::default(),
@@ -76,7 +76,7 @@ impl LambdaConfig {
                  timeout of at least {}x the function timeout",
                 self.function_timeout,
                 self.queue_visibility_timeout,
-                defaults::LAMBDA_VISIBILITY_RATIO
+                runtime::LAMBDA_VISIBILITY_RATIO
             )
         });
         problems.check(

@@ -4,11 +4,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::IdempotencyStore;
 use conveyor_core::message::{FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE};
+use conveyor_core::port::IdempotencyStore;
 use conveyor_core::{
-    AttributeValue, Context, Handler, HandlerError, Message, OutgoingMessage, Pipeline, Queue, RecordStatus,
-    Router,
+    message::{AttributeValue, Message},
+    port::{OutgoingMessage, Queue, RecordStatus},
+    {Context, Handler, HandlerError, Pipeline, Router},
 };
 use conveyor_lambda::LambdaConfig;
 use conveyor_lambda::{BatchProcessor, BatchReport, FixedQueue, SqsEvent, parse_event, to_message};
@@ -564,7 +565,7 @@ async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_
         Some(Arc::clone(&store)),
     );
     for _ in 0..2 {
-        let mut attributes = conveyor_core::Attributes::new();
+        let mut attributes = conveyor_core::message::Attributes::new();
         attributes.insert(
             IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
             AttributeValue::string("welcome:42"),
@@ -597,7 +598,7 @@ async fn a_duplicate_is_acknowledged_without_running_and_the_claim_lease_is_the_
     let leases = harness.leases.lock().unwrap().clone();
     assert_eq!(leases.len(), 1, "the handler saw its in-progress claim");
     // The lease ends the clock-skew allowance after the deadline (see `CLOCK_SKEW_ALLOWANCE`).
-    let lease_end = deadline_wall + conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
+    let lease_end = deadline_wall + conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
     let gap = match leases[0].duration_since(lease_end) {
         Ok(after) => after,
         Err(before) => before.duration(),
@@ -639,7 +640,7 @@ async fn the_last_allowed_attempt_goes_to_the_dlq_with_its_last_error() {
         .string_value
         .clone()
         .unwrap();
-    let failure: conveyor_core::Failure = serde_json::from_str(&record).unwrap();
+    let failure: conveyor_core::runtime::Failure = serde_json::from_str(&record).unwrap();
     assert!(failure.error.contains("provider busy"), "{failure:?}");
     assert!(failure.retries_exhausted);
     assert_eq!(failure.receive_count, 2);
@@ -652,10 +653,10 @@ async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive
     let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
     let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 2);
     let harness = Harness::build(queue, LambdaConfig::default(), Some(Arc::clone(&store)));
-    let mut key = conveyor_core::Attributes::new();
+    let mut key = conveyor_core::message::Attributes::new();
     key.insert(
         IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
-        conveyor_core::AttributeValue::string("report:9"),
+        conveyor_core::message::AttributeValue::string("report:9"),
     );
     harness
         .queue
@@ -666,14 +667,14 @@ async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive
         })
         .unwrap();
     // Another consumer holds the key for ten minutes.
-    let held = conveyor_core::ClaimRequest {
-        key: conveyor_core::idempotency::idempotency_key("scripted", Some("report:9"), "unused"),
+    let held = conveyor_core::port::ClaimRequest {
+        key: conveyor_core::port::idempotency_key("scripted", Some("report:9"), "unused"),
         lease_until: SystemTime::now() + Duration::from_secs(600),
         expires_at: SystemTime::now() + Duration::from_secs(3600),
         validation: None,
         restart_runs: false,
     };
-    conveyor_core::IdempotencyStore::claim(store.as_ref(), &held)
+    conveyor_core::port::IdempotencyStore::claim(store.as_ref(), &held)
         .await
         .unwrap();
     let received = harness.receive().await;
@@ -701,32 +702,35 @@ struct HungClaims(MemoryIdempotencyStore);
 impl IdempotencyStore for HungClaims {
     async fn claim(
         &self,
-        _request: &conveyor_core::ClaimRequest,
-    ) -> Result<conveyor_core::ClaimOutcome, conveyor_core::StoreError> {
+        _request: &conveyor_core::port::ClaimRequest,
+    ) -> Result<conveyor_core::port::ClaimOutcome, conveyor_core::port::StoreError> {
         std::future::pending().await
     }
     async fn complete(
         &self,
-        claim: &conveyor_core::Claim,
+        claim: &conveyor_core::port::Claim,
         output: Option<&str>,
         expires_at: SystemTime,
-    ) -> Result<(), conveyor_core::StoreError> {
+    ) -> Result<(), conveyor_core::port::StoreError> {
         self.0.complete(claim, output, expires_at).await
     }
-    async fn release(&self, claim: &conveyor_core::Claim) -> Result<(), conveyor_core::StoreError> {
+    async fn release(
+        &self,
+        claim: &conveyor_core::port::Claim,
+    ) -> Result<(), conveyor_core::port::StoreError> {
         self.0.release(claim).await
     }
     async fn extend_lease(
         &self,
-        claim: &conveyor_core::Claim,
+        claim: &conveyor_core::port::Claim,
         lease_until: SystemTime,
-    ) -> Result<(), conveyor_core::StoreError> {
+    ) -> Result<(), conveyor_core::port::StoreError> {
         self.0.extend_lease(claim, lease_until).await
     }
     async fn get(
         &self,
         key: &str,
-    ) -> Result<Option<conveyor_core::IdempotencyRecord>, conveyor_core::StoreError> {
+    ) -> Result<Option<conveyor_core::port::IdempotencyRecord>, conveyor_core::port::StoreError> {
         self.0.get(key).await
     }
 }
@@ -916,12 +920,12 @@ async fn powertools_mode_holds_back_the_whole_rest_of_a_fifo_batch() {
     assert_eq!(listed(&report), vec![a2, b1]);
 }
 
-/// A job due in two hours (a long delay, `conveyor_core::delay`) reaches the Lambda adapter: it hops
+/// A job due in two hours (a long delay, `conveyor-core/src/delay.rs`) reaches the Lambda adapter: it hops
 /// as a delayed copy of at most 15 minutes that keeps its key and due time, is not listed (no receive
 /// spent) and does not run; once due it runs. The worker takes the same path: both call the pipeline.
 #[tokio::test(start_paused = true)]
 async fn a_job_not_due_yet_hops_as_a_delayed_copy_and_runs_once_due() {
-    use conveyor_core::delay::{DUE_ATTRIBUTE, due_value};
+    use conveyor_core::runtime::{DUE_ATTRIBUTE, due_value};
 
     let store = Arc::new(MemoryIdempotencyStore::new());
     let harness = Harness::build(
@@ -930,14 +934,14 @@ async fn a_job_not_due_yet_hops_as_a_delayed_copy_and_runs_once_due() {
         Some(Arc::clone(&store)),
     );
     let push = |name: &str, due: SystemTime| {
-        let mut attributes = conveyor_core::Attributes::new();
+        let mut attributes = conveyor_core::message::Attributes::new();
         attributes.insert(
             IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
-            conveyor_core::AttributeValue::string(format!("report:{name}")),
+            conveyor_core::message::AttributeValue::string(format!("report:{name}")),
         );
         attributes.insert(
             DUE_ATTRIBUTE.to_owned(),
-            conveyor_core::AttributeValue::number(due_value(due)),
+            conveyor_core::message::AttributeValue::number(due_value(due)),
         );
         harness
             .queue

@@ -9,8 +9,12 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use conveyor_core::{
-    Context, Handler, HandlerError, HandlerSettings, IdempotencyStore, KeySource, KeyStyle, Message,
-    Pipeline, PowertoolsFlavor, PowertoolsKey, Queue, RecordStatus, Router,
+    message::Message,
+    port::{IdempotencyStore, Queue, RecordStatus},
+    {
+        Context, Handler, HandlerError, HandlerSettings, KeySource, KeyStyle, Pipeline, PowertoolsFlavor,
+        PowertoolsKey, Router,
+    },
 };
 use conveyor_dynamodb::DynamoStore;
 use conveyor_lambda::LambdaConfig;

@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use conveyor_core::{AttributeValue as MessageAttribute, Attributes, OutgoingMessage};
+use conveyor_core::{
+    message::{AttributeValue as MessageAttribute, Attributes},
+    port::OutgoingMessage,
+};
 
 use crate::table::{self, FORMAT_VERSION};
 

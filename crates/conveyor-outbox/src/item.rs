@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use conveyor_core::OutgoingMessage;
 use conveyor_core::limits::MAX_ITEM_BYTES;
+use conveyor_core::port::OutgoingMessage;
 use conveyor_sqs::{NewJob, ProduceError};
 use serde::Serialize;
 
@@ -234,7 +234,7 @@ impl Outbox {
         id: &str,
     ) -> HashMap<String, AttributeValue> {
         let now = SystemTime::now();
-        let now_millis = conveyor_core::outcome::epoch_millis(now);
+        let now_millis = conveyor_core::runtime::epoch_millis(now);
         let expires = now_millis / 1000 + self.ttl.as_secs();
         let string = |value: &str| AttributeValue::S(value.to_owned());
         let number = |value: u64| AttributeValue::N(value.to_string());

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use conveyor_core::outcome::epoch_millis;
+use conveyor_core::runtime::epoch_millis;
 
 /// A failed state read or write.
 #[derive(Debug, Clone, thiserror::Error)]

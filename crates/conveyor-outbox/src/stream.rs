@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use conveyor_core::outcome::epoch_millis;
+use conveyor_core::runtime::epoch_millis;
 use tokio_util::sync::CancellationToken;
 
 use crate::image::{StreamRecord, from_streams};

@@ -16,8 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use conveyor_core::payload::{PayloadError, PayloadPointer, PayloadStore, resolve};
-use conveyor_core::{Message, Payloads, Pipeline, Router};
+use conveyor_core::port::{PayloadError, PayloadPointer, PayloadStore, resolve};
+use conveyor_core::{
+    message::Message,
+    {Payloads, Pipeline, Router},
+};
 use conveyor_s3::S3PayloadStore;
 use conveyor_sqs::{NewJob, Producer};
 use conveyor_testing::localstack::{OwnLocalStack, QueueSpec, Services, create_queue, unique_name};
@@ -144,11 +147,11 @@ async fn receive(sqs: &aws_sdk_sqs::Client, url: &str) -> Message {
                 message.body.unwrap_or_default(),
             );
             converted.receipt_handle =
-                conveyor_core::ReceiptHandle(message.receipt_handle.unwrap_or_default());
+                conveyor_core::message::ReceiptHandle(message.receipt_handle.unwrap_or_default());
             for (name, value) in message.message_attributes.unwrap_or_default() {
                 converted.attributes.insert(
                     name,
-                    conveyor_core::AttributeValue {
+                    conveyor_core::message::AttributeValue {
                         data_type: value.data_type,
                         string_value: value.string_value,
                         binary_value: None,

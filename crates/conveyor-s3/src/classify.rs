@@ -2,7 +2,7 @@
 
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use conveyor_core::payload::PayloadError;
+use conveyor_core::port::PayloadError;
 
 /// What an S3 call failed with, for `bucket`/`key`.
 pub(crate) fn classify<E>(error: &SdkError<E, HttpResponse>, bucket: &str, key: &str) -> PayloadError

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use conveyor_core::payload::{PayloadError, PayloadStore};
+use conveyor_core::port::{PayloadError, PayloadStore};
 
 use crate::classify::classify;
 

@@ -253,7 +253,7 @@ impl Schedule {
             message: error.to_string(),
         })?;
         // Sorted keys, so the exported file's text does not depend on serde_json's map order.
-        let payload = conveyor_core::envelope::sorted(&payload);
+        let payload = conveyor_core::runtime::sorted(&payload);
         self.job = JobTemplate {
             job_type: job_type.to_owned(),
             version,

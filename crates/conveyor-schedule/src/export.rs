@@ -16,7 +16,7 @@
 
 use std::time::SystemTime;
 
-use conveyor_core::envelope::{Header, seal};
+use conveyor_core::runtime::{Header, seal};
 use serde::{Deserialize, Serialize};
 
 use crate::definition::{JobTemplate, MissedTicks, Schedule, Timing, format_tick};

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use conveyor_core::Failure;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
+use conveyor_core::runtime::Failure;
 use conveyor_testing::QueuedMessage;
 
 use crate::run::{Observation, SETTLE_LIMIT};

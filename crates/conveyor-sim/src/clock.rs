@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use conveyor_core::{Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, StoreError};
+use conveyor_core::port::{
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, StoreError,
+};
 use conveyor_testing::MemoryIdempotencyStore;
 use tokio::time::Instant;
 

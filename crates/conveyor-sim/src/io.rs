@@ -16,9 +16,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conveyor_core::{
-    Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, Failure, IdempotencyRecord,
-    IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, StoreError,
-    VisibilityChange,
+    message::{Message, ReceiptHandle},
+    port::{
+        Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, IdempotencyRecord, IdempotencyStore,
+        OutgoingMessage, Queue, QueueDepth, QueueError, StoreError, VisibilityChange,
+    },
+    runtime::Failure,
 };
 use fastrand::Rng;
 

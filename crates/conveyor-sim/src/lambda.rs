@@ -9,7 +9,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::{Message, Queue, ReceiptHandle};
+use conveyor_core::{
+    message::{Message, ReceiptHandle},
+    port::Queue,
+};
 use conveyor_lambda::LambdaConfig;
 use conveyor_lambda::{BatchProcessor, SqsEvent, to_record};
 use tokio::time::Instant;

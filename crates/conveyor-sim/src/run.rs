@@ -6,7 +6,11 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
-use conveyor_core::{AttributeValue, IdempotencyStore, OutgoingMessage, Pipeline, Queue, Router};
+use conveyor_core::{
+    message::AttributeValue,
+    port::{IdempotencyStore, OutgoingMessage, Queue},
+    {Pipeline, Router},
+};
 use conveyor_lambda::{BatchProcessor, FixedQueue};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, QueuedMessage, ScriptedQueue};
 use conveyor_worker::config::{QueueConfig, WorkerConfig};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
+use conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
 use fastrand::Rng;
 
 /// What one handler run does.

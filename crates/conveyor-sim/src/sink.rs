@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
-use conveyor_core::{Message, RecordStatus};
+use conveyor_core::{message::Message, port::RecordStatus};
 
 use crate::clock::VirtualStore;
 use crate::scenario::job_of_body;

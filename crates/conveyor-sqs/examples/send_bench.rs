@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use conveyor_core::Queue;
+use conveyor_core::port::Queue;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client};
 use serde::Serialize;

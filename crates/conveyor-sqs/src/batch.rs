@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use aws_sdk_sqs::types::BatchResultErrorEntry;
-use conveyor_core::{EntryError, EntryFailure};
+use conveyor_core::port::{EntryError, EntryFailure};
 
 use crate::errors::entry_error;
 

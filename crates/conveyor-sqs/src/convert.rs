@@ -6,7 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use aws_smithy_types::Blob;
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::{AttributeValue, Attributes, Message, QueueError, ReceiptHandle};
+use conveyor_core::{
+    message::{AttributeValue, Attributes, Message, ReceiptHandle},
+    port::QueueError,
+};
 
 /// Converts one attribute to the SDK's type.
 pub(crate) fn to_sdk_attribute(

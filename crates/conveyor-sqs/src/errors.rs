@@ -6,7 +6,7 @@
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::BatchResultErrorEntry;
 use aws_smithy_runtime_api::http::Response;
-use conveyor_core::{EntryError, QueueError};
+use conveyor_core::port::{EntryError, QueueError};
 
 /// The prefix SQS puts on some of its error codes (`AWS.SimpleQueueService.NonExistentQueue`).
 const SQS_CODE_PREFIX: &str = "AWS.SimpleQueueService.";

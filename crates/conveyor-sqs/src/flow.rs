@@ -1,8 +1,8 @@
 //! [`FlowProducer`]: sends a parent job with its children (BullMQ's flow producer); the parent is sent
-//! by the consumer that finishes the last child (see `conveyor_core::flow` for how it is counted).
+//! by the consumer that finishes the last child (see `conveyor-core/src/flow.rs` for how it is counted).
 //!
 //! ```no_run
-//! # async fn example(client: aws_sdk_sqs::Client, store: std::sync::Arc<dyn conveyor_core::FlowStore>)
+//! # async fn example(client: aws_sdk_sqs::Client, store: std::sync::Arc<dyn conveyor_core::port::FlowStore>)
 //! # -> Result<(), conveyor_sqs::FlowError> {
 //! use conveyor_sqs::{Flow, FlowProducer, NewJob};
 //!
@@ -21,12 +21,14 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
-use conveyor_core::flow::{FLOW_CHILD_ATTRIBUTE, NewFlow, ParentMessage, parent_key};
-use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::limits::MAX_PRODUCER_ATTRIBUTES;
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE};
+use conveyor_core::port::idempotency_key;
+use conveyor_core::port::{FLOW_CHILD_ATTRIBUTE, NewFlow, ParentMessage, parent_key};
 use conveyor_core::{
-    AttributeValue, ChildFailurePolicy, FlowSender, FlowStore, OutgoingMessage, QueueError, StoreError,
+    ChildFailurePolicy,
+    message::AttributeValue,
+    port::{FlowSender, FlowStore, OutgoingMessage, QueueError, StoreError},
 };
 use serde::Serialize;
 

@@ -2,10 +2,14 @@
 
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::delay::{DUE_ATTRIBUTE, MAX_TOTAL_DELAY, due_value};
 use conveyor_core::limits::{MAX_DELAY, MAX_MESSAGE_BYTES, MAX_PRODUCER_ATTRIBUTES};
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
-use conveyor_core::{AttributeValue, Attributes, Handler, OutgoingMessage, QueueError};
+use conveyor_core::runtime::{DUE_ATTRIBUTE, MAX_TOTAL_DELAY, due_value};
+use conveyor_core::{
+    Handler,
+    message::{AttributeValue, Attributes},
+    port::{OutgoingMessage, QueueError},
+};
 use serde::Serialize;
 
 /// Why a job was not sent.
@@ -61,7 +65,7 @@ pub enum ProduceError {
         /// The job type.
         job_type: String,
         /// What the payload store said.
-        error: conveyor_core::PayloadError,
+        error: conveyor_core::port::PayloadError,
     },
     /// A message attribute that cannot be sent.
     #[error("job {job_type}: message attribute {name:?} {reason}")]
@@ -197,7 +201,7 @@ impl<J: Serialize> NewJob<J> {
     /// A delivery delay (standard queues only), up to the queue's retention period. Up to 15 minutes
     /// it is SQS's `DelaySeconds`; a longer one travels as a due time (`conveyor.due`) and the
     /// consumers re-send it every 15 minutes until it is due, without running it or spending a receive
-    /// (`conveyor_core::delay`). Replaces an earlier [`NewJob::deliver_at`].
+    /// (`conveyor-core/src/delay.rs`). Replaces an earlier [`NewJob::deliver_at`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self.deliver_at = None;
@@ -354,8 +358,8 @@ fn attribute_name_problem(name: &str) -> Option<String> {
     if lower.starts_with("conveyor.") {
         return Some("uses the prefix conveyor., which Conveyor reserves for its own attributes".to_owned());
     }
-    if conveyor_core::payload::marking_attribute(
-        &std::iter::once((name.to_owned(), conveyor_core::AttributeValue::number(0))).collect(),
+    if conveyor_core::port::marking_attribute(
+        &std::iter::once((name.to_owned(), conveyor_core::message::AttributeValue::number(0))).collect(),
     )
     .is_some()
     {
@@ -505,7 +509,7 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        let expected = conveyor_core::outcome::epoch_millis(before + Duration::from_secs(2 * 3600));
+        let expected = conveyor_core::runtime::epoch_millis(before + Duration::from_secs(2 * 3600));
         assert!((expected..expected + 5_000).contains(&due), "{due} vs {expected}");
         let at = NewJob::new("t", 1)
             .deliver_at(SystemTime::now() + Duration::from_secs(60))

@@ -1,5 +1,5 @@
 //! Large payloads on the producer side (claim check): a job over the threshold is stored in the payload
-//! store and sent as a pointer in the SQS Extended Client Library's format (`conveyor_core::payload`).
+//! store and sent as a pointer in the SQS Extended Client Library's format (`conveyor-core/src/payload.rs`).
 //!
 //! # Design note: ordering
 //!
@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
-use conveyor_core::OutgoingMessage;
 use conveyor_core::limits::MAX_PRODUCER_ATTRIBUTES;
-use conveyor_core::payload::{PayloadPointer, PayloadStore, size_attribute};
+use conveyor_core::port::OutgoingMessage;
+use conveyor_core::port::{PayloadPointer, PayloadStore, size_attribute};
 
 use crate::job::{ProduceError, check_size};
 
@@ -72,7 +72,7 @@ pub(crate) async fn offload(
 #[cfg(test)]
 mod tests {
     use conveyor_core::limits::MAX_MESSAGE_BYTES;
-    use conveyor_core::payload::SIZE_ATTRIBUTE;
+    use conveyor_core::port::SIZE_ATTRIBUTE;
     use conveyor_testing::MemoryPayloadStore;
 
     use super::*;
@@ -194,7 +194,7 @@ mod tests {
         let store = Arc::new(MemoryPayloadStore::with_bucket("payloads"));
         let mut job = NewJob::new("report", "x".repeat(2 * 1024 * 1024)).key("k");
         for name in ["a", "b", "c", "d", "e", "f"] {
-            job = job.attribute(name, conveyor_core::AttributeValue::string("v"));
+            job = job.attribute(name, conveyor_core::message::AttributeValue::string("v"));
         }
         let message = job.encode("jobs").unwrap();
         assert_eq!(message.attributes.len(), 9);

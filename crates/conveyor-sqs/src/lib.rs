@@ -4,10 +4,6 @@ pub mod admin;
 mod batch;
 mod client;
 mod convert;
-/// The dead-letter copy's attributes (moved to `conveyor-core`, where both queue implementations use it).
-pub mod dead_letter {
-    pub use conveyor_core::dead_letter::*;
-}
 mod errors;
 mod flow;
 pub mod iam;

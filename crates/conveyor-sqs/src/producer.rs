@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::QueueAttributeName;
-use conveyor_core::delay::Cancelled;
-use conveyor_core::delay::DUE_ATTRIBUTE;
+use conveyor_core::Cancelled;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
-use conveyor_core::{IdempotencyStore, OutgoingMessage, PayloadStore, QueueError, StoreError};
+use conveyor_core::port::{IdempotencyStore, OutgoingMessage, PayloadStore, QueueError, StoreError};
+use conveyor_core::runtime::DUE_ATTRIBUTE;
 use serde::Serialize;
 
 use crate::convert::queue_name;
@@ -167,7 +167,7 @@ impl Producer {
     /// completed or running at this moment is not cancelled, and the answer says so.
     pub async fn cancel(&self, job_type: &str, key: &str) -> Result<Cancelled, CancelError> {
         let store = self.store.as_deref().ok_or(CancelError::NoStore)?;
-        Ok(conveyor_core::delay::cancel(store, job_type, key).await?)
+        Ok(conveyor_core::runtime::cancel(store, job_type, key).await?)
     }
 
     /// The queue's URL.
@@ -351,7 +351,7 @@ impl Producer {
             })
             .await;
         let delay = Duration::from_millis(
-            due.saturating_sub(conveyor_core::outcome::epoch_millis(SystemTime::now())),
+            due.saturating_sub(conveyor_core::runtime::epoch_millis(SystemTime::now())),
         );
         match retention {
             Some(limit) if delay > limit => Err(ProduceError::DelayTooLong {
@@ -450,7 +450,7 @@ impl Producer {
 
 fn rejected(code: &str, message: Option<&str>, sender_fault: bool) -> ProduceError {
     match classify_entry(code, message, sender_fault) {
-        conveyor_core::EntryError::Failed {
+        conveyor_core::port::EntryError::Failed {
             code,
             message,
             sender_fault,
@@ -459,7 +459,7 @@ fn rejected(code: &str, message: Option<&str>, sender_fault: bool) -> ProduceErr
             message,
             sender_fault,
         },
-        conveyor_core::EntryError::LeaseLost(message) => ProduceError::Rejected {
+        conveyor_core::port::EntryError::LeaseLost(message) => ProduceError::Rejected {
             code: code.to_owned(),
             message,
             sender_fault,

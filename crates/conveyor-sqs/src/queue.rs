@@ -10,11 +10,12 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageSystemAttributeName,
     QueueAttributeName,
 };
-use conveyor_core::dead_letter::dead_letter_copy;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
+use conveyor_core::runtime::dead_letter_copy;
 use conveyor_core::{
-    DeadLetter, EntryFailure, Failure, Message, OutgoingMessage, Queue, QueueDepth, QueueError,
-    ReceiptHandle, VisibilityChange,
+    message::{Message, ReceiptHandle},
+    port::{DeadLetter, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange},
+    runtime::Failure,
 };
 
 use crate::batch::{all_failures, entry_id};
@@ -37,8 +38,8 @@ struct DeadLetterQueue {
 /// An SQS queue, connected: its attributes are read once by [`SqsQueue::connect`].
 ///
 /// ```no_run
-/// # async fn example() -> Result<(), conveyor_core::QueueError> {
-/// use conveyor_core::Queue;
+/// # async fn example() -> Result<(), conveyor_core::port::QueueError> {
+/// use conveyor_core::port::Queue;
 /// use conveyor_sqs::{SqsQueue, sqs_client_from_env};
 ///
 /// let client = sqs_client_from_env().await;

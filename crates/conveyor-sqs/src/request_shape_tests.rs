@@ -22,7 +22,9 @@ use aws_smithy_mocks::{Rule, mock};
 use crate::mock_client::{failed_entry, mock_sqs};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
-    DeadLetter, EntryError, Failure, Message, Queue, QueueError, ReceiptHandle, VisibilityChange,
+    message::{Message, ReceiptHandle},
+    port::{DeadLetter, EntryError, Queue, QueueError, VisibilityChange},
+    runtime::Failure,
 };
 
 use crate::{NewJob, ProduceError, Producer, SqsQueue};
@@ -227,7 +229,7 @@ async fn dead_letter_sends_the_copy_with_the_failure_to_the_dlq_from_the_redrive
     let mut message = Message::new("m-1", r#"{"user_id":0}"#);
     message.attributes.insert(
         "conveyor.type".into(),
-        conveyor_core::AttributeValue::string("email"),
+        conveyor_core::message::AttributeValue::string("email"),
     );
     message.trace_header = Some("Root=1-abc".into());
     let failure = Failure::now("no such user", 1, "jobs", "email");

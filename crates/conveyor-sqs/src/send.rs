@@ -9,7 +9,7 @@ use aws_sdk_sqs::types::{
     MessageSystemAttributeNameForSends, MessageSystemAttributeValue, SendMessageBatchRequestEntry,
 };
 use conveyor_core::limits::{MAX_DELAY, MAX_MESSAGE_BYTES};
-use conveyor_core::{OutgoingMessage, QueueError};
+use conveyor_core::port::{OutgoingMessage, QueueError};
 
 use crate::convert::to_sdk_attributes;
 use crate::errors::classify;

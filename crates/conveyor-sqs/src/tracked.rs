@@ -1,8 +1,11 @@
 //! Sending a tracked job: its record says `sent` before a consumer picks it up (see
-//! `conveyor_core::tracking`).
+//! `conveyor-core/src/tracking.rs`).
 
-use conveyor_core::idempotency::idempotency_key;
-use conveyor_core::{IdempotencyStore, JobChange, JobStatus};
+use conveyor_core::port::idempotency_key;
+use conveyor_core::{
+    JobStatus,
+    port::{IdempotencyStore, JobChange},
+};
 use serde::Serialize;
 
 use crate::job::{NewJob, ProduceError};

@@ -17,8 +17,9 @@ use anyhow::Context as _;
 use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
-    AttributeValue, DeadLetter, EntryError, Failure, Message, OutgoingMessage, Queue, QueueError,
-    ReceiptHandle, VisibilityChange,
+    message::{AttributeValue, Message, ReceiptHandle},
+    port::{DeadLetter, EntryError, OutgoingMessage, Queue, QueueError, VisibilityChange},
+    runtime::Failure,
 };
 use conveyor_sqs::{NewJob, ProduceError, Producer, SqsQueue};
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client, unique_name};

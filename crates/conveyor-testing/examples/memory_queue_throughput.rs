@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use conveyor_core::{OutgoingMessage, Queue};
+use conveyor_core::port::{OutgoingMessage, Queue};
 use conveyor_testing::MemoryQueue;
 
 #[tokio::main(flavor = "current_thread")]

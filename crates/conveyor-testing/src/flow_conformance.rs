@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use conveyor_core::flow::{ChildEnd, NewFlow, ParentMessage};
-use conveyor_core::{ChildFailurePolicy, FlowStore};
+use conveyor_core::port::{ChildEnd, NewFlow, ParentMessage};
+use conveyor_core::{ChildFailurePolicy, port::FlowStore};
 
 use crate::suite::{Case, CaseResult, OrFail, SuiteFailure, SuiteFailures, ensure, run_cases};
 

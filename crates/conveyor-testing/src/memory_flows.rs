@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use conveyor_core::flow::{ChildEnd, Counted, FlowState, NewFlow, unknown_flow};
-use conveyor_core::tracking::to_epoch_millis;
-use conveyor_core::{FlowSender, FlowStore, OutgoingMessage, Queue, QueueError, StoreError};
+use conveyor_core::port::to_epoch_millis;
+use conveyor_core::port::{ChildEnd, Counted, FlowState, NewFlow, unknown_flow};
+use conveyor_core::port::{FlowSender, FlowStore, OutgoingMessage, Queue, QueueError, StoreError};
 
 /// Flows in memory. Each call is one atomic step, as each DynamoDB request is.
 #[derive(Debug, Default)]

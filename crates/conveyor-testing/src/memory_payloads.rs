@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use conveyor_core::payload::{PayloadError, PayloadStore};
+use conveyor_core::port::{PayloadError, PayloadStore};
 
 /// An in-memory [`PayloadStore`].
 #[derive(Debug, Default)]

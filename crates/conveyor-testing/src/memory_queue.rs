@@ -36,14 +36,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use conveyor_core::dead_letter::dead_letter_copy;
 use conveyor_core::limits::{
     MAX_DELAY, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES, MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT,
     MAX_WAIT_TIME,
 };
+use conveyor_core::runtime::dead_letter_copy;
 use conveyor_core::{
-    Attributes, DeadLetter, EntryError, EntryFailure, Failure, Message, OutgoingMessage, Queue, QueueDepth,
-    QueueError, ReceiptHandle, VisibilityChange,
+    message::{Attributes, Message, ReceiptHandle},
+    port::{
+        DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError,
+        VisibilityChange,
+    },
+    runtime::Failure,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -338,7 +342,7 @@ struct Redrive {
 /// # async fn demo() {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use conveyor_core::Queue;
+/// use conveyor_core::port::Queue;
 /// use conveyor_testing::MemoryQueue;
 ///
 /// let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));

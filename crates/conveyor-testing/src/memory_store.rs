@@ -6,11 +6,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use conveyor_core::idempotency::{EXPIRY_PAST_LEASE, next_token};
 use conveyor_core::limits::MAX_ITEM_BYTES;
+use conveyor_core::port::{EXPIRY_PAST_LEASE, next_token};
 use conveyor_core::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, JobChange, JobQuery, JobRecord,
-    JobStatus, Progress, RecordStatus, StoreError,
+    port::{
+        Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, JobChange, RecordStatus,
+        StoreError,
+    },
+    {JobQuery, JobRecord, JobStatus, Progress},
 };
 
 /// Store calls made so far, one per DynamoDB request the real store would make.
@@ -57,7 +60,7 @@ struct Counters {
 ///   with `SystemTime::now()` at the call, at the same granularity DynamoDB stores (so records read back
 ///   carry times truncated to seconds and milliseconds, as they would from the table).
 /// - A claim's fencing token is the replaced record's + 1, or the clock's epoch milliseconds + 1 on a
-///   fresh record (`conveyor_core::idempotency::next_token`), as the DynamoDB store's update computes it.
+///   fresh record (`conveyor_core::port::next_token`), as the DynamoDB store's update computes it.
 /// - `complete`, `release` and `extend_lease` are fenced on the claim's token; `extend_lease` also
 ///   requires the record to be in progress (a completed record's lease is never moved).
 /// - [`MemoryIdempotencyStore::set_unavailable`] makes every call fail with
@@ -397,7 +400,7 @@ impl IdempotencyStore for MemoryIdempotencyStore {
             .filter(|job| query.status.is_none_or(|status| job.status == status))
             .cloned()
             .collect();
-        conveyor_core::tracking::newest_first(&mut found, query.limit);
+        conveyor_core::port::newest_first(&mut found, query.limit);
         Ok(found.iter().map(|job| self.job_view(job)).collect())
     }
 }

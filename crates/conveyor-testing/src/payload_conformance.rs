@@ -2,7 +2,7 @@
 //! backend (the in-memory double and S3 on LocalStack). Cases use fresh random keys in one bucket, which
 //! must exist; `missing_bucket` must not.
 
-use conveyor_core::payload::{PayloadError, PayloadStore};
+use conveyor_core::port::{PayloadError, PayloadStore};
 
 use crate::suite::{Case, CaseResult, SuiteFailure, SuiteFailures, run_cases};
 

@@ -20,8 +20,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
-    AttributeValue, Attributes, DeadLetter, Failure, Message, OutgoingMessage, Queue, ReceiptHandle,
-    VisibilityChange,
+    message::{AttributeValue, Attributes, Message, ReceiptHandle},
+    port::{DeadLetter, OutgoingMessage, Queue, VisibilityChange},
+    runtime::Failure,
 };
 use tokio::time::Instant;
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use conveyor_core::{
-    DeadLetter, EntryFailure, Failure, Message, OutgoingMessage, Queue, QueueDepth, QueueError,
-    ReceiptHandle, VisibilityChange,
+    message::{Message, ReceiptHandle},
+    port::{DeadLetter, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError, VisibilityChange},
+    runtime::Failure,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;

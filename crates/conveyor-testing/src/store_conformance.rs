@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::{
+use conveyor_core::port::{
     Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
 };
 
@@ -472,7 +472,7 @@ pub async fn extend_lease_refuses_a_completed_record(store: &dyn IdempotencyStor
 pub async fn validation_hash_is_kept(store: &dyn IdempotencyStore) -> CaseResult {
     let case = "validation_hash_is_kept";
     let key = key(case);
-    let hash = conveyor_core::idempotency::payload_hash("{\"user_id\":42}");
+    let hash = conveyor_core::port::payload_hash("{\"user_id\":42}");
     let mut first = live(&key);
     first.validation = Some(hash.clone());
     acquire(case, store, &first).await?;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use conveyor_core::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, JobChange, JobQuery, JobRecord, JobStatus, Progress,
-    StoreError,
+    port::{Claim, ClaimOutcome, ClaimRequest, IdempotencyStore, JobChange, StoreError},
+    {JobQuery, JobRecord, JobStatus, Progress},
 };
 
 use crate::suite::{Case, CaseResult, OrFail, SuiteFailure, SuiteFailures, ensure, run_cases};

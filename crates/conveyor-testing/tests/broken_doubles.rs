@@ -6,11 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use conveyor_core::idempotency::next_token;
+use conveyor_core::port::next_token;
 use conveyor_core::{
-    Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, Failure, IdempotencyRecord,
-    IdempotencyStore, Message, OutgoingMessage, Queue, QueueDepth, QueueError, ReceiptHandle, StoreError,
-    VisibilityChange,
+    message::{Message, ReceiptHandle},
+    port::{
+        Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, IdempotencyRecord, IdempotencyStore,
+        OutgoingMessage, Queue, QueueDepth, QueueError, StoreError, VisibilityChange,
+    },
+    runtime::Failure,
 };
 use conveyor_testing::queue_conformance::{self, MemoryQueueFactory, QueueFactory, QueueUnderTest};
 use conveyor_testing::{MemoryIdempotencyStore, QueueSpec, store_conformance};

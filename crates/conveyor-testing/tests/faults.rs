@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use conveyor_core::{
+use conveyor_core::port::{
     ClaimOutcome, ClaimRequest, IdempotencyStore, OutgoingMessage, Queue, QueueError, StoreError,
 };
 use conveyor_dynamodb::DynamoStore;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use conveyor_core::Queue;
+use conveyor_core::port::Queue;
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::localstack::{

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::dead_letter::dead_letter_copy;
 use conveyor_core::message::JOB_TYPE_ATTRIBUTE;
-use conveyor_core::payload::{LEGACY_SIZE_ATTRIBUTE, PayloadPointer, SIZE_ATTRIBUTE};
+use conveyor_core::port::{LEGACY_SIZE_ATTRIBUTE, PayloadPointer, SIZE_ATTRIBUTE};
+use conveyor_core::runtime::dead_letter_copy;
 use conveyor_core::{
-    AckReason, AttributeValue, Budget, Context, Handler, HandlerError, Lease, Message, Outcome, Payloads,
-    Pipeline, Processed, Router,
+    message::{AttributeValue, Message},
+    runtime::{AckReason, Budget, Lease, Outcome, Processed},
+    {Context, Handler, HandlerError, Payloads, Pipeline, Router},
 };
 use conveyor_testing::{MemoryIdempotencyStore, MemoryPayloadStore};
 use tokio::time::Instant;
@@ -198,7 +199,7 @@ async fn the_dlq_copy_carries_the_pointer_and_the_attributes_and_the_object_stay
             .insert(name.to_owned(), AttributeValue::string("v"));
     }
     assert_eq!(message.attributes.len(), 10);
-    let failure = conveyor_core::Failure::now("boom", 1, "jobs", "measure");
+    let failure = conveyor_core::runtime::Failure::now("boom", 1, "jobs", "measure");
     let copy = dead_letter_copy(&message, &failure, false);
     assert_eq!(copy.body, message.body, "the pointer travels");
     assert_eq!(

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::idempotency::{idempotency_key, payload_hash};
 use conveyor_core::message::{JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
+use conveyor_core::port::{idempotency_key, payload_hash};
 use conveyor_core::{
-    AckReason, AttributeValue, Backoff, Budget, Context, Disposition, Failure, Handler, HandlerError,
-    HandlerSettings, IdempotencyRecord, IdempotencyStore, Lease, Message, Outcome, Pipeline, Processed,
-    Queue, RecordStatus, RejectMode, Router, reject,
+    message::{AttributeValue, Message},
+    port::{IdempotencyRecord, IdempotencyStore, Queue, RecordStatus},
+    runtime::{AckReason, Budget, Disposition, Failure, Lease, Outcome, Processed, reject},
+    {Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, RejectMode, Router},
 };
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue};
 use serde::Deserialize;
@@ -436,7 +437,7 @@ async fn a_timeout_retries_and_releases_the_claim() {
     let (processed, _) = fixture.process(&message).await;
     assert_eq!(
         started.elapsed(),
-        Duration::from_secs(5) + conveyor_core::pipeline::CANCEL_GRACE,
+        Duration::from_secs(5) + conveyor_core::runtime::CANCEL_GRACE,
         "told to stop at the handler's 5 s timeout, dropped after the grace it ignored"
     );
     let Outcome::Retry { reason, .. } = &processed.outcome else {
@@ -599,7 +600,7 @@ async fn the_claims_lease_is_the_messages_visibility_deadline_plus_the_skew_allo
     let fixture = fixture(Behaviour::Sleep(Duration::from_millis(1)));
     let message = message("{\"n\":1}");
     let lease = Lease::new(Instant::now() + LEASE);
-    let expected = SystemTime::now() + LEASE + conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
+    let expected = SystemTime::now() + LEASE + conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
     fixture
         .pipeline
         .process(
@@ -723,13 +724,13 @@ async fn a_body_without_the_configured_key_field_is_rejected_unclaimed() {
 /// run, never claimed, then run once (row "not due yet").
 #[tokio::test]
 async fn a_job_not_due_yet_hops_without_running_or_claiming_then_runs_when_due() {
-    use conveyor_core::delay::{DUE_ATTRIBUTE, due_value};
     use conveyor_core::limits::MAX_DELAY;
+    use conveyor_core::runtime::{DUE_ATTRIBUTE, due_value};
     use std::sync::Mutex;
 
     // Whole milliseconds, as the due attribute carries them.
     let start = SystemTime::UNIX_EPOCH
-        + Duration::from_millis(conveyor_core::outcome::epoch_millis(SystemTime::now()));
+        + Duration::from_millis(conveyor_core::runtime::epoch_millis(SystemTime::now()));
     let now = Arc::new(Mutex::new(start));
     let clock_now = Arc::clone(&now);
     let mut fixture = fixture(Behaviour::Succeed);
@@ -762,8 +763,8 @@ async fn a_job_not_due_yet_hops_without_running_or_claiming_then_runs_when_due()
 /// a second cancel says so, and a completed job cannot be cancelled.
 #[tokio::test]
 async fn a_cancelled_job_is_dropped_without_running() {
-    use conveyor_core::delay::{Cancelled, cancel};
     use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+    use conveyor_core::{Cancelled, runtime::cancel};
 
     let fixture = fixture(Behaviour::Succeed);
     let mut job = message(r#"{"n": 1}"#);

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::JOB_TYPE_ATTRIBUTE;
+use conveyor_core::port::idempotency_key;
 use conveyor_core::{
-    AckReason, AttributeValue, Budget, Context, Handler, HandlerError, HandlerSettings, IdempotencyStore,
-    JobRecord, JobStatus, Lease, Message, Outcome, Pipeline, Processed, Router,
+    message::{AttributeValue, Message},
+    port::IdempotencyStore,
+    runtime::{AckReason, Budget, Lease, Outcome, Processed},
+    {Context, Handler, HandlerError, HandlerSettings, JobRecord, JobStatus, Pipeline, Router},
 };
 use conveyor_testing::MemoryIdempotencyStore;
 use tokio::time::Instant;

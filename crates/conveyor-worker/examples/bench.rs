@@ -19,7 +19,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use conveyor_core::{Context, Handler, HandlerError, Pipeline, Queue, Router};
+use conveyor_core::{
+    port::Queue,
+    {Context, Handler, HandlerError, Pipeline, Router},
+};
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::MemoryQueue;
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client};

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::deferral::deferred_copy;
+use conveyor_core::runtime::deferred_copy;
 use conveyor_core::{
-    AckReason, Disposition, EntryError, Lease, Message, Outcome, Processed, RejectMode, VisibilityChange,
-    reject,
+    RejectMode,
+    message::Message,
+    port::{EntryError, VisibilityChange},
+    runtime::{AckReason, Disposition, Lease, Outcome, Processed, reject},
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;

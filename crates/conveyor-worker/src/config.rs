@@ -43,7 +43,7 @@ pub const WORKER_VARIABLES: &[&str] = &[
 /// `CONVEYOR_*` variables that other parts of Conveyor read and that a worker's environment may
 /// carry (the binaries' log format, the idempotency table, the local stack's ports): never reported.
 pub const OTHER_CONVEYOR_VARIABLES: &[&str] = &[
-    conveyor_core::log_output::ENV_LOG_FORMAT,
+    conveyor_core::runtime::ENV_LOG_FORMAT,
     "CONVEYOR_IDEMPOTENCY_TABLE",
     "CONVEYOR_PAYLOAD_BUCKET",
     "CONVEYOR_PAYLOAD_CLEANUP",
@@ -374,7 +374,7 @@ mod tests {
     /// second more is refused naming both variables, and without a drain the worker takes all that fits.
     #[test]
     fn any_drain_that_fits_the_stop_timeout_is_accepted() {
-        let reserve = conveyor_core::defaults::SHUTDOWN_RESERVE.as_secs();
+        let reserve = conveyor_core::runtime::SHUTDOWN_RESERVE.as_secs();
         for (stop, drain) in [(90, 60), (90, 90 - reserve), (120, 113), (8, 0), (8, 1), (30, 23)] {
             let config = load(
                 None,

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use conveyor_core::QueueError;
+use conveyor_core::port::QueueError;
 
 use crate::error::WorkerError;
 

@@ -19,7 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_BATCH_ENTRIES;
-use conveyor_core::{EntryError, Lease, Queue, ReceiptHandle};
+use conveyor_core::{
+    message::ReceiptHandle,
+    port::{EntryError, Queue},
+    runtime::Lease,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -252,7 +256,7 @@ async fn delete_with_retries(queue: Arc<dyn Queue>, batch: Vec<DeleteRequest>, s
 fn settle(
     queue: &Arc<dyn Queue>,
     batch: Vec<DeleteRequest>,
-    failures: Vec<conveyor_core::EntryFailure>,
+    failures: Vec<conveyor_core::port::EntryFailure>,
     status: &WorkerStatus,
 ) -> Vec<DeleteRequest> {
     let errors = errors_by_entry(batch.len(), failures);

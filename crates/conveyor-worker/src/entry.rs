@@ -21,7 +21,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use conveyor_core::{Pipeline, Queue};
+use conveyor_core::{Pipeline, port::Queue};
 
 use crate::config::{ENV_CONFIG, load_config_reading};
 use crate::connect::{DEFAULT_CONNECT_PATIENCE, connect_with_retry};

@@ -90,7 +90,7 @@ pub enum WorkerError {
     #[error(
         "the idempotency store cannot be used: {0}; no message was received (fix the table or the role, then start again)"
     )]
-    Store(conveyor_core::StoreError),
+    Store(conveyor_core::port::StoreError),
     /// A health check failed.
     #[error("health check of {addr} failed: {problem}")]
     Unhealthy {

@@ -48,8 +48,9 @@ use std::time::Duration;
 
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_VISIBILITY_TIMEOUT};
 use conveyor_core::{
-    EntryError, IdempotencyStore, Lease, Message, Queue, QueueError, ReceiptHandle, StoreError,
-    VisibilityChange,
+    message::{Message, ReceiptHandle},
+    port::{EntryError, IdempotencyStore, Queue, QueueError, StoreError, VisibilityChange},
+    runtime::Lease,
 };
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -396,7 +397,7 @@ fn settle_batch(
     inner: &Arc<Inner>,
     queue: usize,
     batch: Vec<Due>,
-    failures: Vec<conveyor_core::EntryFailure>,
+    failures: Vec<conveyor_core::port::EntryFailure>,
     sent_at: Instant,
 ) -> Vec<Due> {
     let errors = errors_by_entry(batch.len(), failures);
@@ -527,8 +528,8 @@ fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
 mod tests {
     use std::time::SystemTime;
 
-    use conveyor_core::idempotency::ClaimOutcome;
-    use conveyor_core::{ClaimRequest, IdempotencyStore};
+    use conveyor_core::port::ClaimOutcome;
+    use conveyor_core::port::{ClaimRequest, IdempotencyStore};
     use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState, ScriptedQueue};
 
     use super::*;
@@ -811,23 +812,23 @@ mod tests {
         }
         async fn complete(
             &self,
-            claim: &conveyor_core::Claim,
+            claim: &conveyor_core::port::Claim,
             output: Option<&str>,
             expires_at: SystemTime,
         ) -> Result<(), StoreError> {
             self.0.complete(claim, output, expires_at).await
         }
-        async fn release(&self, claim: &conveyor_core::Claim) -> Result<(), StoreError> {
+        async fn release(&self, claim: &conveyor_core::port::Claim) -> Result<(), StoreError> {
             self.0.release(claim).await
         }
         async fn extend_lease(
             &self,
-            _claim: &conveyor_core::Claim,
+            _claim: &conveyor_core::port::Claim,
             _lease_until: SystemTime,
         ) -> Result<(), StoreError> {
             std::future::pending().await
         }
-        async fn get(&self, key: &str) -> Result<Option<conveyor_core::IdempotencyRecord>, StoreError> {
+        async fn get(&self, key: &str) -> Result<Option<conveyor_core::port::IdempotencyRecord>, StoreError> {
             self.0.get(key).await
         }
     }

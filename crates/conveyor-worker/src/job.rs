@@ -5,8 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::outcome::not_run_at_the_last_receive;
-use conveyor_core::{Budget, Lease, Message, Outcome, Processed};
+use conveyor_core::runtime::not_run_at_the_last_receive;
+use conveyor_core::{
+    message::Message,
+    runtime::{Budget, Lease, Outcome, Processed},
+};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;

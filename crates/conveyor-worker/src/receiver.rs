@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::WorkerConfig;
-use conveyor_core::defaults::CLOCK_SKEW_ALLOWANCE;
 use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT};
-use conveyor_core::{Lease, Message, QueueError};
+use conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
+use conveyor_core::{message::Message, port::QueueError, runtime::Lease};
 use tokio::time::Instant;
 
 use crate::apply::release_in_order;
@@ -183,14 +183,14 @@ async fn dead_letter_fifo_at_the_last_receive(
             continue;
         }
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
-        let failure = conveyor_core::outcome::not_run_at_the_last_receive(
+        let failure = conveyor_core::runtime::not_run_at_the_last_receive(
             "the worker shut down as it was received; redrive it once the group's earlier messages are settled",
             attempt,
             max,
             &runtime.names[queue],
             job_type,
         );
-        let rejecting = conveyor_core::reject(
+        let rejecting = conveyor_core::runtime::reject(
             source,
             &message,
             &failure,
@@ -198,7 +198,7 @@ async fn dead_letter_fifo_at_the_last_receive(
             Duration::ZERO,
         );
         let deleted = match tokio::time::timeout_at(deadline, rejecting).await {
-            Ok(conveyor_core::Disposition::Delete) => {
+            Ok(conveyor_core::runtime::Disposition::Delete) => {
                 let receipt = [message.receipt_handle.clone()];
                 matches!(
                     tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await,

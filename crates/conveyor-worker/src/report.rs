@@ -75,7 +75,7 @@ impl Counters {
             heartbeat_extensions: get(&self.heartbeat_extensions),
             leases_lost: get(&self.leases_lost),
             deletes_failed: get(&self.deletes_failed),
-            log_write_errors: conveyor_core::log_output::write_errors(),
+            log_write_errors: conveyor_core::runtime::write_errors(),
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use conveyor_core::{EntryError, EntryFailure, QueueError};
+use conveyor_core::port::{EntryError, EntryFailure, QueueError};
 use tokio::time::Instant;
 
 /// The first pause between tries.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::WorkerConfig;
-use conveyor_core::{Pipeline, Queue};
+use conveyor_core::{Pipeline, port::Queue};
 use metrics::Gauge;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use conveyor_core::RejectMode;
 use conveyor_core::config::{ConfigError, Problems, millis, optional_seconds, seconds};
-use conveyor_core::defaults;
 use conveyor_core::limits::{MAX_VISIBILITY_TIMEOUT, MAX_WAIT_TIME};
+use conveyor_core::runtime;
 use serde::{Deserialize, Serialize};
 
 /// How a worker with several queues shares its capacity between them.
@@ -58,7 +58,7 @@ pub struct WorkerConfig {
     #[serde(with = "seconds")]
     pub stop_timeout: Duration,
     /// On SIGTERM, how long in-flight jobs may finish before they are cancelled and released. By
-    /// default (`None`) what fits: the stop timeout minus [`defaults::SHUTDOWN_RESERVE`].
+    /// default (`None`) what fits: the stop timeout minus [`runtime::SHUTDOWN_RESERVE`].
     #[serde(with = "optional_seconds")]
     pub drain_deadline: Option<Duration>,
     /// Pending deletes are flushed at 10 or after this interval, whichever comes first.
@@ -83,7 +83,7 @@ impl Default for WorkerConfig {
             receive_wait: MAX_WAIT_TIME,
             visibility_timeout: None,
             max_processing_time: Duration::from_secs(2 * 3600),
-            stop_timeout: Duration::from_secs(defaults::ECS_STOP_TIMEOUT_SECS),
+            stop_timeout: Duration::from_secs(runtime::ECS_STOP_TIMEOUT_SECS),
             drain_deadline: None,
             delete_flush_interval: Duration::from_millis(50),
             priority: PriorityMode::default(),
@@ -98,7 +98,7 @@ impl WorkerConfig {
     /// The drain deadline in force: the configured one, or what fits in the stop timeout.
     pub fn drain_deadline(&self) -> Duration {
         self.drain_deadline
-            .unwrap_or_else(|| self.stop_timeout.saturating_sub(defaults::SHUTDOWN_RESERVE))
+            .unwrap_or_else(|| self.stop_timeout.saturating_sub(runtime::SHUTDOWN_RESERVE))
     }
 
     /// Checks every setting; the error lists all problems with what to change.
@@ -133,12 +133,12 @@ impl WorkerConfig {
         });
         if let Some(visibility) = self.visibility_timeout {
             let visibility_ok =
-                visibility >= defaults::MIN_VISIBILITY_TIMEOUT && visibility <= MAX_VISIBILITY_TIMEOUT;
+                visibility >= runtime::MIN_VISIBILITY_TIMEOUT && visibility <= MAX_VISIBILITY_TIMEOUT;
             problems.check(visibility_ok, "visibility_timeout", || {
                 format!(
                     "{visibility:?} is outside {:?}..=12 h: the heartbeat extends when half is left and \
                      needs that time to reach SQS; leave it unset to use each queue's own",
-                    defaults::MIN_VISIBILITY_TIMEOUT
+                    runtime::MIN_VISIBILITY_TIMEOUT
                 )
             });
         }
@@ -153,7 +153,7 @@ impl WorkerConfig {
             },
         );
         let drain = self.drain_deadline();
-        let reserve = defaults::SHUTDOWN_RESERVE;
+        let reserve = runtime::SHUTDOWN_RESERVE;
         problems.check(self.stop_timeout > reserve, "stop_timeout", || {
             format!(
                 "{:?} leaves no time to drain: shutdown needs {reserve:?} after the drain to cancel, release \
@@ -223,7 +223,7 @@ mod tests {
     fn the_drain_deadline_defaults_to_what_fits_in_the_stop_timeout() {
         let config = worker();
         assert_eq!(
-            config.drain_deadline() + defaults::SHUTDOWN_RESERVE,
+            config.drain_deadline() + runtime::SHUTDOWN_RESERVE,
             config.stop_timeout
         );
         let longer = WorkerConfig {

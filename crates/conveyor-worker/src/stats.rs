@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::Queue;
+use conveyor_core::port::Queue;
 use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::{record_depth, record_dlq_depth};

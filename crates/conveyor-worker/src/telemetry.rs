@@ -72,14 +72,14 @@ pub(crate) fn in_flight_gauge() -> Gauge {
 }
 
 /// Records a queue's depth.
-pub(crate) fn record_depth(queue: &Arc<str>, depth: conveyor_core::QueueDepth) {
+pub(crate) fn record_depth(queue: &Arc<str>, depth: conveyor_core::port::QueueDepth) {
     metrics::gauge!(QUEUE_VISIBLE, "queue" => Arc::clone(queue)).set(depth.visible as f64);
     metrics::gauge!(QUEUE_IN_FLIGHT, "queue" => Arc::clone(queue)).set(depth.in_flight as f64);
     metrics::gauge!(QUEUE_DELAYED, "queue" => Arc::clone(queue)).set(depth.delayed as f64);
 }
 
 /// Records a watched dead-letter queue's depth: [`DLQ_MESSAGES`], and the same gauges as a queue.
-pub(crate) fn record_dlq_depth(dlq: &Arc<str>, depth: conveyor_core::QueueDepth) {
+pub(crate) fn record_dlq_depth(dlq: &Arc<str>, depth: conveyor_core::port::QueueDepth) {
     let total = depth.visible + depth.in_flight + depth.delayed;
     metrics::gauge!(DLQ_MESSAGES, "queue" => Arc::clone(dlq)).set(total as f64);
     record_depth(dlq, depth);
@@ -87,7 +87,7 @@ pub(crate) fn record_dlq_depth(dlq: &Arc<str>, depth: conveyor_core::QueueDepth)
 
 /// Copies the process's count of dropped log writes into its counter (before each `/metrics` render).
 pub(crate) fn record_log_write_errors() {
-    metrics::counter!(LOG_WRITE_ERRORS).absolute(conveyor_core::log_output::write_errors());
+    metrics::counter!(LOG_WRITE_ERRORS).absolute(conveyor_core::runtime::write_errors());
 }
 
 /// Records a circuit deferral.

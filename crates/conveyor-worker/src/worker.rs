@@ -22,9 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::WorkerConfig;
-use conveyor_core::defaults::{MIN_VISIBILITY_TIMEOUT, SHUTDOWN_RESERVE};
-use conveyor_core::pipeline::CANCEL_GRACE;
-use conveyor_core::{BackgroundTask, Pipeline, Queue};
+use conveyor_core::runtime::CANCEL_GRACE;
+use conveyor_core::runtime::{MIN_VISIBILITY_TIMEOUT, SHUTDOWN_RESERVE};
+use conveyor_core::{
+    port::Queue,
+    {BackgroundTask, Pipeline},
+};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -53,7 +56,7 @@ const _: () = assert!(
 /// A long-poll worker: receives from one or more queues and runs each message through the pipeline.
 ///
 /// ```no_run
-/// # async fn example(pipeline: conveyor_core::Pipeline, queue: std::sync::Arc<dyn conveyor_core::Queue>)
+/// # async fn example(pipeline: conveyor_core::Pipeline, queue: std::sync::Arc<dyn conveyor_core::port::Queue>)
 /// # -> Result<(), conveyor_worker::WorkerError> {
 /// let config = conveyor_worker::load_config(None)?;
 /// let report = conveyor_worker::Worker::new(config, pipeline, vec![queue])?

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use conveyor_core::{IdempotencyStore, Pipeline, Queue, Router};
+use conveyor_core::{
+    port::{IdempotencyStore, Queue},
+    {Pipeline, Router},
+};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState, ScriptedQueue};
 use conveyor_worker::config::WorkerConfig;
 use conveyor_worker::{BreakerSettings, Worker};

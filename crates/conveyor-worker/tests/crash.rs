@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
-use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::JOB_TYPE_ATTRIBUTE;
+use conveyor_core::port::idempotency_key;
 use conveyor_core::{
-    AttributeValue, Context, Handler, HandlerError, IdempotencyStore, OutgoingMessage, Pipeline, Queue,
-    Router,
+    message::AttributeValue,
+    port::{IdempotencyStore, OutgoingMessage, Queue},
+    {Context, Handler, HandlerError, Pipeline, Router},
 };
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;

@@ -15,8 +15,11 @@ use std::time::Duration;
 
 use common::aws::{self, send_all};
 use common::*;
-use conveyor_core::idempotency::idempotency_key;
-use conveyor_core::{IdempotencyStore, OutgoingMessage, Pipeline, Queue, QueueDepth, RecordStatus, Router};
+use conveyor_core::port::idempotency_key;
+use conveyor_core::{
+    port::{IdempotencyStore, OutgoingMessage, Queue, QueueDepth, RecordStatus},
+    {Pipeline, Router},
+};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::faults::{Fault, Faults, Rule, faulty_dynamodb_client, faulty_sqs_client};

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use conveyor_core::{
-    ChildFailurePolicy, Context, Flows, Handler, HandlerError, IdempotencyStore, Pipeline, Queue, Router,
+    port::{IdempotencyStore, Queue},
+    {ChildFailurePolicy, Context, Flows, Handler, HandlerError, Pipeline, Router},
 };
 use conveyor_sqs::{Flow, FlowProducer, NewJob};
 use conveyor_testing::{MemoryFlows, MemoryIdempotencyStore, MemoryQueue, QueueSender};

@@ -10,9 +10,12 @@ use std::time::Duration;
 
 use common::aws::{self, connect, send_all, visible_ids};
 use common::*;
-use conveyor_core::idempotency::idempotency_key;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{Pipeline, Queue, RecordStatus, Router};
+use conveyor_core::port::idempotency_key;
+use conveyor_core::{
+    port::{Queue, RecordStatus},
+    {Pipeline, Router},
+};
 use conveyor_testing::localstack::{QueueSpec, create_queue};
 use conveyor_worker::Worker;
 use conveyor_worker::config::{PriorityMode, WorkerConfig};
@@ -61,7 +64,7 @@ async fn every_outcome_path_against_localstack() {
     eventually(30, "the first round", || log.count(Kind::Succeeded) == 7).await;
     send_all(&queue, vec![keyed_message("plain", &job(21), "welcome:42")]).await;
     eventually(30, "the duplicate", || running.status.report().duplicates == 1).await;
-    let depth_is_zero = async || queue.depth().await.unwrap() == conveyor_core::QueueDepth::default();
+    let depth_is_zero = async || queue.depth().await.unwrap() == conveyor_core::port::QueueDepth::default();
     conveyor_testing::wait_until(Duration::from_secs(10), Duration::from_millis(100), depth_is_zero)
         .await
         .unwrap();
@@ -136,7 +139,7 @@ async fn a_job_longer_than_the_visibility_timeout_is_done_once() {
         queue
             .depth()
             .await
-            .is_ok_and(|depth| depth == conveyor_core::QueueDepth::default())
+            .is_ok_and(|depth| depth == conveyor_core::port::QueueDepth::default())
     })
     .await
     .unwrap();
@@ -151,7 +154,10 @@ async fn a_job_longer_than_the_visibility_timeout_is_done_once() {
         extensions >= 2,
         "{extensions} extensions for a 14 s job at 10 s visibility (one when a third is left: at ~7 s and ~13 s)"
     );
-    assert_eq!(queue.depth().await.unwrap(), conveyor_core::QueueDepth::default());
+    assert_eq!(
+        queue.depth().await.unwrap(),
+        conveyor_core::port::QueueDepth::default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,10 +9,13 @@ use std::time::{Duration, SystemTime};
 
 use common::aws::{self, connect};
 use common::{eventually, start};
-use conveyor_core::deferral::DeferralRecord;
-use conveyor_core::delay::{Cancelled, Clock};
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
-use conveyor_core::{Context, Handler, HandlerError, Pipeline, Queue, Router};
+use conveyor_core::message::DeferralRecord;
+use conveyor_core::{Cancelled, runtime::Clock};
+use conveyor_core::{
+    port::Queue,
+    {Context, Handler, HandlerError, Pipeline, Router},
+};
 use conveyor_sqs::{NewJob, Producer};
 use conveyor_testing::localstack::{QueueSpec, create_queue};
 use conveyor_worker::Worker;
@@ -128,7 +131,7 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
     let running = start(worker);
     eventually(60, "the delayed report", || !runs.lock().unwrap().is_empty()).await;
     // Every message settled: the cancelled one was dropped when due, nothing is left in flight.
-    let empty = async || queue.depth().await.unwrap() == conveyor_core::QueueDepth::default();
+    let empty = async || queue.depth().await.unwrap() == conveyor_core::port::QueueDepth::default();
     conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(200), empty)
         .await
         .unwrap();
@@ -157,11 +160,14 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
     assert!(
         deferral
             .first_sent_ms
-            .is_some_and(|ms| ms <= conveyor_core::outcome::epoch_millis(SystemTime::now())),
+            .is_some_and(|ms| ms <= conveyor_core::runtime::epoch_millis(SystemTime::now())),
         "the first copy's time survives: {deferral:?}"
     );
     assert_eq!(report.succeeded, 1);
     assert_eq!((report.retried, report.dead_lettered), (0, 0));
     let dlq = connect(&client, created.dlq_url.as_deref().unwrap()).await;
-    assert_eq!(dlq.depth().await.unwrap(), conveyor_core::QueueDepth::default());
+    assert_eq!(
+        dlq.depth().await.unwrap(),
+        conveyor_core::port::QueueDepth::default()
+    );
 }

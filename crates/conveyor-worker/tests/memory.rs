@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use common::*;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{IdempotencyStore, Pipeline, Queue, Router};
+use conveyor_core::{
+    port::{IdempotencyStore, Queue},
+    {Pipeline, Router},
+};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState};
 use conveyor_worker::config::{PriorityMode, WorkerConfig};
 use conveyor_worker::{BreakerSettings, Worker};
@@ -35,7 +38,7 @@ fn store_worker(
 }
 
 /// The failure record the first DLQ copy carries.
-fn first_dlq_failure(queue: &MemoryQueue) -> conveyor_core::Failure {
+fn first_dlq_failure(queue: &MemoryQueue) -> conveyor_core::runtime::Failure {
     let copy = &queue.messages_in_dlq()[0];
     let record = copy.attributes[FAILURE_ATTRIBUTE].string_value.clone().unwrap();
     serde_json::from_str(&record).unwrap()

@@ -7,8 +7,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::payload::{PayloadPointer, SIZE_ATTRIBUTE};
-use conveyor_core::{AttributeValue, OutgoingMessage, Payloads, Pipeline, Queue, Router};
+use conveyor_core::port::{PayloadPointer, SIZE_ATTRIBUTE};
+use conveyor_core::{
+    message::AttributeValue,
+    port::{OutgoingMessage, Queue},
+    {Payloads, Pipeline, Router},
+};
 use conveyor_testing::{MemoryPayloadStore, MemoryQueue, MessageState, ScriptedQueue};
 use conveyor_worker::Worker;
 

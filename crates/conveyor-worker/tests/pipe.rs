@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use aws_sdk_sqs::types::MessageAttributeValue;
-use conveyor_core::Queue as _;
+use conveyor_core::port::Queue as _;
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::{wait_for, wait_until};
@@ -98,7 +98,7 @@ fn emails_to(outbox: &std::path::Path, user_id: u64) -> usize {
         .count()
 }
 
-fn depth_total(depth: conveyor_core::QueueDepth) -> u64 {
+fn depth_total(depth: conveyor_core::port::QueueDepth) -> u64 {
     depth.visible + depth.in_flight + depth.delayed
 }
 

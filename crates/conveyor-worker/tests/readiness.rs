@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use conveyor_core::Queue;
+use conveyor_core::port::Queue;
 use conveyor_testing::{MemoryQueue, wait_for};
 use conveyor_worker::config::WorkerConfig;
 use tokio::time::Instant;

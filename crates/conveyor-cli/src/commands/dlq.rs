@@ -295,11 +295,11 @@ fn message_json(received: &Received, show_body: bool, fetched: Option<&Result<St
     {
         value["failure_attribute"] = json!(raw);
     }
-    if let Some(Ok(pointer)) = conveyor_core::PayloadPointer::of(message) {
+    if let Some(Ok(pointer)) = conveyor_core::port::PayloadPointer::of(message) {
         value["payload"] = json!({
             "bucket": pointer.bucket,
             "key": pointer.key,
-            "size": conveyor_core::payload::declared_size(&message.attributes),
+            "size": conveyor_core::port::declared_size(&message.attributes),
         });
     }
     if show_body {

@@ -4,9 +4,12 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use conveyor_core::flow::FlowState;
-use conveyor_core::idempotency::idempotency_key;
-use conveyor_core::{FlowStore, IdempotencyStore, JobQuery, JobRecord, JobStatus};
+use conveyor_core::port::FlowState;
+use conveyor_core::port::idempotency_key;
+use conveyor_core::{
+    port::{FlowStore, IdempotencyStore},
+    {JobQuery, JobRecord, JobStatus},
+};
 use conveyor_dynamodb::DynamoStore;
 
 use crate::aws::Aws;
@@ -267,7 +270,7 @@ fn list_table(jobs: &[JobRecord], now: SystemTime) -> Table {
 
 #[cfg(test)]
 mod tests {
-    use conveyor_core::tracking::StatusTime;
+    use conveyor_core::port::StatusTime;
 
     use super::*;
 

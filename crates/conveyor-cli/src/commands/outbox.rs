@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Args, Subcommand};
-use conveyor_core::outcome::epoch_millis;
+use conveyor_core::runtime::epoch_millis;
 use conveyor_outbox::{OutboxTable, ProgressSnapshot, Relay, StreamRelay, StreamRelayOptions};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -1,8 +1,8 @@
 //! Large payloads (SQS Extended Client pointers) in the CLI's output: what a pointer says, and its
 //! object fetched from S3 on request (`dlq peek --fetch-payloads`). Fetching never deletes.
 
-use conveyor_core::payload::{PayloadPointer, declared_size, resolve};
-use conveyor_core::{Message, PayloadStore};
+use conveyor_core::port::{PayloadPointer, declared_size, resolve};
+use conveyor_core::{message::Message, port::PayloadStore};
 use conveyor_s3::{S3PayloadStore, s3_client_from_env};
 use conveyor_sqs::admin::Received;
 

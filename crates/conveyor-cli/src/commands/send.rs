@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
-use conveyor_core::AttributeValue;
+use conveyor_core::message::AttributeValue;
 use conveyor_sqs::admin::{QueueInfo, QueueRef, describe, resolve_queue_url};
 use conveyor_sqs::{NewJob, Producer};
 use serde::Deserialize;
@@ -457,7 +457,7 @@ fn print_results(
 
 #[cfg(test)]
 mod tests {
-    use conveyor_core::QueueDepth;
+    use conveyor_core::port::QueueDepth;
     use conveyor_sqs::QueueArn;
 
     use super::*;

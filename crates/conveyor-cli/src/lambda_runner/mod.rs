@@ -33,7 +33,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use aws_sdk_sqs::types::Message;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
-use conveyor_core::{Queue, ReceiptHandle, VisibilityChange};
+use conveyor_core::{
+    message::ReceiptHandle,
+    port::{Queue, VisibilityChange},
+};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;

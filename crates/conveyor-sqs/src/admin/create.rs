@@ -140,7 +140,7 @@ async fn ensure_queue(
     }
     let output = request.send().await.map_err(|error| classify(&error, name))?;
     let url = output.queue_url.ok_or_else(|| {
-        AdminError::Queue(conveyor_core::QueueError::Invalid {
+        AdminError::Queue(conveyor_core::port::QueueError::Invalid {
             message: format!("CreateQueue {name} returned no queue URL"),
         })
     })?;

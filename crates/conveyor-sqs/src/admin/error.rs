@@ -2,7 +2,7 @@
 
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use conveyor_core::QueueError;
+use conveyor_core::port::QueueError;
 
 use crate::errors::{classify, display_chain};
 

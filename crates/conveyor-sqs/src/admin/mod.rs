@@ -23,7 +23,7 @@
 //! ([`move_loop`](mod@move_loop)), where the age of the oldest message comes from ([`stats`](mod@stats)),
 //! and why a move task should name its destination ([`move_task`](mod@move_task)).
 //!
-//! A DLQ message's *failure reason* is the `error` of the [`Failure`](conveyor_core::Failure) a worker
+//! A DLQ message's *failure reason* is the `error` of the [`Failure`](conveyor_core::runtime::Failure) a worker
 //! recorded in the `conveyor.failure` attribute when it dead-lettered the message (a permanent failure).
 //! Messages SQS's redrive moved after `maxReceiveCount` receives carry no record, but SQS marks them with
 //! `DeadLetterQueueSourceArn`; [`Received::reason`] says which case applies.

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_sdk_sqs::Client;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{OutgoingMessage, ReceiptHandle};
+use conveyor_core::{message::ReceiptHandle, port::OutgoingMessage};
 
 use super::error::AdminError;
 use super::queue_info::QueueInfo;
@@ -519,7 +519,11 @@ async fn pace(started: Instant, moved: u64, rate: Option<u32>) {
 #[cfg(test)]
 mod tests {
     use conveyor_core::message::JOB_TYPE_ATTRIBUTE;
-    use conveyor_core::{AttributeValue, Failure, Message, QueueDepth};
+    use conveyor_core::{
+        message::{AttributeValue, Message},
+        port::QueueDepth,
+        runtime::Failure,
+    };
 
     use super::*;
     use crate::redrive::QueueArn;

@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use conveyor_core::{EntryFailure, ReceiptHandle};
+use conveyor_core::{message::ReceiptHandle, port::EntryFailure};
 
 use super::error::AdminError;
 use super::receive::{Received, receive_held, release};

@@ -2,7 +2,7 @@
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::QueueAttributeName;
-use conveyor_core::{QueueDepth, QueueError};
+use conveyor_core::port::{QueueDepth, QueueError};
 
 use super::error::AdminError;
 use crate::errors::classify;

@@ -142,9 +142,9 @@ pub async fn resolve_queue_url(client: &Client, queue: &QueueRef) -> Result<Stri
         .send()
         .await
         .map_err(|error| classify(&error, name))?;
-    output
-        .queue_url
-        .ok_or_else(|| AdminError::Queue(conveyor_core::QueueError::QueueMissing { queue: name.clone() }))
+    output.queue_url.ok_or_else(|| {
+        AdminError::Queue(conveyor_core::port::QueueError::QueueMissing { queue: name.clone() })
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,11 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName};
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_RECEIVE_MESSAGES, MAX_WAIT_TIME};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{EntryFailure, Failure, Message, ReceiptHandle};
+use conveyor_core::{
+    message::{Message, ReceiptHandle},
+    port::EntryFailure,
+    runtime::Failure,
+};
 
 use super::error::AdminError;
 use crate::batch::{entry_failures, entry_id};
@@ -137,7 +141,7 @@ pub async fn release(
 
 #[cfg(test)]
 mod tests {
-    use conveyor_core::AttributeValue;
+    use conveyor_core::message::AttributeValue;
 
     use super::*;
 

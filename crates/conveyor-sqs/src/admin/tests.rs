@@ -23,7 +23,7 @@ use aws_smithy_mocks::{Rule, mock};
 
 use crate::mock_client::{failed_entry, mock_sqs};
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::{Failure, QueueDepth};
+use conveyor_core::{port::QueueDepth, runtime::Failure};
 
 use super::*;
 use crate::redrive::QueueArn;

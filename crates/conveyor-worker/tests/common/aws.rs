@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::{IdempotencyStore, OutgoingMessage, Queue};
+use conveyor_core::port::{IdempotencyStore, OutgoingMessage, Queue};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::localstack::{create_table, dynamodb_client, ensure_local_aws, sqs_client};

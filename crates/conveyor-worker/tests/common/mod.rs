@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE};
 use conveyor_core::{
-    AttributeValue, Backoff, Context, Handler, HandlerError, HandlerSettings, OutgoingMessage, Pipeline,
-    Queue, Router,
+    message::AttributeValue,
+    port::{OutgoingMessage, Queue},
+    {Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router},
 };
 use conveyor_worker::config::{PriorityMode, QueueConfig, WorkerConfig};
 use conveyor_worker::{Worker, WorkerError, WorkerReport, WorkerStatus};
