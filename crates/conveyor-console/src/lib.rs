@@ -31,6 +31,12 @@ pub struct Console {
     state: Arc<AppState>,
 }
 
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console").finish_non_exhaustive()
+    }
+}
+
 impl Console {
     /// Checks `config` (a token for any address but loopback) and resolves its queue names with `sqs`.
     /// `dynamodb` serves the job lookup when `config.table` is set.

@@ -49,6 +49,12 @@ pub trait QueueResolver: Send + Sync {
 #[derive(Clone)]
 pub struct FixedQueue(pub Arc<dyn Queue>);
 
+impl std::fmt::Debug for FixedQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("FixedQueue").field(&self.0.name()).finish()
+    }
+}
+
 #[async_trait]
 impl QueueResolver for FixedQueue {
     async fn resolve(&self, _arn: &str) -> Result<Arc<dyn Queue>, ResolveError> {
@@ -60,6 +66,12 @@ impl QueueResolver for FixedQueue {
 pub struct SqsQueues {
     client: aws_sdk_sqs::Client,
     cache: Mutex<HashMap<String, Arc<dyn Queue>>>,
+}
+
+impl std::fmt::Debug for SqsQueues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqsQueues").finish_non_exhaustive()
+    }
 }
 
 impl SqsQueues {

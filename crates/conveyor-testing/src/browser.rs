@@ -23,6 +23,14 @@ pub struct Chromedriver {
     child: Child,
 }
 
+impl std::fmt::Debug for Chromedriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chromedriver")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for Chromedriver {
     fn drop(&mut self) {
         if let Some(pid) = self.child.id() {

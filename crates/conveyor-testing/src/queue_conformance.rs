@@ -39,6 +39,18 @@ pub struct QueueUnderTest {
     pub dead_letter_queue: Option<Arc<dyn Queue>>,
 }
 
+impl std::fmt::Debug for QueueUnderTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueUnderTest")
+            .field("queue", &self.queue.name())
+            .field(
+                "dead_letter_queue",
+                &self.dead_letter_queue.as_ref().map(|dlq| dlq.name()),
+            )
+            .finish()
+    }
+}
+
 /// Creates fresh queues for the suite.
 #[async_trait]
 pub trait QueueFactory: Send + Sync {

@@ -77,6 +77,7 @@ pub fn chunked_report_flow(report_id: &str, chunks: u32, query_millis: u64, queu
 }
 
 /// Runs one chunk's queries, reporting progress after each.
+#[derive(Debug)]
 pub struct RunReportChunk;
 
 impl Handler for RunReportChunk {
@@ -120,6 +121,7 @@ impl Handler for RunReportChunk {
 }
 
 /// Assembles a report from its chunks' outputs (the flow's parent).
+#[derive(Debug)]
 pub struct AssembleReportHandler {
     /// Where assembled reports are recorded.
     pub outbox: Arc<Outbox>,

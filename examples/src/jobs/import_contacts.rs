@@ -26,6 +26,7 @@ pub struct Imported {
 }
 
 /// Imports contact lists.
+#[derive(Debug)]
 pub struct ImportContacts {
     /// Where imports are recorded.
     pub outbox: Arc<Outbox>,

@@ -28,6 +28,7 @@ pub struct ReportBuilt {
 }
 
 /// Builds reports.
+#[derive(Debug)]
 pub struct BuildReport {
     /// Where finished reports are recorded.
     pub outbox: Arc<Outbox>,

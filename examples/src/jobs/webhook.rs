@@ -43,6 +43,12 @@ pub struct DeliverWebhook {
     secret: Vec<u8>,
 }
 
+impl std::fmt::Debug for DeliverWebhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliverWebhook").finish_non_exhaustive()
+    }
+}
+
 impl DeliverWebhook {
     /// A deliverer signing with `secret`, giving up on a request after `timeout`.
     pub fn new(secret: impl Into<Vec<u8>>, timeout: Duration) -> Result<Self, reqwest::Error> {

@@ -33,6 +33,7 @@ pub struct EmailSent {
 }
 
 /// Sends welcome emails (into the outbox).
+#[derive(Debug)]
 pub struct SendWelcomeEmail {
     /// Where sent emails are recorded.
     pub outbox: Arc<Outbox>,
