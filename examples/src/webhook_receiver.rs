@@ -148,12 +148,11 @@ mod tests {
 
     #[tokio::test]
     async fn bad_clients_are_refused_and_cut_off() {
-        let limits = Limits {
-            header_timeout: Duration::from_millis(300),
-            body_timeout: Duration::from_millis(300),
-            max_body: 64 * 1024,
-            drain_oversized: 0,
-        };
+        let limits = Limits::default()
+            .with_header_timeout(Duration::from_millis(300))
+            .with_body_timeout(Duration::from_millis(300))
+            .with_max_body(64 * 1024)
+            .with_drain_oversized(0);
         let receiver = WebhookReceiver::start_with(b"secret".to_vec(), limits)
             .await
             .unwrap();

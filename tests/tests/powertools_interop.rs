@@ -143,11 +143,11 @@ impl Shared {
             Language::Python => DataFormat::JsonString,
             Language::TypeScript => DataFormat::Native,
         };
-        let store = DynamoStore::new(client, &table).with_options(StoreOptions {
-            data_format,
-            sort_key: sort_key.clone(),
-            ..StoreOptions::default()
-        });
+        let store = DynamoStore::new(client, &table).with_options(
+            StoreOptions::default()
+                .with_data_format(data_format)
+                .with_sort_key(sort_key.clone()),
+        );
         Self {
             language,
             prefix: format!("orders-fn.app.{}", language.name()),
@@ -170,10 +170,7 @@ impl Shared {
     fn pipeline(&self, settings: HandlerSettings, hold: bool) -> Pipeline {
         let handler = Recorder {
             runs: Arc::clone(&self.runs),
-            settings: HandlerSettings {
-                key_style: self.key_style(),
-                ..settings
-            },
+            settings: settings.with_key_style(self.key_style()),
             gate: hold.then(|| Arc::clone(&self.gate)),
         };
         Pipeline::new(Router::new().default_route(handler)).with_store(self.store.clone())
@@ -509,10 +506,7 @@ async fn expired_status_records_are_read_and_claimable() -> anyhow::Result<()> {
 async fn payload_validation_hashes_match_each_side() -> anyhow::Result<()> {
     for language in Language::ALL {
         let shared = Shared::new(language, "pt-validation").await?;
-        let validating = HandlerSettings {
-            validate_payload: true,
-            ..HandlerSettings::default()
-        };
+        let validating = HandlerSettings::default().with_validate_payload(true);
         let message = message("m");
         let mut spec = shared.spec(&message);
         spec.validation_jmespath = Some("powertools_json(body)".into());
@@ -540,10 +534,7 @@ async fn an_in_progress_record_shorter_lived_than_its_job_stays_claimed() -> any
     for language in Language::ALL {
         let shared = Shared::new(language, "pt-short-record").await?;
         let message = message("m");
-        let settings = HandlerSettings {
-            record_ttl: Duration::from_secs(1),
-            ..HandlerSettings::default()
-        };
+        let settings = HandlerSettings::default().with_record_ttl(Duration::from_secs(1));
         let pipeline = shared.pipeline(settings, true);
         let claimed_at = SystemTime::now();
         let running = {

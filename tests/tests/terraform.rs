@@ -260,15 +260,13 @@ const SHUTDOWN_CASES: [(u64, Option<u64>); 10] = [
 ];
 
 fn worker_accepts(stop: u64, drain: Option<u64>) -> bool {
-    let config = WorkerConfig {
-        queues: vec![QueueConfig {
-            url: "https://sqs.us-east-1.amazonaws.com/123456789012/jobs".to_owned(),
-            weight: 1,
-        }],
-        stop_timeout: Duration::from_secs(stop),
-        drain_deadline: drain.map(Duration::from_secs),
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .with_queues(vec![
+            QueueConfig::new("https://sqs.us-east-1.amazonaws.com/123456789012/jobs".to_owned())
+                .with_weight(1),
+        ])
+        .with_stop_timeout(Duration::from_secs(stop))
+        .with_drain_deadline(drain.map(Duration::from_secs));
     config.validate().is_ok()
 }
 
@@ -970,11 +968,10 @@ async fn wait_for_dead_letter(
 ) -> Result<conveyor_sqs::admin::Received> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let options = conveyor_sqs::admin::PeekOptions {
-            max: 1,
-            hold: Duration::from_secs(5),
-            wait: Duration::from_secs(2),
-        };
+        let options = conveyor_sqs::admin::PeekOptions::default()
+            .with_max(1)
+            .with_hold(Duration::from_secs(5))
+            .with_wait(Duration::from_secs(2));
         let peeked = conveyor_sqs::admin::peek(client, dlq_url, options).await?;
         if let Some(received) = peeked.messages.into_iter().next() {
             return Ok(received);

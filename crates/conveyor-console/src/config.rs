@@ -12,7 +12,9 @@ pub const TOKEN_ENV: &str = "CONVEYOR_CONSOLE_TOKEN";
 const MIN_TOKEN_CHARS: usize = 16;
 
 /// The console's settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct ConsoleConfig {
     /// Where it listens. Anything but a loopback address needs [`ConsoleConfig::token`].
     pub listen: SocketAddr,
@@ -46,10 +48,7 @@ impl Default for ConsoleConfig {
             job_types: Vec::new(),
             table: None,
             refresh: Duration::from_secs(3),
-            limits: Limits {
-                max_body: 1024 * 1024 + 64 * 1024,
-                ..Limits::default()
-            },
+            limits: Limits::default().with_max_body(1024 * 1024 + 64 * 1024),
         }
     }
 }

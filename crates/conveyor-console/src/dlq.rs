@@ -41,13 +41,11 @@ fn filter(fields: &Fields, now: SystemTime) -> MoveFilter {
             .number(name)
             .map(|minutes| now - Duration::from_secs(minutes.saturating_mul(60)))
     };
-    MoveFilter {
-        job_type: fields.get("job_type").map(str::to_owned),
-        reason_contains: fields.get("reason").map(str::to_owned),
-        failed_after: minutes_ago("newer"),
-        failed_before: minutes_ago("older"),
-        ..MoveFilter::default()
-    }
+    MoveFilter::default()
+        .with_job_type(fields.get("job_type").map(str::to_owned))
+        .with_reason_contains(fields.get("reason").map(str::to_owned))
+        .with_failed_after(minutes_ago("newer"))
+        .with_failed_before(minutes_ago("older"))
 }
 
 /// The DLQ of `fields`' `queue`, when the console shows that queue (or one of the DLQ's sources).
@@ -88,10 +86,7 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
         .number("max")
         .map_or(DEFAULT_PEEK, |max| usize::try_from(max).unwrap_or(MAX_PEEK))
         .clamp(1, MAX_PEEK);
-    let options = PeekOptions {
-        max,
-        ..PeekOptions::default()
-    };
+    let options = PeekOptions::default().with_max(max);
     let peeked = match peek(&state.sqs, &pair.dlq.url, options).await {
         Ok(peeked) => peeked,
         Err(error) => return problem(StatusCode::BAD_GATEWAY, "Dead letters", &display_chain(&error)),
@@ -305,10 +300,8 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
                 );
             }
             // A selection is exact: the ids alone decide.
-            filter = MoveFilter {
-                message_ids: Some(selected.iter().map(|id| (*id).to_owned()).collect()),
-                ..MoveFilter::default()
-            };
+            filter = MoveFilter::default()
+                .with_message_ids(Some(selected.iter().map(|id| (*id).to_owned()).collect()));
             format!("{} selected messages", selected.len())
         }
         "redrive_filter" => "every message matching the filter".to_owned(),
@@ -318,10 +311,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         "/dlq?queue={}",
         query_value(fields.get("queue").unwrap_or_default())
     );
-    let options = MoveOptions {
-        filter,
-        ..MoveOptions::default()
-    };
+    let options = MoveOptions::default().with_filter(filter);
     let client = state.sqs.clone();
     let dlq = pair.dlq.clone();
     if action == "delete_selected" {

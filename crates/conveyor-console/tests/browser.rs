@@ -90,15 +90,13 @@ async fn operators_watch_queues_and_redrive_dead_letters_in_a_browser() -> anyho
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let ops = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let config = ConsoleConfig {
-        listen: listener.local_addr()?,
-        token: Some(TOKEN.to_owned()),
-        queues: vec![QueueRef::parse(&queue.name)?],
-        workers: vec![format!("http://{ops}")],
-        job_types: vec!["webhook".to_owned()],
-        refresh: Duration::from_secs(1),
-        ..ConsoleConfig::default()
-    };
+    let config = ConsoleConfig::default()
+        .with_listen(listener.local_addr()?)
+        .with_token(Some(TOKEN.to_owned()))
+        .with_queues(vec![QueueRef::parse(&queue.name)?])
+        .with_workers(vec![format!("http://{ops}")])
+        .with_job_types(vec!["webhook".to_owned()])
+        .with_refresh(Duration::from_secs(1));
     let console = Console::new(config, sqs.clone(), localstack::dynamodb_client().await).await?;
     let stop = CancellationToken::new();
     tokio::spawn(console.clone().serve(listener, stop.clone()));
@@ -185,15 +183,10 @@ async fn scenario(
         provider_down: Arc::clone(&provider_down),
         delivered: Arc::clone(&delivered),
     }));
-    let config = WorkerConfig {
-        queues: vec![QueueConfig {
-            url: queue.url.clone(),
-            weight: 1,
-        }],
-        receive_wait: Duration::from_secs(1),
-        listen_addr: Some(ops.to_string()),
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .with_queues(vec![QueueConfig::new(queue.url.clone()).with_weight(1)])
+        .with_receive_wait(Duration::from_secs(1))
+        .with_listen_addr(Some(ops.to_string()));
     let worker_queue: Arc<dyn conveyor_core::port::Queue> =
         Arc::new(SqsQueue::connect(sqs.clone(), &queue.url).await?);
     let worker = Worker::new(config, pipeline, vec![worker_queue])?;

@@ -28,21 +28,18 @@ fn offline_dynamodb() -> aws_sdk_dynamodb::Client {
 
 #[tokio::test]
 async fn bad_clients_are_refused_and_cut_off_before_the_token_check() {
-    let limits = Limits {
-        header_timeout: Duration::from_millis(300),
-        body_timeout: Duration::from_millis(300),
-        max_body: 64 * 1024,
-        drain_oversized: 0,
-    };
+    let limits = Limits::default()
+        .with_header_timeout(Duration::from_millis(300))
+        .with_body_timeout(Duration::from_millis(300))
+        .with_max_body(64 * 1024)
+        .with_drain_oversized(0);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = ConsoleConfig {
-        listen: addr,
-        token: Some("0123456789abcdef0123".to_owned()),
-        prefixes: vec!["jobs".to_owned()],
-        limits,
-        ..ConsoleConfig::default()
-    };
+    let config = ConsoleConfig::default()
+        .with_listen(addr)
+        .with_token(Some("0123456789abcdef0123".to_owned()))
+        .with_prefixes(vec!["jobs".to_owned()])
+        .with_limits(limits);
     let console = Console::new(config, offline_sqs(), offline_dynamodb())
         .await
         .unwrap();
@@ -56,15 +53,12 @@ async fn bad_clients_are_refused_and_cut_off_before_the_token_check() {
 
 #[tokio::test]
 async fn other_addresses_are_refused_without_a_token() {
-    let config = ConsoleConfig {
-        listen: "0.0.0.0:8025".parse().unwrap(),
-        prefixes: vec!["jobs".to_owned()],
-        ..ConsoleConfig::default()
-    };
+    let config = ConsoleConfig::default()
+        .with_listen("0.0.0.0:8025".parse().unwrap())
+        .with_prefixes(vec!["jobs".to_owned()]);
     let error = Console::new(config, offline_sqs(), offline_dynamodb())
         .await
-        .err()
-        .expect("no token on 0.0.0.0")
+        .expect_err("no token on 0.0.0.0")
         .to_string();
     assert!(error.contains("--token"), "{error}");
 }

@@ -77,8 +77,10 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// Per-handler settings.
-#[derive(Debug, Clone, PartialEq)]
+/// Per-handler settings: `HandlerSettings::default()` and a `with_*` setter per field.
+#[derive(Debug, Clone, PartialEq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct HandlerSettings {
     /// The longest one run may take; past it the run counts as a retryable failure.
     pub timeout: Duration,

@@ -116,7 +116,9 @@ impl std::fmt::Debug for Pipeline {
 }
 
 /// What a runtime knows about the limits of one delivery.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct Budget {
     /// Bounds the handler beyond its own timeout (the Lambda invocation's deadline).
     pub run_deadline: Option<Instant>,

@@ -202,10 +202,8 @@ async fn main() -> anyhow::Result<()> {
     let client = support::local_client().await?;
     let table = support::create_table(&client, "claim-bench").await?;
     let plain = DynamoStore::new(client.clone(), &table);
-    let cached = DynamoStore::new(client, &table).with_options(StoreOptions {
-        completed_cache: Some(jobs),
-        ..StoreOptions::default()
-    });
+    let cached = DynamoStore::new(client, &table)
+        .with_options(StoreOptions::default().with_completed_cache(Some(jobs)));
 
     // Warm up connections and DynamoDB Local's JIT, off the record.
     let warm: Vec<String> = (0..50).map(|i| format!("conveyor:bench#warm-{i}")).collect();

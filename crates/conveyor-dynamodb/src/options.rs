@@ -6,7 +6,9 @@ use crate::defaults;
 /// The item's attribute names. The defaults are AWS Lambda Powertools' names (plus Conveyor's
 /// `fencing_token`), so a table can be shared with Powertools consumers; change them only to match a
 /// Powertools consumer configured with other names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct AttributeNames {
     /// The partition key, a string (`id`).
     pub id: String,
@@ -80,7 +82,9 @@ pub struct SortKey {
 }
 
 /// Options for a [`DynamoStore`](crate::DynamoStore).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// The item's attribute names.
     pub attributes: AttributeNames,

@@ -305,10 +305,7 @@ async fn an_oversized_output_is_omitted_or_refused() {
     assert_eq!(record.status, RecordStatus::Completed);
     assert_eq!(record.output, None);
 
-    let refusing_options = StoreOptions {
-        oversized_output: OversizedOutput::Error,
-        ..StoreOptions::default()
-    };
+    let refusing_options = StoreOptions::default().with_oversized_output(OversizedOutput::Error);
     let (_, _, refusing) = store_with("refuse", refusing_options).await;
     let claim = acquire(&refusing, &request(key, MINUTE)).await;
     let error = refusing
@@ -343,10 +340,7 @@ async fn an_output_just_under_the_limit_is_stored() {
 
 #[tokio::test]
 async fn the_cache_answers_completed_duplicates_without_a_request() {
-    let options = StoreOptions {
-        completed_cache: Some(100),
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_completed_cache(Some(100));
     let (_, _, store) = store_with("cache", options).await;
     let key = "conveyor:cache#1";
     let mut first = request(key, MINUTE);
@@ -371,10 +365,7 @@ async fn the_cache_answers_completed_duplicates_without_a_request() {
 
 #[tokio::test]
 async fn the_cache_learns_from_duplicates_and_never_holds_in_progress_records() {
-    let options = StoreOptions {
-        completed_cache: Some(100),
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_completed_cache(Some(100));
     let (client, table, store) = store_with("cache-learn", options).await;
     // Completed by another process: this store learns it from its first duplicate.
     let other = DynamoStore::new(client, &table);
@@ -407,10 +398,7 @@ async fn the_cache_learns_from_duplicates_and_never_holds_in_progress_records() 
 
 #[tokio::test]
 async fn the_cache_respects_expiry() {
-    let options = StoreOptions {
-        completed_cache: Some(100),
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_completed_cache(Some(100));
     let (_, _, store) = store_with("cache-expiry", options).await;
     let key = "conveyor:cache#3";
     let claim = acquire(&store, &request(key, MINUTE)).await;

@@ -376,10 +376,7 @@ async fn with_a_cache_complete_asks_for_the_new_record() {
         record(input);
         MockResponse::Output(UpdateItemOutput::builder().build())
     });
-    let options = StoreOptions {
-        completed_cache: Some(16),
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::default().with_completed_cache(Some(16));
     let store = DynamoStore::new(mock_client(&[&update]), TABLE).with_options(options);
     store.complete(&claim(), None, SystemTime::now()).await.unwrap();
     assert_eq!(
@@ -491,10 +488,8 @@ async fn an_oversized_output_is_omitted_or_refused_before_any_request() {
     let client = mock_client(&[&update]);
     let output = "x".repeat(500 * 1024);
 
-    let refusing = DynamoStore::new(client.clone(), TABLE).with_options(StoreOptions {
-        oversized_output: OversizedOutput::Error,
-        ..StoreOptions::default()
-    });
+    let refusing = DynamoStore::new(client.clone(), TABLE)
+        .with_options(StoreOptions::default().with_oversized_output(OversizedOutput::Error));
     let error = refusing
         .complete(&claim(), Some(&output), SystemTime::now())
         .await

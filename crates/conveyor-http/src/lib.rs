@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 pub use body::OversizedBody;
 
 /// The deadlines and size limits a server applies to every request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct Limits {
     /// The request line and headers must arrive within this; an idle keep-alive connection is closed
     /// after it too.

@@ -845,11 +845,10 @@ impl BatchProcessor {
         } else {
             lane.queue.known_max_receive_count()
         };
-        let budget = Budget {
-            run_deadline: Some(invocation.cutoff),
-            max_attempts,
-            settle_deadline: Some(invocation.settle_by),
-        };
+        let budget = Budget::default()
+            .with_run_deadline(Some(invocation.cutoff))
+            .with_max_attempts(max_attempts)
+            .with_settle_deadline(Some(invocation.settle_by));
         let process = || {
             self.pipeline
                 .process(Arc::clone(message), Arc::clone(&lane.name), &lease, budget)

@@ -8,8 +8,10 @@ use conveyor_core::runtime;
 use serde::{Deserialize, Serialize};
 
 /// The Lambda adapter's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, derive_setters::Setters)]
 #[serde(deny_unknown_fields, default)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct LambdaConfig {
     /// The function's timeout. Also the time each invocation gets when its deadline header cannot be
     /// Lambda's (already past, or beyond Lambda's 15 minutes: an emulator such as cargo lambda).

@@ -436,11 +436,9 @@ fn deferred_copies(harness: &Harness) -> Vec<(String, u32, MessageState)> {
 
 #[tokio::test(start_paused = true)]
 async fn messages_that_cannot_start_before_the_deadline_are_deferred_with_a_copy() {
-    let config = LambdaConfig {
-        batch_concurrency: 1,
-        deadline_margin: Duration::from_millis(1500),
-        ..LambdaConfig::default()
-    };
+    let config = LambdaConfig::default()
+        .with_batch_concurrency(1)
+        .with_deadline_margin(Duration::from_millis(1500));
     let harness = Harness::new(slow_queue("jobs"), config);
     let slow = harness.push_step(json!({"name": "slow", "sleep_ms": 600}), None);
     let late1 = harness.push("late1", "ok");
@@ -481,11 +479,9 @@ async fn messages_that_cannot_start_before_the_deadline_are_deferred_with_a_copy
 
 #[tokio::test(start_paused = true)]
 async fn on_a_fifo_queue_messages_that_cannot_start_are_listed_untouched() {
-    let config = LambdaConfig {
-        batch_concurrency: 1,
-        deadline_margin: Duration::from_millis(1500),
-        ..LambdaConfig::default()
-    };
+    let config = LambdaConfig::default()
+        .with_batch_concurrency(1)
+        .with_deadline_margin(Duration::from_millis(1500));
     let queue = MemoryQueue::fifo("orders.fifo").with_visibility_timeout(Duration::from_secs(300));
     let harness = Harness::new(queue, config);
     harness.push_step(json!({"name": "slow", "sleep_ms": 600}), Some("a"));
@@ -753,10 +749,7 @@ async fn a_hung_store_cannot_push_the_invocation_past_its_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_is_told_to_stop_before_the_deadline_and_the_response_comes_in_time() {
-    let config = LambdaConfig {
-        deadline_margin: Duration::from_millis(1500),
-        ..LambdaConfig::default()
-    };
+    let config = LambdaConfig::default().with_deadline_margin(Duration::from_millis(1500));
     let harness = Harness::new(slow_queue("jobs"), config);
     let long = harness.push("long", "until_cancelled");
     let received = harness.receive().await;
@@ -796,10 +789,7 @@ async fn a_record_without_a_message_id_fails_the_invocation_instead_of_being_del
 
 #[tokio::test(start_paused = true)]
 async fn a_batch_that_failed_entirely_can_fail_the_invocation_for_the_errors_metric() {
-    let config = LambdaConfig {
-        fail_invocation_when_all_fail: true,
-        ..LambdaConfig::default()
-    };
+    let config = LambdaConfig::default().with_fail_invocation_when_all_fail(true);
     let harness = Harness::new(slow_queue("jobs"), config);
     harness.push("one", "retry");
     harness.push("two", "retry");
@@ -899,10 +889,7 @@ async fn the_success_path_needs_no_sqs_call_and_an_unresolvable_queue_fails_only
 
 #[tokio::test(start_paused = true)]
 async fn powertools_mode_holds_back_the_whole_rest_of_a_fifo_batch() {
-    let config = LambdaConfig {
-        fifo_failure: conveyor_lambda::FifoFailure::Batch,
-        ..LambdaConfig::default()
-    };
+    let config = LambdaConfig::default().with_fifo_failure(conveyor_lambda::FifoFailure::Batch);
     let queue = MemoryQueue::fifo("orders.fifo").with_visibility_timeout(Duration::from_secs(300));
     let harness = Harness::new(queue, config);
     harness.push_step(json!({"name": "a1"}), Some("a"));

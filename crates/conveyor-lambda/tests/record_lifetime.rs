@@ -48,15 +48,13 @@ impl Handler for LongJob {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            record_ttl: Duration::from_secs(1),
-            key_style: KeyStyle::Powertools(PowertoolsKey {
+        HandlerSettings::default()
+            .with_record_ttl(Duration::from_secs(1))
+            .with_key_style(KeyStyle::Powertools(PowertoolsKey {
                 flavor: PowertoolsFlavor::Python,
                 prefix: PREFIX.into(),
                 source: KeySource::MessageId,
-            }),
-            ..HandlerSettings::default()
-        }
+            }))
     }
 }
 

@@ -98,10 +98,7 @@ impl Handler for SimHandler {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            timeout: self.timeout,
-            ..HandlerSettings::default()
-        }
+        HandlerSettings::default().with_timeout(self.timeout)
     }
 }
 

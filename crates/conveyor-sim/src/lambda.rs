@@ -46,12 +46,10 @@ impl std::fmt::Debug for Function {
 
 /// The config the function runs with.
 pub fn config(spec: &LambdaSpec, visibility: Duration) -> LambdaConfig {
-    LambdaConfig {
-        function_timeout: spec.function_timeout,
-        queue_visibility_timeout: visibility,
-        batch_concurrency: spec.batch_concurrency,
-        ..LambdaConfig::default()
-    }
+    LambdaConfig::default()
+        .with_function_timeout(spec.function_timeout)
+        .with_queue_visibility_timeout(visibility)
+        .with_batch_concurrency(spec.batch_concurrency)
 }
 
 impl Function {

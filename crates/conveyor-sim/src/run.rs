@@ -140,15 +140,12 @@ impl Shared<'_> {
     fn start_worker(&self, index: usize) -> Result<RunningWorker, WorkerError> {
         let instance = self.instance(format!("worker-{index}"), index as u64 + 1);
         let capacity = self.scenario.worker_capacity[index % self.scenario.worker_capacity.len()];
-        let config = WorkerConfig {
-            queues: vec![QueueConfig {
-                url: "http://sim.invalid/jobs".to_owned(),
-                weight: 1,
-            }],
-            max_in_flight: capacity,
-            listen_addr: None,
-            ..WorkerConfig::default()
-        };
+        let config = WorkerConfig::default()
+            .with_queues(vec![
+                QueueConfig::new("http://sim.invalid/jobs".to_owned()).with_weight(1),
+            ])
+            .with_max_in_flight(capacity)
+            .with_listen_addr(None);
         let worker = Worker::new(config, self.pipeline(&instance), vec![self.queue_for(&instance)])?;
         let graceful = CancellationToken::new();
         let immediate = CancellationToken::new();

@@ -48,10 +48,7 @@ fn uuid() -> String {
 
 async fn run(pipeline: &Pipeline, message: &Message) -> Processed {
     let lease = Lease::new(Instant::now() + Duration::from_secs(30));
-    let budget = Budget {
-        max_attempts: Some(5),
-        ..Budget::default()
-    };
+    let budget = Budget::default().with_max_attempts(Some(5));
     pipeline
         .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, budget)
         .await

@@ -97,11 +97,9 @@ fn released(record: Option<IdempotencyRecord>) -> bool {
 }
 
 fn settings() -> HandlerSettings {
-    HandlerSettings {
-        timeout: Duration::from_secs(5),
-        backoff: Backoff::with_budget(Duration::from_secs(10)),
-        ..HandlerSettings::default()
-    }
+    HandlerSettings::default()
+        .with_timeout(Duration::from_secs(5))
+        .with_backoff(Backoff::with_budget(Duration::from_secs(10)))
 }
 
 fn fixture_with(
@@ -211,10 +209,7 @@ impl Fixture {
         let mut last = message.clone();
         last.receive_count = max_attempts;
         let lease = Lease::new(Instant::now() + LEASE);
-        let budget = Budget {
-            max_attempts: Some(max_attempts),
-            ..Budget::default()
-        };
+        let budget = Budget::default().with_max_attempts(Some(max_attempts));
         self.pipeline
             .process(Arc::new(last), Arc::from("jobs"), &lease, budget)
             .await
@@ -364,10 +359,7 @@ async fn in_progress_elsewhere_defers_until_the_other_lease_ends() {
 
 #[tokio::test]
 async fn same_key_with_another_payload_is_rejected() {
-    let validating = HandlerSettings {
-        validate_payload: true,
-        ..settings()
-    };
+    let validating = settings().with_validate_payload(true);
     let fixture = fixture_with(
         Behaviour::Succeed,
         MemoryIdempotencyStore::new(),
@@ -705,14 +697,13 @@ async fn reject_left_to_redrive_makes_the_message_visible_at_once() {
 
 #[tokio::test]
 async fn a_body_without_the_configured_key_field_is_rejected_unclaimed() {
-    let keyed = HandlerSettings {
-        key_style: conveyor_core::KeyStyle::Powertools(conveyor_core::PowertoolsKey {
+    let keyed = settings().with_key_style(conveyor_core::KeyStyle::Powertools(
+        conveyor_core::PowertoolsKey {
             flavor: conveyor_core::PowertoolsFlavor::Python,
             prefix: "orders-fn.app.handle".into(),
             source: conveyor_core::KeySource::BodyField("order_id".into()),
-        }),
-        ..settings()
-    };
+        },
+    ));
     let fixture = fixture_with(Behaviour::Succeed, MemoryIdempotencyStore::new(), keyed, |_| None);
     let (processed, _) = fixture.process(&message("{\"n\":1}")).await;
     assert_reject(&processed, "no idempotency key field `order_id`");

@@ -67,10 +67,7 @@ impl Handler for Report {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            tracked: self.tracked,
-            ..HandlerSettings::default()
-        }
+        HandlerSettings::default().with_tracked(self.tracked)
     }
 }
 
@@ -88,10 +85,7 @@ fn message(id: &str, receive_count: u32) -> Arc<Message> {
 
 async fn run(pipeline: &Pipeline, message: Arc<Message>) -> Processed {
     let lease = Lease::new(Instant::now() + Duration::from_secs(3600));
-    let budget = Budget {
-        max_attempts: Some(3),
-        ..Budget::default()
-    };
+    let budget = Budget::default().with_max_attempts(Some(3));
     pipeline.process(message, Arc::from("jobs"), &lease, budget).await
 }
 

@@ -72,15 +72,10 @@ fn size(name: &str, default: usize) -> usize {
 }
 
 fn config(url: &str, max_in_flight: usize) -> WorkerConfig {
-    WorkerConfig {
-        queues: vec![QueueConfig {
-            url: url.to_owned(),
-            weight: 1,
-        }],
-        max_in_flight,
-        listen_addr: None,
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .with_queues(vec![QueueConfig::new(url.to_owned()).with_weight(1)])
+        .with_max_in_flight(max_in_flight)
+        .with_listen_addr(None)
 }
 
 /// No benchmark step may hang longer than this.

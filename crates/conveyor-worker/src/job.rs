@@ -122,10 +122,7 @@ async fn run_in_span(
         }
         // No invocation deadline here: each store call is bounded by the store client's own deadlines,
         // and the heartbeat keeps the message (and its claim) alive meanwhile.
-        let budget = Budget {
-            max_attempts: runtime.queues[queue].max_receive_count(),
-            ..Budget::default()
-        };
+        let budget = Budget::default().with_max_attempts(runtime.queues[queue].max_receive_count());
         let processed = runtime
             .pipeline
             .process(

@@ -24,12 +24,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The endpoint's limits: its requests have no body, and a client gets 5 s for its headers.
 pub(crate) fn limits() -> Limits {
-    Limits {
-        header_timeout: REQUEST_TIMEOUT,
-        body_timeout: REQUEST_TIMEOUT,
-        max_body: 8 * 1024,
-        drain_oversized: 0,
-    }
+    Limits::default()
+        .with_header_timeout(REQUEST_TIMEOUT)
+        .with_body_timeout(REQUEST_TIMEOUT)
+        .with_max_body(8 * 1024)
+        .with_drain_oversized(0)
 }
 
 /// Binds the endpoint's address.
@@ -144,11 +143,9 @@ mod tests {
     async fn bad_clients_are_refused_and_cut_off() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let limits = Limits {
-            header_timeout: Duration::from_millis(300),
-            body_timeout: Duration::from_millis(300),
-            ..limits()
-        };
+        let limits = limits()
+            .with_header_timeout(Duration::from_millis(300))
+            .with_body_timeout(Duration::from_millis(300));
         let stop = CancellationToken::new();
         let router = router(WorkerStatus::new(1), None);
         tokio::spawn(conveyor_http::serve(listener, router, limits, stop.clone()));

@@ -21,8 +21,10 @@ pub enum PriorityMode {
 }
 
 /// One queue a worker consumes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, derive_setters::Setters)]
 #[serde(deny_unknown_fields)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct QueueConfig {
     /// The queue URL.
     pub url: String,
@@ -35,9 +37,21 @@ fn default_weight() -> u32 {
     1
 }
 
+impl QueueConfig {
+    /// The queue at `url`, weight 1.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            weight: default_weight(),
+        }
+    }
+}
+
 /// The long-poll worker's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, derive_setters::Setters)]
 #[serde(deny_unknown_fields, default)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct WorkerConfig {
     /// The queues to consume.
     pub queues: Vec<QueueConfig>,

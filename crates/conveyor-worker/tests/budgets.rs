@@ -13,7 +13,6 @@ use conveyor_core::{
     {Pipeline, Router},
 };
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, MessageState, ScriptedQueue};
-use conveyor_worker::config::WorkerConfig;
 use conveyor_worker::{BreakerSettings, Worker};
 use tokio::time::Instant;
 
@@ -41,10 +40,7 @@ async fn a_job_longer_than_the_queues_own_visibility_runs_once_on_two_default_wo
     let worker = || {
         let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
             .with_store(store.clone() as Arc<dyn IdempotencyStore>);
-        let config = WorkerConfig {
-            listen_addr: None,
-            ..config(&[("defaults", 1)])
-        };
+        let config = config(&[("defaults", 1)]).with_listen_addr(None);
         assert_eq!(
             config.visibility_timeout, None,
             "no override: the queue's own is used"
@@ -80,10 +76,7 @@ async fn a_queue_too_short_for_the_heartbeat_is_refused_with_the_fix() {
 
     // The override is what every receive sends: the short queue works with it.
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
-    let config = WorkerConfig {
-        visibility_timeout: Some(Duration::from_secs(40)),
-        ..config(&[("short", 1)])
-    };
+    let config = config(&[("short", 1)]).with_visibility_timeout(Some(Duration::from_secs(40)));
     queue
         .push_message(message("plain", &slow_job(1, 20_000)))
         .unwrap();
@@ -116,11 +109,10 @@ async fn a_ten_minute_outage_behind_a_circuit_breaker_dead_letters_nothing() {
         queue.push_message(message("email", &job(id))).unwrap();
     }
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Email>::with_downstream(&log, &down)));
-    let settings = BreakerSettings {
-        failure_threshold: 3,
-        open_for: Duration::from_secs(30),
-        max_open_for: Duration::from_secs(120),
-    };
+    let settings = BreakerSettings::default()
+        .with_failure_threshold(3)
+        .with_open_for(Duration::from_secs(30))
+        .with_max_open_for(Duration::from_secs(120));
     let worker = Worker::new(
         config(&[("outage", 1)]),
         pipeline,
@@ -250,10 +242,7 @@ async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
     let inner = Arc::new(MemoryQueue::standard("late").with_visibility_timeout(Duration::from_secs(300)));
     let queue = ScriptedQueue::new(Arc::clone(&inner));
     queue.hold_receives(true);
-    let config = WorkerConfig {
-        max_in_flight: 1,
-        ..config(&[("late", 1)])
-    };
+    let config = config(&[("late", 1)]).with_max_in_flight(1);
     let running = start(plain_worker(config, &log, &queue));
     queue.receive_started().await;
     inner.push_message(message("plain", &job(1))).unwrap();
@@ -287,13 +276,9 @@ async fn shutdown_fits_in_the_stop_timeout() {
         ..slow_job(1, 3_600_000)
     };
     queue.push_message(message("plain", &stubborn)).unwrap();
-    let config = WorkerConfig {
-        stop_timeout: Duration::from_secs(30),
-        ..WorkerConfig {
-            drain_deadline: None,
-            ..config(&[("stop", 1)])
-        }
-    };
+    let config = config(&[("stop", 1)])
+        .with_drain_deadline(None)
+        .with_stop_timeout(Duration::from_secs(30));
     let running = start(plain_worker(config, &log, &queue));
     eventually(5, "the job", || log.count(Kind::Started) == 1).await;
     let began = Instant::now();

@@ -126,11 +126,9 @@ async fn child() -> anyhow::Result<()> {
     let queue = SqsQueue::connect(sqs_client().await, url.clone()).await?;
     let store = DynamoStore::new(dynamodb_client().await, table);
     let pipeline = Pipeline::new(Router::new().route(Slow { record })).with_store(Arc::new(store));
-    let config = WorkerConfig {
-        queues: vec![QueueConfig { url, weight: 1 }],
-        listen_addr: None,
-        ..WorkerConfig::default()
-    };
+    let config = WorkerConfig::default()
+        .with_queues(vec![QueueConfig::new(url).with_weight(1)])
+        .with_listen_addr(None);
     conveyor_worker::Worker::new(config, pipeline, vec![Arc::new(queue) as Arc<dyn Queue>])?
         .run_until_signal()
         .await?;

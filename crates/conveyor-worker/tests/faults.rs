@@ -24,7 +24,6 @@ use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsQueue;
 use conveyor_testing::faults::{Fault, Faults, Rule, faulty_dynamodb_client, faulty_sqs_client};
 use conveyor_testing::localstack::{QueueSpec, create_queue, create_table, ensure_local_aws};
-use conveyor_worker::config::WorkerConfig;
 use conveyor_worker::{Worker, WorkerReport};
 use tokio::time::Instant;
 
@@ -52,10 +51,7 @@ async fn start_workers(
         let queue = Arc::new(SqsQueue::connect(client, url).await.unwrap());
         let pipeline =
             Pipeline::new(Router::new().route(Recorder::<Plain>::new(log))).with_store(Arc::clone(store));
-        let config = WorkerConfig {
-            max_in_flight,
-            ..aws::config(&[(url, 1)])
-        };
+        let config = aws::config(&[(url, 1)]).with_max_in_flight(max_in_flight);
         running.push(start(
             Worker::new(config, pipeline, vec![queue as Arc<dyn Queue>]).unwrap(),
         ));

@@ -121,10 +121,7 @@ const URL: &str = "http://memory.invalid/000000000000/flows";
 fn workers(setup: &Setup, count: usize) -> Vec<common::Running> {
     (0..count)
         .map(|_| {
-            let config = conveyor_worker::config::WorkerConfig {
-                listen_addr: None,
-                ..config(&[("flows", 1)])
-            };
+            let config = config(&[("flows", 1)]).with_listen_addr(None);
             start(
                 Worker::new(
                     config,

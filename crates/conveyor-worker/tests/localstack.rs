@@ -18,7 +18,7 @@ use conveyor_core::{
 };
 use conveyor_testing::localstack::{QueueSpec, create_queue};
 use conveyor_worker::Worker;
-use conveyor_worker::config::{PriorityMode, WorkerConfig};
+use conveyor_worker::config::PriorityMode;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,10 +174,7 @@ async fn shutdown_under_load_finishes_running_jobs_and_releases_the_rest() {
     .await;
     let log = Log::new();
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Slow>::new(&log)));
-    let config = WorkerConfig {
-        max_in_flight: 20,
-        ..aws::config(&[(&created.url, 1)])
-    };
+    let config = aws::config(&[(&created.url, 1)]).with_max_in_flight(20);
     let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>])
         .unwrap()
         .limit_job_type("slow", 5);
@@ -297,10 +294,8 @@ async fn urgent_jobs_overtake_a_backlog() {
             .route(Recorder::<Backlog>::new(&log))
             .route(Recorder::<Urgent>::new(&log)),
     );
-    let config = WorkerConfig {
-        priority: PriorityMode::Strict,
-        ..aws::config(&[(&high_queue.url, 10), (&low_queue.url, 1)])
-    };
+    let config =
+        aws::config(&[(&high_queue.url, 10), (&low_queue.url, 1)]).with_priority(PriorityMode::Strict);
     let queues = vec![high.clone() as Arc<dyn Queue>, low.clone() as Arc<dyn Queue>];
     let running = start(Worker::new(config, pipeline, queues).unwrap());
     eventually(60, "the backlog under way", || {

@@ -250,10 +250,7 @@ async fn shutdown_finishes_running_jobs_and_releases_unstarted_ones_at_once() {
         queue.push_message(message("slow", &slow_job(id, 8_000))).unwrap();
     }
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Slow>::new(&log)));
-    let config = WorkerConfig {
-        max_in_flight: 20,
-        ..config(&[("drain", 1)])
-    };
+    let config = config(&[("drain", 1)]).with_max_in_flight(20);
     let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>])
         .unwrap()
         .limit_job_type("slow", 5);
@@ -315,10 +312,7 @@ async fn past_the_drain_deadline_jobs_are_cancelled_and_their_claims_released() 
     queue.push_message(message("plain", &stubborn)).unwrap();
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
         .with_store(store.clone() as Arc<dyn IdempotencyStore>);
-    let config = WorkerConfig {
-        drain_deadline: Some(Duration::from_secs(3)),
-        ..config(&[("deadline", 1)])
-    };
+    let config = config(&[("deadline", 1)]).with_drain_deadline(Some(Duration::from_secs(3)));
     let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>]).unwrap();
     let running = start(worker);
     eventually(10, "both jobs running", || log.count(Kind::Started) == 2).await;
@@ -443,10 +437,7 @@ async fn low_jobs_finished_while_urgent_work_waited(priority: PriorityMode) -> u
             .route(Recorder::<Backlog>::new(&log))
             .route(Recorder::<Urgent>::new(&log)),
     );
-    let config = WorkerConfig {
-        priority,
-        ..config(&[("high", 10), ("low", 1)])
-    };
+    let config = config(&[("high", 10), ("low", 1)]).with_priority(priority);
     let queues = vec![high.clone() as Arc<dyn Queue>, low.clone() as Arc<dyn Queue>];
     let running = start(Worker::new(config, pipeline, queues).unwrap());
     eventually(60, "the backlog to be under way", || {
@@ -513,10 +504,7 @@ async fn weighted_sharing_follows_the_weights_under_two_backlogs() {
             .route(Recorder::<Backlog>::new(&log))
             .route(Recorder::<Urgent>::new(&log)),
     );
-    let config = WorkerConfig {
-        max_in_flight: 20,
-        ..config(&[("heavy", 3), ("light", 1)])
-    };
+    let config = config(&[("heavy", 3), ("light", 1)]).with_max_in_flight(20);
     let queues = vec![heavy.clone() as Arc<dyn Queue>, light.clone() as Arc<dyn Queue>];
     let running = start(Worker::new(config, pipeline, queues).unwrap());
     eventually(60, "200 jobs", || log.count(Kind::Succeeded) >= 200).await;
@@ -571,10 +559,7 @@ async fn a_job_type_concurrency_limit_holds() {
             .route(Recorder::<Slow>::new(&log))
             .route(Recorder::<Plain>::new(&log)),
     );
-    let config = WorkerConfig {
-        max_in_flight: 20,
-        ..config(&[("limited", 1)])
-    };
+    let config = config(&[("limited", 1)]).with_max_in_flight(20);
     let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>])
         .unwrap()
         .limit_job_type("slow", 2);
@@ -625,15 +610,11 @@ async fn an_open_circuit_defers_jobs_unrun_until_a_probe_succeeds() {
         queue.push_message(message("email", &job(id))).unwrap();
     }
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Email>::with_downstream(&log, &down)));
-    let config = WorkerConfig {
-        max_in_flight: 1,
-        ..config(&[("provider", 1)])
-    };
-    let settings = BreakerSettings {
-        failure_threshold: 3,
-        open_for: Duration::from_secs(10),
-        max_open_for: Duration::from_secs(20),
-    };
+    let config = config(&[("provider", 1)]).with_max_in_flight(1);
+    let settings = BreakerSettings::default()
+        .with_failure_threshold(3)
+        .with_open_for(Duration::from_secs(10))
+        .with_max_open_for(Duration::from_secs(20));
     let worker = Worker::new(config, pipeline, vec![queue.clone() as Arc<dyn Queue>])
         .unwrap()
         .circuit_breaker("email-provider", &["email"], settings);

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::*;
 use conveyor_testing::MemoryQueue;
-use conveyor_worker::config::WorkerConfig;
 use conveyor_worker::healthcheck;
 use tokio_util::sync::CancellationToken;
 
@@ -17,11 +16,9 @@ async fn health_readiness_and_metrics_are_served() {
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::standard("ops"));
     queue.set_unavailable(true);
-    let config = WorkerConfig {
-        listen_addr: Some("127.0.0.1:0".into()),
-        stats_interval: Duration::from_millis(100),
-        ..config(&[("ops", 1)])
-    };
+    let config = config(&[("ops", 1)])
+        .with_listen_addr(Some("127.0.0.1:0".into()))
+        .with_stats_interval(Duration::from_millis(100));
     let running = start(plain_worker(config, &log, &queue));
     let status = running.status.clone();
     eventually(5, "the endpoint to listen", || status.operations_addr().is_some()).await;
@@ -79,10 +76,7 @@ async fn a_busy_listen_address_is_a_clear_error() {
     let addr = taken.local_addr().unwrap().to_string();
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::standard("busy"));
-    let config = WorkerConfig {
-        listen_addr: Some(addr.clone()),
-        ..config(&[("busy", 1)])
-    };
+    let config = config(&[("busy", 1)]).with_listen_addr(Some(addr.clone()));
     let error = plain_worker(config, &log, &queue)
         .run(CancellationToken::new())
         .await

@@ -29,10 +29,7 @@ async fn readyz_becomes(addr: SocketAddr, code: u16, secs: u64) -> String {
 }
 
 fn with_endpoint(config: WorkerConfig) -> WorkerConfig {
-    WorkerConfig {
-        listen_addr: Some("127.0.0.1:0".into()),
-        ..config
-    }
+    config.with_listen_addr(Some("127.0.0.1:0".into()))
 }
 
 async fn operations_addr(running: &Running) -> SocketAddr {
@@ -48,10 +45,7 @@ async fn operations_addr(running: &Running) -> SocketAddr {
 async fn ready_once_the_queues_are_connected_not_after_the_first_long_poll() {
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::standard("idle"));
-    let config = WorkerConfig {
-        receive_wait: Duration::from_secs(20),
-        ..with_endpoint(config(&[("idle", 1)]))
-    };
+    let config = with_endpoint(config(&[("idle", 1)])).with_receive_wait(Duration::from_secs(20));
     let started = Instant::now();
     let running = start(plain_worker(config, &log, &queue));
     let addr = operations_addr(&running).await;
@@ -69,11 +63,9 @@ async fn not_ready_while_draining_a_long_job() {
     let log = Log::new();
     let queue = Arc::new(MemoryQueue::standard("draining"));
     queue.push_message(message("plain", &slow_job(1, 3_000))).unwrap();
-    let config = WorkerConfig {
-        receive_wait: Duration::from_secs(1),
-        drain_deadline: Some(Duration::from_secs(20)),
-        ..with_endpoint(config(&[("draining", 1)]))
-    };
+    let config = with_endpoint(config(&[("draining", 1)]))
+        .with_receive_wait(Duration::from_secs(1))
+        .with_drain_deadline(Some(Duration::from_secs(20)));
     let running = start(plain_worker(config, &log, &queue));
     let addr = operations_addr(&running).await;
     eventually(10, "the long job to start", || log.count(Kind::Started) == 1).await;
@@ -101,10 +93,7 @@ async fn a_watched_dead_letter_queues_depth_is_a_gauge() {
     let queue = Arc::new(MemoryQueue::standard("watched").with_dead_letter_queue(Arc::clone(&dlq), 3));
     dlq.push("a dead letter").unwrap();
     dlq.push("another").unwrap();
-    let config = WorkerConfig {
-        stats_interval: Duration::from_millis(100),
-        ..with_endpoint(config(&[("watched", 1)]))
-    };
+    let config = with_endpoint(config(&[("watched", 1)])).with_stats_interval(Duration::from_millis(100));
     let worker =
         plain_worker(config, &log, &queue).watch_dead_letter_queue(Arc::clone(&dlq) as Arc<dyn Queue>);
     let running = start(worker);

@@ -112,11 +112,9 @@ impl Handler for RunReportChunk {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            tracked: true,
-            progress_interval: Duration::from_secs(1),
-            ..HandlerSettings::default()
-        }
+        HandlerSettings::default()
+            .with_tracked(true)
+            .with_progress_interval(Duration::from_secs(1))
     }
 }
 
@@ -165,9 +163,6 @@ impl Handler for AssembleReportHandler {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            tracked: true,
-            ..HandlerSettings::default()
-        }
+        HandlerSettings::default().with_tracked(true)
     }
 }

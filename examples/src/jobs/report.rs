@@ -65,9 +65,6 @@ impl Handler for BuildReport {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            tracked: true,
-            ..HandlerSettings::default()
-        }
+        HandlerSettings::default().with_tracked(true)
     }
 }

@@ -48,17 +48,15 @@ pub(crate) struct ConsoleArgs {
 
 /// Runs the console until Ctrl-C.
 pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
-    let config = ConsoleConfig {
-        listen: args.listen,
-        token: args.token.clone(),
-        queues: args.queues.clone(),
-        prefixes: args.prefixes.clone(),
-        workers: args.workers.clone(),
-        job_types: args.job_types.clone(),
-        table: args.table.clone(),
-        refresh: Duration::from_secs(args.refresh_secs),
-        ..ConsoleConfig::default()
-    };
+    let config = ConsoleConfig::default()
+        .with_listen(args.listen)
+        .with_token(args.token.clone())
+        .with_queues(args.queues.clone())
+        .with_prefixes(args.prefixes.clone())
+        .with_workers(args.workers.clone())
+        .with_job_types(args.job_types.clone())
+        .with_table(args.table.clone())
+        .with_refresh(Duration::from_secs(args.refresh_secs));
     let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client()).await?;
     let listener = conveyor_http::bind(&args.listen.to_string()).await?;
     let addr = listener.local_addr().context("reading the console's address")?;

@@ -143,11 +143,9 @@ pub(crate) async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: For
 
 async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
-    let options = PeekOptions {
-        max: usize::from(args.max),
-        hold: Duration::from_secs(args.hold_secs),
-        ..PeekOptions::default()
-    };
+    let options = PeekOptions::default()
+        .with_max(usize::from(args.max))
+        .with_hold(Duration::from_secs(args.hold_secs));
     let peeked = peek(client, &pair.dlq.url, options).await?;
     let not_released = peeked.release_failures.len();
     let payloads = if args.fetch_payloads {
@@ -326,12 +324,10 @@ fn queue_json(queue: &QueueInfo) -> Value {
 
 async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
-    let filter = MoveFilter {
-        job_type: args.job_type.clone(),
-        reason_contains: args.reason_contains.clone(),
-        message_ids: (!args.message_ids.is_empty()).then(|| args.message_ids.iter().cloned().collect()),
-        ..MoveFilter::default()
-    };
+    let filter = MoveFilter::default()
+        .with_job_type(args.job_type.clone())
+        .with_reason_contains(args.reason_contains.clone())
+        .with_message_ids((!args.message_ids.is_empty()).then(|| args.message_ids.iter().cloned().collect()));
     let destinations = match &args.to_queue_url {
         Some(queue) => Destinations::One(describe(client, &resolve_queue_url(client, queue).await?).await?),
         None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
@@ -461,13 +457,11 @@ async fn run_loop(
             }
         })
     };
-    let options = MoveOptions {
-        filter,
-        rate: args.rate,
-        hold: Duration::from_secs(args.hold_secs),
-        stop: Some(stop),
-        ..MoveOptions::default()
-    };
+    let options = MoveOptions::default()
+        .with_filter(filter)
+        .with_rate(args.rate)
+        .with_hold(Duration::from_secs(args.hold_secs))
+        .with_stop(Some(stop));
     progress(&format!(
         "moving messages from {} ({} visible) with a receive / send / delete loop",
         pair.dlq.name(),

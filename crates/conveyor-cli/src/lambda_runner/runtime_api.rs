@@ -63,12 +63,11 @@ pub(crate) const MAX_DISCARDED_BYTES: usize = 64 * 1024 * 1024;
 /// The API's request limits: Lambda's body limit; headers within 30 s (an idle keep-alive connection
 /// is closed after that too: the runtime client reconnects), and a body within 60 s.
 pub(crate) fn limits() -> Limits {
-    Limits {
-        header_timeout: Duration::from_secs(30),
-        body_timeout: Duration::from_secs(60),
-        max_body: MAX_BODY_BYTES,
-        drain_oversized: MAX_DISCARDED_BYTES,
-    }
+    Limits::default()
+        .with_header_timeout(Duration::from_secs(30))
+        .with_body_timeout(Duration::from_secs(60))
+        .with_max_body(MAX_BODY_BYTES)
+        .with_drain_oversized(MAX_DISCARDED_BYTES)
 }
 /// An event for the bootstrap.
 #[derive(Debug, Clone)]
@@ -636,11 +635,9 @@ mod tests {
 
     #[tokio::test]
     async fn bad_clients_are_refused_and_cut_off() {
-        let limits = Limits {
-            header_timeout: Duration::from_millis(300),
-            body_timeout: Duration::from_millis(300),
-            ..limits()
-        };
+        let limits = limits()
+            .with_header_timeout(Duration::from_millis(300))
+            .with_body_timeout(Duration::from_millis(300));
         let api = RuntimeApi::bind_with(limits).await.unwrap();
         conveyor_http::testing::refuses_bad_clients(api.addr(), "/2018-06-01/runtime/init/error", &limits)
             .await

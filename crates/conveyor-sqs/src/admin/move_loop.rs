@@ -58,7 +58,9 @@ use crate::errors::{classify, entry_error};
 use crate::send::batch_entry;
 
 /// Which messages a redrive moves. An empty filter matches every message.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct MoveFilter {
     /// Only messages whose `conveyor.type` attribute equals this.
     pub job_type: Option<String>,
@@ -145,7 +147,9 @@ impl Destinations {
 }
 
 /// How the move loop runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct MoveOptions {
     /// Which messages move.
     pub filter: MoveFilter,

@@ -30,7 +30,9 @@ use super::error::AdminError;
 use super::receive::{Received, receive_held, release};
 
 /// How a peek receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct PeekOptions {
     /// The most messages to return.
     pub max: usize,

@@ -42,19 +42,16 @@ pub(crate) async fn send_all(queue: &SqsQueue, messages: Vec<OutgoingMessage>) {
 
 /// A worker config for these queue URLs (weights as given), no operations endpoint.
 pub(crate) fn config(queues: &[(&str, u32)]) -> WorkerConfig {
-    WorkerConfig {
-        queues: queues
-            .iter()
-            .map(|(url, weight)| QueueConfig {
-                url: (*url).to_owned(),
-                weight: *weight,
-            })
-            .collect(),
-        max_in_flight: 10,
-        drain_deadline: Some(Duration::from_secs(10)),
-        listen_addr: None,
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .with_queues(
+            queues
+                .iter()
+                .map(|(url, weight)| QueueConfig::new((*url).to_owned()).with_weight(*weight))
+                .collect(),
+        )
+        .with_max_in_flight(10)
+        .with_drain_deadline(Some(Duration::from_secs(10)))
+        .with_listen_addr(None)
 }
 
 /// Receives every visible message (without deleting), until `expected` distinct ones were seen or

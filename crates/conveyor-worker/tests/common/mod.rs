@@ -240,10 +240,9 @@ impl<K: JobKind> Handler for Recorder<K> {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
+        {
             // Short retries for tests: waits of at most 0.4, 0.8, 1.6 and 3.2 s.
-            backoff: Backoff::with_budget(Duration::from_secs(3)),
-            ..HandlerSettings::default()
+            HandlerSettings::default().with_backoff(Backoff::with_budget(Duration::from_secs(3)))
         }
     }
 }
@@ -295,20 +294,20 @@ pub(crate) fn slow_job(id: u64, ms: u64) -> TestJob {
 
 /// A config for in-memory queues named `names` (weights as given), no operations endpoint.
 pub(crate) fn config(queues: &[(&str, u32)]) -> WorkerConfig {
-    WorkerConfig {
-        queues: queues
-            .iter()
-            .map(|(name, weight)| QueueConfig {
-                url: format!("http://memory.invalid/000000000000/{name}"),
-                weight: *weight,
-            })
-            .collect(),
-        max_in_flight: 10,
-        drain_deadline: Some(Duration::from_secs(10)),
-        priority: PriorityMode::Weighted,
-        listen_addr: None,
-        ..WorkerConfig::default()
-    }
+    WorkerConfig::default()
+        .with_queues(
+            queues
+                .iter()
+                .map(|(name, weight)| {
+                    QueueConfig::new(format!("http://memory.invalid/000000000000/{name}"))
+                        .with_weight(*weight)
+                })
+                .collect(),
+        )
+        .with_max_in_flight(10)
+        .with_drain_deadline(Some(Duration::from_secs(10)))
+        .with_priority(PriorityMode::Weighted)
+        .with_listen_addr(None)
 }
 
 /// A worker running in its own task.
