@@ -178,11 +178,10 @@ pub fn load_config_with(
         Some(path) => read_file(path)?,
         None => WorkerConfig::default(),
     };
-    let overrides = Overrides::from_env(env)?;
     let config: WorkerConfig = Figment::from(Serialized::defaults(base))
-        .merge(Serialized::defaults(&overrides.fields))
+        .merge(Serialized::defaults(overrides(env)?))
         .extract()
-        .map_err(|error| overrides.explain(error))?;
+        .map_err(|error| explain(error, env))?;
     config.validate()?;
     let unknown_variables = unknown_variables(env.keys().map(String::as_str), app_variables);
     Ok(LoadedConfig {
@@ -243,71 +242,60 @@ fn read_file(path: &Path) -> Result<WorkerConfig, WorkerError> {
     })
 }
 
-/// The environment's layer: the fields that the set [`WORKER_VARIABLES`] override, and their values.
-struct Overrides {
-    fields: Dict,
-    /// Each overridden field's variable and its value as set, for errors.
-    set: BTreeMap<&'static str, (&'static Variable, String)>,
+/// The variables of [`WORKER_VARIABLES`] set in `env`, with their values (blank counts as unset).
+fn set_variables(env: &BTreeMap<String, String>) -> impl Iterator<Item = (&'static Variable, &str)> {
+    WORKER_VARIABLES.iter().filter_map(|variable| {
+        let value = env.get(variable.name)?.trim();
+        (!value.is_empty()).then_some((variable, value))
+    })
 }
 
-impl Overrides {
-    /// The overrides of the variables set in `env` (blank values count as unset).
-    fn from_env(env: &BTreeMap<String, String>) -> Result<Self, WorkerError> {
-        let mut overrides = Overrides {
-            fields: Dict::new(),
-            set: BTreeMap::new(),
+/// The environment's layer: each set variable's value under the field it overrides.
+fn overrides(env: &BTreeMap<String, String>) -> Result<Dict, WorkerError> {
+    let mut fields = Dict::new();
+    for (variable, value) in set_variables(env) {
+        let Some(field) = variable.form.field() else {
+            continue;
         };
-        for variable in WORKER_VARIABLES {
-            let Some(field) = variable.form.field() else {
-                continue;
-            };
-            let Some(value) = env
-                .get(variable.name)
-                .map(|value| value.trim())
-                .filter(|v| !v.is_empty())
-            else {
-                continue;
-            };
-            let parsed = match variable.form {
-                Form::QueueUrls => queue_urls(value)?,
-                Form::AddressOrOff if value.eq_ignore_ascii_case("off") => {
-                    Value::Empty(Tag::Default, Empty::None)
-                }
-                // What does not parse stays text, which the extraction refuses for the field.
-                Form::Whole(_) => value
-                    .parse::<u64>()
-                    .map_or_else(|_| Value::from(value), Value::from),
-                Form::Seconds(_) => value
-                    .parse::<f64>()
-                    .map_or_else(|_| Value::from(value), Value::from),
-                Form::AddressOrOff | Form::ConfigPath => Value::from(value),
-            };
-            overrides.fields.insert(field.to_owned(), parsed);
-            overrides.set.insert(field, (variable, value.to_owned()));
-        }
-        Ok(overrides)
+        let parsed = match variable.form {
+            Form::QueueUrls => queue_urls(value)?,
+            Form::AddressOrOff if value.eq_ignore_ascii_case("off") => {
+                Value::Empty(Tag::Default, Empty::None)
+            }
+            // What does not parse stays text, which the extraction refuses for the field.
+            Form::Whole(_) => value
+                .parse::<u64>()
+                .map_or_else(|_| Value::from(value), Value::from),
+            Form::Seconds(_) => value
+                .parse::<f64>()
+                .map_or_else(|_| Value::from(value), Value::from),
+            Form::AddressOrOff | Form::ConfigPath => Value::from(value),
+        };
+        fields.insert(field.to_owned(), parsed);
     }
+    Ok(fields)
+}
 
-    /// `error` from reading the layers back: the file's values were read by `toml` already, so it is
-    /// about a variable's value.
-    fn explain(&self, error: figment::Error) -> WorkerError {
-        let field = error.path.first().map(String::as_str).unwrap_or_default();
-        let Some((variable, value)) = self.set.get(field) else {
-            return WorkerError::Setting {
-                setting: error.path.join("."),
-                problem: error.kind.to_string(),
-            };
+/// `error` from reading the layers back, naming the variable whose value it is about (the file's values
+/// were read by `toml` already).
+fn explain(error: figment::Error, env: &BTreeMap<String, String>) -> WorkerError {
+    let field = error.path.first().map(String::as_str);
+    let Some((variable, value)) = set_variables(env).find(|(variable, _)| variable.form.field() == field)
+    else {
+        return WorkerError::Setting {
+            setting: error.path.join("."),
+            problem: error.kind.to_string(),
         };
-        let problem = match (variable.form, &error.kind) {
-            (Form::Whole(_), _) => format!("{value:?} is not a whole number"),
-            (Form::Seconds(_), Kind::InvalidType(..)) => format!("{value:?} is not a number of seconds"),
-            (Form::Seconds(_), _) => format!("{value:?} is not a non-negative number of seconds"),
-            _ => format!("{value:?}: {}", error.kind),
-        };
-        WorkerError::Setting {
-            setting: variable.name.to_owned(),
-            problem,
-        }
+    };
+    let problem = match (variable.form, &error.kind) {
+        (Form::Whole(_), _) => format!("{value:?} is not a whole number"),
+        (Form::Seconds(_), Kind::InvalidType(..)) => format!("{value:?} is not a number of seconds"),
+        (Form::Seconds(_), _) => format!("{value:?} is not a non-negative number of seconds"),
+        _ => format!("{value:?}: {}", error.kind),
+    };
+    WorkerError::Setting {
+        setting: variable.name.to_owned(),
+        problem,
     }
 }
 
