@@ -903,8 +903,8 @@ fn the_modules_set_only_variables_the_code_reads() -> Result<()> {
     let set: BTreeSet<String> = conveyor_keys(environment);
     let read: BTreeSet<&str> = WORKER_VARIABLES
         .iter()
-        .chain(OTHER_CONVEYOR_VARIABLES)
-        .copied()
+        .map(|variable| variable.name)
+        .chain(OTHER_CONVEYOR_VARIABLES.iter().copied())
         .collect();
     for name in &set {
         ensure!(

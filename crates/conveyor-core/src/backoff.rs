@@ -19,6 +19,15 @@
 //! [`crate::defaults::MAX_RECEIVE_COUNT`] attempts and later failures wait up to the
 //! last ceiling. No wait exceeds SQS's 12-hour visibility limit (the worker also keeps it within 12 hours
 //! of the receive).
+//!
+//! # Jitter for the runtimes' own pauses
+//!
+//! The runtimes' pauses between tries of an AWS call, their deferrals after an outage and their waits
+//! for a breaker are drawn with the functions below (`conveyor_core::runtime`), so each kind of jitter is
+//! written once: [`full_jitter`] (uniform in `[0, ceiling]`), [`equal_jitter`] (half fixed, half random:
+//! no pause near zero) and [`added_jitter`] (a delay plus up to some extra); [`doubling`] gives the
+//! ceiling after the n-th failure in a row. Every draw comes from fastrand's thread-local generator, which the
+//! simulator seeds (`conveyor-sim`), so a seed replays the same waits.
 
 use std::time::Duration;
 
@@ -66,7 +75,7 @@ impl Backoff {
 
     /// A wait for the failure of run `attempt`, drawn with full jitter.
     pub fn delay(&self, attempt: u32, max_attempts: Option<u32>) -> Duration {
-        self.delay_with(attempt, max_attempts, fastrand::f64())
+        full_jitter(self.ceiling(attempt, max_attempts))
     }
 
     /// The wait for a given random draw in `[0, 1)`; [`Backoff::delay`] draws it.
@@ -75,11 +84,33 @@ impl Backoff {
     }
 }
 
-/// `delay` scaled by a random factor in [0.5, 1): how a deferral after an outage is spread, so the
-/// messages put back together do not all come back together.
-pub(crate) fn spread(delay: Duration) -> Duration {
-    delay.mul_f64(0.5 + fastrand::f64() / 2.0)
+/// A wait drawn uniformly in `[0, ceiling]` ("full jitter"): the widest spread, for retries that may
+/// wait as little as nothing.
+pub fn full_jitter(ceiling: Duration) -> Duration {
+    ceiling.mul_f64(fastrand::f64())
 }
+
+/// A wait of half `ceiling` plus up to the other half, drawn uniformly ("equal jitter"): a fleet, or
+/// the messages put back together after an outage, do not come back in step, and no pause is near zero.
+pub fn equal_jitter(ceiling: Duration) -> Duration {
+    ceiling / 2 + (ceiling / 2).mul_f64(fastrand::f64())
+}
+
+/// `delay` plus up to `extra`, drawn uniformly: a wait that must last at least `delay` (a breaker's
+/// open time), spread so the messages it holds back do not all come back in the same second.
+pub fn added_jitter(delay: Duration, extra: Duration) -> Duration {
+    delay.saturating_add(extra.mul_f64(fastrand::f64()))
+}
+
+/// The ceiling of the pause after the `failures`-th failure in a row (1 = first): `first`, doubled for
+/// each failure after the first, at most `cap`.
+pub fn doubling(first: Duration, failures: u32, cap: Duration) -> Duration {
+    let exponent = failures.saturating_sub(1).min(MAX_DOUBLINGS);
+    first.saturating_mul(1 << exponent).min(cap)
+}
+
+/// The most doublings [`doubling`] applies (2^16 times any first pause is past every cap in use).
+const MAX_DOUBLINGS: u32 = 16;
 
 #[cfg(test)]
 mod tests {
@@ -133,6 +164,41 @@ mod tests {
         let backoff = Backoff::with_budget(Duration::from_secs(100 * 3600));
         assert_eq!(backoff.ceiling(u32::MAX, Some(3)), MAX_VISIBILITY_TIMEOUT);
         assert!(backoff.delay(1000, None) <= MAX_VISIBILITY_TIMEOUT);
+    }
+
+    #[test]
+    fn equal_jitter_keeps_half_and_draws_the_rest() {
+        let ceiling = Duration::from_secs(2);
+        let draws: Vec<Duration> = (0..200).map(|_| equal_jitter(ceiling)).collect();
+        assert!(draws.iter().all(|pause| (ceiling / 2..=ceiling).contains(pause)));
+        assert!(
+            draws.iter().any(|pause| *pause < ceiling * 3 / 4),
+            "never went low"
+        );
+        assert!(
+            draws.iter().any(|pause| *pause > ceiling * 3 / 4),
+            "never went high"
+        );
+    }
+
+    #[test]
+    fn added_jitter_never_shortens() {
+        let delay = Duration::from_secs(30);
+        let extra = Duration::from_secs(6);
+        let draws: Vec<Duration> = (0..200).map(|_| added_jitter(delay, extra)).collect();
+        assert!(draws.iter().all(|wait| (delay..=delay + extra).contains(wait)));
+        assert!(draws.iter().any(|wait| *wait > delay + extra / 2));
+    }
+
+    #[test]
+    fn doubling_starts_at_the_first_and_stops_at_the_cap() {
+        let first = Duration::from_millis(200);
+        let cap = Duration::from_secs(20);
+        assert_eq!(doubling(first, 0, cap), first);
+        assert_eq!(doubling(first, 1, cap), first);
+        assert_eq!(doubling(first, 3, cap), first * 4);
+        assert_eq!(doubling(first, 8, cap), cap);
+        assert_eq!(doubling(first, u32::MAX, cap), cap);
     }
 
     #[test]

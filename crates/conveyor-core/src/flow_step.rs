@@ -71,7 +71,7 @@ pub(crate) async fn after_child(flows: &Flows, message: &Message, outcome: Outco
         Ok(()) => outcome,
         Err(error) => {
             tracing::warn!(%error, flow_id, child_id, "flow bookkeeping failed; the child's message comes back to do it");
-            let delay = crate::backoff::spread(BOOKKEEPING_DEFERRAL);
+            let delay = crate::backoff::equal_jitter(BOOKKEEPING_DEFERRAL);
             Outcome::Defer {
                 delay,
                 reason: format!("flow {flow_id}: {error}"),

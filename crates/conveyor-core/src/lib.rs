@@ -77,9 +77,10 @@ pub mod port {
 }
 
 /// What the runtimes (`conveyor-worker`, `conveyor-lambda`) and the simulator call: the pipeline's
-/// outcomes and leases, dead-lettering and deferral, delays, envelopes, logging output and the defaults
-/// shared with `infra/`. A handler or a producer never needs these.
+/// outcomes and leases, dead-lettering and deferral, delays, jitter for their own pauses, envelopes, logging
+/// output and the defaults shared with `infra/`. A handler or a producer never needs these.
 pub mod runtime {
+    pub use crate::backoff::{added_jitter, doubling, equal_jitter, full_jitter};
     pub use crate::dead_letter::{dead_letter_copy, original_attributes};
     pub use crate::defaults::{
         CLOCK_SKEW_ALLOWANCE, DRAIN_DEADLINE, ECS_STOP_TIMEOUT_SECS, IDEMPOTENCY_RECORD_TTL,

@@ -385,7 +385,7 @@ impl Pipeline {
                 Ok(children) => children,
                 Err(error) => {
                     let reason = format!("reading the flow's children failed: {error}");
-                    let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
+                    let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
                     return Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type));
                 }
             },
@@ -558,7 +558,7 @@ impl Pipeline {
             ResolveError::NotText { .. } => reject(error.to_string()),
             ResolveError::Store(_) => {
                 tracing::warn!(%error, %pointer, "cannot fetch the large payload; deferring");
-                let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
+                let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
                 let reason = format!("payload fetch failed: {error}");
                 Err(Box::new(Processed::not_run(
                     Outcome::Defer { delay, reason },
@@ -668,7 +668,7 @@ async fn claim(
                 tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
                 format!("claim failed: {error}")
             };
-            let delay = crate::backoff::spread(STORE_OUTAGE_DEFERRAL);
+            let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
             Err(Box::new(Processed::not_run(
                 Outcome::Defer { delay, reason },
                 Some(job_type),
@@ -896,7 +896,7 @@ async fn settle(
             }
             Err(error @ StoreError::Unavailable { .. }) => {
                 tracing::warn!(%error, key = %claim.key, "the completion did not land; trying again");
-                let pause = crate::backoff::spread(wait);
+                let pause = crate::backoff::equal_jitter(wait);
                 if Instant::now() + pause > give_up {
                     break Err(error);
                 }

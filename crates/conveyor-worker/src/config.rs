@@ -1,10 +1,20 @@
 //! Loading the worker's configuration: a TOML file, then environment overrides, then validation.
+//!
+//! The file is read by `toml` into a whole [`WorkerConfig`] (its errors give the line and column);
+//! `figment` then layers the environment's overrides on it and reads the result back strictly: a value
+//! of the wrong type is an error naming its variable, never coerced (`off` is not 0 seconds). Every
+//! `CONVEYOR_*` variable the worker reads is one entry of [`WORKER_VARIABLES`], which says which field it
+//! overrides and in what form: that one list feeds both the overrides and the typo warning.
 
 pub use crate::settings::{PriorityMode, QueueConfig, WorkerConfig};
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
+
+use figment::Figment;
+use figment::error::Kind;
+use figment::providers::Serialized;
+use figment::value::{Dict, Empty, Tag, Value};
 
 use crate::error::WorkerError;
 
@@ -26,18 +36,62 @@ pub const ENV_STOP_TIMEOUT_SECS: &str = "CONVEYOR_STOP_TIMEOUT_SECS";
 /// `CONVEYOR_CONFIG`: the config file (the binaries' `--config`).
 pub(crate) const ENV_CONFIG: &str = "CONVEYOR_CONFIG";
 
-/// Every `CONVEYOR_*` environment variable the worker reads: the one list to extend when the worker
-/// starts reading another. At start-up, any other `CONVEYOR_*` name in the environment is reported
-/// as a likely typo, with the closest name from this list (and [`OTHER_CONVEYOR_VARIABLES`]).
-pub const WORKER_VARIABLES: &[&str] = &[
-    ENV_QUEUE_URL,
-    ENV_MAX_IN_FLIGHT,
-    ENV_VISIBILITY_TIMEOUT_SECS,
-    ENV_DRAIN_DEADLINE_SECS,
-    ENV_LISTEN_ADDR,
-    ENV_MAX_PROCESSING_SECS,
-    ENV_STOP_TIMEOUT_SECS,
-    ENV_CONFIG,
+/// One `CONVEYOR_*` environment variable the worker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variable {
+    /// The variable's name.
+    pub name: &'static str,
+    /// The form of its value, and the [`WorkerConfig`] field it overrides.
+    pub form: Form,
+}
+
+/// The form of a variable's value and what it sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Form {
+    /// A whole number, for this field.
+    Whole(&'static str),
+    /// Seconds (fractions allowed, not negative), for this field.
+    Seconds(&'static str),
+    /// `url[=weight][,url[=weight]...]`, for `queues`.
+    QueueUrls,
+    /// An address, or `off` for none, for `listen_addr`.
+    AddressOrOff,
+    /// The config file's path: read before the file, no field.
+    ConfigPath,
+}
+
+impl Variable {
+    const fn new(name: &'static str, form: Form) -> Self {
+        Self { name, form }
+    }
+}
+
+impl Form {
+    /// The [`WorkerConfig`] field a variable of this form overrides.
+    pub fn field(self) -> Option<&'static str> {
+        match self {
+            Form::Whole(field) | Form::Seconds(field) => Some(field),
+            Form::QueueUrls => Some("queues"),
+            Form::AddressOrOff => Some("listen_addr"),
+            Form::ConfigPath => None,
+        }
+    }
+}
+
+/// Every `CONVEYOR_*` environment variable the worker reads, with the field each overrides: the one
+/// list to extend when the worker starts reading another. It drives the overrides, and at start-up any
+/// other `CONVEYOR_*` name in the environment is reported as a likely typo, with the closest name from
+/// this list (and [`OTHER_CONVEYOR_VARIABLES`]).
+pub const WORKER_VARIABLES: &[Variable] = &[
+    Variable::new(ENV_QUEUE_URL, Form::QueueUrls),
+    Variable::new(ENV_MAX_IN_FLIGHT, Form::Whole("max_in_flight")),
+    Variable::new(ENV_VISIBILITY_TIMEOUT_SECS, Form::Seconds("visibility_timeout")),
+    Variable::new(ENV_DRAIN_DEADLINE_SECS, Form::Seconds("drain_deadline")),
+    Variable::new(ENV_LISTEN_ADDR, Form::AddressOrOff),
+    Variable::new(ENV_MAX_PROCESSING_SECS, Form::Seconds("max_processing_time")),
+    Variable::new(ENV_STOP_TIMEOUT_SECS, Form::Seconds("stop_timeout")),
+    Variable::new(ENV_CONFIG, Form::ConfigPath),
 ];
 
 /// `CONVEYOR_*` variables that other parts of Conveyor read and that a worker's environment may
@@ -79,7 +133,10 @@ impl std::fmt::Display for UnknownVariable {
         )?;
         match &self.closest {
             Some(closest) => write!(f, "; did you mean {closest}?"),
-            None => write!(f, "; the worker reads {}", WORKER_VARIABLES.join(", ")),
+            None => {
+                let names: Vec<&str> = WORKER_VARIABLES.iter().map(|variable| variable.name).collect();
+                write!(f, "; the worker reads {}", names.join(", "))
+            }
         }
     }
 }
@@ -117,11 +174,14 @@ pub fn load_config_with(
     env: &BTreeMap<String, String>,
     app_variables: &[&str],
 ) -> Result<LoadedConfig, WorkerError> {
-    let mut config = match path {
+    let base = match path {
         Some(path) => read_file(path)?,
         None => WorkerConfig::default(),
     };
-    apply_env(&mut config, &|name| env.get(name).cloned())?;
+    let config: WorkerConfig = Figment::from(Serialized::defaults(base))
+        .merge(Serialized::defaults(overrides(env)?))
+        .extract()
+        .map_err(|error| explain(error, env))?;
     config.validate()?;
     let unknown_variables = unknown_variables(env.keys().map(String::as_str), app_variables);
     Ok(LoadedConfig {
@@ -138,8 +198,8 @@ pub(crate) fn unknown_variables<'a>(
 ) -> Vec<UnknownVariable> {
     let known: Vec<&str> = WORKER_VARIABLES
         .iter()
-        .chain(OTHER_CONVEYOR_VARIABLES)
-        .copied()
+        .map(|variable| variable.name)
+        .chain(OTHER_CONVEYOR_VARIABLES.iter().copied())
         .chain(app_variables.iter().copied())
         .collect();
     names
@@ -152,16 +212,16 @@ pub(crate) fn unknown_variables<'a>(
         .collect()
 }
 
-/// The known name nearest to `name` by edit distance, if at most half of the part after `CONVEYOR_`
-/// differs (`CONVEYOR_MAX_INFLIGHT` → `CONVEYOR_MAX_IN_FLIGHT`; `CONVEYOR_COLOUR` → none).
+/// The known name nearest to `name` by edit distance (Levenshtein), if at most half of the part after
+/// `CONVEYOR_` differs (`CONVEYOR_MAX_INFLIGHT` → `CONVEYOR_MAX_IN_FLIGHT`; `CONVEYOR_COLOUR` → none).
 fn closest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
-    let suffix = |name: &str| name.strip_prefix("CONVEYOR_").unwrap_or(name).to_owned();
-    let wanted = suffix(name);
+    let suffix = |name: &'k str| name.strip_prefix("CONVEYOR_").unwrap_or(name);
+    let wanted = name.strip_prefix("CONVEYOR_").unwrap_or(name);
     known
         .iter()
         .map(|candidate| {
             let candidate_suffix = suffix(candidate);
-            let distance = edit_distance(&wanted, &candidate_suffix);
+            let distance = strsim::levenshtein(wanted, candidate_suffix);
             let longer = wanted.chars().count().max(candidate_suffix.chars().count());
             (distance, longer, *candidate)
         })
@@ -170,24 +230,7 @@ fn closest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
         .map(|(_, _, candidate)| candidate)
 }
 
-/// Levenshtein distance: the fewest single-character insertions, deletions and substitutions.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, a_char) in a.chars().enumerate() {
-        let mut current = Vec::with_capacity(b.len() + 1);
-        current.push(i + 1);
-        for (j, b_char) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(a_char != *b_char);
-            let deletion = previous[j + 1] + 1;
-            let insertion = current[j] + 1;
-            current.push(substitution.min(deletion).min(insertion));
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
-
+/// The file's settings, defaults for the fields it leaves out (errors name the file, line and column).
 fn read_file(path: &Path) -> Result<WorkerConfig, WorkerError> {
     let text = std::fs::read_to_string(path).map_err(|source| WorkerError::ConfigFile {
         path: path.to_owned(),
@@ -199,42 +242,65 @@ fn read_file(path: &Path) -> Result<WorkerConfig, WorkerError> {
     })
 }
 
-fn apply_env(config: &mut WorkerConfig, env: &impl Fn(&str) -> Option<String>) -> Result<(), WorkerError> {
-    let get = |name: &str| {
-        env(name)
-            .map(|value| value.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(value) = get(ENV_QUEUE_URL) {
-        config.queues = parse_queue_urls(&value)?;
-    }
-    if let Some(value) = get(ENV_MAX_IN_FLIGHT) {
-        config.max_in_flight = parse_number(ENV_MAX_IN_FLIGHT, &value)? as usize;
-    }
-    if let Some(value) = get(ENV_VISIBILITY_TIMEOUT_SECS) {
-        config.visibility_timeout = Some(parse_seconds(ENV_VISIBILITY_TIMEOUT_SECS, &value)?);
-    }
-    if let Some(value) = get(ENV_DRAIN_DEADLINE_SECS) {
-        config.drain_deadline = Some(parse_seconds(ENV_DRAIN_DEADLINE_SECS, &value)?);
-    }
-    if let Some(value) = get(ENV_STOP_TIMEOUT_SECS) {
-        config.stop_timeout = parse_seconds(ENV_STOP_TIMEOUT_SECS, &value)?;
-    }
-    if let Some(value) = get(ENV_MAX_PROCESSING_SECS) {
-        config.max_processing_time = parse_seconds(ENV_MAX_PROCESSING_SECS, &value)?;
-    }
-    if let Some(value) = get(ENV_LISTEN_ADDR) {
-        config.listen_addr = if value.eq_ignore_ascii_case("off") {
-            None
-        } else {
-            Some(value)
-        };
-    }
-    Ok(())
+/// The variables of [`WORKER_VARIABLES`] set in `env`, with their values (blank counts as unset).
+fn set_variables(env: &BTreeMap<String, String>) -> impl Iterator<Item = (&'static Variable, &str)> {
+    WORKER_VARIABLES.iter().filter_map(|variable| {
+        let value = env.get(variable.name)?.trim();
+        (!value.is_empty()).then_some((variable, value))
+    })
 }
 
-/// Parses `url[=weight][,url[=weight]...]`.
-fn parse_queue_urls(value: &str) -> Result<Vec<QueueConfig>, WorkerError> {
+/// The environment's layer: each set variable's value under the field it overrides.
+fn overrides(env: &BTreeMap<String, String>) -> Result<Dict, WorkerError> {
+    let mut fields = Dict::new();
+    for (variable, value) in set_variables(env) {
+        let Some(field) = variable.form.field() else {
+            continue;
+        };
+        let parsed = match variable.form {
+            Form::QueueUrls => queue_urls(value)?,
+            Form::AddressOrOff if value.eq_ignore_ascii_case("off") => {
+                Value::Empty(Tag::Default, Empty::None)
+            }
+            // What does not parse stays text, which the extraction refuses for the field.
+            Form::Whole(_) => value
+                .parse::<u64>()
+                .map_or_else(|_| Value::from(value), Value::from),
+            Form::Seconds(_) => value
+                .parse::<f64>()
+                .map_or_else(|_| Value::from(value), Value::from),
+            Form::AddressOrOff | Form::ConfigPath => Value::from(value),
+        };
+        fields.insert(field.to_owned(), parsed);
+    }
+    Ok(fields)
+}
+
+/// `error` from reading the layers back, naming the variable whose value it is about (the file's values
+/// were read by `toml` already).
+fn explain(error: figment::Error, env: &BTreeMap<String, String>) -> WorkerError {
+    let field = error.path.first().map(String::as_str);
+    let Some((variable, value)) = set_variables(env).find(|(variable, _)| variable.form.field() == field)
+    else {
+        return WorkerError::Setting {
+            setting: error.path.join("."),
+            problem: error.kind.to_string(),
+        };
+    };
+    let problem = match (variable.form, &error.kind) {
+        (Form::Whole(_), _) => format!("{value:?} is not a whole number"),
+        (Form::Seconds(_), Kind::InvalidType(..)) => format!("{value:?} is not a number of seconds"),
+        (Form::Seconds(_), _) => format!("{value:?} is not a non-negative number of seconds"),
+        _ => format!("{value:?}: {}", error.kind),
+    };
+    WorkerError::Setting {
+        setting: variable.name.to_owned(),
+        problem,
+    }
+}
+
+/// Parses `url[=weight][,url[=weight]...]` into `queues`' value.
+fn queue_urls(value: &str) -> Result<Value, WorkerError> {
     let mut queues = Vec::new();
     for item in value.split(',').map(str::trim).filter(|item| !item.is_empty()) {
         let (url, weight) = match item.rsplit_once('=') {
@@ -261,30 +327,16 @@ fn parse_queue_urls(value: &str) -> Result<Vec<QueueConfig>, WorkerError> {
             problem: "lists no queue URL: set one URL, or comma-separated URLs with optional =weight".into(),
         });
     }
-    Ok(queues)
-}
-
-fn parse_number(name: &str, value: &str) -> Result<u64, WorkerError> {
-    value.parse::<u64>().map_err(|_| WorkerError::Setting {
-        setting: name.to_owned(),
-        problem: format!("{value:?} is not a whole number"),
-    })
-}
-
-fn parse_seconds(name: &str, value: &str) -> Result<Duration, WorkerError> {
-    let seconds = value.parse::<f64>().map_err(|_| WorkerError::Setting {
-        setting: name.to_owned(),
-        problem: format!("{value:?} is not a number of seconds"),
-    })?;
-    Duration::try_from_secs_f64(seconds).map_err(|_| WorkerError::Setting {
-        setting: name.to_owned(),
-        problem: format!("{value:?} is not a non-negative number of seconds"),
+    Value::serialize(&queues).map_err(|error| WorkerError::Setting {
+        setting: ENV_QUEUE_URL.to_owned(),
+        problem: error.to_string(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use std::io::Write;
+    use std::time::Duration;
 
     use super::*;
 
@@ -436,6 +488,66 @@ mod tests {
         std::fs::remove_file(&file.0).unwrap();
     }
 
+    /// A value is read as its variable's form or refused: never coerced (`off` is not 0 seconds, `yes`
+    /// is not 1), and Rust's own number syntax is accepted as before (`1e2` seconds, `+7`).
+    #[test]
+    fn values_are_never_coerced() {
+        for (name, value, problem) in [
+            (ENV_MAX_IN_FLIGHT, "yes", "\"yes\" is not a whole number"),
+            (ENV_MAX_IN_FLIGHT, "1.5", "\"1.5\" is not a whole number"),
+            (
+                ENV_DRAIN_DEADLINE_SECS,
+                "off",
+                "\"off\" is not a number of seconds",
+            ),
+            (
+                ENV_STOP_TIMEOUT_SECS,
+                "-5",
+                "\"-5\" is not a non-negative number of seconds",
+            ),
+        ] {
+            let error = load(None, env(&[(ENV_QUEUE_URL, URL), (name, value)]))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(error, format!("{name}: {problem}"));
+        }
+        let config = load(
+            None,
+            env(&[
+                (ENV_QUEUE_URL, URL),
+                (ENV_STOP_TIMEOUT_SECS, "1e2"),
+                (ENV_MAX_IN_FLIGHT, " +7 "),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.stop_timeout, Duration::from_secs(100));
+        assert_eq!(config.max_in_flight, 7);
+    }
+
+    #[test]
+    fn off_turns_off_the_files_listen_addr() {
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "listen_addr = \"0.0.0.0:9100\"\nreceive_wait = 2.5\n[[queues]]\nurl = \"{URL}\"\n"
+        )
+        .unwrap();
+        let config = load(Some(&file.0), env(&[(ENV_LISTEN_ADDR, "off")])).unwrap();
+        assert_eq!(config.listen_addr, None);
+        assert_eq!(
+            config.receive_wait,
+            Duration::from_millis(2500),
+            "the file's values stand"
+        );
+        let config = load(Some(&file.0), env(&[(ENV_LISTEN_ADDR, ""), (ENV_CONFIG, "x")])).unwrap();
+        assert_eq!(
+            config.listen_addr.as_deref(),
+            Some("0.0.0.0:9100"),
+            "a blank value is unset"
+        );
+        std::fs::remove_file(&file.0).unwrap();
+    }
+
     #[test]
     fn unknown_fields_in_the_file_are_named() {
         let mut file = tempfile();
@@ -492,20 +604,11 @@ mod tests {
 
     #[test]
     fn known_variables_are_not_reported() {
-        let all: Vec<(&str, &str)> = WORKER_VARIABLES
+        let all = WORKER_VARIABLES
             .iter()
-            .chain(OTHER_CONVEYOR_VARIABLES)
-            .map(|name| (*name, "x"))
-            .collect();
-        assert!(unknown_variables(all.iter().map(|(name, _)| *name), &[]).is_empty());
-    }
-
-    #[test]
-    fn edit_distance_counts_single_character_edits() {
-        assert_eq!(edit_distance("MAX_INFLIGHT", "MAX_IN_FLIGHT"), 1);
-        assert_eq!(edit_distance("QUEUE_URL", "QUEUE_URL"), 0);
-        assert_eq!(edit_distance("", "ABC"), 3);
-        assert_eq!(edit_distance("KITTEN", "SITTING"), 3);
+            .map(|variable| variable.name)
+            .chain(OTHER_CONVEYOR_VARIABLES.iter().copied());
+        assert!(unknown_variables(all, &[]).is_empty());
     }
 
     fn tempfile() -> (std::path::PathBuf, std::fs::File) {

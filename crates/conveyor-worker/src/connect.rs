@@ -15,6 +15,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use conveyor_core::port::QueueError;
+use conveyor_core::runtime::{doubling, equal_jitter};
 
 use crate::error::WorkerError;
 
@@ -135,9 +136,7 @@ fn configuration_problem(error: &QueueError) -> Option<String> {
 /// The pause after the `attempts`-th failure in a row: doubling from [`FIRST_PAUSE`] up to
 /// [`MAX_PAUSE`], half of it random so a fleet restarting together does not retry in step.
 fn pause_after(attempts: u32) -> Duration {
-    let exponent = attempts.saturating_sub(1).min(16);
-    let ceiling = FIRST_PAUSE.saturating_mul(1 << exponent).min(MAX_PAUSE);
-    ceiling / 2 + (ceiling / 2).mul_f64(fastrand::f64())
+    equal_jitter(doubling(FIRST_PAUSE, attempts, MAX_PAUSE))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::runtime::not_run_at_the_last_receive;
+use conveyor_core::runtime::{added_jitter, not_run_at_the_last_receive};
 use conveyor_core::{
     message::Message,
     runtime::{Budget, Lease, Outcome, Processed},
@@ -379,8 +379,7 @@ async fn admit(runtime: &Runtime, job_type: Option<&'static str>) -> Admit {
 
 /// Spreads deferred messages so they do not all come back in the same second.
 fn with_jitter(delay: Duration) -> Duration {
-    let spread = (delay / 5).max(Duration::from_secs(1));
-    (delay + spread.mul_f64(fastrand::f64())).min(MAX_VISIBILITY_TIMEOUT)
+    added_jitter(delay, (delay / 5).max(Duration::from_secs(1))).min(MAX_VISIBILITY_TIMEOUT)
 }
 
 /// A run admitted by a breaker; a probe that ends without a verdict (or is dropped) frees the probe slot.

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::config::WorkerConfig;
 use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT};
-use conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
+use conveyor_core::runtime::{CLOCK_SKEW_ALLOWANCE, doubling, equal_jitter};
 use conveyor_core::{message::Message, port::QueueError, runtime::Lease};
 use tokio::time::Instant;
 
@@ -255,9 +255,7 @@ pub(crate) fn backoff(error: &QueueError, failures: u32) -> Duration {
     } else {
         (Duration::from_secs(1), Duration::from_secs(60))
     };
-    let exponent = failures.saturating_sub(1).min(16);
-    let ceiling = base.saturating_mul(1 << exponent).min(cap);
-    ceiling / 2 + (ceiling / 2).mul_f64(fastrand::f64())
+    equal_jitter(doubling(base, failures, cap))
 }
 
 /// When a receive was sent and when its answer arrived.

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use conveyor_core::port::{EntryError, EntryFailure, QueueError};
+use conveyor_core::runtime::{doubling, equal_jitter};
 use tokio::time::Instant;
 
 /// The first pause between tries.
@@ -90,10 +91,7 @@ pub(crate) fn errors_by_entry(len: usize, failures: Vec<EntryFailure>) -> Vec<Op
 
 /// The pause after the `tries`-th failed try.
 fn pause(tries: u32) -> Duration {
-    let ceiling = FIRST_PAUSE
-        .saturating_mul(1 << tries.saturating_sub(1).min(8))
-        .min(MAX_PAUSE);
-    ceiling / 2 + (ceiling / 2).mul_f64(fastrand::f64())
+    equal_jitter(doubling(FIRST_PAUSE, tries, MAX_PAUSE))
 }
 
 /// Runs `call` until it succeeds, fails for good, or `deadline` passes (each try cut at the deadline).
