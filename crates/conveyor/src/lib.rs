@@ -1,15 +1,18 @@
 #![doc = include_str!("../README.md")]
 
 pub use conveyor_core::{
-    BackgroundTask, Backoff, Context, ErrorKind, Handler, HandlerError, HandlerSettings, KeyStyle, Pipeline,
-    Router,
+    BackgroundTask, Backoff, Cancelled, ChildFailurePolicy, ChildResult, Context, ErrorKind, Flows, Handler,
+    HandlerError, HandlerSettings, JobQuery, JobRecord, JobStatus, KeySource, KeyStyle, Payloads, Pipeline,
+    PowertoolsFlavor, PowertoolsKey, Progress, RejectMode, Router,
 };
 
-/// Everything of the core: the ports (`Queue`, `IdempotencyStore`, `PayloadStore`, `FlowStore`), the
-/// message model, outcomes and the pipeline both runtimes call.
+/// The rest of the core, for adapters and runtimes: `core::message` (the message model), `core::port`
+/// (`Queue`, `IdempotencyStore`, `PayloadStore`, `FlowStore`), `core::runtime`, `core::limits`.
 pub use conveyor_core as core;
 
-/// SQS: the producer (`Producer`, `NewJob`), the queue adapter, flows' sender and the admin calls.
+/// SQS: the producer (`Producer`, `NewJob`), the queue adapter, flows' sender and the admin calls
+/// (feature `sqs`, which `worker` and `lambda` turn on).
+#[cfg(feature = "sqs")]
 pub use conveyor_sqs as sqs;
 
 /// The long-poll runtime (feature `worker`).
@@ -43,6 +46,7 @@ pub use conveyor_testing as testing;
 /// The names a handler, a producer and a `main` use: `use conveyor::prelude::*;`.
 pub mod prelude {
     pub use conveyor_core::{Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router};
+    #[cfg(feature = "sqs")]
     pub use conveyor_sqs::{NewJob, Producer};
 
     #[cfg(feature = "worker")]
