@@ -336,7 +336,15 @@ impl SourceQueue {
         if !first {
             return;
         }
-        if let Some(advice) = visibility_advice(queue.visibility_timeout(), self.invocation_time) {
+        let visibility = queue.visibility_timeout();
+        let Some(advice) = visibility_advice(visibility, self.invocation_time) else {
+            return;
+        };
+        // Below the invocation's own time, SQS certainly hands a message out again while it runs: a
+        // configuration error, said at error level (an outage is never the cause).
+        if visibility < self.invocation_time {
+            tracing::error!(queue = %queue.name(), "configuration error: {advice}");
+        } else {
             tracing::warn!(queue = %queue.name(), "{advice}");
         }
     }

@@ -1,10 +1,11 @@
-//! The Lambda adapter's settings, validated at start-up with errors that say what to change.
+//! The Lambda adapter's settings, validated at start-up with errors that say what to change. The
+//! queue's visibility timeout is not a setting: the adapter reads each source queue's own and checks it
+//! against the invocation's time (`batch::visibility_advice`).
 
 use std::time::Duration;
 
 use conveyor_core::RejectMode;
 use conveyor_core::config::{ConfigError, Problems, millis, seconds};
-use conveyor_core::runtime;
 use serde::{Deserialize, Serialize};
 
 /// The Lambda adapter's settings.
@@ -17,9 +18,6 @@ pub struct LambdaConfig {
     /// Lambda's (already past, or beyond Lambda's 15 minutes: an emulator such as cargo lambda).
     #[serde(with = "seconds")]
     pub function_timeout: Duration,
-    /// The source queue's visibility timeout.
-    #[serde(with = "seconds")]
-    pub queue_visibility_timeout: Duration,
     /// The least time kept after the handlers' cutoff for settling the batch (completions, DLQ sends,
     /// deferred copies): messages that cannot start before the deadline minus the reserve are deferred
     /// or reported as failures, and running handlers are told to stop then. The reserve is a tenth of
@@ -57,7 +55,6 @@ impl Default for LambdaConfig {
     fn default() -> Self {
         Self {
             function_timeout: Duration::from_secs(10),
-            queue_visibility_timeout: Duration::from_secs(runtime::QUEUE_VISIBILITY_TIMEOUT_SECS),
             deadline_margin: Duration::from_millis(500),
             batch_concurrency: 10,
             reject_mode: RejectMode::default(),
@@ -71,16 +68,6 @@ impl LambdaConfig {
     /// Checks every setting; the error lists all problems with what to change.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Problems::default();
-        problems.check(self.function_timeout < self.queue_visibility_timeout, "function_timeout", || {
-            format!(
-                "the function timeout ({:?}) must stay below the queue's visibility timeout ({:?}), or SQS \
-                 delivers messages again while the first invocation still runs; AWS advises a visibility \
-                 timeout of at least {}x the function timeout",
-                self.function_timeout,
-                self.queue_visibility_timeout,
-                runtime::LAMBDA_VISIBILITY_RATIO
-            )
-        });
         problems.check(
             self.deadline_margin < self.function_timeout,
             "deadline_margin",
@@ -110,14 +97,12 @@ mod tests {
     }
 
     #[test]
-    fn lambda_timeout_must_stay_below_visibility() {
-        let config = LambdaConfig {
-            function_timeout: Duration::from_secs(60),
-            queue_visibility_timeout: Duration::from_secs(30),
-            ..LambdaConfig::default()
-        };
+    fn a_margin_that_leaves_no_time_is_refused() {
+        let config = LambdaConfig::default()
+            .with_function_timeout(Duration::from_secs(10))
+            .with_deadline_margin(Duration::from_secs(10));
         let error = config.validate().unwrap_err();
-        assert_eq!(error.problems[0].field, "function_timeout");
-        assert!(error.to_string().contains("visibility timeout"));
+        assert_eq!(error.problems[0].field, "deadline_margin");
+        assert!(error.to_string().contains("leaves no time"), "{error}");
     }
 }

@@ -17,14 +17,10 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
     for job in &scenario.jobs {
         check_job(scenario, job, observed, &mut violations);
     }
-    for received in &log.received {
-        if received.receive_count > scenario.max_receive_count {
-            violations.push(format!(
-                "message {} (job {:?}) was received {} times, over the maxReceiveCount of {}",
-                received.message_id, received.job, received.receive_count, scenario.max_receive_count
-            ));
-        }
-    }
+    // No check that a message is received at most `maxReceiveCount` times: `MemoryQueue` redrives before
+    // it delivers, so such a check could never fail here. That is the queue's promise, held by the
+    // conformance case `redrive_moves_to_dlq_after_max_receive_count` (MemoryQueue and LocalStack). What
+    // the runtimes control, runs per copy within the budget, is checked per job below.
     for (index, run) in log.runs.iter().enumerate() {
         if run.token.is_none() {
             violations.push(format!(

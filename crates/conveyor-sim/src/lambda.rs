@@ -45,10 +45,9 @@ impl std::fmt::Debug for Function {
 }
 
 /// The config the function runs with.
-pub fn config(spec: &LambdaSpec, visibility: Duration) -> LambdaConfig {
+pub fn config(spec: &LambdaSpec) -> LambdaConfig {
     LambdaConfig::default()
         .with_function_timeout(spec.function_timeout)
-        .with_queue_visibility_timeout(visibility)
         .with_batch_concurrency(spec.batch_concurrency)
 }
 

@@ -166,7 +166,7 @@ impl Shared<'_> {
         let spec = self.scenario.lambdas[index];
         let instance = self.instance(format!("lambda-{index}"), 1000 + index as u64);
         let queue = self.queue_for(&instance);
-        let config = lambda::config(&spec, self.scenario.visibility);
+        let config = lambda::config(&spec);
         let processor = BatchProcessor::new(
             self.pipeline(&instance),
             config,
