@@ -86,7 +86,7 @@ impl Backoff {
 
 /// A wait drawn uniformly in `[0, ceiling]` ("full jitter"): the widest spread, for retries that may
 /// wait as little as nothing.
-pub fn full_jitter(ceiling: Duration) -> Duration {
+pub(crate) fn full_jitter(ceiling: Duration) -> Duration {
     ceiling.mul_f64(fastrand::f64())
 }
 

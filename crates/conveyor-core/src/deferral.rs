@@ -22,7 +22,7 @@
 //! crash between the two leaves both: the original comes back and is deferred or run again, and its
 //! idempotency record makes the second run a duplicate.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::limits::{MAX_DELAY, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES};
 use crate::message::{AttributeValue, DEFERRAL_ATTRIBUTE, DeferralRecord, Message, attributes_size};
@@ -88,16 +88,20 @@ pub fn deferred_copy(
     })
 }
 
-/// When the job was first sent: the deferral record's time, else `SentTimestamp`.
-pub fn first_sent(message: &Message) -> Option<SystemTime> {
+/// When the job was first sent: the deferral record's time, else `SentTimestamp` (what the tests read
+/// back from a copy).
+#[cfg(test)]
+fn first_sent(message: &Message) -> Option<std::time::SystemTime> {
     DeferralRecord::of(message)
         .and_then(|record| record.first_sent_ms)
-        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+        .map(|ms| std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
         .or(message.sent_at)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use super::*;
     use crate::message::IDEMPOTENCY_KEY_ATTRIBUTE;
 

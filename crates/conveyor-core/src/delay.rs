@@ -44,9 +44,9 @@ use crate::outcome::epoch_millis;
 /// Message attribute of a job due later than SQS's 15-minute delay: the due time, epoch milliseconds.
 pub const DUE_ATTRIBUTE: &str = "conveyor.due";
 /// The output stored on a cancelled job's record.
-pub const CANCELLED_OUTPUT: &str = r#"{"conveyor.cancelled":true}"#;
+pub(crate) const CANCELLED_OUTPUT: &str = r#"{"conveyor.cancelled":true}"#;
 /// How long a cancellation record lasts: past SQS's longest retention (14 days).
-pub const CANCEL_RECORD_TTL: Duration = Duration::from_secs(15 * 24 * 3600);
+pub(crate) const CANCEL_RECORD_TTL: Duration = Duration::from_secs(15 * 24 * 3600);
 /// How early a job may run before its due time: a hop shorter than this is not worth a request.
 pub(crate) const DUE_TOLERANCE: Duration = Duration::from_millis(500);
 /// SQS's longest message retention: no delay may be longer.

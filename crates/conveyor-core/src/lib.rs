@@ -64,9 +64,8 @@ pub mod port {
         RecordStatus, StoreError, idempotency_key, next_token, payload_hash,
     };
     pub use crate::payload::{
-        LEGACY_SIZE_ATTRIBUTE, LIBRARY_DEFAULT_THRESHOLD, PayloadError, PayloadPointer, PayloadStore,
-        PointerError, ResolveError, SIZE_ATTRIBUTE, declared_size, marking_attribute, resolve, resolved,
-        size_attribute,
+        LEGACY_SIZE_ATTRIBUTE, PayloadError, PayloadPointer, PayloadStore, PointerError, ResolveError,
+        SIZE_ATTRIBUTE, declared_size, marking_attribute, resolve, resolved, size_attribute,
     };
     pub use crate::queue::{
         DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueDepth, QueueError,
@@ -80,17 +79,15 @@ pub mod port {
 /// outcomes and leases, dead-lettering and deferral, delays, jitter for their own pauses, envelopes, logging
 /// output and the defaults shared with `infra/`. A handler or a producer never needs these.
 pub mod runtime {
-    pub use crate::backoff::{added_jitter, doubling, equal_jitter, full_jitter};
+    pub use crate::backoff::{added_jitter, doubling, equal_jitter};
     pub use crate::dead_letter::{dead_letter_copy, original_attributes};
     pub use crate::defaults::{
         CLOCK_SKEW_ALLOWANCE, DRAIN_DEADLINE, ECS_STOP_TIMEOUT_SECS, IDEMPOTENCY_RECORD_TTL,
         LAMBDA_VISIBILITY_RATIO, MAX_RECEIVE_COUNT, MIN_VISIBILITY_TIMEOUT, QUEUE_VISIBILITY_TIMEOUT_SECS,
         SHUTDOWN_RESERVE,
     };
-    pub use crate::deferral::{DeferralError, deferred_copy, first_sent};
-    pub use crate::delay::{
-        CANCEL_RECORD_TTL, CANCELLED_OUTPUT, Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value,
-    };
+    pub use crate::deferral::{DeferralError, deferred_copy};
+    pub use crate::delay::{Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value};
     pub use crate::display::{format_age, format_epoch_millis, format_time};
     pub use crate::disposition::{Disposition, reject};
     pub use crate::envelope::{Header, open, seal, sorted};
@@ -101,7 +98,7 @@ pub mod runtime {
     };
     pub use crate::outcome::{
         AckReason, CANCELLED, Failure, Origin, Outcome, RunResult, at_last_attempt, classify, epoch_millis,
-        exhaust, not_run_at_the_last_receive,
+        not_run_at_the_last_receive,
     };
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;

@@ -191,7 +191,7 @@ pub fn not_run_at_the_last_receive(why: &str, attempt: u32, max: u32, queue: &st
 /// A retry of the last attempt the redrive policy allows becomes a reject carrying the last error, so
 /// the DLQ copy says why (SQS's own redrive moves it without a reason; it stays the backstop for
 /// crashes).
-pub fn exhaust(outcome: Outcome, origin: Origin<'_>) -> Outcome {
+pub(crate) fn exhaust(outcome: Outcome, origin: Origin<'_>) -> Outcome {
     let Outcome::Retry { reason, .. } = &outcome else {
         return outcome;
     };

@@ -50,8 +50,7 @@ pub(crate) const LEGACY_POINTER_CLASS: &str = "com.amazon.sqs.javamessaging.Mess
 pub const SIZE_ATTRIBUTE: &str = "ExtendedPayloadSize";
 /// The attribute older clients (and the Java library by default) write instead.
 pub const LEGACY_SIZE_ATTRIBUTE: &str = "SQSLargePayloadSize";
-/// The libraries' default offload threshold (SQS's message limit before August 2025).
-pub const LIBRARY_DEFAULT_THRESHOLD: usize = 262_144;
+// The libraries' default offload threshold is 262,144 bytes (SQS's message limit before August 2025).
 
 /// Where a large payload is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
