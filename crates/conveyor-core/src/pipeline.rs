@@ -232,7 +232,11 @@ impl Pipeline {
         self.payloads = Some(payloads);
         self
     }
+}
 
+/// The runtime side: what `conveyor-worker`, `conveyor-lambda` and the simulator call for each message. A
+/// handler or a `main` never needs these.
+impl Pipeline {
     /// The large-payload settings, when on.
     pub fn payloads(&self) -> Option<&Payloads> {
         self.payloads.as_ref()
