@@ -11,7 +11,7 @@
 //!
 //! ```ignore
 //! tracing_subscriber::fmt()
-//!     .with_writer(conveyor_core::log_output::stderr)
+//!     .with_writer(conveyor_core::runtime::stderr)
 //!     .log_internal_errors(false)
 //!     .init();
 //! ```

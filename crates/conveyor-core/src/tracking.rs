@@ -38,7 +38,7 @@ pub enum JobStatus {
     Succeeded,
     /// Sent to the dead-letter queue with its last error.
     DeadLettered,
-    /// Cancelled by its producer before it ran (`conveyor_core::delay::cancel`).
+    /// Cancelled by its producer before it ran (`conveyor_core::runtime::cancel`).
     Cancelled,
 }
 

@@ -21,7 +21,7 @@ module "queue" {
 
   name = var.name
 
-  # conveyor_core::defaults: QUEUE_VISIBILITY_TIMEOUT_SECS and MAX_RECEIVE_COUNT. The worker's
+  # conveyor_core::runtime: QUEUE_VISIBILITY_TIMEOUT_SECS and MAX_RECEIVE_COUNT. The worker's
   # heartbeats extend visibility for longer jobs.
   visibility_timeout_seconds = 60
   max_receive_count          = 5
@@ -77,7 +77,7 @@ module "consumer" {
   # The transactional outbox: the workers relay it from the outbox table's stream (one at a time).
   environment = module.outbox_relay.ecs_environment
 
-  # conveyor_core::defaults::ECS_STOP_TIMEOUT_SECS. The worker drains for what fits after its 7 s
+  # conveyor_core::runtime::ECS_STOP_TIMEOUT_SECS. The worker drains for what fits after its 7 s
   # shutdown reserve (23 s); drain_deadline_seconds can only shorten that.
   stop_timeout_seconds = 30
 

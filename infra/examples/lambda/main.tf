@@ -20,7 +20,7 @@ module "queue" {
 
   name = var.name
 
-  # conveyor_core::defaults: QUEUE_VISIBILITY_TIMEOUT_SECS and MAX_RECEIVE_COUNT.
+  # conveyor_core::runtime: QUEUE_VISIBILITY_TIMEOUT_SECS and MAX_RECEIVE_COUNT.
   visibility_timeout_seconds = 60
   max_receive_count          = 5
 

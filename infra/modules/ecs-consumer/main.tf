@@ -17,10 +17,10 @@ locals {
   container_name = "worker"
   listen_port    = 9090
   # What the worker's shutdown needs after the drain (cancel grace, releases, delete flush, exit):
-  # conveyor_core::defaults::SHUTDOWN_RESERVE. The worker refuses a drain that leaves less.
+  # conveyor_core::runtime::SHUTDOWN_RESERVE. The worker refuses a drain that leaves less.
   shutdown_reserve_seconds = 7
   # The shortest visibility timeout the worker's heartbeat can keep:
-  # conveyor_core::defaults::MIN_VISIBILITY_TIMEOUT. The worker refuses a queue with less.
+  # conveyor_core::runtime::MIN_VISIBILITY_TIMEOUT. The worker refuses a queue with less.
   min_visibility_timeout_seconds = 10
 
   # IAM role names are at most 64 characters; a name_prefix at most 38 (AWS appends 26).

@@ -146,7 +146,7 @@ variable "drain_deadline_seconds" {
 }
 
 variable "stop_timeout_seconds" {
-  description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout); passed to the worker as CONVEYOR_STOP_TIMEOUT_SECS. Must hold drain_deadline_seconds plus 7 s so the worker can release what is left. Matches conveyor_core::defaults::ECS_STOP_TIMEOUT_SECS."
+  description = "Seconds ECS waits after SIGTERM before SIGKILL (the container's stopTimeout); passed to the worker as CONVEYOR_STOP_TIMEOUT_SECS. Must hold drain_deadline_seconds plus 7 s so the worker can release what is left. Matches conveyor_core::runtime::ECS_STOP_TIMEOUT_SECS."
   type        = number
   default     = 30
 

@@ -1,6 +1,6 @@
 # One item per idempotency key, laid out like AWS Lambda Powertools' idempotency table so that
 # Python, TypeScript and Rust consumers can share it. The names below are the ones in
-# conveyor_core::defaults (IDEMPOTENCY_KEY_ATTRIBUTE, EXPIRATION_ATTRIBUTE); the Rust test
+# conveyor_dynamodb::defaults (IDEMPOTENCY_KEY_ATTRIBUTE, EXPIRATION_ATTRIBUTE); the Rust test
 # tests/tests/infra.rs fails if they drift apart. They are literals on purpose: there is
 # nothing to configure here without breaking the record format.
 resource "aws_dynamodb_table" "this" {
@@ -16,7 +16,7 @@ resource "aws_dynamodb_table" "this" {
   # Tracked jobs (HandlerSettings::tracked): `conveyor jobs list --type T --status S` queries this
   # index, one partition per job type and status (`job_index` = "<type>#<status>"), newest change
   # first (`job_changed`, epoch ms). Only tracked jobs' items carry these attributes, so the index is
-  # sparse: untracked idempotency records cost it nothing. Names as in conveyor_core::defaults::JOBS_INDEX
+  # sparse: untracked idempotency records cost it nothing. Names as in conveyor_dynamodb::defaults::JOBS_INDEX
   # and conveyor_dynamodb::jobs.
   attribute {
     name = "job_index"

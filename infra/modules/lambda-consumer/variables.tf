@@ -25,7 +25,7 @@ variable "package_path" {
 }
 
 variable "timeout_seconds" {
-  description = "Function timeout. The queue's visibility timeout must be at least 6x this (AWS's advice, conveyor_core::defaults::LAMBDA_VISIBILITY_RATIO)."
+  description = "Function timeout. The queue's visibility timeout must be at least 6x this (AWS's advice, conveyor_core::runtime::LAMBDA_VISIBILITY_RATIO)."
   type        = number
   default     = 10
 

@@ -21,7 +21,7 @@ variable "content_based_deduplication" {
 }
 
 variable "visibility_timeout_seconds" {
-  description = "Visibility timeout of the main queue. Must match conveyor_core::defaults::QUEUE_VISIBILITY_TIMEOUT_SECS unless the consumer is configured otherwise; a Lambda consumer needs at least 6x its function timeout."
+  description = "Visibility timeout of the main queue. Must match conveyor_core::runtime::QUEUE_VISIBILITY_TIMEOUT_SECS unless the consumer is configured otherwise; a Lambda consumer needs at least 6x its function timeout."
   type        = number
   default     = 60
 
@@ -32,7 +32,7 @@ variable "visibility_timeout_seconds" {
 }
 
 variable "max_receive_count" {
-  description = "Receives before SQS moves a message to the DLQ (the redrive policy's maxReceiveCount). Matches conveyor_core::defaults::MAX_RECEIVE_COUNT."
+  description = "Receives before SQS moves a message to the DLQ (the redrive policy's maxReceiveCount). Matches conveyor_core::runtime::MAX_RECEIVE_COUNT."
   type        = number
   default     = 5
 
