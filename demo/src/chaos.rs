@@ -3,7 +3,7 @@
 //!
 //! What runs: `workers` example `worker` processes and the local Lambda runner (`conveyor lambda run`
 //! with the example `bootstrap`) on one queue with its DLQ, sharing one idempotency table in DynamoDB
-//! Local. Every process reaches SQS and DynamoDB through a [`proxy::DelayProxy`]; the driver itself
+//! Local. Every process reaches SQS and DynamoDB through a [`proxy::FaultProxy`]; the driver itself
 //! (sending, checking) talks to the emulators directly.
 //!
 //! What it sends (all drawn from `seed`): welcome emails keyed by user, webhooks to a local receiver
@@ -23,7 +23,6 @@
 pub mod proxy;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -37,7 +36,7 @@ use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec, TestQueue};
 use tokio::process::Child;
 
-use self::proxy::DelayProxy;
+use self::proxy::FaultProxy;
 use crate::{Binaries, queue_is_empty};
 
 /// The queue's visibility timeout: long jobs run longer than this.
@@ -459,8 +458,8 @@ pub async fn run(config: &ChaosConfig) -> anyhow::Result<ChaosReport> {
     let table = localstack::create_table(&dynamodb, "chaos").await?;
     let receiver = WebhookReceiver::start(SECRET.as_bytes().to_vec()).await?;
 
-    let sqs_proxy = DelayProxy::start(socket_of(&localstack::sqs_endpoint())?).await?;
-    let dynamodb_proxy = DelayProxy::start(socket_of(&localstack::dynamodb_endpoint())?).await?;
+    let sqs_proxy = FaultProxy::in_front_of(&localstack::sqs_endpoint()).await?;
+    let dynamodb_proxy = FaultProxy::in_front_of(&localstack::dynamodb_endpoint()).await?;
     let mut env = crate::local_app_env(&table, &config.work_dir.join("unused.jsonl"), SECRET, "warn");
     env.retain(|(key, _)| key != conveyor_examples::OUTBOX_ENV);
     env.push(("AWS_ENDPOINT_URL_SQS".to_owned(), sqs_proxy.endpoint()));
@@ -705,39 +704,26 @@ fn jitter(rng: &mut fastrand::Rng, mean: Duration) -> Duration {
     mean.mul_f64(0.5 + rng.f64())
 }
 
-fn socket_of(endpoint: &str) -> anyhow::Result<SocketAddr> {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let authority = authority.replace("localhost", "127.0.0.1");
-    authority.parse().with_context(|| {
-        format!("the chaos run needs an emulator endpoint of the form http://IP:PORT, got {endpoint}")
-    })
-}
-
 fn spawn_lambda(
     config: &ChaosConfig,
     queue_url: &str,
     env: &[(String, String)],
-    sqs_proxy: &DelayProxy,
+    sqs_proxy: &FaultProxy,
 ) -> anyhow::Result<Child> {
     let log = std::fs::File::create(config.work_dir.join("lambda.log"))?;
     let outbox = config.work_dir.join("lambda.jsonl");
-    tokio::process::Command::new(config.binaries.path("conveyor")?)
-        .args(["lambda", "run", "--queue-url", queue_url])
-        .arg("--bootstrap")
-        .arg(config.binaries.path("bootstrap")?)
+    // The runner and its bootstrap get the same environment as the workers (proxies included).
+    config
+        .binaries
+        .lambda_runner(queue_url, env)?
         .args(["--function-timeout-secs", &FUNCTION_TIMEOUT_SECS.to_string()])
         .args([
             "--env",
             &format!("{}={}", conveyor_examples::OUTBOX_ENV, outbox.display()),
         ])
-        // The runner and its bootstrap get the same environment as the workers (proxies included).
-        .envs(env.iter().cloned())
         .env("AWS_ENDPOINT_URL_SQS", sqs_proxy.endpoint())
-        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::from(log.try_clone()?))
         .stderr(std::process::Stdio::from(log))
-        .kill_on_drop(true)
         .spawn()
         .context("starting conveyor lambda run")
 }
@@ -864,45 +850,24 @@ async fn check_dlq(
         bail!("the chaos queue has no DLQ")
     };
     let mut seen: BTreeMap<u32, Vec<Failure>> = BTreeMap::new();
-    let mut empty_receives = 0;
-    while empty_receives < 2 {
-        let received = sqs
-            .receive_message()
-            .queue_url(dlq)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(300)
-            .message_attribute_names("All")
-            .send()
-            .await?;
-        if received.messages().is_empty() {
-            empty_receives += 1;
+    for dead_letter in crate::read_dlq(sqs, dlq).await? {
+        let body = &dead_letter.body;
+        let Some(id) = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .as_ref()
+            .and_then(job_id)
+        else {
+            report
+                .problems
+                .push(format!("DLQ message with an unknown body: {body}"));
             continue;
-        }
-        for message in received.messages() {
-            let body = message.body().unwrap_or_default();
-            let Some(id) = serde_json::from_str::<serde_json::Value>(body)
-                .ok()
-                .as_ref()
-                .and_then(job_id)
-            else {
-                report
-                    .problems
-                    .push(format!("DLQ message with an unknown body: {body}"));
-                continue;
-            };
-            let failure = message
-                .message_attributes()
-                .and_then(|attributes| attributes.get(FAILURE_ATTRIBUTE))
-                .and_then(|value| value.string_value())
-                .and_then(|json| serde_json::from_str::<Failure>(json).ok());
-            match failure {
-                Some(failure) => seen.entry(id).or_default().push(failure),
-                None => report.problems.push(format!(
-                    "job {id} ({:?}) is in the DLQ without a {FAILURE_ATTRIBUTE} reason (SQS redrive after {MAX_RECEIVE_COUNT} receives?)",
-                    kinds.get(id as usize)
-                )),
-            }
+        };
+        match dead_letter.failure {
+            Some(failure) => seen.entry(id).or_default().push(failure),
+            None => report.problems.push(format!(
+                "job {id} ({:?}) is in the DLQ without a {FAILURE_ATTRIBUTE} reason (SQS redrive after {MAX_RECEIVE_COUNT} receives?)",
+                kinds.get(id as usize)
+            )),
         }
     }
     let mut poison_left: HashSet<u32> = (0..u32::try_from(kinds.len())?)

@@ -74,6 +74,22 @@ impl Binaries {
             .context("starting the worker binary")
     }
 
+    /// `conveyor lambda run --queue-url <queue_url> --bootstrap <the example bootstrap>` with `env` in
+    /// the runner's environment (the runner passes it on to the bootstrap, as a function's configured
+    /// variables), stdin closed, killed when the handle drops. Add options and the output before
+    /// spawning; it stops on SIGINT.
+    pub fn lambda_runner(&self, queue_url: &str, env: &[(String, String)]) -> anyhow::Result<Command> {
+        let mut command = Command::new(self.path("conveyor")?);
+        command
+            .args(["lambda", "run", "--queue-url", queue_url])
+            .arg("--bootstrap")
+            .arg(self.path("bootstrap")?)
+            .envs(env.iter().cloned())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        Ok(command)
+    }
+
     /// Runs `conveyor lambda run` with the example `bootstrap` until the queue is empty. The runner's
     /// output and the bootstrap's logs go to `log` (stdout dropped, stderr inherited when `None`).
     pub async fn run_lambda(
@@ -86,10 +102,9 @@ impl Binaries {
             Some(file) => (Stdio::from(file.try_clone()?), Stdio::from(file)),
             None => (Stdio::null(), Stdio::inherit()),
         };
-        let status = Command::new(self.path("conveyor")?)
-            .args(["lambda", "run", "--queue-url", queue_url, "--until-empty"])
-            .arg("--bootstrap")
-            .arg(self.path("bootstrap")?)
+        let status = self
+            .lambda_runner(queue_url, &[])?
+            .arg("--until-empty")
             .args(
                 env.iter()
                     .flat_map(|(key, value)| ["--env".to_owned(), format!("{key}={value}")]),
@@ -135,4 +150,58 @@ pub async fn queue_is_empty(queue: &SqsQueue) -> bool {
         .depth()
         .await
         .is_ok_and(|depth| depth.visible + depth.in_flight + depth.delayed == 0)
+}
+
+/// One message read from a DLQ: its body, and Conveyor's failure record when it carries one
+/// (`conveyor.failure`; `None` for a message SQS's redrive moved without one).
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// The message body.
+    pub body: String,
+    /// The failure record.
+    pub failure: Option<conveyor_core::runtime::Failure>,
+}
+
+/// Reads every message of the DLQ at `dlq_url` once (until two receives in a row come back empty): each
+/// is hidden for 300 s, longer than the read; on a FIFO DLQ each is also deleted once read, since a FIFO
+/// queue hands out a group's next message only then.
+pub async fn read_dlq(sqs: &aws_sdk_sqs::Client, dlq_url: &str) -> anyhow::Result<Vec<DeadLetter>> {
+    let fifo = dlq_url.ends_with(".fifo");
+    let mut read = Vec::new();
+    let mut empty_receives = 0;
+    while empty_receives < 2 {
+        let received = sqs
+            .receive_message()
+            .queue_url(dlq_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(300)
+            .message_attribute_names("All")
+            .send()
+            .await?;
+        if received.messages().is_empty() {
+            empty_receives += 1;
+            continue;
+        }
+        empty_receives = 0;
+        for message in received.messages() {
+            let failure = message
+                .message_attributes()
+                .and_then(|attributes| attributes.get(conveyor_core::message::FAILURE_ATTRIBUTE))
+                .and_then(|value| value.string_value())
+                .and_then(|json| serde_json::from_str(json).ok());
+            read.push(DeadLetter {
+                body: message.body().unwrap_or_default().to_owned(),
+                failure,
+            });
+            if let (true, Some(receipt)) = (fifo, message.receipt_handle()) {
+                sqs.delete_message()
+                    .queue_url(dlq_url)
+                    .receipt_handle(receipt)
+                    .send()
+                    .await?;
+            }
+        }
+    }
+    Ok(read)
 }

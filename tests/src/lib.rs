@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use conveyor_demo::Binaries;
 
 pub mod hcl_walk;
@@ -40,4 +41,35 @@ pub fn emails_per_user(outbox: &Path) -> anyhow::Result<std::collections::BTreeM
         }
     }
     Ok(counts)
+}
+
+/// A fresh log path under the system's temp folder.
+pub fn log_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{}.log", localstack::unique_name(name)))
+}
+
+/// The JSON log lines in `path` (the worker's with `CONVEYOR_LOG_FORMAT=json`; the bootstrap's with
+/// `AWS_LAMBDA_LOG_FORMAT=json`, which `conveyor lambda run` prefixes `bootstrap| `). Other lines are
+/// skipped.
+pub fn log_lines(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str(&line[line.find('{')?..]).ok())
+        .collect())
+}
+
+/// The message of a JSON log line.
+pub fn message_of(line: &serde_json::Value) -> &str {
+    line["fields"]["message"].as_str().unwrap_or("")
+}
+
+/// `receive_count` of the `message` span a log line was written in.
+pub fn receive_count(line: &serde_json::Value) -> Option<u64> {
+    line["span"]["receive_count"].as_u64().or_else(|| {
+        line["spans"]
+            .as_array()?
+            .iter()
+            .find_map(|span| span["receive_count"].as_u64())
+    })
 }

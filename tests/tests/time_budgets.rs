@@ -4,14 +4,14 @@
 //! Real binaries against LocalStack and DynamoDB Local. Build them first:
 //! `cargo build -p conveyor-examples -p conveyor-demo --bins` (`make test` does).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_demo::{queue_is_empty, terminate};
-use conveyor_e2e::{SECRET, binaries, outbox_path};
+use conveyor_e2e::{SECRET, binaries, log_lines, log_path, message_of, outbox_path, receive_count};
 use conveyor_examples::jobs::report::GenerateReport;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack;
@@ -46,23 +46,6 @@ fn app_env(table: &str, outbox: &Path) -> Vec<(String, String)> {
     conveyor_demo::local_app_env(table, outbox, SECRET, "info")
 }
 
-fn log_path(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("{}.log", localstack::unique_name(name)))
-}
-
-/// The JSON log lines of a worker (lines that are not JSON are skipped).
-fn log_lines(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect())
-}
-
-fn message_of(line: &Value) -> &str {
-    line["fields"]["message"].as_str().unwrap_or("")
-}
-
 /// A `u64` field of the `WorkerReport { ... }` the example logs as it stops (`report` field).
 fn report_field(report: &str, field: &str) -> Option<u64> {
     let start = report.find(&format!("{field}: "))? + field.len() + 2;
@@ -76,16 +59,6 @@ fn stopped_report(lines: &[Value]) -> Option<String> {
         .iter()
         .find(|line| message_of(line) == "worker stopped" && line["fields"]["report"].is_string())
         .and_then(|line| line["fields"]["report"].as_str().map(str::to_owned))
-}
-
-/// `receive_count` of the `message` span a log line was written in.
-fn receive_count(line: &Value) -> Option<u64> {
-    line["span"]["receive_count"].as_u64().or_else(|| {
-        line["spans"]
-            .as_array()?
-            .iter()
-            .find_map(|span| span["receive_count"].as_u64())
-    })
 }
 
 async fn wait_for_start(log: &Path) -> anyhow::Result<()> {

@@ -1,29 +1,37 @@
-//! A TCP proxy in front of an emulator that delays requests while a slowdown is on, and counts the
-//! messages SQS hands out.
+//! A TCP proxy in front of an emulator that delays requests while a slowdown is on, cuts every
+//! connection while an outage is on, and counts the messages SQS hands out.
 //!
 //! Why a proxy and not `conveyor_testing::faults`: the fault layer wraps SDK clients inside one process,
-//! and the example binaries build their own clients. A proxy slows the real processes, unmodified,
-//! through the standard `AWS_ENDPOINT_URL_SQS` / `AWS_ENDPOINT_URL_DYNAMODB`. It delays each chunk the
-//! client writes (an HTTP request is one or two chunks) by the current delay; it never drops bytes, so
-//! what it injects is latency, which the clients' deadlines then turn into timeouts and retries when it
-//! is long.
+//! and the example binaries build their own clients. A proxy slows or breaks the real processes,
+//! unmodified, through the standard `AWS_ENDPOINT_URL_SQS` / `AWS_ENDPOINT_URL_DYNAMODB`.
+//!
+//! - **Slowdown** ([`ProxyState::set_delay`]): each chunk the client writes (an HTTP request is one or two
+//!   chunks) waits the current delay; no byte is dropped, so what it injects is latency, which the
+//!   clients' deadlines turn into timeouts and retries when it is long.
+//! - **Outage** ([`ProxyState::set_down`]): a new connection is closed as soon as it is accepted, and a
+//!   request on an open (pooled) connection is dropped unforwarded with the connection, so the client
+//!   sees its connection close without an answer: what an unreachable service looks like to the SDK
+//!   (a dispatch failure, retried, then an error). Answers already on their way still arrive.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The marker counted in SQS's answers: one per message a `ReceiveMessage` returns (JSON protocol).
 const RECEIPT_MARKER: &[u8] = b"\"ReceiptHandle\"";
 
-/// The shared state of one proxy: the delay now in force, and counters.
+/// The shared state of one proxy: the delay now in force, whether an outage is on, and counters.
 #[derive(Debug, Default)]
 pub struct ProxyState {
     delay_ms: AtomicU64,
+    down: AtomicBool,
     delayed_chunks: AtomicU64,
+    cut: AtomicU64,
     receipts: AtomicU64,
     connections: AtomicU64,
 }
@@ -33,6 +41,20 @@ impl ProxyState {
     pub fn set_delay(&self, delay: Duration) {
         let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.delay_ms.store(millis, Ordering::Relaxed);
+    }
+
+    /// Starts (`true`) or ends an outage: while it is on, every connection is closed unanswered.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
+    }
+
+    fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// Connections and requests cut by an outage so far.
+    pub fn cut(&self) -> u64 {
+        self.cut.load(Ordering::Relaxed)
     }
 
     /// Requests (written chunks) delayed so far.
@@ -53,12 +75,12 @@ impl ProxyState {
 
 /// A running proxy; it stops with the runtime.
 #[derive(Debug, Clone)]
-pub struct DelayProxy {
+pub struct FaultProxy {
     addr: SocketAddr,
     state: Arc<ProxyState>,
 }
 
-impl DelayProxy {
+impl FaultProxy {
     /// Listens on a free loopback port and forwards every connection to `upstream`.
     pub async fn start(upstream: SocketAddr) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -68,6 +90,11 @@ impl DelayProxy {
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 shared.connections.fetch_add(1, Ordering::Relaxed);
+                if shared.is_down() {
+                    shared.cut.fetch_add(1, Ordering::Relaxed);
+                    drop(client);
+                    continue;
+                }
                 let state = Arc::clone(&shared);
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(upstream).await {
@@ -81,6 +108,14 @@ impl DelayProxy {
         Ok(Self { addr, state })
     }
 
+    /// A proxy in front of the emulator at `endpoint` (`http://IP:PORT`, `localhost` allowed).
+    pub async fn in_front_of(endpoint: &str) -> anyhow::Result<Self> {
+        let upstream = socket_of(endpoint)?;
+        Self::start(upstream)
+            .await
+            .with_context(|| format!("starting a proxy in front of {endpoint}"))
+    }
+
     /// `http://127.0.0.1:<port>`, for `AWS_ENDPOINT_URL_*`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
@@ -90,6 +125,25 @@ impl DelayProxy {
     pub fn state(&self) -> &Arc<ProxyState> {
         &self.state
     }
+}
+
+/// The socket address of an emulator endpoint (`http://IP:PORT`; `localhost` becomes 127.0.0.1).
+pub fn socket_of(endpoint: &str) -> anyhow::Result<SocketAddr> {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let authority = authority.replace("localhost", "127.0.0.1");
+    authority.parse().with_context(|| {
+        format!("a proxy needs an emulator endpoint of the form http://IP:PORT, got {endpoint}")
+    })
+}
+
+/// How the client's side of a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The client closed it (or a write to the server failed).
+    Closed,
+    /// An outage cut it: the connection is dropped at once, unanswered.
+    Cut,
 }
 
 async fn pipe(client: TcpStream, server: TcpStream, state: &ProxyState) {
@@ -102,6 +156,10 @@ async fn pipe(client: TcpStream, server: TcpStream, state: &ProxyState) {
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
+            if state.is_down() {
+                state.cut.fetch_add(1, Ordering::Relaxed);
+                return Ended::Cut;
+            }
             let delay = state.delay_ms.load(Ordering::Relaxed);
             if delay > 0 {
                 state.delayed_chunks.fetch_add(1, Ordering::Relaxed);
@@ -112,6 +170,7 @@ async fn pipe(client: TcpStream, server: TcpStream, state: &ProxyState) {
             }
         }
         let _ = server_write.shutdown().await;
+        Ended::Closed
     };
     let answers = async {
         let mut buffer = vec![0_u8; 64 * 1024];
@@ -133,7 +192,18 @@ async fn pipe(client: TcpStream, server: TcpStream, state: &ProxyState) {
         }
         let _ = client_write.shutdown().await;
     };
-    tokio::join!(requests, answers);
+    tokio::pin!(requests, answers);
+    // Returning drops both sockets: after a cut the client sees its connection close unanswered.
+    tokio::select! {
+        ended = &mut requests => {
+            if ended == Ended::Closed {
+                answers.await;
+            }
+        }
+        () = &mut answers => {
+            requests.await;
+        }
+    }
 }
 
 fn count(haystack: &[u8], needle: &[u8]) -> u64 {
@@ -155,5 +225,52 @@ mod tests {
             2
         );
         assert_eq!(count(b"nothing", RECEIPT_MARKER), 0);
+    }
+
+    #[test]
+    fn endpoints_become_socket_addresses() {
+        assert_eq!(
+            socket_of("http://localhost:8000/").ok(),
+            Some(SocketAddr::from(([127, 0, 0, 1], 8000)))
+        );
+        assert!(socket_of("https://dynamodb.us-east-1.amazonaws.com").is_err());
+    }
+
+    /// An outage closes new and pooled connections unanswered; when it ends, requests pass again.
+    #[tokio::test]
+    async fn an_outage_cuts_connections_until_it_ends() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_addr = upstream.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = upstream.accept().await {
+                tokio::spawn(async move {
+                    let mut buffer = [0_u8; 64];
+                    while let Ok(read) = socket.read(&mut buffer).await {
+                        if read == 0 || socket.write_all(&buffer[..read]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = FaultProxy::start(upstream_addr).await.unwrap();
+        let echo = async |socket: &mut TcpStream| -> Option<Vec<u8>> {
+            socket.write_all(b"ping").await.ok()?;
+            let mut answer = [0_u8; 4];
+            socket.read_exact(&mut answer).await.ok()?;
+            Some(answer.to_vec())
+        };
+        let mut pooled = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(echo(&mut pooled).await.as_deref(), Some(&b"ping"[..]));
+
+        proxy.state().set_down(true);
+        assert_eq!(echo(&mut pooled).await, None, "a pooled connection is cut");
+        let mut fresh = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(echo(&mut fresh).await, None, "a new connection is closed");
+        assert_eq!(proxy.state().cut(), 2);
+
+        proxy.state().set_down(false);
+        let mut after = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(echo(&mut after).await.as_deref(), Some(&b"ping"[..]));
     }
 }
