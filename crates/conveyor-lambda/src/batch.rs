@@ -756,6 +756,37 @@ impl BatchProcessor {
         (lane, results)
     }
 
+    /// How long a FIFO message that could not run stays away (no copy can defer it: it comes back by its
+    /// visibility, and each receive counts). When the next receive of it, or of a message behind it in its
+    /// group (they follow its wait), would be the last the redrive policy allows, the wait is the longer
+    /// [`LambdaConfig::fifo_last_receive_wait`]: the last receive is saved for after the outage rather than
+    /// spent inside it.
+    fn fifo_wait(
+        &self,
+        lane: &Lane,
+        message: &Message,
+        delay: Duration,
+        max_receives: Option<u32>,
+    ) -> Duration {
+        let Some(max_receives) = max_receives else {
+            return delay;
+        };
+        let from = lane
+            .items
+            .iter()
+            .position(|item| item.message.id == message.id)
+            .unwrap_or(0);
+        let next_is_last = lane.items[from..]
+            .iter()
+            .any(|item| item.message.receive_count.saturating_add(1) >= max_receives);
+        if !next_is_last {
+            return delay;
+        }
+        delay.max(conveyor_core::runtime::equal_jitter(
+            self.config.fifo_last_receive_wait,
+        ))
+    }
+
     /// True when a failed FIFO run is retried in the invocation: it was claimed (the store counts its
     /// runs) and it was not the last run the redrive policy allows.
     async fn retries_in_place(&self, lane: &Lane, message: &Message, processed: &Processed) -> bool {
@@ -929,7 +960,12 @@ impl BatchProcessor {
                 Settled::Retry { delay: *delay }
             }
             Outcome::Defer { delay, reason } => {
-                defer(queue.as_ref(), message, *delay, reason, invocation.settle_by).await
+                let delay = if lane.fifo {
+                    self.fifo_wait(lane, message, *delay, queue.max_receive_count())
+                } else {
+                    *delay
+                };
+                defer(queue.as_ref(), message, delay, reason, invocation.settle_by).await
             }
             Outcome::Reject(failure) => {
                 let mode = self.config.reject_mode;

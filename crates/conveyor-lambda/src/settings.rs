@@ -8,6 +8,10 @@ use conveyor_core::RejectMode;
 use conveyor_core::config::{ConfigError, Problems, millis, seconds};
 use serde::{Deserialize, Serialize};
 
+/// The default [`LambdaConfig::fifo_last_receive_wait`]: a group's last receive comes 2.5 to 5 minutes after
+/// the one before, past most store outages.
+const FIFO_LAST_RECEIVE_WAIT: Duration = Duration::from_secs(5 * 60);
+
 /// The Lambda adapter's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, derive_setters::Setters)]
 #[serde(deny_unknown_fields, default)]
@@ -35,6 +39,13 @@ pub struct LambdaConfig {
     pub fail_invocation_when_all_fail: bool,
     /// What a failed record holds back on a FIFO queue.
     pub fifo_failure: FifoFailure,
+    /// How long a FIFO message that could not run (its store unreachable, its key in progress
+    /// elsewhere) waits before its group's *last* allowed receive (half to all of it, jittered). A FIFO
+    /// message cannot be deferred with a copy, so each of its receives counts; earlier receives come back
+    /// after the pipeline's short deferral, and the last one is saved for after the outage, so an outage
+    /// shorter than this never dead-letters a group unrun.
+    #[serde(with = "seconds")]
+    pub fifo_last_receive_wait: Duration,
 }
 
 /// What a failed record holds back in a Lambda batch from a FIFO queue.
@@ -60,6 +71,7 @@ impl Default for LambdaConfig {
             reject_mode: RejectMode::default(),
             fail_invocation_when_all_fail: false,
             fifo_failure: FifoFailure::default(),
+            fifo_last_receive_wait: FIFO_LAST_RECEIVE_WAIT,
         }
     }
 }

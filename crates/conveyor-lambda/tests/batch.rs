@@ -998,3 +998,56 @@ async fn a_failed_fifo_head_is_retried_in_the_invocation_and_its_group_goes_on()
     );
     assert_eq!(report.metrics[0].succeeded, 2);
 }
+
+/// A FIFO group whose store is down: its first receive comes back after the pipeline's short deferral,
+/// but the receive before its last allowed one waits `fifo_last_receive_wait` (half to all of it), so
+/// the last receive is spent after the outage rather than inside it (fails with `fifo_wait` removed:
+/// the group comes back after 30 s and is dead-lettered unrun at its third receive).
+#[tokio::test(start_paused = true)]
+async fn a_fifo_group_saves_its_last_receive_for_after_a_store_outage() {
+    let dlq = Arc::new(MemoryQueue::fifo("orders-dlq"));
+    let queue = MemoryQueue::fifo("orders")
+        .with_visibility_timeout(Duration::from_secs(300))
+        .with_dead_letter_queue(Arc::clone(&dlq), 3);
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let config = LambdaConfig::default().with_fifo_last_receive_wait(Duration::from_secs(600));
+    let harness = Harness::build(queue, config, Some(Arc::clone(&store)));
+    let a1 = harness.push_step(json!({"name": "a1"}), Some("a"));
+    let a2 = harness.push_step(json!({"name": "a2"}), Some("a"));
+    store.set_unavailable(true);
+
+    // Receive 1 of 3: the next is not the last, so the group is back after the short deferral.
+    let received = harness.receive().await;
+    let report = harness
+        .run(&received, Instant::now() + Duration::from_secs(2))
+        .await;
+    assert_eq!(listed(&report), vec![a1.clone(), a2.clone()]);
+    tokio::time::advance(Duration::from_secs(31)).await;
+    assert_eq!(harness.state_of(&a1), Some(MessageState::Visible));
+
+    // Receive 2 of 3: the next would be the last, so the group waits at least half of the 600 s.
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 2, "the group again");
+    assert!(received.iter().all(|message| message.receive_count == 2));
+    let report = harness
+        .run(&received, Instant::now() + Duration::from_secs(2))
+        .await;
+    assert_eq!(listed(&report), vec![a1.clone(), a2.clone()]);
+    tokio::time::advance(Duration::from_secs(290)).await;
+    assert_eq!(harness.state_of(&a1), Some(MessageState::InFlight), "still saved");
+    assert_eq!(
+        harness.state_of(&a2),
+        Some(MessageState::InFlight),
+        "follows its head"
+    );
+
+    // The store is back before the last receive: both run, in order, and nothing is dead-lettered.
+    store.set_unavailable(false);
+    tokio::time::advance(Duration::from_secs(311)).await;
+    let received = harness.receive().await;
+    assert!(received.iter().all(|message| message.receive_count == 3));
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), Vec::<String>::new());
+    assert_eq!(harness.ran(), vec!["a1", "a2"]);
+    assert!(dlq.snapshot().is_empty(), "nothing dead-lettered");
+}
