@@ -243,9 +243,10 @@ impl LateDeferrer {
                     let attempt = candidate.message.attempt();
                     let failure = not_run_at_the_last_receive(
                         "the invocation's time ran out before it started, behind the messages ahead of it in \
-                         its FIFO group, and each such receive counted (a batch should fit in the function \
-                         timeout: lower the batch size or raise the timeout); redrive it once the group's \
-                         earlier messages are settled",
+                         its FIFO group, and each such receive counted (the messages ahead took the time: one \
+                         waiting for its idempotency store, or a batch that does not fit in the function \
+                         timeout, then lower the batch size or raise the timeout); redrive it once the \
+                         group's earlier messages are settled",
                         attempt,
                         queue.max_receive_count().unwrap_or(attempt),
                         &candidate.queue_name,
