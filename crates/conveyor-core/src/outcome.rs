@@ -128,7 +128,7 @@ impl Origin<'_> {
 ///
 /// Success acks; a permanent error rejects; retryable errors, panics and timeouts retry after the
 /// handler's explicit delay or the backoff, and reject with their reason on the last attempt the
-/// redrive policy allows (see [`exhaust`]); a cancelled run goes back at once (another worker or the
+/// redrive policy allows (`exhaust` in `src/outcome.rs`); a cancelled run goes back at once (another worker or the
 /// next receive picks it up without waiting for a backoff it did not earn), as a deferral when it
 /// was the last attempt, so a cancellation never spends a job's last receive.
 pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Outcome {
@@ -166,7 +166,7 @@ pub const CANCELLED: &str = "cancelled";
 
 /// The last-attempt rules, the one place they live: on the last attempt the redrive policy allows, a
 /// cancelled run's retry becomes a deferral (a cancellation never spends the last receive) and any
-/// other retry a reject ([`exhaust`]). [`classify`] applies them; a runtime that learns the redrive
+/// other retry a reject (`exhaust` in `src/outcome.rs`). [`classify`] applies them; a runtime that learns the redrive
 /// policy only when a message needs its queue (the Lambda adapter resolves it lazily) applies them
 /// afterwards.
 pub fn at_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
