@@ -49,10 +49,29 @@ pub(crate) struct Bootstrap {
     spawned_at: Instant,
 }
 
+/// How often a start refused with "text file busy" is tried again, 20 ms apart.
+const BUSY_TRIES: u32 = 10;
+
+/// Starts `command`, trying again while the executable is busy (ETXTBSY): a bootstrap just rebuilt or
+/// written (`cargo lambda watch`, a test's script) can be held open for writing for a moment by the
+/// writer, or by a process forked while the writer had it open, and exec refuses it until then.
+async fn spawn_when_not_busy(command: &mut Command) -> std::io::Result<tokio::process::Child> {
+    let mut tries = 1;
+    loop {
+        match command.spawn() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < BUSY_TRIES => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            spawned => return spawned,
+        }
+    }
+}
+
 impl Bootstrap {
     /// Starts the bootstrap against the Runtime API at `api`. Its stdout and stderr are forwarded to
     /// the runner's stderr, prefixed `bootstrap| `.
-    pub(crate) fn spawn(settings: &FunctionSettings, api: SocketAddr) -> anyhow::Result<Self> {
+    pub(crate) async fn spawn(settings: &FunctionSettings, api: SocketAddr) -> anyhow::Result<Self> {
         let mut command = Command::new(&settings.bootstrap);
         command.env_clear();
         for (name, value) in std::env::vars_os() {
@@ -72,8 +91,8 @@ impl Bootstrap {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let spawned_at = Instant::now();
-        let mut child = command
-            .spawn()
+        let mut child = spawn_when_not_busy(&mut command)
+            .await
             .with_context(|| format!("cannot start the bootstrap {}", settings.bootstrap.display()))?;
         if let Some(stdout) = child.stdout.take() {
             tokio::spawn(forward(stdout));

@@ -136,8 +136,9 @@ impl Environment {
     /// it failed.
     async fn initialise(&mut self) -> Result<Duration, String> {
         self.api.withdraw();
-        let mut bootstrap =
-            Bootstrap::spawn(&self.settings, self.api.addr()).map_err(|error| format!("{error:#}"))?;
+        let mut bootstrap = Bootstrap::spawn(&self.settings, self.api.addr())
+            .await
+            .map_err(|error| format!("{error:#}"))?;
         let spawned_at = bootstrap.spawned_at();
         let limit = spawned_at + INIT_TIMEOUT;
         let result = loop {
