@@ -885,7 +885,7 @@ async fn an_init_error_fails_the_invocation_and_the_next_one_initialises_again()
         run.stdout
     );
     let started = std::fs::read_to_string(&starts).unwrap().lines().count();
-    assert_eq!(started, 3, "one new process per invocation");
+    assert_eq!(started, 3, "one new process per invocation: {}", run.stdout);
     let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
     assert_eq!(dead.len(), 1, "the message is not lost: SQS redrove it");
 }
