@@ -262,8 +262,7 @@ const SHUTDOWN_CASES: [(u64, Option<u64>); 10] = [
 fn worker_accepts(stop: u64, drain: Option<u64>) -> bool {
     let config = WorkerConfig::default()
         .with_queues(vec![
-            QueueConfig::new("https://sqs.us-east-1.amazonaws.com/123456789012/jobs".to_owned())
-                .with_weight(1),
+            QueueConfig::new("https://sqs.us-east-1.amazonaws.com/123456789012/jobs").with_weight(1),
         ])
         .with_stop_timeout(Duration::from_secs(stop))
         .with_drain_deadline(drain.map(Duration::from_secs));

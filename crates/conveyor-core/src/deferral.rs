@@ -88,22 +88,21 @@ pub fn deferred_copy(
     })
 }
 
-/// When the job was first sent: the deferral record's time, else `SentTimestamp` (what the tests read
-/// back from a copy).
-#[cfg(test)]
-fn first_sent(message: &Message) -> Option<std::time::SystemTime> {
-    DeferralRecord::of(message)
-        .and_then(|record| record.first_sent_ms)
-        .map(|ms| std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
-        .or(message.sent_at)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;
 
     use super::*;
     use crate::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+
+    /// When the job was first sent: the deferral record's time, else `SentTimestamp` (what the tests read
+    /// back from a copy).
+    fn first_sent(message: &Message) -> Option<SystemTime> {
+        DeferralRecord::of(message)
+            .and_then(|record| record.first_sent_ms)
+            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+            .or(message.sent_at)
+    }
 
     fn received(id: &str, receive_count: u32) -> Message {
         let mut message = Message::new(id, "{\"to\":\"a@b\"}");

@@ -141,9 +141,7 @@ impl Shared<'_> {
         let instance = self.instance(format!("worker-{index}"), index as u64 + 1);
         let capacity = self.scenario.worker_capacity[index % self.scenario.worker_capacity.len()];
         let config = WorkerConfig::default()
-            .with_queues(vec![
-                QueueConfig::new("http://sim.invalid/jobs".to_owned()).with_weight(1),
-            ])
+            .with_queues(vec![QueueConfig::new("http://sim.invalid/jobs")])
             .with_max_in_flight(capacity)
             .with_listen_addr(None);
         let worker = Worker::new(config, self.pipeline(&instance), vec![self.queue_for(&instance)])?;

@@ -73,7 +73,7 @@ fn size(name: &str, default: usize) -> usize {
 
 fn config(url: &str, max_in_flight: usize) -> WorkerConfig {
     WorkerConfig::default()
-        .with_queues(vec![QueueConfig::new(url.to_owned()).with_weight(1)])
+        .with_queues(vec![QueueConfig::new(url)])
         .with_max_in_flight(max_in_flight)
         .with_listen_addr(None)
 }

@@ -46,7 +46,7 @@ pub(crate) fn config(queues: &[(&str, u32)]) -> WorkerConfig {
         .with_queues(
             queues
                 .iter()
-                .map(|(url, weight)| QueueConfig::new((*url).to_owned()).with_weight(*weight))
+                .map(|(url, weight)| QueueConfig::new(*url).with_weight(*weight))
                 .collect(),
         )
         .with_max_in_flight(10)
