@@ -432,7 +432,7 @@ struct Invocation {
     /// When the invocation ends; the idempotency claim's lease ends here too.
     deadline: Instant,
     /// The last moment a message may start, and when handlers are told to stop: the deadline less the
-    /// settle reserve (see [`settle_reserve`]).
+    /// settle reserve (see [`settle_reserve`]) and [`RESPONSE_RESERVE`].
     cutoff: Instant,
     /// Every store and SQS call ends by this: the deadline less [`RESPONSE_RESERVE`].
     settle_by: Instant,
@@ -546,8 +546,10 @@ impl BatchProcessor {
         let concurrency = self.config.batch_concurrency.max(1);
         let invocation = Invocation {
             deadline,
+            // The response's reserve comes on top of the settle reserve, not out of it: settling gets
+            // its whole share (a DLQ send as slow as a tenth of the invocation still lands).
             cutoff: deadline
-                .checked_sub(settle_reserve(self.config.deadline_margin, invocation_time))
+                .checked_sub(settle_reserve(self.config.deadline_margin, invocation_time) + RESPONSE_RESERVE)
                 .unwrap_or(deadline),
             settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };

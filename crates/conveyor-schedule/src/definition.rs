@@ -2,8 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, TimeZone, Utc};
-use chrono_tz::Tz;
+use chrono::{DateTime, Utc};
 use conveyor_core::Handler;
 use conveyor_sqs::NewJob;
 use croner::Cron;
@@ -80,8 +79,8 @@ pub enum Timing {
         expression: String,
         /// The parsed pattern.
         cron: Box<Cron>,
-        /// The time zone.
-        zone: Tz,
+        /// The time zone (its IANA name: [`jiff::tz::TimeZone::iana_name`]).
+        zone: jiff::tz::TimeZone,
     },
     /// Every `interval`, counted from the schedule's start (or the Unix epoch).
     Every(Duration),
@@ -190,7 +189,7 @@ impl Schedule {
                 expression: expression.to_owned(),
                 message: error.to_string(),
             })?;
-        let zone: Tz = zone.parse().map_err(|_| DefinitionError::TimeZone {
+        let zone = jiff::tz::TimeZone::get(zone).map_err(|_| DefinitionError::TimeZone {
             name: name.to_owned(),
             zone: zone.to_owned(),
         })?;
@@ -317,10 +316,9 @@ impl Schedule {
                 anchor.checked_add(Duration::from_nanos(u64::try_from(offset).ok()?))?
             }
             Timing::Cron { cron, zone, .. } => {
-                let from: DateTime<Utc> = after.into();
-                let local = zone.from_utc_datetime(&from.naive_utc());
+                let local = jiff::Timestamp::try_from(after).ok()?.to_zoned(zone.clone());
                 let next = cron.find_next_occurrence(&local, false).ok()?;
-                SystemTime::from(next.with_timezone(&Utc))
+                SystemTime::from(next.timestamp())
             }
         };
         match self.end {

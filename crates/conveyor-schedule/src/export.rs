@@ -115,10 +115,9 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         ));
     }
     let (expression, timezone) = match &schedule.timing {
-        Timing::Cron { expression, zone, .. } => (
-            eventbridge_cron(expression).map_err(refuse)?,
-            zone.name().to_owned(),
-        ),
+        Timing::Cron { expression, zone, .. } => {
+            (eventbridge_cron(expression).map_err(refuse)?, zone_name(zone))
+        }
         Timing::Every(interval) => (
             rate(interval.as_secs(), interval.subsec_nanos()).map_err(refuse)?,
             "UTC".to_owned(),
@@ -134,7 +133,7 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
     };
     let date = |time: Option<SystemTime>| time.map(format_tick);
     let (cron, every_secs, zone) = match &schedule.timing {
-        Timing::Cron { expression, zone, .. } => (Some(expression.clone()), None, zone.name().to_owned()),
+        Timing::Cron { expression, zone, .. } => (Some(expression.clone()), None, zone_name(zone)),
         Timing::Every(interval) => (None, Some(interval.as_secs()), "UTC".to_owned()),
     };
     let definition = Definition {
@@ -281,6 +280,12 @@ fn weekdays(field: &str) -> Result<String, String> {
     Ok(parts.join(","))
 }
 
+/// The IANA name of a cron schedule's zone, as the tz database spells it (`TimeZone::get` ignores
+/// case); every zone [`Schedule::cron`] accepts has one.
+fn zone_name(zone: &jiff::tz::TimeZone) -> String {
+    zone.iana_name().unwrap_or("UTC").to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -307,6 +312,18 @@ mod tests {
         assert_eq!(rate(3600, 0).unwrap(), "rate(1 hour)");
         assert_eq!(rate(2 * 86400, 0).unwrap(), "rate(2 days)");
         assert!(rate(90, 0).is_err());
+    }
+
+    #[test]
+    fn a_zone_is_exported_as_the_tz_database_spells_it() {
+        // EventBridge Scheduler takes IANA names as written; the definition matches them ignoring case.
+        let schedule = Schedule::cron("nightly", "0 2 * * *", "europe/berlin")
+            .unwrap()
+            .job_of("nightly_report", 1, &serde_json::json!({}))
+            .unwrap();
+        let file: serde_json::Value =
+            serde_json::from_str(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
+        assert_eq!(file["schedules"][0]["timezone"], "Europe/Berlin");
     }
 
     #[test]

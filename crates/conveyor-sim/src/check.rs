@@ -220,6 +220,15 @@ fn check_dead_letter(
         } else if !ran && settled_in_a_queue_fault(copy, observed, scenario.visibility) {
             // Its last receive's settling needed SQS (the DLQ send with the reason), and SQS was down
             // or hanging then: the redrive is the backstop for exactly this.
+        } else if !ran && dead_lettered_then_stopped(job, copy, observed, scenario.visibility) {
+            // Its holder sent the DLQ copy with the reason, then stopped (its shutdown's deadline)
+            // before the original's delete: a second copy in the DLQ, the documented worst case of
+            // `reject` ("never none").
+        } else if !ran && received_in_a_late_receive(copy, observed, scenario.visibility) {
+            // A receive held past half the visibility timeout handed it out: its receipt could be stale
+            // when the consumer got it, so neither the DLQ send's delete nor a visibility change could
+            // hold it, and SQS moved it at its last receive. (For a Lambda the receive is the event
+            // source mapping's, AWS's side.)
         } else if !ran && !received_by_the_dead(&copy.id, observed) {
             violations.push(format!(
                 "job {}: copy {} is in the DLQ without a reason and without having run{}",
@@ -302,7 +311,8 @@ fn never_ran_in_a_store_outage(job: &JobSpec, failure: &Failure, observed: &Obse
 /// A FIFO copy of `job` was dead-lettered with a reason saying it did not run at its last allowed
 /// receive, and that is true: a message of the job (the DLQ copy is a new message) was delivered as
 /// many times as the redrive policy allows, and no run of it started at that last receive (it waited
-/// behind its group, past the invocation's time, or through a shutdown).
+/// behind its group, past the invocation's time, or through a shutdown). A run counts by the receive
+/// it ran in: a consumer still running an older receipt (after a late receive) did not run this one.
 fn not_run_at_its_last_receive(
     scenario: &Scenario,
     job: &JobSpec,
@@ -316,10 +326,9 @@ fn not_run_at_its_last_receive(
     log.received.iter().any(|received| {
         received.job == Some(job.id)
             && received.receive_count >= scenario.max_receive_count
-            && !log
-                .runs
-                .iter()
-                .any(|run| run.message_id == received.message_id && run.started_ms >= received.at_ms)
+            && !log.runs.iter().any(|run| {
+                run.message_id == received.message_id && run.receive_count >= received.receive_count
+            })
     })
 }
 
@@ -338,6 +347,44 @@ fn settled_in_a_queue_fault(copy: &QueuedMessage, observed: &Observation, visibi
     log.queue_faults
         .iter()
         .any(|(from, to)| *from <= last + visibility.as_millis() && last <= *to)
+}
+
+/// Another copy of `job` is in the DLQ with a reason, and a consumer that received `copy` was shut
+/// down before that receive's visibility timeout ended.
+fn dead_lettered_then_stopped(
+    job: &JobSpec,
+    copy: &QueuedMessage,
+    observed: &Observation,
+    visibility: Duration,
+) -> bool {
+    let log = &observed.log;
+    another_copy_with_a_reason(job, copy, observed)
+        && log.received.iter().any(|received| {
+            received.message_id == copy.id
+                && log.shutdowns.iter().any(|(instance, at)| {
+                    *instance == received.instance && *at <= received.at_ms + visibility.as_millis()
+                })
+        })
+}
+
+/// A copy of `job` other than `copy` is in the DLQ with its reason.
+fn another_copy_with_a_reason(job: &JobSpec, copy: &QueuedMessage, observed: &Observation) -> bool {
+    observed.dead_lettered.iter().any(|other| {
+        other.id != copy.id
+            && job_of_body(&other.body) == Some(job.id)
+            && other.attributes.contains_key(FAILURE_ATTRIBUTE)
+    })
+}
+
+/// `copy` was received in a receive answered late (held more than half the visibility timeout).
+fn received_in_a_late_receive(copy: &QueuedMessage, observed: &Observation, visibility: Duration) -> bool {
+    let log = &observed.log;
+    log.received.iter().any(|received| {
+        received.message_id == copy.id
+            && log.late_receives.iter().any(|(from, to)| {
+                to - from > visibility.as_millis() / 2 && *from <= received.at_ms && received.at_ms <= *to
+            })
+    })
 }
 
 fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {
@@ -452,11 +499,7 @@ fn duplicate_left_by_failed_deletes(
 ) -> bool {
     let log = &observed.log;
     let done = log.effects.iter().any(|(effected, _)| *effected == job.id);
-    let dead_lettered_with_a_reason = observed.dead_lettered.iter().any(|other| {
-        other.id != copy.id
-            && job_of_body(&other.body) == Some(job.id)
-            && other.attributes.contains_key(FAILURE_ATTRIBUTE)
-    });
+    let dead_lettered_with_a_reason = another_copy_with_a_reason(job, copy, observed);
     let held_in_a_delete_fault = |at: u128| {
         log.delete_faults
             .iter()

@@ -42,6 +42,7 @@ impl Handler for SimHandler {
             job.job,
             self.instance.name(),
             ctx.message_id(),
+            ctx.receive_count(),
             ctx.idempotency_key(),
             ctx.fencing_token(),
         );

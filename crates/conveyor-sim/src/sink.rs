@@ -55,6 +55,8 @@ pub struct Run {
     pub instance: String,
     /// The message it ran for.
     pub message_id: String,
+    /// The receive it ran in (the message's receive count then).
+    pub receive_count: u32,
     /// The idempotency key it was claimed under.
     pub key: Option<String>,
     /// The fencing token it held (unique per key, not across keys).
@@ -192,6 +194,7 @@ impl Sink {
         job: u32,
         instance: &str,
         message_id: &str,
+        receive_count: u32,
         key: Option<&str>,
         token: Option<u64>,
     ) -> (usize, usize) {
@@ -202,6 +205,7 @@ impl Sink {
             index,
             instance: instance.to_owned(),
             message_id: message_id.to_owned(),
+            receive_count,
             key: key.map(str::to_owned),
             token,
             started_ms: self.trace.elapsed_ms(),

