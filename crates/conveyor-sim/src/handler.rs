@@ -29,6 +29,9 @@ pub struct SimHandler {
     pub jobs: Arc<Vec<JobSpec>>,
     /// The handler's timeout.
     pub timeout: Duration,
+    /// Works on through a cancellation (until the pipeline drops it after its grace); checks the
+    /// token only before applying its effect.
+    pub ignores_cancellation: bool,
 }
 
 impl Handler for SimHandler {
@@ -50,9 +53,14 @@ impl Handler for SimHandler {
             self.sink.end_run(run, RunEnd::Permanent);
             return Err(HandlerError::permanent(format!("sim: no job {}", job.job)));
         };
-        let worked = tokio::select! {
-            () = tokio::time::sleep(step.duration) => true,
-            () = ctx.cancelled() => false,
+        let worked = if self.ignores_cancellation {
+            tokio::time::sleep(step.duration).await;
+            true
+        } else {
+            tokio::select! {
+                () = tokio::time::sleep(step.duration) => true,
+                () = ctx.cancelled() => false,
+            }
         };
         self.instance.alive().await;
         if !worked || ctx.is_cancelled() {
@@ -90,6 +98,10 @@ impl Handler for SimHandler {
                 std::panic::panic_any(PANIC_MESSAGE.to_owned())
             }
             Behavior::Hang => {
+                if self.ignores_cancellation {
+                    // Dropped by the pipeline at the end of its grace.
+                    std::future::pending::<()>().await;
+                }
                 ctx.cancelled().await;
                 self.instance.alive().await;
                 self.sink.end_run(run, cancelled(&ctx));

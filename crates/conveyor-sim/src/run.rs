@@ -123,6 +123,7 @@ impl Shared<'_> {
             sink: Arc::clone(&self.sink),
             jobs: Arc::clone(&self.jobs),
             timeout: self.scenario.handler_timeout,
+            ignores_cancellation: self.scenario.handlers_ignore_cancellation,
         };
         Pipeline::new(Router::single(handler))
             .with_store(store)

@@ -145,6 +145,10 @@ pub struct Scenario {
     /// How far apart two consumers' clocks may be: each runs ahead or behind the true clock by up to
     /// half of it.
     pub clock_skew: Duration,
+    /// The handlers go on working when their context is cancelled (as one blocked in a call that does
+    /// not watch the token does) until the pipeline drops them at the end of their grace; they still
+    /// check the token before applying their effect.
+    pub handlers_ignore_cancellation: bool,
 }
 
 fn secs(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
@@ -222,6 +226,7 @@ impl Scenario {
             events,
             fault_phase,
             clock_skew: clock_skew(seed),
+            handlers_ignore_cancellation: handlers_ignore_cancellation(seed),
         }
     }
 
@@ -241,6 +246,13 @@ fn clock_skew(seed: u64) -> Duration {
         return Duration::ZERO;
     }
     millis(&mut rng, 1..=CLOCK_SKEW_ALLOWANCE.as_millis() as u64)
+}
+
+/// Whether the seed's handlers ignore cancellation while they work (a third of the seeds), from a
+/// generator of its own for the same reason as [`clock_skew`].
+fn handlers_ignore_cancellation(seed: u64) -> bool {
+    let mut rng = Rng::with_seed(seed ^ 0x57ab_b0b0_57ab_b0b0);
+    chance(&mut rng, 33)
 }
 
 fn duration(rng: &mut Rng, visibility: Duration) -> Duration {
