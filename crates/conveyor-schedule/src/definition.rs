@@ -427,6 +427,15 @@ mod tests {
     }
 
     #[test]
+    fn an_image_without_a_tz_database_still_knows_the_zones() {
+        // `TimeZone::get` reads the system's database first; `scratch` and distroless images have none,
+        // and then the copy bundled by jiff's `tzdb-bundle-always` answers (empty without the feature).
+        let bundled = jiff::tz::TimeZoneDatabase::bundled();
+        let berlin = bundled.get("Europe/Berlin").unwrap();
+        assert_eq!(berlin.iana_name(), Some("Europe/Berlin"));
+    }
+
+    #[test]
     fn bad_definitions_say_what_is_wrong() {
         let error = Schedule::cron("x", "61 * * * *", "UTC").unwrap_err();
         assert!(error.to_string().contains("does not parse"), "{error}");

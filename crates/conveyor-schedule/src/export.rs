@@ -114,13 +114,29 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
             "EventBridge Scheduler has no run limit; drop max_runs and set an end instead".to_owned(),
         ));
     }
-    let (expression, timezone) = match &schedule.timing {
+    // The zone's name as the tz database spells it (`TimeZone::get` ignores case): EventBridge takes it
+    // as written. Every zone `Schedule::cron` accepts comes from the database and has one.
+    let (expression, timezone, cron, every_secs) = match &schedule.timing {
         Timing::Cron { expression, zone, .. } => {
-            (eventbridge_cron(expression).map_err(refuse)?, zone_name(zone))
+            let Some(name) = zone.iana_name() else {
+                return Err(refuse(
+                    "its time zone has no IANA name; define it with Schedule::cron and a name such as \
+                     Europe/Berlin"
+                        .to_owned(),
+                ));
+            };
+            (
+                eventbridge_cron(expression).map_err(refuse)?,
+                name.to_owned(),
+                Some(expression.clone()),
+                None,
+            )
         }
         Timing::Every(interval) => (
             rate(interval.as_secs(), interval.subsec_nanos()).map_err(refuse)?,
             "UTC".to_owned(),
+            None,
+            Some(interval.as_secs()),
         ),
     };
     let header = Header {
@@ -132,14 +148,10 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         )),
     };
     let date = |time: Option<SystemTime>| time.map(format_tick);
-    let (cron, every_secs, zone) = match &schedule.timing {
-        Timing::Cron { expression, zone, .. } => (Some(expression.clone()), None, zone_name(zone)),
-        Timing::Every(interval) => (None, Some(interval.as_secs()), "UTC".to_owned()),
-    };
     let definition = Definition {
         cron,
         every_secs,
-        zone,
+        zone: timezone.clone(),
         start: date(schedule.start),
         end: date(schedule.end),
         missed: schedule.missed,
@@ -278,12 +290,6 @@ fn weekdays(field: &str) -> Result<String, String> {
         })
         .collect();
     Ok(parts.join(","))
-}
-
-/// The IANA name of a cron schedule's zone, as the tz database spells it (`TimeZone::get` ignores
-/// case); every zone [`Schedule::cron`] accepts has one.
-fn zone_name(zone: &jiff::tz::TimeZone) -> String {
-    zone.iana_name().unwrap_or("UTC").to_owned()
 }
 
 #[cfg(test)]

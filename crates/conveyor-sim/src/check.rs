@@ -45,15 +45,13 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
         // A receive held longer than half the visibility timeout (the heartbeat's margin) may answer
         // after SQS already gave the message back: its lease is lost by then, rightly.
         let late = |(from, to): &(u128, u128)| {
-            run.started_ms >= *from
-                && run.started_ms <= *to + scenario.visibility.as_millis()
-                && to - from > scenario.visibility.as_millis() / 2
+            run.started_ms >= *from && run.started_ms <= *to + scenario.visibility.as_millis()
         };
         let cancelled = run.end == RunEnd::Cancelled && run.instance.starts_with("worker-");
         if !cancelled || lease_loss_explained(run, observed, scenario.visibility) {
             continue;
         }
-        if !log.late_receives.iter().any(late) {
+        if !long_late_receives(log, scenario.visibility).any(late) {
             violations.push(format!(
                 "run {index} of job {} on {} was cancelled before its deadline (its lease lost) with no fault to \
                  explain it: the queue and the store answered within a fifth of the visibility timeout, and no \
@@ -376,15 +374,22 @@ fn another_copy_with_a_reason(job: &JobSpec, copy: &QueuedMessage, observed: &Ob
     })
 }
 
-/// `copy` was received in a receive answered late (held more than half the visibility timeout).
+/// `copy` was received in a receive answered late (see [`long_late_receives`]).
 fn received_in_a_late_receive(copy: &QueuedMessage, observed: &Observation, visibility: Duration) -> bool {
     let log = &observed.log;
     log.received.iter().any(|received| {
         received.message_id == copy.id
-            && log.late_receives.iter().any(|(from, to)| {
-                to - from > visibility.as_millis() / 2 && *from <= received.at_ms && received.at_ms <= *to
-            })
+            && long_late_receives(log, visibility)
+                .any(|(from, to)| *from <= received.at_ms && received.at_ms <= *to)
     })
+}
+
+/// The windows of receives answered late by more than half the visibility timeout (the heartbeat's
+/// margin): a receive answered in one may hand out a receipt SQS already gave back.
+fn long_late_receives(log: &Log, visibility: Duration) -> impl Iterator<Item = &(u128, u128)> {
+    log.late_receives
+        .iter()
+        .filter(move |(from, to)| to - from > visibility.as_millis() / 2)
 }
 
 fn received_by_the_dead(message_id: &str, observed: &Observation) -> bool {

@@ -99,10 +99,11 @@ impl Handler for SimHandler {
             }
             Behavior::Hang => {
                 if self.ignores_cancellation {
-                    // Dropped by the pipeline at the end of its grace.
+                    // Never returns: the pipeline drops it at the end of its grace.
                     std::future::pending::<()>().await;
+                } else {
+                    ctx.cancelled().await;
                 }
-                ctx.cancelled().await;
                 self.instance.alive().await;
                 self.sink.end_run(run, cancelled(&ctx));
                 Err(HandlerError::retryable("sim: hung until cancelled"))
