@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::runtime::Failure;
+use conveyor_core::runtime::{CLOCK_SKEW_ALLOWANCE, Failure};
 use conveyor_testing::QueuedMessage;
 
-use crate::run::{Observation, SETTLE_LIMIT};
+use crate::run::Observation;
 use crate::scenario::{JobSpec, Scenario, job_of_body};
 use crate::sink::{Log, Run, RunEnd};
 
@@ -48,7 +49,10 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
             run.started_ms >= *from && run.started_ms <= *to + scenario.visibility.as_millis()
         };
         let cancelled = run.end == RunEnd::Cancelled && run.instance.starts_with("worker-");
-        if !cancelled || lease_loss_explained(run, observed, scenario.visibility) {
+        if !cancelled
+            || lease_loss_explained(run, observed, scenario.visibility)
+            || stopped_at_the_visibility_cap(run, log, scenario.visibility)
+        {
             continue;
         }
         if !long_late_receives(log, scenario.visibility).any(late) {
@@ -60,6 +64,7 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
             ));
         }
     }
+    check_visibility_refusals(scenario, log, &mut violations);
     if observed.fifo {
         check_fifo_order(scenario, log, &mut violations);
     }
@@ -78,12 +83,70 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
             })
             .collect();
         violations.push(format!(
-            "not settled {SETTLE_LIMIT:?} after the faults ended; left in the queue: [{}]",
+            "not settled {:?} after the faults ended; left in the queue: [{}]",
+            scenario.settle_limit(),
             left.join(", ")
         ));
     }
     violations.extend(observed.worker_errors.iter().cloned());
     violations
+}
+
+/// SQS never refuses a visibility change as invalid: the runtimes keep every extension, retry delay
+/// and wait in flight within 12 hours of the message's *first* receive (SQS's limit, counted from
+/// `ApproximateFirstReceiveTimestamp`, not from the current receipt). A refused extension loses the
+/// lease hours early in the worst case, and says "lease lost" where nothing was.
+fn check_visibility_refusals(scenario: &Scenario, log: &Log, violations: &mut Vec<String>) {
+    for refused in &log.visibility_refused {
+        let message = refused
+            .message_id
+            .as_deref()
+            .unwrap_or("a receipt it was not handed");
+        let job = log
+            .received
+            .iter()
+            .find(|received| Some(&received.message_id) == refused.message_id.as_ref())
+            .and_then(|received| received.job);
+        let first = log
+            .received
+            .iter()
+            .filter(|received| Some(&received.message_id) == refused.message_id.as_ref())
+            .filter_map(|received| received.first_received_ms)
+            .min();
+        violations.push(format!(
+            "{} asked SQS to keep {message} (job {job:?}, first received at {first:?} ms, visibility {:?}) in \
+             flight past its limit, and SQS refused at {} ms: {}",
+            refused.instance, scenario.visibility, refused.at_ms, refused.error
+        ));
+    }
+}
+
+/// The worker stopped holding `run`'s message at SQS's limit of 12 hours from its first receive: the
+/// heartbeat stops extending there (less the clock skew allowance, a margin before it), cancels the
+/// handler and leaves the message to expire; its handler's own timeout may be later. A run cancelled
+/// within a visibility timeout (and the allowance) before that limit lost nothing it could have kept,
+/// provided SQS refused no visibility change for the message (else the worker asked for more than the
+/// limit, and the lease was lost to that).
+fn stopped_at_the_visibility_cap(run: &Run, log: &Log, visibility: Duration) -> bool {
+    let Some(ended) = run.ended_ms else {
+        return false;
+    };
+    let Some(first) = log
+        .received
+        .iter()
+        .filter(|received| received.message_id == run.message_id)
+        .filter_map(|received| received.first_received_ms)
+        .min()
+    else {
+        return false;
+    };
+    let refused = log
+        .visibility_refused
+        .iter()
+        .any(|refused| refused.message_id.as_deref() == Some(run.message_id.as_str()));
+    let cap = first + MAX_VISIBILITY_TIMEOUT.as_millis();
+    let from = cap.saturating_sub((visibility + CLOCK_SKEW_ALLOWANCE * 2).as_millis());
+    !refused && (from..=cap).contains(&ended)
 }
 
 /// FIFO order: within a group, no run of a message starts after a later message of the group (in send

@@ -100,13 +100,13 @@ pub struct Skew(pub i64);
 
 impl Skew {
     /// `time` moved by the skew (ahead: later).
-    fn apply(self, time: SystemTime) -> SystemTime {
+    pub fn apply(self, time: SystemTime) -> SystemTime {
         let by = Duration::from_millis(self.0.unsigned_abs());
         if self.0 >= 0 { time + by } else { time - by }
     }
 
     /// `time` moved back by the skew.
-    fn undo(self, time: SystemTime) -> SystemTime {
+    pub fn undo(self, time: SystemTime) -> SystemTime {
         Skew(-self.0).apply(time)
     }
 }

@@ -29,6 +29,8 @@ pub struct SimHandler {
     pub jobs: Arc<Vec<JobSpec>>,
     /// The handler's timeout.
     pub timeout: Duration,
+    /// How long a completed record suppresses duplicates (`None`: the default, a day).
+    pub record_ttl: Option<Duration>,
     /// Works on through a cancellation (until the pipeline drops it after its grace); checks the
     /// token only before applying its effect.
     pub ignores_cancellation: bool,
@@ -112,7 +114,11 @@ impl Handler for SimHandler {
     }
 
     fn settings(&self) -> HandlerSettings {
-        HandlerSettings::default().with_timeout(self.timeout)
+        let settings = HandlerSettings::default().with_timeout(self.timeout);
+        match self.record_ttl {
+            Some(ttl) => settings.with_record_ttl(ttl),
+            None => settings,
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! their visibility timeout ends and its claims lapse with their leases: what `kill -9` does. No
 //! change to the worker is needed for it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,8 +19,8 @@ use async_trait::async_trait;
 use conveyor_core::{
     message::{Message, ReceiptHandle},
     port::{
-        Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryFailure, IdempotencyRecord, IdempotencyStore,
-        OutgoingMessage, Queue, QueueDepth, QueueError, StoreError, VisibilityChange,
+        Claim, ClaimOutcome, ClaimRequest, DeadLetter, EntryError, EntryFailure, IdempotencyRecord,
+        IdempotencyStore, OutgoingMessage, Queue, QueueDepth, QueueError, StoreError, VisibilityChange,
     },
     runtime::Failure,
 };
@@ -120,11 +121,17 @@ impl Instance {
     }
 }
 
-/// The shared queue as one instance reaches it; every message it receives is logged in the sink.
+/// The shared queue as one instance reaches it; every message it receives is logged in the sink, and
+/// every visibility change SQS refuses as invalid too.
+///
+/// SQS's only wall-clock time a consumer reads is `ApproximateFirstReceiveTimestamp` (the 12 hours of
+/// visibility count from it): it reaches the consumer as its own clock would see it, off by its skew.
 pub struct InstanceQueue {
     inner: Arc<dyn Queue>,
     instance: Arc<Instance>,
     sink: Arc<Sink>,
+    /// The message id of each receipt this instance was handed.
+    receipts: Mutex<HashMap<String, String>>,
 }
 
 impl InstanceQueue {
@@ -134,6 +141,32 @@ impl InstanceQueue {
             inner,
             instance,
             sink,
+            receipts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn receipts(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.receipts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Logs the changes SQS refused as invalid (a sender's fault no retry mends).
+    fn log_refusals(&self, changes: &[VisibilityChange], failures: &[EntryFailure]) {
+        for failure in failures {
+            let EntryError::Failed { code, message, .. } = &failure.error else {
+                continue;
+            };
+            if !code.starts_with("InvalidParameter") {
+                continue;
+            }
+            let message_id = changes
+                .get(failure.index)
+                .and_then(|change| self.receipts().get(change.receipt_handle.as_str()).cloned());
+            let asked = changes.get(failure.index).map(|change| change.timeout);
+            self.sink.visibility_refused(
+                self.instance.name(),
+                message_id,
+                format!("{code}: {message} (asked {asked:?})"),
+            );
         }
     }
 }
@@ -171,12 +204,17 @@ impl Queue for InstanceQueue {
         wait: Duration,
         visibility: Duration,
     ) -> Result<Vec<Message>, QueueError> {
-        let messages = self
+        let mut messages = self
             .instance
             .queue_call(self.inner.receive_with_visibility(max_messages, wait, visibility))
             .await?;
-        for message in &messages {
+        let skew = self.instance.skew();
+        for message in &mut messages {
             self.sink.received(self.instance.name(), message);
+            self.receipts()
+                .insert(message.receipt_handle.as_str().to_owned(), message.id.clone());
+            // A clock ahead by the skew finds the first receive that much longer ago.
+            message.first_received_at = message.first_received_at.map(|first| skew.undo(first));
         }
         Ok(messages)
     }
@@ -189,9 +227,12 @@ impl Queue for InstanceQueue {
         &self,
         changes: &[VisibilityChange],
     ) -> Result<Vec<EntryFailure>, QueueError> {
-        self.instance
+        let failures = self
+            .instance
             .queue_call(self.inner.change_visibility_batch(changes))
-            .await
+            .await?;
+        self.log_refusals(changes, &failures);
+        Ok(failures)
     }
 
     async fn send(&self, message: OutgoingMessage) -> Result<String, QueueError> {

@@ -27,7 +27,8 @@ use crate::scenario::{Event, JobSpec, Scenario, job_of_body};
 use crate::sink::{Log, Sink};
 use crate::trace::Trace;
 
-/// How long after the faults end everything must have settled.
+/// How long after the faults end everything must have settled (longer in a seed with long jobs, see
+/// [`Scenario::settle_limit`]).
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(6 * 3600);
 
 /// What a run left behind, for the invariants.
@@ -39,7 +40,7 @@ pub struct Observation {
     pub dead_lettered: Vec<QueuedMessage>,
     /// The queue's messages at the end.
     pub left: Vec<QueuedMessage>,
-    /// True when every job settled and the queue emptied before [`SETTLE_LIMIT`].
+    /// True when every job settled and the queue emptied within [`Scenario::settle_limit`].
     pub settled: bool,
     /// Virtual time the run took.
     pub virtual_time: Duration,
@@ -123,6 +124,7 @@ impl Shared<'_> {
             sink: Arc::clone(&self.sink),
             jobs: Arc::clone(&self.jobs),
             timeout: self.scenario.handler_timeout,
+            record_ttl: self.scenario.record_ttl(),
             ignores_cancellation: self.scenario.handlers_ignore_cancellation,
         };
         Pipeline::new(Router::single(handler))
@@ -141,10 +143,13 @@ impl Shared<'_> {
     fn start_worker(&self, index: usize) -> Result<RunningWorker, WorkerError> {
         let instance = self.instance(format!("worker-{index}"), index as u64 + 1);
         let capacity = self.scenario.worker_capacity[index % self.scenario.worker_capacity.len()];
-        let config = WorkerConfig::default()
+        let mut config = WorkerConfig::default()
             .with_queues(vec![QueueConfig::new("http://sim.invalid/jobs")])
             .with_max_in_flight(capacity)
             .with_listen_addr(None);
+        if let Some(max_processing_time) = self.scenario.max_processing_time {
+            config = config.with_max_processing_time(max_processing_time);
+        }
         let worker = Worker::new(config, self.pipeline(&instance), vec![self.queue_for(&instance)])?;
         let graceful = CancellationToken::new();
         let immediate = CancellationToken::new();
@@ -245,7 +250,8 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     };
     trace.step(format!(
         "seed {}: {} jobs, {} queue, visibility {:?}, maxReceiveCount {}, retry budget {:?}, handler timeout \
-         {:?}, latency queue {:?} store {:?}, {} workers, {} lambdas, faults until {:?}, clocks up to {:?} apart",
+         {:?}, latency queue {:?} store {:?}, {} workers, {} lambdas, faults until {:?}, clocks up to {:?} apart, \
+         long jobs {:?}",
         scenario.seed,
         scenario.jobs.len(),
         if scenario.fifo { "FIFO" } else { "standard" },
@@ -259,6 +265,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         scenario.lambdas.len(),
         scenario.fault_phase,
         scenario.clock_skew,
+        scenario.long_jobs,
     ));
 
     let start = Instant::now();
@@ -385,7 +392,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         }
     }
 
-    let limit = Instant::now() + SETTLE_LIMIT;
+    let limit = Instant::now() + scenario.settle_limit();
     let mut settled = false;
     while Instant::now() < limit {
         if producer.is_finished() && is_settled(&main, &dlq, &sink) {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
 use fastrand::Rng;
 
@@ -149,7 +150,30 @@ pub struct Scenario {
     /// not watch the token does) until the pipeline drops them at the end of their grace; they still
     /// check the token before applying their effect.
     pub handlers_ignore_cancellation: bool,
+    /// The jobs that work for hours (see [`Scenario::with_long_jobs`]); empty in most seeds.
+    pub long_jobs: Vec<u32>,
+    /// The workers' `max_processing_time` (`None`: the worker's default).
+    pub max_processing_time: Option<Duration>,
 }
+
+/// The share of seeds with long jobs, in percent.
+const LONG_JOB_PERCENT: u8 = 4;
+
+/// The handler timeout in a seed with long jobs: long enough for a run that meets SQS's 12 hours
+/// counted from its message's first receive, short enough that a run started on a fresh receive ends
+/// (at its deadline at worst) within the 12 hours of that receive.
+pub const LONG_HANDLER_TIMEOUT: Duration = Duration::from_secs(11 * 3600 + 30 * 60);
+
+/// How long a long job's first run works before it fails (and is received again later).
+const LONG_FIRST_RUN: std::ops::RangeInclusive<u64> = 2 * 3600..=6 * 3600;
+
+/// The longest a long job's next run works: below [`LONG_HANDLER_TIMEOUT`], so a run on a fresh
+/// receive succeeds.
+const LONG_NEXT_RUN_MAX: Duration = Duration::from_secs(11 * 3600);
+
+/// How far past the 12 hours from the first receive a long job's next run would work (it must still
+/// be running when the cap comes, whatever the retry delay).
+const PAST_THE_CAP: std::ops::RangeInclusive<u64> = 15 * 60..=2 * 3600;
 
 fn secs(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
     Duration::from_secs(rng.u64(range))
@@ -227,6 +251,68 @@ impl Scenario {
             fault_phase,
             clock_skew: clock_skew(seed),
             handlers_ignore_cancellation: handlers_ignore_cancellation(seed),
+            long_jobs: Vec::new(),
+            max_processing_time: None,
+        }
+        .with_long_jobs()
+    }
+
+    /// A few percent of the seeds (drawn from a generator of their own, so every other seed is as it
+    /// was) get one or two long jobs, to reach SQS's 12-hour visibility limit, which SQS counts from
+    /// a message's *first* receive (`ApproximateFirstReceiveTimestamp`), not from the current receipt.
+    /// A long job's first run works 2–6 hours and fails; its next run, on a later receive, works long
+    /// enough to pass 12 hours from the first receive, so the worker must stop holding it there, and
+    /// the run after, on a fresh receive, succeeds. The workers may hold a message the full 12 hours
+    /// (`max_processing_time`), and handlers get hours ([`LONG_HANDLER_TIMEOUT`]).
+    fn with_long_jobs(mut self) -> Scenario {
+        let mut rng = Rng::with_seed(self.seed ^ 0x1047_c0de_1047_c0de);
+        if !chance(&mut rng, LONG_JOB_PERCENT) || self.jobs.is_empty() {
+            return self;
+        }
+        // A Lambda invocation lasts 15 minutes at most: a job of hours cannot run on one, and the
+        // 12-hour limit concerns only the worker.
+        self.lambdas.clear();
+        self.initial_workers = self.initial_workers.max(1);
+        self.handler_timeout = LONG_HANDLER_TIMEOUT;
+        self.max_processing_time = Some(MAX_VISIBILITY_TIMEOUT);
+        // A hang holds its message until the handler's timeout, hours here: the other jobs' hangs
+        // would stretch the run to days (a FIFO group waits behind each), so they fail at once instead.
+        for step in self.jobs.iter_mut().flat_map(|job| job.script.iter_mut()) {
+            if step.behavior == Behavior::Hang {
+                step.behavior = Behavior::Retry;
+            }
+        }
+        for _ in 0..rng.usize(1..=2) {
+            let id = rng.u32(0..self.jobs.len() as u32);
+            if self.long_jobs.contains(&id) {
+                continue;
+            }
+            if let Some(job) = self.jobs.get_mut(id as usize) {
+                make_long(&mut rng, job);
+                self.long_jobs.push(id);
+            }
+        }
+        self
+    }
+
+    /// How long a completed idempotency record suppresses duplicates: the default (a day), and with
+    /// long jobs a week. A duplicate sent in the first minutes may wait a day behind long jobs (a FIFO
+    /// group, a worker's capacity); past the record's lifetime it runs again, as documented, which is
+    /// not what these seeds are about.
+    pub fn record_ttl(&self) -> Option<Duration> {
+        (!self.long_jobs.is_empty()).then(|| Duration::from_secs(7 * 24 * 3600))
+    }
+
+    /// How long after the faults end everything must have settled: [`SETTLE_LIMIT`], and with long
+    /// jobs two days more (a long job takes up to about a day: its first run, its next run until the
+    /// 12 hours from the first receive, and a run on a fresh receive; a FIFO group waits behind it).
+    ///
+    /// [`SETTLE_LIMIT`]: crate::run::SETTLE_LIMIT
+    pub fn settle_limit(&self) -> Duration {
+        if self.long_jobs.is_empty() {
+            crate::run::SETTLE_LIMIT
+        } else {
+            crate::run::SETTLE_LIMIT + Duration::from_secs(48 * 3600)
         }
     }
 
@@ -253,6 +339,31 @@ fn clock_skew(seed: u64) -> Duration {
 fn handlers_ignore_cancellation(seed: u64) -> bool {
     let mut rng = Rng::with_seed(seed ^ 0x57ab_b0b0_57ab_b0b0);
     chance(&mut rng, 33)
+}
+
+/// Makes `job` a long job (see [`Scenario::with_long_jobs`]): sent once, a first run of hours that
+/// fails, then runs long enough to pass 12 hours from the first receive, which succeed.
+fn make_long(rng: &mut Rng, job: &mut JobSpec) {
+    let first = Duration::from_secs(rng.u64(LONG_FIRST_RUN));
+    let next =
+        (MAX_VISIBILITY_TIMEOUT - first + Duration::from_secs(rng.u64(PAST_THE_CAP))).min(LONG_NEXT_RUN_MAX);
+    job.poison = false;
+    // One send: a duplicate of a job that holds its claim for hours would be deferred for hours.
+    job.send_at.truncate(1);
+    job.script = vec![
+        Step {
+            duration: first,
+            behavior: if chance(rng, 70) {
+                Behavior::Retry
+            } else {
+                Behavior::Panic
+            },
+        },
+        Step {
+            duration: next,
+            behavior: Behavior::Succeed,
+        },
+    ];
 }
 
 fn duration(rng: &mut Rng, visibility: Duration) -> Duration {
@@ -383,6 +494,35 @@ mod tests {
         assert_eq!(a.jobs, b.jobs);
         assert_eq!(a.events, b.events);
         assert_ne!(Scenario::generate(43).jobs, a.jobs);
+    }
+
+    #[test]
+    fn long_jobs_run_past_twelve_hours_from_their_first_receive() {
+        let seeds: Vec<Scenario> = (0..400)
+            .map(Scenario::generate)
+            .filter(|scenario| !scenario.long_jobs.is_empty())
+            .collect();
+        assert!((8..=32).contains(&seeds.len()), "{} of 400 seeds", seeds.len());
+        for scenario in seeds {
+            assert!(scenario.lambdas.is_empty() && scenario.initial_workers > 0);
+            assert!(scenario.settle_limit() > crate::run::SETTLE_LIMIT);
+            for id in &scenario.long_jobs {
+                let script = &scenario.jobs[*id as usize].script;
+                let (first, next) = (script[0].duration, script[1].duration);
+                assert!(first + next > MAX_VISIBILITY_TIMEOUT + Duration::from_secs(600));
+                assert!(next < scenario.handler_timeout, "a run on a fresh receive fits");
+            }
+        }
+    }
+
+    #[test]
+    fn no_seed_that_failed_before_long_jobs_has_them() {
+        // Listed before long jobs existed: their scenarios must stay what they were.
+        for seed in [
+            88, 180, 210, 248, 263, 158, 654, 1834, 1997, 4181, 743, 17469, 12990, 9307, 10562, 10947, 15951,
+        ] {
+            assert!(Scenario::generate(seed).long_jobs.is_empty(), "seed {seed}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! invariants are checked against: sends, receives, runs, effects and refused effects.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
 use conveyor_core::{message::Message, port::RecordStatus};
@@ -25,6 +26,22 @@ pub struct Received {
     pub deferred_copy: bool,
     /// When (virtual ms).
     pub at_ms: u128,
+    /// When the message was first received (virtual ms, from its `ApproximateFirstReceiveTimestamp`).
+    pub first_received_ms: Option<u128>,
+}
+
+/// A visibility change SQS refused as invalid (`InvalidParameterValue`): one that would keep the
+/// message in flight past 12 hours from its first receive, or a timeout over 12 hours.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VisibilityRefused {
+    /// Who asked.
+    pub instance: String,
+    /// The message, when the receipt was one this instance received.
+    pub message_id: Option<String>,
+    /// When (virtual ms).
+    pub at_ms: u128,
+    /// SQS's answer.
+    pub error: String,
 }
 
 /// How a run ended, as far as the handler knows.
@@ -101,6 +118,8 @@ pub struct Log {
     pub delete_faults: Vec<(u128, u128)>,
     /// When each instance was asked to shut down (virtual ms).
     pub shutdowns: Vec<(String, u128)>,
+    /// Visibility changes refused as invalid.
+    pub visibility_refused: Vec<VisibilityRefused>,
 }
 
 /// The fenced sink.
@@ -152,13 +171,36 @@ impl Sink {
             message.receive_count,
             if deferred_copy { ", deferred copy" } else { "" }
         ));
+        let at_ms = self.trace.elapsed_ms();
+        // The queue dates the first receive on its (virtual) clock, counted back from the wall clock
+        // now: its age is the virtual time since.
+        let first_received_ms = message.first_received_at.map(|first| {
+            let age = SystemTime::now().duration_since(first).unwrap_or_default();
+            at_ms.saturating_sub(age.as_millis())
+        });
         self.lock().received.push(Received {
             instance: instance.to_owned(),
             message_id: message.id.clone(),
             job,
             receive_count: message.receive_count,
             deferred_copy,
-            at_ms: self.trace.elapsed_ms(),
+            at_ms,
+            first_received_ms,
+        });
+    }
+
+    /// SQS refused a visibility change `instance` asked for `message_id` as invalid.
+    pub fn visibility_refused(&self, instance: &str, message_id: Option<String>, error: String) {
+        self.trace.step(format!(
+            "{instance}: visibility change for {} refused: {error}",
+            message_id.as_deref().unwrap_or("an unknown receipt")
+        ));
+        let at_ms = self.trace.elapsed_ms();
+        self.lock().visibility_refused.push(VisibilityRefused {
+            instance: instance.to_owned(),
+            message_id,
+            at_ms,
+            error,
         });
     }
 
