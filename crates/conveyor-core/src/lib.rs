@@ -97,8 +97,8 @@ pub mod runtime {
         ENV_LOG_FORMAT, LogFormat, LossyWriter, UnknownLogFormat, stderr, stdout, write_errors,
     };
     pub use crate::outcome::{
-        AckReason, CANCELLED, Failure, Origin, Outcome, RunResult, at_last_attempt, classify, epoch_millis,
-        not_run_at_the_last_receive,
+        AckReason, CANCELLED, Failure, NotRun, Origin, Outcome, RunResult, at_last_attempt, classify,
+        epoch_millis, not_run_at_the_last_receive,
     };
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;

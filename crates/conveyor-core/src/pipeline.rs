@@ -722,7 +722,7 @@ fn existing_record(
                 .unwrap_or(Duration::from_secs(30));
             let delay = wait_for_lease(&record, now, fallback).min(crate::limits::MAX_VISIBILITY_TIMEOUT);
             tracing::info!(key = %record.key, ?delay, "in progress elsewhere; deferring until its lease ends");
-            let reason = "in progress elsewhere".to_owned();
+            let reason = crate::outcome::IN_PROGRESS_ELSEWHERE.to_owned();
             Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type))
         }
     }

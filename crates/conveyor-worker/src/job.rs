@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::runtime::{added_jitter, not_run_at_the_last_receive};
+use conveyor_core::runtime::{NotRun, added_jitter, not_run_at_the_last_receive};
 use conveyor_core::{
     message::Message,
     runtime::{Budget, Lease, Outcome, Processed},
@@ -284,17 +284,26 @@ async fn dead_letter_unrun_at_the_last_receive(
             back.push_back(received);
             continue;
         }
-        let why = match reason {
-            Reason::Shutdown => "the worker shut down before it started",
-            Reason::GroupFailed => "a message ahead of it in its FIFO group had not finished",
+        let (cause, why) = match reason {
+            Reason::Shutdown => (NotRun::ShutDown, "the worker shut down before it started"),
+            Reason::GroupFailed => (
+                NotRun::BehindItsGroup,
+                "a message ahead of it in its FIFO group had not finished",
+            ),
         };
         let why = format!(
             "{why}, and each receive behind its group counted; redrive it once the group's earlier messages \
              are settled"
         );
         let job_type = runtime.pipeline.router().job_type_for(&received.message);
-        let failure =
-            not_run_at_the_last_receive(&why, attempt, max, &runtime.names[queue], job_type.unwrap_or(""));
+        let failure = not_run_at_the_last_receive(
+            cause,
+            &why,
+            attempt,
+            max,
+            &runtime.names[queue],
+            job_type.unwrap_or(""),
+        );
         let Received {
             message,
             lease,

@@ -184,6 +184,7 @@ async fn dead_letter_fifo_at_the_last_receive(
         }
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
         let failure = conveyor_core::runtime::not_run_at_the_last_receive(
+            conveyor_core::runtime::NotRun::ShutDown,
             "the worker shut down as it was received; redrive it once the group's earlier messages are settled",
             attempt,
             max,
