@@ -482,6 +482,13 @@ impl BatchProcessor {
         &self.config
     }
 
+    /// The cold start's check of the idempotency store ([`Pipeline::check_store`]): `Err` when the store
+    /// is misconfigured (a table that does not exist, access denied), with what to fix; an outage is
+    /// not a configuration error and passes.
+    pub async fn check_store(&self) -> Result<(), conveyor_core::port::StoreError> {
+        self.pipeline.check_store().await
+    }
+
     /// Processes one event whose invocation ends at `deadline`; returns the records to retry, and
     /// prints the batch's metrics as EMF. An `Err` fails the invocation (see
     /// [`BatchReport::invocation_error`]).

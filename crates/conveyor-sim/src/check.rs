@@ -64,6 +64,7 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
     if observed.fifo {
         check_fifo_order(scenario, log, &mut violations);
     }
+    check_misconfigured_store(scenario, log, &mut violations);
     if !observed.settled {
         let left: Vec<String> = observed
             .left
@@ -85,6 +86,54 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
     }
     violations.extend(observed.worker_errors.iter().cloned());
     violations
+}
+
+/// A store that answers "misconfigured" is a configuration error, not an outage: while it does, a
+/// worker refuses to start (it receives nothing) and a Lambda's cold start fails (no invocation
+/// processes its records); every worker running from the start refused.
+fn check_misconfigured_store(scenario: &Scenario, log: &Log, violations: &mut Vec<String>) {
+    let Some((_, until)) = log.store_misconfigured else {
+        return;
+    };
+    if let Some(received) = log
+        .received
+        .iter()
+        .find(|received| received.instance.starts_with("worker-") && received.at_ms < until)
+    {
+        violations.push(format!(
+            "{} received {} at {} ms while the store was misconfigured (until {until} ms): a worker must refuse \
+             to start",
+            received.instance, received.message_id, received.at_ms
+        ));
+    }
+    if let Some((instance, at)) = log.invocations.iter().find(|(_, at)| *at < until) {
+        violations.push(format!(
+            "{instance} processed an invocation at {at} ms while the store was misconfigured (until {until} ms): \
+             its cold start must fail"
+        ));
+    }
+    for index in 0..scenario.initial_workers {
+        let name = format!("worker-{index}");
+        if !log.refused_starts.iter().any(|(instance, _)| *instance == name) {
+            violations.push(format!(
+                "{name} started on a misconfigured store and did not refuse (it must fail its start with the fix)"
+            ));
+        }
+    }
+}
+
+/// `copy` was received by a Lambda whose cold start then failed on a misconfigured store: the
+/// invocation failed, the receive counted (AWS's event source mapping receives before it invokes).
+fn received_by_a_failed_cold_start(copy: &QueuedMessage, observed: &Observation) -> bool {
+    let log = &observed.log;
+    log.received.iter().any(|received| {
+        received.message_id == copy.id
+            && log.refused_starts.iter().any(|(instance, at)| {
+                *instance == received.instance
+                    && *at >= received.at_ms
+                    && *at <= received.at_ms + LONG_POLL_MS
+            })
+    })
 }
 
 /// FIFO order: within a group, no run of a message starts after a later message of the group (in send
@@ -223,6 +272,9 @@ fn check_dead_letter(
             // Its holder sent the DLQ copy with the reason, then stopped (its shutdown's deadline)
             // before the original's delete: a second copy in the DLQ, the documented worst case of
             // `reject` ("never none").
+        } else if !ran && received_by_a_failed_cold_start(copy, observed) {
+            // The store was misconfigured: the function's cold start failed with the fix (loudly, an
+            // init error per invocation), and the event source mapping's receives counted.
         } else if !ran && received_in_a_late_receive(copy, observed, scenario.visibility) {
             // A receive held past half the visibility timeout handed it out: its receipt could be stale
             // when the consumer got it, so neither the DLQ send's delete nor a visibility change could

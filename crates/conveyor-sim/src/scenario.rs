@@ -98,6 +98,9 @@ pub enum Event {
     FailDeletes(Duration),
     /// Receives keep their messages until the window ends (a late long-poll answer).
     HoldReceives(Duration),
+    /// The operator fixes the store's configuration ([`Scenario::store_misconfigured_until`]) and
+    /// starts a fresh worker for each one that refused to start.
+    StoreFixed,
 }
 
 /// A Lambda function behind an event source mapping.
@@ -149,6 +152,10 @@ pub struct Scenario {
     /// not watch the token does) until the pipeline drops them at the end of their grace; they still
     /// check the token before applying their effect.
     pub handlers_ignore_cancellation: bool,
+    /// The store answers "misconfigured" (a table that does not exist) from the start until then, when
+    /// an operator fixes it ([`Event::StoreFixed`]): consumers must refuse to start (a worker) or fail
+    /// their cold start (a Lambda) meanwhile, not take messages they cannot run.
+    pub store_misconfigured_until: Option<Duration>,
 }
 
 fn secs(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
@@ -227,6 +234,7 @@ impl Scenario {
             fault_phase,
             clock_skew: clock_skew(seed),
             handlers_ignore_cancellation: handlers_ignore_cancellation(seed),
+            store_misconfigured_until: store_misconfigured_until(seed),
         }
     }
 
@@ -253,6 +261,13 @@ fn clock_skew(seed: u64) -> Duration {
 fn handlers_ignore_cancellation(seed: u64) -> bool {
     let mut rng = Rng::with_seed(seed ^ 0x57ab_b0b0_57ab_b0b0);
     chance(&mut rng, 33)
+}
+
+/// Whether the seed starts with a misconfigured store and for how long (one seed in twenty-five, 5 to
+/// 60 s), from a generator of its own for the same reason as [`clock_skew`].
+fn store_misconfigured_until(seed: u64) -> Option<Duration> {
+    let mut rng = Rng::with_seed(seed ^ 0x7ab1_e60e_7ab1_e60e);
+    chance(&mut rng, 4).then(|| secs(&mut rng, 5..=60))
 }
 
 fn duration(rng: &mut Rng, visibility: Duration) -> Duration {
