@@ -32,6 +32,7 @@ mod progress;
 mod queue;
 mod record_key;
 mod router;
+mod store_health;
 mod tracking;
 
 pub use background::BackgroundTask;
@@ -102,4 +103,5 @@ pub mod runtime {
     };
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;
+    pub use crate::store_health::StoreHealth;
 }

@@ -526,6 +526,7 @@ fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use conveyor_core::runtime::StoreHealth;
     use std::time::SystemTime;
 
     use conveyor_core::port::ClaimOutcome;
@@ -545,7 +546,7 @@ mod tests {
 
     fn setup(max_processing_time: Duration, store: Option<Arc<dyn IdempotencyStore>>) -> Setup {
         let queue = Arc::new(MemoryQueue::standard("heartbeat").with_visibility_timeout(VISIBILITY));
-        let status = WorkerStatus::new(1);
+        let status = WorkerStatus::new(1, StoreHealth::default());
         let heartbeats = Heartbeats::new(
             HeartbeatSettings { max_processing_time },
             vec![HeartbeatQueue {
@@ -740,7 +741,7 @@ mod tests {
             MemoryQueue::standard("hanging").with_visibility_timeout(Duration::from_secs(12)),
         ));
         hanging.hang_visibility(true);
-        let status = WorkerStatus::new(2);
+        let status = WorkerStatus::new(2, StoreHealth::default());
         let heartbeats = Heartbeats::new(
             HeartbeatSettings {
                 max_processing_time: Duration::from_secs(3600),
