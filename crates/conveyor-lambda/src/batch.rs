@@ -1172,24 +1172,28 @@ impl BatchProcessor {
     /// depend on time left after other lanes' handlers and completions took theirs, or the group comes
     /// back at the visibility timeout and spends its receives.
     async fn apply_lane_backoff(&self, lane: &Lane, results: &mut [ItemResult], settle_by: Instant) {
-        let retries: Vec<&ItemResult> = results
+        if !results
             .iter()
-            .filter(|result| matches!(result.settled, Settled::Retry { .. }))
-            .collect();
-        if retries.is_empty() {
+            .any(|result| matches!(result.settled, Settled::Retry { .. }))
+        {
             return;
         }
         let Some(queue) = lane.queue.get().await else {
             return;
         };
         // A message that did not run and is at its last allowed receive is dead-lettered after the
-        // lanes (`dead_letter_unrun_at_the_last_receive`): a visibility change first would make its
-        // receipt stale for that delete. Its backoff, if still needed, is set with the others.
+        // lanes (`dead_letter_unrun_at_the_last_receive`, or the late deferrer at the cutoff): a
+        // visibility change first could leave that delete a stale receipt. Its backoff, if still
+        // needed, is set with the others at the end.
         let last = queue.max_receive_count().unwrap_or(u32::MAX);
-        let retries: Vec<&ItemResult> = retries
-            .into_iter()
+        let retries: Vec<&ItemResult> = results
+            .iter()
+            .filter(|result| matches!(result.settled, Settled::Retry { .. }))
             .filter(|result| result.handler_duration.is_some() || result.message.attempt() < last)
             .collect();
+        if retries.is_empty() {
+            return;
+        }
         let changes: Vec<VisibilityChange> = retries
             .iter()
             .filter_map(|result| match result.settled {
@@ -1201,7 +1205,10 @@ impl BatchProcessor {
             })
             .collect();
         let ids: Vec<&str> = retries.iter().map(|result| result.message.id.as_str()).collect();
-        set_backoffs(queue.as_ref(), &changes, &ids, settle_by).await;
+        if !set_backoffs(queue.as_ref(), &changes, &ids, settle_by).await {
+            // Not answered: the end of the invocation tries them again with the others.
+            return;
+        }
         let set: Vec<String> = retries.iter().map(|result| result.message.id.clone()).collect();
         for result in results.iter_mut() {
             result.backoff_set = set.contains(&result.message.id);
@@ -1211,8 +1218,14 @@ impl BatchProcessor {
 
 /// Sets the visibility of retried messages to their backoff in one batch call, cut at `settle_by`; a
 /// change that does not land leaves its message to come back at the visibility timeout (later, never
-/// lost).
-async fn set_backoffs(queue: &dyn Queue, changes: &[VisibilityChange], ids: &[&str], settle_by: Instant) {
+/// lost). False when the call itself got no answer (an entry SQS refused is logged and counts as
+/// answered).
+async fn set_backoffs(
+    queue: &dyn Queue,
+    changes: &[VisibilityChange],
+    ids: &[&str],
+    settle_by: Instant,
+) -> bool {
     let changing = queue.change_visibility_batch(changes);
     let answer = tokio::time::timeout_at(settle_by, changing)
         .await
@@ -1231,13 +1244,17 @@ async fn set_backoffs(queue: &dyn Queue, changes: &[VisibilityChange], ids: &[&s
                     "could not set the retry's backoff; it comes back at the visibility timeout"
                 );
             }
+            true
         }
-        Err(error) => tracing::warn!(
-            queue = %queue.name(),
-            %error,
-            messages = changes.len(),
-            "could not set the retries' backoff; they come back at the visibility timeout"
-        ),
+        Err(error) => {
+            tracing::warn!(
+                queue = %queue.name(),
+                %error,
+                messages = changes.len(),
+                "could not set the retries' backoff; they come back at the visibility timeout"
+            );
+            false
+        }
     }
 }
 
