@@ -385,7 +385,7 @@ fn cause_happened(
     let log = &observed.log;
     let last = last_receives_unrun(scenario, job, observed);
     match cause {
-        NotRun::StoreUnreachable => store_blocked_last_receive(scenario, &last, observed),
+        NotRun::StoreUnreachable => store_blocked_last_receive(&last, observed),
         NotRun::KeyInProgress => {
             // Another run of the job (another message, or this one under an older receipt, its holder
             // perhaps dead with its lease not yet lapsed) held the key then.
@@ -454,11 +454,7 @@ fn cause_happened(
 /// the store too, the last one came at least half that wait later, so that a short outage is waited
 /// out rather than spending the last receive. A visibility change that SQS failed or hung on is the
 /// exception (the message then comes back at the queue's visibility timeout).
-fn store_blocked_last_receive(
-    scenario: &Scenario,
-    last: &[&Received],
-    observed: &Observation,
-) -> Result<(), String> {
+fn store_blocked_last_receive(last: &[&Received], observed: &Observation) -> Result<(), String> {
     let log = &observed.log;
     let invocation = observed.longest_invocation.as_millis();
     let store_down = |from: u128, to: u128| {
@@ -507,7 +503,6 @@ fn store_blocked_last_receive(
             received.at_ms - previous
         ));
     }
-    let _ = scenario;
     Err(reasons.join("; "))
 }
 
