@@ -311,7 +311,8 @@ impl Heartbeats {
                     message_id = %entry.message_id,
                     queue = %tracked.target.queue.name(),
                     max_processing_time = ?inner.settings.max_processing_time,
-                    "message reached its maximum processing time: no more visibility extensions; \
+                    "message reached its processing limit (max_processing_time from this receipt, or SQS's 12 \
+                     hours from its first receive, whichever is sooner): no more visibility extensions; \
                      cancelling its handler and leaving it to expire"
                 );
                 entry.lease.cancellation().cancel();
