@@ -156,7 +156,8 @@ struct Stored {
     deduplication_id: Option<String>,
     trace_header: Option<String>,
     sent_at: SystemTime,
-    first_received: Option<(Instant, SystemTime)>,
+    /// When it was first received, on tokio's clock (SQS's 12 hours of visibility count from it).
+    first_received: Option<Instant>,
     receive_count: u32,
     /// The generation of the latest receipt (0 before the first receive).
     receipt: u64,
@@ -748,9 +749,7 @@ impl MemoryQueue {
         message.version = version;
         message.status = Status::InFlight;
         message.visible_at = deadline;
-        let first_received = *message
-            .first_received
-            .get_or_insert_with(|| (now, SystemTime::now()));
+        let first_received = *message.first_received.get_or_insert(now);
         let receipt = Receipt {
             nonce: self.nonce,
             seq,
@@ -763,7 +762,7 @@ impl MemoryQueue {
             attributes: message.attributes.clone(),
             receive_count: message.receive_count,
             sent_at: Some(message.sent_at),
-            first_received_at: Some(first_received.1),
+            first_received_at: Some(wall_clock_at(first_received, now)),
             group_id: message.group_id.clone(),
             deduplication_id: message.deduplication_id.clone(),
             trace_header: message.trace_header.clone(),
@@ -821,7 +820,7 @@ impl MemoryQueue {
         }) else {
             return Err(lease_lost(messages.contains_key(&receipt.seq)));
         };
-        let first_received = message.first_received.map_or(now, |(at, _)| at);
+        let first_received = message.first_received.unwrap_or(now);
         if now + change.timeout > first_received + MAX_VISIBILITY_TIMEOUT {
             return Err(invalid_parameter(format!(
                 "visibility timeout {:?} would keep the message in flight more than {MAX_VISIBILITY_TIMEOUT:?} \
@@ -870,6 +869,17 @@ fn lease_lost(message_exists: bool) -> EntryError {
         "the message was deleted or moved"
     };
     EntryError::LeaseLost(reason.to_owned())
+}
+
+/// The wall-clock time of `at`, counted back from `now` on tokio's clock. The queue keeps its time on
+/// tokio's clock, and under `tokio::time::pause()` the wall clock does not follow it: a timestamp read
+/// from the wall clock at the first receive would never age, and a consumer counting SQS's 12 hours
+/// from `ApproximateFirstReceiveTimestamp` would find the first receive always just now.
+fn wall_clock_at(at: Instant, now: Instant) -> SystemTime {
+    let wall_now = SystemTime::now();
+    wall_now
+        .checked_sub(now.saturating_duration_since(at))
+        .unwrap_or(wall_now)
 }
 
 fn invalid_parameter(message: String) -> EntryError {
