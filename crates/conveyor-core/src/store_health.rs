@@ -1,5 +1,6 @@
 //! What the idempotency store's last claim said about its configuration, for readiness.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Whether the idempotency store answered its last claim as misconfigured (a table deleted, a policy
@@ -9,27 +10,41 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// clone: every clone sees the same state.
 #[derive(Debug, Clone, Default)]
 pub struct StoreHealth {
-    misconfigured: Arc<Mutex<Option<String>>>,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// True while `message` holds a misconfiguration: every answered claim reads only this flag, so a
+    /// healthy store costs one atomic load per claim, no lock.
+    flagged: AtomicBool,
+    message: Mutex<Option<String>>,
 }
 
 impl StoreHealth {
     /// The store's message when its last answered claim said it is misconfigured, else `None`.
     pub fn misconfigured(&self) -> Option<String> {
+        if !self.inner.flagged.load(Ordering::Acquire) {
+            return None;
+        }
         self.lock().clone()
     }
 
     pub(crate) fn set_misconfigured(&self, message: String) {
         *self.lock() = Some(message);
+        self.inner.flagged.store(true, Ordering::Release);
     }
 
     pub(crate) fn set_answered(&self) {
-        let mut state = self.lock();
-        if state.is_some() {
-            *state = None;
+        if !self.inner.flagged.load(Ordering::Acquire) {
+            return;
         }
+        let mut message = self.lock();
+        *message = None;
+        self.inner.flagged.store(false, Ordering::Release);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.misconfigured.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.message.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -1186,32 +1186,29 @@ impl BatchProcessor {
         // visibility change first could leave that delete a stale receipt. Its backoff, if still
         // needed, is set with the others at the end.
         let last = queue.max_receive_count().unwrap_or(u32::MAX);
-        let retries: Vec<&ItemResult> = results
-            .iter()
-            .filter(|result| matches!(result.settled, Settled::Retry { .. }))
-            .filter(|result| result.handler_duration.is_some() || result.message.attempt() < last)
-            .collect();
-        if retries.is_empty() {
+        let mut positions = Vec::new();
+        let mut changes = Vec::new();
+        let mut ids = Vec::new();
+        for (position, result) in results.iter().enumerate() {
+            let Settled::Retry { delay } = result.settled else {
+                continue;
+            };
+            if result.handler_duration.is_none() && result.message.attempt() >= last {
+                continue;
+            }
+            positions.push(position);
+            changes.push(VisibilityChange {
+                receipt_handle: result.message.receipt_handle.clone(),
+                timeout: delay,
+            });
+            ids.push(result.message.id.as_str());
+        }
+        if changes.is_empty() || !set_backoffs(queue.as_ref(), &changes, &ids, settle_by).await {
+            // Nothing to set, or not answered: the end of the invocation tries them with the others.
             return;
         }
-        let changes: Vec<VisibilityChange> = retries
-            .iter()
-            .filter_map(|result| match result.settled {
-                Settled::Retry { delay } => Some(VisibilityChange {
-                    receipt_handle: result.message.receipt_handle.clone(),
-                    timeout: delay,
-                }),
-                _ => None,
-            })
-            .collect();
-        let ids: Vec<&str> = retries.iter().map(|result| result.message.id.as_str()).collect();
-        if !set_backoffs(queue.as_ref(), &changes, &ids, settle_by).await {
-            // Not answered: the end of the invocation tries them again with the others.
-            return;
-        }
-        let set: Vec<String> = retries.iter().map(|result| result.message.id.clone()).collect();
-        for result in results.iter_mut() {
-            result.backoff_set = set.contains(&result.message.id);
+        for position in positions {
+            results[position].backoff_set = true;
         }
     }
 }
