@@ -51,6 +51,26 @@ pub fn deferred_copy(
     delay: Duration,
     fifo: bool,
 ) -> Result<OutgoingMessage, DeferralError> {
+    copy_with_history(message, delay, fifo, false)
+}
+
+/// The delayed copy that retries `message` after `delay` when the message itself can no longer be
+/// held that long (SQS's 12 hours of visibility, counted from its first receive, are nearly spent):
+/// like [`deferred_copy`], but this receive ran the job and counts as a run.
+pub fn retried_copy(
+    message: &Message,
+    delay: Duration,
+    fifo: bool,
+) -> Result<OutgoingMessage, DeferralError> {
+    copy_with_history(message, delay, fifo, true)
+}
+
+fn copy_with_history(
+    message: &Message,
+    delay: Duration,
+    fifo: bool,
+    this_receive_ran: bool,
+) -> Result<OutgoingMessage, DeferralError> {
     if fifo {
         return Err(DeferralError::Fifo);
     }
@@ -63,9 +83,11 @@ pub fn deferred_copy(
             .as_ref()
             .and_then(|record| record.first_sent_ms)
             .or_else(|| message.sent_at.map(epoch_millis)),
-        // This receive did not run the job; the ones before it on this copy did (or failed it).
+        // The receives before this one on this copy ran the job (or failed it); this one did only
+        // when it is a retry.
         attempts: previous.as_ref().map_or(0, |record| record.attempts)
-            + message.receive_count.saturating_sub(1),
+            + message.receive_count.saturating_sub(1)
+            + u32::from(this_receive_ran),
         deferrals: previous.as_ref().map_or(0, |record| record.deferrals) + 1,
     };
     let mut attributes = message.attributes.clone();
@@ -150,6 +172,26 @@ mod tests {
             first_sent(&second),
             original.sent_at,
             "the first copy's time survives"
+        );
+    }
+
+    #[test]
+    fn a_retried_copy_counts_the_receive_that_ran() {
+        let original = received("m-1", 3);
+        let copy = as_received(
+            retried_copy(&original, Duration::from_secs(90), false).unwrap(),
+            "m-2",
+            1,
+        );
+        assert_eq!(
+            DeferralRecord::of(&copy).unwrap().attempts,
+            3,
+            "all three receives ran"
+        );
+        assert_eq!(copy.attempt(), 4, "the copy's first receive is the fourth run");
+        assert_eq!(
+            retried_copy(&original, Duration::ZERO, true),
+            Err(DeferralError::Fifo)
         );
     }
 

@@ -32,6 +32,7 @@ mod progress;
 mod queue;
 mod record_key;
 mod router;
+mod store_health;
 mod tracking;
 
 pub use background::BackgroundTask;
@@ -86,7 +87,7 @@ pub mod runtime {
         LAMBDA_VISIBILITY_RATIO, MAX_RECEIVE_COUNT, MIN_VISIBILITY_TIMEOUT, QUEUE_VISIBILITY_TIMEOUT_SECS,
         SHUTDOWN_RESERVE,
     };
-    pub use crate::deferral::{DeferralError, deferred_copy};
+    pub use crate::deferral::{DeferralError, deferred_copy, retried_copy};
     pub use crate::delay::{Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value};
     pub use crate::display::{format_age, format_epoch_millis, format_time};
     pub use crate::disposition::{Disposition, reject};
@@ -97,9 +98,10 @@ pub mod runtime {
         ENV_LOG_FORMAT, LogFormat, LossyWriter, UnknownLogFormat, stderr, stdout, write_errors,
     };
     pub use crate::outcome::{
-        AckReason, CANCELLED, Failure, Origin, Outcome, RunResult, at_last_attempt, classify, epoch_millis,
-        not_run_at_the_last_receive,
+        AckReason, CANCELLED, Failure, NotRun, Origin, Outcome, RunResult, at_last_attempt, classify,
+        epoch_millis, not_run_at_the_last_receive,
     };
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;
+    pub use crate::store_health::StoreHealth;
 }

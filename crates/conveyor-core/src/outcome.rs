@@ -61,6 +61,45 @@ pub struct Failure {
     /// True when the job was retryable but used its last allowed attempt (`maxReceiveCount`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retries_exhausted: bool,
+    /// Set when the job never ran: why its last allowed receive passed without a run (the `error`
+    /// says it in words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<NotRun>,
+}
+
+/// Why a message reached its last allowed receive without running (a FIFO message cannot be deferred
+/// with a copy, so receives it could not run in count): [`Failure::not_run`].
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotRun {
+    /// The idempotency store could not be reached to claim it.
+    StoreUnreachable,
+    /// Its key was in progress elsewhere.
+    KeyInProgress,
+    /// Deferred for another reason at each try (a large payload that could not be fetched, an open
+    /// circuit, a flow's children that could not be read).
+    Deferred,
+    /// A message ahead of it in its FIFO group had not finished.
+    BehindItsGroup,
+    /// The Lambda invocation's time ran out before it started.
+    OutOfTime,
+    /// The worker shut down before it started.
+    ShutDown,
+}
+
+impl NotRun {
+    /// The cause of a deferral, from the pipeline's reason (`src/pipeline.rs` words them): a claim
+    /// that failed is the store's, "in progress elsewhere" a held key, anything else another deferral.
+    pub fn of_deferral(reason: &str) -> NotRun {
+        if reason.starts_with("claim ") {
+            NotRun::StoreUnreachable
+        } else if reason == IN_PROGRESS_ELSEWHERE {
+            NotRun::KeyInProgress
+        } else {
+            NotRun::Deferred
+        }
+    }
 }
 
 impl Failure {
@@ -73,6 +112,7 @@ impl Failure {
             handler: handler.to_owned(),
             failed_at_ms: epoch_millis(SystemTime::now()),
             retries_exhausted: false,
+            not_run: None,
         }
     }
 
@@ -161,6 +201,9 @@ pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Out
     at_last_attempt(outcome, origin)
 }
 
+/// The reason of a deferral whose key is held by a run elsewhere.
+pub(crate) const IN_PROGRESS_ELSEWHERE: &str = "in progress elsewhere";
+
 /// The reason of a cancelled run's retry.
 pub const CANCELLED: &str = "cancelled";
 
@@ -183,9 +226,18 @@ pub fn at_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
 /// The failure of a message dead-lettered at the last receive the redrive policy allows without
 /// having run in it (`why`: what kept it from running, and what to do): SQS's redrive would move it
 /// without a reason. Every such reason starts `not run at its last allowed receive (n of max)`.
-pub fn not_run_at_the_last_receive(why: &str, attempt: u32, max: u32, queue: &str, handler: &str) -> Failure {
+pub fn not_run_at_the_last_receive(
+    cause: NotRun,
+    why: &str,
+    attempt: u32,
+    max: u32,
+    queue: &str,
+    handler: &str,
+) -> Failure {
     let error = format!("not run at its last allowed receive ({attempt} of {max}): {why}");
-    Failure::now(error, attempt, queue, handler)
+    let mut failure = Failure::now(error, attempt, queue, handler);
+    failure.not_run = Some(cause);
+    failure
 }
 
 /// A retry of the last attempt the redrive policy allows becomes a reject carrying the last error, so
@@ -220,6 +272,35 @@ mod tests {
 
     fn backoff() -> Backoff {
         Backoff::with_budget(Duration::from_secs(60))
+    }
+
+    #[test]
+    fn a_never_run_failure_names_its_cause_in_the_dlq_json_and_old_records_still_read() {
+        let failure =
+            not_run_at_the_last_receive(NotRun::StoreUnreachable, "claim failed", 3, 3, "jobs", "email");
+        let json = failure.to_json();
+        assert!(json.contains(r#""not_run":"store_unreachable""#), "{json}");
+        let read: Failure = serde_json::from_str(&json).expect("its own JSON reads back");
+        assert_eq!(read.not_run, Some(NotRun::StoreUnreachable));
+        let plain = Failure::now("boom", 1, "jobs", "email").to_json();
+        assert!(
+            !plain.contains("not_run"),
+            "a failure that ran says nothing: {plain}"
+        );
+        let old =
+            r#"{"error":"boom","receive_count":1,"source_queue":"jobs","handler":"email","failed_at_ms":1}"#;
+        let read: Failure = serde_json::from_str(old).expect("a record from before the field reads");
+        assert_eq!(read.not_run, None);
+    }
+
+    #[test]
+    fn a_deferral_reason_gives_its_cause() {
+        assert_eq!(
+            NotRun::of_deferral("claim failed: store down"),
+            NotRun::StoreUnreachable
+        );
+        assert_eq!(NotRun::of_deferral(IN_PROGRESS_ELSEWHERE), NotRun::KeyInProgress);
+        assert_eq!(NotRun::of_deferral("payload fetch failed: S3"), NotRun::Deferred);
     }
 
     #[test]

@@ -78,6 +78,7 @@ use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
 use crate::payload::{PayloadError, PayloadPointer, Payloads, ResolveError};
 use crate::progress::{ProgressReporter, ProgressWriter};
 use crate::router::Router;
+use crate::store_health::StoreHealth;
 use crate::tracking::{JobChange, JobStatus, status_after};
 
 /// How long a cancelled handler may take to return on its own before its future is dropped.
@@ -102,6 +103,8 @@ pub struct Pipeline {
     flows: Option<Flows>,
     /// Large payloads (claim check), when on (see [`crate::payload`]).
     payloads: Option<Payloads>,
+    /// What the store's last answered claim said about its configuration.
+    store_health: StoreHealth,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -184,6 +187,7 @@ impl Pipeline {
             max_hop: MAX_DELAY,
             flows: None,
             payloads: None,
+            store_health: StoreHealth::default(),
         }
     }
 
@@ -298,6 +302,12 @@ impl Pipeline {
         }
     }
 
+    /// Whether the store's last answered claim said it is misconfigured (a runtime's readiness reports
+    /// it); every clone of the handle follows the pipeline.
+    pub fn store_health(&self) -> StoreHealth {
+        self.store_health.clone()
+    }
+
     /// The router.
     pub fn router(&self) -> &Router {
         &self.router
@@ -406,6 +416,7 @@ impl Pipeline {
                 origin,
                 lease,
                 settle_deadline,
+                &self.store_health,
             )
             .await
             {
@@ -614,6 +625,7 @@ async fn claim(
     origin: Origin<'_>,
     lease: &Lease,
     settle_deadline: Option<Instant>,
+    health: &StoreHealth,
 ) -> Result<Claim, Box<Processed>> {
     let job_type = handler.job_type();
     let settings = handler.settings();
@@ -656,16 +668,20 @@ async fn claim(
     };
     match answer {
         Ok(ClaimOutcome::Acquired(claim)) => {
+            health.set_answered();
             lease.hold_claim(claim.clone());
             Ok(claim)
         }
         Ok(ClaimOutcome::Exists(record)) => {
+            health.set_answered();
             Err(Box::new(existing_record(record, &request, origin, job_type, now)))
         }
         Err(error) => {
             // A configuration error found after the start-up check (the table deleted, a policy
-            // changed) is deferred like an outage, so nothing is lost, but said as what it is.
+            // changed) is deferred like an outage, so nothing is lost, but said as what it is, and
+            // the runtime's readiness reports it.
             let reason = if matches!(error, StoreError::Misconfigured { .. }) {
+                health.set_misconfigured(error.to_string());
                 tracing::error!(%error, key = %request.key, "the idempotency store is misconfigured; not running unclaimed until it is fixed");
                 format!("claim refused, the store is misconfigured: {error}")
             } else {
@@ -722,7 +738,7 @@ fn existing_record(
                 .unwrap_or(Duration::from_secs(30));
             let delay = wait_for_lease(&record, now, fallback).min(crate::limits::MAX_VISIBILITY_TIMEOUT);
             tracing::info!(key = %record.key, ?delay, "in progress elsewhere; deferring until its lease ends");
-            let reason = "in progress elsewhere".to_owned();
+            let reason = crate::outcome::IN_PROGRESS_ELSEWHERE.to_owned();
             Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type))
         }
     }

@@ -52,7 +52,7 @@ use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::io::Write as _;
 
-use conveyor_core::runtime::{Origin, at_last_attempt, not_run_at_the_last_receive};
+use conveyor_core::runtime::{NotRun, Origin, at_last_attempt, not_run_at_the_last_receive};
 use conveyor_core::{
     Pipeline,
     message::Message,
@@ -242,6 +242,7 @@ impl LateDeferrer {
                 Some(queue) if candidate.fifo => {
                     let attempt = candidate.message.attempt();
                     let failure = not_run_at_the_last_receive(
+                        NotRun::OutOfTime,
                         "the invocation's time ran out before it started, behind the messages ahead of it in \
                          its FIFO group, and each such receive counted (the messages ahead took the time: one \
                          waiting for its idempotency store, or a batch that does not fit in the function \
@@ -407,6 +408,7 @@ fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcom
          in were spent; redrive it once the cause is fixed"
     );
     Outcome::Reject(not_run_at_the_last_receive(
+        NotRun::of_deferral(reason),
         &why,
         origin.attempt,
         origin.max_attempts.unwrap_or(origin.attempt),
@@ -445,7 +447,15 @@ struct ItemResult {
     message: Arc<Message>,
     settled: Settled,
     handler_duration: Option<Duration>,
+    /// The pipeline's reason when the record was deferred (it did not run; on FIFO it is listed).
+    deferred: Option<String>,
+    /// Its backoff was set when its FIFO lane ended ([`BatchProcessor::apply_lane_backoff`]).
+    backoff_set: bool,
 }
+
+/// How a record's run ended: its settlement, how long its handler ran (`None`: it did not run), and
+/// the deferral's reason when it was deferred.
+type Ran = (Settled, Option<Duration>, Option<String>);
 
 impl BatchProcessor {
     /// A processor running `pipeline` with `config`, finding each record's queue through `queues`.
@@ -470,6 +480,13 @@ impl BatchProcessor {
     /// The configuration.
     pub fn config(&self) -> &LambdaConfig {
         &self.config
+    }
+
+    /// The cold start's check of the idempotency store ([`Pipeline::check_store`]): `Err` when the store
+    /// is misconfigured (a table that does not exist, access denied), with what to fix; an outage is
+    /// not a configuration error and passes.
+    pub async fn check_store(&self) -> Result<(), conveyor_core::port::StoreError> {
+        self.pipeline.check_store().await
     }
 
     /// Processes one event whose invocation ends at `deadline`; returns the records to retry, and
@@ -720,12 +737,12 @@ impl BatchProcessor {
         let mut results = Vec::with_capacity(lane.items.len());
         let mut blocked: Option<Settled> = None;
         for (position, item) in lane.items.iter().enumerate() {
-            let (settled, handler_duration) = if let Some(head) = blocked {
+            let (settled, handler_duration, deferred) = if let Some(head) = blocked {
                 tracing::info!(
                     message_id = %item.message.id,
                     "not started: an earlier message of its FIFO group failed; it follows that one's backoff"
                 );
-                (head, None)
+                (head, None, None)
             } else {
                 self.run_one(&lane, item, invocation).await
             };
@@ -744,8 +761,12 @@ impl BatchProcessor {
                     .delete_before_successors(&lane, &item.message, invocation.cutoff)
                     .await
             {
+                // The rest goes back now, unless its next receive would be the last one: then it is
+                // saved, as for a store outage (the store may be why the group is slow).
+                let next = &lane.items[position + 1].message;
+                let max = lane.queue.known_max_receive_count();
                 blocked = Some(Settled::Retry {
-                    delay: Duration::ZERO,
+                    delay: self.fifo_wait(&lane, next, Duration::ZERO, max),
                 });
             }
             results.push(ItemResult {
@@ -754,7 +775,13 @@ impl BatchProcessor {
                 message: Arc::clone(&item.message),
                 settled,
                 handler_duration,
+                deferred,
+                backoff_set: false,
             });
+        }
+        if lane.fifo {
+            self.apply_lane_backoff(&lane, &mut results, invocation.settle_by)
+                .await;
         }
         (lane, results)
     }
@@ -837,7 +864,7 @@ impl BatchProcessor {
 
     /// One message, in its span, with panics caught (the pipeline catches the handler's; this catches
     /// anything else, so one message never fails the batch).
-    async fn run_one(&self, lane: &Lane, item: &Item, invocation: Invocation) -> (Settled, Option<Duration>) {
+    async fn run_one(&self, lane: &Lane, item: &Item, invocation: Invocation) -> Ran {
         let message = &item.message;
         let span = tracing::info_span!(
             "message",
@@ -852,18 +879,12 @@ impl BatchProcessor {
             Ok(result) => result,
             Err(_) => {
                 tracing::error!(message_id = %message.id, "processing panicked; reporting the message as a failure");
-                (Settled::Untouched, None)
+                (Settled::Untouched, None, None)
             }
         }
     }
 
-    async fn settle(
-        &self,
-        lane: &Lane,
-        item: &Item,
-        invocation: Invocation,
-        span: tracing::Span,
-    ) -> (Settled, Option<Duration>) {
+    async fn settle(&self, lane: &Lane, item: &Item, invocation: Invocation, span: tracing::Span) -> Ran {
         let message = &item.message;
         let started = item
             .taken
@@ -871,11 +892,11 @@ impl BatchProcessor {
             .is_ok();
         if !started {
             // The late deferrer took it at the cutoff; its result replaces this one.
-            return (Settled::NotStarted, None);
+            return (Settled::NotStarted, None, None);
         }
         if Instant::now() >= invocation.cutoff {
             tracing::info!("not started: too close to the invocation deadline");
-            return (Settled::NotStarted, None);
+            return (Settled::NotStarted, None, None);
         }
         let lease = Lease::new(invocation.deadline);
         // A redelivery may find its runs spent (its last run's reject landed in the DLQ, the mapping's
@@ -936,10 +957,14 @@ impl BatchProcessor {
         let fallback = processed.fallback_delay();
         if let Outcome::Ack(reason) = &processed.outcome {
             tracing::debug!(?reason, "acknowledged");
-            return (Settled::Acked(*reason), duration);
+            return (Settled::Acked(*reason), duration, None);
         }
+        let deferred = match &processed.outcome {
+            Outcome::Defer { reason, .. } => Some(reason.clone()),
+            _ => None,
+        };
         let Some(queue) = lane.queue.get().await else {
-            return (Settled::Untouched, duration);
+            return (Settled::Untouched, duration, deferred);
         };
         let origin = Origin {
             queue: &lane.name,
@@ -987,7 +1012,7 @@ impl BatchProcessor {
                 }
             }
         };
-        (settled, duration)
+        (settled, duration, deferred)
     }
 
     /// Defers the messages the invocation had no time left to start. Listing them would spend one of
@@ -1059,18 +1084,28 @@ impl BatchProcessor {
                 if attempt < max {
                     continue;
                 }
-                let why = match ahead {
-                    Some(head) => format!(
-                        "message {head} ahead of it in its FIFO group had not finished, and each receive behind \
-                         it counted"
+                let (cause, why) = match (&result.deferred, ahead) {
+                    (Some(reason), _) => (
+                        NotRun::of_deferral(reason),
+                        format!("{reason} at each try, and each receive counted"),
                     ),
-                    None => "the invocation's time ran out before it started, and each such receive counted \
-                             (a batch should fit in the function timeout: lower the batch size or raise the \
-                             timeout)"
-                        .to_owned(),
+                    (None, Some(head)) => (
+                        NotRun::BehindItsGroup,
+                        format!(
+                            "message {head} ahead of it in its FIFO group had not finished, and each receive \
+                             behind it counted"
+                        ),
+                    ),
+                    (None, None) => (
+                        NotRun::OutOfTime,
+                        "the invocation's time ran out before it started, and each such receive counted (a \
+                         batch should fit in the function timeout: lower the batch size or raise the timeout)"
+                            .to_owned(),
+                    ),
                 };
                 let why = format!("{why}; redrive it once the group's earlier messages are settled");
                 let failure = not_run_at_the_last_receive(
+                    cause,
                     &why,
                     attempt,
                     max,
@@ -1099,7 +1134,7 @@ impl BatchProcessor {
     async fn apply_backoff(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let mut per_source: Vec<Backoffs<'_>> = Vec::new();
         for (lane, lane_results) in results {
-            for result in lane_results {
+            for result in lane_results.iter().filter(|result| !result.backoff_set) {
                 let Settled::Retry { delay } = result.settled else {
                     continue;
                 };
@@ -1128,32 +1163,94 @@ impl BatchProcessor {
             }
         }
         for group in per_source {
-            let changing = group.queue.change_visibility_batch(&group.changes);
-            let answer = tokio::time::timeout_at(settle_by, changing)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(conveyor_core::port::QueueError::Unavailable {
-                        message: "no answer before the invocation deadline".to_owned(),
-                    })
-                });
-            match answer {
-                Ok(entry_failures) => {
-                    for failure in entry_failures {
-                        let message_id = group.ids.get(failure.index).copied().unwrap_or("?");
-                        tracing::warn!(
-                            message_id,
-                            error = %failure.error,
-                            "could not set the retry's backoff; it comes back at the visibility timeout"
-                        );
-                    }
-                }
-                Err(error) => tracing::warn!(
-                    queue = %group.queue.name(),
-                    %error,
-                    messages = group.changes.len(),
-                    "could not set the retries' backoff; they come back at the visibility timeout"
-                ),
+            set_backoffs(group.queue.as_ref(), &group.changes, &group.ids, settle_by).await;
+        }
+    }
+
+    /// Sets a FIFO lane's backoffs as soon as the lane ends, not after the slowest lane: a group's wait
+    /// (a head that failed, a store outage saved for, see [`BatchProcessor::fifo_wait`]) must not
+    /// depend on time left after other lanes' handlers and completions took theirs, or the group comes
+    /// back at the visibility timeout and spends its receives.
+    async fn apply_lane_backoff(&self, lane: &Lane, results: &mut [ItemResult], settle_by: Instant) {
+        if !results
+            .iter()
+            .any(|result| matches!(result.settled, Settled::Retry { .. }))
+        {
+            return;
+        }
+        let Some(queue) = lane.queue.get().await else {
+            return;
+        };
+        // A message that did not run and is at its last allowed receive is dead-lettered after the
+        // lanes (`dead_letter_unrun_at_the_last_receive`, or the late deferrer at the cutoff): a
+        // visibility change first could leave that delete a stale receipt. Its backoff, if still
+        // needed, is set with the others at the end.
+        let last = queue.max_receive_count().unwrap_or(u32::MAX);
+        let mut positions = Vec::new();
+        let mut changes = Vec::new();
+        let mut ids = Vec::new();
+        for (position, result) in results.iter().enumerate() {
+            let Settled::Retry { delay } = result.settled else {
+                continue;
+            };
+            if result.handler_duration.is_none() && result.message.attempt() >= last {
+                continue;
             }
+            positions.push(position);
+            changes.push(VisibilityChange {
+                receipt_handle: result.message.receipt_handle.clone(),
+                timeout: delay,
+            });
+            ids.push(result.message.id.as_str());
+        }
+        if changes.is_empty() || !set_backoffs(queue.as_ref(), &changes, &ids, settle_by).await {
+            // Nothing to set, or not answered: the end of the invocation tries them with the others.
+            return;
+        }
+        for position in positions {
+            results[position].backoff_set = true;
+        }
+    }
+}
+
+/// Sets the visibility of retried messages to their backoff in one batch call, cut at `settle_by`; a
+/// change that does not land leaves its message to come back at the visibility timeout (later, never
+/// lost). False when the call itself got no answer (an entry SQS refused is logged and counts as
+/// answered).
+async fn set_backoffs(
+    queue: &dyn Queue,
+    changes: &[VisibilityChange],
+    ids: &[&str],
+    settle_by: Instant,
+) -> bool {
+    let changing = queue.change_visibility_batch(changes);
+    let answer = tokio::time::timeout_at(settle_by, changing)
+        .await
+        .unwrap_or_else(|_| {
+            Err(conveyor_core::port::QueueError::Unavailable {
+                message: "no answer before the invocation deadline".to_owned(),
+            })
+        });
+    match answer {
+        Ok(entry_failures) => {
+            for failure in entry_failures {
+                let message_id = ids.get(failure.index).copied().unwrap_or("?");
+                tracing::warn!(
+                    message_id,
+                    error = %failure.error,
+                    "could not set the retry's backoff; it comes back at the visibility timeout"
+                );
+            }
+            true
+        }
+        Err(error) => {
+            tracing::warn!(
+                queue = %queue.name(),
+                %error,
+                messages = changes.len(),
+                "could not set the retries' backoff; they come back at the visibility timeout"
+            );
+            false
         }
     }
 }

@@ -44,14 +44,14 @@ pub async fn run(pipeline: Pipeline) -> Result<(), LambdaError> {
 /// queues are resolved on first use.
 pub async fn run_with_config(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
     config.validate()?;
-    // A store that cannot be used fails the cold start with what to fix, before any record is taken.
-    pipeline.check_store().await.map_err(LambdaError::Store)?;
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(
         pipeline,
         config,
         Arc::new(SqsQueues::new(client)),
     ));
+    // A store that cannot be used fails the cold start with what to fix, before any record is taken.
+    processor.check_store().await.map_err(LambdaError::Store)?;
     let handler = service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let processor = Arc::clone(&processor);
         async move { handle(&processor, event).await }

@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
-use conveyor_core::runtime::{CLOCK_SKEW_ALLOWANCE, Failure};
+use conveyor_core::runtime::{CLOCK_SKEW_ALLOWANCE, Failure, NotRun};
+use conveyor_lambda::LambdaConfig;
 use conveyor_testing::QueuedMessage;
 
 use crate::run::Observation;
 use crate::scenario::{JobSpec, Scenario, job_of_body};
-use crate::sink::{Log, Run, RunEnd};
+use crate::sink::{Log, Received, Run, RunEnd};
 
 /// The broken invariants of one run, each in words (empty: the run kept them all).
 pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
@@ -68,6 +69,7 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
     if observed.fifo {
         check_fifo_order(scenario, log, &mut violations);
     }
+    check_misconfigured_store(scenario, log, &mut violations);
     if !observed.settled {
         let left: Vec<String> = observed
             .left
@@ -124,9 +126,11 @@ fn check_visibility_refusals(scenario: &Scenario, log: &Log, violations: &mut Ve
 /// The worker stopped holding `run`'s message at SQS's limit of 12 hours from its first receive: the
 /// heartbeat stops extending there (less the clock skew allowance, a margin before it), cancels the
 /// handler and leaves the message to expire; its handler's own timeout may be later. A run cancelled
-/// within a visibility timeout (and the allowance) before that limit lost nothing it could have kept,
-/// provided SQS refused no visibility change for the message (else the worker asked for more than the
-/// limit, and the lease was lost to that).
+/// within a visibility timeout (and the allowance) before that limit, or after it (a FIFO message
+/// received again past its limit is held only for the visibility timeout that receive gave it: no
+/// extension is possible, and a fresh copy would break its group's order), lost nothing it could have
+/// kept, provided SQS refused no visibility change for the message (else the worker asked for more
+/// than the limit, and the lease was lost to that).
 fn stopped_at_the_visibility_cap(run: &Run, log: &Log, visibility: Duration) -> bool {
     let Some(ended) = run.ended_ms else {
         return false;
@@ -146,7 +150,55 @@ fn stopped_at_the_visibility_cap(run: &Run, log: &Log, visibility: Duration) -> 
         .any(|refused| refused.message_id.as_deref() == Some(run.message_id.as_str()));
     let cap = first + MAX_VISIBILITY_TIMEOUT.as_millis();
     let from = cap.saturating_sub((visibility + CLOCK_SKEW_ALLOWANCE * 2).as_millis());
-    !refused && (from..=cap).contains(&ended)
+    !refused && ended >= from
+}
+
+/// A store that answers "misconfigured" is a configuration error, not an outage: while it does, a
+/// worker refuses to start (it receives nothing) and a Lambda's cold start fails (no invocation
+/// processes its records); every worker running from the start refused.
+fn check_misconfigured_store(scenario: &Scenario, log: &Log, violations: &mut Vec<String>) {
+    let Some((_, until)) = log.store_misconfigured else {
+        return;
+    };
+    if let Some(received) = log
+        .received
+        .iter()
+        .find(|received| received.instance.starts_with("worker-") && received.at_ms < until)
+    {
+        violations.push(format!(
+            "{} received {} at {} ms while the store was misconfigured (until {until} ms): a worker must refuse \
+             to start",
+            received.instance, received.message_id, received.at_ms
+        ));
+    }
+    if let Some((instance, at)) = log.invocations.iter().find(|(_, at)| *at < until) {
+        violations.push(format!(
+            "{instance} processed an invocation at {at} ms while the store was misconfigured (until {until} ms): \
+             its cold start must fail"
+        ));
+    }
+    for index in 0..scenario.initial_workers {
+        let name = format!("worker-{index}");
+        if !log.refused_starts.iter().any(|(instance, _)| *instance == name) {
+            violations.push(format!(
+                "{name} started on a misconfigured store and did not refuse (it must fail its start with the fix)"
+            ));
+        }
+    }
+}
+
+/// `copy` was received by a Lambda whose cold start then failed on a misconfigured store: the
+/// invocation failed, the receive counted (AWS's event source mapping receives before it invokes).
+fn received_by_a_failed_cold_start(copy: &QueuedMessage, observed: &Observation) -> bool {
+    let log = &observed.log;
+    log.received.iter().any(|received| {
+        received.message_id == copy.id
+            && log.refused_starts.iter().any(|(instance, at)| {
+                *instance == received.instance
+                    && *at >= received.at_ms
+                    && *at <= received.at_ms + LONG_POLL_MS
+            })
+    })
 }
 
 /// FIFO order: within a group, no run of a message starts after a later message of the group (in send
@@ -285,6 +337,9 @@ fn check_dead_letter(
             // Its holder sent the DLQ copy with the reason, then stopped (its shutdown's deadline)
             // before the original's delete: a second copy in the DLQ, the documented worst case of
             // `reject` ("never none").
+        } else if !ran && received_by_a_failed_cold_start(copy, observed) {
+            // The store was misconfigured: the function's cold start failed with the fix (loudly, an
+            // init error per invocation), and the event source mapping's receives counted.
         } else if !ran && received_in_a_late_receive(copy, observed, scenario.visibility) {
             // A receive held past half the visibility timeout handed it out: its receipt could be stale
             // when the consumer got it, so neither the DLQ send's delete nor a visibility change could
@@ -313,11 +368,22 @@ fn check_dead_letter(
         }
         return;
     }
-    if never_ran_in_a_store_outage(job, &failure, observed)
-        || not_run_at_its_last_receive(scenario, job, &failure, observed)
-    {
+    if let Some(cause) = failure.not_run {
         // The rule for a message that could not run (a FIFO message cannot be deferred with a copy):
-        // at its last allowed receive it reaches the DLQ with a reason that says so and why.
+        // at its last allowed receive it reaches the DLQ with a reason that says so and why. Both must
+        // be true: it was not run at that receive, and the cause it gives happened.
+        if !not_run_at_its_last_receive(scenario, job, observed) {
+            violations.push(format!(
+                "job {}: dead-lettered as not run at its last allowed receive, but it was not at that receive \
+                 or it ran then: {}",
+                job.id, failure.error
+            ));
+        } else if let Err(why) = cause_happened(scenario, job, cause, observed) {
+            violations.push(format!(
+                "job {}: dead-lettered as not run ({cause:?}), but {why}: {}",
+                job.id, failure.error
+            ));
+        }
         return;
     }
     if runs.is_empty() {
@@ -345,51 +411,187 @@ fn check_dead_letter(
     }
 }
 
-/// A copy of `job` was dead-lettered at its last allowed receive as not run because the store could
-/// not be reached, and a store outage did overlap the job's receives: they were spent deferring.
-fn never_ran_in_a_store_outage(job: &JobSpec, failure: &Failure, observed: &Observation) -> bool {
-    let log = &observed.log;
-    // The DLQ copy is a new message: its job's receives are the ones to look at.
-    let receives: Vec<u128> = log
-        .received
-        .iter()
-        .filter(|received| received.job == Some(job.id))
-        .map(|received| received.at_ms)
-        .collect();
-    let (Some(first), Some(last)) = (receives.iter().min(), receives.iter().max()) else {
-        return false;
-    };
-    // The outage overlaps the copy's receives (up to an invocation after the last one).
-    let within = last + observed.longest_invocation.as_millis();
-    let store_down = failure.error.contains("store")
-        && log
-            .store_outages
-            .iter()
-            .any(|(from, to)| from <= &within && to >= first);
-    failure.error.starts_with("not run at its last allowed receive") && store_down
+/// A message of `job` (the DLQ copy is a new message) was delivered as many times as the redrive
+/// policy allows, on a FIFO queue, and no run of it started at that last receive. A run counts by the
+/// receive it ran in: a consumer still running an older receipt (after a late receive) did not run this
+/// one.
+fn not_run_at_its_last_receive(scenario: &Scenario, job: &JobSpec, observed: &Observation) -> bool {
+    observed.fifo && !last_receives_unrun(scenario, job, observed).is_empty()
 }
 
-/// A FIFO copy of `job` was dead-lettered with a reason saying it did not run at its last allowed
-/// receive, and that is true: a message of the job (the DLQ copy is a new message) was delivered as
-/// many times as the redrive policy allows, and no run of it started at that last receive (it waited
-/// behind its group, past the invocation's time, or through a shutdown). A run counts by the receive
-/// it ran in: a consumer still running an older receipt (after a late receive) did not run this one.
-fn not_run_at_its_last_receive(
+/// The receives of `job`'s messages at the last count the redrive policy allows in which no run of
+/// the message started.
+fn last_receives_unrun<'a>(
     scenario: &Scenario,
     job: &JobSpec,
-    failure: &Failure,
-    observed: &Observation,
-) -> bool {
+    observed: &'a Observation,
+) -> Vec<&'a Received> {
     let log = &observed.log;
-    if !observed.fifo || !failure.error.starts_with("not run at its last allowed receive") {
-        return false;
-    }
-    log.received.iter().any(|received| {
-        received.job == Some(job.id)
-            && received.receive_count >= scenario.max_receive_count
-            && !log.runs.iter().any(|run| {
+    log.received
+        .iter()
+        .filter(|received| {
+            received.job == Some(job.id) && received.receive_count >= scenario.max_receive_count
+        })
+        .filter(|received| {
+            !log.runs.iter().any(|run| {
                 run.message_id == received.message_id && run.receive_count >= received.receive_count
             })
+        })
+        .collect()
+}
+
+/// Whether the cause a never-run copy of `job` gives happened, by the log: `Err` says what is missing.
+fn cause_happened(
+    scenario: &Scenario,
+    job: &JobSpec,
+    cause: NotRun,
+    observed: &Observation,
+) -> Result<(), String> {
+    let log = &observed.log;
+    let last = last_receives_unrun(scenario, job, observed);
+    match cause {
+        NotRun::StoreUnreachable => store_blocked_last_receive(&last, observed),
+        NotRun::KeyInProgress => {
+            // Another run of the job (another message, or this one under an older receipt, its holder
+            // perhaps dead with its lease not yet lapsed) held the key then.
+            let held = last.iter().any(|received| {
+                log.runs.iter().any(|run| {
+                    run.job == job.id
+                        && (run.message_id != received.message_id
+                            || run.receive_count < received.receive_count)
+                        && run.started_ms <= received.at_ms
+                        && run
+                            .ended_ms
+                            .is_none_or(|ended| ended + scenario.visibility.as_millis() >= received.at_ms)
+                })
+            });
+            if held {
+                return Ok(());
+            }
+            Err("no other run of the job held its key at its last receive".to_owned())
+        }
+        NotRun::BehindItsGroup => {
+            // A message sent before it in its group had not applied its effect by that receive, or the
+            // same consumer had received the same message before (a batch of its group ahead of this
+            // one: after a lost lease it holds the old receipt until it settles it, and the new batch
+            // follows it back).
+            let ahead_unfinished = last.iter().any(|received| {
+                ahead_unfinished_at(scenario, job, received.at_ms, log)
+                    || log.received.iter().any(|earlier| {
+                        earlier.message_id == received.message_id
+                            && earlier.instance == received.instance
+                            && earlier.receive_count < received.receive_count
+                    })
+            });
+            if ahead_unfinished {
+                return Ok(());
+            }
+            Err("every message ahead of it in its group had finished by its last receive".to_owned())
+        }
+        NotRun::OutOfTime => {
+            if last
+                .iter()
+                .any(|received| received.instance.starts_with("lambda-"))
+            {
+                return Ok(());
+            }
+            Err("no Lambda invocation received it at its last receive".to_owned())
+        }
+        NotRun::ShutDown => {
+            // Shut down after that receive (a worker holds its messages in flight until then), or
+            // during the long poll that brought it.
+            let stopped = last.iter().any(|received| {
+                log.shutdowns.iter().any(|(instance, at)| {
+                    *instance == received.instance && *at + LONG_POLL_MS >= received.at_ms
+                })
+            });
+            if stopped {
+                return Ok(());
+            }
+            Err("the consumer that received it at its last receive was not shut down then".to_owned())
+        }
+        _ => Err("the simulator has no such deferral (no payloads, circuits or flows)".to_owned()),
+    }
+}
+
+/// The store was down at one of `last` (the unrun last receives), and the Lambda adapter's promise
+/// held (`LambdaConfig::fifo_last_receive_wait`): when the receive before it was kept from running by
+/// the store too, the last one came at least half that wait later, so that a short outage is waited
+/// out rather than spending the last receive. A visibility change that SQS failed or hung on is the
+/// exception (the message then comes back at the queue's visibility timeout).
+fn store_blocked_last_receive(last: &[&Received], observed: &Observation) -> Result<(), String> {
+    let log = &observed.log;
+    let invocation = observed.longest_invocation.as_millis();
+    let store_down = |from: u128, to: u128| {
+        log.store_outages
+            .iter()
+            .any(|(down, up)| *down <= to && from <= *up)
+    };
+    let wait = (LambdaConfig::default().fifo_last_receive_wait / 2).as_millis();
+    let mut reasons = Vec::new();
+    for received in last {
+        if !store_down(received.at_ms, received.at_ms + invocation) {
+            reasons.push(format!(
+                "the store was up at its last receive ({} ms)",
+                received.at_ms
+            ));
+            continue;
+        }
+        let previous = log
+            .received
+            .iter()
+            .filter(|earlier| {
+                earlier.message_id == received.message_id
+                    && earlier.receive_count + 1 == received.receive_count
+            })
+            .map(|earlier| earlier.at_ms)
+            .max();
+        let Some(previous) = previous else {
+            return Ok(());
+        };
+        let ran_then = log.runs.iter().any(|run| {
+            run.message_id == received.message_id && run.receive_count + 1 == received.receive_count
+        });
+        // Kept from running by the store: down when it was received (an outage starting later in
+        // that invocation may have met a message behind its group, or out of time).
+        let blocked_then = !ran_then && store_down(previous, previous);
+        let visibility_failed = log
+            .queue_faults
+            .iter()
+            .any(|(from, to)| *from <= previous + invocation && previous <= *to);
+        if !blocked_then || visibility_failed || received.at_ms - previous >= wait {
+            return Ok(());
+        }
+        reasons.push(format!(
+            "its receive before the last ({previous} ms) was kept from running by the store too, and the last came \
+             {} ms later, not the {wait} ms the adapter waits before a last receive",
+            received.at_ms - previous
+        ));
+    }
+    Err(reasons.join("; "))
+}
+
+/// A message of `job`'s group sent before `job`'s first send had not applied its effect by `at`
+/// (virtual ms).
+fn ahead_unfinished_at(scenario: &Scenario, job: &JobSpec, at: u128, log: &Log) -> bool {
+    let Some(group) = &job.group else {
+        return false;
+    };
+    let Some(position) = log.sent.iter().position(|(sent, _)| *sent == job.id) else {
+        return false;
+    };
+    log.sent[..position].iter().any(|(ahead, message_id)| {
+        let same_group = scenario
+            .jobs
+            .iter()
+            .any(|spec| spec.id == *ahead && spec.group.as_ref() == Some(group));
+        let finished_by = log
+            .runs
+            .iter()
+            .filter(|run| run.message_id == *message_id && run.end == RunEnd::Succeeded)
+            .filter_map(|run| run.ended_ms)
+            .min();
+        same_group && *ahead != job.id && finished_by.is_none_or(|ended| ended >= at)
     })
 }
 
@@ -538,6 +740,9 @@ fn stopped_in_a_store_outage(run: &Run, log: &Log) -> bool {
             .iter()
             .any(|(from, to)| *from <= effect && effect <= *to)
 }
+
+/// The longest a receive waits for messages (SQS's long poll), in ms.
+const LONG_POLL_MS: u128 = 20_000;
 
 /// How soon after a store outage another delivery's claim counts as winning the race against a
 /// completion tried every half second.

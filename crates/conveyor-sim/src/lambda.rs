@@ -54,6 +54,9 @@ pub fn config(spec: &LambdaSpec) -> LambdaConfig {
 impl Function {
     /// Polls and invokes until `stop` is cancelled.
     pub async fn run(self, stop: CancellationToken) {
+        // Lambda initialises an execution environment before its first invocation, and again after
+        // an initialisation that failed; the mapping has received the batch by then.
+        let mut initialised = false;
         loop {
             let received = tokio::select! {
                 received = self.queue.receive(self.spec.batch_size, Duration::from_secs(20)) => received,
@@ -70,6 +73,15 @@ impl Function {
                     }
                 }
             };
+            if !initialised {
+                if let Err(error) = self.processor.check_store().await {
+                    // The invocation fails: nothing is deleted, the batch comes back at the visibility
+                    // timeout (each receive counted), as an init error does on AWS.
+                    self.sink.refused_start(&self.name, error);
+                    continue;
+                }
+                initialised = true;
+            }
             self.invoke(messages).await;
         }
     }
@@ -79,6 +91,7 @@ impl Function {
         let event = event(&messages, self.queue.name());
         self.sink
             .step(format!("{} invoked with {} records", self.name, messages.len()));
+        self.sink.invoked(&self.name);
         let report =
             match tokio::time::timeout_at(deadline, self.processor.process_batch_report(event, deadline))
                 .await

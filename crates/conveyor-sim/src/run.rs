@@ -61,7 +61,8 @@ struct RunningWorker {
     instance: Arc<Instance>,
     graceful: CancellationToken,
     immediate: CancellationToken,
-    handle: JoinHandle<Result<WorkerReport, WorkerError>>,
+    /// Taken when the worker's end was collected early (it refused to start).
+    handle: Option<JoinHandle<Result<WorkerReport, WorkerError>>>,
 }
 
 /// What every consumer shares.
@@ -162,7 +163,7 @@ impl Shared<'_> {
             instance,
             graceful,
             immediate,
-            handle,
+            handle: Some(handle),
         })
     }
 
@@ -239,6 +240,9 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         .with_dead_letter_queue(Arc::clone(&dlq), scenario.max_receive_count),
     );
     let memory_store = Arc::new(MemoryIdempotencyStore::new());
+    if scenario.store_misconfigured_until.is_some() {
+        memory_store.set_misconfigured(true);
+    }
     let store = Arc::new(VirtualStore::new(Arc::clone(&memory_store)));
     let sink = Arc::new(Sink::new(Arc::clone(&store), trace.clone()));
     let shared = Shared {
@@ -303,14 +307,32 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
 
     let mut dead_instances = Vec::new();
     let mut windows = Vec::new();
-    for (at, event) in &scenario.events {
+    let mut events = scenario.events.clone();
+    if let Some(until) = scenario.store_misconfigured_until {
+        events.push((until, Event::StoreFixed));
+        events.sort_by_key(|(when, _)| *when);
+    }
+    for (at, event) in &events {
         tokio::time::sleep_until(start + *at).await;
         trace.step(format!("fault: {event:?}"));
         match event {
+            Event::StoreFixed => {
+                memory_store.set_misconfigured(false);
+                sink.store_misconfigured(0, trace.elapsed_ms());
+                let refused = collect_refused(&mut workers, &sink, &mut worker_errors).await;
+                for _ in 0..refused {
+                    match shared.start_worker(workers.len()) {
+                        Ok(worker) => workers.push(worker),
+                        Err(error) => worker_errors.push(format!("a fresh worker refused to start: {error}")),
+                    }
+                }
+            }
             Event::Kill(index) => {
                 if let Some(worker) = workers.get(*index) {
                     worker.instance.kill();
-                    worker.handle.abort();
+                    if let Some(handle) = &worker.handle {
+                        handle.abort();
+                    }
                     dead_instances.push(worker.instance.name().to_owned());
                 }
             }
@@ -421,10 +443,13 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     }
     stop_functions.cancel();
     for (index, worker) in workers.into_iter().enumerate() {
+        let Some(handle) = worker.handle else {
+            continue;
+        };
         if worker.instance.is_dead() {
             continue;
         }
-        match tokio::time::timeout(Duration::from_secs(60), worker.handle).await {
+        match tokio::time::timeout(Duration::from_secs(60), handle).await {
             Ok(Ok(Ok(_))) => {}
             Ok(Ok(Err(error))) => worker_errors.push(format!("worker-{index} failed: {error}")),
             Ok(Err(error)) => worker_errors.push(format!("worker-{index} panicked: {error}")),
@@ -451,6 +476,35 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             .unwrap_or_default(),
         completed_tokens: shared.store.completed_tokens(),
     }
+}
+
+/// Collects the workers that have ended, before the end of the run: one that ended because its store
+/// was misconfigured refused to start (logged; counted, so the operator starts as many fresh ones);
+/// one that ended with another error is reported in `errors`.
+async fn collect_refused(workers: &mut [RunningWorker], sink: &Sink, errors: &mut Vec<String>) -> usize {
+    let mut refused = 0;
+    for worker in workers.iter_mut() {
+        // A killed worker's task was aborted: it answers "cancelled" unless it had ended before.
+        let finished = worker.handle.as_ref().is_some_and(JoinHandle::is_finished);
+        if !finished {
+            continue;
+        }
+        let Some(handle) = worker.handle.take() else {
+            continue;
+        };
+        let name = worker.instance.name();
+        match handle.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(WorkerError::Store(error))) => {
+                sink.refused_start(name, error);
+                refused += 1;
+            }
+            Ok(Err(error)) => errors.push(format!("{name} failed: {error}")),
+            Err(error) if error.is_cancelled() => {}
+            Err(error) => errors.push(format!("{name} panicked: {error}")),
+        }
+    }
+    refused
 }
 
 /// Ends a fault window after `length`.

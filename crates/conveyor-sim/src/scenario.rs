@@ -99,6 +99,9 @@ pub enum Event {
     FailDeletes(Duration),
     /// Receives keep their messages until the window ends (a late long-poll answer).
     HoldReceives(Duration),
+    /// The operator fixes the store's configuration ([`Scenario::store_misconfigured_until`]) and
+    /// starts a fresh worker for each one that refused to start.
+    StoreFixed,
 }
 
 /// A Lambda function behind an event source mapping.
@@ -154,6 +157,10 @@ pub struct Scenario {
     pub long_jobs: Vec<u32>,
     /// The workers' `max_processing_time` (`None`: the worker's default).
     pub max_processing_time: Option<Duration>,
+    /// The store answers "misconfigured" (a table that does not exist) from the start until then, when
+    /// an operator fixes it ([`Event::StoreFixed`]): consumers must refuse to start (a worker) or fail
+    /// their cold start (a Lambda) meanwhile, not take messages they cannot run.
+    pub store_misconfigured_until: Option<Duration>,
 }
 
 /// The share of seeds with long jobs, in percent.
@@ -251,6 +258,7 @@ impl Scenario {
             fault_phase,
             clock_skew: clock_skew(seed),
             handlers_ignore_cancellation: handlers_ignore_cancellation(seed),
+            store_misconfigured_until: store_misconfigured_until(seed),
             long_jobs: Vec::new(),
             max_processing_time: None,
         }
@@ -364,6 +372,13 @@ fn make_long(rng: &mut Rng, job: &mut JobSpec) {
             behavior: Behavior::Succeed,
         },
     ];
+}
+
+/// Whether the seed starts with a misconfigured store and for how long (one seed in twenty-five, 5 to
+/// 60 s), from a generator of its own for the same reason as [`clock_skew`].
+fn store_misconfigured_until(seed: u64) -> Option<Duration> {
+    let mut rng = Rng::with_seed(seed ^ 0x7ab1_e60e_7ab1_e60e);
+    chance(&mut rng, 4).then(|| secs(&mut rng, 5..=60))
 }
 
 fn duration(rng: &mut Rng, visibility: Duration) -> Duration {

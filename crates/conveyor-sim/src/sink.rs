@@ -120,6 +120,13 @@ pub struct Log {
     pub shutdowns: Vec<(String, u128)>,
     /// Visibility changes refused as invalid.
     pub visibility_refused: Vec<VisibilityRefused>,
+    /// The window (virtual ms) when the store answered "misconfigured".
+    pub store_misconfigured: Option<(u128, u128)>,
+    /// Consumers that refused to start, or Lambda cold starts that failed, on a misconfigured store:
+    /// (instance, virtual ms).
+    pub refused_starts: Vec<(String, u128)>,
+    /// Lambda invocations that processed their records: (instance, virtual ms).
+    pub invocations: Vec<(String, u128)>,
 }
 
 /// The fenced sink.
@@ -222,6 +229,24 @@ impl Sink {
     /// A window when receives answered late.
     pub fn late_receives(&self, from_ms: u128, to_ms: u128) {
         self.lock().late_receives.push((from_ms, to_ms));
+    }
+
+    /// The window when the store answered "misconfigured".
+    pub fn store_misconfigured(&self, from_ms: u128, to_ms: u128) {
+        self.lock().store_misconfigured = Some((from_ms, to_ms));
+    }
+
+    /// `instance` refused to start (or its cold start failed) because the store is misconfigured.
+    pub fn refused_start(&self, instance: &str, why: impl std::fmt::Display) {
+        let at = self.trace.elapsed_ms();
+        self.trace.step(format!("{instance} refused to start: {why}"));
+        self.lock().refused_starts.push((instance.to_owned(), at));
+    }
+
+    /// A Lambda invocation of `instance` processes its records.
+    pub fn invoked(&self, instance: &str) {
+        let at = self.trace.elapsed_ms();
+        self.lock().invocations.push((instance.to_owned(), at));
     }
 
     /// `instance` was asked to shut down now.

@@ -64,7 +64,8 @@ struct Counters {
 /// - `complete`, `release` and `extend_lease` are fenced on the claim's token; `extend_lease` also
 ///   requires the record to be in progress (a completed record's lease is never moved).
 /// - [`MemoryIdempotencyStore::set_unavailable`] makes every call fail with
-///   [`StoreError::Unavailable`]; [`MemoryIdempotencyStore::with_max_output_bytes`] makes large outputs
+///   [`StoreError::Unavailable`]; [`MemoryIdempotencyStore::set_misconfigured`] with
+///   [`StoreError::Misconfigured`] (as a table that does not exist answers); [`MemoryIdempotencyStore::with_max_output_bytes`] makes large outputs
 ///   fail with [`StoreError::OutputTooLarge`] (default: DynamoDB's 400 KB item limit).
 #[derive(Debug)]
 pub struct MemoryIdempotencyStore {
@@ -74,6 +75,7 @@ pub struct MemoryIdempotencyStore {
     /// Tracked jobs' records, by key; always locked after `records` (claims update both at once).
     jobs: Mutex<HashMap<String, JobRecord>>,
     unavailable: AtomicBool,
+    misconfigured: AtomicBool,
     max_output_bytes: usize,
     counters: Counters,
 }
@@ -92,6 +94,7 @@ impl MemoryIdempotencyStore {
             runs: Mutex::new(HashMap::new()),
             jobs: Mutex::new(HashMap::new()),
             unavailable: AtomicBool::new(false),
+            misconfigured: AtomicBool::new(false),
             max_output_bytes: MAX_ITEM_BYTES,
             counters: Counters::default(),
         }
@@ -106,6 +109,12 @@ impl MemoryIdempotencyStore {
     /// Makes every call fail with [`StoreError::Unavailable`] (or work again).
     pub fn set_unavailable(&self, unavailable: bool) {
         self.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Makes every call fail with [`StoreError::Misconfigured`] (or work again): a table that does not
+    /// exist, or access denied.
+    pub fn set_misconfigured(&self, misconfigured: bool) {
+        self.misconfigured.store(misconfigured, Ordering::SeqCst);
     }
 
     /// Writes a record as is (a Powertools record, a claim held "elsewhere", an old completed record).
@@ -166,6 +175,13 @@ impl MemoryIdempotencyStore {
 
     fn check_available(&self, counter: &AtomicU64) -> Result<(), StoreError> {
         counter.fetch_add(1, Ordering::Relaxed);
+        if self.misconfigured.load(Ordering::SeqCst) {
+            return Err(StoreError::Misconfigured {
+                message: "memory idempotency store is set misconfigured (as a table that does not exist): \
+                          point the consumer at the right table"
+                    .to_owned(),
+            });
+        }
         if self.unavailable.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable {
                 message: "memory idempotency store is set unavailable".to_owned(),

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::runtime::deferred_copy;
+use conveyor_core::runtime::{DeferralError, deferred_copy, retried_copy};
 use conveyor_core::{
     RejectMode,
     message::Message,
-    port::{EntryError, VisibilityChange},
+    port::{EntryError, OutgoingMessage, VisibilityChange},
     runtime::{AckReason, Disposition, Lease, Outcome, Processed, reject},
 };
 use tokio::sync::oneshot;
@@ -38,6 +38,15 @@ pub(crate) struct Applying<'a> {
     /// When SQS's 12 hours of visibility end: they count from the message's *first* receive
     /// (`ApproximateFirstReceiveTimestamp`), not from this receipt.
     pub(crate) visibility_cap: Instant,
+}
+
+impl Applying<'_> {
+    /// The longest a visibility change may keep the message in flight within SQS's limit: counted
+    /// from the latest the call may reach SQS (it is tried until the lease ends), not from now.
+    pub(crate) fn room(&self) -> Duration {
+        let latest_call = self.lease.latest_visible_until().max(Instant::now());
+        self.visibility_cap.saturating_duration_since(latest_call)
+    }
 }
 
 /// Applies the pipeline's outcome; `held` (heartbeat, slot) is released once the queue call answered.
@@ -98,11 +107,22 @@ pub(crate) async fn apply(
             if runtime.hard_stop.is_cancelled() && target.lease.cancellation().is_cancelled() {
                 add(&counters.released_at_shutdown, 1);
                 tracing::info!("cancelled at shutdown; the message is visible again");
-            } else {
-                add(&counters.retried, 1);
-                job.retried.increment(1);
-                tracing::info!(%reason, ?delay, "job will be retried");
+                set_visibility(runtime, &target, delay).await;
+                drop(held);
+                return Settled::Returned;
             }
+            add(&counters.retried, 1);
+            job.retried.increment(1);
+            let room = target.room();
+            if delay > room && !runtime.queues[queue].is_fifo() {
+                // SQS would refuse to hold the message that long (its 12 hours count from the first
+                // receive): the retry goes on a fresh copy, which starts its own 12 hours.
+                tracing::info!(%reason, ?delay, ?room, "job will be retried on a fresh copy: SQS's 12 hours from the first receive leave too little to wait");
+                let copy = retried_copy(target.message, delay, false);
+                continue_on_copy(runtime, &target, copy, delay, held).await;
+                return Settled::Returned;
+            }
+            tracing::info!(%reason, ?delay, "job will be retried");
             set_visibility(runtime, &target, delay).await;
             drop(held);
             Settled::Returned
@@ -162,31 +182,60 @@ async fn defer(
     held: Held,
 ) -> Settled {
     let counters = runtime.status.counters();
-    let queue = &runtime.queues[target.queue];
-    let copy = match deferred_copy(target.message, delay, queue.is_fifo()) {
-        Ok(copy) => copy,
+    let fifo = runtime.queues[target.queue].is_fifo();
+    match deferred_copy(target.message, delay, fifo) {
+        Ok(copy) => {
+            tracing::info!(%reason, ?delay, "deferring with a delayed copy");
+            let counter = if continue_on_copy(runtime, target, Ok(copy), delay, held).await {
+                &counters.deferred
+            } else {
+                &counters.retried
+            };
+            add(counter, 1);
+            Settled::Returned
+        }
         Err(why) => {
             add(&counters.retried, 1);
             tracing::warn!(%reason, %why, ?delay, "cannot defer with a copy; putting the message back (this receive counts toward maxReceiveCount)");
             set_visibility(runtime, target, delay).await;
             drop(held);
-            return Settled::Returned;
-        }
-    };
-    let deadline = target.lease.latest_visible_until();
-    match retry::until(deadline, || queue.send(copy.clone())).await {
-        Ok(copy_id) => {
-            add(&counters.deferred, 1);
-            tracing::info!(%reason, ?delay, %copy_id, "deferred: a delayed copy was sent; deleting this receipt");
-            delete(runtime, target, held, false).await;
             Settled::Returned
+        }
+    }
+}
+
+/// Sends `copy` (the job, to be received again after `delay`), then deletes this receipt: true. When
+/// the copy cannot be built or sent, makes the message visible after `delay` instead (kept within
+/// SQS's limit): false. Send first, delete second: a crash between leaves both, and the idempotency
+/// record makes the second run a duplicate.
+pub(crate) async fn continue_on_copy(
+    runtime: &Runtime,
+    target: &Applying<'_>,
+    copy: Result<OutgoingMessage, DeferralError>,
+    delay: Duration,
+    held: Held,
+) -> bool {
+    let queue = &runtime.queues[target.queue];
+    let sent = match copy {
+        Ok(copy) => {
+            let deadline = target.lease.latest_visible_until();
+            retry::until(deadline, || queue.send(copy.clone()))
+                .await
+                .map_err(|error| error.to_string())
+        }
+        Err(why) => Err(why.to_string()),
+    };
+    match sent {
+        Ok(copy_id) => {
+            tracing::info!(%copy_id, ?delay, "the copy was sent; deleting this receipt");
+            delete(runtime, target, held, false).await;
+            true
         }
         Err(error) => {
-            add(&counters.retried, 1);
-            tracing::warn!(%error, %reason, ?delay, "could not send the deferred copy; putting the message back instead");
+            tracing::warn!(%error, ?delay, "could not send the copy; putting the message back instead");
             set_visibility(runtime, target, delay).await;
             drop(held);
-            Settled::Returned
+            false
         }
     }
 }
@@ -228,18 +277,30 @@ async fn delete(runtime: &Runtime, target: &Applying<'_>, held: Held, confirmed_
 /// retrying transient failures until its visibility deadline. If it still fails, the message comes
 /// back when its current visibility timeout ends: later, never lost.
 pub(crate) async fn set_visibility(runtime: &Runtime, target: &Applying<'_>, delay: Duration) {
-    let room = target.visibility_cap.saturating_duration_since(Instant::now());
+    if past_the_limit(target.visibility_cap) {
+        return;
+    }
+    let room = target.room();
     let change = VisibilityChange {
         receipt_handle: target.message.receipt_handle.clone(),
         timeout: delay.min(room),
     };
-    change_visibility(
-        runtime,
-        target.queue,
-        vec![change],
-        target.lease.latest_visible_until(),
-    )
-    .await;
+    // Tried no later than the limit either: a try reaching SQS past it would be refused.
+    let deadline = target.lease.latest_visible_until().min(target.visibility_cap);
+    change_visibility(runtime, target.queue, vec![change], deadline).await;
+}
+
+/// Whether SQS's 12 hours from the message's first receive have passed: no visibility change at all
+/// is then asked for (not even to 0: SQS may refuse any change past its limit), and the message comes
+/// back when the visibility timeout its receive gave it ends.
+pub(crate) fn past_the_limit(visibility_cap: Instant) -> bool {
+    let past = visibility_cap <= Instant::now();
+    if past {
+        tracing::debug!(
+            "past SQS's 12 hours from the first receive: no visibility change; the message comes back when its visibility timeout ends"
+        );
+    }
+    past
 }
 
 /// Makes messages visible again at once, in the given order (one batch call; the queue splits it

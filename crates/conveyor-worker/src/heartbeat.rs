@@ -134,6 +134,9 @@ struct Entry {
     stop_at: Instant,
     /// False once the lease is lost or the limit is reached.
     extending: bool,
+    /// The last extension went as far as the limit allows: the next time it falls due, the heartbeat
+    /// stops instead (another would be shorter than the margin, and fall due at once).
+    reached_the_limit: bool,
     /// An extension call for this entry is out.
     in_call: bool,
     /// A claim extension for this entry is out.
@@ -238,6 +241,7 @@ impl Heartbeats {
                 lease,
                 stop_at,
                 extending: true,
+                reached_the_limit: false,
                 in_call: false,
                 claim_in_call: false,
             },
@@ -305,25 +309,32 @@ impl Heartbeats {
                 continue;
             }
             let room = entry.stop_at.saturating_duration_since(now);
-            if room <= margin {
+            // SQS checks the limit when the call reaches it, which may be as late as the lease's end
+            // (the call is tried until then): the extension asks for no more than that leaves.
+            let reach = entry
+                .stop_at
+                .saturating_duration_since(entry.lease.latest_visible_until().max(now));
+            if room <= margin || reach.is_zero() || entry.reached_the_limit {
                 entry.extending = false;
                 tracing::warn!(
                     message_id = %entry.message_id,
                     queue = %tracked.target.queue.name(),
                     max_processing_time = ?inner.settings.max_processing_time,
-                    "message reached its maximum processing time: no more visibility extensions; \
+                    "message reached its processing limit (max_processing_time from this receipt, or SQS's 12 \
+                     hours from its first receive, whichever is sooner): no more visibility extensions; \
                      cancelling its handler and leaving it to expire"
                 );
                 entry.lease.cancellation().cancel();
                 continue;
             }
             entry.in_call = true;
+            entry.reached_the_limit = reach < tracked.target.visibility_timeout;
             due[entry.queue].push(Due {
                 id: *id,
                 receipt: entry.receipt.clone(),
                 message_id: entry.message_id.clone(),
                 lease: Arc::clone(&entry.lease),
-                timeout: tracked.target.visibility_timeout.min(room),
+                timeout: tracked.target.visibility_timeout.min(reach),
             });
         }
         (due, next)
@@ -526,6 +537,7 @@ fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use conveyor_core::runtime::StoreHealth;
     use std::time::SystemTime;
 
     use conveyor_core::port::ClaimOutcome;
@@ -545,7 +557,7 @@ mod tests {
 
     fn setup(max_processing_time: Duration, store: Option<Arc<dyn IdempotencyStore>>) -> Setup {
         let queue = Arc::new(MemoryQueue::standard("heartbeat").with_visibility_timeout(VISIBILITY));
-        let status = WorkerStatus::new(1);
+        let status = WorkerStatus::new(1, StoreHealth::default());
         let heartbeats = Heartbeats::new(
             HeartbeatSettings { max_processing_time },
             vec![HeartbeatQueue {
@@ -740,7 +752,7 @@ mod tests {
             MemoryQueue::standard("hanging").with_visibility_timeout(Duration::from_secs(12)),
         ));
         hanging.hang_visibility(true);
-        let status = WorkerStatus::new(2);
+        let status = WorkerStatus::new(2, StoreHealth::default());
         let heartbeats = Heartbeats::new(
             HeartbeatSettings {
                 max_processing_time: Duration::from_secs(3600),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::runtime::{added_jitter, not_run_at_the_last_receive};
+use conveyor_core::runtime::{NotRun, added_jitter, deferred_copy, not_run_at_the_last_receive};
 use conveyor_core::{
     message::Message,
     runtime::{Budget, Lease, Outcome, Processed},
@@ -14,7 +14,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::apply::{Applying, Settled, apply, record_retry_in_place, release_in_order, set_visibility};
+use crate::apply::{
+    Applying, Settled, apply, continue_on_copy, past_the_limit, record_retry_in_place, release_in_order,
+    set_visibility,
+};
 use crate::fifo_gate::{Ticket, Turn};
 use crate::protect::{Admission, Breaker, acquire_slot};
 use crate::report::add;
@@ -87,7 +90,12 @@ async fn run_in_span(
     }
     let fifo = runtime.queues[queue].is_fifo();
     let counters = runtime.status.counters();
+    if !fifo && past_the_cap(&runtime, queue, visibility_cap) {
+        return renew_past_the_cap(&runtime, &target, held).await;
+    }
 
+    // Whether the pipeline saw the message at this receive (it may wait in flight and go again).
+    let mut processed_once = false;
     loop {
         let admitted = match admit(&runtime, job_type).await {
             Admit::Run(admitted) => admitted,
@@ -115,6 +123,16 @@ async fn run_in_span(
 
         if lease.cancellation().is_cancelled() {
             // The lease ended (lost, or the processing limit passed) while the message waited to start.
+            // The first time, on a FIFO queue, it waited behind its group (SQS's 12 hours from the first receive may be spent,
+            // which leaves each receive one visibility timeout); at its last receive it is dead-lettered
+            // with the reason, not left to the redrive.
+            if fifo
+                && !processed_once
+                && let Some(processed) =
+                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::GroupFailed)
+            {
+                return apply(&runtime, target, processed, held).await;
+            }
             add(&counters.retried, 1);
             tracing::info!("lease ended before the job started; not running it");
             set_visibility(&runtime, &target, Duration::ZERO).await;
@@ -132,6 +150,7 @@ async fn run_in_span(
                 budget,
             )
             .await;
+        processed_once = true;
         let Admitted { slot, breaker } = admitted;
         drop(slot);
         if let Some(ticket) = breaker {
@@ -140,7 +159,7 @@ async fn run_in_span(
             ticket.finish(verdict);
         }
         if let (true, Outcome::Defer { delay, reason }) = (fifo, &processed.outcome) {
-            let room = visibility_cap.saturating_duration_since(Instant::now());
+            let room = target.room();
             if *delay < room {
                 tracing::info!(%reason, ?delay, "the FIFO message waits in flight, then runs again");
                 if let Wait::Again = wait_in_flight(&runtime, &lease, *delay).await {
@@ -154,7 +173,7 @@ async fn run_in_span(
         // these retries, a shutdown and another worker; unclaimed, the receive count is all there is.
         if let (true, Outcome::Retry { delay, reason }, Some(run)) = (fifo, &processed.outcome, processed.run)
         {
-            let room = visibility_cap.saturating_duration_since(Instant::now());
+            let room = target.room();
             if *delay < room {
                 tracing::info!(%reason, ?delay, run, "job will be retried in place; its FIFO group waits");
                 record_retry_in_place(&runtime, queue, &processed);
@@ -169,6 +188,33 @@ async fn run_in_span(
         }
         return apply(&runtime, target, processed, held).await;
     }
+}
+
+/// Whether SQS's 12 hours from the message's first receive leave it no extension beyond the
+/// visibility timeout this receive gave it.
+fn past_the_cap(runtime: &Runtime, queue: usize, visibility_cap: Instant) -> bool {
+    visibility_cap.saturating_duration_since(Instant::now()) <= runtime.visibility[queue]
+}
+
+/// A message on a standard queue whose 12 hours from the first receive are spent (retried for half a
+/// day, or redelivered after a run stopped at the limit) could be held no longer than this receive's
+/// visibility timeout, however long its job takes: it goes on as a fresh copy with 12 hours of its
+/// own, unrun (this receive does not count as a run; the copy carries the runs before it). On a FIFO
+/// queue a copy would go behind the rest of its group, so there the message runs within what is left.
+async fn renew_past_the_cap(runtime: &Runtime, target: &Applying<'_>, held: Held) -> Settled {
+    tracing::info!(
+        first_received_at = ?target.message.first_received_at,
+        "SQS's 12 hours from the first receive are spent: the job goes on as a fresh copy, unrun"
+    );
+    let copy = deferred_copy(target.message, Duration::ZERO, false);
+    let counters = runtime.status.counters();
+    let counter = if continue_on_copy(runtime, target, copy, Duration::ZERO, held).await {
+        &counters.deferred
+    } else {
+        &counters.retried
+    };
+    add(counter, 1);
+    Settled::Returned
 }
 
 /// Runs a FIFO group's messages of one batch in order, one at a time. When one goes back to the
@@ -244,13 +290,19 @@ async fn release_rest(runtime: &Runtime, queue: usize, rest: VecDeque<Received>,
     if rest.is_empty() {
         return;
     }
-    let messages: Vec<&Message> = rest.iter().map(|received| &received.message).collect();
+    let messages: Vec<&Message> = rest
+        .iter()
+        .filter(|received| !past_the_limit(received.visibility_cap))
+        .map(|received| &received.message)
+        .collect();
     let deadline = rest
         .iter()
-        .map(|received| received.lease.latest_visible_until())
+        .map(|received| received.lease.latest_visible_until().min(received.visibility_cap))
         .min()
         .unwrap_or_else(Instant::now);
-    release_in_order(runtime, queue, &messages, deadline).await;
+    if !messages.is_empty() {
+        release_in_order(runtime, queue, &messages, deadline).await;
+    }
     let counters = runtime.status.counters();
     match reason {
         Reason::Shutdown => add(&counters.released_at_shutdown, rest.len() as u64),
@@ -274,27 +326,12 @@ async fn dead_letter_unrun_at_the_last_receive(
     rest: VecDeque<Received>,
     reason: &Reason,
 ) -> VecDeque<Received> {
-    let Some(max) = runtime.queues[queue].max_receive_count() else {
-        return rest;
-    };
     let mut back = VecDeque::with_capacity(rest.len());
     for received in rest {
-        let attempt = received.message.attempt();
-        if attempt < max {
+        let Some(processed) = unrun_at_the_last_receive(runtime, queue, &received.message, reason) else {
             back.push_back(received);
             continue;
-        }
-        let why = match reason {
-            Reason::Shutdown => "the worker shut down before it started",
-            Reason::GroupFailed => "a message ahead of it in its FIFO group had not finished",
         };
-        let why = format!(
-            "{why}, and each receive behind its group counted; redrive it once the group's earlier messages \
-             are settled"
-        );
-        let job_type = runtime.pipeline.router().job_type_for(&received.message);
-        let failure =
-            not_run_at_the_last_receive(&why, attempt, max, &runtime.names[queue], job_type.unwrap_or(""));
         let Received {
             message,
             lease,
@@ -307,15 +344,45 @@ async fn dead_letter_unrun_at_the_last_receive(
             lease: &lease,
             visibility_cap,
         };
-        apply(
-            runtime,
-            target,
-            Processed::not_run(Outcome::Reject(failure), job_type),
-            held,
-        )
-        .await;
+        apply(runtime, target, processed, held).await;
     }
     back
+}
+
+/// The dead-letter outcome for `message` when this is the last receive the redrive policy allows and
+/// it goes back unrun for `reason`: put back, SQS's redrive would move it unrun and without a reason.
+fn unrun_at_the_last_receive(
+    runtime: &Runtime,
+    queue: usize,
+    message: &Message,
+    reason: &Reason,
+) -> Option<Processed> {
+    let max = runtime.queues[queue].max_receive_count()?;
+    let attempt = message.attempt();
+    if attempt < max {
+        return None;
+    }
+    let (cause, why) = match reason {
+        Reason::Shutdown => (NotRun::ShutDown, "the worker shut down before it started"),
+        Reason::GroupFailed => (
+            NotRun::BehindItsGroup,
+            "a message ahead of it in its FIFO group had not finished",
+        ),
+    };
+    let why = format!(
+        "{why}, and each receive behind its group counted; redrive it once the group's earlier messages \
+         are settled"
+    );
+    let job_type = runtime.pipeline.router().job_type_for(message);
+    let failure = not_run_at_the_last_receive(
+        cause,
+        &why,
+        attempt,
+        max,
+        &runtime.names[queue],
+        job_type.unwrap_or(""),
+    );
+    Some(Processed::not_run(Outcome::Reject(failure), job_type))
 }
 
 enum Admit {

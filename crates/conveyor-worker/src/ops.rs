@@ -138,6 +138,7 @@ fn loopback_for_wildcard(addr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conveyor_core::runtime::StoreHealth;
 
     #[tokio::test]
     async fn bad_clients_are_refused_and_cut_off() {
@@ -147,7 +148,7 @@ mod tests {
             .with_header_timeout(Duration::from_millis(300))
             .with_body_timeout(Duration::from_millis(300));
         let stop = CancellationToken::new();
-        let router = router(WorkerStatus::new(1), None);
+        let router = router(WorkerStatus::new(1, StoreHealth::default()), None);
         tokio::spawn(conveyor_http::serve(listener, router, limits, stop.clone()));
         conveyor_http::testing::refuses_bad_clients(addr, "/healthz", &limits)
             .await

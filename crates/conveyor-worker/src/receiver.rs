@@ -184,6 +184,7 @@ async fn dead_letter_fifo_at_the_last_receive(
         }
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
         let failure = conveyor_core::runtime::not_run_at_the_last_receive(
+            conveyor_core::runtime::NotRun::ShutDown,
             "the worker shut down as it was received; redrive it once the group's earlier messages are settled",
             attempt,
             max,
@@ -286,15 +287,10 @@ fn visibility_cap(message: &Message, at: Instant, now: SystemTime) -> Instant {
     let since_first = message.first_received_at.map_or(Duration::ZERO, |first| {
         now.duration_since(first).unwrap_or_default() + CLOCK_SKEW_ALLOWANCE
     });
-    // A first receive more than 12 hours back leaves nothing to count from (or is an emulator's
-    // mistake): this receipt's own 12 hours, as before.
-    let Some(left) = MAX_VISIBILITY_TIMEOUT
-        .checked_sub(since_first)
-        .filter(|left| !left.is_zero())
-    else {
-        return at + MAX_VISIBILITY_TIMEOUT;
-    };
-    at + left
+    // A first receive 12 hours back or more leaves no extension at all: the message is held only
+    // for the visibility timeout this receive gave it (the heartbeat stops before it ends), and on a
+    // standard queue the worker goes on with a fresh copy instead (`job::renew_past_the_cap`).
+    at + MAX_VISIBILITY_TIMEOUT.saturating_sub(since_first)
 }
 
 /// Starts a task per message (standard queues) or per message group (FIFO queues).
@@ -385,7 +381,11 @@ mod tests {
         let left = Duration::from_secs(9 * 3600) - CLOCK_SKEW_ALLOWANCE;
         assert_eq!(visibility_cap(&message, at, now), at + left);
         message.first_received_at = Some(now - Duration::from_secs(13 * 3600));
-        assert_eq!(visibility_cap(&message, at, now), at + MAX_VISIBILITY_TIMEOUT);
+        assert_eq!(
+            visibility_cap(&message, at, now),
+            at,
+            "past the limit: nothing left to extend"
+        );
     }
 
     fn config(max_in_flight: usize, weights: &[u32]) -> WorkerConfig {

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use conveyor_core::runtime::StoreHealth;
+
 /// Counts for a worker's run, returned by [`Worker::run`](crate::Worker::run).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -96,6 +98,8 @@ pub(crate) struct StatusInner {
     phase: AtomicU8,
     pub(crate) in_flight: AtomicUsize,
     pub(crate) operations_addr: Mutex<Option<SocketAddr>>,
+    /// The pipeline's view of its idempotency store (misconfigured at run time: not ready).
+    store: StoreHealth,
 }
 
 /// A live view of a running worker: readiness, in-flight count and counts so far. Cheap to clone.
@@ -105,7 +109,7 @@ pub struct WorkerStatus {
 }
 
 impl WorkerStatus {
-    pub(crate) fn new(queues: usize) -> Self {
+    pub(crate) fn new(queues: usize, store: StoreHealth) -> Self {
         Self {
             inner: Arc::new(StatusInner {
                 counters: Counters::default(),
@@ -113,12 +117,15 @@ impl WorkerStatus {
                 phase: AtomicU8::new(IDLE),
                 in_flight: AtomicUsize::new(0),
                 operations_addr: Mutex::new(None),
+                store,
             }),
         }
     }
 
     /// What `/readyz` answers: true while the worker runs (its queues are connected: it was given
-    /// them connected), is not draining, and no queue's last receive failed. It does not wait for a
+    /// them connected), is not draining, no queue's last receive failed, and the idempotency store did
+    /// not answer its last claim as misconfigured (a table deleted or a permission revoked after the
+    /// start: jobs wait, deferred, until it is fixed). It does not wait for a
     /// first receive to return (an empty queue's long poll takes 20 s); it turns false as soon as a
     /// shutdown starts, so a load balancer or ECS stops sending traffic to a draining worker.
     pub fn is_ready(&self) -> bool {
@@ -131,15 +138,22 @@ impl WorkerStatus {
     }
 
     /// Why the worker is not ready, or `None` when it is (the body of a 503 from `/readyz`).
-    pub(crate) fn not_ready_because(&self) -> Option<&'static str> {
-        match self.inner.phase.load(Ordering::Relaxed) {
-            IDLE => Some("not ready: the worker is not running"),
-            DRAINING => Some("not ready: draining in-flight jobs before shutting down"),
+    pub(crate) fn not_ready_because(&self) -> Option<String> {
+        let reason = match self.inner.phase.load(Ordering::Relaxed) {
+            IDLE => "not ready: the worker is not running",
+            DRAINING => "not ready: draining in-flight jobs before shutting down",
             _ if !self.inner.receiving.iter().all(|ok| ok.load(Ordering::Relaxed)) => {
-                Some("not ready: the last receive from a queue failed; see the worker's logs")
+                "not ready: the last receive from a queue failed; see the worker's logs"
             }
-            _ => None,
-        }
+            _ => {
+                let message = self.inner.store.misconfigured()?;
+                return Some(format!(
+                    "not ready: the idempotency store is misconfigured ({message}); jobs are deferred, not run, \
+                     until its table and permissions are fixed"
+                ));
+            }
+        };
+        Some(reason.to_owned())
     }
 
     /// The run has started: its queues are connected and its receive loops are running.

@@ -109,7 +109,7 @@ impl Worker {
         }
         let visibility = check_queues(&config, &queues)?;
         check_record_lifetimes(&config, &pipeline)?;
-        let status = WorkerStatus::new(queues.len());
+        let status = WorkerStatus::new(queues.len(), pipeline.store_health());
         Ok(Worker {
             config,
             pipeline,

@@ -13,8 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use conveyor_core::port::Queue;
-use conveyor_testing::{MemoryQueue, wait_for};
+use conveyor_core::port::{IdempotencyStore, Queue};
+use conveyor_core::{Pipeline, Router};
+use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue, wait_for};
+use conveyor_worker::Worker;
 use conveyor_worker::config::WorkerConfig;
 use tokio::time::Instant;
 
@@ -113,4 +115,38 @@ async fn a_watched_dead_letter_queues_depth_is_a_gauge() {
         "{metrics}"
     );
     running.stop().await;
+}
+
+/// The store's table deleted (or a permission revoked) while the worker runs, after its start-up
+/// check: the job is deferred, not run unclaimed and not lost, and `/readyz` turns not ready with the
+/// store's message until a claim is answered again (issue 34, point 7).
+#[tokio::test(start_paused = true)]
+async fn a_store_misconfigured_at_run_time_makes_the_worker_not_ready_until_it_is_fixed() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("misconfigured"));
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)))
+        .with_store(store.clone() as Arc<dyn IdempotencyStore>);
+    let worker = Worker::new(
+        config(&[("misconfigured", 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap();
+    let running = start(worker);
+    eventually(10, "the worker to be ready", || running.status.is_ready()).await;
+
+    store.set_misconfigured(true);
+    queue.push_message(message("plain", &job(1))).unwrap();
+    eventually(30, "the worker to turn not ready", || !running.status.is_ready()).await;
+    assert_eq!(log.count(Kind::Started), 0, "not run unclaimed");
+
+    store.set_misconfigured(false);
+    eventually(120, "the deferred job to run once the store is fixed", || {
+        log.count(Kind::Succeeded) == 1
+    })
+    .await;
+    assert!(running.status.is_ready(), "ready again once a claim is answered");
+    let report = running.stop().await;
+    assert!(report.deferred >= 1, "deferred while misconfigured: {report:?}");
 }
