@@ -126,7 +126,8 @@ fn check_visibility_refusals(scenario: &Scenario, log: &Log, violations: &mut Ve
 /// The worker stopped holding `run`'s message at SQS's limit of 12 hours from its first receive: the
 /// heartbeat stops extending there (less the clock skew allowance, a margin before it), cancels the
 /// handler and leaves the message to expire; its handler's own timeout may be later. A run cancelled
-/// within a visibility timeout (and the allowance) before that limit, or after it (a FIFO message
+/// within two visibility timeouts (and the allowance) before that limit (the heartbeat's margin and a
+/// call's latency allowance), or after it (a FIFO message
 /// received again past its limit is held only for the visibility timeout that receive gave it: no
 /// extension is possible, and a fresh copy would break its group's order), lost nothing it could have
 /// kept, provided SQS refused no visibility change for the message (else the worker asked for more
@@ -149,7 +150,7 @@ fn stopped_at_the_visibility_cap(run: &Run, log: &Log, visibility: Duration) -> 
         .iter()
         .any(|refused| refused.message_id.as_deref() == Some(run.message_id.as_str()));
     let cap = first + MAX_VISIBILITY_TIMEOUT.as_millis();
-    let from = cap.saturating_sub((visibility + CLOCK_SKEW_ALLOWANCE * 2).as_millis());
+    let from = cap.saturating_sub((visibility * 2 + CLOCK_SKEW_ALLOWANCE * 2).as_millis());
     !refused && ended >= from
 }
 

@@ -153,7 +153,8 @@ pub struct Scenario {
     /// not watch the token does) until the pipeline drops them at the end of their grace; they still
     /// check the token before applying their effect.
     pub handlers_ignore_cancellation: bool,
-    /// The jobs that work for hours (see [`Scenario::with_long_jobs`]); empty in most seeds.
+    /// The jobs that work for hours (a few percent of the seeds: a first run of hours that fails, then
+    /// one past 12 hours from the first receive); empty in most seeds.
     pub long_jobs: Vec<u32>,
     /// The workers' `max_processing_time` (`None`: the worker's default).
     pub max_processing_time: Option<Duration>,

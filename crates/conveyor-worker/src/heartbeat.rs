@@ -34,8 +34,11 @@
 //!    or deleted), a permanent refusal, or transient failures that last until the deadline itself: then
 //!    the handler's token is cancelled (the pipeline releases the claim and the message comes back).
 //! 6. **Limits.** Extensions stop at `max_processing_time` after the receipt, and never go past SQS's
-//!    12 hours per receipt. Then the message is left to expire: the handler's token is cancelled (the
-//!    pipeline gives it a grace period, releases the claim and the message goes back at once).
+//!    12 hours counted from the message's *first* receive (`receiver::visibility_cap`). SQS checks the
+//!    limit when a call arrives, so each try asks for what the limit leaves after the call's latency
+//!    allowance (a retry asks for less), and an extension that would not outlast the margin is not
+//!    made. Then the message is left to expire: the handler's token is cancelled (the pipeline gives it
+//!    a grace period, releases the claim and the message goes back at once).
 //! 7. **Unregister after the outcome is applied.** A delete is retried until shortly before the receipt
 //!    expires; the `Registration` travels with the delete request and is dropped once `DeleteMessageBatch`
 //!    answered, so the message stays invisible until its delete is confirmed.
@@ -94,9 +97,15 @@ impl Tracked {
     /// call plus a second when that is more (at most three quarters).
     fn margin(&self) -> Duration {
         let visibility = self.target.visibility_timeout;
+        (visibility / 2).max(self.latency_allowance().min(visibility * 3 / 4))
+    }
+
+    /// How late a call may reach SQS after it is sent: twice the slowest recent call plus a second.
+    /// An extension near the processing limit asks for that much less than the limit leaves, since
+    /// SQS checks the limit when the call arrives.
+    fn latency_allowance(&self) -> Duration {
         let slowest = Duration::from_micros(self.slowest_micros.load(Ordering::Relaxed));
-        let wanted = slowest.saturating_mul(2) + Duration::from_secs(1);
-        (visibility / 2).max(wanted.min(visibility * 3 / 4))
+        slowest.saturating_mul(2) + Duration::from_secs(1)
     }
 
     /// Records how long one extension call took.
@@ -134,9 +143,6 @@ struct Entry {
     stop_at: Instant,
     /// False once the lease is lost or the limit is reached.
     extending: bool,
-    /// The last extension went as far as the limit allows: the next time it falls due, the heartbeat
-    /// stops instead (another would be shorter than the margin, and fall due at once).
-    reached_the_limit: bool,
     /// An extension call for this entry is out.
     in_call: bool,
     /// A claim extension for this entry is out.
@@ -167,6 +173,19 @@ struct Due {
     message_id: String,
     lease: Arc<Lease>,
     timeout: Duration,
+    /// No extension past this (see [`Due::timeout_at`]).
+    stop_at: Instant,
+    /// How late a try may reach SQS (see [`Tracked::latency_allowance`]).
+    allowance: Duration,
+}
+
+impl Due {
+    /// The timeout a try sent at `now` asks for: no more than leaves the limit, counted from the
+    /// latest the try may reach SQS (a retry comes later than the first try, so it asks for less).
+    fn timeout_at(&self, now: Instant) -> Duration {
+        self.timeout
+            .min(self.stop_at.saturating_duration_since(now + self.allowance))
+    }
 }
 
 impl Inner {
@@ -241,7 +260,6 @@ impl Heartbeats {
                 lease,
                 stop_at,
                 extending: true,
-                reached_the_limit: false,
                 in_call: false,
                 claim_in_call: false,
             },
@@ -309,12 +327,10 @@ impl Heartbeats {
                 continue;
             }
             let room = entry.stop_at.saturating_duration_since(now);
-            // SQS checks the limit when the call reaches it, which may be as late as the lease's end
-            // (the call is tried until then): the extension asks for no more than that leaves.
-            let reach = entry
-                .stop_at
-                .saturating_duration_since(entry.lease.latest_visible_until().max(now));
-            if room <= margin || reach.is_zero() || entry.reached_the_limit {
+            // SQS checks the limit when the call reaches it: an extension asks for what the limit
+            // leaves after the call's latency, and one that would not outlast the margin is not made.
+            let allowance = tracked.latency_allowance();
+            if room <= margin + allowance {
                 entry.extending = false;
                 tracing::warn!(
                     message_id = %entry.message_id,
@@ -328,13 +344,14 @@ impl Heartbeats {
                 continue;
             }
             entry.in_call = true;
-            entry.reached_the_limit = reach < tracked.target.visibility_timeout;
             due[entry.queue].push(Due {
                 id: *id,
                 receipt: entry.receipt.clone(),
                 message_id: entry.message_id.clone(),
                 lease: Arc::clone(&entry.lease),
-                timeout: tracked.target.visibility_timeout.min(reach),
+                timeout: tracked.target.visibility_timeout.min(room - allowance),
+                stop_at: entry.stop_at,
+                allowance,
             });
         }
         (due, next)
@@ -356,6 +373,16 @@ async fn extend_batch(inner: Arc<Inner>, queue: usize, batch: Vec<Due>) {
     let mut attempts = Attempts::until(deadline);
     let mut last_error = String::new();
     while let Some(left) = attempts.next().await {
+        // Each try asks for what the limit still leaves; an entry it leaves nothing is not extended
+        // (the next look stops it).
+        let now = Instant::now();
+        for due in &mut remaining {
+            due.timeout = due.timeout_at(now);
+        }
+        remaining.retain(|due| !due.timeout.is_zero());
+        if remaining.is_empty() {
+            break;
+        }
         let changes: Vec<VisibilityChange> = remaining
             .iter()
             .map(|due| VisibilityChange {

@@ -727,3 +727,32 @@ async fn a_failed_fifo_head_is_retried_in_place_and_its_followers_spend_no_recei
     assert!(failure.retries_exhausted, "{failure:?}");
     assert!(failure.error.contains("attempt 3 of the 3"), "{}", failure.error);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_message_past_twelve_hours_from_its_first_receive_goes_on_as_a_fresh_copy() {
+    // SQS's 12 hours of visibility count from the first receive (the stricter reading): a message
+    // received again after them can be held no longer than this receive's visibility timeout, so the
+    // worker sends a fresh copy (unrun, its earlier run carried) instead of running it there.
+    let log = Log::new();
+    let queue = queue("aged");
+    queue.push_message(message("plain", &job(1))).unwrap();
+    let first = queue.receive(1, Duration::ZERO).await.unwrap();
+    assert_eq!(first.len(), 1, "the first receive starts SQS's 12 hours");
+    tokio::time::advance(Duration::from_secs(12 * 3600 + 60)).await;
+    let running = start(plain_worker(config(&[("aged", 1)]), &log, &queue));
+    eventually(120, "the job ran once and the queue is empty", || {
+        log.count(Kind::Succeeded) == 1 && queue.is_empty()
+    })
+    .await;
+    let report = running.stop().await;
+    assert_eq!(log.count(Kind::Started), 1, "run once, on the copy");
+    assert_eq!(
+        report.deferred, 1,
+        "the aged receipt went on as a copy: {report:?}"
+    );
+    assert_eq!(
+        queue.requests().change_visibility,
+        0,
+        "no visibility change past the limit"
+    );
+}
