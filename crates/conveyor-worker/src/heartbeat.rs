@@ -44,7 +44,7 @@
 //!    answered, so the message stays invisible until its delete is confirmed.
 //! 8. **At shutdown the heartbeat stops last**, after the drain, the releases and the final delete flush.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -124,7 +124,7 @@ pub(crate) struct Heartbeats {
 }
 
 struct Inner {
-    entries: Mutex<HashMap<u64, Entry>>,
+    entries: Mutex<BTreeMap<u64, Entry>>,
     next_id: AtomicU64,
     settings: HeartbeatSettings,
     queues: Vec<Tracked>,
@@ -189,7 +189,7 @@ impl Due {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -218,7 +218,7 @@ impl Heartbeats {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                entries: Mutex::new(HashMap::new()),
+                entries: Mutex::new(BTreeMap::new()),
                 next_id: AtomicU64::new(0),
                 settings,
                 queues: queues
