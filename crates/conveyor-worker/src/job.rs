@@ -90,7 +90,7 @@ async fn run_in_span(
     }
     let fifo = runtime.queues[queue].is_fifo();
     let counters = runtime.status.counters();
-    if !fifo && past_the_cap(&runtime, queue, visibility_cap) {
+    if !fifo && no_room_to_extend(&runtime, queue, visibility_cap) {
         return renew_past_the_cap(&runtime, &target, held).await;
     }
 
@@ -123,9 +123,9 @@ async fn run_in_span(
 
         if lease.cancellation().is_cancelled() {
             // The lease ended (lost, or the processing limit passed) while the message waited to start.
-            // The first time, on a FIFO queue, it waited behind its group (SQS's 12 hours from the first receive may be spent,
-            // which leaves each receive one visibility timeout); at its last receive it is dead-lettered
-            // with the reason, not left to the redrive.
+            // The first time, on a FIFO queue, it waited behind its group (SQS's 12 hours from the first
+            // receive may be spent, which leaves each receive one visibility timeout): at its last
+            // receive it is dead-lettered with the reason, not left to the redrive.
             if fifo
                 && !processed_once
                 && let Some(processed) =
@@ -192,7 +192,7 @@ async fn run_in_span(
 
 /// Whether SQS's 12 hours from the message's first receive leave it no extension beyond the
 /// visibility timeout this receive gave it.
-fn past_the_cap(runtime: &Runtime, queue: usize, visibility_cap: Instant) -> bool {
+fn no_room_to_extend(runtime: &Runtime, queue: usize, visibility_cap: Instant) -> bool {
     visibility_cap.saturating_duration_since(Instant::now()) <= runtime.visibility[queue]
 }
 
