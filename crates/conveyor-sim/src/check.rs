@@ -109,12 +109,10 @@ fn check_visibility_refusals(scenario: &Scenario, log: &Log, violations: &mut Ve
             .iter()
             .find(|received| Some(&received.message_id) == refused.message_id.as_ref())
             .and_then(|received| received.job);
-        let first = log
-            .received
-            .iter()
-            .filter(|received| Some(&received.message_id) == refused.message_id.as_ref())
-            .filter_map(|received| received.first_received_ms)
-            .min();
+        let first = refused
+            .message_id
+            .as_deref()
+            .and_then(|id| first_received_ms(log, id));
         violations.push(format!(
             "{} asked SQS to keep {message} (job {job:?}, first received at {first:?} ms, visibility {:?}) in \
              flight past its limit, and SQS refused at {} ms: {}",
@@ -127,22 +125,16 @@ fn check_visibility_refusals(scenario: &Scenario, log: &Log, violations: &mut Ve
 /// heartbeat stops extending there (less the clock skew allowance, a margin before it), cancels the
 /// handler and leaves the message to expire; its handler's own timeout may be later. A run cancelled
 /// within two visibility timeouts (and the allowance) before that limit (the heartbeat's margin and a
-/// call's latency allowance), or after it (a FIFO message
-/// received again past its limit is held only for the visibility timeout that receive gave it: no
-/// extension is possible, and a fresh copy would break its group's order), lost nothing it could have
-/// kept, provided SQS refused no visibility change for the message (else the worker asked for more
-/// than the limit, and the lease was lost to that).
+/// call's latency allowance), or after it (a FIFO message received again past its limit is held only
+/// for the visibility timeout that receive gave it: no extension is possible, and a fresh copy would
+/// break its group's order), lost nothing it could have kept, provided SQS refused no visibility
+/// change for the message (else the worker asked for more than the limit, and the lease was lost to
+/// that).
 fn stopped_at_the_visibility_cap(run: &Run, log: &Log, visibility: Duration) -> bool {
     let Some(ended) = run.ended_ms else {
         return false;
     };
-    let Some(first) = log
-        .received
-        .iter()
-        .filter(|received| received.message_id == run.message_id)
-        .filter_map(|received| received.first_received_ms)
-        .min()
-    else {
+    let Some(first) = first_received_ms(log, &run.message_id) else {
         return false;
     };
     let refused = log
@@ -152,6 +144,15 @@ fn stopped_at_the_visibility_cap(run: &Run, log: &Log, visibility: Duration) -> 
     let cap = first + MAX_VISIBILITY_TIMEOUT.as_millis();
     let from = cap.saturating_sub((visibility * 2 + CLOCK_SKEW_ALLOWANCE * 2).as_millis());
     !refused && ended >= from
+}
+
+/// When SQS first handed `message_id` out (virtual ms, as the queue dated it), if it ever did.
+fn first_received_ms(log: &Log, message_id: &str) -> Option<u128> {
+    log.received
+        .iter()
+        .filter(|received| received.message_id == message_id)
+        .filter_map(|received| received.first_received_ms)
+        .min()
 }
 
 /// A store that answers "misconfigured" is a configuration error, not an outage: while it does, a

@@ -174,7 +174,7 @@ pub(crate) async fn apply(
 }
 
 /// Puts the message back without spending a receive: a delayed copy, then the original's delete.
-async fn defer(
+pub(crate) async fn defer(
     runtime: &Runtime,
     target: &Applying<'_>,
     delay: Duration,
@@ -208,7 +208,7 @@ async fn defer(
 /// the copy cannot be built or sent, makes the message visible after `delay` instead (kept within
 /// SQS's limit): false. Send first, delete second: a crash between leaves both, and the idempotency
 /// record makes the second run a duplicate.
-pub(crate) async fn continue_on_copy(
+async fn continue_on_copy(
     runtime: &Runtime,
     target: &Applying<'_>,
     copy: Result<OutgoingMessage, DeferralError>,
@@ -278,6 +278,9 @@ async fn delete(runtime: &Runtime, target: &Applying<'_>, held: Held, confirmed_
 /// back when its current visibility timeout ends: later, never lost.
 pub(crate) async fn set_visibility(runtime: &Runtime, target: &Applying<'_>, delay: Duration) {
     if past_the_limit(target.visibility_cap) {
+        tracing::debug!(
+            "past SQS's 12 hours from the first receive: no visibility change; the message comes back when its visibility timeout ends"
+        );
         return;
     }
     let room = target.room();
@@ -294,13 +297,7 @@ pub(crate) async fn set_visibility(runtime: &Runtime, target: &Applying<'_>, del
 /// is then asked for (not even to 0: SQS may refuse any change past its limit), and the message comes
 /// back when the visibility timeout its receive gave it ends.
 pub(crate) fn past_the_limit(visibility_cap: Instant) -> bool {
-    let past = visibility_cap <= Instant::now();
-    if past {
-        tracing::debug!(
-            "past SQS's 12 hours from the first receive: no visibility change; the message comes back when its visibility timeout ends"
-        );
-    }
-    past
+    visibility_cap <= Instant::now()
 }
 
 /// Makes messages visible again at once, in the given order (one batch call; the queue splits it

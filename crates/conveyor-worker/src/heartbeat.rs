@@ -349,7 +349,8 @@ impl Heartbeats {
                 receipt: entry.receipt.clone(),
                 message_id: entry.message_id.clone(),
                 lease: Arc::clone(&entry.lease),
-                timeout: tracked.target.visibility_timeout.min(room - allowance),
+                // Cut to what the limit leaves at each try (`Due::timeout_at`).
+                timeout: tracked.target.visibility_timeout,
                 stop_at: entry.stop_at,
                 allowance,
             });

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::runtime::{NotRun, added_jitter, deferred_copy, not_run_at_the_last_receive};
+use conveyor_core::runtime::{NotRun, added_jitter, not_run_at_the_last_receive};
 use conveyor_core::{
     message::Message,
     runtime::{Budget, Lease, Outcome, Processed},
@@ -15,8 +15,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::apply::{
-    Applying, Settled, apply, continue_on_copy, past_the_limit, record_retry_in_place, release_in_order,
-    set_visibility,
+    Applying, Settled, apply, defer, past_the_limit, record_retry_in_place, release_in_order, set_visibility,
 };
 use crate::fifo_gate::{Ticket, Turn};
 use crate::protect::{Admission, Breaker, acquire_slot};
@@ -206,15 +205,8 @@ async fn renew_past_the_cap(runtime: &Runtime, target: &Applying<'_>, held: Held
         first_received_at = ?target.message.first_received_at,
         "SQS's 12 hours from the first receive are spent: the job goes on as a fresh copy, unrun"
     );
-    let copy = deferred_copy(target.message, Duration::ZERO, false);
-    let counters = runtime.status.counters();
-    let counter = if continue_on_copy(runtime, target, copy, Duration::ZERO, held).await {
-        &counters.deferred
-    } else {
-        &counters.retried
-    };
-    add(counter, 1);
-    Settled::Returned
+    let reason = "SQS's 12 hours from the first receive are spent";
+    defer(runtime, target, Duration::ZERO, reason, held).await
 }
 
 /// Runs a FIFO group's messages of one batch in order, one at a time. When one goes back to the
