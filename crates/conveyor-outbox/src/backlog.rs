@@ -1,27 +1,23 @@
-//! Writing a backlog of outbox items quickly (25 per `BatchWriteItem`), for the backlog test and the
-//! benchmark (`make bench`). Not how an application writes them: that is one item per transaction.
+//! Writing a backlog of outbox jobs quickly (25 per `BatchWriteItem`), for the backlog test and the
+//! benchmark (`make bench`). Not how an application writes them: that is its own transaction with the
+//! aggregate's head.
 
-use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+use std::collections::HashMap;
 
-use crate::OutboxItem;
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 
 /// Writes `items` with `BatchWriteItem`, retrying unprocessed ones; returns how many requests it took.
 #[doc(hidden)]
 pub async fn write_backlog(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
-    items: &[OutboxItem],
+    items: &[HashMap<String, AttributeValue>],
 ) -> Result<u64, aws_sdk_dynamodb::Error> {
     let mut requests = 0;
     for chunk in items.chunks(25) {
         let mut writes: Vec<WriteRequest> = chunk
             .iter()
-            .filter_map(|item| {
-                PutRequest::builder()
-                    .set_item(Some(item.item().clone()))
-                    .build()
-                    .ok()
-            })
+            .filter_map(|item| PutRequest::builder().set_item(Some(item.clone())).build().ok())
             .map(|put| WriteRequest::builder().put_request(put).build())
             .collect();
         while !writes.is_empty() {

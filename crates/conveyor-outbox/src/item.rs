@@ -1,18 +1,27 @@
-//! [`Outbox`]: a job turned into the `TransactWriteItem` an application adds to its own transaction.
+//! [`Outbox`]: jobs turned into the `TransactWriteItem`s an application adds to its own DynamoDB
+//! transaction.
 //!
-//! The job goes through the producer's own encoding and checks ([`NewJob::to_message`]): size, attribute
-//! count and names, schema version, delay, FIFO group. A job that would be refused at send time is refused
-//! here, before the transaction, so a committed outbox item is always sendable.
+//! # Design note: the sequence
+//!
+//! Each aggregate has a head item holding the last sequence number allocated. The jobs of one
+//! [`Outbox::put`] take the next numbers, and the transaction updates the head on the condition that it
+//! still holds the number read before ([`Outbox::head`], one consistent `GetItem`). Two transactions
+//! that read the same head cannot both commit: the second fails with `TransactionCanceledException`
+//! (reason `ConditionalCheckFailed` on the head) and the application runs it again, as it would for
+//! any optimistic write ([`is_sequence_conflict`] tells it apart). So job `n + 1` of an aggregate commits
+//! only after job `n`, which is what the relay's order rests on (`relay.rs`).
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use conveyor_core::limits::MAX_ITEM_BYTES;
 use conveyor_core::port::OutgoingMessage;
 use conveyor_sqs::{NewJob, ProduceError};
 use serde::Serialize;
 
+use crate::encode::{EncodedJob, encode};
 use crate::table::{self, OutboxTable};
 
 /// Why a job could not be put in the outbox.
@@ -23,10 +32,10 @@ pub enum OutboxError {
     /// would return).
     #[error(transparent)]
     Job(#[from] ProduceError),
-    /// The aggregate id is empty or too long.
+    /// The aggregate id is empty, too long or reserved.
     #[error(
         "job {job_type}: the aggregate id must be 1 to 128 characters (it becomes the FIFO message group \
-         id), got {length}"
+         id) and must not start with `lease#`, got {length} bytes"
     )]
     InvalidAggregate {
         /// The job type.
@@ -59,6 +68,25 @@ pub enum OutboxError {
         /// DynamoDB's limit.
         limit: usize,
     },
+    /// More jobs than one transaction holds.
+    #[error(
+        "{count} jobs for one aggregate: a DynamoDB transaction holds 100 items, one of them the \
+         aggregate's head; split them over transactions"
+    )]
+    TooManyJobs {
+        /// The jobs given.
+        count: usize,
+    },
+    /// The aggregate's head could not be read.
+    #[error("reading the outbox head of aggregate {aggregate} in table {table}: {message}")]
+    Head {
+        /// The table.
+        table: String,
+        /// The aggregate.
+        aggregate: String,
+        /// The SDK's error.
+        message: String,
+    },
     /// The item could not be built (a required field missing).
     #[error("the outbox item could not be built: {0}")]
     Build(String),
@@ -77,75 +105,80 @@ pub enum OutboxError {
 ///     OutboxTable::new("orders"),
 ///     "https://sqs.us-east-1.amazonaws.com/123456789012/invoices",
 /// );
-/// let item = outbox.put(NewJob::new("invoice", Invoice { order_id: 42 }), "order:42")?;
-/// // client.transact_write_items().transact_items(order_put).transact_items(item.into()).send().await?;
-/// assert!(item.idempotency_key().starts_with("outbox:"));
+/// // `head` is what `outbox.head(&client, "order:42").await?` read (0 for a new aggregate).
+/// let write = outbox.put_after(vec![NewJob::new("invoice", Invoice { order_id: 42 })], "order:42", 0)?;
+/// assert_eq!(write.transact_items().len(), 2, "the job and the aggregate's head");
+/// // client.transact_write_items().transact_items(order_put).set_transact_items(Some(write.transact_items())).send().await?;
+/// assert!(write.idempotency_keys()[0].starts_with("outbox:"));
 /// # Ok::<(), conveyor_outbox::OutboxError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Outbox {
     table: OutboxTable,
     queue_url: String,
-    queue_name: String,
-    ttl: Duration,
 }
 
-/// One outbox item: the `Put` to add to the application's `TransactWriteItems`.
+/// The items of one [`Outbox::put`]: the jobs and the aggregate's head update, to add to the application's
+/// `TransactWriteItems`.
 #[derive(Debug, Clone)]
-pub struct OutboxItem {
-    id: String,
-    idempotency_key: String,
-    item: HashMap<String, AttributeValue>,
-    put: TransactWriteItem,
+pub struct OutboxWrite {
+    ids: Vec<String>,
+    idempotency_keys: Vec<String>,
+    items: Vec<HashMap<String, AttributeValue>>,
+    transact_items: Vec<TransactWriteItem>,
 }
 
-impl OutboxItem {
-    /// The item id.
-    pub fn id(&self) -> &str {
-        &self.id
+impl OutboxWrite {
+    /// The jobs' item ids.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
     }
 
-    /// The idempotency key the consumer settles the job under: the job's own key when it set one,
+    /// The idempotency keys the consumer settles the jobs under: each job's own key when it set one,
     /// otherwise `outbox:<item id>`.
-    pub fn idempotency_key(&self) -> &str {
-        &self.idempotency_key
+    pub fn idempotency_keys(&self) -> &[String] {
+        &self.idempotency_keys
     }
 
-    /// The item's attributes (for `BatchWriteItem` or inspection).
-    pub fn item(&self) -> &HashMap<String, AttributeValue> {
-        &self.item
+    /// The jobs' items (for inspection and the benchmark's bulk writes).
+    pub fn items(&self) -> &[HashMap<String, AttributeValue>] {
+        &self.items
     }
 
-    /// The `TransactWriteItem`: a `Put` conditional on the item not existing yet.
-    pub fn transact_item(&self) -> TransactWriteItem {
-        self.put.clone()
+    /// The `TransactWriteItem`s: one `Put` per job (conditional on the item not existing) and the head's
+    /// `Update` (conditional on the sequence read before).
+    pub fn transact_items(&self) -> Vec<TransactWriteItem> {
+        self.transact_items.clone()
     }
 }
 
-impl From<OutboxItem> for TransactWriteItem {
-    fn from(item: OutboxItem) -> Self {
-        item.put
+impl IntoIterator for OutboxWrite {
+    type Item = TransactWriteItem;
+    type IntoIter = std::vec::IntoIter<TransactWriteItem>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.transact_items.into_iter()
     }
+}
+
+/// True when a transaction failed because another transaction took the aggregate's next sequence
+/// number first: read the head again and run the transaction again.
+pub fn is_sequence_conflict(error: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError>) -> bool {
+    let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = error.as_service_error() else {
+        return false;
+    };
+    cancelled.cancellation_reasons().iter().any(|reason| {
+        matches!(reason.code(), Some("ConditionalCheckFailed" | "TransactionConflict"))
+    })
 }
 
 impl Outbox {
     /// An outbox in `table` for the queue at `queue_url` (FIFO when its name ends in `.fifo`).
     pub fn new(table: OutboxTable, queue_url: impl Into<String>) -> Self {
-        let queue_url = queue_url.into();
-        let queue_name = queue_url.rsplit('/').next().unwrap_or_default().to_owned();
         Self {
             table,
-            queue_url,
-            queue_name,
-            ttl: table::DEFAULT_TTL,
+            queue_url: queue_url.into(),
         }
-    }
-
-    /// How long an outbox item lives if it is never deleted (default [`table::DEFAULT_TTL`]): the TTL
-    /// attribute is a backstop, not what removes sent items.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
     }
 
     /// The outbox table.
@@ -153,59 +186,98 @@ impl Outbox {
         &self.table
     }
 
-    /// The item for `job`, with a new random id. `aggregate` orders jobs: the relay sends the jobs of one
-    /// aggregate in the order their transactions committed, and on a FIFO queue it is the message group
-    /// id (replacing a group id set on the job).
-    pub fn put<J: Serialize>(&self, job: NewJob<J>, aggregate: &str) -> Result<OutboxItem, OutboxError> {
-        self.put_with_id(job, aggregate, &uuid::Uuid::new_v4().to_string())
+    /// The last sequence number allocated to `aggregate` (0 for a new one): one consistent `GetItem`.
+    pub async fn head(&self, client: &aws_sdk_dynamodb::Client, aggregate: &str) -> Result<u64, OutboxError> {
+        let output = client
+            .get_item()
+            .table_name(&self.table.name)
+            .key(&self.table.partition_key, AttributeValue::S(OutboxTable::aggregate_key(aggregate)))
+            .key(&self.table.sort_key, AttributeValue::S(table::HEAD_KEY.to_owned()))
+            .projection_expression("#sequence")
+            .expression_attribute_names("#sequence", table::SEQUENCE)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| OutboxError::Head {
+                table: self.table.name.clone(),
+                aggregate: aggregate.to_owned(),
+                message: aws_sdk_dynamodb::error::DisplayErrorContext(&error).to_string(),
+            })?;
+        Ok(output
+            .item
+            .and_then(|item| item.get(table::SEQUENCE)?.as_n().ok()?.parse().ok())
+            .unwrap_or(0))
     }
 
-    /// The item for a job that needs no order relative to other jobs: its aggregate is its own item id,
-    /// so the relay batches it freely.
-    pub fn put_unordered<J: Serialize>(&self, job: NewJob<J>) -> Result<OutboxItem, OutboxError> {
-        let id = uuid::Uuid::new_v4().to_string();
-        self.put_with_id(job, &id, &id)
-    }
-
-    /// As [`Outbox::put`] with an id the application chose (1 to 100 characters: letters, digits and
-    /// punctuation, as SQS allows in a deduplication id). Putting the same id twice fails the second
-    /// transaction (`ConditionalCheckFailed`).
-    pub fn put_with_id<J: Serialize>(
+    /// The items for `job` as `aggregate`'s next job: reads the head, then builds the job's `Put` and the
+    /// head's `Update`. `aggregate` orders jobs: the relay sends them in the order their transactions
+    /// committed; on a FIFO queue it is the message group id (replacing a group id set on the job).
+    pub async fn put<J: Serialize>(
         &self,
+        client: &aws_sdk_dynamodb::Client,
         job: NewJob<J>,
         aggregate: &str,
+    ) -> Result<OutboxWrite, OutboxError> {
+        let head = self.head(client, aggregate).await?;
+        self.put_after(vec![job], aggregate, head)
+    }
+
+    /// The items for `jobs` (in this order) as `aggregate`'s next jobs after sequence `head` (what
+    /// [`Outbox::head`] read). Up to 99 jobs (a transaction holds 100 items, one is the head).
+    pub fn put_after<J: Serialize>(
+        &self,
+        jobs: Vec<NewJob<J>>,
+        aggregate: &str,
+        head: u64,
+    ) -> Result<OutboxWrite, OutboxError> {
+        if jobs.is_empty() || jobs.len() > 99 {
+            return Err(OutboxError::TooManyJobs { count: jobs.len() });
+        }
+        let mut write = OutboxWrite {
+            ids: Vec::new(),
+            idempotency_keys: Vec::new(),
+            items: Vec::new(),
+            transact_items: Vec::new(),
+        };
+        let mut sequence = head;
+        for job in jobs {
+            sequence += 1;
+            let id = uuid::Uuid::new_v4().to_string();
+            let encoded = encode(job, &self.queue_url, aggregate, &id)?;
+            self.push_job(&mut write, encoded, aggregate, sequence, &id)?;
+        }
+        write.transact_items.push(self.head_update(aggregate, head, sequence)?);
+        Ok(write)
+    }
+
+    /// The item for a job that needs no order relative to other jobs: an aggregate of its own (its item
+    /// id), sequence 1, no head item.
+    pub fn put_unordered<J: Serialize>(&self, job: NewJob<J>) -> Result<OutboxWrite, OutboxError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let encoded = encode(job, &self.queue_url, &id, &id)?;
+        let mut write = OutboxWrite {
+            ids: Vec::new(),
+            idempotency_keys: Vec::new(),
+            items: Vec::new(),
+            transact_items: Vec::new(),
+        };
+        self.push_job(&mut write, encoded, &id, 1, &id)?;
+        Ok(write)
+    }
+
+    fn push_job(
+        &self,
+        write: &mut OutboxWrite,
+        encoded: EncodedJob,
+        aggregate: &str,
+        sequence: u64,
         id: &str,
-    ) -> Result<OutboxItem, OutboxError> {
-        let job_type = job.job_type().to_owned();
-        if aggregate.is_empty() || aggregate.len() > 128 {
-            return Err(OutboxError::InvalidAggregate {
-                job_type,
-                length: aggregate.len(),
-            });
-        }
-        if id.is_empty() || id.len() > 100 {
-            return Err(OutboxError::InvalidId {
-                job_type,
-                length: id.len(),
-            });
-        }
-        let fifo = self.queue_name.ends_with(".fifo");
-        let key = job
-            .producer_key()
-            .map_or_else(|| format!("outbox:{id}"), str::to_owned);
-        let mut job = job.key(key.clone());
-        if fifo {
-            job = job.group_id(aggregate);
-        }
-        let mut message = job.to_message(&self.queue_name)?;
-        if fifo && message.deduplication_id.is_none() {
-            message.deduplication_id = Some(id.to_owned());
-        }
-        let item = self.item(&message, &job_type, aggregate, &key, id);
+    ) -> Result<(), OutboxError> {
+        let item = self.item(&encoded, aggregate, sequence, id);
         let size = item_size(&item);
         if size > MAX_ITEM_BYTES {
             return Err(OutboxError::TooLarge {
-                job_type,
+                job_type: encoded.job_type,
                 size,
                 limit: MAX_ITEM_BYTES,
             });
@@ -217,44 +289,65 @@ impl Outbox {
             .expression_attribute_names("#pk", &self.table.partition_key)
             .build()
             .map_err(|error| OutboxError::Build(error.to_string()))?;
-        Ok(OutboxItem {
-            id: id.to_owned(),
-            idempotency_key: key,
-            item,
-            put: TransactWriteItem::builder().put(put).build(),
-        })
+        write.ids.push(id.to_owned());
+        write.idempotency_keys.push(encoded.idempotency_key);
+        write.items.push(item);
+        write
+            .transact_items
+            .push(TransactWriteItem::builder().put(put).build());
+        Ok(())
+    }
+
+    /// The head's update to `last`, on the condition that it still holds `head`.
+    fn head_update(&self, aggregate: &str, head: u64, last: u64) -> Result<TransactWriteItem, OutboxError> {
+        let condition = if head == 0 {
+            "attribute_not_exists(#sequence)"
+        } else {
+            "#sequence = :head"
+        };
+        let mut update = Update::builder()
+            .table_name(&self.table.name)
+            .key(&self.table.partition_key, AttributeValue::S(OutboxTable::aggregate_key(aggregate)))
+            .key(&self.table.sort_key, AttributeValue::S(table::HEAD_KEY.to_owned()))
+            .update_expression("SET #sequence = :last")
+            .condition_expression(condition)
+            .expression_attribute_names("#sequence", table::SEQUENCE)
+            .expression_attribute_values(":last", AttributeValue::N(last.to_string()));
+        if head > 0 {
+            update = update.expression_attribute_values(":head", AttributeValue::N(head.to_string()));
+        }
+        let update = update
+            .build()
+            .map_err(|error| OutboxError::Build(error.to_string()))?;
+        Ok(TransactWriteItem::builder().update(update).build())
     }
 
     fn item(
         &self,
-        message: &OutgoingMessage,
-        job_type: &str,
+        encoded: &EncodedJob,
         aggregate: &str,
-        key: &str,
+        sequence: u64,
         id: &str,
     ) -> HashMap<String, AttributeValue> {
-        let now = SystemTime::now();
-        let now_millis = conveyor_core::runtime::epoch_millis(now);
-        let expires = now_millis / 1000 + self.ttl.as_secs();
+        let message = &encoded.message;
+        let now_millis = conveyor_core::runtime::epoch_millis(SystemTime::now());
         let string = |value: &str| AttributeValue::S(value.to_owned());
         let number = |value: u64| AttributeValue::N(value.to_string());
-        let mut item = HashMap::new();
-        for name in self.table.key_names() {
-            item.insert(name.to_owned(), string(&OutboxTable::key_value(id)));
-        }
-        item.insert(
-            table::VERSION.to_owned(),
-            number(u64::from(table::FORMAT_VERSION)),
-        );
-        item.insert(table::ID.to_owned(), string(id));
-        item.insert(table::QUEUE_URL.to_owned(), string(&self.queue_url));
-        item.insert(table::JOB_TYPE.to_owned(), string(job_type));
-        item.insert(table::AGGREGATE.to_owned(), string(aggregate));
-        item.insert(table::IDEMPOTENCY_KEY.to_owned(), string(key));
-        item.insert(table::BODY.to_owned(), string(&message.body));
-        item.insert(table::ATTRIBUTES.to_owned(), attributes_value(message));
-        item.insert(table::CREATED_AT.to_owned(), number(now_millis));
-        item.insert(self.table.ttl_attribute.clone(), number(expires));
+        let mut item = HashMap::from([
+            (self.table.partition_key.clone(), string(&OutboxTable::aggregate_key(aggregate))),
+            (self.table.sort_key.clone(), string(&OutboxTable::job_key(sequence))),
+            (table::VERSION.to_owned(), number(u64::from(table::FORMAT_VERSION))),
+            (table::ID.to_owned(), string(id)),
+            (table::QUEUE_URL.to_owned(), string(&self.queue_url)),
+            (table::JOB_TYPE.to_owned(), string(&encoded.job_type)),
+            (table::AGGREGATE.to_owned(), string(aggregate)),
+            (table::SEQUENCE.to_owned(), number(sequence)),
+            (table::IDEMPOTENCY_KEY.to_owned(), string(&encoded.idempotency_key)),
+            (table::BODY.to_owned(), string(&message.body)),
+            (table::ATTRIBUTES.to_owned(), attributes_value(message)),
+            (table::CREATED_AT.to_owned(), number(now_millis)),
+            (table::PENDING.to_owned(), string(&pending_bucket(aggregate))),
+        ]);
         if let Some(delay) = message.delay {
             let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
             item.insert(table::DELAY_MS.to_owned(), number(millis));
@@ -271,6 +364,17 @@ impl Outbox {
         }
         item
     }
+}
+
+/// The pending index's partition key value of `aggregate`'s jobs: `pending#<bucket>`, the bucket a
+/// stable hash (FNV-1a) of the aggregate.
+pub(crate) fn pending_bucket(aggregate: &str) -> String {
+    let hash = aggregate
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("pending#{}", hash % u64::from(table::PENDING_BUCKETS))
 }
 
 /// The message attributes as a map of name to `{type, string}` or `{type, binary}`.
@@ -320,6 +424,8 @@ fn value_size(value: &AttributeValue) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
 
     use super::*;
@@ -331,61 +437,93 @@ mod tests {
     }
 
     #[test]
-    fn the_item_carries_the_encoded_job_and_a_derived_key() -> anyhow::Result<()> {
+    fn the_items_carry_the_encoded_jobs_in_sequence_after_the_head() -> anyhow::Result<()> {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
-        let item = outbox.put_with_id(NewJob::new("invoice", 7), "order:1", "abc")?;
-        assert_eq!(item.idempotency_key(), "outbox:abc");
-        let fields = item.item();
-        assert_eq!(string(fields, "pk"), "outbox#abc");
-        assert_eq!(string(fields, "sk"), "outbox#abc");
-        assert_eq!(string(fields, table::BODY), "7");
-        assert_eq!(string(fields, table::AGGREGATE), "order:1");
+        let write = outbox.put_after(vec![NewJob::new("invoice", 7), NewJob::new("invoice", 8)], "order:1", 4)?;
+        assert_eq!(write.items().len(), 2);
+        let first = &write.items()[0];
+        assert_eq!(string(first, "pk"), "outbox#order:1");
+        assert_eq!(string(first, "sk"), "outbox#job#00000000000000000005");
+        assert_eq!(string(&write.items()[1], "sk"), "outbox#job#00000000000000000006");
+        assert_eq!(string(first, table::BODY), "7");
+        assert_eq!(string(first, table::AGGREGATE), "order:1");
+        assert!(string(first, table::PENDING).starts_with("pending#"));
+        assert!(!first.contains_key(table::GROUP_ID), "standard queues get no group");
         assert!(
-            !fields.contains_key(table::GROUP_ID),
-            "standard queues get no group"
+            !first.keys().any(|name| name.contains("expires")),
+            "no TTL on a committed job"
         );
-        let attributes = fields
+        let attributes = first
             .get(table::ATTRIBUTES)
             .and_then(|value| value.as_m().ok())
             .ok_or_else(|| anyhow::anyhow!("no attributes"))?;
         assert!(attributes.contains_key(IDEMPOTENCY_KEY_ATTRIBUTE));
-        let put = item.transact_item();
-        let put = put.put().ok_or_else(|| anyhow::anyhow!("not a put"))?;
+        assert_eq!(write.idempotency_keys()[0], format!("outbox:{}", write.ids()[0]));
+        let items = write.transact_items();
+        assert_eq!(items.len(), 3);
+        let head = items[2].update().ok_or_else(|| anyhow::anyhow!("the head is an update"))?;
+        assert_eq!(head.condition_expression(), "#sequence = :head");
+        assert_eq!(
+            head.expression_attribute_values().and_then(|values| values.get(":last")),
+            Some(&AttributeValue::N("6".into()))
+        );
+        let put = items[0].put().ok_or_else(|| anyhow::anyhow!("not a put"))?;
         assert_eq!(put.condition_expression(), Some("attribute_not_exists(#pk)"));
         Ok(())
     }
 
     #[test]
     fn fifo_items_group_by_aggregate_and_deduplicate_by_id() -> anyhow::Result<()> {
-        let outbox = Outbox::new(
-            OutboxTable::new("t").sort_key(None),
-            "http://localhost/000/jobs.fifo",
+        let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs.fifo");
+        let write = outbox.put_after(vec![NewJob::new("invoice", 7).key("invoice:7")], "order:1", 0)?;
+        assert_eq!(write.idempotency_keys()[0], "invoice:7", "the job's own key wins");
+        let item = &write.items()[0];
+        assert_eq!(string(item, table::GROUP_ID), "order:1");
+        assert_eq!(string(item, table::DEDUPLICATION_ID), write.ids()[0]);
+        let head = write.transact_items()[1].update().cloned();
+        assert_eq!(
+            head.map(|update| update.condition_expression().to_owned()),
+            Some("attribute_not_exists(#sequence)".to_owned()),
+            "a new aggregate's head must not exist yet"
         );
-        let item = outbox.put_with_id(NewJob::new("invoice", 7).key("invoice:7"), "order:1", "abc")?;
-        assert_eq!(item.idempotency_key(), "invoice:7", "the job's own key wins");
-        assert_eq!(string(item.item(), table::GROUP_ID), "order:1");
-        assert_eq!(string(item.item(), table::DEDUPLICATION_ID), "abc");
-        assert!(!item.item().contains_key("sk"));
         Ok(())
     }
 
     #[test]
     fn the_producers_checks_and_the_item_limit_apply_before_the_transaction() {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs.fifo");
-        let delayed = outbox.put(NewJob::new("t", 1).delay(Duration::from_secs(5)), "a");
-        assert!(matches!(
-            delayed,
-            Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))
-        ));
+        let delayed = outbox.put_after(vec![NewJob::new("t", 1).delay(Duration::from_secs(5))], "a", 0);
+        assert!(matches!(delayed, Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))));
         let standard = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
-        let big = standard.put(NewJob::new("t", "x".repeat(500 * 1024)), "a");
+        let big = standard.put_after(vec![NewJob::new("t", "x".repeat(500 * 1024))], "a", 0);
         let Err(error) = big else {
             panic!("a 500 KB job fits no item")
         };
         assert!(error.to_string().contains("409600"), "{error}");
-        assert!(matches!(
-            standard.put(NewJob::new("t", 1), ""),
-            Err(OutboxError::InvalidAggregate { .. })
-        ));
+        for aggregate in ["", "lease#relay"] {
+            assert!(matches!(
+                standard.put_after(vec![NewJob::new("t", 1)], aggregate, 0),
+                Err(OutboxError::InvalidAggregate { .. })
+            ));
+        }
+        let none: Vec<NewJob<u32>> = Vec::new();
+        assert!(matches!(standard.put_after(none, "a", 0), Err(OutboxError::TooManyJobs { count: 0 })));
+    }
+
+    #[test]
+    fn unordered_jobs_need_no_head() -> anyhow::Result<()> {
+        let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
+        let write = outbox.put_unordered(NewJob::new("t", 1))?;
+        assert_eq!(write.transact_items().len(), 1);
+        assert_eq!(string(&write.items()[0], table::AGGREGATE), write.ids()[0]);
+        Ok(())
+    }
+
+    #[test]
+    fn buckets_are_stable_and_spread() {
+        assert_eq!(pending_bucket("order:1"), pending_bucket("order:1"));
+        let buckets: std::collections::HashSet<String> =
+            (0..64).map(|n| pending_bucket(&format!("order:{n}"))).collect();
+        assert_eq!(buckets.len(), table::PENDING_BUCKETS as usize);
     }
 }

@@ -2,20 +2,28 @@
 
 #[doc(hidden)]
 pub mod backlog;
-pub mod image;
+pub mod conformance;
+mod dynamo;
+mod encode;
 mod item;
+mod lease;
+pub mod memory;
+mod poller;
 mod relay;
 mod setup;
-pub mod state;
-mod stream;
+mod sink;
+pub mod store;
 pub mod table;
 
-pub use image::{Change, Image, StreamRecord, Value};
-pub use item::{Outbox, OutboxError, OutboxItem};
-pub use relay::{Relay, RelayReport};
-pub use setup::{CreateTableError, create_outbox_table};
-pub use stream::{
-    LEASE_SECONDS_ENV, ProgressSnapshot, RelayProgress, STATE_TABLE_ENV, StreamRelay, StreamRelayError,
-    StreamRelayOptions, stream_relay_from_env, streams_client, streams_client_from_env,
+pub use dynamo::DynamoOutboxStore;
+pub use encode::{EncodedJob, encode};
+pub use item::{Outbox, OutboxError, OutboxWrite, is_sequence_conflict};
+pub use lease::{Lease, LeaseFence};
+pub use poller::{
+    OLDEST_UNSENT_METRIC, PARKED_METRIC, Poller, PollerOptions, SENT_METRIC, backlog, publish,
 };
+pub use relay::{Fence, Relay, RelayOptions, RelayReport, Unfenced, WallClock};
+pub use setup::{CreateTableError, create_outbox_table};
+pub use sink::{JobSink, QueueSink, SendFailure, SqsSink};
+pub use store::{Backlog, JobRef, LeaseRecord, OutboxStore, StoreError, StoredJob};
 pub use table::OutboxTable;

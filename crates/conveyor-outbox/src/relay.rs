@@ -1,337 +1,452 @@
-//! [`Relay`]: sends the outbox items of a run of stream records to SQS and deletes them. One
-//! implementation, used by the Lambda handler (`conveyor_lambda::outbox`) and the stream reader
-//! ([`crate::StreamRelay`]).
+//! [`Relay`]: sends committed jobs from an [`OutboxStore`] to SQS, each aggregate's in order. One
+//! implementation behind every way the relay runs: the stream-triggered Lambda handler
+//! (`conveyor_lambda::outbox`), the polling relay ([`crate::Poller`]: the worker's task and
+//! `conveyor outbox relay`) and the sweep that finds what no trigger announced.
 //!
-//! # Design note: order, failures and duplicates
+//! # Design note: why each aggregate's order holds
 //!
-//! - Records arrive in stream order (per shard; DynamoDB keeps one item key's changes in one shard in
-//!   order). The jobs of one aggregate are sent in that order: a job is sent only after every earlier job of
-//!   its aggregate was accepted, so at most one job per aggregate goes into a round of `SendMessageBatch`
-//!   calls (one call per queue, up to 10 entries of 10 aggregates). An aggregate may span queues.
-//!   `Outbox::put_unordered` gives a job an aggregate of its own (its item id), for jobs that need no order.
-//! - When a job cannot be sent, the later jobs of its aggregate are not sent in this run. The caller learns
-//!   the index of the first record not relayed ([`RelayReport::first_failure`]) and resumes there (Lambda:
-//!   `batchItemFailures`; the stream reader: its checkpoint stops before it). Records after that index
-//!   that were sent are sent again on the retry: a duplicate on a standard queue, which the consumer
-//!   settles once under the job's idempotency key, and on a FIFO queue a deduplicated re-send within
-//!   SQS's 5-minute window (the deduplication id is the item id).
-//! - Items are deleted only after their job was accepted by SQS. A crash between the send and the delete,
-//!   or a failed delete, leaves the item in the table (its TTL removes it later) and, when the caller had
-//!   not yet checkpointed, the record is read and sent again: a duplicate, settled once by the consumer.
-//!   A failed delete is therefore logged and counted, never reported as a failure.
-//! - Items that are outbox items but cannot be sent (a malformed or newer-format item) are logged with
-//!   their id and skipped: retrying cannot fix them, and the item stays in the table for inspection.
+//! The store hands out an aggregate's unsent jobs lowest sequence first, and the writer's transaction
+//! gives sequence `n + 1` only after `n` committed. The relay sends an aggregate's next job only after
+//! SQS accepted the previous one **and** this relay's conditional removal of it succeeded
+//! ([`OutboxStore::remove_sent`]). Whatever else happens, job `n + 1` is first sent after job `n` was
+//! accepted:
+//! - **Shards, splits, concurrent invocations, several relays**: the store, not a stream's order, is the
+//!   truth. A stream record (or a sweep) only says "look at this aggregate"; the relay reads the
+//!   aggregate from the store. Two relays on one aggregate both send its first job at worst; one removal
+//!   wins and the loser stops on that aggregate. The duplicate is settled once by the consumer under the
+//!   job's idempotency key (FIFO queues also deduplicate it by the item id within 5 minutes).
+//! - **Takeovers** ([`crate::Poller`]): a relay checks its lease before every send round, and a taker
+//!   waits a whole lease after it saw the lease unchanged, on its own clock (see `lease.rs`). A holder
+//!   paused between its check and its send can still send once late: a duplicate of a job that was
+//!   accepted already, as above, never a job out of order.
+//! - **Retries**: a job not sent stays first in its aggregate; nothing after it is sent in the same pass,
+//!   and nothing sent is sent again by the relay that sent it (it was removed).
+//! - **Poison**: a job that SQS refuses for a reason that does not go away by itself (a missing queue,
+//!   denied access, a message too large for the queue) is tried again with backoff and parked after
+//!   [`RelayOptions::max_attempts`]; its aggregate's later jobs wait behind it (their order) until an
+//!   operator fixes the cause and unparks it (`conveyor outbox resend`). Other aggregates keep moving.
+//!   Throttling and outages never park a job: they only delay it, and the backlog's age says so.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, WriteRequest};
 use conveyor_core::limits::MAX_BATCH_ENTRIES;
-use conveyor_sqs::Producer;
+use conveyor_core::runtime::epoch_millis;
+use tokio::time::Instant;
 
-use crate::image::{Change, OutboxEntry, StreamRecord, parse};
-use crate::table::OutboxTable;
+use crate::sink::{JobSink, SendFailure};
+use crate::store::{JobRef, OutboxStore, StoreError, StoredJob};
 
-/// DynamoDB's `BatchWriteItem` limit.
-const DELETE_BATCH: usize = 25;
-/// Attempts for the unprocessed deletes of one `BatchWriteItem`.
-const DELETE_ATTEMPTS: u32 = 3;
-
-/// What one [`Relay::relay`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RelayReport {
-    /// Jobs SQS accepted.
-    pub sent: usize,
-    /// Records that are not outbox inserts (other items, `MODIFY`, `REMOVE`).
-    pub ignored: usize,
-    /// Outbox inserts whose item is removed later in the same run (sent and deleted by an earlier relay
-    /// whose checkpoint was lost, or deleted before it was sent): not sent again.
-    pub already_removed: usize,
-    /// Outbox items that cannot be sent (malformed or of a newer format); logged.
-    pub unreadable: usize,
-    /// Sent items deleted from the outbox table.
-    pub deleted: usize,
-    /// Sent items whose delete failed (left to their TTL).
-    pub delete_failures: usize,
-    /// The index of the first record not relayed: it and everything after it must be retried.
-    pub first_failure: Option<usize>,
-    /// AWS requests made (sends and deletes).
-    pub requests: u64,
+/// Settings of a [`Relay`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RelayOptions {
+    /// Permanent send failures after which a job is parked. Default 8 (with the backoff, about 4 minutes
+    /// of a queue that cannot take it).
+    pub max_attempts: u32,
+    /// An aggregate's jobs read per pass. Default 25.
+    pub jobs_per_read: usize,
+    /// The first pause before an aggregate whose job failed is tried again; doubled per failure up to
+    /// [`RelayOptions::max_backoff`]. Default 1 s.
+    pub backoff: Duration,
+    /// The longest pause between tries. Default 60 s.
+    pub max_backoff: Duration,
 }
 
-/// Sends outbox items to SQS and deletes them from the outbox table.
+impl Default for RelayOptions {
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            jobs_per_read: 25,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one pass of a [`Relay`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayReport {
+    /// Aggregates looked at.
+    pub aggregates: usize,
+    /// Jobs SQS accepted and this relay removed.
+    pub sent: usize,
+    /// Jobs SQS accepted that another relay had removed already (a race; the duplicate is settled once).
+    pub raced: usize,
+    /// Send failures (each aggregate's first unsent job at most once per pass).
+    pub failed: usize,
+    /// Jobs parked by this pass.
+    pub parked: usize,
+    /// Aggregates not relayed: their first job is parked or unreadable, or they wait out a backoff.
+    pub blocked: usize,
+    /// Store calls that failed (the aggregates involved are retried by a later pass).
+    pub store_errors: usize,
+    /// False when the relay stopped because its lease was no longer held.
+    pub lease_held: bool,
+}
+
+/// Tells the relay whether it may still send: checked before every send round.
+pub trait Fence: Send + Sync {
+    /// True while sends are allowed.
+    fn holds(&self) -> bool;
+}
+
+/// No lease: for relays whose safety rests on the store's conditional removals alone (the Lambda handler).
+#[derive(Debug, Clone, Copy)]
+pub struct Unfenced;
+
+impl Fence for Unfenced {
+    fn holds(&self) -> bool {
+        true
+    }
+}
+
+/// The wall clock the relay reads (epoch milliseconds); the simulator sets its own.
+pub type WallClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Sends outbox jobs to SQS in each aggregate's order. Clones share their backoff state.
 #[derive(Clone)]
 pub struct Relay {
-    sqs: aws_sdk_sqs::Client,
-    dynamodb: aws_sdk_dynamodb::Client,
-    table: OutboxTable,
-    producers: Arc<Mutex<HashMap<String, Arc<Producer>>>>,
-    requests: Arc<AtomicU64>,
+    store: Arc<dyn OutboxStore>,
+    sink: Arc<dyn JobSink>,
+    options: RelayOptions,
+    wall_clock: WallClock,
+    /// Aggregates whose first job failed: when they may be tried again, and how many failures in a row.
+    backoff: Arc<Mutex<HashMap<String, (Instant, u32)>>>,
 }
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Relay")
-            .field("table", &self.table.name)
+            .field("store", &self.store.name())
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
-/// One record's outbox entry and its index in the run.
-struct Pending {
-    index: usize,
-    entry: OutboxEntry,
+/// One aggregate's jobs still to send in this pass.
+struct Lineage {
+    aggregate: String,
+    jobs: VecDeque<StoredJob>,
+    /// The read returned as many jobs as it asked for: there may be more.
+    full: bool,
 }
 
 impl Relay {
-    /// A relay for the outbox `table`.
-    pub fn new(sqs: aws_sdk_sqs::Client, dynamodb: aws_sdk_dynamodb::Client, table: OutboxTable) -> Self {
+    /// A relay from `store` to SQS through `sink`.
+    pub fn new(store: Arc<dyn OutboxStore>, sink: Arc<dyn JobSink>) -> Self {
         Self {
-            sqs,
-            dynamodb,
-            table,
-            producers: Arc::default(),
-            requests: Arc::default(),
+            store,
+            sink,
+            options: RelayOptions::default(),
+            wall_clock: Arc::new(|| epoch_millis(SystemTime::now())),
+            backoff: Arc::default(),
         }
     }
 
-    /// The outbox table.
-    pub fn table(&self) -> &OutboxTable {
-        &self.table
+    /// With `options`.
+    pub fn with_options(mut self, options: RelayOptions) -> Self {
+        self.options = options;
+        self
     }
 
-    /// AWS requests made by this relay so far (sends and deletes).
-    pub fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-            + self
-                .producers
-                .lock()
-                .map(|producers| producers.values().map(|producer| producer.requests()).sum())
-                .unwrap_or(0)
+    /// With another wall clock (the simulator's).
+    #[doc(hidden)]
+    pub fn with_wall_clock(mut self, wall_clock: WallClock) -> Self {
+        self.wall_clock = wall_clock;
+        self
     }
 
-    /// Relays `records` (one shard's, in stream order): sends their outbox items' jobs, then deletes the
-    /// sent items. See the module's design note for order and failures.
-    pub async fn relay(&self, records: &[StreamRecord]) -> RelayReport {
-        let before = self.requests();
-        let mut report = RelayReport::default();
-        let key_names: Vec<&str> = self.table.key_names().collect();
-        let mut pending = Vec::new();
-        let removed_at = removals(records);
-        for (index, record) in records.iter().enumerate() {
-            let Change::Insert(image) = &record.change else {
-                report.ignored += 1;
-                continue;
-            };
-            match parse(image, &key_names) {
-                Ok(Some(entry)) if removed_later(&removed_at, &entry, index) => {
-                    report.already_removed += 1;
-                }
-                Ok(Some(entry)) => pending.push(Pending { index, entry }),
-                Ok(None) => report.ignored += 1,
-                Err(error) => {
-                    report.unreadable += 1;
-                    tracing::error!(
-                        table = %self.table.name,
-                        sequence_number = %record.sequence_number,
-                        %error,
-                        "outbox item cannot be sent; skipped and left in the table"
-                    );
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn OutboxStore> {
+        &self.store
+    }
+
+    /// Requests the sink made so far (sends).
+    pub fn send_requests(&self) -> u64 {
+        self.sink.requests()
+    }
+
+    /// Relays the aggregates whose jobs were committed before `min_age` ago (up to `limit` aggregates,
+    /// oldest first): the sweep, and the polling relay's pass with `min_age` zero.
+    pub async fn sweep(&self, min_age: Duration, limit: usize, fence: &dyn Fence) -> RelayReport {
+        let now = (self.wall_clock)();
+        let before = now.saturating_sub(u64::try_from(min_age.as_millis()).unwrap_or(u64::MAX));
+        match self.store.pending(limit, before.max(1)).await {
+            Ok(aggregates) => self.relay(&aggregates, fence).await,
+            Err(error) => {
+                log_store_error(self.store.name(), None, &error, "listing pending aggregates failed");
+                RelayReport {
+                    store_errors: 1,
+                    lease_held: fence.holds(),
+                    ..RelayReport::default()
                 }
             }
         }
-        let (sent, first_failure) = self.send(pending).await;
-        report.sent = sent.len();
-        report.first_failure = first_failure;
-        let (deleted, failed) = self.delete(&sent).await;
-        report.deleted = deleted;
-        report.delete_failures = failed;
-        report.requests = self.requests().saturating_sub(before);
+    }
+
+    /// Relays the unsent jobs of `aggregates` (each aggregate's in order), until each is empty, blocked
+    /// or failed, or the fence no longer holds.
+    pub async fn relay(&self, aggregates: &[String], fence: &dyn Fence) -> RelayReport {
+        let mut report = RelayReport {
+            aggregates: aggregates.len(),
+            lease_held: true,
+            ..RelayReport::default()
+        };
+        let mut lineages = Vec::new();
+        for aggregate in dedup(aggregates) {
+            if self.waiting_out_backoff(&aggregate) {
+                report.blocked += 1;
+                continue;
+            }
+            if let Some(lineage) = self.read(&aggregate, &mut report).await {
+                lineages.push(lineage);
+            }
+        }
+        while !lineages.is_empty() {
+            if !fence.holds() {
+                report.lease_held = false;
+                return report;
+            }
+            let round: Vec<StoredJob> = lineages
+                .iter_mut()
+                .filter_map(|lineage| lineage.jobs.pop_front())
+                .collect();
+            let accepted = self.send_round(round, &mut report).await;
+            let removed = self.remove(&accepted, &mut report).await;
+            lineages.retain(|lineage| removed.contains(&lineage.aggregate));
+            // An aggregate whose read was full may have more: read it again. (Jobs committed after a
+            // short read are announced by their own trigger, or found by the next sweep.)
+            let mut next = Vec::new();
+            for lineage in lineages {
+                if !lineage.jobs.is_empty() {
+                    next.push(lineage);
+                    continue;
+                }
+                if !lineage.full {
+                    continue;
+                }
+                if let Some(more) = self.read(&lineage.aggregate, &mut report).await {
+                    next.push(more);
+                }
+            }
+            lineages = next;
+        }
         report
     }
 
-    fn producer(&self, queue_url: &str) -> Arc<Producer> {
-        let Ok(mut producers) = self.producers.lock() else {
-            return Arc::new(Producer::new(self.sqs.clone(), queue_url));
+    /// The aggregate's jobs to send, or `None` when it has none, or its first is parked or unreadable.
+    async fn read(&self, aggregate: &str, report: &mut RelayReport) -> Option<Lineage> {
+        let jobs = match self.store.jobs(aggregate, self.options.jobs_per_read).await {
+            Ok(jobs) => jobs,
+            Err(error) => {
+                if !error.is_retryable() {
+                    report.blocked += 1;
+                    self.back_off(aggregate);
+                } else {
+                    report.store_errors += 1;
+                }
+                log_store_error(self.store.name(), Some(aggregate), &error, "reading the aggregate's jobs failed");
+                return None;
+            }
         };
-        Arc::clone(
-            producers
-                .entry(queue_url.to_owned())
-                .or_insert_with(|| Arc::new(Producer::new(self.sqs.clone(), queue_url))),
-        )
+        let full = jobs.len() >= self.options.jobs_per_read;
+        let first = jobs.first()?;
+        if first.parked_at_millis.is_some() {
+            // Looked at again after a backoff, not at every pass, until an operator unparks it.
+            report.blocked += 1;
+            self.back_off(aggregate);
+            return None;
+        }
+        // Parked jobs further on are sent up to (not including) the first of them.
+        let jobs: VecDeque<StoredJob> = jobs
+            .into_iter()
+            .take_while(|job| job.parked_at_millis.is_none())
+            .collect();
+        Some(Lineage {
+            aggregate: aggregate.to_owned(),
+            full: full && jobs.len() >= self.options.jobs_per_read,
+            jobs,
+        })
     }
 
-    /// Sends the entries in rounds, at most one entry per aggregate per round and at most 10 per queue
-    /// (one `SendMessageBatch` per queue and round); returns the entries sent and the index of the first
-    /// one not sent.
-    async fn send(&self, pending: Vec<Pending>) -> (Vec<OutboxEntry>, Option<usize>) {
-        let mut sent = Vec::new();
-        let mut first_failure: Option<usize> = None;
-        let mut blocked: HashSet<String> = HashSet::new();
-        let mut waiting = pending;
-        while !waiting.is_empty() {
-            // Aggregates with an entry in this round, or one left for a later round: their next entries
-            // wait for the next round.
-            let mut taken: HashSet<String> = HashSet::new();
-            let mut round: Vec<(String, Vec<Pending>)> = Vec::new();
-            let mut later: Vec<Pending> = Vec::new();
-            for item in waiting {
-                if blocked.contains(&item.entry.aggregate) {
-                    first_failure = Some(first_failure.map_or(item.index, |first| first.min(item.index)));
-                    continue;
-                }
-                if !taken.insert(item.entry.aggregate.clone()) {
-                    later.push(item);
-                    continue;
-                }
-                let position = match round.iter().position(|(url, _)| *url == item.entry.queue_url) {
-                    Some(position) => position,
-                    None => {
-                        round.push((item.entry.queue_url.clone(), Vec::new()));
-                        round.len() - 1
-                    }
-                };
-                let batch = &mut round[position].1;
-                if batch.len() == MAX_BATCH_ENTRIES {
-                    later.push(item);
-                } else {
-                    batch.push(item);
-                }
-            }
-            for (queue_url, batch) in round {
-                let producer = self.producer(&queue_url);
-                let messages = batch.iter().map(|item| item.entry.message.clone()).collect();
-                let report = producer.send_messages(messages).await;
-                for (item, result) in batch.into_iter().zip(report.results) {
-                    let entry = item.entry;
+    /// Sends one job per aggregate, batched per queue; returns the accepted ones.
+    async fn send_round(&self, round: Vec<StoredJob>, report: &mut RelayReport) -> Vec<StoredJob> {
+        let mut by_queue: BTreeMap<String, Vec<StoredJob>> = BTreeMap::new();
+        for job in round {
+            by_queue.entry(job.queue_url.clone()).or_default().push(job);
+        }
+        let mut accepted = Vec::new();
+        for (queue_url, jobs) in by_queue {
+            for chunk in chunks(jobs, MAX_BATCH_ENTRIES) {
+                let messages = chunk.iter().map(|job| job.message.clone()).collect();
+                let results = self.sink.send(&queue_url, messages).await;
+                for (job, result) in chunk.into_iter().zip(results) {
                     match result {
                         Ok(message_id) => {
                             tracing::debug!(
-                                queue = %producer.name(),
-                                outbox_id = %entry.id,
-                                job_type = %entry.job_type,
-                                aggregate = %entry.aggregate,
+                                outbox_id = %job.id,
+                                aggregate = %job.aggregate,
+                                sequence = job.sequence,
+                                job_type = %job.job_type,
                                 %message_id,
                                 "outbox job sent"
                             );
-                            sent.push(entry);
+                            accepted.push(job);
                         }
-                        Err(error) => {
-                            tracing::warn!(
-                                queue = %producer.name(),
-                                outbox_id = %entry.id,
-                                job_type = %entry.job_type,
-                                aggregate = %entry.aggregate,
-                                %error,
-                                "outbox job not sent; its aggregate's later jobs wait for the retry"
-                            );
-                            first_failure =
-                                Some(first_failure.map_or(item.index, |first| first.min(item.index)));
-                            blocked.insert(entry.aggregate);
-                        }
+                        Err(failure) => self.failed(&job, &failure, report).await,
                     }
                 }
             }
-            waiting = later;
         }
-        (sent, first_failure)
+        accepted
     }
 
-    /// Deletes sent items with `BatchWriteItem` (a delete of an item already gone is not an error);
-    /// returns how many were deleted and how many could not be.
-    async fn delete(&self, sent: &[OutboxEntry]) -> (usize, usize) {
-        let mut deleted = 0;
-        let mut failed = 0;
-        for chunk in sent.chunks(DELETE_BATCH) {
-            let mut requests: Vec<WriteRequest> = chunk.iter().filter_map(delete_request).collect();
-            failed += chunk.len() - requests.len();
-            for attempt in 1..=DELETE_ATTEMPTS {
-                if requests.is_empty() {
-                    break;
-                }
-                let count = requests.len();
-                self.requests.fetch_add(1, Ordering::Relaxed);
-                let answer = self
-                    .dynamodb
-                    .batch_write_item()
-                    .request_items(&self.table.name, requests.clone())
-                    .send()
-                    .await;
-                match answer {
-                    Ok(output) => {
-                        let left = output
-                            .unprocessed_items
-                            .and_then(|mut items| items.remove(&self.table.name))
-                            .unwrap_or_default();
-                        deleted += count - left.len();
-                        requests = left;
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            table = %self.table.name,
-                            error = %aws_sdk_dynamodb::error::DisplayErrorContext(&error),
-                            attempt,
-                            "deleting sent outbox items failed"
-                        );
-                    }
-                }
-                if !requests.is_empty() && attempt < DELETE_ATTEMPTS {
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                }
+    /// Records a failed send: a permanent one counts toward parking.
+    async fn failed(&self, job: &StoredJob, failure: &SendFailure, report: &mut RelayReport) {
+        report.failed += 1;
+        let failures = self.back_off(&job.aggregate);
+        if failure.retryable {
+            tracing::warn!(
+                outbox_id = %job.id,
+                aggregate = %job.aggregate,
+                sequence = job.sequence,
+                job_type = %job.job_type,
+                error = %failure.message,
+                failures,
+                "outbox job not sent (SQS unavailable); its aggregate waits and is tried again"
+            );
+            return;
+        }
+        let attempts = job.attempts + 1;
+        let park = attempts >= self.options.max_attempts;
+        let parked_at = park.then(|| (self.wall_clock)());
+        if park {
+            report.parked += 1;
+            tracing::error!(
+                outbox_id = %job.id,
+                aggregate = %job.aggregate,
+                sequence = job.sequence,
+                job_type = %job.job_type,
+                queue_url = %job.queue_url,
+                error = %failure.message,
+                attempts,
+                "outbox job parked: SQS refused it {attempts} times; its aggregate's later jobs wait \
+                 behind it. Fix the cause, then `conveyor outbox resend --aggregate <aggregate>`"
+            );
+        } else {
+            tracing::warn!(
+                outbox_id = %job.id,
+                aggregate = %job.aggregate,
+                sequence = job.sequence,
+                job_type = %job.job_type,
+                queue_url = %job.queue_url,
+                error = %failure.message,
+                attempts,
+                max_attempts = self.options.max_attempts,
+                "outbox job refused by SQS; tried again after a pause, parked after max_attempts"
+            );
+        }
+        if let Err(error) = self
+            .store
+            .record_failure(&job.reference(), &failure.message, parked_at)
+            .await
+        {
+            report.store_errors += 1;
+            log_store_error(self.store.name(), Some(&job.aggregate), &error, "recording a failed send failed");
+        }
+    }
+
+    /// Removes accepted jobs; returns the aggregates whose removal this relay won (they may go on).
+    async fn remove(&self, accepted: &[StoredJob], report: &mut RelayReport) -> HashSet<String> {
+        if accepted.is_empty() {
+            return HashSet::new();
+        }
+        let references: Vec<JobRef> = accepted.iter().map(StoredJob::reference).collect();
+        let removed = match self.store.remove_sent(&references).await {
+            Ok(removed) => removed,
+            Err(error) => {
+                // Sent but not removed: a later pass sends them again (a duplicate, settled once). Their
+                // aggregates stop here so nothing after them is sent before they are removed.
+                report.store_errors += 1;
+                log_store_error(self.store.name(), None, &error, "removing sent outbox jobs failed");
+                return HashSet::new();
             }
-            if !requests.is_empty() {
-                failed += requests.len();
-                tracing::warn!(
-                    table = %self.table.name,
-                    count = requests.len(),
-                    "sent outbox items left in the table; their TTL removes them (a relay reading them again \
-                     sends a duplicate, which the consumer settles once)"
+        };
+        let mut winners = HashSet::new();
+        for (job, removed) in accepted.iter().zip(removed) {
+            if removed {
+                report.sent += 1;
+                self.clear_backoff(&job.aggregate);
+                winners.insert(job.aggregate.clone());
+            } else {
+                report.raced += 1;
+                tracing::debug!(
+                    outbox_id = %job.id,
+                    aggregate = %job.aggregate,
+                    sequence = job.sequence,
+                    "outbox job was removed by another relay: this relay stops on its aggregate"
                 );
             }
         }
-        (deleted, failed)
+        winners
     }
-}
 
-/// The key values of `REMOVE` records, with the index of the last removal of each key.
-fn removals(records: &[StreamRecord]) -> HashMap<Vec<(String, String)>, usize> {
-    let mut removed = HashMap::new();
-    for (index, record) in records.iter().enumerate() {
-        if let Change::Remove(keys) = &record.change {
-            removed.insert(key_of(keys), index);
+    fn waiting_out_backoff(&self, aggregate: &str) -> bool {
+        let Ok(backoff) = self.backoff.lock() else {
+            return false;
+        };
+        backoff
+            .get(aggregate)
+            .is_some_and(|(until, _)| Instant::now() < *until)
+    }
+
+    /// Starts or lengthens the aggregate's pause; returns its failures in a row.
+    fn back_off(&self, aggregate: &str) -> u32 {
+        let Ok(mut backoff) = self.backoff.lock() else {
+            return 1;
+        };
+        let entry = backoff
+            .entry(aggregate.to_owned())
+            .or_insert((Instant::now(), 0));
+        entry.1 += 1;
+        let factor = 1u32 << (entry.1 - 1).min(16);
+        let pause = self.options.backoff.saturating_mul(factor).min(self.options.max_backoff);
+        entry.0 = Instant::now() + pause;
+        entry.1
+    }
+
+    fn clear_backoff(&self, aggregate: &str) {
+        if let Ok(mut backoff) = self.backoff.lock() {
+            backoff.remove(aggregate);
         }
     }
-    removed
 }
 
-fn key_of(image: &crate::image::Image) -> Vec<(String, String)> {
-    image
+/// The aggregates once each, in their first order.
+fn dedup(aggregates: &[String]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    aggregates
         .iter()
-        .filter_map(|(name, value)| match value {
-            crate::image::Value::S(text) => Some((name.clone(), text.clone())),
-            _ => None,
-        })
+        .filter(|aggregate| seen.insert(aggregate.as_str()))
+        .cloned()
         .collect()
 }
 
-fn removed_later(
-    removed_at: &HashMap<Vec<(String, String)>, usize>,
-    entry: &OutboxEntry,
-    index: usize,
-) -> bool {
-    let mut key = entry.key.clone();
-    key.sort();
-    removed_at.get(&key).is_some_and(|removed| *removed > index)
+fn chunks(jobs: Vec<StoredJob>, size: usize) -> Vec<Vec<StoredJob>> {
+    let mut chunks = Vec::new();
+    let mut jobs = jobs.into_iter().peekable();
+    while jobs.peek().is_some() {
+        chunks.push(jobs.by_ref().take(size).collect());
+    }
+    chunks
 }
 
-fn delete_request(entry: &OutboxEntry) -> Option<WriteRequest> {
-    let key = entry
-        .key
-        .iter()
-        .map(|(name, value)| (name.clone(), AttributeValue::S(value.clone())))
-        .collect();
-    let delete = DeleteRequest::builder().set_key(Some(key)).build().ok()?;
-    Some(WriteRequest::builder().delete_request(delete).build())
+fn log_store_error(store: &str, aggregate: Option<&str>, error: &StoreError, what: &str) {
+    if error.is_retryable() {
+        tracing::warn!(store, aggregate, %error, "{what}; tried again later");
+    } else {
+        tracing::error!(store, aggregate, %error, "{what}; the aggregate waits until this is fixed");
+    }
 }

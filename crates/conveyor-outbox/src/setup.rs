@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, StreamSpecification,
-    StreamViewType, TableStatus, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableStatus,
 };
 
-use crate::table::OutboxTable;
+use crate::table::{self, OutboxTable};
 
 /// Why the outbox table could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -19,8 +19,9 @@ pub struct CreateTableError {
     message: String,
 }
 
-/// Creates `table` (string keys as it names them, on-demand billing, a `NEW_IMAGE` stream, TTL on its
-/// TTL attribute) and waits until it is active. A table that already exists is left as it is.
+/// Creates `table` (string keys as it names them, on-demand billing, the [`table::PENDING_INDEX`] index
+/// (keys only), a `KEYS_ONLY` stream for the Lambda relay's trigger) and waits until it is active. A table
+/// that already exists is left as it is.
 pub async fn create_outbox_table(client: &Client, table: &OutboxTable) -> Result<(), CreateTableError> {
     let error = |message: String| CreateTableError {
         table: table.name.clone(),
@@ -33,27 +34,44 @@ pub async fn create_outbox_table(client: &Client, table: &OutboxTable) -> Result
         .stream_specification(
             StreamSpecification::builder()
                 .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewImage)
+                .stream_view_type(StreamViewType::KeysOnly)
                 .build()
                 .map_err(|e| error(e.to_string()))?,
         );
-    for (name, key_type) in table.key_names().zip([KeyType::Hash, KeyType::Range]) {
-        request = request
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(name)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(|e| error(e.to_string()))?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(name)
-                    .key_type(key_type)
-                    .build()
-                    .map_err(|e| error(e.to_string()))?,
-            );
+    let key = |name: &str, key_type: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(key_type)
+            .build()
+            .map_err(|e| error(e.to_string()))
+    };
+    let attributes = [
+        (table.partition_key.as_str(), ScalarAttributeType::S),
+        (table.sort_key.as_str(), ScalarAttributeType::S),
+        (table::PENDING, ScalarAttributeType::S),
+        (table::CREATED_AT, ScalarAttributeType::N),
+    ];
+    for (name, attribute_type) in attributes {
+        request = request.attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(attribute_type)
+                .build()
+                .map_err(|e| error(e.to_string()))?,
+        );
     }
+    request = request
+        .key_schema(key(&table.partition_key, KeyType::Hash)?)
+        .key_schema(key(&table.sort_key, KeyType::Range)?)
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(table::PENDING_INDEX)
+                .key_schema(key(table::PENDING, KeyType::Hash)?)
+                .key_schema(key(table::CREATED_AT, KeyType::Range)?)
+                .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                .build()
+                .map_err(|e| error(e.to_string()))?,
+        );
     match request.send().await {
         Ok(_) => {}
         Err(e)
@@ -83,18 +101,5 @@ pub async fn create_outbox_table(client: &Client, table: &OutboxTable) -> Result
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    client
-        .update_time_to_live()
-        .table_name(&table.name)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .enabled(true)
-                .attribute_name(&table.ttl_attribute)
-                .build()
-                .map_err(|e| error(e.to_string()))?,
-        )
-        .send()
-        .await
-        .map_err(|e| error(aws_sdk_dynamodb::error::DisplayErrorContext(&e).to_string()))?;
     Ok(())
 }

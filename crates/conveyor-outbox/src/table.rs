@@ -2,14 +2,13 @@
 //!
 //! An outbox item is one DynamoDB item holding a job already encoded for SQS. The attribute names below
 //! are fixed (prefixed `outbox_` so they sit beside an application's own attributes in a single-table
-//! design); the table's name, its key attribute names and the TTL attribute are configurable.
+//! design); the table's name and its key attribute names are configurable. There is no TTL: a committed
+//! job stays until it was sent (or an operator removes it).
 
-use std::time::Duration;
-
-/// The format version written in [`VERSION`]; the relay skips (and logs) items of a newer format.
-pub(crate) const FORMAT_VERSION: u32 = 1;
-/// Marks an item as an outbox item (its value is the format version). Items without it are not the
-/// relay's business: in a single-table design they are the application's own.
+/// The format version written in [`VERSION`]. Version 2 keys jobs by aggregate and sequence; a relay
+/// that finds a newer version stops on that aggregate with an error instead of skipping it.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Marks an item as an outbox job (its value is the format version).
 pub const VERSION: &str = "outbox_version";
 /// The item id (a UUID unless the application chose one): the FIFO deduplication id, and the base of the
 /// default idempotency key `outbox:<id>`.
@@ -18,9 +17,10 @@ pub const ID: &str = "outbox_id";
 pub const QUEUE_URL: &str = "outbox_queue_url";
 /// The job type (`conveyor.type`), for logs.
 pub const JOB_TYPE: &str = "outbox_job_type";
-/// The aggregate id: records of one aggregate are sent in commit order; on a FIFO queue it is the message
-/// group id.
-pub(crate) const AGGREGATE: &str = "outbox_aggregate";
+/// The aggregate id: its jobs are sent in sequence order; on a FIFO queue it is the message group id.
+pub const AGGREGATE: &str = "outbox_aggregate";
+/// The job's sequence number in its aggregate (from 1), and on the head item the last one allocated.
+pub const SEQUENCE: &str = "outbox_sequence";
 /// The idempotency key the consumer settles the job under (`conveyor.key`).
 pub(crate) const IDEMPOTENCY_KEY: &str = "outbox_idempotency_key";
 /// The encoded message body.
@@ -35,69 +35,84 @@ pub const GROUP_ID: &str = "outbox_group_id";
 pub const DEDUPLICATION_ID: &str = "outbox_deduplication_id";
 /// An X-Ray trace header.
 pub const TRACE_HEADER: &str = "outbox_trace_header";
-/// When the item was built, epoch milliseconds.
+/// When the job was committed, epoch milliseconds (the pending index's sort key).
 pub const CREATED_AT: &str = "outbox_created_at";
+/// The pending index's partition key: `pending#<bucket>` while the job waits, `parked` once parked.
+pub const PENDING: &str = "outbox_pending";
+/// Failed sends so far.
+pub const ATTEMPTS: &str = "outbox_attempts";
+/// The last failure's reason.
+pub const LAST_ERROR: &str = "outbox_last_error";
+/// When the job was parked, epoch milliseconds.
+pub const PARKED_AT: &str = "outbox_parked_at";
+/// The lease's owner, epoch and version (on the lease item).
+pub(crate) const LEASE_OWNER: &str = "outbox_lease_owner";
+pub(crate) const LEASE_EPOCH: &str = "outbox_lease_epoch";
+pub(crate) const LEASE_VERSION: &str = "outbox_lease_version";
+
+/// The global secondary index over [`PENDING`] and [`CREATED_AT`] (keys only): unsent jobs oldest first,
+/// for the sweep, the polling relay and the backlog.
+pub const PENDING_INDEX: &str = "outbox-pending";
+/// The number of `pending#<bucket>` values: an aggregate's jobs go to one bucket (a hash of the
+/// aggregate), so the index's writes spread over this many partitions (DynamoDB takes about 1,000 writes
+/// per second per partition key) while a sweep costs this many queries.
+pub(crate) const PENDING_BUCKETS: u32 = 4;
+/// [`PENDING`]'s value for parked jobs.
+pub(crate) const PARKED: &str = "parked";
 
 /// The environment variable naming the outbox table (the relay Lambda, the worker's relay task and
 /// `conveyor outbox relay` read it).
 pub const TABLE_ENV: &str = "CONVEYOR_OUTBOX_TABLE";
 /// The environment variable naming the partition key attribute (default `pk`).
 pub const PARTITION_KEY_ENV: &str = "CONVEYOR_OUTBOX_PARTITION_KEY";
-/// The environment variable naming the sort key attribute (default `sk`; empty for none).
+/// The environment variable naming the sort key attribute (default `sk`).
 pub const SORT_KEY_ENV: &str = "CONVEYOR_OUTBOX_SORT_KEY";
-/// The environment variable naming the TTL attribute (default `expires_at`).
-pub const TTL_ATTRIBUTE_ENV: &str = "CONVEYOR_OUTBOX_TTL_ATTRIBUTE";
 
-/// The prefix of the key values of outbox items (`outbox#<id>`).
+/// The prefix of outbox key values.
 pub(crate) const KEY_PREFIX: &str = "outbox#";
 
-/// The TTL written on outbox items when none is configured: a backstop for items whose delete failed
-/// after they were sent. Longer than the stream's 24-hour retention, so an item is never expired before
-/// a relay could have read it.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// The outbox table: its name, key attribute names and TTL attribute.
+/// The outbox table: its name and key attribute names.
 ///
-/// The default layout (`pk` and `sk` strings, TTL attribute `expires_at`) is what the
-/// `infra/modules/outbox-relay` Terraform module creates for a dedicated table, and the usual key names of
-/// a single-table design, so the outbox can live in the application's own table unchanged.
+/// Jobs are keyed by aggregate (partition key `outbox#<aggregate>`) and sequence (sort key
+/// `outbox#job#<sequence, 20 digits>`), beside the aggregate's head item (sort key `outbox#head`, the last
+/// sequence allocated). The default key names (`pk` and `sk`, strings) are what
+/// `infra/modules/outbox-relay` creates for a dedicated table and the usual ones of a single-table
+/// design, so the outbox can live in the application's own table; the table needs the
+/// [`PENDING_INDEX`] index either way ([`crate::create_outbox_table`] shows it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxTable {
     /// The table's name.
     pub name: String,
     /// The partition key attribute (a string).
     pub partition_key: String,
-    /// The sort key attribute (a string), when the table has one.
-    pub sort_key: Option<String>,
-    /// The table's TTL attribute (epoch seconds).
-    pub ttl_attribute: String,
+    /// The sort key attribute (a string).
+    pub sort_key: String,
 }
 
 impl OutboxTable {
-    /// A table named `name` with the default layout: partition key `pk`, sort key `sk`, TTL attribute
-    /// `expires_at`.
+    /// A table named `name` with the default key names: partition key `pk`, sort key `sk`.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             partition_key: "pk".to_owned(),
-            sort_key: Some("sk".to_owned()),
-            ttl_attribute: "expires_at".to_owned(),
+            sort_key: "sk".to_owned(),
         }
     }
 
-    /// The table from the environment: [`TABLE_ENV`] (required), [`PARTITION_KEY_ENV`], [`SORT_KEY_ENV`]
-    /// (empty for a table without a sort key), [`TTL_ATTRIBUTE_ENV`]; `None` when [`TABLE_ENV`] is unset.
+    /// The table from the environment: [`TABLE_ENV`] (required), [`PARTITION_KEY_ENV`], [`SORT_KEY_ENV`];
+    /// `None` when [`TABLE_ENV`] is unset.
     pub fn from_env() -> Option<Self> {
         let name = std::env::var(TABLE_ENV).ok().filter(|name| !name.is_empty())?;
         let mut table = Self::new(name);
-        if let Ok(key) = std::env::var(PARTITION_KEY_ENV) {
+        if let Ok(key) = std::env::var(PARTITION_KEY_ENV)
+            && !key.is_empty()
+        {
             table = table.partition_key(key);
         }
-        if let Ok(key) = std::env::var(SORT_KEY_ENV) {
-            table = table.sort_key(Some(key.as_str()).filter(|key| !key.is_empty()));
-        }
-        if let Ok(name) = std::env::var(TTL_ATTRIBUTE_ENV) {
-            table = table.ttl_attribute(name);
+        if let Ok(key) = std::env::var(SORT_KEY_ENV)
+            && !key.is_empty()
+        {
+            table = table.sort_key(key);
         }
         Some(table)
     }
@@ -108,25 +123,32 @@ impl OutboxTable {
         self
     }
 
-    /// The sort key attribute's name, or `None` for a table with a partition key only.
-    pub fn sort_key(mut self, name: Option<&str>) -> Self {
-        self.sort_key = name.map(str::to_owned);
+    /// The sort key attribute's name.
+    pub fn sort_key(mut self, name: impl Into<String>) -> Self {
+        self.sort_key = name.into();
         self
     }
 
-    /// The TTL attribute's name (the one the table's `TimeToLiveSpecification` names).
-    pub fn ttl_attribute(mut self, name: impl Into<String>) -> Self {
-        self.ttl_attribute = name.into();
-        self
+    /// The partition key value of `aggregate`'s items.
+    pub fn aggregate_key(aggregate: &str) -> String {
+        format!("{KEY_PREFIX}{aggregate}")
     }
 
-    /// The key attribute names, partition key first.
-    pub fn key_names(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.partition_key.as_str()).chain(self.sort_key.as_deref())
+    /// The aggregate of a partition key value, when it is an outbox one (not a lease).
+    pub fn aggregate_of(partition_key_value: &str) -> Option<&str> {
+        let aggregate = partition_key_value.strip_prefix(KEY_PREFIX)?;
+        (!aggregate.starts_with(LEASE_PREFIX)).then_some(aggregate)
     }
 
-    /// The key value of the outbox item with id `id` (the same value for both key attributes).
-    pub fn key_value(id: &str) -> String {
-        format!("{KEY_PREFIX}{id}")
+    /// The sort key value of job `sequence`.
+    pub(crate) fn job_key(sequence: u64) -> String {
+        format!("{JOB_PREFIX}{sequence:020}")
     }
 }
+
+/// The sort key prefix of jobs.
+pub(crate) const JOB_PREFIX: &str = "outbox#job#";
+/// The sort key of an aggregate's head item.
+pub(crate) const HEAD_KEY: &str = "outbox#head";
+/// The partition key prefix (after [`KEY_PREFIX`]) of leases: aggregates may not start with it.
+pub(crate) const LEASE_PREFIX: &str = "lease#";

@@ -1,0 +1,553 @@
+//! [`DynamoOutboxStore`]: the [`OutboxStore`] on the outbox table (layout in [`crate::table`]).
+//!
+//! Reads of an aggregate are consistent `Query`s on its partition; removals are conditional deletes in
+//! one `TransactWriteItems` per round (up to 100 jobs; a job already removed by another relay cancels
+//! the transaction, which is then run again without it); the pending aggregates come from the
+//! [`table::PENDING_INDEX`] index, one `Query` per bucket.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem};
+use conveyor_core::message::{AttributeValue as MessageAttribute, Attributes};
+use conveyor_core::port::OutgoingMessage;
+
+use crate::item::pending_bucket;
+use crate::store::{Backlog, JobRef, LeaseRecord, OutboxStore, StoreError, StoredJob};
+use crate::table::{self, OutboxTable};
+
+/// Jobs removed per `TransactWriteItems` (DynamoDB's limit).
+const REMOVE_BATCH: usize = 100;
+/// Tries of one removal batch whose transaction conflicted with another.
+const REMOVE_ATTEMPTS: u32 = 4;
+
+/// The outbox store on DynamoDB.
+#[derive(Debug, Clone)]
+pub struct DynamoOutboxStore {
+    client: Client,
+    table: OutboxTable,
+    requests: Arc<AtomicU64>,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+impl DynamoOutboxStore {
+    /// The store on `table`.
+    pub fn new(client: Client, table: OutboxTable) -> Self {
+        Self {
+            client,
+            table,
+            requests: Arc::default(),
+        }
+    }
+
+    /// The table.
+    pub fn table(&self) -> &OutboxTable {
+        &self.table
+    }
+
+    /// DynamoDB requests made so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn error<E, R>(&self, error: &SdkError<E, R>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        let message = DisplayErrorContext(error).to_string();
+        let code = error.as_service_error().and_then(ProvideErrorMetadata::code);
+        let misconfigured = matches!(
+            code,
+            Some(
+                "ResourceNotFoundException"
+                    | "AccessDeniedException"
+                    | "ValidationException"
+                    | "UnrecognizedClientException"
+            )
+        );
+        if misconfigured {
+            return StoreError::Misconfigured {
+                store: self.table.name.clone(),
+                message: format!(
+                    "{message} (the table needs the key attributes {} and {} and the index {} over {} and {}: \
+                     infra/modules/outbox-relay and create_outbox_table make them; the relay's role needs \
+                     dynamodb:Query, GetItem, UpdateItem, PutItem and DeleteItem on the table and its index)",
+                    self.table.partition_key,
+                    self.table.sort_key,
+                    table::PENDING_INDEX,
+                    table::PENDING,
+                    table::CREATED_AT
+                ),
+            };
+        }
+        StoreError::Unavailable {
+            store: self.table.name.clone(),
+            message,
+        }
+    }
+
+    fn key(&self, partition: String, sort: String) -> Item {
+        HashMap::from([
+            (self.table.partition_key.clone(), AttributeValue::S(partition)),
+            (self.table.sort_key.clone(), AttributeValue::S(sort)),
+        ])
+    }
+
+    fn job_key(&self, job: &JobRef) -> Item {
+        self.key(
+            OutboxTable::aggregate_key(&job.aggregate),
+            OutboxTable::job_key(job.sequence),
+        )
+    }
+
+    fn lease_key(&self, name: &str) -> Item {
+        self.key(
+            format!("{}{}{name}", table::KEY_PREFIX, table::LEASE_PREFIX),
+            "outbox#lease".to_owned(),
+        )
+    }
+
+    /// One bucket of the pending index (or the parked jobs), oldest first.
+    async fn index_page(
+        &self,
+        partition: &str,
+        limit: usize,
+        committed_before_millis: u64,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        self.count();
+        let output = self
+            .client
+            .query()
+            .table_name(&self.table.name)
+            .index_name(table::PENDING_INDEX)
+            .key_condition_expression("#pending = :pending AND #created < :before")
+            .expression_attribute_names("#pending", table::PENDING)
+            .expression_attribute_names("#created", table::CREATED_AT)
+            .expression_attribute_values(":pending", AttributeValue::S(partition.to_owned()))
+            .expression_attribute_values(":before", AttributeValue::N(committed_before_millis.to_string()))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|error| self.error(&error))?;
+        Ok(output
+            .items()
+            .iter()
+            .filter_map(|item| {
+                let created = number(item, table::CREATED_AT)?;
+                let key = item.get(&self.table.partition_key)?.as_s().ok()?;
+                Some((created, OutboxTable::aggregate_of(key)?.to_owned()))
+            })
+            .collect())
+    }
+
+    /// Removes one batch; per job, whether this call removed it.
+    async fn remove_batch(&self, jobs: &[JobRef]) -> Result<Vec<bool>, StoreError> {
+        let mut removed = vec![true; jobs.len()];
+        let mut left: Vec<usize> = (0..jobs.len()).collect();
+        for attempt in 1..=REMOVE_ATTEMPTS {
+            let items = left
+                .iter()
+                .map(|&index| self.conditional_delete(&jobs[index]))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.count();
+            let answer = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items))
+                .send()
+                .await;
+            let Err(error) = answer else {
+                return Ok(removed);
+            };
+            let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = error.as_service_error()
+            else {
+                return Err(self.error(&error));
+            };
+            // The transaction did nothing: the jobs another relay removed come out, the others go again.
+            let reasons = cancelled.cancellation_reasons();
+            let mut retry = Vec::new();
+            for (position, &index) in left.iter().enumerate() {
+                match reasons.get(position).and_then(|reason| reason.code()) {
+                    Some("ConditionalCheckFailed") => removed[index] = false,
+                    _ => retry.push(index),
+                }
+            }
+            if retry.len() == left.len() && attempt == REMOVE_ATTEMPTS {
+                return Err(self.error(&error));
+            }
+            left = retry;
+            if left.is_empty() {
+                return Ok(removed);
+            }
+            if retry_pause_needed(reasons.iter().filter_map(|reason| reason.code())) {
+                tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+            }
+        }
+        Err(StoreError::Unavailable {
+            store: self.table.name.clone(),
+            message: "removing sent jobs kept conflicting with other transactions".to_owned(),
+        })
+    }
+
+    fn conditional_delete(&self, job: &JobRef) -> Result<TransactWriteItem, StoreError> {
+        let delete = Delete::builder()
+            .table_name(&self.table.name)
+            .set_key(Some(self.job_key(job)))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", &self.table.partition_key)
+            .build()
+            .map_err(|error| StoreError::Misconfigured {
+                store: self.table.name.clone(),
+                message: error.to_string(),
+            })?;
+        Ok(TransactWriteItem::builder().delete(delete).build())
+    }
+
+    /// One job by its key (parked jobs for the backlog).
+    async fn get_job(&self, job: &JobRef) -> Result<Option<StoredJob>, StoreError> {
+        self.count();
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table.name)
+            .set_key(Some(self.job_key(job)))
+            .send()
+            .await
+            .map_err(|error| self.error(&error))?;
+        output.item.map(|item| self.parse(&item)).transpose()
+    }
+
+    fn parse(&self, item: &Item) -> Result<StoredJob, StoreError> {
+        let aggregate = string(item, table::AGGREGATE).unwrap_or_default();
+        let sequence = number(item, table::SEQUENCE).unwrap_or_default();
+        let unreadable = |message: String| StoreError::Unreadable {
+            store: self.table.name.clone(),
+            aggregate: aggregate.clone(),
+            sequence,
+            message,
+        };
+        let version = number(item, table::VERSION);
+        if version != Some(u64::from(table::FORMAT_VERSION)) {
+            return Err(unreadable(format!(
+                "its format version is {version:?} and this relay reads {}: deploy the relay with the \
+                 writers' Conveyor version",
+                table::FORMAT_VERSION
+            )));
+        }
+        let required = |name: &'static str| {
+            string(item, name).ok_or_else(|| unreadable(format!("attribute {name} is missing or not a string")))
+        };
+        let delay = number(item, table::DELAY_MS).map(Duration::from_millis);
+        let message = OutgoingMessage {
+            body: required(table::BODY)?,
+            attributes: attributes(item.get(table::ATTRIBUTES)),
+            delay,
+            group_id: string(item, table::GROUP_ID),
+            deduplication_id: string(item, table::DEDUPLICATION_ID),
+            trace_header: string(item, table::TRACE_HEADER),
+        };
+        Ok(StoredJob {
+            aggregate: aggregate.clone(),
+            sequence,
+            id: required(table::ID)?,
+            queue_url: required(table::QUEUE_URL)?,
+            job_type: required(table::JOB_TYPE)?,
+            message,
+            created_at_millis: number(item, table::CREATED_AT).unwrap_or_default(),
+            attempts: number(item, table::ATTEMPTS)
+                .and_then(|attempts| u32::try_from(attempts).ok())
+                .unwrap_or(0),
+            last_error: string(item, table::LAST_ERROR),
+            parked_at_millis: number(item, table::PARKED_AT),
+        })
+    }
+}
+
+/// True when a cancelled transaction's reasons call for a pause (throttling or a conflict).
+fn retry_pause_needed<'a>(mut codes: impl Iterator<Item = &'a str>) -> bool {
+    codes.any(|code| code != "ConditionalCheckFailed" && code != "None")
+}
+
+fn string(item: &Item, name: &str) -> Option<String> {
+    item.get(name)?.as_s().ok().cloned()
+}
+
+fn number(item: &Item, name: &str) -> Option<u64> {
+    item.get(name)?.as_n().ok()?.parse().ok()
+}
+
+/// The stored message attributes back as the message's.
+fn attributes(value: Option<&AttributeValue>) -> Attributes {
+    let Some(AttributeValue::M(map)) = value else {
+        return Attributes::new();
+    };
+    map.iter()
+        .filter_map(|(name, entry)| {
+            let AttributeValue::M(entry) = entry else {
+                return None;
+            };
+            let data_type = entry.get("type")?.as_s().ok()?.clone();
+            let attribute = MessageAttribute {
+                data_type,
+                string_value: entry.get("string").and_then(|value| value.as_s().ok()).cloned(),
+                binary_value: entry
+                    .get("binary")
+                    .and_then(|value| value.as_b().ok())
+                    .map(|blob| blob.as_ref().to_vec()),
+            };
+            Some((name.clone(), attribute))
+        })
+        .collect()
+}
+
+#[async_trait]
+impl OutboxStore for DynamoOutboxStore {
+    fn name(&self) -> &str {
+        &self.table.name
+    }
+
+    async fn jobs(&self, aggregate: &str, limit: usize) -> Result<Vec<StoredJob>, StoreError> {
+        self.count();
+        let output = self
+            .client
+            .query()
+            .table_name(&self.table.name)
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :jobs)")
+            .expression_attribute_names("#pk", &self.table.partition_key)
+            .expression_attribute_names("#sk", &self.table.sort_key)
+            .expression_attribute_values(":pk", AttributeValue::S(OutboxTable::aggregate_key(aggregate)))
+            .expression_attribute_values(":jobs", AttributeValue::S(table::JOB_PREFIX.to_owned()))
+            .consistent_read(true)
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|error| self.error(&error))?;
+        output.items().iter().map(|item| self.parse(item)).collect()
+    }
+
+    async fn pending(&self, limit: usize, committed_before_millis: u64) -> Result<Vec<String>, StoreError> {
+        let mut oldest: Vec<(u64, String)> = Vec::new();
+        for bucket in 0..table::PENDING_BUCKETS {
+            oldest.extend(
+                self.index_page(&format!("pending#{bucket}"), limit, committed_before_millis)
+                    .await?,
+            );
+        }
+        oldest.sort();
+        let mut seen = std::collections::HashSet::new();
+        Ok(oldest
+            .into_iter()
+            .filter(|(_, aggregate)| seen.insert(aggregate.clone()))
+            .take(limit)
+            .map(|(_, aggregate)| aggregate)
+            .collect())
+    }
+
+    async fn remove_sent(&self, jobs: &[JobRef]) -> Result<Vec<bool>, StoreError> {
+        let mut removed = Vec::with_capacity(jobs.len());
+        for batch in jobs.chunks(REMOVE_BATCH) {
+            removed.extend(self.remove_batch(batch).await?);
+        }
+        Ok(removed)
+    }
+
+    async fn record_failure(
+        &self,
+        job: &JobRef,
+        reason: &str,
+        parked_at_millis: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut expression = "SET #attempts = if_not_exists(#attempts, :zero) + :one, #error = :error".to_owned();
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table.name)
+            .set_key(Some(self.job_key(job)))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", &self.table.partition_key)
+            .expression_attribute_names("#attempts", table::ATTEMPTS)
+            .expression_attribute_names("#error", table::LAST_ERROR)
+            .expression_attribute_values(":zero", AttributeValue::N("0".to_owned()))
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .expression_attribute_values(":error", AttributeValue::S(reason.to_owned()));
+        if let Some(parked_at) = parked_at_millis {
+            expression.push_str(", #parked = :parked, #pending = :parked_bucket");
+            request = request
+                .expression_attribute_names("#parked", table::PARKED_AT)
+                .expression_attribute_names("#pending", table::PENDING)
+                .expression_attribute_values(":parked", AttributeValue::N(parked_at.to_string()))
+                .expression_attribute_values(":parked_bucket", AttributeValue::S(table::PARKED.to_owned()));
+        }
+        self.count();
+        match request.update_expression(expression).send().await {
+            Ok(_) => Ok(()),
+            // Removed meanwhile (another relay sent it): nothing to record.
+            Err(error)
+                if error.as_service_error().is_some_and(
+                    aws_sdk_dynamodb::operation::update_item::UpdateItemError::is_conditional_check_failed_exception,
+                ) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(self.error(&error)),
+        }
+    }
+
+    async fn unpark(&self, aggregate: &str) -> Result<usize, StoreError> {
+        let mut count = 0;
+        for job in self.jobs(aggregate, 1000).await? {
+            if job.parked_at_millis.is_none() {
+                continue;
+            }
+            self.count();
+            self.client
+                .update_item()
+                .table_name(&self.table.name)
+                .set_key(Some(self.job_key(&job.reference())))
+                .update_expression("SET #pending = :pending, #attempts = :zero REMOVE #parked")
+                .condition_expression("attribute_exists(#pk)")
+                .expression_attribute_names("#pk", &self.table.partition_key)
+                .expression_attribute_names("#pending", table::PENDING)
+                .expression_attribute_names("#attempts", table::ATTEMPTS)
+                .expression_attribute_names("#parked", table::PARKED_AT)
+                .expression_attribute_values(":pending", AttributeValue::S(pending_bucket(aggregate)))
+                .expression_attribute_values(":zero", AttributeValue::N("0".to_owned()))
+                .send()
+                .await
+                .map_err(|error| self.error(&error))?;
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    async fn backlog(&self, limit: usize) -> Result<Backlog, StoreError> {
+        let mut oldest = None;
+        for bucket in 0..table::PENDING_BUCKETS {
+            let first = self.index_page(&format!("pending#{bucket}"), 1, u64::MAX).await?;
+            if let Some((created, _)) = first.first() {
+                oldest = Some(oldest.map_or(*created, |oldest: u64| oldest.min(*created)));
+            }
+        }
+        let pending_aggregates = self.pending(limit, u64::MAX).await?;
+        // Parked jobs: the index gives their keys, the table the rest.
+        self.count();
+        let output = self
+            .client
+            .query()
+            .table_name(&self.table.name)
+            .index_name(table::PENDING_INDEX)
+            .key_condition_expression("#pending = :parked")
+            .expression_attribute_names("#pending", table::PENDING)
+            .expression_attribute_values(":parked", AttributeValue::S(table::PARKED.to_owned()))
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|error| self.error(&error))?;
+        let mut parked = Vec::new();
+        for item in output.items() {
+            let Some(sort) = item.get(&self.table.sort_key).and_then(|value| value.as_s().ok()) else {
+                continue;
+            };
+            let Some(partition) = item.get(&self.table.partition_key).and_then(|value| value.as_s().ok()) else {
+                continue;
+            };
+            let (Some(aggregate), Some(sequence)) = (
+                OutboxTable::aggregate_of(partition),
+                sort.strip_prefix(table::JOB_PREFIX).and_then(|digits| digits.parse().ok()),
+            ) else {
+                continue;
+            };
+            let reference = JobRef {
+                aggregate: aggregate.to_owned(),
+                sequence,
+            };
+            if let Some(job) = self.get_job(&reference).await? {
+                parked.push(job);
+            }
+        }
+        Ok(Backlog {
+            oldest_pending_millis: oldest,
+            pending_aggregates,
+            parked,
+        })
+    }
+
+    async fn read_lease(&self, name: &str) -> Result<Option<LeaseRecord>, StoreError> {
+        self.count();
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table.name)
+            .set_key(Some(self.lease_key(name)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| self.error(&error))?;
+        Ok(output.item.map(|item| LeaseRecord {
+            owner: string(&item, table::LEASE_OWNER).unwrap_or_default(),
+            epoch: number(&item, table::LEASE_EPOCH).unwrap_or_default(),
+            version: number(&item, table::LEASE_VERSION).unwrap_or_default(),
+        }))
+    }
+
+    async fn write_lease(
+        &self,
+        name: &str,
+        expected: Option<&LeaseRecord>,
+        lease: &LeaseRecord,
+    ) -> Result<bool, StoreError> {
+        let mut item = self.lease_key(name);
+        item.insert(table::LEASE_OWNER.to_owned(), AttributeValue::S(lease.owner.clone()));
+        item.insert(table::LEASE_EPOCH.to_owned(), AttributeValue::N(lease.epoch.to_string()));
+        item.insert(table::LEASE_VERSION.to_owned(), AttributeValue::N(lease.version.to_string()));
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.table.name)
+            .set_item(Some(item))
+            .expression_attribute_names("#pk", &self.table.partition_key);
+        request = match expected {
+            None => request.condition_expression("attribute_not_exists(#pk)"),
+            Some(expected) => request
+                .condition_expression("#owner = :owner AND #epoch = :epoch AND #version = :version")
+                .expression_attribute_names("#owner", table::LEASE_OWNER)
+                .expression_attribute_names("#epoch", table::LEASE_EPOCH)
+                .expression_attribute_names("#version", table::LEASE_VERSION)
+                .expression_attribute_values(":owner", AttributeValue::S(expected.owner.clone()))
+                .expression_attribute_values(":epoch", AttributeValue::N(expected.epoch.to_string()))
+                .expression_attribute_values(":version", AttributeValue::N(expected.version.to_string())),
+        };
+        if expected.is_some() {
+            // `#pk` is named only for the first condition; DynamoDB refuses unused names.
+            request = request.set_expression_attribute_names(Some(HashMap::from([
+                ("#owner".to_owned(), table::LEASE_OWNER.to_owned()),
+                ("#epoch".to_owned(), table::LEASE_EPOCH.to_owned()),
+                ("#version".to_owned(), table::LEASE_VERSION.to_owned()),
+            ])));
+        }
+        self.count();
+        match request.send().await {
+            Ok(_) => Ok(true),
+            Err(error)
+                if error.as_service_error().is_some_and(
+                    aws_sdk_dynamodb::operation::put_item::PutItemError::is_conditional_check_failed_exception,
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(self.error(&error)),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! [`Poller`]: the long-running relay (the worker's background task, `conveyor outbox relay`). It holds
+//! the store's lease, relays the pending aggregates oldest first, and publishes the backlog's age.
+//! Standby pollers wait to take the lease over.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use conveyor_core::runtime::epoch_millis;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::lease::Lease;
+use crate::relay::{Fence, Relay, RelayReport};
+use crate::store::{Backlog, StoreError};
+
+/// The lease's name in the store.
+pub(crate) const LEASE_NAME: &str = "relay";
+/// Gauge: seconds since the oldest unsent, unparked job was committed (0 when none).
+pub const OLDEST_UNSENT_METRIC: &str = "conveyor_outbox_oldest_unsent_seconds";
+/// Gauge: parked jobs (counted up to the backlog limit).
+pub const PARKED_METRIC: &str = "conveyor_outbox_parked_jobs";
+/// Counter: jobs the relay sent.
+pub const SENT_METRIC: &str = "conveyor_outbox_sent_total";
+
+/// Settings of a [`Poller`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PollerOptions {
+    /// How long the lease lasts without renewal (renewed every third). Default 30 s; at least
+    /// [`crate::store::MIN_LEASE`].
+    pub lease: Duration,
+    /// The pause after a pass that found nothing to send. Default 1 s.
+    pub idle_poll: Duration,
+    /// Aggregates relayed per pass. Default 100.
+    pub aggregates_per_pass: usize,
+    /// How often the backlog gauges are read. Default 30 s.
+    pub backlog_every: Duration,
+}
+
+impl Default for PollerOptions {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            idle_poll: Duration::from_secs(1),
+            aggregates_per_pass: 100,
+            backlog_every: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The polling relay.
+#[derive(Debug)]
+pub struct Poller {
+    relay: Relay,
+    lease: Lease,
+    options: PollerOptions,
+}
+
+impl Poller {
+    /// A poller of `relay`'s store, calling itself `owner` (unique per process) in the lease.
+    pub fn new(relay: Relay, owner: &str, options: PollerOptions) -> Self {
+        let lease = Lease::new(Arc::clone(relay.store()), LEASE_NAME, owner, options.lease);
+        Self {
+            relay,
+            lease,
+            options,
+        }
+    }
+
+    /// Runs until `drain` is cancelled, then gives the lease up.
+    pub async fn run(mut self, drain: CancellationToken) {
+        let fence = self.lease.fence();
+        let mut renew_at = Instant::now();
+        let mut backlog_at = Instant::now();
+        loop {
+            if drain.is_cancelled() {
+                break;
+            }
+            if Instant::now() >= renew_at {
+                if let Err(error) = self.lease.acquire().await {
+                    tracing::warn!(%error, "outbox relay lease could not be renewed; tried again");
+                }
+                renew_at = Instant::now() + self.lease.renew_every();
+            }
+            if !fence.holds() {
+                pause(&drain, renew_at.saturating_duration_since(Instant::now())).await;
+                continue;
+            }
+            if Instant::now() >= backlog_at {
+                self.publish_backlog().await;
+                backlog_at = Instant::now() + self.options.backlog_every;
+            }
+            let report = self.pass(&fence).await;
+            if report.sent == 0 && report.raced == 0 {
+                let until_renewal = renew_at.saturating_duration_since(Instant::now());
+                pause(&drain, self.options.idle_poll.min(until_renewal)).await;
+            }
+        }
+        if let Err(error) = self.lease.release().await {
+            tracing::warn!(%error, "outbox relay lease not released; a standby relay takes over when it lapses");
+        }
+    }
+
+    /// One pass: the oldest pending aggregates relayed.
+    pub async fn pass(&self, fence: &dyn Fence) -> RelayReport {
+        let report = self
+            .relay
+            .sweep(Duration::ZERO, self.options.aggregates_per_pass, fence)
+            .await;
+        metrics::counter!(SENT_METRIC).increment(report.sent as u64);
+        if report.sent > 0 || report.failed > 0 {
+            tracing::debug!(
+                sent = report.sent,
+                raced = report.raced,
+                failed = report.failed,
+                parked = report.parked,
+                blocked = report.blocked,
+                "outbox relay pass"
+            );
+        }
+        report
+    }
+
+    async fn publish_backlog(&self) {
+        match backlog(&self.relay, 100).await {
+            Ok(backlog) => publish(&backlog),
+            Err(error) => tracing::warn!(%error, "reading the outbox backlog failed"),
+        }
+    }
+}
+
+/// The store's backlog (for the gauges and `conveyor outbox backlog`).
+pub async fn backlog(relay: &Relay, limit: usize) -> Result<Backlog, StoreError> {
+    relay.store().backlog(limit).await
+}
+
+/// Sets the backlog gauges, and warns about parked jobs.
+pub fn publish(backlog: &Backlog) {
+    let now = epoch_millis(SystemTime::now());
+    let age = backlog
+        .oldest_pending_millis
+        .map_or(0.0, |oldest| now.saturating_sub(oldest) as f64 / 1000.0);
+    metrics::gauge!(OLDEST_UNSENT_METRIC).set(age);
+    metrics::gauge!(PARKED_METRIC).set(backlog.parked.len() as f64);
+    if !backlog.parked.is_empty() {
+        tracing::error!(
+            parked = backlog.parked.len(),
+            "outbox jobs are parked (see `conveyor outbox backlog`); their aggregates wait"
+        );
+    }
+}
+
+async fn pause(drain: &CancellationToken, length: Duration) {
+    tokio::select! {
+        () = drain.cancelled() => {}
+        () = tokio::time::sleep(length.max(Duration::from_millis(10))) => {}
+    }
+}
