@@ -55,8 +55,6 @@ pub const APP_VARIABLES: &[&str] = &[
     conveyor_outbox::table::TABLE_ENV,
     conveyor_outbox::table::PARTITION_KEY_ENV,
     conveyor_outbox::table::SORT_KEY_ENV,
-    conveyor_outbox::table::TTL_ATTRIBUTE_ENV,
-    conveyor_outbox::STATE_TABLE_ENV,
     conveyor_outbox::LEASE_SECONDS_ENV,
 ];
 

@@ -121,12 +121,6 @@ impl Aws {
         aws_sdk_dynamodb::Client::new(&self.config)
     }
 
-    /// A DynamoDB Streams client (endpoint from `AWS_ENDPOINT_URL_DYNAMODB_STREAMS`, else
-    /// `AWS_ENDPOINT_URL_DYNAMODB`, as DynamoDB Local serves both).
-    pub(crate) fn streams_client(&self) -> aws_sdk_dynamodbstreams::Client {
-        conveyor_outbox::streams_client(&self.config)
-    }
-
     /// The DynamoDB endpoint the client calls: `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`, else
     /// AWS's regional endpoint.
     pub(crate) fn dynamodb_endpoint(&self) -> String {

@@ -121,3 +121,17 @@ mod tests {
         );
     }
 }
+
+/// `text` safe to print on a terminal: control characters (escape sequences, OSC 52, carriage returns)
+/// are shown escaped instead of being sent to the terminal.
+pub(crate) fn sanitize(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 use crate::handler::BoxFuture;
 
 /// Work the worker runs beside its receive loops: `conveyor_schedule::Scheduler` and
-/// `conveyor_outbox::StreamRelay` implement it, and so can an application's own periodic task.
+/// `conveyor_outbox::Poller` implement it, and so can an application's own periodic task.
 ///
 /// The worker starts [`run`](BackgroundTask::run) when it starts and cancels `drain` when its drain
 /// begins (a signal, or the worker's shutdown token), so nothing new is started by a worker that is

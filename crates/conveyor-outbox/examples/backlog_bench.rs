@@ -1,97 +1,81 @@
-//! Drains an outbox backlog with the stream relay and prints the figures the README quotes: jobs per
-//! second and AWS requests per job. Runs against the local stack (`make local-aws`):
+//! Drains an outbox backlog with the polling relay and prints the figures the README quotes: jobs per
+//! second and AWS requests per job (SQS and DynamoDB). Runs against the local stack (`make local-aws`):
 //!
 //! ```text
 //! cargo run --release -p conveyor-outbox --example backlog_bench -- 10000
 //! ```
+//!
+//! The backlog: `count` jobs over 1,000 aggregates (10 jobs each at 10,000), in sequence order as the
+//! writers' transactions leave them.
 
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_outbox::backlog::write_backlog;
-use conveyor_outbox::{Outbox, OutboxTable, Relay, StreamRelay, StreamRelayOptions, create_outbox_table};
+use conveyor_outbox::{
+    DynamoOutboxStore, Outbox, OutboxTable, Poller, PollerOptions, Relay, SqsSink, create_outbox_table,
+};
 use conveyor_sqs::NewJob;
 use conveyor_testing::localstack::{self, QueueSpec};
 use tokio_util::sync::CancellationToken;
 
+const AGGREGATES: usize = 1000;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber_init();
     let count: usize = std::env::args().nth(1).map_or(Ok(10_000), |arg| arg.parse())?;
     localstack::ensure_local_aws().await?;
     let sqs = localstack::sqs_client().await;
     let dynamodb = localstack::dynamodb_client().await;
     let table = OutboxTable::new(localstack::unique_name("bench-outbox"));
     create_outbox_table(&dynamodb, &table).await?;
-    let state = localstack::create_table(&dynamodb, "bench-outbox-state").await?;
     let queue = localstack::create_queue(&sqs, &QueueSpec::standard("bench-outbox")).await?;
     let outbox = Outbox::new(table.clone(), &queue.url);
-    let items = (0..count)
-        .map(|n| {
-            outbox.put(
-                NewJob::new("invoice", serde_json::json!({"order": n})),
-                &format!("order#{}", n % 1000),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut items: Vec<HashMap<String, AttributeValue>> = Vec::with_capacity(count);
+    let per_aggregate = count.div_ceil(AGGREGATES);
+    for aggregate in 0..AGGREGATES {
+        let jobs: Vec<_> = (0..per_aggregate)
+            .map(|n| aggregate * per_aggregate + n)
+            .filter(|n| *n < count)
+            .map(|n| NewJob::new("invoice", serde_json::json!({ "order": n })))
+            .collect();
+        if jobs.is_empty() {
+            break;
+        }
+        items.extend_from_slice(outbox.put_after(jobs, &format!("order#{aggregate}"), 0)?.items());
+    }
     let written = Instant::now();
     write_backlog(&dynamodb, &table.name, &items).await?;
     println!(
-        "wrote a backlog of {count} outbox items in {:.1}s",
+        "wrote a backlog of {count} outbox jobs over {AGGREGATES} aggregates in {:.1}s",
         written.elapsed().as_secs_f64()
     );
 
-    let mut options = StreamRelayOptions::new(&state);
+    let store = Arc::new(DynamoOutboxStore::new(dynamodb.clone(), table.clone()));
+    let sink = Arc::new(SqsSink::new(sqs.clone()));
+    let relay = Relay::new(store.clone(), sink.clone());
+    let mut options = PollerOptions::default();
     options.exit_when_idle = true;
-    options.progress_interval = Duration::from_secs(2);
-    let relay = StreamRelay::new(
-        Relay::new(sqs.clone(), dynamodb.clone(), table.clone()),
-        localstack_streams_client(),
-        dynamodb.clone(),
-        options,
-    );
-    let progress = relay.progress();
+    let poller = Poller::new(relay, "bench", options);
+    let progress = poller.progress();
     let started = Instant::now();
-    relay.run(CancellationToken::new()).await?;
+    poller.run(CancellationToken::new()).await;
     let seconds = started.elapsed().as_secs_f64();
     let end = progress.snapshot();
+    let sent = end.sent.max(1) as f64;
+    let sqs_requests = conveyor_outbox::JobSink::requests(&*sink);
     println!(
-        "relayed {} of {count} jobs in {seconds:.1}s: {:.0} jobs/s, {} AWS requests ({:.3} per job), {} delete failures",
-        end.relayed,
-        end.relayed as f64 / seconds,
-        end.requests,
-        end.requests as f64 / end.relayed.max(1) as f64,
-        end.delete_failures,
+        "relayed {} of {count} jobs in {seconds:.1}s: {:.0} jobs/s; {sqs_requests} SQS requests ({:.3} per job), \
+         {} DynamoDB requests ({:.3} per job), {:.3} AWS requests per job",
+        end.sent,
+        end.sent as f64 / seconds,
+        sqs_requests as f64 / sent,
+        store.requests(),
+        store.requests() as f64 / sent,
+        (sqs_requests + store.requests()) as f64 / sent,
     );
-    anyhow::ensure!(end.relayed as usize == count, "not every job was relayed");
+    anyhow::ensure!(end.sent as usize == count, "not every job was relayed");
     Ok(())
-}
-
-fn localstack_streams_client() -> aws_sdk_dynamodbstreams::Client {
-    use aws_sdk_dynamodbstreams::config::{BehaviorVersion, Credentials, Region};
-    let credentials = Credentials::new(
-        localstack::DUMMY_CREDENTIAL,
-        localstack::DUMMY_CREDENTIAL,
-        None,
-        None,
-        "bench",
-    );
-    aws_sdk_dynamodbstreams::Client::from_conf(
-        aws_sdk_dynamodbstreams::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(localstack::REGION))
-            .endpoint_url(localstack::dynamodb_endpoint())
-            .credentials_provider(credentials)
-            .build(),
-    )
-}
-
-/// Progress lines (the relay logs one every 2 s) on stderr.
-fn tracing_subscriber_init() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("conveyor_outbox=info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
 }

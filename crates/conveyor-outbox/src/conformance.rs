@@ -37,11 +37,25 @@ async fn jobs_come_back_in_commit_order_and_are_removed_once(
     writer.commit(queue, &second, "\"b1\"").await;
     let jobs = store.jobs(&first, 10).await.unwrap_or_default();
     let bodies: Vec<&str> = jobs.iter().map(|job| job.message.body.as_str()).collect();
-    assert_eq!(bodies, ["\"a1\"", "\"a2\"", "\"a3\""], "an aggregate's jobs in commit order");
+    assert_eq!(
+        bodies,
+        ["\"a1\"", "\"a2\"", "\"a3\""],
+        "an aggregate's jobs in commit order"
+    );
     let sequences: Vec<u64> = jobs.iter().map(|job| job.sequence).collect();
-    assert!(sequences.windows(2).all(|pair| pair[0] < pair[1]), "sequences rise: {sequences:?}");
-    assert!(jobs.iter().all(|job| job.queue_url == queue && job.parked_at_millis.is_none()));
-    assert_eq!(store.jobs(&first, 2).await.map(|jobs| jobs.len()).ok(), Some(2), "the limit holds");
+    assert!(
+        sequences.windows(2).all(|pair| pair[0] < pair[1]),
+        "sequences rise: {sequences:?}"
+    );
+    assert!(
+        jobs.iter()
+            .all(|job| job.queue_url == queue && job.parked_at_millis.is_none())
+    );
+    assert_eq!(
+        store.jobs(&first, 2).await.map(|jobs| jobs.len()).ok(),
+        Some(2),
+        "the limit holds"
+    );
     let pending = store.pending(1000, u64::MAX).await.unwrap_or_default();
     assert!(
         pending.contains(&first) && pending.contains(&second),
@@ -49,7 +63,11 @@ async fn jobs_come_back_in_commit_order_and_are_removed_once(
     );
     let head = jobs[0].reference();
     let removed = store.remove_sent(&[head.clone(), head.clone()]).await.ok();
-    assert_eq!(removed, Some(vec![true, false]), "a job is removed once, and the second removal says so");
+    assert_eq!(
+        removed,
+        Some(vec![true, false]),
+        "a job is removed once, and the second removal says so"
+    );
     let missing = JobRef {
         aggregate: first.clone(),
         sequence: 999,
@@ -97,19 +115,33 @@ async fn failures_count_and_parking_blocks_until_unparked(
     assert_eq!(job.attempts, 1);
     assert_eq!(job.last_error.as_deref(), Some("queue missing"));
     assert!(job.parked_at_millis.is_none());
-    assert!(store.record_failure(&first, "still missing", Some(1_000)).await.is_ok());
+    assert!(
+        store
+            .record_failure(&first, "still missing", Some(1_000))
+            .await
+            .is_ok()
+    );
     let job = store.jobs(&aggregate, 1).await.unwrap_or_default()[0].clone();
-    assert_eq!((job.attempts, job.parked_at_millis), (2, Some(1_000)), "parked with when");
+    assert_eq!(
+        (job.attempts, job.parked_at_millis),
+        (2, Some(1_000)),
+        "parked with when"
+    );
     let backlog = store.backlog(100).await.unwrap_or_default();
     assert!(
-        backlog.parked.iter().any(|parked| parked.reference() == first
-            && parked.last_error.as_deref() == Some("still missing")),
+        backlog.parked.iter().any(
+            |parked| parked.reference() == first && parked.last_error.as_deref() == Some("still missing")
+        ),
         "the backlog lists the parked job with its reason: {:?}",
         backlog.parked
     );
     assert_eq!(store.unpark(&aggregate).await.ok(), Some(1));
     let job = store.jobs(&aggregate, 1).await.unwrap_or_default()[0].clone();
-    assert_eq!((job.attempts, job.parked_at_millis), (0, None), "unparked and its count reset");
+    assert_eq!(
+        (job.attempts, job.parked_at_millis),
+        (0, None),
+        "unparked and its count reset"
+    );
     let backlog = store.backlog(100).await.unwrap_or_default();
     assert!(backlog.parked.iter().all(|parked| parked.aggregate != aggregate));
     assert!(backlog.oldest_pending_millis.is_some());
@@ -134,12 +166,19 @@ async fn leases_are_written_only_over_what_was_read(store: &dyn OutboxStore, pre
         version: 0,
     };
     assert_eq!(store.write_lease(&name, None, &first).await.ok(), Some(true));
-    assert_eq!(store.write_lease(&name, None, &first).await.ok(), Some(false), "exists already");
+    assert_eq!(
+        store.write_lease(&name, None, &first).await.ok(),
+        Some(false),
+        "exists already"
+    );
     let renewed = LeaseRecord {
         version: 1,
         ..first.clone()
     };
-    assert_eq!(store.write_lease(&name, Some(&first), &renewed).await.ok(), Some(true));
+    assert_eq!(
+        store.write_lease(&name, Some(&first), &renewed).await.ok(),
+        Some(true)
+    );
     let taken = LeaseRecord {
         owner: "b".to_owned(),
         epoch: 2,

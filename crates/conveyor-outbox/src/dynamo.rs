@@ -171,7 +171,8 @@ impl DynamoOutboxStore {
             let Err(error) = answer else {
                 return Ok(removed);
             };
-            let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = error.as_service_error()
+            let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
+                error.as_service_error()
             else {
                 return Err(self.error(&error));
             };
@@ -247,7 +248,8 @@ impl DynamoOutboxStore {
             )));
         }
         let required = |name: &'static str| {
-            string(item, name).ok_or_else(|| unreadable(format!("attribute {name} is missing or not a string")))
+            string(item, name)
+                .ok_or_else(|| unreadable(format!("attribute {name} is missing or not a string")))
         };
         let delay = number(item, table::DELAY_MS).map(Duration::from_millis);
         let message = OutgoingMessage {
@@ -369,7 +371,8 @@ impl OutboxStore for DynamoOutboxStore {
         reason: &str,
         parked_at_millis: Option<u64>,
     ) -> Result<(), StoreError> {
-        let mut expression = "SET #attempts = if_not_exists(#attempts, :zero) + :one, #error = :error".to_owned();
+        let mut expression =
+            "SET #attempts = if_not_exists(#attempts, :zero) + :one, #error = :error".to_owned();
         let mut request = self
             .client
             .update_item()
@@ -460,12 +463,16 @@ impl OutboxStore for DynamoOutboxStore {
             let Some(sort) = item.get(&self.table.sort_key).and_then(|value| value.as_s().ok()) else {
                 continue;
             };
-            let Some(partition) = item.get(&self.table.partition_key).and_then(|value| value.as_s().ok()) else {
+            let Some(partition) = item
+                .get(&self.table.partition_key)
+                .and_then(|value| value.as_s().ok())
+            else {
                 continue;
             };
             let (Some(aggregate), Some(sequence)) = (
                 OutboxTable::aggregate_of(partition),
-                sort.strip_prefix(table::JOB_PREFIX).and_then(|digits| digits.parse().ok()),
+                sort.strip_prefix(table::JOB_PREFIX)
+                    .and_then(|digits| digits.parse().ok()),
             ) else {
                 continue;
             };
@@ -509,9 +516,18 @@ impl OutboxStore for DynamoOutboxStore {
         lease: &LeaseRecord,
     ) -> Result<bool, StoreError> {
         let mut item = self.lease_key(name);
-        item.insert(table::LEASE_OWNER.to_owned(), AttributeValue::S(lease.owner.clone()));
-        item.insert(table::LEASE_EPOCH.to_owned(), AttributeValue::N(lease.epoch.to_string()));
-        item.insert(table::LEASE_VERSION.to_owned(), AttributeValue::N(lease.version.to_string()));
+        item.insert(
+            table::LEASE_OWNER.to_owned(),
+            AttributeValue::S(lease.owner.clone()),
+        );
+        item.insert(
+            table::LEASE_EPOCH.to_owned(),
+            AttributeValue::N(lease.epoch.to_string()),
+        );
+        item.insert(
+            table::LEASE_VERSION.to_owned(),
+            AttributeValue::N(lease.version.to_string()),
+        );
         let mut request = self
             .client
             .put_item()

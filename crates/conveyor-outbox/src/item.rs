@@ -164,11 +164,15 @@ impl IntoIterator for OutboxWrite {
 /// True when a transaction failed because another transaction took the aggregate's next sequence
 /// number first: read the head again and run the transaction again.
 pub fn is_sequence_conflict(error: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError>) -> bool {
-    let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = error.as_service_error() else {
+    let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = error.as_service_error()
+    else {
         return false;
     };
     cancelled.cancellation_reasons().iter().any(|reason| {
-        matches!(reason.code(), Some("ConditionalCheckFailed" | "TransactionConflict"))
+        matches!(
+            reason.code(),
+            Some("ConditionalCheckFailed" | "TransactionConflict")
+        )
     })
 }
 
@@ -191,8 +195,14 @@ impl Outbox {
         let output = client
             .get_item()
             .table_name(&self.table.name)
-            .key(&self.table.partition_key, AttributeValue::S(OutboxTable::aggregate_key(aggregate)))
-            .key(&self.table.sort_key, AttributeValue::S(table::HEAD_KEY.to_owned()))
+            .key(
+                &self.table.partition_key,
+                AttributeValue::S(OutboxTable::aggregate_key(aggregate)),
+            )
+            .key(
+                &self.table.sort_key,
+                AttributeValue::S(table::HEAD_KEY.to_owned()),
+            )
             .projection_expression("#sequence")
             .expression_attribute_names("#sequence", table::SEQUENCE)
             .consistent_read(true)
@@ -246,7 +256,9 @@ impl Outbox {
             let encoded = encode(job, &self.queue_url, aggregate, &id)?;
             self.push_job(&mut write, encoded, aggregate, sequence, &id)?;
         }
-        write.transact_items.push(self.head_update(aggregate, head, sequence)?);
+        write
+            .transact_items
+            .push(self.head_update(aggregate, head, sequence)?);
         Ok(write)
     }
 
@@ -307,8 +319,14 @@ impl Outbox {
         };
         let mut update = Update::builder()
             .table_name(&self.table.name)
-            .key(&self.table.partition_key, AttributeValue::S(OutboxTable::aggregate_key(aggregate)))
-            .key(&self.table.sort_key, AttributeValue::S(table::HEAD_KEY.to_owned()))
+            .key(
+                &self.table.partition_key,
+                AttributeValue::S(OutboxTable::aggregate_key(aggregate)),
+            )
+            .key(
+                &self.table.sort_key,
+                AttributeValue::S(table::HEAD_KEY.to_owned()),
+            )
             .update_expression("SET #sequence = :last")
             .condition_expression(condition)
             .expression_attribute_names("#sequence", table::SEQUENCE)
@@ -334,15 +352,27 @@ impl Outbox {
         let string = |value: &str| AttributeValue::S(value.to_owned());
         let number = |value: u64| AttributeValue::N(value.to_string());
         let mut item = HashMap::from([
-            (self.table.partition_key.clone(), string(&OutboxTable::aggregate_key(aggregate))),
-            (self.table.sort_key.clone(), string(&OutboxTable::job_key(sequence))),
-            (table::VERSION.to_owned(), number(u64::from(table::FORMAT_VERSION))),
+            (
+                self.table.partition_key.clone(),
+                string(&OutboxTable::aggregate_key(aggregate)),
+            ),
+            (
+                self.table.sort_key.clone(),
+                string(&OutboxTable::job_key(sequence)),
+            ),
+            (
+                table::VERSION.to_owned(),
+                number(u64::from(table::FORMAT_VERSION)),
+            ),
             (table::ID.to_owned(), string(id)),
             (table::QUEUE_URL.to_owned(), string(&self.queue_url)),
             (table::JOB_TYPE.to_owned(), string(&encoded.job_type)),
             (table::AGGREGATE.to_owned(), string(aggregate)),
             (table::SEQUENCE.to_owned(), number(sequence)),
-            (table::IDEMPOTENCY_KEY.to_owned(), string(&encoded.idempotency_key)),
+            (
+                table::IDEMPOTENCY_KEY.to_owned(),
+                string(&encoded.idempotency_key),
+            ),
             (table::BODY.to_owned(), string(&message.body)),
             (table::ATTRIBUTES.to_owned(), attributes_value(message)),
             (table::CREATED_AT.to_owned(), number(now_millis)),
@@ -369,11 +399,9 @@ impl Outbox {
 /// The pending index's partition key value of `aggregate`'s jobs: `pending#<bucket>`, the bucket a
 /// stable hash (FNV-1a) of the aggregate.
 pub(crate) fn pending_bucket(aggregate: &str) -> String {
-    let hash = aggregate
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        });
+    let hash = aggregate.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
     format!("pending#{}", hash % u64::from(table::PENDING_BUCKETS))
 }
 
@@ -439,7 +467,11 @@ mod tests {
     #[test]
     fn the_items_carry_the_encoded_jobs_in_sequence_after_the_head() -> anyhow::Result<()> {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
-        let write = outbox.put_after(vec![NewJob::new("invoice", 7), NewJob::new("invoice", 8)], "order:1", 4)?;
+        let write = outbox.put_after(
+            vec![NewJob::new("invoice", 7), NewJob::new("invoice", 8)],
+            "order:1",
+            4,
+        )?;
         assert_eq!(write.items().len(), 2);
         let first = &write.items()[0];
         assert_eq!(string(first, "pk"), "outbox#order:1");
@@ -448,7 +480,10 @@ mod tests {
         assert_eq!(string(first, table::BODY), "7");
         assert_eq!(string(first, table::AGGREGATE), "order:1");
         assert!(string(first, table::PENDING).starts_with("pending#"));
-        assert!(!first.contains_key(table::GROUP_ID), "standard queues get no group");
+        assert!(
+            !first.contains_key(table::GROUP_ID),
+            "standard queues get no group"
+        );
         assert!(
             !first.keys().any(|name| name.contains("expires")),
             "no TTL on a committed job"
@@ -461,10 +496,13 @@ mod tests {
         assert_eq!(write.idempotency_keys()[0], format!("outbox:{}", write.ids()[0]));
         let items = write.transact_items();
         assert_eq!(items.len(), 3);
-        let head = items[2].update().ok_or_else(|| anyhow::anyhow!("the head is an update"))?;
-        assert_eq!(head.condition_expression(), "#sequence = :head");
+        let head = items[2]
+            .update()
+            .ok_or_else(|| anyhow::anyhow!("the head is an update"))?;
+        assert_eq!(head.condition_expression(), Some("#sequence = :head"));
         assert_eq!(
-            head.expression_attribute_values().and_then(|values| values.get(":last")),
+            head.expression_attribute_values()
+                .and_then(|values| values.get(":last")),
             Some(&AttributeValue::N("6".into()))
         );
         let put = items[0].put().ok_or_else(|| anyhow::anyhow!("not a put"))?;
@@ -482,7 +520,7 @@ mod tests {
         assert_eq!(string(item, table::DEDUPLICATION_ID), write.ids()[0]);
         let head = write.transact_items()[1].update().cloned();
         assert_eq!(
-            head.map(|update| update.condition_expression().to_owned()),
+            head.and_then(|update| update.condition_expression().map(str::to_owned)),
             Some("attribute_not_exists(#sequence)".to_owned()),
             "a new aggregate's head must not exist yet"
         );
@@ -493,7 +531,10 @@ mod tests {
     fn the_producers_checks_and_the_item_limit_apply_before_the_transaction() {
         let outbox = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs.fifo");
         let delayed = outbox.put_after(vec![NewJob::new("t", 1).delay(Duration::from_secs(5))], "a", 0);
-        assert!(matches!(delayed, Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))));
+        assert!(matches!(
+            delayed,
+            Err(OutboxError::Job(ProduceError::DelayOnFifo { .. }))
+        ));
         let standard = Outbox::new(OutboxTable::new("t"), "http://localhost/000/jobs");
         let big = standard.put_after(vec![NewJob::new("t", "x".repeat(500 * 1024))], "a", 0);
         let Err(error) = big else {
@@ -507,7 +548,10 @@ mod tests {
             ));
         }
         let none: Vec<NewJob<u32>> = Vec::new();
-        assert!(matches!(standard.put_after(none, "a", 0), Err(OutboxError::TooManyJobs { count: 0 })));
+        assert!(matches!(
+            standard.put_after(none, "a", 0),
+            Err(OutboxError::TooManyJobs { count: 0 })
+        ));
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod backlog;
 pub mod conformance;
 mod dynamo;
 mod encode;
+mod env;
 mod item;
 mod lease;
 pub mod memory;
@@ -17,10 +18,12 @@ pub mod table;
 
 pub use dynamo::DynamoOutboxStore;
 pub use encode::{EncodedJob, encode};
+pub use env::{LEASE_SECONDS_ENV, RelayConfigError, dynamodb_client, poller_from_env, relay_for};
 pub use item::{Outbox, OutboxError, OutboxWrite, is_sequence_conflict};
 pub use lease::{Lease, LeaseFence};
 pub use poller::{
-    OLDEST_UNSENT_METRIC, PARKED_METRIC, Poller, PollerOptions, SENT_METRIC, backlog, publish,
+    OLDEST_UNSENT_METRIC, PARKED_METRIC, Poller, PollerOptions, PollerProgress, ProgressSnapshot,
+    SENT_METRIC, backlog, publish,
 };
 pub use relay::{Fence, Relay, RelayOptions, RelayReport, Unfenced, WallClock};
 pub use setup::{CreateTableError, create_outbox_table};

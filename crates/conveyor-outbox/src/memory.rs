@@ -37,7 +37,9 @@ impl MemoryOutboxStore {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn check(&self, state: &State) -> Result<(), StoreError> {
@@ -196,7 +198,12 @@ impl OutboxStore for MemoryOutboxStore {
         let mut state = self.state();
         self.check(&state)?;
         let mut count = 0;
-        for job in state.jobs.get_mut(aggregate).into_iter().flat_map(BTreeMap::values_mut) {
+        for job in state
+            .jobs
+            .get_mut(aggregate)
+            .into_iter()
+            .flat_map(BTreeMap::values_mut)
+        {
             if job.parked_at_millis.take().is_some() {
                 job.attempts = 0;
                 count += 1;
@@ -209,7 +216,10 @@ impl OutboxStore for MemoryOutboxStore {
         let pending = self.pending(limit, u64::MAX).await?;
         let state = self.state();
         let all = || state.jobs.values().flat_map(BTreeMap::values);
-        let mut parked: Vec<StoredJob> = all().filter(|job| job.parked_at_millis.is_some()).cloned().collect();
+        let mut parked: Vec<StoredJob> = all()
+            .filter(|job| job.parked_at_millis.is_some())
+            .cloned()
+            .collect();
         parked.sort_by_key(|job| job.created_at_millis);
         parked.truncate(limit);
         Ok(Backlog {

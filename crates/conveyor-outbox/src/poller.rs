@@ -3,6 +3,7 @@
 //! Standby pollers wait to take the lease over.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use conveyor_core::runtime::epoch_millis;
@@ -35,6 +36,64 @@ pub struct PollerOptions {
     pub aggregates_per_pass: usize,
     /// How often the backlog gauges are read. Default 30 s.
     pub backlog_every: Duration,
+    /// Stop (and release the lease) after the first pass that, holding the lease, found nothing to send:
+    /// `conveyor outbox relay --exit-when-idle` draining a backlog.
+    pub exit_when_idle: bool,
+}
+
+/// What a [`Poller`] has done so far, readable while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct PollerProgress {
+    inner: Arc<ProgressCounters>,
+}
+
+#[derive(Debug, Default)]
+struct ProgressCounters {
+    sent: AtomicU64,
+    raced: AtomicU64,
+    failed: AtomicU64,
+    parked: AtomicU64,
+    leader: AtomicBool,
+}
+
+/// A reading of [`PollerProgress`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgressSnapshot {
+    /// Jobs sent and removed.
+    pub sent: u64,
+    /// Jobs another relay had removed first (duplicates settled by the consumer).
+    pub raced: u64,
+    /// Failed sends.
+    pub failed: u64,
+    /// Jobs parked.
+    pub parked: u64,
+    /// True while this poller holds the lease.
+    pub leader: bool,
+}
+
+impl PollerProgress {
+    /// The counts now.
+    pub fn snapshot(&self) -> ProgressSnapshot {
+        ProgressSnapshot {
+            sent: self.inner.sent.load(Ordering::Relaxed),
+            raced: self.inner.raced.load(Ordering::Relaxed),
+            failed: self.inner.failed.load(Ordering::Relaxed),
+            parked: self.inner.parked.load(Ordering::Relaxed),
+            leader: self.inner.leader.load(Ordering::Relaxed),
+        }
+    }
+
+    fn add(&self, report: &RelayReport) {
+        let count = |value: usize| value as u64;
+        self.inner.sent.fetch_add(count(report.sent), Ordering::Relaxed);
+        self.inner.raced.fetch_add(count(report.raced), Ordering::Relaxed);
+        self.inner
+            .failed
+            .fetch_add(count(report.failed), Ordering::Relaxed);
+        self.inner
+            .parked
+            .fetch_add(count(report.parked), Ordering::Relaxed);
+    }
 }
 
 impl Default for PollerOptions {
@@ -44,6 +103,7 @@ impl Default for PollerOptions {
             idle_poll: Duration::from_secs(1),
             aggregates_per_pass: 100,
             backlog_every: Duration::from_secs(30),
+            exit_when_idle: false,
         }
     }
 }
@@ -54,6 +114,7 @@ pub struct Poller {
     relay: Relay,
     lease: Lease,
     options: PollerOptions,
+    progress: PollerProgress,
 }
 
 impl Poller {
@@ -64,7 +125,13 @@ impl Poller {
             relay,
             lease,
             options,
+            progress: PollerProgress::default(),
         }
+    }
+
+    /// What it has done so far (a handle that stays valid while it runs).
+    pub fn progress(&self) -> PollerProgress {
+        self.progress.clone()
     }
 
     /// Runs until `drain` is cancelled, then gives the lease up.
@@ -82,6 +149,7 @@ impl Poller {
                 }
                 renew_at = Instant::now() + self.lease.renew_every();
             }
+            self.progress.inner.leader.store(fence.holds(), Ordering::Relaxed);
             if !fence.holds() {
                 pause(&drain, renew_at.saturating_duration_since(Instant::now())).await;
                 continue;
@@ -92,10 +160,14 @@ impl Poller {
             }
             let report = self.pass(&fence).await;
             if report.sent == 0 && report.raced == 0 {
+                if self.options.exit_when_idle && report.lease_held && report.store_errors == 0 {
+                    break;
+                }
                 let until_renewal = renew_at.saturating_duration_since(Instant::now());
                 pause(&drain, self.options.idle_poll.min(until_renewal)).await;
             }
         }
+        self.progress.inner.leader.store(false, Ordering::Relaxed);
         if let Err(error) = self.lease.release().await {
             tracing::warn!(%error, "outbox relay lease not released; a standby relay takes over when it lapses");
         }
@@ -108,6 +180,7 @@ impl Poller {
             .sweep(Duration::ZERO, self.options.aggregates_per_pass, fence)
             .await;
         metrics::counter!(SENT_METRIC).increment(report.sent as u64);
+        self.progress.add(&report);
         if report.sent > 0 || report.failed > 0 {
             tracing::debug!(
                 sent = report.sent,
@@ -154,5 +227,17 @@ async fn pause(drain: &CancellationToken, length: Duration) {
     tokio::select! {
         () = drain.cancelled() => {}
         () = tokio::time::sleep(length.max(Duration::from_millis(10))) => {}
+    }
+}
+
+impl conveyor_core::BackgroundTask for Poller {
+    fn name(&self) -> &'static str {
+        "outbox relay"
+    }
+
+    /// When the drain begins, the pass under way finishes, then the lease is released, so a standby
+    /// relay takes over at once.
+    fn run(self: Box<Self>, drain: CancellationToken) -> conveyor_core::BoxFuture<()> {
+        Box::pin(Poller::run(*self, drain))
     }
 }

@@ -176,7 +176,12 @@ impl Relay {
         match self.store.pending(limit, before.max(1)).await {
             Ok(aggregates) => self.relay(&aggregates, fence).await,
             Err(error) => {
-                log_store_error(self.store.name(), None, &error, "listing pending aggregates failed");
+                log_store_error(
+                    self.store.name(),
+                    None,
+                    &error,
+                    "listing pending aggregates failed",
+                );
                 RelayReport {
                     store_errors: 1,
                     lease_held: fence.holds(),
@@ -241,13 +246,20 @@ impl Relay {
         let jobs = match self.store.jobs(aggregate, self.options.jobs_per_read).await {
             Ok(jobs) => jobs,
             Err(error) => {
-                if !error.is_retryable() {
+                // An unreadable job stops its aggregate alone; a store that cannot be read at all is
+                // reported, so the caller can retry (an outage) or fail loudly (a misconfiguration).
+                if matches!(error, StoreError::Unreadable { .. }) {
                     report.blocked += 1;
                     self.back_off(aggregate);
                 } else {
                     report.store_errors += 1;
                 }
-                log_store_error(self.store.name(), Some(aggregate), &error, "reading the aggregate's jobs failed");
+                log_store_error(
+                    self.store.name(),
+                    Some(aggregate),
+                    &error,
+                    "reading the aggregate's jobs failed",
+                );
                 return None;
             }
         };
@@ -354,7 +366,12 @@ impl Relay {
             .await
         {
             report.store_errors += 1;
-            log_store_error(self.store.name(), Some(&job.aggregate), &error, "recording a failed send failed");
+            log_store_error(
+                self.store.name(),
+                Some(&job.aggregate),
+                &error,
+                "recording a failed send failed",
+            );
         }
     }
 
@@ -370,7 +387,12 @@ impl Relay {
                 // Sent but not removed: a later pass sends them again (a duplicate, settled once). Their
                 // aggregates stop here so nothing after them is sent before they are removed.
                 report.store_errors += 1;
-                log_store_error(self.store.name(), None, &error, "removing sent outbox jobs failed");
+                log_store_error(
+                    self.store.name(),
+                    None,
+                    &error,
+                    "removing sent outbox jobs failed",
+                );
                 return HashSet::new();
             }
         };
@@ -407,12 +429,14 @@ impl Relay {
         let Ok(mut backoff) = self.backoff.lock() else {
             return 1;
         };
-        let entry = backoff
-            .entry(aggregate.to_owned())
-            .or_insert((Instant::now(), 0));
+        let entry = backoff.entry(aggregate.to_owned()).or_insert((Instant::now(), 0));
         entry.1 += 1;
         let factor = 1u32 << (entry.1 - 1).min(16);
-        let pause = self.options.backoff.saturating_mul(factor).min(self.options.max_backoff);
+        let pause = self
+            .options
+            .backoff
+            .saturating_mul(factor)
+            .min(self.options.max_backoff);
         entry.0 = Instant::now() + pause;
         entry.1
     }

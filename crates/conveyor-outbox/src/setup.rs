@@ -68,7 +68,11 @@ pub async fn create_outbox_table(client: &Client, table: &OutboxTable) -> Result
                 .index_name(table::PENDING_INDEX)
                 .key_schema(key(table::PENDING, KeyType::Hash)?)
                 .key_schema(key(table::CREATED_AT, KeyType::Range)?)
-                .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
                 .build()
                 .map_err(|e| error(e.to_string()))?,
         );

@@ -33,11 +33,8 @@ impl SendFailure {
 #[async_trait]
 pub trait JobSink: Send + Sync {
     /// Sends `messages` to the queue at `queue_url`; one result per message, in order.
-    async fn send(
-        &self,
-        queue_url: &str,
-        messages: Vec<OutgoingMessage>,
-    ) -> Vec<Result<String, SendFailure>>;
+    async fn send(&self, queue_url: &str, messages: Vec<OutgoingMessage>)
+    -> Vec<Result<String, SendFailure>>;
 
     /// Requests made so far.
     fn requests(&self) -> u64;

@@ -1,39 +1,28 @@
-//! The outbox against DynamoDB Local (its table, stream and transactions) and LocalStack (SQS), with the
-//! real SDK clients and the real stream reader.
+//! The outbox on DynamoDB Local (its table, index and transactions) and LocalStack (SQS), with the real
+//! SDK clients: the store's conformance, per-aggregate order with two relays at once, parking and
+//! resending, the lease's takeover, a backlog drained by the poller, and nothing skipped silently.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use conveyor_outbox::{Outbox, OutboxTable, Relay, StreamRelay, StreamRelayOptions, create_outbox_table};
+use conveyor_outbox::{
+    DynamoOutboxStore, Lease, Outbox, OutboxStore, OutboxTable, Poller, PollerOptions, Relay, RelayOptions,
+    SqsSink, Unfenced, conformance, create_outbox_table, is_sequence_conflict,
+};
 use conveyor_sqs::NewJob;
-use conveyor_testing::faults::{Fault, Faults, Rule, with_faults_dynamodb, with_faults_sqs};
-use conveyor_testing::localstack::{self, DUMMY_CREDENTIAL, QueueSpec, REGION};
+use conveyor_testing::localstack::{self, QueueSpec};
+use conveyor_testing::wait_until;
 use tokio_util::sync::CancellationToken;
-
-fn streams_client() -> aws_sdk_dynamodbstreams::Client {
-    use aws_sdk_dynamodbstreams::config::{BehaviorVersion, Credentials, Region};
-    let config = aws_sdk_dynamodbstreams::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
-        .endpoint_url(localstack::dynamodb_endpoint())
-        .credentials_provider(Credentials::new(
-            DUMMY_CREDENTIAL,
-            DUMMY_CREDENTIAL,
-            None,
-            None,
-            "test",
-        ))
-        .build();
-    aws_sdk_dynamodbstreams::Client::from_conf(config)
-}
 
 struct Setup {
     sqs: aws_sdk_sqs::Client,
     dynamodb: aws_sdk_dynamodb::Client,
     table: OutboxTable,
-    state_table: String,
+    store: Arc<DynamoOutboxStore>,
 }
 
 async fn setup(prefix: &str) -> anyhow::Result<Setup> {
@@ -41,43 +30,60 @@ async fn setup(prefix: &str) -> anyhow::Result<Setup> {
     let dynamodb = localstack::dynamodb_client().await;
     let table = OutboxTable::new(localstack::unique_name(prefix));
     create_outbox_table(&dynamodb, &table).await?;
-    let state_table = localstack::create_table(&dynamodb, &format!("{prefix}-state")).await?;
     Ok(Setup {
         sqs: localstack::sqs_client().await,
+        store: Arc::new(DynamoOutboxStore::new(dynamodb.clone(), table.clone())),
         dynamodb,
         table,
-        state_table,
     })
 }
 
 impl Setup {
-    /// A stream relay that stops once it has read everything.
-    fn relay(
-        &self,
-        sqs: aws_sdk_sqs::Client,
-        relay_dynamodb: aws_sdk_dynamodb::Client,
-        state: aws_sdk_dynamodb::Client,
-    ) -> StreamRelay {
-        let mut options = StreamRelayOptions::new(&self.state_table);
-        options.exit_when_idle = true;
-        options.idle_poll = Duration::from_millis(100);
-        options.failure_pause = Duration::from_millis(200);
-        StreamRelay::new(
-            Relay::new(sqs, relay_dynamodb, self.table.clone()),
-            streams_client(),
-            state,
-            options,
-        )
+    fn relay(&self, options: RelayOptions) -> Relay {
+        Relay::new(self.store.clone(), Arc::new(SqsSink::new(self.sqs.clone()))).with_options(options)
     }
 
-    async fn drain(&self) -> anyhow::Result<conveyor_outbox::ProgressSnapshot> {
-        let relay = self.relay(self.sqs.clone(), self.dynamodb.clone(), self.dynamodb.clone());
-        let progress = relay.progress();
-        tokio::time::timeout(Duration::from_secs(60), relay.run(CancellationToken::new())).await??;
-        Ok(progress.snapshot())
+    /// Commits `job` as `aggregate`'s next job beside the application's own row, running the transaction
+    /// again when another writer took the sequence first (as an application does).
+    async fn commit(&self, outbox: &Outbox, aggregate: &str, body: serde_json::Value) -> anyhow::Result<()> {
+        loop {
+            let write = outbox
+                .put(&self.dynamodb, NewJob::new("invoice", body.clone()), aggregate)
+                .await?;
+            let answer = self
+                .dynamodb
+                .transact_write_items()
+                .set_transact_items(Some(
+                    std::iter::once(row_put(
+                        &self.table.name,
+                        &format!("row#{}", uuid::Uuid::new_v4()),
+                    )?)
+                    .chain(write)
+                    .collect(),
+                ))
+                .send()
+                .await;
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(error) if is_sequence_conflict(&error) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 
-    async fn outbox_items(&self) -> anyhow::Result<usize> {
+    /// Relays until a pass finds nothing to send.
+    async fn drain(&self, relay: &Relay) -> usize {
+        let mut sent = 0;
+        loop {
+            let report = relay.sweep(Duration::ZERO, 100, &Unfenced).await;
+            sent += report.sent;
+            if report.sent == 0 && report.raced == 0 {
+                return sent;
+            }
+        }
+    }
+
+    async fn items(&self) -> anyhow::Result<usize> {
         let output = self
             .dynamodb
             .scan()
@@ -90,13 +96,12 @@ impl Setup {
     }
 }
 
-/// The application's own write: an order, conditional on not existing yet.
-fn order_put(table: &str, order: u64) -> anyhow::Result<TransactWriteItem> {
+/// The application's own write.
+fn row_put(table: &str, key: &str) -> anyhow::Result<TransactWriteItem> {
     let put = Put::builder()
         .table_name(table)
-        .item("pk", AttributeValue::S(format!("order#{order}")))
-        .item("sk", AttributeValue::S("order".to_owned()))
-        .item("total", AttributeValue::N("42".to_owned()))
+        .item("pk", AttributeValue::S(key.to_owned()))
+        .item("sk", AttributeValue::S("row".to_owned()))
         .condition_expression("attribute_not_exists(pk)")
         .build()?;
     Ok(TransactWriteItem::builder().put(put).build())
@@ -110,7 +115,7 @@ async fn receive_all(
     expected: usize,
 ) -> anyhow::Result<Vec<aws_sdk_sqs::types::Message>> {
     let mut messages = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut empty_receives = 0;
     while tokio::time::Instant::now() < deadline {
         let output = sqs
@@ -145,263 +150,301 @@ async fn receive_all(
     Ok(messages)
 }
 
-fn key_of(message: &aws_sdk_sqs::types::Message) -> String {
-    message
-        .message_attributes()
-        .and_then(|attributes| attributes.get("conveyor.key"))
-        .and_then(|value| value.string_value())
-        .unwrap_or_default()
-        .to_owned()
+struct DynamoWriter<'a> {
+    setup: &'a Setup,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_transaction_sends_nothing_and_a_committed_one_is_sent_once_and_removed()
--> anyhow::Result<()> {
-    let setup = setup("outbox-tx").await?;
-    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-tx")).await?;
-    let outbox = Outbox::new(setup.table.clone(), &queue.url);
-
-    let committed = outbox.put(NewJob::new("invoice", serde_json::json!({"order": 1})), "order#1")?;
-    let committed_key = committed.idempotency_key().to_owned();
-    setup
-        .dynamodb
-        .transact_write_items()
-        .transact_items(order_put(&setup.table.name, 1)?)
-        .transact_items(committed.into())
-        .send()
-        .await?;
-    // The same order again: its condition fails, so the whole transaction, job included, is not written.
-    let refused = outbox.put(
-        NewJob::new("invoice", serde_json::json!({"order": 1, "again": true})),
-        "order#1",
-    )?;
-    let answer = setup
-        .dynamodb
-        .transact_write_items()
-        .transact_items(order_put(&setup.table.name, 1)?)
-        .transact_items(refused.into())
-        .send()
-        .await;
-    assert!(
-        answer.is_err(),
-        "the second order's condition fails the transaction"
-    );
-
-    let progress = setup.drain().await?;
-    assert_eq!(progress.relayed, 1, "{progress:?}");
-    let messages = receive_all(&setup.sqs, &queue.url, 1).await?;
-    assert_eq!(messages.len(), 1, "one job for one committed transaction");
-    assert_eq!(messages[0].body(), Some(r#"{"order":1}"#));
-    assert_eq!(key_of(&messages[0]), committed_key);
-    assert!(committed_key.starts_with("outbox:"));
-    assert_eq!(setup.outbox_items().await?, 0, "the sent item is removed");
-
-    // A second relay resumes from the checkpoint and sends nothing again.
-    let again = setup.drain().await?;
-    assert_eq!(again.relayed, 0, "{again:?}");
-    assert!(receive_all(&setup.sqs, &queue.url, 0).await?.is_empty());
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_that_dies_between_sending_and_removing_leaves_only_a_duplicate_with_the_same_key()
--> anyhow::Result<()> {
-    let setup = setup("outbox-crash").await?;
-    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-crash")).await?;
-    let outbox = Outbox::new(setup.table.clone(), &queue.url);
-    for order in 1..=3 {
-        let item = outbox.put(
-            NewJob::new("invoice", order).key(format!("invoice:{order}")),
-            &format!("order#{order}"),
-        )?;
-        setup
-            .dynamodb
-            .transact_write_items()
-            .transact_items(order_put(&setup.table.name, order)?)
-            .transact_items(item.into())
-            .send()
-            .await?;
-    }
-    // The first relay's deletes and checkpoint writes fail: what a relay killed right after its sends
-    // leaves behind (jobs in the queue, items in the table, no checkpoint).
-    let faults = Faults::new(7);
-    faults.add(Rule::new(Fault::ServerError).on("BatchWriteItem").on("PutItem"));
-    let broken = with_faults_dynamodb(&setup.dynamodb, &faults);
-    let first = setup.relay(setup.sqs.clone(), broken.clone(), broken);
-    let progress = first.progress();
-    tokio::time::timeout(Duration::from_secs(60), first.run(CancellationToken::new())).await??;
-    let first_run = progress.snapshot();
-    assert_eq!(first_run.relayed, 3, "{first_run:?}");
-    assert_eq!(first_run.delete_failures, 3, "{first_run:?}");
-    assert_eq!(setup.outbox_items().await?, 3);
-
-    let second = setup.drain().await?;
-    assert_eq!(second.relayed, 3, "the next relay sends again: {second:?}");
-    assert_eq!(setup.outbox_items().await?, 0);
-    let messages = receive_all(&setup.sqs, &queue.url, 6).await?;
-    let mut keys: BTreeMap<String, usize> = BTreeMap::new();
-    for message in &messages {
-        *keys.entry(key_of(message)).or_default() += 1;
-    }
-    let expected: BTreeMap<String, usize> = (1..=3).map(|order| (format!("invoice:{order}"), 2)).collect();
-    assert_eq!(keys, expected, "each job twice, under its own idempotency key");
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_of_each_aggregate_reach_a_fifo_queue_in_commit_order_through_send_failures()
--> anyhow::Result<()> {
-    let setup = setup("outbox-fifo").await?;
-    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::fifo("outbox-fifo")).await?;
-    let outbox = Outbox::new(setup.table.clone(), &queue.url);
-    let aggregates = 5;
-    let per_aggregate = 12;
-    for step in 0..per_aggregate {
-        for aggregate in 0..aggregates {
-            let item = outbox.put(
-                NewJob::new("step", serde_json::json!({"aggregate": aggregate, "step": step})),
-                &format!("account-{aggregate}"),
-            )?;
-            setup
-                .dynamodb
-                .transact_write_items()
-                .transact_items(item.into())
-                .send()
-                .await?;
+#[async_trait]
+impl conformance::Writer for DynamoWriter<'_> {
+    async fn commit(&self, queue_url: &str, aggregate: &str, body: &str) {
+        let outbox = Outbox::new(self.setup.table.clone(), queue_url);
+        let value: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        if let Err(error) = self.setup.commit(&outbox, aggregate, value).await {
+            panic!("committing a job failed: {error:#}");
         }
     }
-    // Sends fail now and then (every SDK attempt of a call, so the relay sees the failure).
-    let faults = Faults::new(11);
-    faults.add(
-        Rule::new(Fault::ServerError)
-            .on("SendMessageBatch")
-            .probability(0.3),
-    );
-    let sqs = with_faults_sqs(&setup.sqs, &faults);
-    let relay = setup.relay(sqs, setup.dynamodb.clone(), setup.dynamodb.clone());
-    let progress = relay.progress();
-    tokio::time::timeout(Duration::from_secs(90), relay.run(CancellationToken::new())).await??;
-    let snapshot = progress.snapshot();
-    assert!(faults.injected("SendMessageBatch") > 0, "the faults fired");
-    assert_eq!(setup.outbox_items().await?, 0, "{snapshot:?}");
+}
 
-    let messages = receive_all(&setup.sqs, &queue.url, aggregates * per_aggregate).await?;
-    let mut steps: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dynamodb_store_passes_the_conformance_suite() -> anyhow::Result<()> {
+    let setup = setup("outbox-conformance").await?;
+    conformance::run(setup.store.clone(), &DynamoWriter { setup: &setup }, "c-").await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_aggregates_jobs_reach_a_fifo_queue_in_commit_order_with_two_relays_at_once()
+-> anyhow::Result<()> {
+    const AGGREGATES: usize = 20;
+    const JOBS: usize = 10;
+    let setup = setup("outbox-order").await?;
+    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::fifo("outbox-order")).await?;
+    let outbox = Outbox::new(setup.table.clone(), &queue.url);
+    // Aggregates written concurrently, each one's jobs one after another (its commit order).
+    let writers = (0..AGGREGATES).map(|aggregate| {
+        let setup = &setup;
+        let outbox = &outbox;
+        async move {
+            for job in 1..=JOBS {
+                setup
+                    .commit(
+                        outbox,
+                        &format!("order#{aggregate}"),
+                        serde_json::json!({ "job": job }),
+                    )
+                    .await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures_util::future::try_join_all(writers).await?;
+    // Two relays at once, as two Lambda invocations on two shards or a sweep beside a stream batch.
+    let first = setup.relay(RelayOptions::default());
+    let second = setup.relay(RelayOptions::default());
+    let (sent_first, sent_second) = tokio::join!(setup.drain(&first), setup.drain(&second));
+    assert_eq!(
+        sent_first + sent_second,
+        AGGREGATES * JOBS,
+        "each job removed once"
+    );
+    assert_eq!(setup.items().await?, 0);
+
+    let messages = receive_all(&setup.sqs, &queue.url, AGGREGATES * JOBS).await?;
+    let mut by_group: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for message in &messages {
-        let body: serde_json::Value = serde_json::from_str(message.body().unwrap_or_default())?;
         let group = message
             .attributes()
             .and_then(|attributes| attributes.get(&MessageSystemAttributeName::MessageGroupId))
             .cloned()
             .unwrap_or_default();
-        assert_eq!(group, format!("account-{}", body["aggregate"]));
-        steps
-            .entry(group)
-            .or_default()
-            .push(body["step"].as_u64().unwrap_or(u64::MAX));
+        let body: serde_json::Value = serde_json::from_str(message.body().unwrap_or_default())?;
+        let job = body["job"].as_u64().unwrap_or_default();
+        let seen = by_group.entry(group).or_default();
+        if !seen.contains(&job) {
+            seen.push(job);
+        }
     }
-    assert_eq!(steps.len(), aggregates);
-    for (group, seen) in &steps {
-        let expected: Vec<u64> = (0..per_aggregate as u64).collect();
+    assert_eq!(by_group.len(), AGGREGATES);
+    let expected: Vec<u64> = (1..=JOBS as u64).collect();
+    for (group, jobs) in &by_group {
         assert_eq!(
-            seen, &expected,
-            "group {group}: in order, each once (FIFO deduplicates re-sends)"
+            jobs, &expected,
+            "group {group} received its jobs out of commit order"
         );
     }
+    println!(
+        "{} messages for {} jobs ({} duplicates from the race), {} DynamoDB requests",
+        messages.len(),
+        AGGREGATES * JOBS,
+        messages.len() - AGGREGATES * JOBS,
+        setup.store.requests()
+    );
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backlog_of_two_thousand_drains_with_every_job_sent_and_every_item_removed() -> anyhow::Result<()> {
+async fn transactions_that_read_the_same_head_conflict_and_the_retry_commits_after() -> anyhow::Result<()> {
+    let setup = setup("outbox-conflict").await?;
+    let outbox = Outbox::new(setup.table.clone(), "http://localhost:4566/000000000000/any");
+    let first = outbox
+        .put(&setup.dynamodb, NewJob::new("t", 1), "order#1")
+        .await?;
+    let second = outbox
+        .put(&setup.dynamodb, NewJob::new("t", 2), "order#1")
+        .await?;
+    setup
+        .dynamodb
+        .transact_write_items()
+        .set_transact_items(Some(first.transact_items()))
+        .send()
+        .await?;
+    let Err(conflict) = setup
+        .dynamodb
+        .transact_write_items()
+        .set_transact_items(Some(second.transact_items()))
+        .send()
+        .await
+    else {
+        panic!("two transactions on one head both committed");
+    };
+    assert!(is_sequence_conflict(&conflict), "{conflict:?}");
+    let again = outbox
+        .put(&setup.dynamodb, NewJob::new("t", 2), "order#1")
+        .await?;
+    setup
+        .dynamodb
+        .transact_write_items()
+        .set_transact_items(Some(again.transact_items()))
+        .send()
+        .await?;
+    let jobs = setup.store.jobs("order#1", 10).await?;
+    let bodies: Vec<(u64, &str)> = jobs
+        .iter()
+        .map(|job| (job.sequence, job.message.body.as_str()))
+        .collect();
+    assert_eq!(bodies, [(1, "1"), (2, "2")]);
+    assert_eq!(outbox.head(&setup.dynamodb, "order#1").await?, 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_job_is_parked_its_aggregate_waits_and_a_resend_after_the_fix_sends_it() -> anyhow::Result<()>
+{
+    let setup = setup("outbox-poison").await?;
+    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-poison")).await?;
+    let missing_name = localstack::unique_name("outbox-poison-later");
+    let missing_url = queue.url.replace(&queue.name, &missing_name);
+    setup
+        .commit(
+            &Outbox::new(setup.table.clone(), &missing_url),
+            "user#13",
+            serde_json::json!({"job": 1}),
+        )
+        .await?;
+    let good = Outbox::new(setup.table.clone(), &queue.url);
+    setup
+        .commit(&good, "user#13", serde_json::json!({"job": 2}))
+        .await?;
+    setup
+        .commit(&good, "user#14", serde_json::json!({"job": 1}))
+        .await?;
+
+    let mut options = RelayOptions::default();
+    options.max_attempts = 3;
+    options.backoff = Duration::from_millis(50);
+    let relay = setup.relay(options);
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), async || {
+        relay.sweep(Duration::ZERO, 100, &Unfenced).await;
+        setup
+            .store
+            .backlog(10)
+            .await
+            .is_ok_and(|backlog| !backlog.parked.is_empty())
+    })
+    .await?;
+    let backlog = setup.store.backlog(10).await?;
+    assert_eq!(backlog.parked.len(), 1);
+    let parked = &backlog.parked[0];
+    assert_eq!(
+        (parked.aggregate.as_str(), parked.sequence, parked.attempts),
+        ("user#13", 1, 3)
+    );
+    assert!(
+        parked
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("does not exist"),
+        "the reason is kept: {:?}",
+        parked.last_error
+    );
+    let delivered = receive_all(&setup.sqs, &queue.url, 1).await?;
+    assert_eq!(
+        delivered.len(),
+        1,
+        "user#14 goes on; user#13's second job waits behind the parked one"
+    );
+    assert_eq!(setup.store.jobs("user#13", 10).await?.len(), 2);
+
+    // The operator creates the queue, then resends the aggregate.
+    setup.sqs.create_queue().queue_name(&missing_name).send().await?;
+    assert_eq!(setup.store.unpark("user#13").await?, 1);
+    wait_until(Duration::from_secs(30), Duration::from_millis(50), async || {
+        relay.sweep(Duration::ZERO, 100, &Unfenced).await;
+        setup
+            .store
+            .jobs("user#13", 10)
+            .await
+            .is_ok_and(|jobs| jobs.is_empty())
+    })
+    .await?;
+    let resent = receive_all(&setup.sqs, &missing_url, 1).await?;
+    assert_eq!(resent.len(), 1, "the parked job reached its queue once fixed");
+    let behind = receive_all(&setup.sqs, &queue.url, 1).await?;
+    assert_eq!(behind.len(), 1, "and the job behind it followed");
+    assert_eq!(behind[0].body(), Some(r#"{"job":2}"#));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_waits_a_whole_lease_and_the_old_holder_stops_sending() -> anyhow::Result<()> {
+    let setup = setup("outbox-lease").await?;
+    let length = Duration::from_secs(3);
+    let store: Arc<dyn OutboxStore> = setup.store.clone();
+    let mut holder = Lease::new(store.clone(), "relay", "holder", length);
+    let mut taker = Lease::new(store.clone(), "relay", "taker", length);
+    let holder_fence = holder.fence();
+    assert!(holder.acquire().await?);
+    use conveyor_outbox::Fence;
+    assert!(holder_fence.holds());
+    assert!(!taker.acquire().await?, "held by another");
+    let first_look = tokio::time::Instant::now();
+    // The holder stops renewing (a paused or killed process); the taker keeps trying.
+    wait_until(Duration::from_secs(20), Duration::from_millis(100), async || {
+        taker.acquire().await.unwrap_or(false)
+    })
+    .await?;
+    assert!(
+        first_look.elapsed() >= length,
+        "taken over after {:?}, before a whole lease",
+        first_look.elapsed()
+    );
+    assert!(
+        !holder_fence.holds(),
+        "the old holder's own deadline passed before the takeover"
+    );
+    assert!(
+        !holder.acquire().await?,
+        "the old holder's renewal fails: it was taken over"
+    );
+    assert_eq!(taker.epoch(), Some(2), "the takeover raised the epoch");
+    // A released lease is taken at once.
+    taker.release().await?;
+    assert!(holder.acquire().await?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_2000_jobs_drains_through_the_poller_and_a_standby_waits() -> anyhow::Result<()> {
+    const AGGREGATES: usize = 100;
+    const JOBS: usize = 20;
     let setup = setup("outbox-backlog").await?;
     let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-backlog")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
-    let count = 2_000;
-    let items = (0..count)
-        .map(|n| outbox.put(NewJob::new("invoice", n), &format!("order#{}", n % 200)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut items: Vec<HashMap<String, AttributeValue>> = Vec::new();
+    for aggregate in 0..AGGREGATES {
+        let jobs = (0..JOBS).map(|job| NewJob::new("t", job)).collect();
+        items.extend_from_slice(outbox.put_after(jobs, &format!("a{aggregate}"), 0)?.items());
+    }
     conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &items).await?;
-    let progress = setup.drain().await?;
-    assert_eq!(progress.relayed, count as u64, "{progress:?}");
-    assert_eq!(progress.failures, 0);
-    assert_eq!(setup.outbox_items().await?, 0);
-    // Sends of 10, deletes of 25, reads of 1000: well under one request per job.
-    assert!(progress.requests < count as u64 / 5, "{progress:?}");
-    let attributes = setup
-        .sqs
-        .get_queue_attributes()
-        .queue_url(&queue.url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
-        .send()
-        .await?;
-    let visible = attributes
-        .attributes()
-        .and_then(|map| map.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages))
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(visible, count.to_string());
+    let mut options = PollerOptions::default();
+    options.exit_when_idle = true;
+    let poller = Poller::new(setup.relay(RelayOptions::default()), "poller", options);
+    let progress = poller.progress();
+    tokio::time::timeout(Duration::from_secs(120), poller.run(CancellationToken::new())).await?;
+    assert_eq!(progress.snapshot().sent, (AGGREGATES * JOBS) as u64);
+    assert_eq!(setup.items().await?, 0);
+    let messages = receive_all(&setup.sqs, &queue.url, AGGREGATES * JOBS).await?;
+    assert_eq!(
+        messages.len(),
+        AGGREGATES * JOBS,
+        "each job once: one relay, no race"
+    );
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_relay_reads_at_a_time_and_a_standby_takes_over_when_it_stops() -> anyhow::Result<()> {
-    let setup = setup("outbox-lease").await?;
-    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-lease")).await?;
+async fn an_item_of_a_newer_format_blocks_its_aggregate_instead_of_being_skipped() -> anyhow::Result<()> {
+    let setup = setup("outbox-format").await?;
+    let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-format")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
-    let relay = |lease: u64| {
-        let mut options = StreamRelayOptions::new(&setup.state_table);
-        options.idle_poll = Duration::from_millis(100);
-        options.lease = Duration::from_secs(lease);
-        StreamRelay::new(
-            Relay::new(setup.sqs.clone(), setup.dynamodb.clone(), setup.table.clone()),
-            streams_client(),
-            setup.dynamodb.clone(),
-            options,
-        )
-    };
-    let first = relay(3);
-    let second = relay(3);
-    let (first_progress, second_progress) = (first.progress(), second.progress());
-    let (stop_first, stop_second) = (CancellationToken::new(), CancellationToken::new());
-    let first_run = tokio::spawn(first.run(stop_first.clone()));
-    conveyor_testing::wait_until(Duration::from_secs(10), Duration::from_millis(50), async || {
-        first_progress.snapshot().leader
-    })
-    .await?;
-    let second_run = tokio::spawn(second.run(stop_second.clone()));
-    let write = async |n: u64| -> anyhow::Result<()> {
-        let item = outbox.put(NewJob::new("invoice", n), &format!("order#{n}"))?;
-        setup
-            .dynamodb
-            .transact_write_items()
-            .transact_items(item.into())
-            .send()
-            .await?;
-        Ok(())
-    };
-    write(1).await?;
-    conveyor_testing::wait_until(Duration::from_secs(10), Duration::from_millis(50), async || {
-        first_progress.snapshot().relayed == 1
-    })
-    .await?;
-    assert!(!second_progress.snapshot().leader, "the second relay stands by");
-    assert_eq!(second_progress.snapshot().relayed, 0);
-
-    // The first stops (giving the lease up); the second takes over and resumes at the checkpoint.
-    stop_first.cancel();
-    first_run.await??;
-    write(2).await?;
-    conveyor_testing::wait_until(Duration::from_secs(15), Duration::from_millis(50), async || {
-        second_progress.snapshot().relayed == 1
-    })
-    .await?;
-    assert!(second_progress.snapshot().leader);
-    stop_second.cancel();
-    second_run.await??;
-    assert_eq!(
-        receive_all(&setup.sqs, &queue.url, 2).await?.len(),
-        2,
-        "each job once"
-    );
+    let write = outbox.put_after(vec![NewJob::new("t", 1), NewJob::new("t", 2)], "order#9", 0)?;
+    let mut newer = write.items().to_vec();
+    newer[0].insert("outbox_version".to_owned(), AttributeValue::N("3".to_owned()));
+    conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &newer).await?;
+    let relay = setup.relay(RelayOptions::default());
+    let report = relay.sweep(Duration::ZERO, 100, &Unfenced).await;
+    assert_eq!((report.sent, report.blocked), (0, 1), "{report:?}");
+    assert_eq!(setup.items().await?, 2, "nothing skipped, nothing removed");
     Ok(())
 }

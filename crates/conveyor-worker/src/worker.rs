@@ -164,8 +164,8 @@ impl Worker {
 
     /// Also runs `task` beside the receive loops until the drain begins (see [`BackgroundTask`]): a
     /// `conveyor_schedule::Scheduler` (each tick sent by exactly one of any number of workers), a
-    /// `conveyor_outbox::StreamRelay` (it reads the outbox table's stream while this worker holds the
-    /// relay's lease, and gives the lease up when the drain begins so another worker takes over at once),
+    /// `conveyor_outbox::Poller` (it relays the outbox while this worker holds the relay's lease, and
+    /// gives the lease up when the drain begins so another worker takes over at once),
     /// or an application's own task.
     pub fn with_background_task(mut self, task: impl BackgroundTask) -> Self {
         self.background.push(Box::new(task));

@@ -49,8 +49,8 @@ async fn main() -> anyhow::Result<()> {
     let pipeline = conveyor_examples::app_pipeline().await?;
     let scheduler = conveyor_examples::schedules::app_scheduler().await?;
     // With CONVEYOR_OUTBOX_TABLE set, this worker also relays the transactional outbox (one worker of the
-    // service reads the stream at a time; the others stand by).
-    let outbox_relay = conveyor_outbox::stream_relay_from_env().await?;
+    // service holds the relay's lease at a time; the others stand by).
+    let outbox_relay = conveyor_outbox::poller_from_env().await?;
     // Reads the config, connects the queues (a configuration error stops here with its fix, an outage
     // is retried), watches their DLQs, runs until SIGTERM/SIGINT.
     let report = conveyor_worker::Runner::new(pipeline)

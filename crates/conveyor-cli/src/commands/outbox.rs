@@ -1,10 +1,14 @@
-//! `conveyor outbox`: run the outbox relay from the table's stream, and count the outbox's backlog.
+//! `conveyor outbox`: run the polling relay, show the backlog (its age, pending aggregates, parked jobs),
+//! and resend a parked aggregate.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Args, Subcommand};
 use conveyor_core::runtime::epoch_millis;
-use conveyor_outbox::{OutboxTable, ProgressSnapshot, Relay, StreamRelay, StreamRelayOptions};
+use conveyor_outbox::{
+    DynamoOutboxStore, OutboxStore, OutboxTable, Poller, PollerOptions, ProgressSnapshot, Relay, SqsSink,
+};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -16,10 +20,11 @@ use crate::output::{Format, print_json};
 #[command(after_help = "Examples:
   conveyor outbox relay --table orders                      # until Ctrl-C, a progress line every 5 s
   conveyor outbox relay --table orders --exit-when-idle     # drain the backlog, then exit
-  conveyor outbox backlog --table orders                    # outbox items not yet removed
+  conveyor outbox backlog --table orders                    # the oldest unsent job's age, parked jobs
+  conveyor outbox resend --table orders --aggregate order:42  # after fixing why its job was parked
 
-The relay reads the table's DynamoDB stream, sends each outbox item's job to its queue and deletes the
-item. One relay reads a stream at a time (a lease in the state table); others stand by.")]
+The relay sends each aggregate's jobs from the table in commit order and removes them once SQS took
+them. One relay sends at a time (a lease in the outbox table); others stand by and take over.")]
 pub(crate) struct OutboxArgs {
     /// The outbox table (the application's own table, or a table of its own).
     #[arg(long, global = true, env = "CONVEYOR_OUTBOX_TABLE")]
@@ -32,7 +37,7 @@ pub(crate) struct OutboxArgs {
         default_value = "pk"
     )]
     pub partition_key: String,
-    /// The table's sort key attribute ("" for a table without one).
+    /// The table's sort key attribute.
     #[arg(long, global = true, env = "CONVEYOR_OUTBOX_SORT_KEY", default_value = "sk")]
     pub sort_key: String,
     /// What to do.
@@ -43,19 +48,18 @@ pub(crate) struct OutboxArgs {
 /// The `outbox` subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum OutboxCommand {
-    /// Relay outbox items from the table's stream to SQS, printing progress.
+    /// Relay the outbox's jobs to SQS, printing progress.
     Relay(RelayArgs),
-    /// Count the outbox items still in the table (a Scan: reads the whole table) and the oldest one's age.
-    Backlog,
+    /// The backlog: the oldest unsent job's age, the aggregates waiting, the parked jobs and why.
+    Backlog(BacklogArgs),
+    /// Unpark an aggregate's parked jobs so the relay sends them again (after fixing the cause).
+    Resend(ResendArgs),
 }
 
 /// Arguments of `conveyor outbox relay`.
 #[derive(Debug, Args)]
 pub(crate) struct RelayArgs {
-    /// The table holding the relay's lease and checkpoints (partition key `id`).
-    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
-    pub state_table: String,
-    /// Exit once a pass over the stream reads nothing (a backlog drained).
+    /// Exit once a pass finds nothing to send (a backlog drained).
     #[arg(long)]
     pub exit_when_idle: bool,
     /// Seconds between progress lines.
@@ -66,136 +70,183 @@ pub(crate) struct RelayArgs {
     pub lease_seconds: u64,
 }
 
+/// Arguments of `conveyor outbox backlog`.
+#[derive(Debug, Args)]
+pub(crate) struct BacklogArgs {
+    /// At most this many aggregates and parked jobs listed.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+/// Arguments of `conveyor outbox resend`.
+#[derive(Debug, Args)]
+pub(crate) struct ResendArgs {
+    /// The aggregate whose parked jobs go again (as `conveyor outbox backlog` lists it).
+    #[arg(long)]
+    pub aggregate: String,
+}
+
 /// Runs `conveyor outbox`.
 pub(crate) async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     let Some(name) = args.table.clone() else {
         anyhow::bail!("no outbox table: pass --table NAME or set CONVEYOR_OUTBOX_TABLE");
     };
+    if args.sort_key.is_empty() {
+        anyhow::bail!(
+            "the outbox table needs a sort key (jobs are keyed by aggregate and sequence): pass --sort-key NAME \
+             or leave CONVEYOR_OUTBOX_SORT_KEY unset for `sk`"
+        );
+    }
     let table = OutboxTable::new(name)
         .partition_key(&args.partition_key)
-        .sort_key(Some(args.sort_key.as_str()).filter(|key| !key.is_empty()));
+        .sort_key(&args.sort_key);
+    let store = Arc::new(DynamoOutboxStore::new(aws.dynamodb_client(), table));
     match &args.command {
-        OutboxCommand::Relay(relay) => run_relay(relay, table, aws, format).await,
-        OutboxCommand::Backlog => backlog(&table, aws, format).await,
+        OutboxCommand::Relay(relay) => run_relay(relay, store, aws, format).await,
+        OutboxCommand::Backlog(backlog_args) => backlog(&*store, backlog_args.limit, format).await,
+        OutboxCommand::Resend(resend) => {
+            let count = store.unpark(&resend.aggregate).await?;
+            if format == Format::Json {
+                return print_json(&json!({ "aggregate": resend.aggregate, "unparked": count }));
+            }
+            crate::outln!(
+                "{count} parked jobs of aggregate {} unparked: the relay sends them next",
+                resend.aggregate
+            );
+            Ok(())
+        }
     }
 }
 
-async fn run_relay(args: &RelayArgs, table: OutboxTable, aws: &Aws, format: Format) -> anyhow::Result<()> {
-    let mut options = StreamRelayOptions::new(&args.state_table);
+async fn run_relay(
+    args: &RelayArgs,
+    store: Arc<DynamoOutboxStore>,
+    aws: &Aws,
+    format: Format,
+) -> anyhow::Result<()> {
+    let mut options = PollerOptions::default();
     options.exit_when_idle = args.exit_when_idle;
     options.lease = Duration::from_secs(args.lease_seconds.max(3));
-    options.progress_interval = Duration::from_secs(args.progress_every.max(1));
-    let relay = StreamRelay::new(
-        Relay::new(aws.sqs_client(), aws.dynamodb_client(), table),
-        aws.streams_client(),
-        aws.dynamodb_client(),
-        options,
-    );
-    let progress = relay.progress();
+    let relay = Relay::new(store.clone(), Arc::new(SqsSink::new(aws.sqs_client())));
+    let owner = format!("cli-{}", uuid::Uuid::new_v4());
+    let poller = Poller::new(relay, &owner, options);
+    let progress = poller.progress();
     let stop = CancellationToken::new();
     let every = Duration::from_secs(args.progress_every.max(1));
     let started = Instant::now();
-    let mut run = tokio::spawn(relay.run(stop.clone()));
+    let requests_before = store.requests();
+    let mut run = tokio::spawn(poller.run(stop.clone()));
     let mut ticker = tokio::time::interval(every);
     ticker.tick().await;
     let mut last = ProgressSnapshot::default();
-    let result = loop {
+    loop {
         tokio::select! {
-            result = &mut run => break result,
+            result = &mut run => { result?; break; }
             _ = tokio::signal::ctrl_c() => stop.cancel(),
             _ = ticker.tick() => {
                 let now = progress.snapshot();
                 if format == Format::Text {
                     crate::outln!(
-                        "{} relayed {} ({:.0}/s), lag {:.1}s, failures {}, delete failures {}, AWS requests {}",
-                        if now.leader { "reading:" } else { "standby:" },
-                        now.relayed,
-                        (now.relayed - last.relayed) as f64 / every.as_secs_f64(),
-                        now.lag_millis as f64 / 1000.0,
-                        now.failures,
-                        now.delete_failures,
-                        now.requests,
+                        "{} sent {} ({:.0}/s), failed sends {}, parked {}, raced {}",
+                        if now.leader { "relaying:" } else { "standby:" },
+                        now.sent,
+                        (now.sent - last.sent) as f64 / every.as_secs_f64(),
+                        now.failed,
+                        now.parked,
+                        now.raced,
                     );
                 }
                 last = now;
             }
         }
-    };
-    result??;
+    }
     let end = progress.snapshot();
     let seconds = started.elapsed().as_secs_f64();
+    let dynamodb_requests = store.requests() - requests_before;
     if format == Format::Json {
         return print_json(&json!({
-            "relayed": end.relayed,
-            "ignored": end.ignored,
-            "unreadable": end.unreadable,
-            "failures": end.failures,
-            "delete_failures": end.delete_failures,
-            "requests": end.requests,
+            "sent": end.sent,
+            "failed": end.failed,
+            "parked": end.parked,
+            "raced": end.raced,
+            "dynamodb_requests": dynamodb_requests,
             "seconds": seconds,
         }));
     }
     crate::outln!(
-        "relayed {} jobs in {:.1}s ({:.0}/s), {} AWS requests ({:.2} per job), {} records ignored, {} unreadable",
-        end.relayed,
+        "sent {} jobs in {:.1}s ({:.0}/s), {} DynamoDB requests, {} failed sends, {} parked",
+        end.sent,
         seconds,
-        end.relayed as f64 / seconds.max(0.001),
-        end.requests,
-        end.requests as f64 / end.relayed.max(1) as f64,
-        end.ignored,
-        end.unreadable,
+        end.sent as f64 / seconds.max(0.001),
+        dynamodb_requests,
+        end.failed,
+        end.parked,
     );
     Ok(())
 }
 
-async fn backlog(table: &OutboxTable, aws: &Aws, format: Format) -> anyhow::Result<()> {
-    let client = aws.dynamodb_client();
-    let mut count = 0u64;
-    let mut oldest: Option<u64> = None;
-    let mut start = None;
-    loop {
-        let output = client
-            .scan()
-            .table_name(&table.name)
-            .filter_expression("attribute_exists(#version)")
-            .projection_expression("#created")
-            .expression_attribute_names("#version", conveyor_outbox::table::VERSION)
-            .expression_attribute_names("#created", conveyor_outbox::table::CREATED_AT)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|error| {
-                anyhow::anyhow!(
-                    "scanning {}: {}",
-                    table.name,
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&error)
-                )
-            })?;
-        for item in output.items() {
-            count += 1;
-            let created = item
-                .get(conveyor_outbox::table::CREATED_AT)
-                .and_then(|value| value.as_n().ok())
-                .and_then(|text| text.parse::<u64>().ok());
-            if let Some(created) = created {
-                oldest = Some(oldest.map_or(created, |old| old.min(created)));
-            }
-        }
-        start = output.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
-    }
-    let age = oldest.map(|created| epoch_millis(SystemTime::now()).saturating_sub(created) / 1000);
+async fn backlog(store: &dyn OutboxStore, limit: usize, format: Format) -> anyhow::Result<()> {
+    let backlog = store.backlog(limit).await?;
+    let now = epoch_millis(SystemTime::now());
+    let age = backlog
+        .oldest_pending_millis
+        .map(|created| now.saturating_sub(created) / 1000);
     if format == Format::Json {
-        return print_json(&json!({ "table": table.name, "items": count, "oldest_age_seconds": age }));
+        let parked: Vec<_> = backlog
+            .parked
+            .iter()
+            .map(|job| {
+                json!({
+                    "aggregate": job.aggregate,
+                    "sequence": job.sequence,
+                    "id": job.id,
+                    "job_type": job.job_type,
+                    "queue_url": job.queue_url,
+                    "attempts": job.attempts,
+                    "last_error": job.last_error,
+                    "parked_at_millis": job.parked_at_millis,
+                })
+            })
+            .collect();
+        return print_json(&json!({
+            "store": store.name(),
+            "oldest_unsent_age_seconds": age,
+            "pending_aggregates": backlog.pending_aggregates,
+            "parked": parked,
+        }));
     }
     match age {
         Some(age) => crate::outln!(
-            "{count} outbox items in {}, the oldest written {age}s ago",
-            table.name
+            "the oldest unsent job in {} was committed {age}s ago; {} aggregates waiting{}",
+            store.name(),
+            backlog.pending_aggregates.len(),
+            if backlog.pending_aggregates.len() >= limit {
+                " (or more)"
+            } else {
+                ""
+            }
         ),
-        None => crate::outln!("no outbox items in {}", table.name),
+        None => crate::outln!("no unsent jobs waiting in {}", store.name()),
+    }
+    if backlog.parked.is_empty() {
+        crate::outln!("no parked jobs");
+        return Ok(());
+    }
+    crate::outln!(
+        "{} parked jobs (their aggregates' later jobs wait behind them; fix the cause, then \
+         `conveyor outbox resend --aggregate <aggregate>`):",
+        backlog.parked.len()
+    );
+    for job in &backlog.parked {
+        crate::outln!(
+            "  {} #{} {} to {} after {} attempts: {}",
+            crate::output::sanitize(&job.aggregate),
+            job.sequence,
+            crate::output::sanitize(&job.job_type),
+            crate::output::sanitize(&job.queue_url),
+            job.attempts,
+            crate::output::sanitize(job.last_error.as_deref().unwrap_or("-")),
+        );
     }
     Ok(())
 }
