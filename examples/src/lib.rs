@@ -56,6 +56,7 @@ pub const APP_VARIABLES: &[&str] = &[
     conveyor_outbox::table::PARTITION_KEY_ENV,
     conveyor_outbox::table::SORT_KEY_ENV,
     conveyor_outbox::LEASE_SECONDS_ENV,
+    conveyor_outbox::MAX_ATTEMPTS_ENV,
 ];
 
 /// The application's settings, from the environment.

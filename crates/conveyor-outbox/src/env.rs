@@ -1,18 +1,21 @@
 //! The relay configured from the environment: the outbox table ([`crate::table::TABLE_ENV`] and its
-//! companions), the lease ([`LEASE_SECONDS_ENV`]), clients from the process's shared AWS configuration.
+//! companions), the lease ([`LEASE_SECONDS_ENV`]), the attempts before parking ([`MAX_ATTEMPTS_ENV`]), clients from the process's shared AWS configuration.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dynamo::DynamoOutboxStore;
 use crate::poller::{Poller, PollerOptions};
-use crate::relay::Relay;
+use crate::relay::{Relay, RelayOptions};
 use crate::sink::SqsSink;
 use crate::store::MIN_LEASE;
 use crate::table::OutboxTable;
 
 /// The environment variable holding the polling relay's lease in whole seconds (default 30, at least 3).
 pub const LEASE_SECONDS_ENV: &str = "CONVEYOR_OUTBOX_LEASE_SECONDS";
+
+/// The environment variable holding the permanent send failures after which a job is parked (default 8).
+pub const MAX_ATTEMPTS_ENV: &str = "CONVEYOR_OUTBOX_MAX_ATTEMPTS";
 
 /// A relay configuration error: the value, what is wrong, and what to set.
 #[non_exhaustive]
@@ -21,6 +24,12 @@ pub enum RelayConfigError {
     /// `CONVEYOR_OUTBOX_LEASE_SECONDS` does not hold a whole number of at least 3.
     #[error("{LEASE_SECONDS_ENV}={value:?} is invalid: give whole seconds, at least 3 (default 30)")]
     InvalidLease {
+        /// The variable's value.
+        value: String,
+    },
+    /// `CONVEYOR_OUTBOX_MAX_ATTEMPTS` does not hold a whole number of at least 1.
+    #[error("{MAX_ATTEMPTS_ENV}={value:?} is invalid: give a whole number of at least 1 (default 8)")]
+    InvalidMaxAttempts {
         /// The variable's value.
         value: String,
     },
@@ -69,7 +78,16 @@ pub async fn poller_from_env() -> Result<Option<Poller>, RelayConfigError> {
             .ok_or(RelayConfigError::InvalidLease { value: text })?;
         options.lease = Duration::from_secs(seconds);
     }
-    let relay = relay_for(table).await;
+    let mut relay_options = RelayOptions::default();
+    if let Ok(text) = std::env::var(MAX_ATTEMPTS_ENV) {
+        relay_options.max_attempts = text
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|attempts| *attempts >= 1)
+            .ok_or(RelayConfigError::InvalidMaxAttempts { value: text })?;
+    }
+    let relay = relay_for(table).await.with_options(relay_options);
     let owner = format!("{}-{}", hostname(), uuid::Uuid::new_v4());
     Ok(Some(Poller::new(relay, &owner, options)))
 }

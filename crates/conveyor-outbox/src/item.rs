@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use conveyor_core::limits::MAX_ITEM_BYTES;
 use conveyor_core::port::OutgoingMessage;
 use conveyor_sqs::{NewJob, ProduceError};
@@ -162,18 +164,25 @@ impl IntoIterator for OutboxWrite {
 }
 
 /// True when a transaction failed because another transaction took the aggregate's next sequence
-/// number first: read the head again and run the transaction again.
+/// number first (or ran into it at the same moment): read the head again and run the transaction again.
+/// False when the transaction failed for another reason, such as the application's own condition.
 pub fn is_sequence_conflict(error: &aws_sdk_dynamodb::error::SdkError<TransactWriteItemsError>) -> bool {
     let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) = error.as_service_error()
     else {
         return false;
     };
-    cancelled.cancellation_reasons().iter().any(|reason| {
-        matches!(
-            reason.code(),
-            Some("ConditionalCheckFailed" | "TransactionConflict")
-        )
-    })
+    cancelled
+        .cancellation_reasons()
+        .iter()
+        .any(|reason| match reason.code() {
+            Some("TransactionConflict") => true,
+            // The head's update returns the head it found (ALL_OLD): the only outbox item with a sequence
+            // and no job id.
+            Some("ConditionalCheckFailed") => reason
+                .item()
+                .is_some_and(|item| item.contains_key(table::SEQUENCE) && !item.contains_key(table::ID)),
+            _ => false,
+        })
 }
 
 impl Outbox {
@@ -329,6 +338,7 @@ impl Outbox {
             )
             .update_expression("SET #sequence = :last")
             .condition_expression(condition)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .expression_attribute_names("#sequence", table::SEQUENCE)
             .expression_attribute_values(":last", AttributeValue::N(last.to_string()));
         if head > 0 {

@@ -18,7 +18,9 @@ pub mod table;
 
 pub use dynamo::DynamoOutboxStore;
 pub use encode::{EncodedJob, encode};
-pub use env::{LEASE_SECONDS_ENV, RelayConfigError, dynamodb_client, poller_from_env, relay_for};
+pub use env::{
+    LEASE_SECONDS_ENV, MAX_ATTEMPTS_ENV, RelayConfigError, dynamodb_client, poller_from_env, relay_for,
+};
 pub use item::{Outbox, OutboxError, OutboxWrite, is_sequence_conflict};
 pub use lease::{Lease, LeaseFence};
 pub use poller::{
