@@ -9,6 +9,8 @@ mod item;
 mod lease;
 pub mod memory;
 mod poller;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod relay;
 mod setup;
 mod sink;
@@ -22,6 +24,8 @@ pub use lease::{Lease, LeaseFence};
 pub use poller::{
     OLDEST_UNSENT_METRIC, PARKED_METRIC, Poller, PollerOptions, SENT_METRIC, backlog, publish,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOutbox, PostgresOutboxError, PostgresOutboxStore, PostgresWrite};
 pub use relay::{Fence, Relay, RelayOptions, RelayReport, Unfenced, WallClock};
 pub use setup::{CreateTableError, create_outbox_table};
 pub use sink::{JobSink, QueueSink, SendFailure, SqsSink};
