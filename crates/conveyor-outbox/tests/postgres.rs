@@ -20,8 +20,8 @@ use conveyor_outbox::{OutboxStore, QueueSink, Relay, StoreError, Unfenced};
 use conveyor_sqs::NewJob;
 use conveyor_testing::memory_queue::MemoryQueue;
 use serde_json::{Value, json};
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio::time::Instant;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:55432/conveyor";
@@ -33,17 +33,25 @@ fn url() -> String {
 
 async fn pool(connections: u32) -> PgPool {
     let url = url();
+    let unreachable = |error: &dyn std::fmt::Display| -> ! {
+        panic!(
+            "Postgres is not reachable at {url}: {error}. Run `make local-aws` (it starts Postgres on \
+             127.0.0.1:55432 with localstack/start-postgres.sh), or set CONVEYOR_TEST_POSTGRES_URL"
+        )
+    };
+    // One plain connection first: its error says why (refused, no such database), the pool's only that
+    // it timed out.
+    match tokio::time::timeout(Duration::from_secs(10), PgConnection::connect(&url)).await {
+        Ok(Ok(connection)) => drop(connection.close().await),
+        Ok(Err(error)) => unreachable(&error),
+        Err(elapsed) => unreachable(&elapsed),
+    }
     PgPoolOptions::new()
         .max_connections(connections)
         .acquire_timeout(Duration::from_secs(10))
         .connect(&url)
         .await
-        .unwrap_or_else(|error| {
-            panic!(
-                "Postgres is not reachable at {url}: {error}. Run `make local-aws` (it starts Postgres on \
-                 127.0.0.1:55432 with localstack/start-postgres.sh), or set CONVEYOR_TEST_POSTGRES_URL"
-            )
-        })
+        .unwrap_or_else(|error| unreachable(&error))
 }
 
 /// A schema of the test's own with the outbox tables (migrated twice: the migration is idempotent).
