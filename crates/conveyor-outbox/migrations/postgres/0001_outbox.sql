@@ -32,8 +32,9 @@ CREATE INDEX IF NOT EXISTS conveyor_outbox_pending
 CREATE INDEX IF NOT EXISTS conveyor_outbox_parked
     ON conveyor_outbox (created_at_millis) WHERE parked_at_millis IS NOT NULL;
 
--- The last sequence number allocated per aggregate (kept after its jobs are sent). A writer's upsert
--- locks the aggregate's row until its transaction ends: an aggregate's writers commit one after another.
+-- The last sequence number allocated per aggregate (kept after its jobs are sent: never delete a row
+-- while the aggregate has jobs in conveyor_outbox). A writer's upsert locks the aggregate's row until its
+-- transaction ends: an aggregate's writers commit one after another.
 CREATE TABLE IF NOT EXISTS conveyor_outbox_heads (
     aggregate text   PRIMARY KEY,
     sequence  bigint NOT NULL

@@ -54,17 +54,18 @@ pub async fn migrate(pool: &sqlx::PgPool) -> Result<(), PostgresOutboxError> {
 /// Runs the migration for `tables` (creating its schema when one is set), in one transaction, under an
 /// advisory lock so concurrent runs do not race.
 pub async fn migrate_tables(pool: &sqlx::PgPool, tables: &PostgresTables) -> Result<(), PostgresOutboxError> {
+    let failed = |source| PostgresOutboxError::Database {
+        operation: "running the outbox migration",
+        source,
+    };
     let script = format!(
-        "BEGIN;\nSELECT pg_advisory_xact_lock(hashtext('conveyor_outbox migration'));\n{}{}\nCOMMIT;",
+        "SELECT pg_advisory_xact_lock(hashtext('conveyor_outbox migration'));\n{}{}",
         tables.schema_preamble(),
         tables.migration()
     );
-    sqlx::raw_sql(&script)
-        .execute(pool)
-        .await
-        .map(drop)
-        .map_err(|source| PostgresOutboxError::Database {
-            operation: "running the outbox migration",
-            source,
-        })
+    let mut tx = pool.begin().await.map_err(failed)?;
+    sqlx::raw_sql(&script).execute(&mut *tx).await.map_err(failed)?;
+    tx.commit().await.map_err(failed)?;
+    tracing::info!(jobs = %tables.jobs(), heads = %tables.heads(), leases = %tables.leases(), "outbox tables migrated");
+    Ok(())
 }

@@ -18,6 +18,10 @@ use super::tables::PostgresTables;
 use crate::store::{Backlog, JobRef, LeaseRecord, OutboxStore, StoreError, StoredJob};
 
 /// The outbox store on Postgres. Clones share the pool.
+///
+/// Its calls wait as long as the pool lets them: set the pool's `acquire_timeout` and a
+/// `statement_timeout` (connection options) so an unreachable or stuck database fails a relay pass
+/// ([`StoreError::Unavailable`]) instead of holding it.
 #[derive(Debug, Clone)]
 pub struct PostgresOutboxStore {
     pool: PgPool,
@@ -59,7 +63,8 @@ impl PostgresOutboxStore {
 
     fn error(&self, operation: &'static str, error: &sqlx::Error) -> StoreError {
         let mapped = store_error(&self.name, error);
-        tracing::warn!(store = %self.name, operation, error = %mapped, "outbox store call failed");
+        // The relay logs the failure with its context; this says which statement.
+        tracing::debug!(store = %self.name, operation, error = %mapped, "outbox store call failed");
         mapped
     }
 
