@@ -19,6 +19,11 @@ DYNAMODB_LOCAL_VERSION="3.3.1"
 JAVA_MIN_MAJOR=17
 
 SQS_PORT="${CONVEYOR_SQS_PORT:-4566}"
+# The outbox's Postgres tests (crates/conveyor-outbox/tests/postgres.rs): a throwaway cluster, trust auth.
+POSTGRES_PORT="${CONVEYOR_POSTGRES_PORT:-55432}"
+POSTGRES_DATA="$RUN_DIR/postgres"
+POSTGRES_LOG="$LOG_DIR/postgres.log"
+POSTGRES_DB="conveyor"
 DYNAMODB_PORT="${CONVEYOR_DYNAMODB_PORT:-8000}"
 START_TIMEOUT="${CONVEYOR_START_TIMEOUT:-60}"
 
@@ -165,6 +170,47 @@ stop_dynamodb() {
     terminate_pid "$pid" 10 "DynamoDB Local"
   fi
   rm -f "$DYNAMODB_PID_FILE" "${DYNAMODB_PID_FILE%.pid}.port"
+}
+
+# Prints the bin directory of the newest Postgres Debian's packages installed (/usr/lib/postgresql/<v>/bin).
+postgres_bin_dir() {
+  local dir best=""
+  while IFS= read -r dir; do
+    [[ -x "$dir/postgres" && -x "$dir/pg_ctl" && -x "$dir/initdb" ]] && best="$dir"
+  done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V)
+  [[ -n "$best" ]] || return 1
+  printf '%s\n' "$best"
+}
+
+# Runs "$@" as the cluster's owner: root cannot run Postgres, so as root it is Debian's `postgres` user.
+as_postgres_owner() {
+  if [[ "$(id -u)" == 0 ]]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+# True when our cluster (the one in $POSTGRES_DATA) runs.
+postgres_running() {
+  local bin
+  [[ -f "$POSTGRES_DATA/postmaster.pid" ]] || return 1
+  bin="$(postgres_bin_dir)" || return 1
+  as_postgres_owner "$bin/pg_ctl" -D "$POSTGRES_DATA" status >/dev/null 2>&1
+}
+
+postgres_ready() {
+  local bin
+  bin="$(postgres_bin_dir)" || return 1
+  "$bin/pg_isready" -q -h 127.0.0.1 -p "$POSTGRES_PORT" -t 2 >/dev/null 2>&1
+}
+
+stop_postgres() {
+  local bin
+  postgres_running || return 0
+  bin="$(postgres_bin_dir)" || return 0
+  log "stopping Postgres ($POSTGRES_DATA)"
+  as_postgres_owner "$bin/pg_ctl" -D "$POSTGRES_DATA" -m fast -w -t 30 stop >/dev/null
 }
 
 # Closes every fd above 2 in the current (sub)shell. Used right before exec'ing a daemon, so it holds neither our

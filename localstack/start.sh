@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts LocalStack (SQS only) on 127.0.0.1:${CONVEYOR_SQS_PORT:-4566} and DynamoDB Local on
 # port ${CONVEYOR_DYNAMODB_PORT:-8000} in the background, installing them first if needed, and waits (bounded by
-# CONVEYOR_START_TIMEOUT, default 60 s) until both answer. Safe to run twice: our own running instances are reused.
+# CONVEYOR_START_TIMEOUT, default 60 s) until both answer. Then the outbox tests' Postgres on
+# 127.0.0.1:${CONVEYOR_POSTGRES_PORT:-55432} (start-postgres.sh). Safe to run twice: our own running instances are reused.
 # Logs: <repo>/.local/logs/, PID files: <repo>/.local/run/. Stop with stop.sh.
 set -euo pipefail
 
@@ -32,5 +33,11 @@ wait_for sqs dynamodb || {
   exit 1
 }
 
-log "ready in $((SECONDS - started_at))s: SQS http://127.0.0.1:$SQS_PORT  DynamoDB http://127.0.0.1:$DYNAMODB_PORT"
+# Postgres has its own lock (start-postgres.sh takes it); this one is held until the script exits.
+"$CONVEYOR_LOCALSTACK_DIR/start-postgres.sh" || {
+  err "Postgres did not start (the outbox's Postgres tests need it); see above"
+  exit 1
+}
+
+log "ready in $((SECONDS - started_at))s: SQS http://127.0.0.1:$SQS_PORT  DynamoDB http://127.0.0.1:$DYNAMODB_PORT  Postgres postgres://postgres@127.0.0.1:$POSTGRES_PORT/$POSTGRES_DB"
 log "point the SDK at them with: source $CONVEYOR_LOCALSTACK_DIR/env.sh"

@@ -10,6 +10,8 @@ mod item;
 mod lease;
 pub mod memory;
 mod poller;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod relay;
 mod setup;
 mod sink;
@@ -27,6 +29,8 @@ pub use poller::{
     OLDEST_UNSENT_METRIC, PARKED_METRIC, Poller, PollerOptions, PollerProgress, ProgressSnapshot,
     SENT_METRIC, backlog, publish,
 };
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOutbox, PostgresOutboxError, PostgresOutboxStore, PostgresWrite};
 pub use relay::{Fence, Relay, RelayOptions, RelayReport, Unfenced, WallClock};
 pub use setup::{CreateTableError, create_outbox_table};
 pub use sink::{JobSink, QueueSink, SendFailure, SqsSink};
