@@ -106,6 +106,20 @@ impl Table {
 
 pub(crate) use conveyor_core::runtime::{format_age, format_epoch_millis, format_time};
 
+/// `text` safe to print on a terminal: control characters (escape sequences, OSC 52, carriage returns)
+/// are shown escaped instead of being sent to the terminal.
+pub(crate) fn sanitize(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,18 +134,4 @@ mod tests {
             "id         reason\na          short\nlonger-id  a much longer reason\n"
         );
     }
-}
-
-/// `text` safe to print on a terminal: control characters (escape sequences, OSC 52, carriage returns)
-/// are shown escaped instead of being sent to the terminal.
-pub(crate) fn sanitize(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }

@@ -15,7 +15,7 @@
 //!   aggregate from the store. Two relays on one aggregate both send its first job at worst; one removal
 //!   wins and the loser stops on that aggregate. The duplicate is settled once by the consumer under the
 //!   job's idempotency key (FIFO queues also deduplicate it by the item id within 5 minutes).
-//! - **Takeovers** ([`crate::Poller`]): a relay checks its lease before every send round, and a taker
+//! - **Takeovers** ([`crate::Poller`]): a relay checks its lease before every `SendMessageBatch`, and a taker
 //!   waits a whole lease after it saw the lease unchanged, on its own clock (see `lease.rs`). A holder
 //!   paused between its check and its send can still send once late: a duplicate of a job that was
 //!   accepted already, as above, never a job out of order.
@@ -218,7 +218,7 @@ impl Relay {
                 .iter_mut()
                 .filter_map(|lineage| lineage.jobs.pop_front())
                 .collect();
-            let accepted = self.send_round(round, &mut report).await;
+            let accepted = self.send_round(round, fence, &mut report).await;
             let removed = self.remove(&accepted, &mut report).await;
             lineages.retain(|lineage| removed.contains(&lineage.aggregate));
             // An aggregate whose read was full may have more: read it again. (Jobs committed after a
@@ -283,8 +283,15 @@ impl Relay {
         })
     }
 
-    /// Sends one job per aggregate, batched per queue; returns the accepted ones.
-    async fn send_round(&self, round: Vec<StoredJob>, report: &mut RelayReport) -> Vec<StoredJob> {
+    /// Sends one job per aggregate, batched per queue; returns the accepted ones. The fence is checked
+    /// before every batch: a relay paused in one batch past its lease sends no further batch (the jobs
+    /// not sent stay first in their aggregates).
+    async fn send_round(
+        &self,
+        round: Vec<StoredJob>,
+        fence: &dyn Fence,
+        report: &mut RelayReport,
+    ) -> Vec<StoredJob> {
         let mut by_queue: BTreeMap<String, Vec<StoredJob>> = BTreeMap::new();
         for job in round {
             by_queue.entry(job.queue_url.clone()).or_default().push(job);
@@ -292,6 +299,10 @@ impl Relay {
         let mut accepted = Vec::new();
         for (queue_url, jobs) in by_queue {
             for chunk in chunks(jobs, MAX_BATCH_ENTRIES) {
+                if !fence.holds() {
+                    report.lease_held = false;
+                    return accepted;
+                }
                 let messages = chunk.iter().map(|job| job.message.clone()).collect();
                 let results = self.sink.send(&queue_url, messages).await;
                 for (job, result) in chunk.into_iter().zip(results) {

@@ -5,6 +5,7 @@ pub mod clock;
 pub mod handler;
 pub mod io;
 pub mod lambda;
+pub mod outbox;
 pub mod run;
 pub mod scenario;
 pub mod sink;
@@ -97,7 +98,14 @@ pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
             };
         }
     };
-    let violations = check::check(scenario, &observed);
+    let mut violations = check::check(scenario, &observed);
+    let outbox = outbox::simulate_outbox(seed);
+    if trace {
+        for line in &outbox.trace {
+            eprintln!("outbox: {line}");
+        }
+    }
+    violations.extend(outbox.violations);
     Report {
         seed,
         violations,
