@@ -57,6 +57,7 @@ pub const APP_VARIABLES: &[&str] = &[
     conveyor_outbox::table::SORT_KEY_ENV,
     conveyor_outbox::LEASE_SECONDS_ENV,
     conveyor_outbox::MAX_ATTEMPTS_ENV,
+    conveyor_outbox::POSTGRES_URL_ENV,
 ];
 
 /// The application's settings, from the environment.

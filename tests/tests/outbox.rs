@@ -1,9 +1,9 @@
-//! The transactional outbox end to end: the application's transactions on DynamoDB Local (each user and
-//! two welcome emails), the relay as the `conveyor outbox relay` process (killed with SIGKILL
-//! mid-backlog) and as a task inside the example `worker`, which takes the lease over and also consumes
-//! the jobs from a FIFO queue with its idempotency table; one user's first job is poison (its queue does
-//! not exist yet), parked and resent with `conveyor outbox resend` once the queue exists. LocalStack for
-//! SQS.
+//! The transactional outbox end to end, on DynamoDB Local and on Postgres: the application's
+//! transactions (each user and two welcome emails), the relay as the `conveyor outbox relay` process
+//! (killed with SIGKILL mid-backlog) and as a task inside the example `worker`, which takes the lease over
+//! and also consumes the jobs from a FIFO queue with its idempotency table; one user's first job is poison
+//! (its queue does not exist yet), parked and resent with `conveyor outbox resend` once the queue exists.
+//! LocalStack for SQS.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -13,10 +13,12 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use conveyor_demo::{queue_is_empty, terminate};
 use conveyor_e2e::{app_env, binaries, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
+use conveyor_outbox::postgres::{PostgresOutbox, migrate};
 use conveyor_outbox::{Outbox, OutboxTable, create_outbox_table, is_sequence_conflict};
 use conveyor_sqs::{NewJob, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::wait_until;
+use sqlx::Connection;
 use tokio::process::Command;
 
 const USERS: u64 = 600;
@@ -99,43 +101,183 @@ async fn outbox_items(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> anyho
     }
 }
 
+/// Where the application keeps its outbox.
+enum Source {
+    Dynamo {
+        dynamodb: aws_sdk_dynamodb::Client,
+        table: OutboxTable,
+    },
+    Postgres {
+        url: String,
+        pool: sqlx::PgPool,
+    },
+}
+
+impl Source {
+    async fn dynamo() -> anyhow::Result<Self> {
+        let dynamodb = localstack::dynamodb_client().await;
+        let table = OutboxTable::new(localstack::unique_name("e2e-outbox-app"));
+        create_outbox_table(&dynamodb, &table).await?;
+        Ok(Self::Dynamo { dynamodb, table })
+    }
+
+    /// A database of the test's own on the Postgres `make local-aws` starts.
+    async fn postgres() -> anyhow::Result<Self> {
+        let admin = std::env::var("CONVEYOR_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:55432/conveyor".to_owned());
+        let name = localstack::unique_name("e2e_outbox").replace('-', "_");
+        let mut connection = sqlx::PgConnection::connect(&admin).await.map_err(|error| {
+            anyhow::anyhow!("Postgres is not reachable at {admin}: {error}; run `make local-aws`")
+        })?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut connection)
+            .await?;
+        let url = format!(
+            "{}/{name}",
+            admin.rsplit_once('/').map_or(admin.as_str(), |(base, _)| base)
+        );
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await?;
+        migrate(&pool).await?;
+        sqlx::query("CREATE TABLE users (id BIGINT PRIMARY KEY)")
+            .execute(&pool)
+            .await?;
+        Ok(Self::Postgres { url, pool })
+    }
+
+    /// `--table NAME` or `--postgres-url URL`.
+    fn cli_args(&self) -> Vec<String> {
+        match self {
+            Self::Dynamo { table, .. } => vec!["--table".to_owned(), table.name.clone()],
+            Self::Postgres { url, .. } => vec!["--postgres-url".to_owned(), url.clone()],
+        }
+    }
+
+    fn worker_env(&self) -> (String, String) {
+        match self {
+            Self::Dynamo { table, .. } => ("CONVEYOR_OUTBOX_TABLE".to_owned(), table.name.clone()),
+            Self::Postgres { url, .. } => ("CONVEYOR_OUTBOX_POSTGRES_URL".to_owned(), url.clone()),
+        }
+    }
+
+    async fn unsent(&self) -> anyhow::Result<usize> {
+        match self {
+            Self::Dynamo { dynamodb, table } => outbox_items(dynamodb, &table.name).await,
+            Self::Postgres { pool, .. } => {
+                let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM conveyor_outbox")
+                    .fetch_one(pool)
+                    .await?;
+                Ok(usize::try_from(count)?)
+            }
+        }
+    }
+
+    /// The user and `jobs` (queue URL, email number) in one transaction; false when the transaction
+    /// failed on the user's own condition (the user exists).
+    async fn commit_user(&self, user_id: u64, jobs: &[(&str, u32)]) -> anyhow::Result<bool> {
+        let aggregate = format!("user#{user_id}");
+        match self {
+            Self::Dynamo { dynamodb, table } => loop {
+                let mut items = vec![user_put(&table.name, user_id)?];
+                // One put per queue (one transaction may update the aggregate's head once).
+                let mut head = Outbox::new(table.clone(), jobs[0].0)
+                    .head(dynamodb, &aggregate)
+                    .await?;
+                let mut by_queue: Vec<(&str, Vec<NewJob<WelcomeEmail>>)> = Vec::new();
+                for (queue, nth) in jobs {
+                    match by_queue.last_mut() {
+                        Some((last, batch)) if last == queue => batch.push(welcome(user_id, *nth)),
+                        _ => by_queue.push((queue, vec![welcome(user_id, *nth)])),
+                    }
+                }
+                anyhow::ensure!(
+                    by_queue.len() == 1,
+                    "the DynamoDB outbox puts one queue's jobs per transaction"
+                );
+                for (queue, batch) in by_queue {
+                    let count = batch.len() as u64;
+                    items.extend(Outbox::new(table.clone(), queue).put_after(batch, &aggregate, head)?);
+                    head += count;
+                }
+                match dynamodb
+                    .transact_write_items()
+                    .set_transact_items(Some(items))
+                    .send()
+                    .await
+                {
+                    Ok(_) => return Ok(true),
+                    Err(error) if is_sequence_conflict(&error) => continue,
+                    Err(_) => return Ok(false),
+                }
+            },
+            Self::Postgres { pool, .. } => {
+                let mut tx = pool.begin().await?;
+                let user = sqlx::query("INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING")
+                    .bind(i64::try_from(user_id)?)
+                    .execute(&mut *tx)
+                    .await?;
+                if user.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+                for (queue, nth) in jobs {
+                    PostgresOutbox::new(*queue)
+                        .put(&mut tx, welcome(user_id, *nth), &aggregate)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_parked_poison_job()
+async fn on_dynamodb_committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_poison_job()
 -> anyhow::Result<()> {
     localstack::ensure_local_aws().await?;
+    end_to_end(Source::dynamo().await?, "e2e-outbox").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_poison_job()
+-> anyhow::Result<()> {
+    localstack::ensure_local_aws().await?;
+    end_to_end(Source::postgres().await?, "e2e-outbox-pg").await
+}
+
+async fn end_to_end(source: Source, name: &str) -> anyhow::Result<()> {
     let sqs = localstack::sqs_client().await;
     let dynamodb = localstack::dynamodb_client().await;
-    let idempotency = localstack::create_table(&dynamodb, "e2e-outbox").await?;
-    let table = OutboxTable::new(localstack::unique_name("e2e-outbox-app"));
-    create_outbox_table(&dynamodb, &table).await?;
+    let idempotency = localstack::create_table(&dynamodb, name).await?;
     let queue = localstack::create_queue(
         &sqs,
-        &QueueSpec::fifo("e2e-outbox")
+        &QueueSpec::fifo(name)
             .visibility_timeout_secs(10)
             .max_receive_count(5),
     )
     .await?;
-    let outbox = Outbox::new(table.clone(), &queue.url);
     // The poison job's queue (a standard one): not created yet (a deploy that forgot it).
-    let later_name = localstack::unique_name("e2e-outbox-later");
+    let later_name = localstack::unique_name(&format!("{name}-later"));
     let later_url = queue.url.replace(&queue.name, &later_name);
-    let later = Outbox::new(table.clone(), &later_url);
 
     for user_id in 1..=USERS {
-        let aggregate = format!("user#{user_id}");
-        if user_id == POISONED {
-            // Two transactions: the poison job first, then the user's second email.
-            let first = later.put(&dynamodb, welcome(user_id, 1), &aggregate).await?;
-            dynamodb
-                .transact_write_items()
-                .set_transact_items(Some(
-                    std::iter::once(user_put(&table.name, user_id)?)
-                        .chain(first)
-                        .collect(),
-                ))
-                .send()
+        let jobs: Vec<(&str, u32)> = if user_id == POISONED {
+            vec![(later_url.as_str(), 1), (queue.url.as_str(), 2)]
+        } else {
+            vec![(queue.url.as_str(), 1), (queue.url.as_str(), 2)]
+        };
+        if user_id == POISONED && matches!(source, Source::Dynamo { .. }) {
+            // Two transactions on DynamoDB: one queue's jobs per put.
+            anyhow::ensure!(source.commit_user(user_id, &jobs[..1]).await?);
+            let Source::Dynamo { dynamodb, table } = &source else {
+                continue;
+            };
+            let second = Outbox::new(table.clone(), &queue.url)
+                .put(dynamodb, welcome(user_id, 2), &format!("user#{user_id}"))
                 .await?;
-            let second = outbox.put(&dynamodb, welcome(user_id, 2), &aggregate).await?;
             dynamodb
                 .transact_write_items()
                 .set_transact_items(Some(second.transact_items()))
@@ -143,39 +285,22 @@ async fn committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_p
                 .await?;
             continue;
         }
-        let head = outbox.head(&dynamodb, &aggregate).await?;
-        let jobs = outbox.put_after(vec![welcome(user_id, 1), welcome(user_id, 2)], &aggregate, head)?;
-        dynamodb
-            .transact_write_items()
-            .set_transact_items(Some(
-                std::iter::once(user_put(&table.name, user_id)?)
-                    .chain(jobs)
-                    .collect(),
-            ))
-            .send()
-            .await?;
+        anyhow::ensure!(
+            source.commit_user(user_id, &jobs).await?,
+            "user {user_id} not committed"
+        );
     }
-    // User 1 again: the user's condition fails, so the job written with it is not either.
-    let again = outbox.put(&dynamodb, welcome(1, 3), "user#1").await?;
-    let answer = dynamodb
-        .transact_write_items()
-        .set_transact_items(Some(
-            std::iter::once(user_put(&table.name, 1)?).chain(again).collect(),
-        ))
-        .send()
-        .await;
-    let Err(error) = answer else {
-        panic!("a second user#1 committed");
-    };
+    // User 1 again: the user's own condition fails, so the job written with it is not either.
     assert!(
-        !is_sequence_conflict(&error),
-        "the user's own condition failed, not the outbox's sequence: {error:?}"
+        !source.commit_user(1, &[(queue.url.as_str(), 3)]).await?,
+        "a second user#1 committed"
     );
 
     // The relay as its own process, killed with SIGKILL once it has started sending.
     let committed = (USERS * 2) as usize;
     let mut relay = Command::new(binaries().path("conveyor")?)
-        .args(["outbox", "relay", "--table", &table.name, "--lease-seconds", "5"])
+        .args(["outbox", "relay", "--lease-seconds", "5"])
+        .args(source.cli_args())
         .envs(localstack::aws_env())
         .env("RUST_LOG", "warn")
         .env("CONVEYOR_OUTBOX_MAX_ATTEMPTS", "3")
@@ -183,21 +308,19 @@ async fn committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_p
         .kill_on_drop(true)
         .spawn()?;
     wait_until(Duration::from_secs(60), Duration::from_millis(20), async || {
-        outbox_items(&dynamodb, &table.name)
-            .await
-            .is_ok_and(|left| left < committed - 50)
+        source.unsent().await.is_ok_and(|left| left < committed - 50)
     })
     .await?;
     relay.start_kill()?;
     relay.wait().await?;
-    let left_at_kill = outbox_items(&dynamodb, &table.name).await?;
+    let left_at_kill = source.unsent().await?;
     println!("relay killed with {left_at_kill} of {committed} outbox jobs left");
     assert!(left_at_kill > 0, "killed mid-backlog");
 
     // The worker relays the rest (taking the lease over once the killed relay's lapses) and runs the jobs.
-    let emails = outbox_path("e2e-outbox");
+    let emails = outbox_path(name);
     let mut env = app_env(&idempotency, &emails);
-    env.push(("CONVEYOR_OUTBOX_TABLE".to_owned(), table.name.clone()));
+    env.push(source.worker_env());
     env.push(("CONVEYOR_OUTBOX_LEASE_SECONDS".to_owned(), "5".to_owned()));
     env.push(("CONVEYOR_OUTBOX_MAX_ATTEMPTS".to_owned(), "3".to_owned()));
     let mut worker = binaries().spawn_worker(&queue.url, None, &env, None)?;
@@ -207,7 +330,10 @@ async fn committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_p
         })
     })
     .await?;
-    let backlog = cli(&["outbox", "backlog", "--table", &table.name]).await?;
+    let mut backlog_args = vec!["outbox", "backlog"];
+    let source_args = source.cli_args();
+    backlog_args.extend(source_args.iter().map(String::as_str));
+    let backlog = cli(&backlog_args).await?;
     let parked = backlog["parked"].as_array().cloned().unwrap_or_default();
     assert_eq!(parked.len(), 1, "{backlog}");
     assert_eq!(parked[0]["aggregate"], format!("user#{POISONED}"));
@@ -226,15 +352,10 @@ async fn committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_p
 
     // The operator creates the missing queue and resends.
     sqs.create_queue().queue_name(&later_name).send().await?;
-    let resent = cli(&[
-        "outbox",
-        "resend",
-        "--table",
-        &table.name,
-        "--aggregate",
-        &format!("user#{POISONED}"),
-    ])
-    .await?;
+    let aggregate = format!("user#{POISONED}");
+    let mut resend_args = vec!["outbox", "resend", "--aggregate", aggregate.as_str()];
+    resend_args.extend(source_args.iter().map(String::as_str));
+    let resent = cli(&resend_args).await?;
     assert_eq!(resent["unparked"], 1);
     wait_until(Duration::from_secs(120), Duration::from_millis(500), async || {
         emails_in_order(&emails).is_ok_and(|order| order.contains_key(&POISONED))
@@ -254,10 +375,7 @@ async fn committed_jobs_run_once_in_order_per_user_across_a_killed_relay_and_a_p
 
     let sqs_queue = SqsQueue::connect(sqs.clone(), &queue.url).await?;
     wait_until(Duration::from_secs(60), Duration::from_millis(500), async || {
-        queue_is_empty(&sqs_queue).await
-            && outbox_items(&dynamodb, &table.name)
-                .await
-                .is_ok_and(|left| left == 0)
+        queue_is_empty(&sqs_queue).await && source.unsent().await.is_ok_and(|left| left == 0)
     })
     .await?;
     terminate(&mut worker).await?;

@@ -8,7 +8,7 @@
 //! `/opt/tf-plugins`, found by `conveyor_e2e::terraform`). Without them each test prints
 //! `SKIPPED <step>: <why>` and passes. Run it with `cargo test -p conveyor-e2e --test terraform`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -411,19 +411,48 @@ fn cases() -> Vec<Case> {
                     "table_arn",
                     "\"arn:aws:dynamodb:us-east-1:123456789012:table/app\"",
                 ),
-                (
-                    "stream_arn",
-                    "\"arn:aws:dynamodb:us-east-1:123456789012:table/app/stream/2024-01-01T00:00:00.000\"",
-                ),
-                ("state_table_arn", TABLE_ARN),
+                ("max_attempts", "5"),
+                ("lease_seconds", "10"),
             ],
             None,
         ),
         case(
-            "outbox_existing_table_needs_its_stream",
+            "outbox_lambda_on_the_apps_table_valid",
             "outbox-relay",
-            &[("create_table", "false")],
-            Some("set table_arn and stream_arn"),
+            &[
+                ("create_table", "false"),
+                (
+                    "table_arn",
+                    "\"arn:aws:dynamodb:us-east-1:123456789012:table/app\"",
+                ),
+                (
+                    "stream_arn",
+                    "\"arn:aws:dynamodb:us-east-1:123456789012:table/app/stream/2024-01-01T00:00:00.000\"",
+                ),
+            ],
+            None,
+        ),
+        case(
+            "outbox_existing_table_needs_its_arn",
+            "outbox-relay",
+            &[
+                ("create_table", "false"),
+                ("deploy_lambda", "false"),
+                ("package_path", "null"),
+            ],
+            Some("set table_arn, and stream_arn when deploy_lambda"),
+        ),
+        case(
+            "outbox_lambda_on_an_existing_table_needs_its_stream",
+            "outbox-relay",
+            &[
+                ("create_table", "false"),
+                (
+                    "table_arn",
+                    "\"arn:aws:dynamodb:us-east-1:123456789012:table/app\"",
+                ),
+            ],
+            Some("set table_arn, and stream_arn when deploy_lambda"),
         ),
         case(
             "outbox_created_table_takes_no_stream",
@@ -441,10 +470,52 @@ fn cases() -> Vec<Case> {
             Some("set package_path to the relay's zip"),
         ),
         case(
+            "outbox_table_needs_a_sort_key",
+            "outbox-relay",
+            &[("sort_key", "\"\"")],
+            Some("sort_key must name the table's sort key"),
+        ),
+        case(
+            "outbox_retries_bounded",
+            "outbox-relay",
+            &[("maximum_retry_attempts", "-1")],
+            Some("maximum_retry_attempts must be 0 to 10000"),
+        ),
+        case(
             "outbox_retries_in_range",
             "outbox-relay",
             &[("maximum_retry_attempts", "20000")],
-            Some("maximum_retry_attempts must be -1"),
+            Some("maximum_retry_attempts must be 0 to 10000"),
+        ),
+        case(
+            "outbox_record_age_bounded",
+            "outbox-relay",
+            &[("maximum_record_age_seconds", "-1")],
+            Some("maximum_record_age_seconds must be 60 to 86400"),
+        ),
+        case(
+            "outbox_parallel_shards_valid",
+            "outbox-relay",
+            &[("parallelization_factor", "10")],
+            None,
+        ),
+        case(
+            "outbox_parallelization_in_range",
+            "outbox-relay",
+            &[("parallelization_factor", "11")],
+            Some("parallelization_factor must be 1 to 10"),
+        ),
+        case(
+            "outbox_alarm_action_star",
+            "outbox-relay",
+            &[("alarm_actions", "[\"*\"]")],
+            Some("alarm_actions must list ARNs"),
+        ),
+        case(
+            "outbox_lease_at_least_three_seconds",
+            "outbox-relay",
+            &[("lease_seconds", "2")],
+            Some("lease_seconds must be null or whole seconds, at least 3"),
         ),
         case(
             "outbox_queue_arns_checked",
@@ -776,6 +847,365 @@ fn every_precondition_refuses_its_violation_with_its_message() -> Result<()> {
     eprintln!(
         "{} precondition cases planned or refused as intended",
         cases.len()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The outbox relay: the table, stream, sweep and alarms the code expects
+// ---------------------------------------------------------------------------------------------
+
+/// The EMF line the relay's sweep prints: its namespace and metric names, read from the code.
+fn outbox_emf_metrics() -> Result<(String, Vec<String>)> {
+    let line = conveyor_lambda::outbox::backlog_emf(
+        &conveyor_outbox::Backlog::default(),
+        std::time::SystemTime::now(),
+    );
+    let emf: serde_json::Value = serde_json::from_str(&line).context("the sweep's EMF line is not JSON")?;
+    let directive = &emf["_aws"]["CloudWatchMetrics"][0];
+    let namespace = directive["Namespace"]
+        .as_str()
+        .context("the EMF line has no namespace")?
+        .to_owned();
+    let metrics = directive["Metrics"]
+        .as_array()
+        .context("the EMF line has no metrics")?
+        .iter()
+        .filter_map(|metric| metric["Name"].as_str().map(str::to_owned))
+        .collect();
+    Ok((namespace, metrics))
+}
+
+/// `terraform test` runs of `modules/outbox-relay` (plans with a mock provider) whose assertions hold
+/// the module to the code: the table's keys, the `outbox-pending` index (keys only), a KEYS_ONLY
+/// stream and no TTL; the stream mapping's bounded retries and its filter on job inserts; the
+/// one-minute sweep schedule and its sweep event; the two alarms on the sweep's EMF metrics; the
+/// environment the relay reads (no TTL attribute, no state table); and nothing Lambda-only for an
+/// ECS relay.
+fn outbox_design_test(package: &str) -> Result<String> {
+    use conveyor_outbox::table::{
+        CREATED_AT, PARTITION_KEY_ENV, PENDING, PENDING_INDEX, SORT_KEY_ENV, TABLE_ENV,
+    };
+    use conveyor_outbox::{LEASE_SECONDS_ENV, MAX_ATTEMPTS_ENV};
+
+    let (namespace, metrics) = outbox_emf_metrics()?;
+    for metric in ["OldestUnsentSeconds", "ParkedJobs"] {
+        ensure!(
+            metrics.iter().any(|name| name == metric),
+            "the sweep's EMF line no longer has {metric} ({metrics:?}): the outbox-relay alarms watch it"
+        );
+    }
+    let mut variables = String::new();
+    for (key, value) in baseline("outbox-relay", package) {
+        let _ = writeln!(variables, "  {key} = {value}");
+    }
+    Ok(format!(
+        r#"mock_provider "aws" {{
+  mock_data "aws_iam_policy_document" {{
+    defaults = {{
+      json = "{{\"Version\":\"2012-10-17\",\"Statement\":[]}}"
+    }}
+  }}
+}}
+
+variables {{
+{variables}}}
+
+run "outbox_lambda_design" {{
+  command = plan
+
+  module {{
+    source = "../../modules/outbox-relay"
+  }}
+
+  assert {{
+    condition     = length(aws_dynamodb_table.this[0].ttl) == 0
+    error_message = "the outbox table has a TTL: a committed job must never expire"
+  }}
+  assert {{
+    condition     = aws_dynamodb_table.this[0].hash_key == "pk" && aws_dynamodb_table.this[0].range_key == "sk"
+    error_message = "the outbox table's keys are not pk/sk"
+  }}
+  assert {{
+    condition     = toset([for a in aws_dynamodb_table.this[0].attribute : "${{a.name}}:${{a.type}}"]) == toset(["pk:S", "sk:S", "{PENDING}:S", "{CREATED_AT}:N"])
+    error_message = "the outbox table's attributes are not pk, sk, {PENDING} (S) and {CREATED_AT} (N)"
+  }}
+  assert {{
+    condition = anytrue([for index in aws_dynamodb_table.this[0].global_secondary_index :
+    index.name == "{PENDING_INDEX}" && index.hash_key == "{PENDING}" && index.range_key == "{CREATED_AT}" && index.projection_type == "KEYS_ONLY"])
+    error_message = "the outbox table lacks the keys-only index {PENDING_INDEX} over {PENDING} and {CREATED_AT}"
+  }}
+  assert {{
+    condition     = aws_dynamodb_table.this[0].stream_enabled && aws_dynamodb_table.this[0].stream_view_type == "KEYS_ONLY"
+    error_message = "the outbox table's stream is not KEYS_ONLY"
+  }}
+  assert {{
+    condition     = output.pending_index_name == "{PENDING_INDEX}"
+    error_message = "the module's index name is not the code's"
+  }}
+  assert {{
+    condition     = contains(aws_lambda_event_source_mapping.this[0].function_response_types, "ReportBatchItemFailures")
+    error_message = "the stream mapping does not use ReportBatchItemFailures"
+  }}
+  assert {{
+    condition     = aws_lambda_event_source_mapping.this[0].maximum_retry_attempts >= 0 && aws_lambda_event_source_mapping.this[0].maximum_record_age_in_seconds >= 60
+    error_message = "the stream mapping retries until the records expire: records only trigger, the sweep covers a skipped batch"
+  }}
+  assert {{
+    condition     = jsonencode(jsondecode(one(aws_lambda_event_source_mapping.this[0].filter_criteria[0].filter).pattern)) == jsonencode({{ eventName = ["INSERT"], dynamodb = {{ Keys = {{ sk = {{ S = [{{ prefix = "outbox#job#" }}] }} }} }} }})
+    error_message = "the stream mapping does not invoke on job inserts only (a KEYS_ONLY stream has no images to filter on)"
+  }}
+  assert {{
+    condition     = length(aws_scheduler_schedule.sweep) == 1 && aws_scheduler_schedule.sweep[0].schedule_expression == "rate(1 minute)" && aws_scheduler_schedule.sweep[0].state == "ENABLED"
+    error_message = "no enabled one-minute sweep schedule"
+  }}
+  assert {{
+    condition     = aws_scheduler_schedule.sweep[0].target[0].arn == aws_lambda_function.this[0].arn && !can(jsondecode(aws_scheduler_schedule.sweep[0].target[0].input).Records)
+    error_message = "the sweep does not invoke the relay function with an event without Records"
+  }}
+  assert {{
+    condition     = aws_cloudwatch_metric_alarm.oldest_unsent[0].namespace == "{namespace}" && aws_cloudwatch_metric_alarm.oldest_unsent[0].metric_name == "OldestUnsentSeconds" && aws_cloudwatch_metric_alarm.oldest_unsent[0].threshold == 300 && aws_cloudwatch_metric_alarm.oldest_unsent[0].comparison_operator == "GreaterThanThreshold"
+    error_message = "no alarm on OldestUnsentSeconds above 300 s in {namespace}"
+  }}
+  assert {{
+    condition     = aws_cloudwatch_metric_alarm.parked_jobs[0].namespace == "{namespace}" && aws_cloudwatch_metric_alarm.parked_jobs[0].metric_name == "ParkedJobs" && aws_cloudwatch_metric_alarm.parked_jobs[0].threshold == 0 && aws_cloudwatch_metric_alarm.parked_jobs[0].comparison_operator == "GreaterThanThreshold"
+    error_message = "no alarm on ParkedJobs above 0 in {namespace}"
+  }}
+  assert {{
+    condition     = toset([for name in keys(aws_lambda_function.this[0].environment[0].variables) : name if startswith(name, "CONVEYOR_OUTBOX_")]) == toset(["{TABLE_ENV}", "{PARTITION_KEY_ENV}", "{SORT_KEY_ENV}"])
+    error_message = "the relay function's outbox environment is not the table and its key names"
+  }}
+}}
+
+run "outbox_ecs_design" {{
+  command = plan
+
+  module {{
+    source = "../../modules/outbox-relay"
+  }}
+
+  variables {{
+    deploy_lambda = false
+    package_path  = null
+    lease_seconds = 10
+    max_attempts  = 5
+  }}
+
+  assert {{
+    condition     = length(aws_dynamodb_table.this) == 1 && length(aws_dynamodb_table.this[0].ttl) == 0
+    error_message = "an ECS relay's table must exist without a TTL"
+  }}
+  assert {{
+    condition     = length(aws_lambda_function.this) + length(aws_lambda_event_source_mapping.this) + length(aws_scheduler_schedule.sweep) + length(aws_cloudwatch_metric_alarm.oldest_unsent) + length(aws_cloudwatch_metric_alarm.parked_jobs) == 0
+    error_message = "an ECS relay got Lambda-only resources (function, mapping, sweep, EMF alarms)"
+  }}
+  assert {{
+    condition     = jsonencode(output.ecs_environment) == jsonencode({{ {TABLE_ENV} = "jobs-outbox", {PARTITION_KEY_ENV} = "pk", {SORT_KEY_ENV} = "sk", {LEASE_SECONDS_ENV} = "10", {MAX_ATTEMPTS_ENV} = "5" }})
+    error_message = "the ECS environment is not the relay's variables"
+  }}
+}}
+
+run "outbox_on_the_apps_table" {{
+  command = plan
+
+  module {{
+    source = "../../modules/outbox-relay"
+  }}
+
+  variables {{
+    create_table = false
+    table_arn    = "arn:aws:dynamodb:us-east-1:123456789012:table/app"
+    stream_arn   = "arn:aws:dynamodb:us-east-1:123456789012:table/app/stream/2024-01-01T00:00:00.000"
+  }}
+
+  assert {{
+    condition     = length(aws_dynamodb_table.this) == 0 && aws_lambda_event_source_mapping.this[0].event_source_arn == "arn:aws:dynamodb:us-east-1:123456789012:table/app/stream/2024-01-01T00:00:00.000"
+    error_message = "an existing table's stream is not the mapping's source"
+  }}
+  assert {{
+    condition     = length(aws_scheduler_schedule.sweep) == 1 && length(aws_cloudwatch_metric_alarm.oldest_unsent) == 1 && length(aws_cloudwatch_metric_alarm.parked_jobs) == 1
+    error_message = "the Lambda relay of an existing table lacks its sweep or alarms"
+  }}
+}}
+"#
+    ))
+}
+
+#[test]
+fn outbox_relay_plans_the_table_stream_sweep_and_alarms_the_code_expects() -> Result<()> {
+    let step = "terraform test of the outbox relay's design";
+    let Some(terraform) = Terraform::find(step)? else {
+        return Ok(());
+    };
+    let copy = InfraCopy::new("outbox-design")?;
+    let harness = copy.dir("tests/outbox-design");
+    let package = copy.scratch().join("bootstrap.zip");
+    write_file(&package, "not a real zip: plan only hashes it")?;
+    write_file(
+        &harness.join("main.tf"),
+        "# Generated by tests/tests/terraform.rs: plans modules/outbox-relay with a mock provider.\n\
+         terraform {\n  required_providers {\n    aws = {\n      source = \"hashicorp/aws\"\n    }\n  }\n}\n",
+    )?;
+    write_file(
+        &harness.join("tests").join("outbox_relay.tftest.hcl"),
+        &outbox_design_test(&package.display().to_string())?,
+    )?;
+    if !terraform.init(&harness, step)? {
+        return Ok(());
+    }
+    let text = terraform.run(&harness, &["test", "-no-color"])?;
+    ensure!(
+        text.contains("3 passed, 0 failed"),
+        "the outbox relay's design runs did not all pass:\n{text}"
+    );
+    eprintln!("outbox-relay: table, stream, sweep, alarms and environment as the code expects");
+    Ok(())
+}
+
+/// The actions of each statement of `data "aws_iam_policy_document" "<document>"` in
+/// `modules/outbox-relay`, by sid, with its resources as written.
+fn outbox_statements(document: &str) -> Result<BTreeMap<String, (BTreeSet<String>, Vec<String>)>> {
+    use conveyor_e2e::hcl_walk::{
+        as_string, attr, blocks, blocks_in, first_label, module_dir, parse_module, string_literals,
+    };
+
+    let bodies = parse_module(&module_dir("outbox-relay"))?;
+    let block = blocks_in(&bodies, "data")
+        .find(|block| {
+            first_label(block) == Some("aws_iam_policy_document")
+                && block.labels().get(1).map(|label| label.as_str()) == Some(document)
+        })
+        .with_context(|| format!("outbox-relay has no aws_iam_policy_document \"{document}\""))?;
+    let mut bodies: Vec<&hcl::Body> = blocks(block.body(), "statement").map(hcl::Block::body).collect();
+    for dynamic in blocks(block.body(), "dynamic") {
+        if first_label(dynamic) == Some("statement") {
+            bodies.extend(blocks(dynamic.body(), "content").map(hcl::Block::body));
+        }
+    }
+    let mut statements = BTreeMap::new();
+    for statement in bodies {
+        let sid = attr(statement, "sid")
+            .and_then(as_string)
+            .with_context(|| format!("a statement of {document} has no sid"))?;
+        let mut actions = Vec::new();
+        if let Some(expr) = attr(statement, "actions") {
+            string_literals(expr, &mut actions);
+        }
+        let resources = match attr(statement, "resources") {
+            Some(expr) => vec![
+                hcl::format::to_string(expr)?
+                    .split_whitespace()
+                    .collect::<String>(),
+            ],
+            None => Vec::new(),
+        };
+        statements.insert(sid, (actions.into_iter().collect(), resources));
+    }
+    Ok(statements)
+}
+
+#[test]
+fn outbox_relay_policies_grant_what_the_relay_calls() -> Result<()> {
+    let set = |actions: &[&str]| -> BTreeSet<String> {
+        actions.iter().map(|action| (*action).to_owned()).collect()
+    };
+    // Both runtimes: the table's outbox items, the pending index, the queues (and KMS when given).
+    let relay = outbox_statements("relay")?;
+    let expected: BTreeMap<&str, (BTreeSet<String>, &str)> = [
+        (
+            "RelayOutboxItems",
+            (
+                set(&[
+                    "dynamodb:DeleteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:Query",
+                    "dynamodb:UpdateItem",
+                ]),
+                "[local.table_arn]",
+            ),
+        ),
+        (
+            "FindPendingJobs",
+            (set(&["dynamodb:Query"]), "[local.pending_index_arn]"),
+        ),
+        ("SendTheJobs", (set(&["sqs:SendMessage"]), "var.queue_arns")),
+        (
+            "UseTheQueuesAndTablesKeys",
+            (set(&["kms:Decrypt", "kms:GenerateDataKey"]), "var.kms_key_arns"),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let sids: BTreeSet<&str> = relay.keys().map(String::as_str).collect();
+    let expected_sids: BTreeSet<&str> = expected.keys().copied().collect();
+    ensure!(
+        sids == expected_sids,
+        "the relay's policy (the ECS task's) has statements {sids:?}; expected {:?} (no stream reads, no state table)",
+        expected.keys().collect::<Vec<_>>()
+    );
+    for (sid, (actions, resource)) in &expected {
+        let (granted, resources) = &relay[*sid];
+        ensure!(
+            granted == actions,
+            "relay/{sid} grants {granted:?}; the relay calls {actions:?}"
+        );
+        ensure!(
+            resources.as_slice() == [resource.to_string()],
+            "relay/{sid} is on {resources:?}, not {resource}"
+        );
+    }
+    // The index ARN is the code's index of the table.
+    let bodies = conveyor_e2e::hcl_walk::parse_module(&conveyor_e2e::hcl_walk::module_dir("outbox-relay"))?;
+    let local = |name: &str| -> Option<String> {
+        conveyor_e2e::hcl_walk::blocks_in(&bodies, "locals")
+            .find_map(|block| conveyor_e2e::hcl_walk::attr(block.body(), name))
+            .and_then(conveyor_e2e::hcl_walk::as_string)
+    };
+    ensure!(
+        local("pending_index").as_deref() == Some(conveyor_outbox::table::PENDING_INDEX),
+        "local.pending_index is {:?}, the code queries {}",
+        local("pending_index"),
+        conveyor_outbox::table::PENDING_INDEX
+    );
+    ensure!(
+        local("pending_index_arn").as_deref() == Some("${local.table_arn}/index/${local.pending_index}"),
+        "local.pending_index_arn is {:?}",
+        local("pending_index_arn")
+    );
+
+    // The Lambda adds the stream its mapping reads, its logs and the skipped-batch report.
+    let lambda = outbox_statements("lambda")?;
+    let stream = &lambda
+        .get("ReadTheOutboxStream")
+        .context("the Lambda's policy cannot read the stream")?;
+    ensure!(
+        stream.0
+            == set(&[
+                "dynamodb:DescribeStream",
+                "dynamodb:GetRecords",
+                "dynamodb:GetShardIterator",
+            ])
+            && stream.1 == ["[local.stream_arn]"],
+        "the Lambda's stream statement is {stream:?}"
+    );
+    let list = &lambda
+        .get("ListTheTablesStreams")
+        .context("the Lambda's policy cannot list the table's streams")?;
+    ensure!(
+        list.0 == set(&["dynamodb:ListStreams"]),
+        "the Lambda's ListStreams statement is {list:?}"
+    );
+    let schedule = outbox_statements("schedule")?;
+    ensure!(
+        schedule.len() == 1
+            && schedule
+                .get("InvokeTheRelay")
+                .is_some_and(|(actions, resources)| {
+                    *actions == set(&["lambda:InvokeFunction"])
+                        && resources.as_slice() == ["[aws_lambda_function.this[0].arn]"]
+                }),
+        "the sweep's role may do {schedule:?}; it needs lambda:InvokeFunction on the relay function only"
     );
     Ok(())
 }

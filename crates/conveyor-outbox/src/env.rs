@@ -8,7 +8,7 @@ use crate::dynamo::DynamoOutboxStore;
 use crate::poller::{Poller, PollerOptions};
 use crate::relay::{Relay, RelayOptions};
 use crate::sink::SqsSink;
-use crate::store::MIN_LEASE;
+use crate::store::{MIN_LEASE, OutboxStore};
 use crate::table::OutboxTable;
 
 /// The environment variable holding the polling relay's lease in whole seconds (default 30, at least 3).
@@ -16,6 +16,10 @@ pub const LEASE_SECONDS_ENV: &str = "CONVEYOR_OUTBOX_LEASE_SECONDS";
 
 /// The environment variable holding the permanent send failures after which a job is parked (default 8).
 pub const MAX_ATTEMPTS_ENV: &str = "CONVEYOR_OUTBOX_MAX_ATTEMPTS";
+
+/// The environment variable holding the Postgres URL of an outbox kept in Postgres (feature `postgres`):
+/// when set, the relay reads that database's outbox tables instead of a DynamoDB table.
+pub const POSTGRES_URL_ENV: &str = "CONVEYOR_OUTBOX_POSTGRES_URL";
 
 /// A relay configuration error: the value, what is wrong, and what to set.
 #[non_exhaustive]
@@ -26,6 +30,16 @@ pub enum RelayConfigError {
     InvalidLease {
         /// The variable's value.
         value: String,
+    },
+    /// `CONVEYOR_OUTBOX_POSTGRES_URL` is set but cannot be used.
+    #[error(
+        "{POSTGRES_URL_ENV} is set, but {problem}: give a URL such as \
+         postgres://user:password@host:5432/database (this build has the Postgres outbox only with \
+         conveyor-outbox's `postgres` feature)"
+    )]
+    Postgres {
+        /// What is wrong.
+        problem: String,
     },
     /// `CONVEYOR_OUTBOX_MAX_ATTEMPTS` does not hold a whole number of at least 1.
     #[error("{MAX_ATTEMPTS_ENV}={value:?} is invalid: give a whole number of at least 1 (default 8)")]
@@ -65,8 +79,15 @@ pub async fn relay_for(table: OutboxTable) -> Relay {
 /// The polling relay configured from the environment, or `None` when [`crate::table::TABLE_ENV`] is
 /// unset.
 pub async fn poller_from_env() -> Result<Option<Poller>, RelayConfigError> {
-    let Some(table) = OutboxTable::from_env() else {
-        return Ok(None);
+    let store = match std::env::var(POSTGRES_URL_ENV).ok().filter(|url| !url.is_empty()) {
+        Some(url) => postgres_store(&url)?,
+        None => {
+            let Some(table) = OutboxTable::from_env() else {
+                return Ok(None);
+            };
+            let config = conveyor_aws::shared_config().await;
+            Arc::new(DynamoOutboxStore::new(dynamodb_client(config), table)) as Arc<dyn OutboxStore>
+        }
     };
     let mut options = PollerOptions::default();
     if let Ok(text) = std::env::var(LEASE_SECONDS_ENV) {
@@ -87,9 +108,32 @@ pub async fn poller_from_env() -> Result<Option<Poller>, RelayConfigError> {
             .filter(|attempts| *attempts >= 1)
             .ok_or(RelayConfigError::InvalidMaxAttempts { value: text })?;
     }
-    let relay = relay_for(table).await.with_options(relay_options);
+    let sink = Arc::new(SqsSink::new(conveyor_sqs::sqs_client_from_env().await));
+    let relay = Relay::new(store, sink).with_options(relay_options);
     let owner = format!("{}-{}", hostname(), uuid::Uuid::new_v4());
     Ok(Some(Poller::new(relay, &owner, options)))
+}
+
+/// The Postgres store at `url` (its pool connects on first use, so a database that is down at start-up
+/// is an outage the relay retries, not a start-up failure).
+#[cfg(feature = "postgres")]
+pub fn postgres_store(url: &str) -> Result<Arc<dyn OutboxStore>, RelayConfigError> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(url)
+        .map_err(|error| RelayConfigError::Postgres {
+            problem: error.to_string(),
+        })?;
+    Ok(Arc::new(crate::postgres::PostgresOutboxStore::new(pool)))
+}
+
+/// Without the `postgres` feature, a Postgres URL is a configuration error.
+#[cfg(not(feature = "postgres"))]
+pub fn postgres_store(_url: &str) -> Result<Arc<dyn OutboxStore>, RelayConfigError> {
+    Err(RelayConfigError::Postgres {
+        problem: "this build has no Postgres support".to_owned(),
+    })
 }
 
 fn hostname() -> String {

@@ -21,7 +21,8 @@ pub mod table;
 pub use dynamo::DynamoOutboxStore;
 pub use encode::{EncodedJob, encode};
 pub use env::{
-    LEASE_SECONDS_ENV, MAX_ATTEMPTS_ENV, RelayConfigError, dynamodb_client, poller_from_env, relay_for,
+    LEASE_SECONDS_ENV, MAX_ATTEMPTS_ENV, POSTGRES_URL_ENV, RelayConfigError, dynamodb_client,
+    poller_from_env, postgres_store, relay_for,
 };
 pub use item::{Outbox, OutboxError, OutboxWrite, is_sequence_conflict};
 pub use lease::{Lease, LeaseFence};

@@ -1,4 +1,4 @@
-//! The transactional outbox under faults: the real [`Relay`], [`Poller`] and [`Lease`] over the
+//! The transactional outbox under faults: the real [`Relay`], [`Poller`] and [`conveyor_outbox::Lease`] over the
 //! in-memory store, on tokio's paused clock.
 //!
 //! A seed draws writers committing jobs of a few aggregates, and one of two deployments:

@@ -143,6 +143,14 @@ fn features_add_their_crates() {
         lambda_outbox.contains("serde_dynamo"),
         "lambda + outbox lacks the relay's stream event types"
     );
+    assert!(
+        !packages("outbox").contains("sqlx-core"),
+        "the DynamoDB outbox builds sqlx"
+    );
+    assert!(
+        packages("outbox-postgres").contains("sqlx-postgres"),
+        "outbox-postgres does not build sqlx's Postgres driver"
+    );
 }
 
 /// The SDK crates a build of conveyor-testing without its `aws` feature must not link.

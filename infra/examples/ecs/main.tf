@@ -74,7 +74,7 @@ module "consumer" {
   # Checked against the worker's minimum (10 s); the worker itself reads it from the queue.
   queue_visibility_timeout_seconds = module.queue.visibility_timeout_seconds
 
-  # The transactional outbox: the workers relay it from the outbox table's stream (one at a time).
+  # The transactional outbox: the workers relay it from the outbox table (one at a time, by lease).
   environment = module.outbox_relay.ecs_environment
 
   # conveyor_core::runtime::ECS_STOP_TIMEOUT_SECS. The worker drains for what fits after its 7 s
@@ -92,16 +92,17 @@ module "consumer" {
 }
 
 # The transactional outbox (crates/conveyor-outbox): a table the application writes jobs into within its
-# own transactions, relayed to the queue by the workers (Worker::with_outbox_relay, on with
-# CONVEYOR_OUTBOX_TABLE), which keep their lease and checkpoints in the idempotency table.
+# own transactions, relayed to the queue by the workers (their outbox poller, on with
+# CONVEYOR_OUTBOX_TABLE): one at a time holds the lease item in the outbox table and polls its
+# outbox-pending index. The backlog is on each worker's metrics endpoint
+# (conveyor_outbox_oldest_unsent_seconds, conveyor_outbox_parked_jobs); alert on those.
 module "outbox_relay" {
   source = "../../modules/outbox-relay"
 
-  name            = "${var.name}-outbox-relay"
-  table_name      = "${var.name}-outbox"
-  queue_arns      = [module.queue.queue_arn]
-  deploy_lambda   = false
-  state_table_arn = module.idempotency_table.arn
+  name          = "${var.name}-outbox-relay"
+  table_name    = "${var.name}-outbox"
+  queue_arns    = [module.queue.queue_arn]
+  deploy_lambda = false
 
   deletion_protection_enabled = false
 }

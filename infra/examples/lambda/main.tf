@@ -69,7 +69,8 @@ module "schedules" {
 }
 
 # The transactional outbox (crates/conveyor-outbox): a table the application writes jobs into within its
-# own transactions, and a relay function on its stream that sends them to the queue. Deployed when
+# own transactions, and a relay function that sends them to the queue, triggered by the table's stream
+# and swept every minute, with alarms on the oldest unsent job and on parked jobs. Deployed when
 # outbox_relay_package_path is set (the example outbox_relay binary's zip); the table always.
 module "outbox_relay" {
   source = "../../modules/outbox-relay"
@@ -79,6 +80,8 @@ module "outbox_relay" {
   queue_arns    = [module.queue.queue_arn]
   deploy_lambda = var.outbox_relay_package_path != null
   package_path  = var.outbox_relay_package_path
+
+  alarm_actions = var.alarm_actions
 
   deletion_protection_enabled = false
 }

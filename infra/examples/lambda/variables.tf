@@ -22,7 +22,7 @@ variable "outbox_relay_package_path" {
 }
 
 variable "alarm_actions" {
-  description = "ARNs (e.g. an SNS topic) notified by the queue alarms."
+  description = "ARNs (e.g. an SNS topic) notified by the queue's, the function's and the outbox relay's alarms."
   type        = list(string)
   default     = []
 }

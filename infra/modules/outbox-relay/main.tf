@@ -1,11 +1,17 @@
-# The transactional outbox's table stream and its relay (crates/conveyor-outbox).
+# The transactional outbox's table and its relay (crates/conveyor-outbox).
 #
-# The application writes outbox items in its own TransactWriteItems; the relay reads the table's stream
-# (NEW_IMAGE), sends each item's job to its queue and deletes the item. Either a Lambda function on the
-# stream (deploy_lambda, partial batch responses) or an ECS worker (Worker::with_outbox_relay, given
-# ecs_policy_json and ecs_environment). The relay's permissions are exactly what it calls: stream reads
-# on this one stream, SendMessage on the listed queues, deletes of outbox items only (the leading key
-# condition keeps it off the application's own items in a shared table).
+# The application writes outbox jobs in its own TransactWriteItems (beside each aggregate's head item,
+# which numbers the aggregate's jobs). The table is the truth: the relay queries an aggregate's unsent
+# jobs in sequence order, sends them and deletes each with a conditional delete. What tells the relay
+# where to look is either
+# - a Lambda function (deploy_lambda): the table's KEYS_ONLY stream names the aggregates written, and an
+#   EventBridge Scheduler schedule sweeps every minute what the stream did not bring (lost or expired
+#   records, failed sends) and prints the backlog as EMF metrics, which two alarms watch; or
+# - an ECS worker (Worker::with_background_task(poller), on with CONVEYOR_OUTBOX_TABLE; attach
+#   ecs_policy_json, merge ecs_environment): it polls the outbox-pending index while it holds a lease
+#   item in the same table, and exposes the backlog as Prometheus gauges.
+# Permissions are what the relay calls, on outbox items only (leading key "outbox#", so it stays off the
+# application's own items in a shared table).
 
 locals {
   table_name = var.table_name
@@ -13,24 +19,33 @@ locals {
   # what to set, and no other error hides it.
   table_arn  = var.create_table ? aws_dynamodb_table.this[0].arn : (var.table_arn == null ? "" : var.table_arn)
   stream_arn = var.create_table ? aws_dynamodb_table.this[0].stream_arn : (var.stream_arn == null ? "" : var.stream_arn)
-  sort_key   = var.sort_key == "" ? null : var.sort_key
+
+  # conveyor_outbox::table: PENDING_INDEX over PENDING (S) and CREATED_AT (N), keys only.
+  pending_index      = "outbox-pending"
+  pending_attribute  = "outbox_pending"
+  created_attribute  = "outbox_created_at"
+  pending_index_arn  = "${local.table_arn}/index/${local.pending_index}"
+  outbox_key_pattern = "outbox#*"
 
   # arn:<partition>:sqs:<region>:<account>:<name>
-  queue_arn_parts = split(":", var.queue_arns[0])
-  partition       = local.queue_arn_parts[1]
-  account_id      = local.queue_arn_parts[4]
+  account_id = split(":", var.queue_arns[0])[4]
 
-  # The names crates/conveyor-outbox reads (OutboxTable::from_env); tests/tests/infra.rs holds them equal.
-  environment = merge(
-    {
-      CONVEYOR_OUTBOX_TABLE         = local.table_name
-      CONVEYOR_OUTBOX_PARTITION_KEY = var.partition_key
-      CONVEYOR_OUTBOX_SORT_KEY      = var.sort_key
-    },
-    var.create_table ? { CONVEYOR_OUTBOX_TTL_ATTRIBUTE = var.ttl_attribute } : {},
+  # The names crates/conveyor-outbox reads (OutboxTable::from_env); no TTL attribute, no state table.
+  table_environment = {
+    CONVEYOR_OUTBOX_TABLE         = local.table_name
+    CONVEYOR_OUTBOX_PARTITION_KEY = var.partition_key
+    CONVEYOR_OUTBOX_SORT_KEY      = var.sort_key
+  }
+  # The polling relay's settings (conveyor_outbox::poller_from_env), for the ECS worker only: the Lambda
+  # relay holds no lease and uses the relay's default attempts.
+  ecs_environment = merge(
+    local.table_environment,
+    var.lease_seconds == null ? {} : { CONVEYOR_OUTBOX_LEASE_SECONDS = tostring(var.lease_seconds) },
+    var.max_attempts == null ? {} : { CONVEYOR_OUTBOX_MAX_ATTEMPTS = tostring(var.max_attempts) },
   )
 
-  role_name_prefix = "${substr(var.name, 0, 37)}-"
+  role_name_prefix     = "${substr(var.name, 0, 37)}-"
+  schedule_role_prefix = "${substr(var.name, 0, 31)}-sweep-"
 }
 
 resource "aws_dynamodb_table" "this" {
@@ -39,31 +54,42 @@ resource "aws_dynamodb_table" "this" {
   name         = var.table_name
   billing_mode = "PAY_PER_REQUEST"
   hash_key     = var.partition_key
-  range_key    = local.sort_key
+  range_key    = var.sort_key
 
   attribute {
     name = var.partition_key
     type = "S"
   }
 
-  dynamic "attribute" {
-    for_each = local.sort_key == null ? [] : [local.sort_key]
-
-    content {
-      name = attribute.value
-      type = "S"
-    }
+  attribute {
+    name = var.sort_key
+    type = "S"
   }
 
-  # The relay reads new items from here. NEW_IMAGE is all it needs (REMOVE records carry the keys).
+  attribute {
+    name = local.pending_attribute
+    type = "S"
+  }
+
+  attribute {
+    name = local.created_attribute
+    type = "N"
+  }
+
+  # Unsent jobs oldest first (`pending#<bucket>` while waiting, `parked` once parked): the sweep, the
+  # polling relay and `conveyor outbox backlog` query it. Sparse: only outbox jobs carry the attributes.
+  global_secondary_index {
+    name            = local.pending_index
+    hash_key        = local.pending_attribute
+    range_key       = local.created_attribute
+    projection_type = "KEYS_ONLY"
+  }
+
+  # Only a trigger for the Lambda relay: a record's keys name the aggregate to look at.
   stream_enabled   = true
-  stream_view_type = "NEW_IMAGE"
+  stream_view_type = "KEYS_ONLY"
 
-  # A backstop only: sent items are deleted by the relay; an item whose delete failed expires.
-  ttl {
-    enabled        = true
-    attribute_name = var.ttl_attribute
-  }
+  # No TTL: a committed job stays until it was sent, or an operator removes it.
 
   point_in_time_recovery {
     enabled = var.point_in_time_recovery_enabled
@@ -81,51 +107,46 @@ resource "aws_dynamodb_table" "this" {
   lifecycle {
     precondition {
       condition     = var.table_arn == null && var.stream_arn == null
-      error_message = "create_table is true, so the module creates the outbox table: leave table_arn and stream_arn unset, or set create_table = false to use an existing table's stream."
+      error_message = "create_table is true, so the module creates the outbox table: leave table_arn and stream_arn unset, or set create_table = false to use an existing table."
     }
   }
 }
 
-# What every relay needs, in either runtime.
+# What every relay calls, in either runtime (the ECS worker's whole policy).
 data "aws_iam_policy_document" "relay" {
   lifecycle {
     precondition {
-      condition     = var.create_table || (var.table_arn != null && var.stream_arn != null)
-      error_message = "create_table is false, so the outbox lives in an existing table: set table_arn and stream_arn (the table's stream, with NEW_IMAGE or NEW_AND_OLD_IMAGES; enable it with stream_enabled = true on that table)."
+      condition     = var.create_table || (var.table_arn != null && (var.stream_arn != null || !var.deploy_lambda))
+      error_message = "create_table is false, so the outbox lives in an existing table: set table_arn, and stream_arn when deploy_lambda (the table's stream, any view type; enable it with stream_enabled = true on that table). The table also needs the outbox-pending index (see the module's README)."
     }
   }
 
+  # An aggregate's jobs (Query), the lease item (GetItem, PutItem, UpdateItem), a failed send's attempts
+  # and parking (UpdateItem), the conditional deletes of sent jobs (DeleteItem, inside
+  # TransactWriteItems, which needs no action of its own).
   statement {
-    sid = "ReadTheOutboxStream"
+    sid = "RelayOutboxItems"
     actions = [
-      "dynamodb:DescribeStream",
-      "dynamodb:GetRecords",
-      "dynamodb:GetShardIterator",
-    ]
-    resources = [local.stream_arn]
-  }
-
-  # Lambda's event source mapping lists the table's streams; ListStreams takes the table's stream ARNs.
-  statement {
-    sid       = "ListTheTablesStreams"
-    actions   = ["dynamodb:ListStreams"]
-    resources = ["${local.table_arn}/stream/*"]
-  }
-
-  # Sent items are deleted with BatchWriteItem; only outbox items (keys "outbox#...") may be.
-  statement {
-    sid = "DeleteSentOutboxItems"
-    actions = [
-      "dynamodb:BatchWriteItem",
       "dynamodb:DeleteItem",
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:Query",
+      "dynamodb:UpdateItem",
     ]
     resources = [local.table_arn]
 
     condition {
       test     = "ForAllValues:StringLike"
       variable = "dynamodb:LeadingKeys"
-      values   = ["outbox#*"]
+      values   = [local.outbox_key_pattern]
     }
+  }
+
+  # The unsent jobs, oldest first (keys only; only outbox jobs are in the index).
+  statement {
+    sid       = "FindPendingJobs"
+    actions   = ["dynamodb:Query"]
+    resources = [local.pending_index_arn]
   }
 
   statement {
@@ -144,39 +165,6 @@ data "aws_iam_policy_document" "relay" {
         "kms:GenerateDataKey",
       ]
       resources = var.kms_key_arns
-    }
-  }
-}
-
-# The ECS worker's extra permissions: it finds the stream from the table and keeps its lease and
-# checkpoints in the state table (the idempotency table, whose other rights the consumer already has).
-data "aws_iam_policy_document" "ecs" {
-  source_policy_documents = [data.aws_iam_policy_document.relay.json]
-
-  statement {
-    sid       = "FindTheStream"
-    actions   = ["dynamodb:DescribeTable"]
-    resources = [local.table_arn]
-  }
-
-  dynamic "statement" {
-    for_each = var.state_table_arn == null ? [] : [var.state_table_arn]
-
-    content {
-      sid = "KeepLeaseAndCheckpoints"
-      actions = [
-        "dynamodb:DeleteItem",
-        "dynamodb:GetItem",
-        "dynamodb:PutItem",
-        "dynamodb:UpdateItem",
-      ]
-      resources = [statement.value]
-
-      condition {
-        test     = "ForAllValues:StringLike"
-        variable = "dynamodb:LeadingKeys"
-        values   = ["conveyor-outbox#*"]
-      }
     }
   }
 }
@@ -225,6 +213,25 @@ data "aws_iam_policy_document" "lambda" {
 
   source_policy_documents = [data.aws_iam_policy_document.relay.json]
 
+  # The event source mapping reads the stream with the function's role.
+  statement {
+    sid = "ReadTheOutboxStream"
+    actions = [
+      "dynamodb:DescribeStream",
+      "dynamodb:GetRecords",
+      "dynamodb:GetShardIterator",
+    ]
+    resources = [local.stream_arn]
+  }
+
+  # ListStreams takes the table's stream ARNs; a stream's ARN ends in its creation time, so no narrower
+  # ARN exists before the stream does.
+  statement {
+    sid       = "ListTheTablesStreams"
+    actions   = ["dynamodb:ListStreams"]
+    resources = ["${local.table_arn}/stream/*"]
+  }
+
   statement {
     sid = "WriteLogs"
     actions = [
@@ -267,11 +274,12 @@ resource "aws_lambda_function" "this" {
   timeout          = var.timeout_seconds
   memory_size      = var.memory_size_mb
 
-  # One invocation per shard at a time (the mapping's parallelization factor is 1), so a few suffice.
+  # Invocations: up to parallelization_factor per stream shard, plus the sweep's. Concurrent relays are
+  # safe (conditional deletes), so none is reserved.
   reserved_concurrent_executions = -1
 
   environment {
-    variables = merge(local.environment, {
+    variables = merge(local.table_environment, {
       CONVEYOR_LOG_FORMAT = "json"
       RUST_LOG            = var.rust_log
     })
@@ -281,6 +289,8 @@ resource "aws_lambda_function" "this" {
     mode = "PassThrough"
   }
 
+  # The function's own JSON lines (its logs and the sweep's EMF line) reach the log group as written;
+  # CloudWatch extracts the EMF metrics from there.
   logging_config {
     log_format = "JSON"
     log_group  = aws_cloudwatch_log_group.this[0].name
@@ -301,10 +311,18 @@ resource "aws_lambda_function" "this" {
   }
 }
 
-# ReportBatchItemFailures: the handler returns the first record it could not relay and every record
-# after it; Lambda checkpoints before the first and retries from there. Parallelization factor 1: with
-# more, records of different items (one aggregate's jobs are different items) would be relayed
-# concurrently and lose their order.
+# The stream is only a trigger: a record names an aggregate, and the relay reads that aggregate's
+# unsent jobs from the table. So a record may be retried a few times and then dropped (bounded
+# maximum_retry_attempts and maximum_record_age_in_seconds): the one-minute sweep relays whatever a
+# dropped, lost or expired record named. The handler reports a batch for retry
+# (ReportBatchItemFailures) only when the table could not be read.
+#
+# Order does not come from the stream either, so parallelization_factor may be above 1: an aggregate's
+# jobs carry its sequence numbers (allocated in the application's transaction through the head item),
+# the relay sends them in that order, and sends the next only after its conditional delete of the
+# previous succeeded. Concurrent invocations, retried batches and the sweep can race for an aggregate;
+# the loser's delete fails and it stops, so none reorders it (at worst a job is sent twice, which the
+# consumer's idempotency key settles once).
 resource "aws_lambda_event_source_mapping" "this" {
   count = var.deploy_lambda ? 1 : 0
 
@@ -314,18 +332,18 @@ resource "aws_lambda_event_source_mapping" "this" {
   batch_size                         = var.batch_size
   maximum_batching_window_in_seconds = var.maximum_batching_window_in_seconds
   function_response_types            = ["ReportBatchItemFailures"]
-  parallelization_factor             = 1
+  parallelization_factor             = var.parallelization_factor
   bisect_batch_on_function_error     = var.bisect_batch_on_function_error
   maximum_retry_attempts             = var.maximum_retry_attempts
-  maximum_record_age_in_seconds      = -1
+  maximum_record_age_in_seconds      = var.maximum_record_age_seconds
 
-  # Only inserts of outbox items invoke the function: the application's own items, its updates and the
-  # relay's own deletes never do.
+  # Only new outbox jobs invoke the function (sort key "outbox#job#<sequence>"): head items, the lease,
+  # the relay's own deletes and updates, and the application's items never do.
   filter_criteria {
     filter {
       pattern = jsonencode({
         eventName = ["INSERT"]
-        dynamodb  = { NewImage = { outbox_version = { N = [{ exists = true }] } } }
+        dynamodb  = { Keys = { (var.sort_key) = { S = [{ prefix = "outbox#job#" }] } } }
       })
     }
   }
@@ -341,26 +359,144 @@ resource "aws_lambda_event_source_mapping" "this" {
   }
 
   depends_on = [aws_iam_role_policy.this]
+}
 
-  lifecycle {
-    precondition {
-      condition     = var.maximum_retry_attempts == -1 || (var.maximum_retry_attempts >= 0 && var.maximum_retry_attempts <= 10000)
-      error_message = "maximum_retry_attempts must be -1 (until the record leaves the stream) or 0 to 10000."
+# The sweep: every minute, the same function with an event that has no Records (the handler treats any
+# such event as a sweep). It relays jobs older than 30 s that are still in the table, and prints
+# OldestUnsentSeconds and ParkedJobs (EMF). A missed tick is not retried: the next one comes a minute
+# later.
+data "aws_iam_policy_document" "schedule_assume_role" {
+  statement {
+    sid     = "SchedulerAssumesRole"
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["scheduler.amazonaws.com"]
+    }
+
+    # Only this account's schedules may use the role (confused-deputy protection).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
     }
   }
 }
 
-# The application's side: TransactWriteItems needs the Put's own permission (PutItem) on outbox items.
+resource "aws_iam_role" "schedule" {
+  count = var.deploy_lambda ? 1 : 0
+
+  name_prefix        = local.schedule_role_prefix
+  assume_role_policy = data.aws_iam_policy_document.schedule_assume_role.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "schedule" {
+  count = var.deploy_lambda ? 1 : 0
+
+  statement {
+    sid       = "InvokeTheRelay"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [aws_lambda_function.this[0].arn]
+  }
+}
+
+resource "aws_iam_role_policy" "schedule" {
+  count = var.deploy_lambda ? 1 : 0
+
+  name   = "conveyor-outbox-sweep"
+  role   = aws_iam_role.schedule[0].id
+  policy = data.aws_iam_policy_document.schedule[0].json
+}
+
+resource "aws_scheduler_schedule" "sweep" {
+  count = var.deploy_lambda ? 1 : 0
+
+  name                = "${substr(var.name, 0, 58)}-sweep"
+  description         = "Conveyor outbox sweep: relays what the stream did not bring, reports the backlog"
+  schedule_expression = "rate(1 minute)"
+  state               = "ENABLED"
+
+  flexible_time_window {
+    mode = "OFF"
+  }
+
+  target {
+    arn      = aws_lambda_function.this[0].arn
+    role_arn = aws_iam_role.schedule[0].arn
+    input    = jsonencode({ conveyor_outbox = "sweep" })
+
+    retry_policy {
+      maximum_event_age_in_seconds = 60
+      maximum_retry_attempts       = 0
+    }
+  }
+}
+
+# The backlog's alarms, from the sweep's EMF line (namespace Conveyor/Outbox, no dimensions). An ECS
+# relay has no sweep: alert on its gauges conveyor_outbox_oldest_unsent_seconds and
+# conveyor_outbox_parked_jobs instead.
+resource "aws_cloudwatch_metric_alarm" "oldest_unsent" {
+  count = var.deploy_lambda ? 1 : 0
+
+  alarm_name        = "${var.name}-oldest-unsent"
+  alarm_description = "The oldest unsent job in the outbox table ${local.table_name} is older than ${var.oldest_unsent_alarm_threshold_seconds} s (or the sweep of ${var.name} reports nothing): jobs are committed but do not reach their queue."
+
+  namespace           = "Conveyor/Outbox"
+  metric_name         = "OldestUnsentSeconds"
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = var.oldest_unsent_alarm_evaluation_periods
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.oldest_unsent_alarm_threshold_seconds
+  # The sweep prints a value every minute, 0 for an empty outbox. No value means no sweep ran or it
+  # could not read the table, and then nothing relays lost triggers or watches the backlog: breaching.
+  treat_missing_data = "breaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}
+
+resource "aws_cloudwatch_metric_alarm" "parked_jobs" {
+  count = var.deploy_lambda ? 1 : 0
+
+  alarm_name        = "${var.name}-parked-jobs"
+  alarm_description = "Outbox jobs in ${local.table_name} are parked: SQS refused them for a reason that needs a person (missing queue, denied access, too large). Their aggregates wait. `conveyor outbox backlog` lists them; fix the cause, then `conveyor outbox resend --aggregate <id>`."
+
+  namespace           = "Conveyor/Outbox"
+  metric_name         = "ParkedJobs"
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = 1
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = 0
+  # A parked job stays until someone resends it, so the alarm keeps its state until a sweep reports
+  # again; a sweep that stopped reporting is the oldest-unsent alarm's to say.
+  treat_missing_data = "ignore"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}
+
+# The application's side: the head's consistent read (GetItem), and in its TransactWriteItems the job's
+# Put (PutItem) and the head's conditional Update (UpdateItem), on outbox keys only.
 data "aws_iam_policy_document" "producer" {
   statement {
-    sid       = "WriteOutboxItems"
-    actions   = ["dynamodb:PutItem"]
+    sid = "WriteOutboxItems"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+    ]
     resources = [local.table_arn]
 
     condition {
       test     = "ForAllValues:StringLike"
       variable = "dynamodb:LeadingKeys"
-      values   = ["outbox#*"]
+      values   = [local.outbox_key_pattern]
     }
   }
 }

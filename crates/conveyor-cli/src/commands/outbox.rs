@@ -40,6 +40,10 @@ pub(crate) struct OutboxArgs {
     /// The table's sort key attribute.
     #[arg(long, global = true, env = "CONVEYOR_OUTBOX_SORT_KEY", default_value = "sk")]
     pub sort_key: String,
+    /// An outbox in Postgres instead of DynamoDB: the database's URL (its `conveyor_outbox` tables,
+    /// migrations/postgres/0001_outbox.sql).
+    #[arg(long, global = true, env = "CONVEYOR_OUTBOX_POSTGRES_URL", value_name = "URL")]
+    pub postgres_url: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: OutboxCommand,
@@ -88,19 +92,7 @@ pub(crate) struct ResendArgs {
 
 /// Runs `conveyor outbox`.
 pub(crate) async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
-    let Some(name) = args.table.clone() else {
-        anyhow::bail!("no outbox table: pass --table NAME or set CONVEYOR_OUTBOX_TABLE");
-    };
-    if args.sort_key.is_empty() {
-        anyhow::bail!(
-            "the outbox table needs a sort key (jobs are keyed by aggregate and sequence): pass --sort-key NAME \
-             or leave CONVEYOR_OUTBOX_SORT_KEY unset for `sk`"
-        );
-    }
-    let table = OutboxTable::new(name)
-        .partition_key(&args.partition_key)
-        .sort_key(&args.sort_key);
-    let store = Arc::new(DynamoOutboxStore::new(aws.dynamodb_client(), table));
+    let store = store(args, aws)?;
     match &args.command {
         OutboxCommand::Relay(relay) => run_relay(relay, store, aws, format).await,
         OutboxCommand::Backlog(backlog_args) => backlog(&*store, backlog_args.limit, format).await,
@@ -118,23 +110,45 @@ pub(crate) async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow:
     }
 }
 
+/// The outbox store the arguments name: Postgres with `--postgres-url`, else the DynamoDB table.
+fn store(args: &OutboxArgs, aws: &Aws) -> anyhow::Result<Arc<dyn OutboxStore>> {
+    if let Some(url) = args.postgres_url.as_deref().filter(|url| !url.is_empty()) {
+        return Ok(conveyor_outbox::postgres_store(url)?);
+    }
+    let Some(name) = args.table.clone() else {
+        anyhow::bail!(
+            "no outbox: pass --table NAME (or set CONVEYOR_OUTBOX_TABLE) for DynamoDB, or --postgres-url URL \
+             (CONVEYOR_OUTBOX_POSTGRES_URL) for Postgres"
+        );
+    };
+    if args.sort_key.is_empty() {
+        anyhow::bail!(
+            "the outbox table needs a sort key (jobs are keyed by aggregate and sequence): pass --sort-key NAME \
+             or leave CONVEYOR_OUTBOX_SORT_KEY unset for `sk`"
+        );
+    }
+    let table = OutboxTable::new(name)
+        .partition_key(&args.partition_key)
+        .sort_key(&args.sort_key);
+    Ok(Arc::new(DynamoOutboxStore::new(aws.dynamodb_client(), table)))
+}
+
 async fn run_relay(
     args: &RelayArgs,
-    store: Arc<DynamoOutboxStore>,
+    store: Arc<dyn OutboxStore>,
     aws: &Aws,
     format: Format,
 ) -> anyhow::Result<()> {
     let mut options = PollerOptions::default();
     options.exit_when_idle = args.exit_when_idle;
     options.lease = Duration::from_secs(args.lease_seconds.max(3));
-    let relay = Relay::new(store.clone(), Arc::new(SqsSink::new(aws.sqs_client())));
+    let relay = Relay::new(store, Arc::new(SqsSink::new(aws.sqs_client())));
     let owner = format!("cli-{}", uuid::Uuid::new_v4());
     let poller = Poller::new(relay, &owner, options);
     let progress = poller.progress();
     let stop = CancellationToken::new();
     let every = Duration::from_secs(args.progress_every.max(1));
     let started = Instant::now();
-    let requests_before = store.requests();
     let mut run = tokio::spawn(poller.run(stop.clone()));
     let mut ticker = tokio::time::interval(every);
     ticker.tick().await;
@@ -162,23 +176,20 @@ async fn run_relay(
     }
     let end = progress.snapshot();
     let seconds = started.elapsed().as_secs_f64();
-    let dynamodb_requests = store.requests() - requests_before;
     if format == Format::Json {
         return print_json(&json!({
             "sent": end.sent,
             "failed": end.failed,
             "parked": end.parked,
             "raced": end.raced,
-            "dynamodb_requests": dynamodb_requests,
             "seconds": seconds,
         }));
     }
     crate::outln!(
-        "sent {} jobs in {:.1}s ({:.0}/s), {} DynamoDB requests, {} failed sends, {} parked",
+        "sent {} jobs in {:.1}s ({:.0}/s), {} failed sends, {} parked",
         end.sent,
         seconds,
         end.sent as f64 / seconds.max(0.001),
-        dynamodb_requests,
         end.failed,
         end.parked,
     );
