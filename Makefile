@@ -22,7 +22,8 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## Starts LocalStack (SQS) on 127.0.0.1:4566 and DynamoDB Local on 127.0.0.1:8000; harmless when running.
+## Starts LocalStack (SQS) on 127.0.0.1:4566, DynamoDB Local on 127.0.0.1:8000 and Postgres (the outbox's
+## Postgres tests; Debian's package, installed on first use) on 127.0.0.1:55432; harmless when running.
 local-aws:
 	./localstack/start.sh
 

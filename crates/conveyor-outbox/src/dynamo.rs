@@ -52,11 +52,6 @@ impl DynamoOutboxStore {
         &self.table
     }
 
-    /// DynamoDB requests made so far.
-    pub fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
     fn count(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
@@ -318,6 +313,10 @@ fn attributes(value: Option<&AttributeValue>) -> Attributes {
 impl OutboxStore for DynamoOutboxStore {
     fn name(&self) -> &str {
         &self.table.name
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     async fn jobs(&self, aggregate: &str, limit: usize) -> Result<Vec<StoredJob>, StoreError> {

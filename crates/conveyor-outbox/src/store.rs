@@ -138,6 +138,11 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// The table or database, for logs and errors.
     fn name(&self) -> &str;
 
+    /// Requests (DynamoDB calls, SQL statements) made so far, for the figures; 0 when not counted.
+    fn requests(&self) -> u64 {
+        0
+    }
+
     /// Up to `limit` of `aggregate`'s unsent jobs (parked ones included), lowest sequence first, read
     /// consistently.
     async fn jobs(&self, aggregate: &str, limit: usize) -> Result<Vec<StoredJob>, StoreError>;

@@ -27,6 +27,8 @@ pub struct PostgresOutboxStore {
     pool: PgPool,
     tables: PostgresTables,
     name: String,
+    /// SQL statements sent so far (the figures' requests per job).
+    statements: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A count or limit as a bigint parameter.
@@ -48,12 +50,21 @@ impl PostgresOutboxStore {
     /// The store on `tables`, through `pool`.
     pub fn with_tables(pool: PgPool, tables: PostgresTables) -> Self {
         let name = format!("postgres:{}", tables.jobs());
-        Self { pool, tables, name }
+        Self {
+            pool,
+            tables,
+            name,
+            statements: std::sync::Arc::default(),
+        }
     }
 
     /// The tables.
     pub fn tables(&self) -> &PostgresTables {
         &self.tables
+    }
+
+    fn count(&self) {
+        self.statements.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The pool.
@@ -75,6 +86,10 @@ impl PostgresOutboxStore {
 
 #[async_trait]
 impl OutboxStore for PostgresOutboxStore {
+    fn requests(&self) -> u64 {
+        self.statements.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -84,6 +99,7 @@ impl OutboxStore for PostgresOutboxStore {
             "SELECT {COLUMNS} FROM {} WHERE aggregate = $1 ORDER BY sequence LIMIT $2",
             self.tables.jobs()
         );
+        self.count();
         let rows = sqlx::query(&statement)
             .bind(aggregate)
             .bind(bigint(limit))
@@ -102,6 +118,7 @@ impl OutboxStore for PostgresOutboxStore {
              GROUP BY aggregate ORDER BY oldest, aggregate LIMIT $2",
             self.tables.jobs()
         );
+        self.count();
         let rows = sqlx::query(&statement)
             .bind(millis(committed_before_millis))
             .bind(bigint(limit))
@@ -130,6 +147,7 @@ impl OutboxStore for PostgresOutboxStore {
              (SELECT * FROM unnest($1::text[], $2::bigint[])) RETURNING aggregate, sequence",
             self.tables.jobs()
         );
+        self.count();
         let rows = sqlx::query(&statement)
             .bind(&aggregates)
             .bind(&sequences)
@@ -169,6 +187,7 @@ impl OutboxStore for PostgresOutboxStore {
              WHERE aggregate = $1 AND sequence = $2",
             self.tables.jobs()
         );
+        self.count();
         sqlx::query(&statement)
             .bind(&job.aggregate)
             .bind(sequence)
@@ -186,6 +205,7 @@ impl OutboxStore for PostgresOutboxStore {
              WHERE aggregate = $1 AND parked_at_millis IS NOT NULL",
             self.tables.jobs()
         );
+        self.count();
         let done = sqlx::query(&statement)
             .bind(aggregate)
             .execute(&self.pool)
@@ -196,6 +216,7 @@ impl OutboxStore for PostgresOutboxStore {
 
     async fn backlog(&self, limit: usize) -> Result<Backlog, StoreError> {
         let jobs = self.tables.jobs();
+        self.count();
         let oldest: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT min(created_at_millis) FROM {jobs} WHERE parked_at_millis IS NULL"
         ))
@@ -203,6 +224,7 @@ impl OutboxStore for PostgresOutboxStore {
         .await
         .map_err(|error| self.error("backlog", &error))?;
         let pending_aggregates = self.pending(limit, u64::MAX).await?;
+        self.count();
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM {jobs} WHERE parked_at_millis IS NOT NULL \
              ORDER BY created_at_millis, aggregate, sequence LIMIT $1"
@@ -223,6 +245,7 @@ impl OutboxStore for PostgresOutboxStore {
             "SELECT owner, epoch, version FROM {} WHERE name = $1",
             self.tables.leases()
         );
+        self.count();
         let row: Option<(String, i64, i64)> = sqlx::query_as(&statement)
             .bind(name)
             .fetch_optional(&self.pool)
@@ -246,6 +269,7 @@ impl OutboxStore for PostgresOutboxStore {
         let version = millis(lease.version);
         let done = match expected {
             None => {
+                self.count();
                 sqlx::query(&format!(
                     "INSERT INTO {leases} (name, owner, epoch, version) VALUES ($1, $2, $3, $4) \
                      ON CONFLICT (name) DO NOTHING"
@@ -258,6 +282,7 @@ impl OutboxStore for PostgresOutboxStore {
                 .await
             }
             Some(expected) => {
+                self.count();
                 sqlx::query(&format!(
                     "UPDATE {leases} SET owner = $2, epoch = $3, version = $4 \
                      WHERE name = $1 AND owner = $5 AND epoch = $6 AND version = $7"
