@@ -418,3 +418,21 @@ hold_lock() {
 take_run_lock() {
   hold_lock "$RUN_DIR/start.lock" 180 "another start, stop or restart"
 }
+
+# Installs Debian packages with apt-get ("$1" says how big, for the log line; the rest are the packages),
+# updating the package lists first when they are stale or empty. Fails (without output of its own beyond
+# apt-get's) when not root or without apt-get, so the caller can say how to install them otherwise.
+apt_install() {
+  local size="$1"
+  shift
+  if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    return 1
+  fi
+  log "installing $* with apt-get (once; $size)"
+  export DEBIAN_FRONTEND=noninteractive
+  local apt=(apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "$@")
+  "${apt[@]}" >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update >/dev/null && "${apt[@]}" >/dev/null; } || {
+    err "apt-get could not install $*; see its output above"
+    return 1
+  }
+}

@@ -27,16 +27,7 @@ main() {
   installed && return 0
   hold_lock "$RUN_DIR/chromium-install.lock" 900 "another install-chromium.sh" || return 1
   installed && return 0
-  if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-    how_to_install
-    return 1
-  fi
-  log "installing ${PACKAGES[*]} with apt-get (once; about 100 MB)"
-  export DEBIAN_FRONTEND=noninteractive
-  local apt=(apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${PACKAGES[@]}")
-  # A machine whose package lists are stale or empty needs an update first.
-  "${apt[@]}" >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update >/dev/null && "${apt[@]}" >/dev/null; } || {
-    err "apt-get could not install ${PACKAGES[*]}; see its output above"
+  apt_install "about 100 MB" "${PACKAGES[@]}" || {
     how_to_install
     return 1
   }

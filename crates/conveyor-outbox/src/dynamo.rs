@@ -114,13 +114,14 @@ impl DynamoOutboxStore {
         )
     }
 
-    /// One bucket of the pending index (or the parked jobs), oldest first.
-    async fn index_page(
+    /// Up to `limit` index entries under `partition` (a bucket, or the parked jobs) committed before
+    /// `committed_before_millis`, oldest first: their table keys and creation times.
+    async fn index_items(
         &self,
         partition: &str,
         limit: usize,
         committed_before_millis: u64,
-    ) -> Result<Vec<(u64, String)>, StoreError> {
+    ) -> Result<Vec<Item>, StoreError> {
         self.count();
         let output = self
             .client
@@ -136,8 +137,20 @@ impl DynamoOutboxStore {
             .send()
             .await
             .map_err(|error| self.error(&error))?;
-        Ok(output
-            .items()
+        Ok(output.items.unwrap_or_default())
+    }
+
+    /// One bucket of the pending index, oldest first: creation times and aggregates.
+    async fn index_page(
+        &self,
+        partition: &str,
+        limit: usize,
+        committed_before_millis: u64,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        let items = self
+            .index_items(partition, limit, committed_before_millis)
+            .await?;
+        Ok(items
             .iter()
             .filter_map(|item| {
                 let created = number(item, table::CREATED_AT)?;
@@ -444,21 +457,8 @@ impl OutboxStore for DynamoOutboxStore {
         }
         let pending_aggregates = self.pending(limit, u64::MAX).await?;
         // Parked jobs: the index gives their keys, the table the rest.
-        self.count();
-        let output = self
-            .client
-            .query()
-            .table_name(&self.table.name)
-            .index_name(table::PENDING_INDEX)
-            .key_condition_expression("#pending = :parked")
-            .expression_attribute_names("#pending", table::PENDING)
-            .expression_attribute_values(":parked", AttributeValue::S(table::PARKED.to_owned()))
-            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
-            .send()
-            .await
-            .map_err(|error| self.error(&error))?;
         let mut parked = Vec::new();
-        for item in output.items() {
+        for item in &self.index_items(table::PARKED, limit, u64::MAX).await? {
             let Some(sort) = item.get(&self.table.sort_key).and_then(|value| value.as_s().ok()) else {
                 continue;
             };

@@ -122,7 +122,7 @@ pub struct Outbox {
 
 /// The items of one [`Outbox::put`]: the jobs and the aggregate's head update, to add to the application's
 /// `TransactWriteItems`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct OutboxWrite {
     ids: Vec<String>,
     idempotency_keys: Vec<String>,
@@ -252,12 +252,7 @@ impl Outbox {
         if jobs.is_empty() || jobs.len() > 99 {
             return Err(OutboxError::TooManyJobs { count: jobs.len() });
         }
-        let mut write = OutboxWrite {
-            ids: Vec::new(),
-            idempotency_keys: Vec::new(),
-            items: Vec::new(),
-            transact_items: Vec::new(),
-        };
+        let mut write = OutboxWrite::default();
         let mut sequence = head;
         for job in jobs {
             sequence += 1;
@@ -276,12 +271,7 @@ impl Outbox {
     pub fn put_unordered<J: Serialize>(&self, job: NewJob<J>) -> Result<OutboxWrite, OutboxError> {
         let id = uuid::Uuid::new_v4().to_string();
         let encoded = encode(job, &self.queue_url, &id, &id)?;
-        let mut write = OutboxWrite {
-            ids: Vec::new(),
-            idempotency_keys: Vec::new(),
-            items: Vec::new(),
-            transact_items: Vec::new(),
-        };
+        let mut write = OutboxWrite::default();
         self.push_job(&mut write, encoded, &id, 1, &id)?;
         Ok(write)
     }
