@@ -960,8 +960,8 @@ run "outbox_lambda_design" {{
     error_message = "no enabled one-minute sweep schedule"
   }}
   assert {{
-    condition     = aws_scheduler_schedule.sweep[0].target[0].arn == aws_lambda_function.this[0].arn && !can(jsondecode(aws_scheduler_schedule.sweep[0].target[0].input).Records)
-    error_message = "the sweep does not invoke the relay function with an event without Records"
+    condition     = !can(jsondecode(aws_scheduler_schedule.sweep[0].target[0].input).Records)
+    error_message = "the sweep's event has Records: the relay would take it for a stream event"
   }}
   assert {{
     condition     = aws_cloudwatch_metric_alarm.oldest_unsent[0].namespace == "{namespace}" && aws_cloudwatch_metric_alarm.oldest_unsent[0].metric_name == "OldestUnsentSeconds" && aws_cloudwatch_metric_alarm.oldest_unsent[0].threshold == 300 && aws_cloudwatch_metric_alarm.oldest_unsent[0].comparison_operator == "GreaterThanThreshold"
@@ -1206,6 +1206,22 @@ fn outbox_relay_policies_grant_what_the_relay_calls() -> Result<()> {
                         && resources.as_slice() == ["[aws_lambda_function.this[0].arn]"]
                 }),
         "the sweep's role may do {schedule:?}; it needs lambda:InvokeFunction on the relay function only"
+    );
+    // The sweep invokes that function (a plan cannot know the ARN, so this reads the configuration).
+    let sweep = conveyor_e2e::hcl_walk::blocks_in(&bodies, "resource")
+        .find(|block| {
+            block
+                .labels()
+                .iter()
+                .map(|label| label.as_str())
+                .eq(["aws_scheduler_schedule", "sweep"])
+        })
+        .context("outbox-relay has no aws_scheduler_schedule \"sweep\"")?;
+    let target = conveyor_e2e::hcl_walk::single_block(sweep.body(), "target")?;
+    let arn = hcl::format::to_string(conveyor_e2e::hcl_walk::required_attr(target.body(), "arn")?)?;
+    ensure!(
+        arn.trim() == "aws_lambda_function.this[0].arn",
+        "the sweep schedule targets {arn}, not the relay function"
     );
     Ok(())
 }

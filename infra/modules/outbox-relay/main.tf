@@ -417,6 +417,7 @@ resource "aws_scheduler_schedule" "sweep" {
   description         = "Conveyor outbox sweep: relays what the stream did not bring, reports the backlog"
   schedule_expression = "rate(1 minute)"
   state               = "ENABLED"
+  kms_key_arn         = var.sweep_kms_key_arn
 
   flexible_time_window {
     mode = "OFF"

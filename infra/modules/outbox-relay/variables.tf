@@ -167,6 +167,17 @@ variable "on_failure_destination_arn" {
   default     = null
 }
 
+variable "sweep_kms_key_arn" {
+  description = "Optional customer-managed KMS key for the sweep schedule's stored input (a constant without data; EventBridge Scheduler uses an AWS-owned key by default). Its key policy must let EventBridge Scheduler use it."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.sweep_kms_key_arn == null || can(regex("^arn:[a-z-]+:kms:", var.sweep_kms_key_arn))
+    error_message = "sweep_kms_key_arn must be a KMS key ARN."
+  }
+}
+
 variable "oldest_unsent_alarm_threshold_seconds" {
   description = "Alarm (deploy_lambda) when the oldest unsent outbox job is older than this (the sweep's OldestUnsentSeconds)."
   type        = number
