@@ -144,7 +144,14 @@ pub async fn run_outbox_relay() -> Result<(), LambdaError> {
         problem: "set it to the outbox table's name (the table whose stream triggers this function)"
             .to_owned(),
     })?;
-    let relay = conveyor_outbox::relay_for(table.clone()).await;
+    let relay =
+        conveyor_outbox::relay_for(table.clone())
+            .await
+            .map_err(|error| LambdaError::Environment {
+                name: conveyor_outbox::MAX_ATTEMPTS_ENV,
+                value: std::env::var(conveyor_outbox::MAX_ATTEMPTS_ENV).unwrap_or_default(),
+                problem: error.to_string(),
+            })?;
     let handler = service_fn(move |event: LambdaEvent<Value>| {
         let relay = relay.clone();
         let table = table.clone();

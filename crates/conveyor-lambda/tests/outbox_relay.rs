@@ -78,7 +78,8 @@ async fn stream_records_name_aggregates_and_a_sweep_sends_what_no_record_brought
         .set_transact_items(Some(a.transact_items()))
         .send()
         .await?;
-    let mut old = outbox.put_after(vec![NewJob::new("t", "b1")], "B", 0)?.items()[0].clone();
+    let b = outbox.put_after(vec![NewJob::new("t", "b1")], "B", 0)?;
+    let (mut old, mut head) = (b.items()[0].clone(), b.head_item().cloned().unwrap_or_default());
     let ten_minutes_ago = SystemTime::now() - Duration::from_secs(600);
     let millis = ten_minutes_ago
         .duration_since(SystemTime::UNIX_EPOCH)?
@@ -87,7 +88,11 @@ async fn stream_records_name_aggregates_and_a_sweep_sends_what_no_record_brought
         "outbox_created_at".to_owned(),
         AttributeValue::N(millis.to_string()),
     );
-    conveyor_outbox::backlog::write_backlog(&dynamodb, &table.name, &[old]).await?;
+    head.insert(
+        "outbox_created_at".to_owned(),
+        AttributeValue::N(millis.to_string()),
+    );
+    conveyor_outbox::backlog::write_items(&dynamodb, &table.name, &[old, head]).await?;
 
     let business = HashMap::from([
         ("pk".to_owned(), AttributeValue::S("order#1".to_owned())),

@@ -10,11 +10,9 @@
 //! The backlog: `count` jobs over 1,000 aggregates (10 jobs each at 10,000), in sequence order as the
 //! writers' transactions leave them.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_outbox::backlog::write_backlog;
 use conveyor_outbox::postgres::{PostgresOutbox, migrate};
 use conveyor_outbox::{
@@ -38,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
     create_outbox_table(&dynamodb, &table).await?;
     let queue = localstack::create_queue(&sqs, &QueueSpec::standard("bench-outbox")).await?;
     let outbox = Outbox::new(table.clone(), &queue.url);
-    let mut items: Vec<HashMap<String, AttributeValue>> = Vec::with_capacity(count);
+    let mut writes = Vec::with_capacity(AGGREGATES);
     let per_aggregate = count.div_ceil(AGGREGATES);
     for aggregate in 0..AGGREGATES {
         let jobs: Vec<_> = (0..per_aggregate)
@@ -49,10 +47,10 @@ async fn main() -> anyhow::Result<()> {
         if jobs.is_empty() {
             break;
         }
-        items.extend_from_slice(outbox.put_after(jobs, &format!("order#{aggregate}"), 0)?.items());
+        writes.push(outbox.put_after(jobs, &format!("order#{aggregate}"), 0)?);
     }
     let written = Instant::now();
-    write_backlog(&dynamodb, &table.name, &items).await?;
+    write_backlog(&dynamodb, &table.name, &writes).await?;
     println!(
         "wrote a backlog of {count} outbox jobs over {AGGREGATES} aggregates in {:.1}s",
         written.elapsed().as_secs_f64()

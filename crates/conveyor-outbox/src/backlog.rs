@@ -6,9 +6,26 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 
-/// Writes `items` with `BatchWriteItem`, retrying unprocessed ones; returns how many requests it took.
+use crate::OutboxWrite;
+
+/// Writes the jobs and heads of `writes` with `BatchWriteItem`; returns how many requests it took.
 #[doc(hidden)]
 pub async fn write_backlog(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    writes: &[OutboxWrite],
+) -> Result<u64, aws_sdk_dynamodb::Error> {
+    let items: Vec<HashMap<String, AttributeValue>> = writes
+        .iter()
+        .flat_map(|write| write.items().iter().chain(write.head_item()).cloned())
+        .collect();
+    write_items(client, table, &items).await
+}
+
+/// Writes `items` as they are with `BatchWriteItem`, retrying unprocessed ones; returns how many
+/// requests it took.
+#[doc(hidden)]
+pub async fn write_items(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     items: &[HashMap<String, AttributeValue>],

@@ -1,9 +1,8 @@
 //! [`DynamoOutboxStore`]: the [`OutboxStore`] on the outbox table (layout in [`crate::table`]).
 //!
-//! Reads of an aggregate are consistent `Query`s on its partition; removals are conditional deletes in
-//! one `TransactWriteItems` per round (up to 100 jobs; a job already removed by another relay cancels
-//! the transaction, which is then run again without it); the pending aggregates come from the
-//! [`table::PENDING_INDEX`] index, one `Query` per bucket.
+//! Reads of an aggregate are consistent `Query`s on its partition; removals are conditional `DeleteItem`s,
+//! 16 at a time (a job already removed by another relay fails its condition: this relay lost the race);
+//! the pending aggregates come from the [`table::PENDING_INDEX`] index, one `Query` per bucket.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem};
+use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_core::message::{AttributeValue as MessageAttribute, Attributes};
 use conveyor_core::port::OutgoingMessage;
 
@@ -22,10 +20,8 @@ use crate::item::pending_bucket;
 use crate::store::{Backlog, JobRef, LeaseRecord, OutboxStore, StoreError, StoredJob};
 use crate::table::{self, OutboxTable};
 
-/// Jobs removed per `TransactWriteItems` (DynamoDB's limit).
-const REMOVE_BATCH: usize = 100;
-/// Tries of one removal batch whose transaction conflicted with another.
-const REMOVE_ATTEMPTS: u32 = 4;
+/// Conditional deletes in flight at once.
+const REMOVE_CONCURRENCY: usize = 16;
 
 /// The outbox store on DynamoDB.
 #[derive(Debug, Clone)]
@@ -160,68 +156,132 @@ impl DynamoOutboxStore {
             .collect())
     }
 
-    /// Removes one batch; per job, whether this call removed it.
-    async fn remove_batch(&self, jobs: &[JobRef]) -> Result<Vec<bool>, StoreError> {
-        let mut removed = vec![true; jobs.len()];
-        let mut left: Vec<usize> = (0..jobs.len()).collect();
-        for attempt in 1..=REMOVE_ATTEMPTS {
-            let items = left
-                .iter()
-                .map(|&index| self.conditional_delete(&jobs[index]))
-                .collect::<Result<Vec<_>, _>>()?;
-            self.count();
-            let answer = self
-                .client
-                .transact_write_items()
-                .set_transact_items(Some(items))
-                .send()
-                .await;
-            let Err(error) = answer else {
-                return Ok(removed);
-            };
-            let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
-                error.as_service_error()
-            else {
-                return Err(self.error(&error));
-            };
-            // The transaction did nothing: the jobs another relay removed come out, the others go again.
-            let reasons = cancelled.cancellation_reasons();
-            let mut retry = Vec::new();
-            for (position, &index) in left.iter().enumerate() {
-                match reasons.get(position).and_then(|reason| reason.code()) {
-                    Some("ConditionalCheckFailed") => removed[index] = false,
-                    _ => retry.push(index),
-                }
-            }
-            if retry.len() == left.len() && attempt == REMOVE_ATTEMPTS {
-                return Err(self.error(&error));
-            }
-            left = retry;
-            if left.is_empty() {
-                return Ok(removed);
-            }
-            if retry_pause_needed(reasons.iter().filter_map(|reason| reason.code())) {
-                tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
-            }
-        }
-        Err(StoreError::Unavailable {
-            store: self.table.name.clone(),
-            message: "removing sent jobs kept conflicting with other transactions".to_owned(),
-        })
-    }
-
-    fn conditional_delete(&self, job: &JobRef) -> Result<TransactWriteItem, StoreError> {
-        let delete = Delete::builder()
+    /// Removes one job on the condition that it is still there: true when this call removed it.
+    async fn remove_one(&self, job: &JobRef) -> Result<bool, StoreError> {
+        self.count();
+        let answer = self
+            .client
+            .delete_item()
             .table_name(&self.table.name)
             .set_key(Some(self.job_key(job)))
             .condition_expression("attribute_exists(#pk)")
             .expression_attribute_names("#pk", &self.table.partition_key)
-            .build()
-            .map_err(|error| StoreError::Misconfigured {
-                store: self.table.name.clone(),
-                message: error.to_string(),
-            })?;
-        Ok(TransactWriteItem::builder().delete(delete).build())
+            .send()
+            .await;
+        match answer {
+            Ok(_) => Ok(true),
+            Err(error)
+                if error.as_service_error().is_some_and(
+                    aws_sdk_dynamodb::operation::delete_item::DeleteItemError::is_conditional_check_failed_exception,
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(self.error(&error)),
+        }
+    }
+
+    fn sort_key_of<'a>(&self, item: &'a Item) -> Option<&'a str> {
+        item.get(&self.table.sort_key)?.as_s().ok().map(String::as_str)
+    }
+
+    fn head_key(&self, aggregate: &str) -> Item {
+        self.key(OutboxTable::aggregate_key(aggregate), table::HEAD_KEY.to_owned())
+    }
+
+    async fn head_exists(&self, aggregate: &str) -> Result<bool, StoreError> {
+        self.count();
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table.name)
+            .set_key(Some(self.head_key(aggregate)))
+            .projection_expression("#sequence")
+            .expression_attribute_names("#sequence", table::SEQUENCE)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| self.error(&error))?;
+        Ok(output.item.is_some())
+    }
+
+    /// Sets the head's index entry: `partition` (a bucket, or parked) and, when given, its commit time.
+    async fn set_head_index(
+        &self,
+        aggregate: &str,
+        partition: &str,
+        created_at_millis: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let mut expression = "SET #pending = :pending".to_owned();
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table.name)
+            .set_key(Some(self.head_key(aggregate)))
+            .condition_expression("attribute_exists(#sequence)")
+            .expression_attribute_names("#sequence", table::SEQUENCE)
+            .expression_attribute_names("#pending", table::PENDING)
+            .expression_attribute_values(":pending", AttributeValue::S(partition.to_owned()));
+        if let Some(created) = created_at_millis {
+            expression.push_str(", #created = :created");
+            request = request
+                .expression_attribute_names("#created", table::CREATED_AT)
+                .expression_attribute_values(":created", AttributeValue::N(created.to_string()));
+        }
+        self.count();
+        match request.update_expression(expression).send().await {
+            Ok(_) => Ok(()),
+            Err(error) if is_condition_failure(&error) => Ok(()),
+            Err(error) => Err(self.error(&error)),
+        }
+    }
+
+    /// Keeps the head's index entry true after a read: gone when the aggregate has no unsent job (on
+    /// the condition that no job was committed since the read), its commit time moved on to the first
+    /// unsent job's, bucket or parked as the first job is.
+    async fn follow_head(
+        &self,
+        aggregate: &str,
+        head: &Item,
+        first: Option<&StoredJob>,
+    ) -> Result<(), StoreError> {
+        let pending = string(head, table::PENDING);
+        let Some(first) = first else {
+            let (Some(_), Some(sequence)) = (pending, number(head, table::SEQUENCE)) else {
+                return Ok(());
+            };
+            self.count();
+            let answer = self
+                .client
+                .update_item()
+                .table_name(&self.table.name)
+                .set_key(Some(self.head_key(aggregate)))
+                .update_expression("REMOVE #pending, #created")
+                .condition_expression("#sequence = :sequence")
+                .expression_attribute_names("#pending", table::PENDING)
+                .expression_attribute_names("#created", table::CREATED_AT)
+                .expression_attribute_names("#sequence", table::SEQUENCE)
+                .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string()))
+                .send()
+                .await;
+            return match answer {
+                Ok(_) => Ok(()),
+                // A job was committed since the read: the entry stays.
+                Err(error) if is_condition_failure(&error) => Ok(()),
+                Err(error) => Err(self.error(&error)),
+            };
+        };
+        let want = if first.parked_at_millis.is_some() {
+            table::PARKED.to_owned()
+        } else {
+            pending_bucket(aggregate)
+        };
+        let created = number(head, table::CREATED_AT);
+        if pending.as_deref() == Some(want.as_str()) && created == Some(first.created_at_millis) {
+            return Ok(());
+        }
+        self.set_head_index(aggregate, &want, Some(first.created_at_millis))
+            .await
     }
 
     /// One job by its key (parked jobs for the backlog).
@@ -285,9 +345,15 @@ impl DynamoOutboxStore {
     }
 }
 
-/// True when a cancelled transaction's reasons call for a pause (throttling or a conflict).
-fn retry_pause_needed<'a>(mut codes: impl Iterator<Item = &'a str>) -> bool {
-    codes.any(|code| code != "ConditionalCheckFailed" && code != "None")
+/// True when a request failed on its condition.
+fn is_condition_failure<E, R>(error: &SdkError<E, R>) -> bool
+where
+    E: ProvideErrorMetadata,
+{
+    error
+        .as_service_error()
+        .and_then(ProvideErrorMetadata::code)
+        .is_some_and(|code| code == "ConditionalCheckFailedException")
 }
 
 fn string(item: &Item, name: &str) -> Option<String> {
@@ -334,21 +400,38 @@ impl OutboxStore for DynamoOutboxStore {
 
     async fn jobs(&self, aggregate: &str, limit: usize) -> Result<Vec<StoredJob>, StoreError> {
         self.count();
+        // The head ("outbox#head") sorts before the jobs ("outbox#job#..."): one query reads both.
         let output = self
             .client
             .query()
             .table_name(&self.table.name)
-            .key_condition_expression("#pk = :pk AND begins_with(#sk, :jobs)")
+            .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
             .expression_attribute_names("#pk", &self.table.partition_key)
             .expression_attribute_names("#sk", &self.table.sort_key)
             .expression_attribute_values(":pk", AttributeValue::S(OutboxTable::aggregate_key(aggregate)))
-            .expression_attribute_values(":jobs", AttributeValue::S(table::JOB_PREFIX.to_owned()))
+            .expression_attribute_values(":prefix", AttributeValue::S(table::KEY_PREFIX.to_owned()))
             .consistent_read(true)
-            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .limit(i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX))
             .send()
             .await
             .map_err(|error| self.error(&error))?;
-        output.items().iter().map(|item| self.parse(item)).collect()
+        let items = output.items.unwrap_or_default();
+        let head = items
+            .iter()
+            .find(|item| self.sort_key_of(item) == Some(table::HEAD_KEY));
+        let jobs = items
+            .iter()
+            .filter(|item| {
+                self.sort_key_of(item)
+                    .is_some_and(|key| key.starts_with(table::JOB_PREFIX))
+            })
+            .take(limit)
+            .map(|item| self.parse(item))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(head) = head {
+            self.follow_head(aggregate, head, jobs.first()).await?;
+        }
+        Ok(jobs)
     }
 
     async fn pending(&self, limit: usize, committed_before_millis: u64) -> Result<Vec<String>, StoreError> {
@@ -370,9 +453,14 @@ impl OutboxStore for DynamoOutboxStore {
     }
 
     async fn remove_sent(&self, jobs: &[JobRef]) -> Result<Vec<bool>, StoreError> {
+        // Conditional deletes, several at once: one write unit per job (a transaction would cost two,
+        // and a batch write cannot say whether the job was still there).
         let mut removed = Vec::with_capacity(jobs.len());
-        for batch in jobs.chunks(REMOVE_BATCH) {
-            removed.extend(self.remove_batch(batch).await?);
+        for chunk in jobs.chunks(REMOVE_CONCURRENCY) {
+            let removals: Vec<_> = chunk.iter().map(|job| self.remove_one(job)).collect();
+            for result in futures_util::future::join_all(removals).await {
+                removed.push(result?);
+            }
         }
         Ok(removed)
     }
@@ -406,7 +494,15 @@ impl OutboxStore for DynamoOutboxStore {
                 .expression_attribute_values(":parked_bucket", AttributeValue::S(table::PARKED.to_owned()));
         }
         self.count();
-        match request.update_expression(expression).send().await {
+        let answer = request.update_expression(expression).send().await;
+        if answer.is_ok()
+            && parked_at_millis.is_some()
+            && (job.sequence > 1 || self.head_exists(&job.aggregate).await?)
+        {
+            // The aggregate's index entry moves to the parked ones: sweeps pass it by.
+            self.set_head_index(&job.aggregate, table::PARKED, None).await?;
+        }
+        match answer {
             Ok(_) => Ok(()),
             // Removed meanwhile (another relay sent it): nothing to record.
             Err(error)
@@ -426,22 +522,36 @@ impl OutboxStore for DynamoOutboxStore {
             if job.parked_at_millis.is_none() {
                 continue;
             }
-            self.count();
-            self.client
+            // A job of an aggregate with a head leaves the index (the head is its entry); a job without
+            // one (`put_unordered`) is its own entry.
+            let has_head = job.sequence > 1 || self.head_exists(aggregate).await?;
+            let expression = if has_head {
+                "SET #attempts = :zero REMOVE #parked, #pending"
+            } else {
+                "SET #pending = :bucket, #attempts = :zero REMOVE #parked"
+            };
+            let mut request = self
+                .client
                 .update_item()
                 .table_name(&self.table.name)
                 .set_key(Some(self.job_key(&job.reference())))
-                .update_expression("SET #pending = :pending, #attempts = :zero REMOVE #parked")
+                .update_expression(expression)
                 .condition_expression("attribute_exists(#pk)")
                 .expression_attribute_names("#pk", &self.table.partition_key)
                 .expression_attribute_names("#pending", table::PENDING)
                 .expression_attribute_names("#attempts", table::ATTEMPTS)
                 .expression_attribute_names("#parked", table::PARKED_AT)
-                .expression_attribute_values(":pending", AttributeValue::S(pending_bucket(aggregate)))
-                .expression_attribute_values(":zero", AttributeValue::N("0".to_owned()))
-                .send()
-                .await
-                .map_err(|error| self.error(&error))?;
+                .expression_attribute_values(":zero", AttributeValue::N("0".to_owned()));
+            if !has_head {
+                request = request
+                    .expression_attribute_values(":bucket", AttributeValue::S(pending_bucket(aggregate)));
+            }
+            self.count();
+            request.send().await.map_err(|error| self.error(&error))?;
+            if has_head {
+                self.set_head_index(aggregate, &pending_bucket(aggregate), Some(job.created_at_millis))
+                    .await?;
+            }
             count += 1;
         }
         Ok(count)
@@ -459,7 +569,7 @@ impl OutboxStore for DynamoOutboxStore {
         // Parked jobs: the index gives their keys, the table the rest.
         let mut parked = Vec::new();
         for item in &self.index_items(table::PARKED, limit, u64::MAX).await? {
-            let Some(sort) = item.get(&self.table.sort_key).and_then(|value| value.as_s().ok()) else {
+            let Some(sort) = self.sort_key_of(item) else {
                 continue;
             };
             let Some(partition) = item

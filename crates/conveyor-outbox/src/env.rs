@@ -66,14 +66,27 @@ pub fn dynamodb_client(config: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Clie
     aws_sdk_dynamodb::Client::from_conf(config)
 }
 
-/// The relay of `table`, with clients from the process's shared AWS configuration.
-pub async fn relay_for(table: OutboxTable) -> Relay {
+/// The relay of `table`, with clients from the process's shared AWS configuration and
+/// [`MAX_ATTEMPTS_ENV`] applied.
+pub async fn relay_for(table: OutboxTable) -> Result<Relay, RelayConfigError> {
     let config = conveyor_aws::shared_config().await;
     let store = DynamoOutboxStore::new(dynamodb_client(config), table);
-    Relay::new(
-        Arc::new(store),
-        Arc::new(SqsSink::new(conveyor_sqs::sqs_client_from_env().await)),
-    )
+    let sink = SqsSink::new(conveyor_sqs::sqs_client_from_env().await);
+    Ok(Relay::new(Arc::new(store), Arc::new(sink)).with_options(relay_options_from_env()?))
+}
+
+/// The relay's options: [`MAX_ATTEMPTS_ENV`] when set.
+fn relay_options_from_env() -> Result<RelayOptions, RelayConfigError> {
+    let mut options = RelayOptions::default();
+    if let Ok(text) = std::env::var(MAX_ATTEMPTS_ENV) {
+        options.max_attempts = text
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|attempts| *attempts >= 1)
+            .ok_or(RelayConfigError::InvalidMaxAttempts { value: text })?;
+    }
+    Ok(options)
 }
 
 /// The polling relay configured from the environment, or `None` when [`crate::table::TABLE_ENV`] is
@@ -99,15 +112,7 @@ pub async fn poller_from_env() -> Result<Option<Poller>, RelayConfigError> {
             .ok_or(RelayConfigError::InvalidLease { value: text })?;
         options.lease = Duration::from_secs(seconds);
     }
-    let mut relay_options = RelayOptions::default();
-    if let Ok(text) = std::env::var(MAX_ATTEMPTS_ENV) {
-        relay_options.max_attempts = text
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|attempts| *attempts >= 1)
-            .ok_or(RelayConfigError::InvalidMaxAttempts { value: text })?;
-    }
+    let relay_options = relay_options_from_env()?;
     let sink = Arc::new(SqsSink::new(conveyor_sqs::sqs_client_from_env().await));
     let relay = Relay::new(store, sink).with_options(relay_options);
     let owner = format!("{}-{}", hostname(), uuid::Uuid::new_v4());

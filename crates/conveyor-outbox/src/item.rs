@@ -128,6 +128,8 @@ pub struct OutboxWrite {
     idempotency_keys: Vec<String>,
     items: Vec<HashMap<String, AttributeValue>>,
     transact_items: Vec<TransactWriteItem>,
+    /// The head as an item (for bulk loads, which cannot run the head's update).
+    head_item: Option<HashMap<String, AttributeValue>>,
 }
 
 impl OutboxWrite {
@@ -145,6 +147,13 @@ impl OutboxWrite {
     /// The jobs' items (for inspection and the benchmark's bulk writes).
     pub fn items(&self) -> &[HashMap<String, AttributeValue>] {
         &self.items
+    }
+
+    /// The aggregate's head after this write, as a whole item: for loading a backlog in bulk
+    /// (`BatchWriteItem`), not for transactions.
+    #[doc(hidden)]
+    pub fn head_item(&self) -> Option<&HashMap<String, AttributeValue>> {
+        self.head_item.as_ref()
     }
 
     /// The `TransactWriteItem`s: one `Put` per job (conditional on the item not existing) and the head's
@@ -258,11 +267,31 @@ impl Outbox {
             sequence += 1;
             let id = uuid::Uuid::new_v4().to_string();
             let encoded = encode(job, &self.queue_url, aggregate, &id)?;
-            self.push_job(&mut write, encoded, aggregate, sequence, &id)?;
+            self.push_job(&mut write, encoded, aggregate, sequence, &id, false)?;
         }
         write
             .transact_items
             .push(self.head_update(aggregate, head, sequence)?);
+        let now = conveyor_core::runtime::epoch_millis(SystemTime::now());
+        write.head_item = Some(HashMap::from([
+            (
+                self.table.partition_key.clone(),
+                AttributeValue::S(OutboxTable::aggregate_key(aggregate)),
+            ),
+            (
+                self.table.sort_key.clone(),
+                AttributeValue::S(table::HEAD_KEY.to_owned()),
+            ),
+            (
+                table::SEQUENCE.to_owned(),
+                AttributeValue::N(sequence.to_string()),
+            ),
+            (
+                table::PENDING.to_owned(),
+                AttributeValue::S(pending_bucket(aggregate)),
+            ),
+            (table::CREATED_AT.to_owned(), AttributeValue::N(now.to_string())),
+        ]));
         Ok(write)
     }
 
@@ -272,10 +301,11 @@ impl Outbox {
         let id = uuid::Uuid::new_v4().to_string();
         let encoded = encode(job, &self.queue_url, &id, &id)?;
         let mut write = OutboxWrite::default();
-        self.push_job(&mut write, encoded, &id, 1, &id)?;
+        self.push_job(&mut write, encoded, &id, 1, &id, true)?;
         Ok(write)
     }
 
+    /// Adds a job's `Put`; `indexed` puts the job itself in the pending index (a job without a head).
     fn push_job(
         &self,
         write: &mut OutboxWrite,
@@ -283,8 +313,15 @@ impl Outbox {
         aggregate: &str,
         sequence: u64,
         id: &str,
+        indexed: bool,
     ) -> Result<(), OutboxError> {
-        let item = self.item(&encoded, aggregate, sequence, id);
+        let mut item = self.item(&encoded, aggregate, sequence, id);
+        if indexed {
+            item.insert(
+                table::PENDING.to_owned(),
+                AttributeValue::S(pending_bucket(aggregate)),
+            );
+        }
         let size = item_size(&item);
         if size > MAX_ITEM_BYTES {
             return Err(OutboxError::TooLarge {
@@ -326,11 +363,23 @@ impl Outbox {
                 &self.table.sort_key,
                 AttributeValue::S(table::HEAD_KEY.to_owned()),
             )
-            .update_expression("SET #sequence = :last")
+            // The head carries the aggregate's entry in the pending index: its bucket (unless parked) and
+            // when its oldest unsent job was committed (kept when set; the relay moves it on).
+            .update_expression(
+                "SET #sequence = :last, #pending = if_not_exists(#pending, :bucket), \
+                 #created = if_not_exists(#created, :now)",
+            )
             .condition_expression(condition)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .expression_attribute_names("#sequence", table::SEQUENCE)
-            .expression_attribute_values(":last", AttributeValue::N(last.to_string()));
+            .expression_attribute_names("#pending", table::PENDING)
+            .expression_attribute_names("#created", table::CREATED_AT)
+            .expression_attribute_values(":last", AttributeValue::N(last.to_string()))
+            .expression_attribute_values(":bucket", AttributeValue::S(pending_bucket(aggregate)))
+            .expression_attribute_values(
+                ":now",
+                AttributeValue::N(conveyor_core::runtime::epoch_millis(SystemTime::now()).to_string()),
+            );
         if head > 0 {
             update = update.expression_attribute_values(":head", AttributeValue::N(head.to_string()));
         }
@@ -376,7 +425,6 @@ impl Outbox {
             (table::BODY.to_owned(), string(&message.body)),
             (table::ATTRIBUTES.to_owned(), attributes_value(message)),
             (table::CREATED_AT.to_owned(), number(now_millis)),
-            (table::PENDING.to_owned(), string(&pending_bucket(aggregate))),
         ]);
         if let Some(delay) = message.delay {
             let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
@@ -479,7 +527,10 @@ mod tests {
         assert_eq!(string(&write.items()[1], "sk"), "outbox#job#00000000000000000006");
         assert_eq!(string(first, table::BODY), "7");
         assert_eq!(string(first, table::AGGREGATE), "order:1");
-        assert!(string(first, table::PENDING).starts_with("pending#"));
+        assert!(
+            !first.contains_key(table::PENDING),
+            "an aggregate's jobs are indexed through its head"
+        );
         assert!(
             !first.contains_key(table::GROUP_ID),
             "standard queues get no group"
@@ -560,6 +611,10 @@ mod tests {
         let write = outbox.put_unordered(NewJob::new("t", 1))?;
         assert_eq!(write.transact_items().len(), 1);
         assert_eq!(string(&write.items()[0], table::AGGREGATE), write.ids()[0]);
+        assert!(
+            string(&write.items()[0], table::PENDING).starts_with("pending#"),
+            "indexed itself"
+        );
         Ok(())
     }
 

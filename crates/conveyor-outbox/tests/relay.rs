@@ -2,7 +2,7 @@
 //! SDK clients: the store's conformance, per-aggregate order with two relays at once, parking and
 //! resending, the lease's takeover, a backlog drained by the poller, and nothing skipped silently.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -411,12 +411,12 @@ async fn a_backlog_of_2000_jobs_drains_through_the_poller_and_a_standby_waits() 
     let setup = setup("outbox-backlog").await?;
     let queue = localstack::create_queue(&setup.sqs, &QueueSpec::standard("outbox-backlog")).await?;
     let outbox = Outbox::new(setup.table.clone(), &queue.url);
-    let mut items: Vec<HashMap<String, AttributeValue>> = Vec::new();
+    let mut writes = Vec::new();
     for aggregate in 0..AGGREGATES {
         let jobs = (0..JOBS).map(|job| NewJob::new("t", job)).collect();
-        items.extend_from_slice(outbox.put_after(jobs, &format!("a{aggregate}"), 0)?.items());
+        writes.push(outbox.put_after(jobs, &format!("a{aggregate}"), 0)?);
     }
-    conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &items).await?;
+    conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &writes).await?;
     let mut options = PollerOptions::default();
     options.exit_when_idle = true;
     let poller = Poller::new(setup.relay(RelayOptions::default()), "poller", options);
@@ -441,7 +441,8 @@ async fn an_item_of_a_newer_format_blocks_its_aggregate_instead_of_being_skipped
     let write = outbox.put_after(vec![NewJob::new("t", 1), NewJob::new("t", 2)], "order#9", 0)?;
     let mut newer = write.items().to_vec();
     newer[0].insert("outbox_version".to_owned(), AttributeValue::N("3".to_owned()));
-    conveyor_outbox::backlog::write_backlog(&setup.dynamodb, &setup.table.name, &newer).await?;
+    newer.extend(write.head_item().cloned());
+    conveyor_outbox::backlog::write_items(&setup.dynamodb, &setup.table.name, &newer).await?;
     let relay = setup.relay(RelayOptions::default());
     let report = relay.sweep(Duration::ZERO, 100, &Unfenced).await;
     assert_eq!((report.sent, report.blocked), (0, 1), "{report:?}");
