@@ -1062,9 +1062,12 @@ fn outbox_relay_plans_the_table_stream_sweep_and_alarms_the_code_expects() -> Re
     Ok(())
 }
 
+/// A policy's statements by sid: their actions and resources.
+type Statements = BTreeMap<String, (BTreeSet<String>, Vec<String>)>;
+
 /// The actions of each statement of `data "aws_iam_policy_document" "<document>"` in
 /// `modules/outbox-relay`, by sid, with its resources as written.
-fn outbox_statements(document: &str) -> Result<BTreeMap<String, (BTreeSet<String>, Vec<String>)>> {
+fn outbox_statements(document: &str) -> Result<Statements> {
     use conveyor_e2e::hcl_walk::{
         as_string, attr, blocks, blocks_in, first_label, module_dir, parse_module, string_literals,
     };

@@ -250,26 +250,7 @@ impl DynamoOutboxStore {
             let (Some(_), Some(sequence)) = (pending, number(head, table::SEQUENCE)) else {
                 return Ok(());
             };
-            self.count();
-            let answer = self
-                .client
-                .update_item()
-                .table_name(&self.table.name)
-                .set_key(Some(self.head_key(aggregate)))
-                .update_expression("REMOVE #pending, #created")
-                .condition_expression("#sequence = :sequence")
-                .expression_attribute_names("#pending", table::PENDING)
-                .expression_attribute_names("#created", table::CREATED_AT)
-                .expression_attribute_names("#sequence", table::SEQUENCE)
-                .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string()))
-                .send()
-                .await;
-            return match answer {
-                Ok(_) => Ok(()),
-                // A job was committed since the read: the entry stays.
-                Err(error) if is_condition_failure(&error) => Ok(()),
-                Err(error) => Err(self.error(&error)),
-            };
+            return self.clear_head(aggregate, sequence).await;
         };
         let want = if first.parked_at_millis.is_some() {
             table::PARKED.to_owned()
@@ -282,6 +263,32 @@ impl DynamoOutboxStore {
         }
         self.set_head_index(aggregate, &want, Some(first.created_at_millis))
             .await
+    }
+
+    /// Drops the head's index entry on the condition that its last sequence is still `sequence` (no
+    /// job committed since).
+    async fn clear_head(&self, aggregate: &str, sequence: u64) -> Result<(), StoreError> {
+        self.count();
+        let answer = self
+            .client
+            .update_item()
+            .table_name(&self.table.name)
+            .set_key(Some(self.head_key(aggregate)))
+            .update_expression("REMOVE #pending, #created")
+            .condition_expression("#sequence = :sequence AND #pending <> :parked")
+            .expression_attribute_names("#pending", table::PENDING)
+            .expression_attribute_names("#created", table::CREATED_AT)
+            .expression_attribute_names("#sequence", table::SEQUENCE)
+            .expression_attribute_values(":sequence", AttributeValue::N(sequence.to_string()))
+            .expression_attribute_values(":parked", AttributeValue::S(table::PARKED.to_owned()))
+            .send()
+            .await;
+        match answer {
+            Ok(_) => Ok(()),
+            // A job was committed since (or the aggregate is parked): the entry stays.
+            Err(error) if is_condition_failure(&error) => Ok(()),
+            Err(error) => Err(self.error(&error)),
+        }
     }
 
     /// One job by its key (parked jobs for the backlog).
@@ -463,6 +470,10 @@ impl OutboxStore for DynamoOutboxStore {
             }
         }
         Ok(removed)
+    }
+
+    async fn drained(&self, aggregate: &str, last_sequence: u64) -> Result<(), StoreError> {
+        self.clear_head(aggregate, last_sequence).await
     }
 
     async fn record_failure(

@@ -129,6 +129,8 @@ impl std::fmt::Debug for Relay {
 struct Lineage {
     aggregate: String,
     jobs: VecDeque<StoredJob>,
+    /// The sequence of the last job sent and removed in this pass.
+    last_removed: Option<u64>,
     /// The read returned as many jobs as it asked for: there may be more.
     full: bool,
 }
@@ -221,6 +223,12 @@ impl Relay {
             let accepted = self.send_round(round, fence, &mut report).await;
             let removed = self.remove(&accepted, &mut report).await;
             lineages.retain(|lineage| removed.contains(&lineage.aggregate));
+            for lineage in &mut lineages {
+                lineage.last_removed = accepted
+                    .iter()
+                    .find(|job| job.aggregate == lineage.aggregate)
+                    .map(|job| job.sequence);
+            }
             // An aggregate whose read was full may have more: read it again. (Jobs committed after a
             // short read are announced by their own trigger, or found by the next sweep.)
             let mut next = Vec::new();
@@ -230,6 +238,7 @@ impl Relay {
                     continue;
                 }
                 if !lineage.full {
+                    self.drained(&lineage).await;
                     continue;
                 }
                 if let Some(more) = self.read(&lineage.aggregate, &mut report).await {
@@ -239,6 +248,21 @@ impl Relay {
             lineages = next;
         }
         report
+    }
+
+    /// Tells the store an aggregate was drained in this pass (its index entry can go).
+    async fn drained(&self, lineage: &Lineage) {
+        let Some(last) = lineage.last_removed else {
+            return;
+        };
+        if let Err(error) = self.store.drained(&lineage.aggregate, last).await {
+            log_store_error(
+                self.store.name(),
+                Some(&lineage.aggregate),
+                &error,
+                "marking a drained aggregate failed",
+            );
+        }
     }
 
     /// The aggregate's jobs to send, or `None` when it has none, or its first is parked or unreadable.
@@ -278,6 +302,7 @@ impl Relay {
             .collect();
         Some(Lineage {
             aggregate: aggregate.to_owned(),
+            last_removed: None,
             full: full && jobs.len() >= self.options.jobs_per_read,
             jobs,
         })

@@ -155,6 +155,14 @@ pub trait OutboxStore: Send + Sync + std::fmt::Debug {
     /// Removes the jobs that are still there; per job, true when this call removed it.
     async fn remove_sent(&self, jobs: &[JobRef]) -> Result<Vec<bool>, StoreError>;
 
+    /// Says that the relay sent and removed `aggregate`'s jobs up to `last_sequence` and read nothing after
+    /// it: a store that indexes pending aggregates drops the aggregate's entry, unless a job was committed
+    /// after `last_sequence`. The default does nothing.
+    async fn drained(&self, aggregate: &str, last_sequence: u64) -> Result<(), StoreError> {
+        let _ = (aggregate, last_sequence);
+        Ok(())
+    }
+
     /// Records a failed send of `job` (its attempts one higher, its reason); parks it when `parked_at_millis`
     /// is set (the relay's clock).
     async fn record_failure(

@@ -421,7 +421,7 @@ async fn a_backlog_of_2000_jobs_drains_through_the_poller_and_a_standby_waits() 
     options.exit_when_idle = true;
     let poller = Poller::new(setup.relay(RelayOptions::default()), "poller", options);
     let progress = poller.progress();
-    tokio::time::timeout(Duration::from_secs(120), poller.run(CancellationToken::new())).await?;
+    tokio::time::timeout(Duration::from_secs(300), poller.run(CancellationToken::new())).await?;
     assert_eq!(progress.snapshot().sent, (AGGREGATES * JOBS) as u64);
     assert_eq!(setup.items().await?, 0);
     let messages = receive_all(&setup.sqs, &queue.url, AGGREGATES * JOBS).await?;
