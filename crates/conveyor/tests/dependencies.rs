@@ -219,9 +219,22 @@ fn one_crypto_provider_and_one_root_store() {
         .lines()
         .filter_map(|line| line.split_whitespace().next())
         .collect();
-    for unwanted in ["ring", "openssl", "openssl-sys", "native-tls", "webpki-roots"] {
+    for unwanted in ["ring", "openssl", "openssl-sys", "native-tls"] {
         assert!(!names.contains(unwanted), "the workspace links {unwanted}");
     }
+    // One exception, the Postgres outbox: sqlx 0.8 offers rustls on aws-lc-rs only with Mozilla's roots
+    // (webpki-roots; its platform-roots feature needs ring). Every build without `outbox-postgres` keeps
+    // the platform's store alone.
+    let without_postgres = packages("worker,prometheus,lambda,dynamodb,s3,schedule,outbox,testing");
+    assert!(
+        !without_postgres.contains("webpki-roots"),
+        "a build without outbox-postgres links webpki-roots"
+    );
+    let postgres = packages("outbox-postgres");
+    assert!(
+        postgres.contains("webpki-roots") && !postgres.contains("ring"),
+        "outbox-postgres: sqlx's TLS on aws-lc-rs expected"
+    );
     assert!(names.contains("aws-lc-rs"), "the crypto provider is aws-lc-rs");
     assert!(
         names.contains("rustls-native-certs"),
