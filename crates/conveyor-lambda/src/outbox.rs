@@ -74,13 +74,7 @@ pub async fn sweep(relay: &Relay, min_age: Duration, deadline: SystemTime) -> Re
     let mut total = RelayReport::default();
     loop {
         let report = relay.sweep(min_age, SWEEP_AGGREGATES, &Unfenced).await;
-        total.aggregates += report.aggregates;
-        total.sent += report.sent;
-        total.raced += report.raced;
-        total.failed += report.failed;
-        total.parked += report.parked;
-        total.blocked += report.blocked;
-        total.store_errors += report.store_errors;
+        total.add(&report);
         let near = deadline
             .duration_since(SystemTime::now())
             .map_or(true, |left| left < SWEEP_RESERVE);

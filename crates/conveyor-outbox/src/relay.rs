@@ -86,6 +86,20 @@ pub struct RelayReport {
     pub lease_held: bool,
 }
 
+impl RelayReport {
+    /// Adds `other`'s counts to this report's (passes of one run; `lease_held` is the latest's).
+    pub fn add(&mut self, other: &RelayReport) {
+        self.aggregates += other.aggregates;
+        self.sent += other.sent;
+        self.raced += other.raced;
+        self.failed += other.failed;
+        self.parked += other.parked;
+        self.blocked += other.blocked;
+        self.store_errors += other.store_errors;
+        self.lease_held = other.lease_held;
+    }
+}
+
 /// Tells the relay whether it may still send: checked before every send round.
 pub trait Fence: Send + Sync {
     /// True while sends are allowed.

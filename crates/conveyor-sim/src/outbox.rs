@@ -672,7 +672,6 @@ fn check(scenario: &OutboxScenario, log: &Log) -> OutboxReport {
         }
     }
     violations.extend(log.fenced_out_sends.iter().map(|line| format!("outbox: {line}")));
-    let _ = scenario;
     let mut trace: Vec<String> = vec![format!("{scenario:?}")];
     trace.extend(log.lines.iter().cloned());
     trace.extend(
