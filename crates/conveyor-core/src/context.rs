@@ -82,7 +82,8 @@ impl Context {
         self.flow_children.as_deref().map(Vec::as_slice)
     }
 
-    /// How many of a flow parent's children were dead-lettered (policy `Ignore`); 0 for other jobs.
+    /// How many of a flow parent's children were dead-lettered (policies `Ignore` and `ContinueParent`);
+    /// 0 for other jobs.
     pub fn failed_children(&self) -> usize {
         self.flow_children()
             .unwrap_or_default()
@@ -91,13 +92,14 @@ impl Context {
             .count()
     }
 
-    /// The succeeded children's outputs decoded as `T`, in child id order; a permanent error when one
-    /// does not decode, or when a child has no stored output.
+    /// The succeeded children's outputs decoded as `T`, in child id order (failed children, and pending
+    /// ones under `ContinueParent`, are left out); a permanent error when one does not decode, or when a
+    /// succeeded child has no stored output.
     pub fn child_outputs<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, HandlerError> {
         let children = self.flow_children().unwrap_or_default();
         children
             .iter()
-            .filter(|child| child.error.is_none())
+            .filter(|child| child.error.is_none() && !child.pending)
             .map(|child| {
                 let output = child.output.as_deref().ok_or_else(|| {
                     HandlerError::permanent(format!(

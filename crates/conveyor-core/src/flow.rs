@@ -1,34 +1,52 @@
 //! Flows: a parent job sent once all its children are done (BullMQ's flow producer, on SQS and
 //! DynamoDB).
 //!
-//! # Design note: counting, and why the parent runs exactly once
+//! # Design note: counting, and why the parent runs exactly once and never early
 //!
-//! A producer writes one **flow record** (the parent's message, the children's record keys, the
-//! failure policy) before it sends the children. Each child carries `conveyor.flow` =
-//! `<flow id>/<child id>`. When a child's run ends for good (its idempotency record completed, or the
-//! job dead-lettered), the consumer's pipeline records it in the flow with one conditional write that
-//! is idempotent per child (`NOT contains(done, child)`): a child completing twice (a duplicate, a
-//! crash after the count) counts once. The write returns the flow as it now is; the write that
-//! finishes the flow (all children done, or ignored as failed) sends the parent.
+//! A producer writes a flow's records before it sends any child: a small **head** (the counters, the
+//! policy, the deadline, the markers), the **parent's message** with the children's ids, and one
+//! **child item** per child (its record key; later its end and output). Each child's message carries
+//! `conveyor.flow` = `<flow id>/<child id>`. Re-sending the same flow (same id, same content) writes
+//! what is missing and never overwrites a child item (each is written only where none exists), so a
+//! producer that crashed half-way finishes the flow by sending it again; a re-send with other content
+//! is refused ([`Created::Conflict`]).
 //!
-//! Ordering, in the pipeline: complete the child's record → count it in the flow → send the parent
-//! (if this count finished the flow) → mark the parent sent → the runtime deletes the child's message.
-//! A crash anywhere before the delete brings the child's message back; its claim answers "already
-//! completed" (a duplicate), and the duplicate runs the same flow step again: the count is refused as
-//! already counted, the flow is read back, and if it is finished but the parent is not marked sent,
-//! the parent is sent again. The parent's message carries the idempotency key `flow:<flow id>`, so a
-//! parent sent twice this way runs once: the second copy is settled as a duplicate. Bookkeeping that
-//! fails (the store down) defers the child's message instead of deleting it, so no count is lost.
+//! When a child's run ends for good (completed, a duplicate of a completed run, or dead-lettered), the
+//! consumer's pipeline counts it with one atomic write on the child's own item **and** the head's
+//! counter (a DynamoDB transaction), conditional on the child item existing (membership: a child of
+//! another flow, or of no flow, is never counted) and on the child not being counted yet (a duplicate
+//! or a crash's redelivery counts once). The one change allowed is failed → succeeded: a dead-lettered
+//! child that an operator redrives and that then succeeds moves its count, so a failed flow resumes.
+//! Counters are whole numbers that only these writes change: `succeeded + failed` never exceeds the
+//! children's number, so no count can finish a flow early.
 //!
-//! The parent's handler finds the children's results in [`Context::flow_children`](crate::Context):
-//! each child's record key, status, output (read from its idempotency record when the parent's run
-//! starts) and, for a failed child, its reason.
+//! Ordering, in the pipeline: complete the child's record → count it (keeping its output on its child
+//! item for the flow's lifetime) → read the head → send the parent if due → mark it sent → the runtime
+//! deletes the child's message. A crash anywhere before the delete brings the child's message back; its
+//! claim answers "already completed" (a duplicate), the count is refused as already made, the head is
+//! read, and if the parent is due but not marked sent it is sent again. The parent's message carries
+//! the idempotency key `flow:<flow id>`, so a parent sent twice runs once. Bookkeeping that fails (the
+//! store down) defers the child's message instead of deleting it, so no count is lost.
 //!
-//! Failure policy ([`ChildFailurePolicy`]): `FailParent` (the default, BullMQ's `failParentOnFailure`)
-//! sends the parent as soon as a child is dead-lettered, marked with `conveyor.flow.failed`; the
-//! pipeline rejects such a parent without running it, so it reaches the DLQ with the child's reason.
-//! `Ignore` (BullMQ's `ignoreDependencyOnFailure`) counts a dead-lettered child as finished and
-//! records its reason; the parent runs when the rest are done.
+//! A child that ends outside any consumer (SQS's redrive moves it to the DLQ after a crash, an out of
+//! memory or a Lambda timeout on its last receive) or was never sent (a producer that crashed and did
+//! not send again) is found by the **deadline sweep** ([`crate::flow_sweep`]): past the flow's
+//! deadline, each child not counted is looked up in its idempotency record (completed: counted as
+//! succeeded, its output kept) or counted as failed with the reason, and the policy decides. Every
+//! flow therefore ends: completed, failed, or counted out at its deadline (logged and counted in
+//! `conveyor_flows_overdue_total`).
+//!
+//! Failure policy ([`ChildFailurePolicy`], BullMQ's four): `FailParent` (the default) sends the parent
+//! as a **failure notice** marked `conveyor.flow.failed` as soon as a child is dead-lettered; the
+//! pipeline claims the notice once in the flow (a second copy is a duplicate) and rejects it without
+//! running, so the DLQ holds one entry with the child's reason, and a notice made stale by a resumed
+//! flow is acknowledged. `Ignore` counts a failed child as finished and shows its reason to the parent;
+//! `RemoveDependency` counts it as finished and hides it from the parent; `ContinueParent` sends the
+//! parent as soon as a child fails, without waiting for the others.
+//!
+//! An unknown flow (its records expired, or the consumer reads another table than the producer wrote)
+//! is final: a child's own outcome stands (logged as an error), and a parent is rejected to the DLQ
+//! with the reason, never deferred without end.
 //!
 //! Nested flows: a child may itself be the parent of a flow. Its message is the sub-flow's parent
 //! message (sent when the sub-flow finishes) and carries the outer flow's `conveyor.flow`, so its own
@@ -36,7 +54,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -52,38 +70,59 @@ pub(crate) const FLOW_PARENT_ATTRIBUTE: &str = "conveyor.flow.parent";
 /// On a parent sent because a child was dead-lettered (policy `FailParent`): the child's reason.
 pub(crate) const FLOW_FAILED_ATTRIBUTE: &str = "conveyor.flow.failed";
 
+/// How long a flow may take by default before the deadline sweep counts its unfinished children as
+/// failed ([`NewFlow::deadline`]).
+pub const DEFAULT_FLOW_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+/// How long a flow's records are kept after its deadline: SQS's longest retention, so a parent or a
+/// child redriven from a DLQ still finds its flow and every child's output.
+pub const FLOW_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+
 /// The parent's idempotency key in flow `flow_id`: a parent sent twice runs once.
 pub fn parent_key(flow_id: &str) -> String {
     format!("flow:{flow_id}")
 }
 
-/// What a dead-lettered child does to its flow.
+/// What a dead-lettered child does to its flow (BullMQ's four options).
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChildFailurePolicy {
-    /// The parent fails: it goes to the DLQ with the child's reason, without running.
+    /// The parent fails: it goes to the DLQ with the child's reason, without running (BullMQ's
+    /// `failParentOnFailure`). Redriving the child until it succeeds resumes the flow.
     #[default]
     FailParent,
-    /// The failed child counts as finished and its reason is recorded; the parent runs when the rest
-    /// are done and sees which children failed.
+    /// The failed child counts as finished and its reason is shown to the parent, which runs when the
+    /// rest are done (`ignoreDependencyOnFailure`).
     Ignore,
+    /// The failed child counts as finished and is left out of the parent's children
+    /// (`removeDependencyOnFailure`).
+    RemoveDependency,
+    /// The parent runs as soon as a child fails, without waiting for the others
+    /// (`continueParentOnFailure`).
+    ContinueParent,
 }
 
 impl ChildFailurePolicy {
+    const ALL: [ChildFailurePolicy; 4] = [
+        ChildFailurePolicy::FailParent,
+        ChildFailurePolicy::Ignore,
+        ChildFailurePolicy::RemoveDependency,
+        ChildFailurePolicy::ContinueParent,
+    ];
+
     /// The stored name.
     pub fn as_str(self) -> &'static str {
         match self {
             ChildFailurePolicy::FailParent => "fail_parent",
             ChildFailurePolicy::Ignore => "ignore",
+            ChildFailurePolicy::RemoveDependency => "remove_dependency",
+            ChildFailurePolicy::ContinueParent => "continue_parent",
         }
     }
 
     /// The policy a stored name stands for.
     pub fn parse(text: &str) -> Option<Self> {
-        [ChildFailurePolicy::FailParent, ChildFailurePolicy::Ignore]
-            .into_iter()
-            .find(|policy| policy.as_str() == text)
+        Self::ALL.into_iter().find(|policy| policy.as_str() == text)
     }
 }
 
@@ -120,7 +159,7 @@ impl ParentMessage {
         }
     }
 
-    /// The message to send: as kept, with `conveyor.flow.failed` when the flow failed.
+    /// The message to send: as kept, with `conveyor.flow.failed` when it is a failure notice.
     pub fn to_outgoing(&self, flow_id: &str, failure: Option<&str>) -> OutgoingMessage {
         let mut attributes: crate::message::Attributes = self
             .attributes
@@ -138,11 +177,15 @@ impl ParentMessage {
             attributes.insert(FLOW_FAILED_ATTRIBUTE.to_owned(), AttributeValue::string(reason));
         }
         attributes.insert(FLOW_PARENT_ATTRIBUTE.to_owned(), AttributeValue::string(flow_id));
-        // A FIFO queue needs a deduplication id; the flow's own id makes SQS drop a second send too.
-        let deduplication_id = self
-            .group_id
-            .as_ref()
-            .map(|_| crate::idempotency::payload_hash(flow_id));
+        // A FIFO queue needs a deduplication id; the flow's own id makes SQS drop a second send too. A
+        // failure notice has its own, so a resumed flow's parent is not dropped as the notice's copy.
+        let deduplication_id = self.group_id.as_ref().map(|_| {
+            let seed = match failure {
+                Some(_) => format!("{flow_id}#failed"),
+                None => flow_id.to_owned(),
+            };
+            crate::idempotency::payload_hash(&seed)
+        });
         OutgoingMessage {
             body: self.body.clone(),
             attributes,
@@ -169,82 +212,154 @@ pub struct NewFlow {
     pub policy: ChildFailurePolicy,
     /// When it was created.
     pub created_at: SystemTime,
+    /// When the deadline sweep counts the children still unfinished as failed.
+    pub deadline: SystemTime,
 }
 
-/// How a child's run ended for good.
+impl NewFlow {
+    /// A digest of what the flow is (parent, children, policy), to tell a re-send from a conflict.
+    pub fn fingerprint(&self) -> String {
+        let content = serde_json::json!({
+            "parent": self.parent,
+            "parent_record": self.parent_record,
+            "children": self.children,
+            "policy": self.policy,
+        });
+        crate::idempotency::payload_hash(&content.to_string())
+    }
+}
+
+/// What [`FlowStore::create_flow`] did.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// The records were written (or completed, after a producer that stopped half-way).
+    Written,
+    /// A flow with this id and other content exists: nothing was changed.
+    Conflict,
+}
+
+/// How a child's run ended for good. Exhaustive: every `FlowStore` must store each variant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChildEnd {
-    /// Its record is completed.
-    Succeeded,
-    /// It was dead-lettered with this reason.
+    /// Its record is completed; its output (JSON text), kept for the parent.
+    Succeeded {
+        /// The output.
+        output: Option<String>,
+    },
+    /// It was dead-lettered (or counted out at the flow's deadline) with this reason.
     Failed(String),
 }
 
-/// A flow as the store holds it.
+/// A flow's head as the store holds it: counters and markers, no per-child data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowState {
     /// The flow's id.
     pub id: String,
-    /// The parent's message.
-    pub parent: ParentMessage,
     /// The parent's record key.
     pub parent_record: String,
-    /// Child id → record key.
-    pub children: BTreeMap<String, String>,
-    /// The children counted as succeeded.
-    pub done: Vec<String>,
-    /// The children dead-lettered, with their reasons.
-    pub failed: BTreeMap<String, String>,
     /// The failure policy.
     pub policy: ChildFailurePolicy,
-    /// When the parent was sent (after the flow finished or failed), if it was.
+    /// Children in the flow.
+    pub children: u64,
+    /// Children counted as succeeded.
+    pub succeeded: u64,
+    /// Children counted as failed.
+    pub failed: u64,
+    /// The first failure counted (`child <id>: <reason>`).
+    pub first_failure: Option<String>,
+    /// The deadline (epoch ms).
+    pub deadline: u64,
+    /// When the parent was sent to run (epoch ms), if it was.
     pub parent_sent_at: Option<u64>,
+    /// When a failure notice was sent (epoch ms), if one was.
+    pub failure_sent_at: Option<u64>,
+}
+
+/// What the parent is owed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParentDue {
+    /// Send it to run.
+    Run,
+    /// Send it as a failure notice with this reason (policy `FailParent`).
+    Fail(String),
 }
 
 impl FlowState {
-    /// Children neither done nor failed.
-    pub fn pending(&self) -> usize {
-        self.children
-            .len()
-            .saturating_sub(self.done.len() + self.failed.len())
+    /// Children neither succeeded nor failed.
+    pub fn pending(&self) -> u64 {
+        self.children.saturating_sub(self.succeeded + self.failed)
     }
 
-    /// What the parent is owed now: `Some(None)` to run it, `Some(Some(reason))` to fail it, `None`
-    /// while children are pending (and the policy does not fail it yet).
-    pub fn parent_due(&self) -> Option<Option<String>> {
-        if self.policy == ChildFailurePolicy::FailParent
-            && let Some((child, reason)) = self.failed.iter().next()
-        {
-            return Some(Some(format!(
-                "child {child} of flow {} failed: {reason}",
-                self.id
-            )));
+    /// What the parent is owed now, `None` while it must wait.
+    pub fn parent_due(&self) -> Option<ParentDue> {
+        let finished = self.pending() == 0;
+        match self.policy {
+            ChildFailurePolicy::FailParent if self.failed > 0 => {
+                let failure = self.first_failure.as_deref().unwrap_or("a child failed");
+                Some(ParentDue::Fail(format!("flow {} failed: {failure}", self.id)))
+            }
+            ChildFailurePolicy::ContinueParent if self.failed > 0 => Some(ParentDue::Run),
+            _ => finished.then_some(ParentDue::Run),
         }
-        (self.pending() == 0).then_some(None)
+    }
+
+    /// True once the parent was sent to run: nothing more happens to the flow.
+    pub fn is_finished(&self) -> bool {
+        self.parent_sent_at.is_some()
+    }
+
+    /// A short account: `3 of 5 succeeded, 1 failed, 1 pending`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} children: {} succeeded, {} failed, {} pending",
+            self.children,
+            self.succeeded,
+            self.failed,
+            self.pending()
+        )
     }
 }
 
-/// The answer to [`FlowStore::child_finished`].
+/// One child as the store holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Counted {
-    /// False when the child had been counted before (a duplicate or a crash's redelivery).
-    pub first_time: bool,
-    /// The flow after the count.
-    pub flow: FlowState,
+pub struct FlowChild {
+    /// The child's id in the flow.
+    pub id: String,
+    /// The child's idempotency record key.
+    pub key: String,
+    /// How it ended, once counted.
+    pub end: Option<ChildEnd>,
+}
+
+/// The answer to [`FlowStore::child_finished`].
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Count {
+    /// Counted now; the flow after the count.
+    Counted(FlowState),
+    /// Counted before (a duplicate, a crash's redelivery); the flow as it is.
+    Before(FlowState),
+    /// No such child in such a flow: the flow has no records (expired, another table) or the child
+    /// is not one of its children.
+    NotInFlow,
 }
 
 /// The flows port, on DynamoDB (`conveyor-dynamodb`) and in memory (`conveyor-testing`); the
 /// `flows` conformance suite checks both.
 ///
-/// - `create` writes the record only where none exists (a producer's re-send of the same flow id is
-///   answered `Ok` without change).
-/// - `child_finished` is atomic and idempotent per child: a child is counted once, as done or as
-///   failed, whatever the number of calls; the flow comes back as it is after the call.
-/// - `mark_parent_sent` sets the time once.
+/// - `create_flow` writes what is missing of the flow's records and overwrites nothing; the same
+///   content again is `Written`, other content under the same id is `Conflict`.
+/// - `child_finished` is atomic and idempotent per child: a member is counted once, as succeeded or as
+///   failed, whatever the number of calls, except that a failed child may later count as succeeded
+///   (the failed count moves to the succeeded one); a non-member is never counted.
+/// - `mark_parent_sent`, `mark_failure_sent` set their time once; `claim_failure_notice` answers true
+///   for the first message id it is given (and for that id again), false for any other.
+/// - `overdue` lists flows past their deadline that are not closed; `close` takes a flow off it.
 #[async_trait]
 pub trait FlowStore: Send + Sync {
-    /// Writes a new flow's record.
-    async fn create_flow(&self, flow: &NewFlow) -> Result<(), StoreError>;
+    /// Writes a new flow's records (or what is missing of them).
+    async fn create_flow(&self, flow: &NewFlow) -> Result<Created, StoreError>;
 
     /// Counts a child's end.
     async fn child_finished(
@@ -252,13 +367,31 @@ pub trait FlowStore: Send + Sync {
         flow_id: &str,
         child_id: &str,
         end: &ChildEnd,
-    ) -> Result<Counted, StoreError>;
+    ) -> Result<Count, StoreError>;
 
-    /// Records that the parent was sent.
+    /// Records that the parent was sent to run (and closes the flow).
     async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError>;
 
-    /// Reads a flow.
+    /// Records that a failure notice was sent.
+    async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError>;
+
+    /// Claims the flow's one failure notice for `message_id`.
+    async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError>;
+
+    /// Reads a flow's head.
     async fn flow(&self, flow_id: &str) -> Result<Option<FlowState>, StoreError>;
+
+    /// The parent's message.
+    async fn parent(&self, flow_id: &str) -> Result<Option<ParentMessage>, StoreError>;
+
+    /// Every child, in child id order, with its end and output.
+    async fn children(&self, flow_id: &str) -> Result<Vec<FlowChild>, StoreError>;
+
+    /// Up to `limit` flows whose deadline is before `now` and that are not closed.
+    async fn overdue(&self, now: SystemTime, limit: usize) -> Result<Vec<String>, StoreError>;
+
+    /// Takes a flow off the overdue list (its deadline was swept).
+    async fn close(&self, flow_id: &str) -> Result<(), StoreError>;
 }
 
 /// Sends a flow's messages to their queues: the children (the flow producer) and the parent (the
@@ -276,11 +409,13 @@ pub struct ChildResult {
     pub id: String,
     /// The child's idempotency record key.
     pub key: String,
-    /// Its output (JSON text), read from its record; `None` for a failed child, or an output that was
-    /// too large for the store (read it from where the child put it, by `key`).
+    /// Its output (JSON text), kept on its flow record; `None` for a failed or pending child, or an
+    /// output that was too large for the store (read it from where the child put it, by `key`).
     pub output: Option<String>,
-    /// Why it failed, for a dead-lettered child (policy `Ignore`).
+    /// Why it failed, for a dead-lettered child (policies `Ignore` and `ContinueParent`).
     pub error: Option<String>,
+    /// Not finished yet (policy `ContinueParent`: the parent ran on a failure before the rest).
+    pub pending: bool,
 }
 
 /// What the pipeline needs for flows: where they are kept, and how a parent is sent.
@@ -298,11 +433,13 @@ impl std::fmt::Debug for Flows {
     }
 }
 
-/// The error for a flow that has no record (expired, or never created by a flow producer).
-pub fn unknown_flow(flow_id: &str) -> StoreError {
-    StoreError::Misconfigured {
-        message: format!("flow {flow_id:?} has no record (expired, or never created by a flow producer)"),
-    }
+/// Why a flow's message names a flow that has no records here.
+pub fn unknown_flow(flow_id: &str) -> String {
+    format!(
+        "flow {flow_id:?} has no records in this consumer's table (they expired {} days after the flow's \
+         deadline, or the producer wrote them to another table: give both the same table)",
+        FLOW_RETENTION.as_secs() / 86_400
+    )
 }
 
 /// `(flow id, child id)` of a child's message.
@@ -319,8 +456,49 @@ pub(crate) fn parent_of(message: &Message) -> Option<&str> {
 mod tests {
     use super::*;
 
-    fn flow(children: usize, done: usize, failed: usize, policy: ChildFailurePolicy) -> FlowState {
+    fn flow(children: u64, succeeded: u64, failed: u64, policy: ChildFailurePolicy) -> FlowState {
         FlowState {
+            id: "f".into(),
+            parent_record: "conveyor:report#flow:f".into(),
+            policy,
+            children,
+            succeeded,
+            failed,
+            first_failure: (failed > 0).then(|| "child 00001: boom".to_owned()),
+            deadline: 0,
+            parent_sent_at: None,
+            failure_sent_at: None,
+        }
+    }
+
+    #[test]
+    fn the_parent_is_due_as_each_policy_says() {
+        use ChildFailurePolicy::*;
+        assert_eq!(flow(3, 2, 0, FailParent).parent_due(), None);
+        assert_eq!(flow(3, 3, 0, FailParent).parent_due(), Some(ParentDue::Run));
+        assert!(matches!(
+            flow(3, 1, 1, FailParent).parent_due(),
+            Some(ParentDue::Fail(reason)) if reason.contains("00001") && reason.contains("boom")
+        ));
+        for policy in [Ignore, RemoveDependency] {
+            assert_eq!(flow(3, 1, 1, policy).parent_due(), None);
+            assert_eq!(flow(3, 2, 1, policy).parent_due(), Some(ParentDue::Run));
+        }
+        assert_eq!(flow(3, 0, 1, ContinueParent).parent_due(), Some(ParentDue::Run));
+        assert_eq!(flow(3, 2, 0, ContinueParent).parent_due(), None);
+    }
+
+    #[test]
+    fn policies_round_trip() {
+        for policy in ChildFailurePolicy::ALL {
+            assert_eq!(ChildFailurePolicy::parse(policy.as_str()), Some(policy));
+        }
+        assert_eq!(ChildFailurePolicy::parse("retry"), None);
+    }
+
+    #[test]
+    fn the_fingerprint_tells_a_resend_from_a_conflict() {
+        let new = |children: usize| NewFlow {
             id: "f".into(),
             parent: ParentMessage {
                 queue_url: "q".into(),
@@ -328,30 +506,16 @@ mod tests {
                 attributes: BTreeMap::new(),
                 group_id: None,
             },
-            parent_record: "conveyor:report#flow:f".into(),
-            children: (0..children).map(|i| (i.to_string(), format!("k{i}"))).collect(),
-            done: (0..done).map(|i| i.to_string()).collect(),
-            failed: (done..done + failed)
-                .map(|i| (i.to_string(), "boom".to_owned()))
+            parent_record: "r".into(),
+            children: (0..children)
+                .map(|i| (format!("{i:05}"), format!("k{i}")))
                 .collect(),
-            policy,
-            parent_sent_at: None,
-        }
-    }
-
-    #[test]
-    fn the_parent_is_due_when_no_child_is_pending_or_one_failed_under_fail_parent() {
-        assert_eq!(flow(3, 2, 0, ChildFailurePolicy::FailParent).parent_due(), None);
-        assert_eq!(
-            flow(3, 3, 0, ChildFailurePolicy::FailParent).parent_due(),
-            Some(None)
-        );
-        let failed = flow(3, 1, 1, ChildFailurePolicy::FailParent).parent_due();
-        assert!(
-            matches!(failed, Some(Some(reason)) if reason.contains("child 1") && reason.contains("boom"))
-        );
-        assert_eq!(flow(3, 1, 1, ChildFailurePolicy::Ignore).parent_due(), None);
-        assert_eq!(flow(3, 2, 1, ChildFailurePolicy::Ignore).parent_due(), Some(None));
+            policy: ChildFailurePolicy::FailParent,
+            created_at: SystemTime::UNIX_EPOCH,
+            deadline: SystemTime::UNIX_EPOCH,
+        };
+        assert_eq!(new(3).fingerprint(), new(3).fingerprint());
+        assert_ne!(new(3).fingerprint(), new(4).fingerprint());
     }
 
     #[test]

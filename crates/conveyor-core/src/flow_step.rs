@@ -1,68 +1,127 @@
-//! The pipeline's flow steps (see [`crate::flow`] for the design and its ordering): reject a parent
-//! whose flow failed, read a parent's children's results, and count a child's end, sending the parent
-//! when the count finishes the flow.
+//! The pipeline's flow steps (see [`crate::flow`] for the design and its ordering): settle a failure
+//! notice, read a parent's children's results, and count a child's end, sending the parent when due.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::flow::{ChildEnd, ChildResult, FLOW_FAILED_ATTRIBUTE, Flows, child_of, parent_of};
-use crate::idempotency::{IdempotencyStore, StoreError};
+use crate::flow::{
+    ChildEnd, ChildFailurePolicy, ChildResult, Count, FLOW_FAILED_ATTRIBUTE, FlowState, Flows, ParentDue,
+    child_of, parent_of, unknown_flow,
+};
+use crate::idempotency::StoreError;
 use crate::message::Message;
 use crate::outcome::{AckReason, Failure, Origin, Outcome};
 
-/// How long a child's message waits when its flow bookkeeping failed (half to all of it, jittered).
+/// How long a message waits when its flow bookkeeping failed (half to all of it, jittered).
 const BOOKKEEPING_DEFERRAL: Duration = Duration::from_secs(30);
 
-/// A parent sent because its flow failed is rejected with the child's reason, without running.
-pub(crate) fn failed_parent(message: &Message, origin: Origin<'_>) -> Option<Outcome> {
-    parent_of(message)?;
-    let reason = message.string_attribute(FLOW_FAILED_ATTRIBUTE)?;
-    let failure = Failure::now(reason, origin.attempt, origin.queue, origin.handler);
-    Some(Outcome::Reject(failure))
+fn deferral(reason: String) -> Outcome {
+    Outcome::Defer {
+        delay: crate::backoff::equal_jitter(BOOKKEEPING_DEFERRAL),
+        reason,
+    }
 }
 
-/// The children's results of a parent's flow, with their outputs read from their records; `None` for a
-/// message that is no flow's parent.
-pub(crate) async fn children(
-    flows: &Flows,
-    store: Option<&Arc<dyn IdempotencyStore>>,
+/// A failure notice (a parent sent because a child failed under `FailParent`): rejected once per flow
+/// with the child's reason, without running; a second copy, or one made stale by a resumed flow, is
+/// acknowledged. `None` for any other message.
+pub(crate) async fn failure_notice(
+    flows: Option<&Flows>,
     message: &Message,
-) -> Result<Option<Arc<Vec<ChildResult>>>, StoreError> {
-    let Some(flow_id) = parent_of(message) else {
+    origin: Origin<'_>,
+) -> Option<Outcome> {
+    let flow_id = parent_of(message)?;
+    let reason = message.string_attribute(FLOW_FAILED_ATTRIBUTE)?;
+    let reject = || Outcome::Reject(Failure::now(reason, origin.attempt, origin.queue, origin.handler));
+    let Some(flows) = flows else {
+        return Some(reject());
+    };
+    let flow = match flows.store.flow(flow_id).await {
+        Ok(Some(flow)) => flow,
+        Ok(None) => return Some(reject()),
+        Err(error) => return Some(deferral(format!("flow {flow_id}: {error}"))),
+    };
+    if flow.failed == 0 || flow.is_finished() {
+        tracing::info!(flow_id, "failure notice of a flow that resumed; acknowledging it");
+        return Some(Outcome::Ack(AckReason::Duplicate));
+    }
+    match flows.store.claim_failure_notice(flow_id, &message.id).await {
+        Ok(true) => Some(reject()),
+        Ok(false) => {
+            tracing::info!(flow_id, "a second failure notice of the flow; acknowledging it");
+            Some(Outcome::Ack(AckReason::Duplicate))
+        }
+        Err(error) => Some(deferral(format!("flow {flow_id}: {error}"))),
+    }
+}
+
+/// The children's results of a parent's flow: `Ok(None)` for a message that is no flow's parent,
+/// `Err(outcome)` when the parent must not run now (its flow unknown: rejected; the store down:
+/// deferred).
+pub(crate) async fn children(
+    flows: Option<&Flows>,
+    message: &Message,
+    origin: Origin<'_>,
+) -> Result<Option<Arc<Vec<ChildResult>>>, Outcome> {
+    let (Some(flows), Some(flow_id)) = (flows, parent_of(message)) else {
         return Ok(None);
     };
-    let Some(flow) = flows.store.flow(flow_id).await? else {
-        tracing::warn!(
-            flow_id,
-            "parent of a flow that has no record (expired?); running without children"
-        );
-        return Ok(Some(Arc::new(Vec::new())));
-    };
-    let mut results = Vec::with_capacity(flow.children.len());
-    for (id, key) in &flow.children {
-        let error = flow.failed.get(id).cloned();
-        let output = match (&error, store) {
-            (None, Some(store)) => store.get(key).await?.and_then(|record| record.output),
-            _ => None,
+    let read = async {
+        let Some(flow) = flows.store.flow(flow_id).await? else {
+            return Ok(None);
         };
-        results.push(ChildResult {
-            id: id.clone(),
-            key: key.clone(),
-            output,
-            error,
-        });
-    }
+        let children = flows.store.children(flow_id).await?;
+        Ok::<_, StoreError>(Some((flow, children)))
+    };
+    let (flow, children) = match read.await {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            let reason = unknown_flow(flow_id);
+            tracing::error!(flow_id, "{reason}");
+            let failure = Failure::now(reason, origin.attempt, origin.queue, origin.handler);
+            return Err(Outcome::Reject(failure));
+        }
+        Err(error) => return Err(deferral(format!("reading the flow's children failed: {error}"))),
+    };
+    let results = children
+        .into_iter()
+        .filter_map(|child| {
+            let pending = child.end.is_none();
+            let (output, error) = match child.end {
+                Some(ChildEnd::Succeeded { output }) => (output, None),
+                Some(ChildEnd::Failed(_)) if flow.policy == ChildFailurePolicy::RemoveDependency => {
+                    return None;
+                }
+                Some(ChildEnd::Failed(reason)) => (None, Some(reason)),
+                None => (None, None),
+            };
+            Some(ChildResult {
+                id: child.id,
+                key: child.key,
+                output,
+                error,
+                pending,
+            })
+        })
+        .collect();
     Ok(Some(Arc::new(results)))
 }
 
 /// Counts a flow child's end and sends the parent when due. Returns the outcome to apply: the same,
 /// or a deferral when the bookkeeping failed (the child's redelivery, a duplicate, does it again).
-pub(crate) async fn after_child(flows: &Flows, message: &Message, outcome: Outcome) -> Outcome {
+pub(crate) async fn after_child(
+    flows: &Flows,
+    message: &Message,
+    outcome: Outcome,
+    output: Option<&str>,
+) -> Outcome {
     let Some((flow_id, child_id)) = child_of(message) else {
         return outcome;
     };
     let end = match &outcome {
-        Outcome::Ack(AckReason::Completed | AckReason::Duplicate) => ChildEnd::Succeeded,
+        Outcome::Ack(AckReason::Completed | AckReason::Duplicate) => ChildEnd::Succeeded {
+            output: output.map(str::to_owned),
+        },
         Outcome::Reject(failure) => ChildEnd::Failed(failure.error.clone()),
         Outcome::Ack(AckReason::Cancelled) => ChildEnd::Failed("cancelled by its producer".to_owned()),
         Outcome::Retry { .. } | Outcome::Defer { .. } => return outcome,
@@ -71,51 +130,74 @@ pub(crate) async fn after_child(flows: &Flows, message: &Message, outcome: Outco
         Ok(()) => outcome,
         Err(error) => {
             tracing::warn!(%error, flow_id, child_id, "flow bookkeeping failed; the child's message comes back to do it");
-            let delay = crate::backoff::equal_jitter(BOOKKEEPING_DEFERRAL);
-            Outcome::Defer {
-                delay,
-                reason: format!("flow {flow_id}: {error}"),
-            }
+            deferral(format!("flow {flow_id}: {error}"))
         }
     }
 }
 
-/// Why the flow step failed.
+/// Why a flow step failed.
 #[derive(Debug, thiserror::Error)]
-enum StepError {
-    #[error("counting the child failed: {0}")]
+pub(crate) enum StepError {
+    #[error("the flow store failed: {0}")]
     Store(#[from] StoreError),
     #[error("sending the parent failed: {0}")]
     Send(#[from] crate::queue::QueueError),
 }
 
-async fn count_and_send(
+/// Counts `end` for child `child_id` of `flow_id` and sends the parent when due.
+pub(crate) async fn count_and_send(
     flows: &Flows,
     flow_id: &str,
     child_id: &str,
     end: &ChildEnd,
 ) -> Result<(), StepError> {
-    let counted = flows.store.child_finished(flow_id, child_id, end).await?;
-    let flow = counted.flow;
-    tracing::debug!(
-        flow_id,
-        child_id,
-        first_time = counted.first_time,
-        pending = flow.pending(),
-        "flow child counted"
-    );
-    let Some(failure) = flow.parent_due() else {
-        return Ok(());
+    let flow = match flows.store.child_finished(flow_id, child_id, end).await? {
+        Count::Counted(flow) => flow,
+        Count::Before(flow) => {
+            tracing::debug!(flow_id, child_id, "flow child counted before");
+            flow
+        }
+        Count::NotInFlow => {
+            // Final: the child's own outcome stands; deferring would loop until its record expired.
+            tracing::error!(
+                flow_id,
+                child_id,
+                "flow child not counted: {}",
+                unknown_flow(flow_id)
+            );
+            return Ok(());
+        }
     };
-    if flow.parent_sent_at.is_some() {
+    tracing::debug!(flow_id, child_id, pending = flow.pending(), "flow child counted");
+    send_due(flows, &flow).await
+}
+
+/// Sends what the parent is owed, if it was not sent yet, and marks it.
+pub(crate) async fn send_due(flows: &Flows, flow: &FlowState) -> Result<(), StepError> {
+    if flow.is_finished() {
         return Ok(());
     }
-    let message = flow.parent.to_outgoing(flow_id, failure.as_deref());
-    let id = flows.sender.send_to(&flow.parent.queue_url, message).await?;
-    tracing::info!(flow_id, message_id = %id, failed = failure.is_some(), "flow finished; parent sent");
-    if let Err(error) = flows.store.mark_parent_sent(flow_id, SystemTime::now()).await {
-        // A later duplicate of a child may send the parent again; its key settles it as a duplicate.
-        tracing::warn!(%error, flow_id, "parent sent but not marked; a redelivered child may send it again");
+    let failure = match flow.parent_due() {
+        None => return Ok(()),
+        Some(ParentDue::Fail(_)) if flow.failure_sent_at.is_some() => return Ok(()),
+        Some(ParentDue::Fail(reason)) => Some(reason),
+        Some(ParentDue::Run) => None,
+    };
+    let Some(parent) = flows.store.parent(&flow.id).await? else {
+        tracing::error!(flow_id = %flow.id, "the flow's parent message is missing; the parent cannot be sent");
+        return Ok(());
+    };
+    let message = parent.to_outgoing(&flow.id, failure.as_deref());
+    let id = flows.sender.send_to(&parent.queue_url, message).await?;
+    tracing::info!(flow_id = %flow.id, message_id = %id, failed = failure.is_some(), "parent sent");
+    let marked = match failure {
+        Some(_) => flows.store.mark_failure_sent(&flow.id, SystemTime::now()).await,
+        None => flows.store.mark_parent_sent(&flow.id, SystemTime::now()).await,
+    };
+    if let Err(error) = marked {
+        // A later duplicate of a child may send it again: the parent's key (or the notice's claim)
+        // settles the second copy as a duplicate.
+        tracing::warn!(%error, flow_id = %flow.id, "parent sent but not marked; a redelivered child may send it again");
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ mod envelope;
 mod error;
 mod flow;
 mod flow_step;
+mod flow_sweep;
 mod handler;
 mod idempotency;
 mod lease;
@@ -41,7 +42,8 @@ pub use context::Context;
 pub use delay::Cancelled;
 pub use disposition::RejectMode;
 pub use error::{ErrorKind, HandlerError};
-pub use flow::{ChildFailurePolicy, ChildResult, Flows};
+pub use flow::{ChildFailurePolicy, ChildResult, DEFAULT_FLOW_DEADLINE, FLOW_RETENTION, Flows};
+pub use flow_sweep::{FlowSweeper, SweepReport, sweep_overdue_flows};
 pub use handler::{BoxFuture, Handler, HandlerSettings};
 pub use payload::Payloads;
 pub use pipeline::Pipeline;
@@ -57,8 +59,8 @@ pub use tracking::{JobQuery, JobRecord, JobStatus, Progress};
 /// implements them in memory and holds the conformance suites each implementation must pass.
 pub mod port {
     pub use crate::flow::{
-        ChildEnd, Counted, FLOW_CHILD_ATTRIBUTE, FlowSender, FlowState, FlowStore, NewFlow, ParentMessage,
-        parent_key, unknown_flow,
+        ChildEnd, Count, Created, FLOW_CHILD_ATTRIBUTE, FlowChild, FlowSender, FlowState, FlowStore, NewFlow,
+        ParentDue, ParentMessage, parent_key, unknown_flow,
     };
     pub use crate::idempotency::{
         Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore,

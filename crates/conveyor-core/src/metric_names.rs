@@ -19,6 +19,8 @@ pub const LEASES_LOST: &str = "conveyor_leases_lost_total";
 pub const CIRCUIT_DEFERRALS: &str = "conveyor_circuit_open_deferrals_total";
 /// Cancelled jobs dropped without running when they came due (labels `queue`, `job_type`).
 pub const MESSAGES_CANCELLED: &str = "conveyor_messages_cancelled_total";
+/// Flows found past their deadline by the flow sweeper (their unfinished children counted as failed).
+pub const FLOWS_OVERDUE: &str = "conveyor_flows_overdue_total";
 /// How long handlers ran (label `job_type`).
 pub const HANDLER_DURATION: &str = "conveyor_handler_duration_seconds";
 /// A message's age when received, from `SentTimestamp` (label `queue`).

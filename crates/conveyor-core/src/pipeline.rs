@@ -50,8 +50,10 @@
 //! | DLQ send fails (applied by the runtime, [`reject`](crate::reject)) | message stays, visible after its backoff | nothing deleted before the DLQ has a copy |
 //! | a progress write fails or is fenced (tracked jobs) | logged; the next report tries again (a fenced one stops them) | progress is advisory; the last report rides on complete or release |
 //! | counting a flow child's end fails, or sending the flow's parent fails | `Defer` instead of the outcome | the child's record is settled; its copy comes back as a duplicate and repeats the flow step (see [`crate::flow`]) |
+//! | a flow child whose flow has no records here (expired, another table) | its own outcome stands, logged as an error | final: deferring would loop; the deadline sweep never needed it |
 //! | reading a flow parent's children fails | `Defer`, handler not run | the parent runs later with every output |
-//! | a flow parent sent because a child was dead-lettered (`FailParent`) | `Reject` with the child's reason, not run | the flow's policy |
+//! | a flow parent whose flow has no records here | `Reject` with the reason, not run | final and kept in the DLQ to redrive once the table is right |
+//! | a failure notice (`FailParent`): the first copy / a second copy or a resumed flow's | `Reject` with the child's reason / `Ack`, not run | one DLQ entry per failed flow; a resumed flow's parent runs instead |
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -391,19 +393,12 @@ impl Pipeline {
             }
         };
 
-        if let Some(outcome) = flow_step::failed_parent(&message, origin) {
+        if let Some(outcome) = flow_step::failure_notice(self.flows.as_ref(), &message, origin).await {
             return Processed::not_run(outcome, Some(job_type));
         }
-        let flow_children = match &self.flows {
-            Some(flows) => match flow_step::children(flows, self.store.as_ref(), &message).await {
-                Ok(children) => children,
-                Err(error) => {
-                    let reason = format!("reading the flow's children failed: {error}");
-                    let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
-                    return Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type));
-                }
-            },
-            None => None,
+        let flow_children = match flow_step::children(self.flows.as_ref(), &message, origin).await {
+            Ok(children) => children,
+            Err(outcome) => return Processed::not_run(outcome, Some(job_type)),
         };
 
         let store = self.store.as_ref().filter(|_| settings.idempotent);
@@ -611,7 +606,8 @@ impl Pipeline {
     /// the outcome; see [`crate::flow`].
     async fn after_flow_child(&self, message: &Message, mut processed: Processed) -> Processed {
         if let Some(flows) = &self.flows {
-            processed.outcome = flow_step::after_child(flows, message, processed.outcome).await;
+            processed.outcome =
+                flow_step::after_child(flows, message, processed.outcome, processed.output.as_deref()).await;
         }
         processed
     }

@@ -61,6 +61,18 @@ impl ConditionalError for aws_sdk_dynamodb::operation::query::QueryError {
     }
 }
 
+impl ConditionalError for aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError {
+    fn is_condition_failure(&self) -> bool {
+        false
+    }
+}
+
+impl ConditionalError for aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemError {
+    fn is_condition_failure(&self) -> bool {
+        false
+    }
+}
+
 impl ConditionalError for GetItemError {
     fn is_condition_failure(&self) -> bool {
         false

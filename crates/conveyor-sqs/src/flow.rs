@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
@@ -28,7 +28,7 @@ use conveyor_core::port::{FLOW_CHILD_ATTRIBUTE, NewFlow, ParentMessage, parent_k
 use conveyor_core::{
     ChildFailurePolicy,
     message::AttributeValue,
-    port::{FlowSender, FlowStore, OutgoingMessage, QueueError, StoreError},
+    port::{Created, FlowSender, FlowStore, OutgoingMessage, QueueError, StoreError},
 };
 use serde::Serialize;
 
@@ -75,6 +75,12 @@ pub enum FlowError {
         /// What the store said.
         error: StoreError,
     },
+    /// A flow with this id and other content (parent, children or policy) exists; nothing was sent.
+    #[error(
+        "flow {0} exists with another parent, other children or another policy; nothing was sent (a flow \
+         id names one flow: use a new id for a different one)"
+    )]
+    Conflict(String),
     /// A child could not be sent; send the flow again (the same id) to finish it.
     #[error("flow {flow}: sending child {child} failed (send the flow again with the same id): {error}")]
     Send {
@@ -119,6 +125,7 @@ pub struct Flow {
     parent: FlowJob,
     children: Vec<Child>,
     policy: ChildFailurePolicy,
+    deadline: Duration,
 }
 
 impl Flow {
@@ -131,6 +138,7 @@ impl Flow {
             parent: FlowJob::new(&parent, queue_url.into()),
             children: Vec::new(),
             policy: ChildFailurePolicy::default(),
+            deadline: conveyor_core::DEFAULT_FLOW_DEADLINE,
         }
     }
 
@@ -151,6 +159,14 @@ impl Flow {
     /// What a dead-lettered child does (default: the parent fails, to the DLQ with the child's reason).
     pub fn on_child_failure(mut self, policy: ChildFailurePolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// How long the flow may take (default 24 hours): past it, the deadline sweep
+    /// (`conveyor_core::FlowSweeper`) counts the children still unfinished as failed and the policy
+    /// decides; the flow's records are kept 14 days longer.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
         self
     }
 
@@ -270,13 +286,17 @@ impl FlowProducer {
             .map(|record| record.children.clone())
             .unwrap_or_default();
         for record in &plan.records {
-            self.store
+            let created = self
+                .store
                 .create_flow(record)
                 .await
                 .map_err(|error| FlowError::Store {
                     flow: record.id.clone(),
                     error,
                 })?;
+            if created == Created::Conflict {
+                return Err(FlowError::Conflict(record.id.clone()));
+            }
         }
         for (child, queue_url, message) in &plan.messages {
             self.sender
@@ -335,6 +355,7 @@ fn plan_flow(
         children: BTreeMap::new(),
         policy: flow.policy,
         created_at: SystemTime::now(),
+        deadline: SystemTime::now() + flow.deadline,
     });
     let mut children = BTreeMap::new();
     for (position, child) in flow.children.iter().enumerate() {

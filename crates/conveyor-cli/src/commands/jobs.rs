@@ -4,8 +4,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use conveyor_core::port::FlowState;
 use conveyor_core::port::idempotency_key;
+use conveyor_core::port::{ChildEnd, FlowState};
 use conveyor_core::{
     port::{FlowStore, IdempotencyStore},
     {JobQuery, JobRecord, JobStatus},
@@ -91,8 +91,11 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
     let store = DynamoStore::new(aws.dynamodb_client(), &args.table);
     match &args.command {
         JobsCommand::Show(key) => {
-            let flow = match flow_id(&key.record_key()) {
-                Some(flow_id) => store.flow(flow_id).await.context("reading the job's flow")?,
+            let flow = match flow_id_of(&key.record_key()) {
+                Some(flow_id) => match store.flow(flow_id).await.context("reading the job's flow")? {
+                    Some(flow) => Some((flow, flow_tree(&store, flow_id, 3).await?)),
+                    None => None,
+                },
                 None => None,
             };
             // A flow's parent has no record until it is sent: its flow's status is the answer then.
@@ -102,13 +105,16 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
                 (Err(error), None) => return Err(error),
             };
             match format {
-                Format::Json => print_json(&serde_json::json!({ "job": job, "flow": flow })),
+                Format::Json => {
+                    let (flow, children) = flow.unzip();
+                    print_json(&serde_json::json!({ "job": job, "flow": flow, "children": children }))
+                }
                 Format::Text => {
                     if let Some(job) = &job {
                         crate::out!("{}", describe(job, SystemTime::now()));
                     }
-                    if let Some(flow) = &flow {
-                        crate::out!("{}", describe_flow(flow));
+                    if let Some((flow, children)) = &flow {
+                        crate::out!("{}", describe_flow(flow, children));
                     }
                     Ok(())
                 }
@@ -222,30 +228,111 @@ pub(crate) fn describe(job: &JobRecord, now: SystemTime) -> String {
 }
 
 /// The flow whose parent has record key `record_key` (`conveyor:<type>#flow:<flow id>`), if any.
-fn flow_id(record_key: &str) -> Option<&str> {
+pub(crate) fn flow_id_of(record_key: &str) -> Option<&str> {
     record_key.split_once('#')?.1.strip_prefix("flow:")
 }
 
-/// A flow's status: its children done, failed and pending, and its parent.
-pub(crate) fn describe_flow(flow: &FlowState) -> String {
+/// Children listed by name per state at most (the rest are counted).
+const LISTED_CHILDREN: usize = 20;
+
+/// A flow's status as a tree: its counts and parent, then its failed and pending children (the first
+/// [`LISTED_CHILDREN`] of each), a nested flow's own tree under its child.
+pub(crate) fn describe_flow(flow: &FlowState, children: &[FlowTree]) -> String {
     let mut text = format!(
-        "flow      {} ({} children: {} done, {} failed, {} pending; on failure: {})\n",
+        "flow      {} ({}; on failure: {}; deadline {})\n",
         flow.id,
-        flow.children.len(),
-        flow.done.len(),
-        flow.failed.len(),
-        flow.pending(),
-        flow.policy.as_str()
+        flow.summary(),
+        flow.policy.as_str(),
+        format_epoch_millis(flow.deadline)
     );
-    let parent = match flow.parent_sent_at {
-        Some(millis) => format!("sent {}", format_epoch_millis(millis)),
-        None => "waiting for its children".to_owned(),
+    let parent = match (flow.parent_sent_at, flow.failure_sent_at) {
+        (Some(millis), _) => format!("sent {}", format_epoch_millis(millis)),
+        (None, Some(millis)) => format!("failed: notice sent {}", format_epoch_millis(millis)),
+        (None, None) => "waiting for its children".to_owned(),
     };
     text.push_str(&format!("parent    {} ({parent})\n", flow.parent_record));
-    for (child, reason) in &flow.failed {
-        text.push_str(&format!("  child {child} failed: {reason}\n"));
-    }
+    tree_lines(children, 1, &mut text);
     text
+}
+
+/// One child of a flow tree, and its own flow when it is a nested flow's parent.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct FlowTree {
+    id: String,
+    key: String,
+    state: &'static str,
+    reason: Option<String>,
+    nested: Option<(FlowState, Vec<FlowTree>)>,
+}
+
+fn tree_lines(children: &[FlowTree], depth: usize, text: &mut String) {
+    let indent = "  ".repeat(depth);
+    for state in ["failed", "pending"] {
+        let listed: Vec<&FlowTree> = children.iter().filter(|child| child.state == state).collect();
+        for child in listed.iter().take(LISTED_CHILDREN) {
+            let reason = child
+                .reason
+                .as_deref()
+                .map(|reason| format!(": {reason}"))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "{indent}└ child {} {state} ({}){reason}\n",
+                child.id, child.key
+            ));
+        }
+        if listed.len() > LISTED_CHILDREN {
+            text.push_str(&format!(
+                "{indent}  … and {} more {state}\n",
+                listed.len() - LISTED_CHILDREN
+            ));
+        }
+    }
+    for child in children {
+        if let Some((flow, nested)) = &child.nested {
+            text.push_str(&format!(
+                "{indent}└ child {} is flow {} ({})\n",
+                child.id,
+                flow.id,
+                flow.summary()
+            ));
+            tree_lines(nested, depth + 1, text);
+        }
+    }
+}
+
+/// The children of `flow_id` as a tree, nested flows read to `depth` levels.
+pub(crate) async fn flow_tree(
+    store: &DynamoStore,
+    flow_id: &str,
+    depth: usize,
+) -> anyhow::Result<Vec<FlowTree>> {
+    let mut tree = Vec::new();
+    for child in store
+        .children(flow_id)
+        .await
+        .context("reading the flow's children")?
+    {
+        let (state, reason) = match &child.end {
+            Some(ChildEnd::Succeeded { .. }) => ("succeeded", None),
+            Some(ChildEnd::Failed(reason)) => ("failed", Some(reason.clone())),
+            None => ("pending", None),
+        };
+        let nested = match flow_id_of(&child.key) {
+            Some(nested_id) if depth > 0 => match store.flow(nested_id).await? {
+                Some(flow) => Some((flow, Box::pin(flow_tree(store, nested_id, depth - 1)).await?)),
+                None => None,
+            },
+            _ => None,
+        };
+        tree.push(FlowTree {
+            id: child.id,
+            key: child.key,
+            state,
+            reason,
+            nested,
+        });
+    }
+    Ok(tree)
 }
 
 fn list_table(jobs: &[JobRecord], now: SystemTime) -> Table {

@@ -1,0 +1,191 @@
+//! The deadline sweep: every flow ends, even when a child ended where no consumer could count it.
+//!
+//! A child moved to the DLQ by SQS's own redrive (a crash, an out of memory or a Lambda timeout on its
+//! last receive) is never seen by a pipeline again, and a child whose producer crashed before sending
+//! it never exists in a queue. Past a flow's deadline the sweep looks at each child not counted yet:
+//! its idempotency record completed → counted as succeeded, with the record's output (a count lost
+//! after the record was written); otherwise → counted as failed, "not finished by the flow's
+//! deadline". The policy then decides for the parent like any count's, the flow is closed, and the
+//! flow is reported (an error log and [`SweepReport::overdue`], which the worker exports as
+//! `conveyor_flows_overdue_total`) so an alarm can fire.
+//!
+//! Counts here race with late children harmlessly: a child counted by its own consumer first makes
+//! the sweep's count a `Before`, and a failed count is moved to succeeded by a later success.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::background::BackgroundTask;
+use crate::flow::{ChildEnd, Flows};
+use crate::flow_step::{StepError, count_and_send, send_due};
+use crate::handler::BoxFuture;
+use crate::idempotency::{IdempotencyStore, RecordStatus, StoreError};
+
+/// Flows swept per pass at most.
+const PAGE: usize = 100;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Flows found past their deadline and closed.
+    pub overdue: usize,
+    /// Children counted as succeeded from their records (their own count was lost).
+    pub recovered: usize,
+    /// Children counted as failed at the deadline.
+    pub counted_out: usize,
+}
+
+/// Sweeps the flows past their deadline at `now` (see the module's note). `records` is the
+/// children's idempotency store.
+pub async fn sweep_overdue_flows(
+    flows: &Flows,
+    records: &dyn IdempotencyStore,
+    now: SystemTime,
+) -> Result<SweepReport, StoreError> {
+    let mut report = SweepReport::default();
+    loop {
+        let overdue = flows.store.overdue(now, PAGE).await?;
+        if overdue.is_empty() {
+            return Ok(report);
+        }
+        for flow_id in &overdue {
+            sweep_flow(flows, records, flow_id, &mut report).await?;
+            flows.store.close(flow_id).await?;
+            report.overdue += 1;
+        }
+        if overdue.len() < PAGE {
+            return Ok(report);
+        }
+    }
+}
+
+async fn sweep_flow(
+    flows: &Flows,
+    records: &dyn IdempotencyStore,
+    flow_id: &str,
+    report: &mut SweepReport,
+) -> Result<(), StoreError> {
+    let Some(flow) = flows.store.flow(flow_id).await? else {
+        return Ok(());
+    };
+    let unfinished: Vec<_> = flows
+        .store
+        .children(flow_id)
+        .await?
+        .into_iter()
+        .filter(|child| child.end.is_none())
+        .collect();
+    if !unfinished.is_empty() {
+        tracing::error!(
+            flow_id,
+            unfinished = unfinished.len(),
+            deadline = %crate::display::format_epoch_millis(flow.deadline),
+            "flow passed its deadline with children unfinished; counting them as failed"
+        );
+    }
+    for child in unfinished {
+        let end = match records.get(&child.key).await? {
+            Some(record) if record.status == RecordStatus::Completed => {
+                report.recovered += 1;
+                ChildEnd::Succeeded {
+                    output: record.output,
+                }
+            }
+            _ => {
+                report.counted_out += 1;
+                ChildEnd::Failed(format!(
+                    "not finished by the flow's deadline ({}): dead-lettered by SQS's redrive after a crash \
+                     or timeout, never sent, or still retrying",
+                    crate::display::format_epoch_millis(flow.deadline)
+                ))
+            }
+        };
+        count_and_send(flows, flow_id, &child.id, &end)
+            .await
+            .map_err(into_store_error)?;
+    }
+    // Every child was counted before: the parent may still be owed (a crash between a count and the send).
+    if let Some(flow) = flows.store.flow(flow_id).await? {
+        send_due(flows, &flow).await.map_err(into_store_error)?;
+    }
+    Ok(())
+}
+
+fn into_store_error(error: StepError) -> StoreError {
+    match error {
+        StepError::Store(error) => error,
+        StepError::Send(error) => StoreError::Unavailable {
+            message: format!("sending a flow's parent failed: {error}"),
+        },
+    }
+}
+
+/// Runs [`sweep_overdue_flows`] every `interval` beside a worker's jobs (a [`BackgroundTask`]).
+pub struct FlowSweeper {
+    flows: Flows,
+    records: Arc<dyn IdempotencyStore>,
+    interval: Duration,
+}
+
+impl std::fmt::Debug for FlowSweeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowSweeper")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FlowSweeper {
+    /// A sweeper of `flows` whose children's records are in `records`, once a minute.
+    pub fn new(flows: Flows, records: Arc<dyn IdempotencyStore>) -> Self {
+        Self {
+            flows,
+            records,
+            interval: Duration::from_secs(60),
+        }
+    }
+
+    /// Sweeps every `interval` instead.
+    pub fn every(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// One pass now.
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        sweep_overdue_flows(&self.flows, self.records.as_ref(), SystemTime::now()).await
+    }
+}
+
+impl BackgroundTask for FlowSweeper {
+    fn name(&self) -> &'static str {
+        "flow sweeper"
+    }
+
+    fn run(self: Box<Self>, drain: tokio_util::sync::CancellationToken) -> BoxFuture<()> {
+        Box::pin(async move {
+            loop {
+                match self.sweep().await {
+                    Ok(report) if report.overdue > 0 => {
+                        let overdue = u64::try_from(report.overdue).unwrap_or(u64::MAX);
+                        metrics::counter!(crate::metric_names::FLOWS_OVERDUE).increment(overdue);
+                        tracing::warn!(
+                            overdue = report.overdue,
+                            recovered = report.recovered,
+                            counted_out = report.counted_out,
+                            "flows swept past their deadline"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "the flow sweep failed; trying again at the next pass")
+                    }
+                }
+                tokio::select! {
+                    () = drain.cancelled() => return,
+                    () = tokio::time::sleep(crate::backoff::equal_jitter(self.interval)) => {}
+                }
+            }
+        })
+    }
+}
