@@ -73,6 +73,10 @@ impl Stored {
 /// The attributes for the dead-lettered copy of a message with `original` attributes.
 pub(crate) fn dead_letter_attributes(original: &Attributes, failure: &Failure) -> Attributes {
     let mut originals = original_attributes(original);
+    // A dead-lettered deferred copy is final: redriven, it starts its runs afresh like any message back
+    // from a DLQ (a deferral record left on it would make the claim count its spent runs again and
+    // refuse it for ever; the flows simulation found it).
+    originals.remove(crate::message::DEFERRAL_ATTRIBUTE);
     let failure_value = AttributeValue::string(bounded(failure).to_json());
     if originals.len() < MAX_MESSAGE_ATTRIBUTES {
         originals.insert(FAILURE_ATTRIBUTE.to_owned(), failure_value);

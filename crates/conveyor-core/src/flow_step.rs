@@ -45,7 +45,12 @@ pub(crate) async fn failure_notice(
         tracing::info!(flow_id, "failure notice of a flow that resumed; acknowledging it");
         return Some(Outcome::Ack(AckReason::Duplicate));
     }
-    match flows.store.claim_failure_notice(flow_id, &message.id).await {
+    // The first message id of the notice: a deferred copy of it (its claim answer lost) claims as itself.
+    match flows
+        .store
+        .claim_failure_notice(flow_id, &message.original_id())
+        .await
+    {
         Ok(true) => Some(reject()),
         Ok(false) => {
             tracing::info!(flow_id, "a second failure notice of the flow; acknowledging it");

@@ -1,0 +1,959 @@
+//! Flows under faults: the real workers, pipeline, [`FlowProducer`] and deadline sweep over
+//! `MemoryQueue` (strict like SQS, with a DLQ by redrive), `MemoryFlows` and the idempotency store, on
+//! tokio's paused clock.
+//!
+//! A seed draws a few flows of a few children each, with a failure policy each, and faults: workers
+//! killed mid-run (their calls hang, their leases lapse); children that fail for good (rejected to the
+//! DLQ by the pipeline) or that crash their process on every receive (moved to the DLQ by SQS's
+//! redrive, unseen by any pipeline); a producer that stops half-way through a flow's children and
+//! sends the flow again later, or never; a flow-store outage, and answers lost after the write was
+//! made; a stray message that names a flow it is not a child of; a flow whose records expire while
+//! its children run; and, after the deadline, an operator who fixes a failed child and redrives it.
+//!
+//! Invariants after every run: no message is left in the queue (nothing deferred without end); a
+//! parent runs at most once (a second run only when the first one's process was killed before it
+//! completed: the at-least-once window) and never before every child it waits for succeeded; a
+//! `FailParent` flow with a failed child leaves one failure notice in the DLQ and runs its parent only
+//! when redriven to success; every other flow runs its parent once; the parent sees every succeeded
+//! child's output.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use conveyor_core::port::{
+    ChildEnd, Count, Created, FlowChild, FlowSender, FlowState, FlowStore, IdempotencyStore, OutgoingMessage,
+    ParentMessage, Queue, QueueError, StoreError,
+};
+use conveyor_core::{
+    ChildFailurePolicy, Context, Flows, Handler, HandlerError, Pipeline, Router, sweep_overdue_flows,
+};
+use conveyor_sqs::{Flow, FlowProducer, NewJob};
+use conveyor_testing::{MemoryFlows, MemoryIdempotencyStore, MemoryQueue};
+use conveyor_worker::Worker;
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{SkewedStore, VirtualStore};
+use crate::io::{Instance, InstanceQueue, InstanceStore};
+use crate::sink::Sink;
+use crate::trace::Trace;
+
+const URL: &str = "http://sim.invalid/flows";
+const VISIBILITY: Duration = Duration::from_secs(30);
+const MAX_RECEIVES: u32 = 3;
+const DEADLINE: Duration = Duration::from_secs(2 * 3600);
+const REDRIVE_AT: Duration = Duration::from_secs(3 * 3600);
+const END_AT: Duration = Duration::from_secs(5 * 3600);
+const STRAY_CHILD: &str = "99999";
+
+/// What a child does when it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behavior {
+    /// Succeeds with its value.
+    Ok,
+    /// Fails for good: the pipeline rejects it to the DLQ.
+    Permanent,
+    /// Kills its process on every receive: SQS's redrive moves it to the DLQ.
+    Crash,
+}
+
+/// One flow of a seed.
+#[derive(Debug, Clone)]
+pub struct FlowSpec {
+    /// The policy.
+    pub policy: ChildFailurePolicy,
+    /// Each child's behavior until the redrive.
+    pub children: Vec<Behavior>,
+    /// The producer stops after sending this many children the first time.
+    pub partial: Option<usize>,
+    /// ... and sends the flow again at this time (else never).
+    pub resend_at: Option<Duration>,
+    /// At the redrive, failed children are fixed and moved back from the DLQ.
+    pub redriven: bool,
+}
+
+/// One seed's flows scenario.
+#[derive(Debug, Clone)]
+pub struct FlowScenario {
+    /// The seed.
+    pub seed: u64,
+    /// The flows.
+    pub flows: Vec<FlowSpec>,
+    /// Workers.
+    pub workers: usize,
+    /// Kills of a random live worker at these times.
+    pub kills: Vec<Duration>,
+    /// Flow-store outages: from, length.
+    pub outages: Vec<(Duration, Duration)>,
+    /// The chance that a flow-store write's answer is lost after it was made.
+    pub lost_answers: f64,
+    /// A message naming flow 0 with a child id it does not have.
+    pub stray: bool,
+    /// Flow 0's records are forgotten (expired) at this time.
+    pub forget_at: Option<Duration>,
+}
+
+impl FlowScenario {
+    /// The scenario of `seed`.
+    pub fn generate(seed: u64) -> Self {
+        let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0xf10f);
+        let policies = [
+            ChildFailurePolicy::FailParent,
+            ChildFailurePolicy::Ignore,
+            ChildFailurePolicy::RemoveDependency,
+            ChildFailurePolicy::ContinueParent,
+        ];
+        let flows = (0..rng.usize(1..4))
+            .map(|_| {
+                let count = rng.usize(2..7);
+                let children = (0..count)
+                    .map(|_| match rng.u8(0..20) {
+                        0 | 1 => Behavior::Permanent,
+                        2 => Behavior::Crash,
+                        _ => Behavior::Ok,
+                    })
+                    .collect();
+                let partial = (rng.u8(0..6) == 0).then(|| rng.usize(0..count));
+                let resend_at = partial
+                    .filter(|_| rng.bool())
+                    .map(|_| Duration::from_secs(rng.u64(60..1800)));
+                FlowSpec {
+                    policy: policies[rng.usize(0..policies.len())],
+                    children,
+                    partial,
+                    resend_at,
+                    redriven: rng.bool(),
+                }
+            })
+            .collect();
+        let kills = (0..rng.usize(0..3))
+            .map(|_| Duration::from_millis(rng.u64(0..600_000)))
+            .collect();
+        let outages = (0..rng.usize(0..3))
+            .map(|_| {
+                (
+                    Duration::from_millis(rng.u64(0..900_000)),
+                    Duration::from_millis(rng.u64(1_000..120_000)),
+                )
+            })
+            .collect();
+        Self {
+            seed,
+            flows,
+            workers: rng.usize(1..4),
+            kills,
+            outages,
+            lost_answers: if rng.bool() { rng.f64() * 0.2 } else { 0.0 },
+            stray: rng.u8(0..4) == 0,
+            forget_at: (rng.u8(0..8) == 0).then(|| Duration::from_millis(rng.u64(0..300_000))),
+        }
+    }
+}
+
+/// What a seed did, and what it broke.
+#[derive(Debug, Clone, Default)]
+pub struct FlowReport {
+    /// Broken invariants (empty: the run passed).
+    pub violations: Vec<String>,
+    /// Flows in the seed.
+    pub flows: usize,
+    /// Parent runs.
+    pub parent_runs: usize,
+    /// Flows swept past their deadline.
+    pub overdue: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ChildJob {
+    flow: usize,
+    child: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ParentJob {
+    flow: usize,
+}
+
+/// One parent run, as its handler saw it.
+#[derive(Debug, Clone)]
+struct ParentRun {
+    flow: usize,
+    at: Duration,
+    instance: String,
+    /// Child id → (output, failed, pending).
+    seen: BTreeMap<String, (Option<u64>, bool, bool)>,
+}
+
+/// The ground truth the handlers write.
+#[derive(Debug, Default)]
+struct Truth {
+    behaviors: HashMap<(usize, usize), Behavior>,
+    /// (flow, child) → when it first succeeded.
+    succeeded: HashMap<(usize, usize), Duration>,
+    parents: Vec<ParentRun>,
+    killed: BTreeSet<String>,
+}
+
+type Shared = Arc<Mutex<Truth>>;
+
+fn lock(truth: &Shared) -> std::sync::MutexGuard<'_, Truth> {
+    truth.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn value(flow: usize, child: usize) -> u64 {
+    (flow * 100 + child + 1) as u64
+}
+
+struct ChildHandler {
+    instance: Arc<Instance>,
+    truth: Shared,
+    origin: Instant,
+}
+
+impl Handler for ChildHandler {
+    type Job = ChildJob;
+    type Output = u64;
+    const JOB_TYPE: &'static str = "child";
+
+    async fn handle(&self, job: ChildJob, _ctx: Context) -> Result<u64, HandlerError> {
+        self.instance.alive().await;
+        let behavior = lock(&self.truth)
+            .behaviors
+            .get(&(job.flow, job.child))
+            .copied()
+            .unwrap_or(Behavior::Ok);
+        match behavior {
+            Behavior::Ok => {
+                let at = self.origin.elapsed();
+                lock(&self.truth)
+                    .succeeded
+                    .entry((job.flow, job.child))
+                    .or_insert(at);
+                Ok(value(job.flow, job.child))
+            }
+            Behavior::Permanent => Err(HandlerError::permanent(format!(
+                "child {} of flow {} fails for good",
+                job.child, job.flow
+            ))),
+            Behavior::Crash => {
+                self.instance.kill();
+                lock(&self.truth).killed.insert(self.instance.name().to_owned());
+                std::future::pending().await
+            }
+        }
+    }
+}
+
+struct ParentHandler {
+    instance: Arc<Instance>,
+    truth: Shared,
+    origin: Instant,
+}
+
+impl Handler for ParentHandler {
+    type Job = ParentJob;
+    type Output = u64;
+    const JOB_TYPE: &'static str = "parent";
+
+    async fn handle(&self, job: ParentJob, ctx: Context) -> Result<u64, HandlerError> {
+        self.instance.alive().await;
+        let seen = ctx
+            .flow_children()
+            .unwrap_or_default()
+            .iter()
+            .map(|child| {
+                let output = child.output.as_deref().and_then(|output| output.parse().ok());
+                (child.id.clone(), (output, child.error.is_some(), child.pending))
+            })
+            .collect();
+        lock(&self.truth).parents.push(ParentRun {
+            flow: job.flow,
+            at: self.origin.elapsed(),
+            instance: self.instance.name().to_owned(),
+            seen,
+        });
+        Ok(0)
+    }
+}
+
+/// The shared flow store with the seed's faults: outages refuse calls; a write's answer may be lost
+/// after the write was made.
+struct FaultyFlows {
+    inner: Arc<MemoryFlows>,
+    outages: Vec<(Duration, Duration)>,
+    lost: f64,
+    rng: Mutex<fastrand::Rng>,
+    origin: Instant,
+    /// Flow id → the notice message ids whose claim was granted.
+    granted: Mutex<HashMap<String, BTreeSet<String>>>,
+}
+
+impl FaultyFlows {
+    fn before(&self) -> Result<(), StoreError> {
+        let now = self.origin.elapsed();
+        if self
+            .outages
+            .iter()
+            .any(|(from, length)| now >= *from && now < *from + *length)
+        {
+            return Err(StoreError::Unavailable {
+                message: "sim: flow store outage".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn after<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        let lost = self.rng.lock().unwrap_or_else(PoisonError::into_inner).f64() < self.lost;
+        if lost && result.is_ok() {
+            return Err(StoreError::Unavailable {
+                message: "sim: the answer was lost".into(),
+            });
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl FlowStore for FaultyFlows {
+    async fn create_flow(&self, flow: &conveyor_core::port::NewFlow) -> Result<Created, StoreError> {
+        self.before()?;
+        self.inner.create_flow(flow).await
+    }
+    async fn child_finished(
+        &self,
+        flow_id: &str,
+        child_id: &str,
+        end: &ChildEnd,
+    ) -> Result<Count, StoreError> {
+        self.before()?;
+        let result = self.inner.child_finished(flow_id, child_id, end).await;
+        self.after(result)
+    }
+    async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.before()?;
+        let result = self.inner.mark_parent_sent(flow_id, at).await;
+        self.after(result)
+    }
+    async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.before()?;
+        let result = self.inner.mark_failure_sent(flow_id, at).await;
+        self.after(result)
+    }
+    async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {
+        self.before()?;
+        let result = self.inner.claim_failure_notice(flow_id, message_id).await;
+        if let Ok(true) = result {
+            let mut granted = self.granted.lock().unwrap_or_else(PoisonError::into_inner);
+            granted
+                .entry(flow_id.to_owned())
+                .or_default()
+                .insert(message_id.to_owned());
+        }
+        self.after(result)
+    }
+    async fn flow(&self, flow_id: &str) -> Result<Option<FlowState>, StoreError> {
+        self.before()?;
+        self.inner.flow(flow_id).await
+    }
+    async fn parent(&self, flow_id: &str) -> Result<Option<ParentMessage>, StoreError> {
+        self.before()?;
+        self.inner.parent(flow_id).await
+    }
+    async fn children(&self, flow_id: &str) -> Result<Vec<FlowChild>, StoreError> {
+        self.before()?;
+        self.inner.children(flow_id).await
+    }
+    async fn overdue(&self, now: SystemTime, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.before()?;
+        self.inner.overdue(now, limit).await
+    }
+    async fn close(&self, flow_id: &str) -> Result<(), StoreError> {
+        self.before()?;
+        self.inner.close(flow_id).await
+    }
+}
+
+/// Sends through one instance's queue (its calls hang once it is killed); optionally fails after a
+/// number of sends (a producer that stops half-way).
+struct SimSender {
+    queue: Arc<dyn Queue>,
+    left: Option<AtomicUsize>,
+}
+
+#[async_trait]
+impl FlowSender for SimSender {
+    async fn send_to(&self, _queue_url: &str, message: OutgoingMessage) -> Result<String, QueueError> {
+        if let Some(left) = &self.left
+            && left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+                .is_err()
+        {
+            return Err(QueueError::Unavailable {
+                message: "sim: the producer stopped".into(),
+            });
+        }
+        self.queue.send(message).await
+    }
+}
+
+struct World {
+    scenario: FlowScenario,
+    queue: Arc<MemoryQueue>,
+    dlq: Arc<MemoryQueue>,
+    flows: Arc<MemoryFlows>,
+    faulty: Arc<FaultyFlows>,
+    records: Arc<VirtualStore>,
+    sink: Arc<Sink>,
+    truth: Shared,
+    origin: Instant,
+}
+
+struct Running {
+    instance: Arc<Instance>,
+    graceful: CancellationToken,
+    handle: JoinHandle<Result<conveyor_worker::WorkerReport, conveyor_worker::WorkerError>>,
+}
+
+impl World {
+    fn instance(&self, name: String) -> Arc<Instance> {
+        Instance::new(
+            name,
+            self.scenario.seed,
+            Duration::from_millis(20),
+            Duration::from_millis(10),
+            Duration::ZERO,
+        )
+    }
+
+    fn queue_of(&self, instance: &Arc<Instance>) -> Arc<dyn Queue> {
+        Arc::new(InstanceQueue::new(
+            Arc::clone(&self.queue) as Arc<dyn Queue>,
+            Arc::clone(instance),
+            Arc::clone(&self.sink),
+        ))
+    }
+
+    fn flows_of(&self, instance: &Arc<Instance>) -> Flows {
+        Flows {
+            store: Arc::new(InstanceFlows {
+                inner: Arc::clone(&self.faulty),
+                instance: Arc::clone(instance),
+            }),
+            sender: Arc::new(SimSender {
+                queue: self.queue_of(instance),
+                left: None,
+            }),
+        }
+    }
+
+    fn start_worker(&self, index: usize) -> Option<Running> {
+        let instance = self.instance(format!("worker-{index}"));
+        let store: Arc<dyn IdempotencyStore> = Arc::new(InstanceStore::new(
+            Arc::new(SkewedStore::new(Arc::clone(&self.records), instance.skew())),
+            Arc::clone(&instance),
+        ));
+        let router = Router::new()
+            .route(ChildHandler {
+                instance: Arc::clone(&instance),
+                truth: Arc::clone(&self.truth),
+                origin: self.origin,
+            })
+            .route(ParentHandler {
+                instance: Arc::clone(&instance),
+                truth: Arc::clone(&self.truth),
+                origin: self.origin,
+            });
+        let pipeline = Pipeline::new(router)
+            .with_store(store)
+            .with_flows(self.flows_of(&instance));
+        let config = WorkerConfig::default()
+            .with_queues(vec![QueueConfig::new(URL)])
+            .with_max_in_flight(4)
+            .with_listen_addr(None);
+        let worker = Worker::new(config, pipeline, vec![self.queue_of(&instance)]).ok()?;
+        let graceful = CancellationToken::new();
+        let handle = tokio::spawn(worker.run_with(graceful.clone(), CancellationToken::new()));
+        Some(Running {
+            instance,
+            graceful,
+            handle,
+        })
+    }
+
+    fn flow_of(&self, index: usize) -> Flow {
+        let spec = &self.scenario.flows[index];
+        let mut flow = Flow::new(
+            flow_id(index),
+            NewJob::new("parent", ParentJob { flow: index }),
+            URL,
+        )
+        .on_child_failure(spec.policy)
+        .deadline(DEADLINE);
+        for child in 0..spec.children.len() {
+            flow = flow.child(NewJob::new("child", ChildJob { flow: index, child }), URL);
+        }
+        flow
+    }
+
+    async fn produce(&self, index: usize, stop_after: Option<usize>) {
+        let instance = self.instance(format!("producer-{index}"));
+        let sender = Arc::new(SimSender {
+            queue: self.queue_of(&instance),
+            left: stop_after.map(AtomicUsize::new),
+        });
+        let producer = FlowProducer::with_sender(sender, Arc::clone(&self.faulty) as Arc<dyn FlowStore>);
+        let flow = self.flow_of(index);
+        // A producer retries its own outage-failed sends (the same flow id); a deliberate stop is final.
+        for _ in 0..60 {
+            match producer.send(&flow).await {
+                Ok(_) => return,
+                Err(conveyor_sqs::FlowError::Send { .. }) if stop_after.is_some() => return,
+                Err(_) => tokio::time::sleep(Duration::from_secs(30)).await,
+            }
+        }
+    }
+}
+
+/// The flow store through one instance: a killed instance's calls hang.
+struct InstanceFlows {
+    inner: Arc<FaultyFlows>,
+    instance: Arc<Instance>,
+}
+
+#[async_trait]
+impl FlowStore for InstanceFlows {
+    async fn create_flow(&self, flow: &conveyor_core::port::NewFlow) -> Result<Created, StoreError> {
+        self.instance.alive().await;
+        self.inner.create_flow(flow).await
+    }
+    async fn child_finished(
+        &self,
+        flow_id: &str,
+        child_id: &str,
+        end: &ChildEnd,
+    ) -> Result<Count, StoreError> {
+        self.instance.alive().await;
+        self.inner.child_finished(flow_id, child_id, end).await
+    }
+    async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.instance.alive().await;
+        self.inner.mark_parent_sent(flow_id, at).await
+    }
+    async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.instance.alive().await;
+        self.inner.mark_failure_sent(flow_id, at).await
+    }
+    async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {
+        self.instance.alive().await;
+        self.inner.claim_failure_notice(flow_id, message_id).await
+    }
+    async fn flow(&self, flow_id: &str) -> Result<Option<FlowState>, StoreError> {
+        self.instance.alive().await;
+        self.inner.flow(flow_id).await
+    }
+    async fn parent(&self, flow_id: &str) -> Result<Option<ParentMessage>, StoreError> {
+        self.instance.alive().await;
+        self.inner.parent(flow_id).await
+    }
+    async fn children(&self, flow_id: &str) -> Result<Vec<FlowChild>, StoreError> {
+        self.instance.alive().await;
+        self.inner.children(flow_id).await
+    }
+    async fn overdue(&self, now: SystemTime, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.instance.alive().await;
+        self.inner.overdue(now, limit).await
+    }
+    async fn close(&self, flow_id: &str) -> Result<(), StoreError> {
+        self.instance.alive().await;
+        self.inner.close(flow_id).await
+    }
+}
+
+fn flow_id(index: usize) -> String {
+    format!("flow-{index}")
+}
+
+/// Runs the flows seed `seed` and checks its invariants.
+pub fn simulate_flows(seed: u64) -> FlowReport {
+    simulate_flow_scenario(&FlowScenario::generate(seed))
+}
+
+/// Runs `scenario` on a fresh paused runtime and checks its invariants.
+pub fn simulate_flow_scenario(scenario: &FlowScenario) -> FlowReport {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            return FlowReport {
+                violations: vec![format!("no runtime: {error}")],
+                ..FlowReport::default()
+            };
+        }
+    };
+    fastrand::seed(scenario.seed);
+    if std::env::var_os("FLOW_DEBUG").is_some() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter("conveyor_core=debug,conveyor_worker=info")
+            .with_writer(std::io::stderr)
+            .finish();
+        return tracing::subscriber::with_default(subscriber, || runtime.block_on(run(scenario.clone())));
+    }
+    runtime.block_on(run(scenario.clone()))
+}
+
+async fn run(scenario: FlowScenario) -> FlowReport {
+    let origin = Instant::now();
+    let wall = SystemTime::now();
+    let dlq = Arc::new(MemoryQueue::standard("flows-dlq"));
+    let queue = Arc::new(
+        MemoryQueue::standard("flows")
+            .with_visibility_timeout(VISIBILITY)
+            .with_dead_letter_queue(Arc::clone(&dlq), MAX_RECEIVES),
+    );
+    let records = Arc::new(VirtualStore::new(Arc::new(MemoryIdempotencyStore::new())));
+    let flows = Arc::new(MemoryFlows::new());
+    let faulty = Arc::new(FaultyFlows {
+        inner: Arc::clone(&flows),
+        outages: scenario.outages.clone(),
+        lost: scenario.lost_answers,
+        rng: Mutex::new(fastrand::Rng::with_seed(scenario.seed ^ 0x1057)),
+        origin,
+        granted: Mutex::default(),
+    });
+    let truth: Shared = Arc::default();
+    {
+        let mut truth = lock(&truth);
+        for (flow, spec) in scenario.flows.iter().enumerate() {
+            for (child, behavior) in spec.children.iter().enumerate() {
+                truth.behaviors.insert((flow, child), *behavior);
+            }
+        }
+    }
+    let world = Arc::new(World {
+        sink: Arc::new(Sink::new(Arc::clone(&records), Trace::new(false))),
+        scenario,
+        queue,
+        dlq,
+        flows,
+        faulty,
+        records,
+        truth,
+        origin,
+    });
+    let mut workers: Vec<Running> = (0..world.scenario.workers)
+        .filter_map(|index| world.start_worker(index))
+        .collect();
+    let mut started = workers.len();
+
+    for index in 0..world.scenario.flows.len() {
+        let world = Arc::clone(&world);
+        let spec = world.scenario.flows[index].clone();
+        tokio::spawn(async move {
+            world.produce(index, spec.partial).await;
+            if let Some(at) = spec.resend_at {
+                tokio::time::sleep_until(world.origin + at).await;
+                world.produce(index, None).await;
+            }
+        });
+    }
+    if world.scenario.stray {
+        let message = NewJob::new("child", ChildJob { flow: 0, child: 99 })
+            .key(format!("stray:{}", world.scenario.seed))
+            .to_message("flows");
+        if let Ok(mut message) = message {
+            message.attributes.insert(
+                conveyor_core::port::FLOW_CHILD_ATTRIBUTE.to_owned(),
+                conveyor_core::message::AttributeValue::string(format!("{}/{STRAY_CHILD}", flow_id(0))),
+            );
+            let _ = world.queue.send(message).await;
+        }
+    }
+
+    let mut kills = world.scenario.kills.clone();
+    kills.sort();
+    let mut forgotten = false;
+    let mut redriven = false;
+    let mut overdue = 0;
+    let sweep_records = SkewedStore::new(Arc::clone(&world.records), crate::clock::Skew::default());
+    let sweeper = Flows {
+        store: Arc::clone(&world.faulty) as Arc<dyn FlowStore>,
+        sender: Arc::new(SimSender {
+            queue: Arc::clone(&world.queue) as Arc<dyn Queue>,
+            left: None,
+        }),
+    };
+    let mut last_sweep = Duration::ZERO;
+    while origin.elapsed() < END_AT {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let now = origin.elapsed();
+        while kills.first().is_some_and(|at| *at <= now) {
+            kills.remove(0);
+            let live: Vec<usize> = (0..workers.len())
+                .filter(|index| !workers[*index].instance.is_dead())
+                .collect();
+            if let Some(index) = live.get((now.as_millis() as usize) % live.len().max(1)) {
+                let worker = &workers[*index];
+                worker.instance.kill();
+                worker.handle.abort();
+                lock(&world.truth)
+                    .killed
+                    .insert(worker.instance.name().to_owned());
+            }
+        }
+        // A dead process is replaced, as ECS replaces a task.
+        let dead = workers.iter().filter(|worker| worker.instance.is_dead()).count();
+        let live = workers.len() - dead;
+        for _ in live..world.scenario.workers {
+            if let Some(worker) = world.start_worker(started) {
+                workers.push(worker);
+            }
+            started += 1;
+        }
+        workers.retain(|worker| !worker.instance.is_dead());
+        if let Some(at) = world.scenario.forget_at
+            && now >= at
+            && !forgotten
+        {
+            world.flows.forget(&flow_id(0));
+            forgotten = true;
+        }
+        if now >= last_sweep + Duration::from_secs(60) {
+            last_sweep = now;
+            let virtual_now = wall + now;
+            if let Ok(report) = sweep_overdue_flows(&sweeper, &sweep_records, virtual_now).await {
+                overdue += report.overdue;
+            }
+        }
+        if now >= REDRIVE_AT && !redriven {
+            redriven = true;
+            redrive(&world).await;
+        }
+    }
+    for worker in &workers {
+        worker.graceful.cancel();
+    }
+    for worker in workers {
+        let _ = worker.handle.await;
+    }
+    let mut report = check(&world, forgotten, overdue);
+    if !report.violations.is_empty() && std::env::var_os("FLOW_DEBUG").is_some() {
+        for index in 0..world.scenario.flows.len() {
+            let head = world.flows.flow(&flow_id(index)).await;
+            let children = world.flows.children(&flow_id(index)).await;
+            report.violations.push(format!(
+                "flow {index}: {:?} {head:?} {children:?}",
+                world.scenario.flows[index]
+            ));
+        }
+        report.violations.push(format!(
+            "dlq: {:?}",
+            world
+                .dlq
+                .snapshot()
+                .iter()
+                .map(|m| (&m.body, &m.attributes))
+                .collect::<Vec<_>>()
+        ));
+    }
+    report
+}
+
+/// The operator fixes the failed children of the flows to redrive and moves their messages back.
+async fn redrive(world: &World) {
+    let chosen: BTreeSet<usize> = world
+        .scenario
+        .flows
+        .iter()
+        .enumerate()
+        .filter(|(_, spec)| spec.redriven)
+        .map(|(index, _)| index)
+        .collect();
+    {
+        let mut truth = lock(&world.truth);
+        for ((flow, _), behavior) in truth.behaviors.iter_mut() {
+            if chosen.contains(flow) {
+                *behavior = Behavior::Ok;
+            }
+        }
+    }
+    let Ok(messages) = world
+        .dlq
+        .receive_with_visibility(10, Duration::ZERO, Duration::from_secs(3600))
+        .await
+    else {
+        return;
+    };
+    let mut all = messages;
+    while let Ok(more) = world
+        .dlq
+        .receive_with_visibility(10, Duration::ZERO, Duration::from_secs(3600))
+        .await
+    {
+        if more.is_empty() {
+            break;
+        }
+        all.extend(more);
+    }
+    let mut moved = Vec::new();
+    let mut kept = Vec::new();
+    for message in all {
+        let child: Option<ChildJob> = serde_json::from_str(&message.body).ok();
+        let is_child = message
+            .string_attribute(conveyor_core::port::FLOW_CHILD_ATTRIBUTE)
+            .is_some();
+        match child {
+            Some(child) if is_child && chosen.contains(&child.flow) => {
+                let outgoing = OutgoingMessage {
+                    body: message.body.clone(),
+                    // StartMessageMoveTask keeps every attribute, the failure's included.
+                    attributes: message.attributes.clone(),
+                    delay: None,
+                    group_id: None,
+                    deduplication_id: None,
+                    trace_header: None,
+                };
+                let _ = world.queue.send(outgoing).await;
+                moved.push(message.receipt_handle.clone());
+            }
+            _ => kept.push(message.receipt_handle.clone()),
+        }
+    }
+    let _ = world.dlq.delete_batch(&moved).await;
+    let kept: Vec<conveyor_core::port::VisibilityChange> = kept
+        .into_iter()
+        .map(|receipt_handle| conveyor_core::port::VisibilityChange {
+            receipt_handle,
+            timeout: Duration::ZERO,
+        })
+        .collect();
+    let _ = world.dlq.change_visibility_batch(&kept).await;
+}
+
+fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
+    let truth = lock(&world.truth);
+    let mut violations = Vec::new();
+    if !world.queue.is_empty() {
+        violations.push(format!(
+            "{} messages left in the queue (deferred without end?)",
+            world.queue.len()
+        ));
+    }
+    let notices: Vec<String> = world
+        .dlq
+        .snapshot()
+        .iter()
+        .filter(|message| message.attributes.contains_key("conveyor.flow.failed"))
+        .filter_map(|message| {
+            let parent = message.attributes.get("conveyor.flow.parent")?;
+            parent.string_value.clone()
+        })
+        .collect();
+    for (index, spec) in world.scenario.flows.iter().enumerate() {
+        if forgotten && index == 0 {
+            continue;
+        }
+        let id = flow_id(index);
+        let runs: Vec<&ParentRun> = truth.parents.iter().filter(|run| run.flow == index).collect();
+        let excused = runs
+            .iter()
+            .take(runs.len().saturating_sub(1))
+            .all(|run| truth.killed.contains(&run.instance));
+        if runs.len() > 1 && !excused {
+            violations.push(format!("flow {index}: the parent ran {} times", runs.len()));
+        }
+        let unsent = spec.partial.is_some() && spec.resend_at.is_none();
+        let sent_children = match (spec.partial, unsent) {
+            (Some(count), true) => count,
+            _ => spec.children.len(),
+        };
+        let failing = spec
+            .children
+            .iter()
+            .enumerate()
+            .any(|(child, behavior)| *behavior != Behavior::Ok || child >= sent_children);
+        let resumed = spec.redriven && !unsent;
+        let notice_count = notices.iter().filter(|notice| **notice == id).count();
+        // A notice's DLQ copy may land twice (a process killed between the copy and the delete, the
+        // runtime's at-least-once window), but only one notice message may be granted.
+        let granted = world
+            .faulty
+            .granted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .map_or(0, BTreeSet::len);
+        if granted > 1 {
+            violations.push(format!("flow {index}: {granted} failure notices went to the DLQ"));
+        }
+        let expect_run = !failing || spec.policy != ChildFailurePolicy::FailParent || resumed;
+        if expect_run && runs.is_empty() {
+            violations.push(format!(
+                "flow {index} ({}; failing {failing}, unsent {unsent}, redriven {}) never ran its parent",
+                spec.policy.as_str(),
+                spec.redriven
+            ));
+        }
+        if !expect_run && !runs.is_empty() {
+            violations.push(format!("flow {index}: a failed FailParent flow ran its parent"));
+        }
+        if !expect_run && notice_count == 0 {
+            violations.push(format!(
+                "flow {index}: a failed FailParent flow left no failure notice in the DLQ"
+            ));
+        }
+        for run in &runs {
+            if spec.policy == ChildFailurePolicy::ContinueParent || run.at >= DEADLINE {
+                continue;
+            }
+            for child in 0..spec.children.len() {
+                let succeeded = truth.succeeded.get(&(index, child)).copied();
+                let key = format!("{child:05}");
+                let seen = run.seen.get(&key);
+                let waited =
+                    seen.is_some_and(|(output, failed, pending)| output.is_some() || *failed && !*pending);
+                let removed = spec.policy == ChildFailurePolicy::RemoveDependency && seen.is_none();
+                match succeeded {
+                    Some(at) if at <= run.at && seen.and_then(|seen| seen.0) != Some(value(index, child)) => {
+                        violations.push(format!(
+                            "flow {index}: the parent did not see child {child}'s output: {:?}",
+                            run.seen
+                        ));
+                    }
+                    Some(at) if at <= run.at => {}
+                    _ if spec.policy == ChildFailurePolicy::FailParent => violations.push(format!(
+                        "flow {index}: the parent ran at {:?} before child {child} succeeded",
+                        run.at
+                    )),
+                    _ if !(waited || removed) => violations.push(format!(
+                        "flow {index}: the parent ran at {:?} with child {child} unfinished",
+                        run.at
+                    )),
+                    _ => {}
+                }
+            }
+        }
+    }
+    if let Some(run) = truth
+        .parents
+        .iter()
+        .find(|run| run.seen.contains_key(STRAY_CHILD))
+    {
+        violations.push(format!("flow {}: a stray child was counted in it", run.flow));
+    }
+    FlowReport {
+        violations,
+        flows: world.scenario.flows.len(),
+        parent_runs: truth.parents.len(),
+        overdue,
+    }
+}
