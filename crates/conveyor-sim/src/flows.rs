@@ -895,6 +895,11 @@ fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
         if granted > 1 {
             violations.push(format!("flow {index}: {granted} failure notices went to the DLQ"));
         }
+        if notice_count > 1 && truth.killed.is_empty() {
+            violations.push(format!(
+                "flow {index}: {notice_count} failure notices in the DLQ and no process killed"
+            ));
+        }
         let expect_run = !failing || spec.policy != ChildFailurePolicy::FailParent || resumed;
         if expect_run && runs.is_empty() {
             violations.push(format!(
