@@ -243,6 +243,7 @@ mod tests {
             expires_at: now + Duration::from_secs(24 * 3600),
             validation: None,
             restart_runs: false,
+            last_attempt: false,
         }
     }
 
