@@ -501,9 +501,8 @@ impl Pipeline {
         if let (Some(store), Some(claim)) = (store, claim) {
             lease.take_claim();
             // A tracked job's new status (and its last progress report) rides on the settling write.
-            let change = reporter.map(|reporter| {
-                settled_change(job_type, &outcome, reporter.take(), origin.attempt, settings)
-            });
+            let change = reporter
+                .map(|reporter| settled_change(job_type, &outcome, reporter.take(), origin, settings));
             let settling = settle(
                 store.as_ref(),
                 &claim,
@@ -863,7 +862,7 @@ async fn spent(
     // A tracked claim wrote `running`: the release says `dead_lettered` again (nothing runs).
     let change = settings.tracked.then(|| {
         let outcome = Outcome::Reject(failure.clone());
-        settled_change(origin.handler, &outcome, None, origin.attempt, settings)
+        settled_change(origin.handler, &outcome, None, origin, settings)
     });
     let releasing = async {
         match &change {
@@ -903,19 +902,35 @@ fn check_tracking(router: &Router) -> Result<(), StoreError> {
 
 /// A tracked job's change for `outcome`: its status and error, the last progress report, and, for a
 /// final status, the record kept for the status retention.
+///
+/// # Design note: a rejection whose DLQ send fails
+///
+/// The release writes `dead_lettered` before the runtime sends the DLQ copy (the record is settled
+/// first, step 4 of the ordering above). If that send fails, the message stays and comes back. Were it
+/// claimed as any retry, the job would run again (`dead_lettered` → `running` → ...), and a status
+/// read in between would lie both ways. So a rejection also spends the runs (the record's run count
+/// becomes the redrive policy's `maxReceiveCount`, [`JobChange::spend_runs`]): the comeback's claim is
+/// over the budget and takes the "runs spent" row of the failure table: released as `dead_lettered`
+/// again, not run, and sent to the DLQ again (or moved there by SQS's redrive once its receives are
+/// spent). `dead_lettered` is then what happened: the job never runs again from this queue, and its
+/// message ends in the DLQ. A redrive back from the DLQ restarts the count and runs it, truthfully
+/// `running`.
 fn settled_change(
     job_type: &str,
     outcome: &Outcome,
     progress: Option<crate::tracking::Progress>,
-    attempt: u32,
+    origin: Origin<'_>,
     settings: &HandlerSettings,
 ) -> JobChange {
     let (status, error) = status_after(outcome);
-    let change = JobChange {
+    let mut change = JobChange {
         error,
         progress,
-        ..JobChange::now(job_type, status, attempt)
+        ..JobChange::now(job_type, status, origin.attempt)
     };
+    if status == JobStatus::DeadLettered {
+        change.spend_runs = origin.max_attempts;
+    }
     if status.is_final() {
         let until = change.at + settings.settled_record_ttl();
         return change.keep_until(until);

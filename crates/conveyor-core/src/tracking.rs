@@ -118,6 +118,10 @@ pub struct JobChange {
     /// for the status retention ([`HandlerSettings::status_retention`](crate::HandlerSettings)), a
     /// producer's `sent` marker for the job's delay plus that.
     pub keep_until: Option<SystemTime>,
+    /// A release that dead-letters the job sets the record's run count to this (the redrive
+    /// policy's `maxReceiveCount`): should the DLQ send fail and the message come back, its claim is
+    /// over the budget and the job is dead-lettered again without running.
+    pub spend_runs: Option<u32>,
 }
 
 impl JobChange {
@@ -131,6 +135,7 @@ impl JobChange {
             progress: None,
             at: SystemTime::now(),
             keep_until: None,
+            spend_runs: None,
         }
     }
 

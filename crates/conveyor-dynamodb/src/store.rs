@@ -493,6 +493,13 @@ impl DynamoStore {
                 .expression_attribute_names("#expiry", &names.expiration)
                 .expression_attribute_values(":expiry", number(epoch_secs(until)));
         }
+        if let Some(runs) = change.and_then(|change| change.spend_runs) {
+            // A rejection spends the runs: a comeback after a failed DLQ send is not run again.
+            set.push("#runs = :spent_runs".to_owned());
+            update = update
+                .expression_attribute_names("#runs", &names.runs)
+                .expression_attribute_values(":spent_runs", number(u64::from(runs)));
+        }
         let result = with_clauses(update, &clauses)
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&claim.key)))

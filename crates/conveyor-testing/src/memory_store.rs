@@ -299,6 +299,12 @@ impl MemoryIdempotencyStore {
                     record.expires_at = truncate_secs(until);
                 }
             }
+            if let Some(runs) = job_change.and_then(|change| change.spend_runs) {
+                self.runs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(claim.key.clone(), runs);
+            }
         };
         self.fenced_tracked(claim, false, release, job_change)
     }
