@@ -58,7 +58,7 @@ pub struct IdempotencyRecord {
     /// The fencing token of the claim that wrote it; absent on Powertools' records.
     pub token: Option<u64>,
     /// The claim that wrote it ran the message's last allowed receive ([`ClaimRequest::last_attempt`]);
-    /// a release clears it.
+    /// the next claim clears it (a release keeps it: the message's receives are spent either way).
     pub last_attempt: bool,
 }
 
@@ -68,11 +68,12 @@ pub const REDRIVE_REASON: &str = "the last attempt did not finish (crash, out of
 
 impl IdempotencyRecord {
     /// True when the record can only mean that SQS's redrive policy moved the job's message to its
-    /// DLQ: a claim on the last receive the redrive policy allows ([`Self::last_attempt`]), still in
-    /// progress (never completed nor released), with its lease over at `now`. The lease is the
-    /// message's visibility deadline, so the message became visible again with its receives spent:
-    /// SQS moves it on its next receive instead of delivering it. (A redrive back from the DLQ claims
-    /// the key again and clears this.)
+    /// DLQ: a claim on the last receive the redrive policy allows ([`Self::last_attempt`]), not
+    /// completed, with its lease over at `now` (lapsed, or ended by a release that put the message
+    /// back: a cancelled last run whose deferred copy could not be sent). The lease is the message's
+    /// visibility deadline, so the message became visible again with its receives spent: SQS moves
+    /// it on its next receive instead of delivering it. Any later claim (a deferred copy, a redrive
+    /// back from the DLQ) clears this. A job record already final is not changed by it.
     pub fn dead_lettered_by_redrive(&self, now: SystemTime) -> bool {
         self.last_attempt
             && self.status == RecordStatus::InProgress

@@ -13,6 +13,7 @@
 //! | `job_shard` | S | `<job type>#<shard>`: the index's partition key |
 //! | `job_sort` | S | `<status>#<job_changed, 13 digits>`: the index's sort key |
 //! | `job_sent_at`, `job_running_at`, ..., `job_cancelled_at` | N | the last time the job entered each status (epoch ms) |
+//! | `job_keep_until` | N | the tracked claim's expiry (epoch s): a lease extension keeps it as the expiry |
 //! | `last_attempt` | BOOL | set by a claim on the message's last allowed receive, removed by the release (see `conveyor_core::port::IdempotencyRecord::dead_lettered_by_redrive`) |
 //!
 //! Powertools reads none of these and writes none of them, so a shared table stays readable by it.
@@ -63,6 +64,8 @@ pub const JOB_SHARD: &str = "job_shard";
 pub const JOB_SORT: &str = "job_sort";
 /// The old index's partition key (`<type>#<status>`), removed by every tracked write.
 const LEGACY_JOB_INDEX: &str = "job_index";
+/// A tracked claim's expiry (epoch seconds), which lease extensions keep instead of shortening it.
+pub const JOB_KEEP_UNTIL: &str = "job_keep_until";
 /// Set on the record by a claim on the message's last allowed receive.
 pub const LAST_ATTEMPT: &str = "last_attempt";
 

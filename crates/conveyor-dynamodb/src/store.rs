@@ -408,6 +408,11 @@ impl DynamoStore {
             }
             None => remove.push("#validation".to_owned()),
         }
+        if change.is_some() {
+            // A tracked record keeps its expiry through lease extensions (see `extend_lease`).
+            set.push("#keep = :expiry".to_owned());
+            update = update.expression_attribute_names("#keep", jobs::JOB_KEEP_UNTIL);
+        }
         let clauses = change
             .map(|change| jobs::change_clauses(&request.key, change))
             .unwrap_or_default();
@@ -479,8 +484,9 @@ impl DynamoStore {
             .map(|change| jobs::change_clauses(&claim.key, change))
             .unwrap_or_default();
         // The record stays, with its lease ended and its token moved past ours: the key is claimable at
-        // once, the counters keep counting, and a late extend or complete of ours is fenced. The run
-        // settled, so it is no longer one SQS's redrive could take (`last_attempt` goes); a final
+        // once, the counters keep counting, and a late extend or complete of ours is fenced.
+        // `last_attempt` stays: a message whose receives are spent is moved by SQS's redrive unless
+        // the runtime deletes it (a DLQ send, a deferred copy), and the next claim clears it. A final
         // status keeps the record for the status retention.
         let mut set = vec![
             "#in_progress_expiry = :released".to_owned(),
@@ -503,8 +509,7 @@ impl DynamoStore {
         let result = with_clauses(update, &clauses)
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&claim.key)))
-            .update_expression(clauses.expression(set, vec!["#last_attempt".to_owned()]))
-            .expression_attribute_names("#last_attempt", jobs::LAST_ATTEMPT)
+            .update_expression(clauses.expression(set, Vec::new()))
             .condition_expression(TOKEN_CONDITION)
             .expression_attribute_names("#token", &names.fencing_token)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
@@ -603,7 +608,12 @@ impl IdempotencyStore for DynamoStore {
         let update = self
             .client
             .update_item()
-            .update_expression("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
+            // A tracked record's expiry (its status retention, `job_keep_until`) never shrinks to the
+            // lease's: a run SQS's redrive takes must still say so days later.
+            .update_expression(
+                "SET #in_progress_expiry = :in_progress_expiry, #expiry = if_not_exists(#keep, :expiry)",
+            )
+            .expression_attribute_names("#keep", jobs::JOB_KEEP_UNTIL)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
             .expression_attribute_names("#expiry", &names.expiration)
             .expression_attribute_values(":expiry", number(epoch_secs(lease_until + EXPIRY_PAST_LEASE)))

@@ -403,7 +403,7 @@ async fn release_ends_the_lease_and_moves_the_token_under_the_token_condition() 
     assert_eq!(input.condition_expression(), Some("#token = :token"));
     assert_eq!(
         input.update_expression(),
-        Some("SET #in_progress_expiry = :released, #token = #token + :one REMOVE #last_attempt")
+        Some("SET #in_progress_expiry = :released, #token = #token + :one")
     );
     assert_eq!(
         names_of(input.expression_attribute_names()),
@@ -413,7 +413,6 @@ async fn release_ends_the_lease_and_moves_the_token_under_the_token_condition() 
                 "#in_progress_expiry".to_owned(),
                 "in_progress_expiration".to_owned()
             ),
-            ("#last_attempt".to_owned(), "last_attempt".to_owned()),
         ])
     );
     let values = input.expression_attribute_values().unwrap();
@@ -443,7 +442,7 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     let input = &seen[0];
     assert_eq!(
         input.update_expression(),
-        Some("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
+        Some("SET #in_progress_expiry = :in_progress_expiry, #expiry = if_not_exists(#keep, :expiry)")
     );
     assert_eq!(
         input.condition_expression(),
@@ -454,6 +453,10 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     assert_eq!(names["#expiry"], "expiration");
     assert_eq!(names["#token"], "fence");
     assert_eq!(names["#status"], "status");
+    assert_eq!(
+        names["#keep"], "job_keep_until",
+        "a tracked record keeps its status retention"
+    );
     let values = input.expression_attribute_values().unwrap();
     assert_eq!(n(&values[":in_progress_expiry"]), 1_795_961_180_693);
     assert_eq!(

@@ -294,7 +294,6 @@ impl MemoryIdempotencyStore {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.lease_until = Some(UNIX_EPOCH);
                 record.token = Some(claim.token.saturating_add(1));
-                record.last_attempt = false;
                 if let Some(until) = job_change.and_then(|change| change.keep_until) {
                     record.expires_at = truncate_secs(until);
                 }
@@ -360,7 +359,14 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         self.fenced(claim, true, |records| {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.lease_until = Some(truncate_millis(lease_until));
-                record.expires_at = truncate_secs(lease_until + EXPIRY_PAST_LEASE);
+                let past_lease = truncate_secs(lease_until + EXPIRY_PAST_LEASE);
+                // A tracked record keeps its claim's expiry (its status retention), as DynamoDB's
+                // `if_not_exists(job_keep_until, ...)` does.
+                record.expires_at = if self.jobs().contains_key(&claim.key) {
+                    record.expires_at.max(past_lease)
+                } else {
+                    past_lease
+                };
             }
         })
     }
