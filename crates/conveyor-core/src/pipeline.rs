@@ -281,7 +281,8 @@ impl Pipeline {
     /// denied) carries what to fix. An outage is not a configuration error: it is logged and `Ok`, and
     /// jobs defer until the store answers. `Ok` without a store, or when no handler is idempotent.
     ///
-    /// It also refuses a tracked handler with the Powertools key style ([`check_tracking`]).
+    /// It also refuses a tracked handler with the Powertools key style: `send_tracked` cannot know the
+    /// consumer's Powertools key, and Powertools consumers sharing the records write no status.
     pub async fn check_store(&self) -> Result<(), StoreError> {
         let Some(store) = &self.store else {
             return Ok(());

@@ -25,7 +25,7 @@
 //! an index partition, and with it the base table's writes); a job stays on its shard for life. The
 //! sort key starts with the status, so `jobs list --status S` is one `Query` per shard
 //! (`begins_with(job_sort, "S#")`, newest first) and every status is one `Query` per shard, merged
-//! newest first. The index projects only [`JOBS_INDEX_PROJECTION`]: a progress report, a lease
+//! newest first. The index projects only [`JOBS_INDEX_PROJECTION`](crate::defaults::JOBS_INDEX_PROJECTION): a progress report, a lease
 //! extension or the output writes no index entry; a status change writes one.
 //! Every tracked write also removes `job_index`, the old `conveyor-jobs` index's key, so that index (on
 //! a table not yet migrated) drops the item rather than show a stale status.
