@@ -113,6 +113,7 @@ pub async fn cancel(
         expires_at: now + CANCEL_RECORD_TTL,
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     };
     let claim = match store.claim(&request).await? {
         ClaimOutcome::Acquired(claim) => claim,

@@ -64,7 +64,7 @@ pub mod port {
     };
     pub use crate::idempotency::{
         Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore,
-        RecordStatus, StoreError, idempotency_key, next_token, payload_hash,
+        REDRIVE_REASON, RecordStatus, StoreError, idempotency_key, next_token, payload_hash,
     };
     pub use crate::payload::{
         LEGACY_SIZE_ATTRIBUTE, PayloadError, PayloadPointer, PayloadStore, PointerError, ResolveError,
@@ -87,7 +87,7 @@ pub mod runtime {
     pub use crate::defaults::{
         CLOCK_SKEW_ALLOWANCE, DRAIN_DEADLINE, ECS_STOP_TIMEOUT_SECS, IDEMPOTENCY_RECORD_TTL,
         LAMBDA_VISIBILITY_RATIO, MAX_RECEIVE_COUNT, MIN_VISIBILITY_TIMEOUT, QUEUE_VISIBILITY_TIMEOUT_SECS,
-        SHUTDOWN_RESERVE,
+        SHUTDOWN_RESERVE, STATUS_RETENTION,
     };
     pub use crate::deferral::{DeferralError, deferred_copy, retried_copy};
     pub use crate::delay::{Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value};

@@ -282,10 +282,14 @@ impl Pipeline {
     /// start against a store it cannot use: `Err(Misconfigured)` (a table that does not exist, access
     /// denied) carries what to fix. An outage is not a configuration error: it is logged and `Ok`, and
     /// jobs defer until the store answers. `Ok` without a store, or when no handler is idempotent.
+    ///
+    /// It also refuses a tracked handler with the Powertools key style: `send_tracked` cannot know the
+    /// consumer's Powertools key, and Powertools consumers sharing the records write no status.
     pub async fn check_store(&self) -> Result<(), StoreError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
+        check_tracking(&self.router)?;
         if !self
             .router
             .settings()
@@ -432,7 +436,16 @@ impl Pipeline {
         if let (Some(store), Some(claim), Some(max)) = (store, &claim, max_attempts)
             && claim.run > max
         {
-            let failure = spent(store.as_ref(), claim, lease, origin, max, settle_deadline).await;
+            let failure = spent(
+                store.as_ref(),
+                claim,
+                lease,
+                origin,
+                max,
+                settle_deadline,
+                settings,
+            )
+            .await;
             return Processed::not_run(Outcome::Reject(failure), Some(job_type));
         }
 
@@ -484,14 +497,8 @@ impl Pipeline {
         if let (Some(store), Some(claim)) = (store, claim) {
             lease.take_claim();
             // A tracked job's new status (and its last progress report) rides on the settling write.
-            let change = reporter.map(|reporter| {
-                let (status, error) = status_after(&outcome);
-                JobChange {
-                    error,
-                    progress: reporter.take(),
-                    ..JobChange::now(job_type, status, origin.attempt)
-                }
-            });
+            let change = reporter
+                .map(|reporter| settled_change(job_type, &outcome, reporter.take(), origin, settings));
             let settling = settle(
                 store.as_ref(),
                 &claim,
@@ -642,12 +649,16 @@ async fn claim(
         key,
         lease_until,
         // The in-progress record outlives its lease (as each extension keeps it), however short
-        // `record_ttl` is: an expired record is free to every claimant, Powertools' included.
-        expires_at: (now + settings.record_ttl).max(lease_until + EXPIRY_PAST_LEASE),
+        // `record_ttl` is: an expired record is free to every claimant, Powertools' included. A
+        // tracked one lasts the status retention: a run SQS's redrive takes is never settled, and its
+        // record is what says so.
+        expires_at: (now + settings.settled_record_ttl()).max(lease_until + EXPIRY_PAST_LEASE),
         validation: settings
             .validate_payload
             .then(|| settings.key_style.validation(message)),
         restart_runs: came_back_from_a_dlq(message) && !lease.claimed_before(),
+        // SQS's redrive moves the message if this receive does not settle: the record says so.
+        last_attempt: origin.max_attempts.is_some_and(|max| origin.attempt >= max),
     };
     let claiming = async {
         if !settings.tracked {
@@ -834,11 +845,9 @@ async fn spent(
     origin: Origin<'_>,
     max: u32,
     settle_deadline: Option<Instant>,
+    settings: &HandlerSettings,
 ) -> Failure {
     lease.take_claim();
-    if bounded(settle_deadline, store.release(claim)).await.is_err() {
-        tracing::warn!(key = %claim.key, "releasing the claim did not finish before the deadline; it lapses with its lease");
-    }
     let error = format!(
         "not run again: its {max} allowed runs are spent (this would be run {}); the last one's move to the \
          DLQ did not land, so the message came back",
@@ -847,7 +856,83 @@ async fn spent(
     tracing::warn!(key = %claim.key, run = claim.run, max, "runs spent; dead-lettering without running");
     let mut failure = Failure::now(error, origin.attempt, origin.queue, origin.handler);
     failure.retries_exhausted = true;
+    // A tracked claim wrote `running`: the release says `dead_lettered` again (nothing runs).
+    let change = settings.tracked.then(|| {
+        let outcome = Outcome::Reject(failure.clone());
+        settled_change(origin.handler, &outcome, None, origin, settings)
+    });
+    let releasing = async {
+        match &change {
+            Some(change) => store.release_tracked(claim, change).await,
+            None => store.release(claim).await,
+        }
+    };
+    if bounded(settle_deadline, releasing).await.is_err() {
+        tracing::warn!(key = %claim.key, "releasing the claim did not finish before the deadline; it lapses with its lease");
+    }
     failure
+}
+
+/// Refuses a tracked handler ([`HandlerSettings::tracked`]) with the Powertools key style: its
+/// records are keyed as a Powertools consumer keys them (function name and a hash of the body), which
+/// a producer's `send_tracked` cannot know, and the Powertools consumers sharing those records write
+/// no status, so `jobs show` would lie for every job they run.
+fn check_tracking(router: &Router) -> Result<(), StoreError> {
+    for (job_type, settings) in router.settings() {
+        if settings.tracked
+            && settings.idempotent
+            && matches!(settings.key_style, crate::KeyStyle::Powertools(_))
+        {
+            return Err(StoreError::Misconfigured {
+                message: format!(
+                    "job type {job_type} is tracked (HandlerSettings::tracked) with the Powertools key style: a \
+                     producer's send_tracked writes the sent status under Conveyor's key, which this consumer \
+                     never claims, and Powertools consumers sharing the records write no status. Keep the \
+                     Conveyor key style for tracked jobs (deduplicating with a Powertools consumer needs the \
+                     Powertools style: track those jobs from the Powertools side, or not at all)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A tracked job's change for `outcome`: its status and error, the last progress report, and, for a
+/// final status, the record kept for the status retention.
+///
+/// # Design note: a rejection whose DLQ send fails
+///
+/// The release writes `dead_lettered` before the runtime sends the DLQ copy (the record is settled
+/// first, step 4 of the ordering above). If that send fails, the message stays and comes back. Were it
+/// claimed as any retry, the job would run again (`dead_lettered` → `running` → ...), and a status
+/// read in between would lie both ways. So a rejection also spends the runs (the record's run count
+/// becomes the redrive policy's `maxReceiveCount`, [`JobChange::spend_runs`]): the comeback's claim is
+/// over the budget and takes the "runs spent" row of the failure table: released as `dead_lettered`
+/// again, not run, and sent to the DLQ again (or moved there by SQS's redrive once its receives are
+/// spent). `dead_lettered` is then what happened: the job never runs again from this queue, and its
+/// message ends in the DLQ. A redrive back from the DLQ restarts the count and runs it, truthfully
+/// `running`.
+fn settled_change(
+    job_type: &str,
+    outcome: &Outcome,
+    progress: Option<crate::tracking::Progress>,
+    origin: Origin<'_>,
+    settings: &HandlerSettings,
+) -> JobChange {
+    let (status, error) = status_after(outcome);
+    let mut change = JobChange {
+        error,
+        progress,
+        ..JobChange::now(job_type, status, origin.attempt)
+    };
+    if status == JobStatus::DeadLettered {
+        change.spend_runs = origin.max_attempts;
+    }
+    if status.is_final() {
+        let until = change.at + settings.settled_record_ttl();
+        return change.keep_until(until);
+    }
+    change
 }
 
 /// A DLQ copy moved back to its queue (a redrive): it carries the failure that sent it there, it is
@@ -894,7 +979,7 @@ async fn settle(
         }
         return;
     }
-    let expires_at = SystemTime::now() + settings.record_ttl;
+    let expires_at = SystemTime::now() + settings.settled_record_ttl();
     let complete = |output| async move {
         match change {
             Some(change) => store.complete_tracked(claim, output, expires_at, change).await,

@@ -22,7 +22,7 @@ pub const CONSUMER_TABLE: &[(&str, &str)] = &[
 pub const PRODUCER_TABLE: &[(&str, &str)] = &[("update_item", "dynamodb:UpdateItem")];
 
 /// What an operator's commands call on the idempotency table: `conveyor jobs show|watch` read a
-/// record (`GetItem`), `conveyor jobs list` queries the `conveyor-jobs` index (`Query`, granted on
+/// record (`GetItem`), `conveyor jobs list` queries the `conveyor-jobs-sharded` index (`Query`, granted on
 /// the index), and `conveyor schedules pause|resume|trigger` and cancelling a job write (`UpdateItem`).
 /// The table module's `operator_policy_json` grants exactly this.
 pub const OPERATOR_TABLE: &[(&str, &str)] = &[

@@ -903,7 +903,15 @@ impl BatchProcessor {
         // delete did not): the pipeline needs the budget before it runs one more, so the queue is
         // resolved for it (cached per execution environment). A first delivery learns it below, only
         // when the outcome needs the queue.
-        let max_attempts = if message.attempt() > 1 {
+        // A tracked job's status is settled by the pipeline: it must know the last attempt (a
+        // first delivery's run rejected there says `dead_lettered`, not `retrying`).
+        let tracked = self
+            .pipeline
+            .router()
+            .settings()
+            .iter()
+            .any(|(_, settings)| settings.tracked);
+        let max_attempts = if message.attempt() > 1 || tracked {
             lane.queue.get().await.and_then(|queue| queue.max_receive_count())
         } else {
             lane.queue.known_max_receive_count()

@@ -217,7 +217,7 @@ impl<J: Serialize> NewJob<J> {
     }
 
     /// The delay asked for, counted from `now`.
-    fn delay_from(&self, now: SystemTime) -> Option<Duration> {
+    pub(crate) fn delay_from(&self, now: SystemTime) -> Option<Duration> {
         match self.deliver_at {
             Some(time) => Some(time.duration_since(now).unwrap_or_default()),
             None => self.delay,

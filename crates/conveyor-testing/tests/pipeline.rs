@@ -322,6 +322,7 @@ async fn a_completed_key_is_acked_as_duplicate_with_the_stored_output() {
         output: Some("{\"n\":3,\"earlier\":true}".to_owned()),
         validation: None,
         token: Some(1),
+        last_attempt: false,
     });
     let (processed, _) = fixture.process(&message).await;
     assert_eq!(processed.outcome, Outcome::Ack(AckReason::Duplicate));
@@ -343,6 +344,7 @@ async fn in_progress_elsewhere_defers_until_the_other_lease_ends() {
         output: None,
         validation: None,
         token: Some(2),
+        last_attempt: false,
     });
     let (processed, _) = fixture.process(&message).await;
     let delay = defer_delay(&processed);
@@ -379,6 +381,7 @@ async fn same_key_with_another_payload_is_rejected() {
         output: Some("null".to_owned()),
         validation: Some(payload_hash("{\"n\":6}")),
         token: Some(1),
+        last_attempt: false,
     });
     let (processed, _) = fixture.process(&message).await;
     assert_reject(&processed, "different payload");
@@ -528,6 +531,7 @@ async fn complete_fenced_after_a_takeover_still_acks_and_keeps_the_new_claim() {
                 for record in store.records() {
                     store.insert(IdempotencyRecord {
                         token: Some(99),
+                        last_attempt: false,
                         ..record
                     });
                 }
