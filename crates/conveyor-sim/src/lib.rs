@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod clock;
+pub mod delays;
 pub mod handler;
 pub mod io;
 pub mod lambda;
