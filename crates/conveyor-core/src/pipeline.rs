@@ -26,7 +26,8 @@
 //! | pointer, but the object is missing | `Ack(Duplicate)` when the key's record says completed (a redelivery after the object was deleted); else `Reject` naming bucket and key | the payload is gone for good; nothing ran |
 //! | pointer, but the payload store is unreachable or refuses (access, bucket) | `Defer` (no receive spent), handler not run | as a store outage: never dead-letters a job |
 //! | pointer, but no payload store configured, or a marked body that is not a pointer | `Retry` (backoff), `Reject` at the last attempt / `Reject` | a consumer deploy with the store fixes the first; the second is poison input |
-//! | job succeeded and its message was deleted | the runtime deletes the object ([`Pipeline::discard_payload`]), unless kept | never before the delete: a redelivery would find no payload |
+//! | job succeeded and its message was deleted | the runtime deletes the object ([`Pipeline::discard_payload`]) when the claim completed (idempotent handler with a store), unless kept; never for a duplicate or a cancel | never before the delete; a redelivery of any copy finds the completed record |
+//! | a copy of a pointer message is about to be made (hop, deferral, DLQ) | the object is touched first (lifecycle restarts), a failed touch logged | the object outlives every copy ([`crate::payload`]) |
 //! | body is a Conveyor envelope without attributes ([`crate::envelope`]) | opened: header → attributes, payload → body, then as any message | plain bodies are left alone |
 //! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
 //! | delayed job cancelled ([`crate::delay::cancel`]): first sent before the key's cancel marker | `Ack(Cancelled)` without running, logged, checked before the due check (so it stops hopping) | the producer asked for it; a job sent after the cancel runs |
@@ -248,12 +249,20 @@ impl Pipeline {
     }
 
     /// True when the runtime must call [`Pipeline::discard_payload`] once `message`'s delete after a
-    /// success is confirmed: it carries a pointer and objects are deleted after success.
+    /// success (`Ack(Completed)`, never a duplicate or a cancel) is confirmed: it carries a pointer,
+    /// objects are deleted after success, and its handler is idempotent with a store (the completed
+    /// record answers for every other copy).
     pub fn discards_payload_of(&self, message: &Message) -> bool {
         self.payloads
             .as_ref()
             .is_some_and(|payloads| payloads.delete_after_success)
             && matches!(PayloadPointer::of(message), Some(Ok(_)))
+            // Only a completed claim makes every other copy a duplicate that needs no object.
+            && self.store.is_some()
+            && self
+                .router
+                .handler_for(message)
+                .is_ok_and(|handler| handler.settings().idempotent)
     }
 
     /// Deletes the payload object of `message` (the original, pointer-carrying one) after its job
@@ -329,7 +338,32 @@ impl Pipeline {
         budget: Budget,
     ) -> Processed {
         let processed = self.run_message(Arc::clone(&message), queue, lease, budget).await;
-        self.after_flow_child(&message, processed).await
+        let processed = self.after_flow_child(&message, processed).await;
+        self.keep_payload(&message, &processed.outcome).await;
+        processed
+    }
+
+    /// Touches the large-payload object of `message` before the runtime sends a new message pointing
+    /// at it (a DLQ copy always; a hop or deferred copy once per `touch_every`), so the object outlives
+    /// every copy (see `crate::payload`'s design note).
+    async fn keep_payload(&self, message: &Message, outcome: &Outcome) {
+        let Some(payloads) = &self.payloads else {
+            return;
+        };
+        let copied = match outcome {
+            Outcome::Reject(_) => true,
+            Outcome::Defer { .. } => crate::payload::touch_due(message, (self.clock)(), payloads.touch_every),
+            _ => false,
+        };
+        let Some(Ok(pointer)) = PayloadPointer::of(message).filter(|_| copied) else {
+            return;
+        };
+        match payloads.store.touch(&pointer.bucket, &pointer.key).await {
+            Ok(()) => tracing::debug!(%pointer, "payload object touched before a copy"),
+            Err(error) => {
+                tracing::warn!(%error, %pointer, "could not touch the payload object; it expires from its last touch");
+            }
+        }
     }
 
     async fn run_message(

@@ -663,15 +663,17 @@ impl BatchProcessor {
         }
     }
 
-    /// Deletes the large-payload objects of the jobs that succeeded (acknowledged messages), before the
-    /// response: the event source mapping deletes their messages after it, which this function cannot
-    /// observe. If the response is lost the messages come back without their objects; an idempotent
-    /// job's completed record then acknowledges them as duplicates (see `conveyor-core/src/pipeline.rs`).
+    /// Deletes the large-payload objects of the jobs done for good: completed claims of idempotent
+    /// handlers ([`Pipeline::discards_payload_of`]), never a duplicate's or a cancelled copy's (another
+    /// copy may still point at the object). It runs before the response, so before the event source
+    /// mapping deletes the messages; that is safe only because the completed record answers for every
+    /// copy that comes back (acknowledged as a duplicate without its object). Anything else is left to
+    /// the bucket's lifecycle rule.
     async fn discard_payloads(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let discards = results
             .iter()
             .flat_map(|(_, lane_results)| lane_results)
-            .filter(|result| matches!(result.settled, Settled::Acked(_)))
+            .filter(|result| matches!(result.settled, Settled::Acked(AckReason::Completed)))
             .filter(|result| self.pipeline.discards_payload_of(&result.message))
             .map(|result| self.pipeline.discard_payload(&result.message));
         if tokio::time::timeout_at(settle_by, futures_util::future::join_all(discards))

@@ -1,7 +1,7 @@
 //! Long delays and cancel under faults: the real [`Worker`] and [`Pipeline`] over the in-memory queue
 //! (SQS's receive counts, redrive and delays) and idempotency store, on tokio's paused clock.
 //!
-//! A seed draws delayed jobs (up to 40 minutes on a 1-minute hop: the proportions of 10 hours on SQS's 15-minute hop), some keys cancelled before they
+//! A seed draws delayed jobs (up to 50 minutes on a 1-minute hop: the proportions of 12 hours on SQS's 15-minute hop), some keys cancelled before they
 //! are due and some of those sent again with the same key after the cancel, one of the two key styles
 //! (Conveyor's, Powertools' on the producer key), and faults: `SendMessage` outages (hours long), and
 //! deletes that are lost after the send succeeded (a crash between a hop's copy and its delete, which
@@ -10,7 +10,9 @@
 //! Invariants after every run: a job sent before its key's cancel never runs, and a job sent after it
 //! does; every other job runs; none runs before it is due; none runs twice; nothing reaches the DLQ
 //! (no job here fails: a hop that spends receives would take it there); a cancelled job stops hopping
-//! (no copy of it is sent more than one hop after the cancel).
+//! (no copy of it is sent more than one hop after the cancel). Half the jobs go through the claim
+//! check, in a payload store whose objects expire a while after they were last written or touched
+//! (the bucket's lifecycle rule): no copy of a job not yet done points at a gone object.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,13 +21,13 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use conveyor_core::message::{AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE, Message, ReceiptHandle};
 use conveyor_core::port::{
-    DeadLetter, EntryFailure, IdempotencyStore, OutgoingMessage, Queue, QueueDepth, QueueError,
-    VisibilityChange,
+    DeadLetter, EntryFailure, IdempotencyStore, OutgoingMessage, PayloadError, PayloadPointer, PayloadStore,
+    Queue, QueueDepth, QueueError, VisibilityChange, size_attribute,
 };
 use conveyor_core::runtime::{DUE_ATTRIBUTE, Failure, cancel_at, due_value};
 use conveyor_core::{
-    Context, Handler, HandlerError, HandlerSettings, KeySource, KeyStyle, Pipeline, PowertoolsFlavor,
-    PowertoolsKey, Router,
+    Context, Handler, HandlerError, HandlerSettings, KeySource, KeyStyle, Payloads, Pipeline,
+    PowertoolsFlavor, PowertoolsKey, Router,
 };
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue};
 use conveyor_worker::Worker;
@@ -37,6 +39,14 @@ use tokio_util::sync::CancellationToken;
 /// The longest hop: SQS's is 15 minutes; the simulation shortens it (with the delays, in proportion)
 /// through the pipeline's test hook, so a seed's virtual hours stay few while the hops stay many.
 const HOP: Duration = Duration::from_secs(60);
+/// How long an object lives after it was last written or touched (the lifecycle rule's 15 days): longer
+/// than the longest send outage plus a touch period and a hop (a message held through an outage is not
+/// touched), shorter than the longest delays, as 15 days are shorter than a delay plus a DLQ stay.
+const OBJECT_LIFE: Duration = Duration::from_secs(36 * 60);
+/// How often a hopping job touches its object (a day on SQS's scale).
+const TOUCH_EVERY: Duration = Duration::from_secs(4 * 60);
+/// The payload bucket.
+const BUCKET: &str = "payloads";
 /// The redrive policy's `maxReceiveCount`.
 const MAX_RECEIVES: u32 = 5;
 /// The job type.
@@ -53,6 +63,8 @@ pub struct DelayedJob {
     pub sent: Duration,
     /// How long after its send it is due.
     pub delay: Duration,
+    /// Sent through the claim check: its body is an object in the payload store.
+    pub large: bool,
 }
 
 impl DelayedJob {
@@ -87,13 +99,14 @@ impl DelayScenario {
         let mut cancels = Vec::new();
         for id in 0..count {
             let sent = Duration::from_secs(rng.u64(0..600));
-            let delay = Duration::from_secs(rng.u64(5..40 * 60));
+            let delay = Duration::from_secs(rng.u64(5..50 * 60));
             let key = format!("report:{id}");
             let job = DelayedJob {
                 id,
                 key: key.clone(),
                 sent,
                 delay,
+                large: rng.bool(),
             };
             // A third of the keys are cancelled a while before they are due; half of those are sent
             // again after the cancel, with the same key.
@@ -106,12 +119,13 @@ impl DelayScenario {
                         key: key.clone(),
                         sent: at + Duration::from_secs(rng.u64(1..600)),
                         delay: Duration::from_secs(rng.u64(5..30 * 60)),
+                        large: rng.bool(),
                     });
                 }
             }
             jobs.push(job);
         }
-        let send_outages = (0..rng.usize(0..3))
+        let send_outages = (0..rng.usize(0..2))
             .map(|_| {
                 (
                     Duration::from_secs(rng.u64(0..30 * 60)),
@@ -124,7 +138,7 @@ impl DelayScenario {
             jobs,
             cancels,
             send_outages,
-            lost_deletes: if rng.bool() { rng.f64() * 0.15 } else { 0.0 },
+            lost_deletes: if rng.bool() { rng.f64() * 0.04 } else { 0.0 },
             powertools_keys: rng.bool(),
         }
     }
@@ -203,6 +217,8 @@ struct Log {
     sends: Vec<(u32, Duration)>,
     /// Virtual send time (wall clock) by message id, for `SentTimestamp`.
     sent_at: HashMap<String, SystemTime>,
+    /// Reads of a payload object that was gone (expired or deleted): job, virtual time.
+    missing_objects: Vec<(u32, Duration)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -215,6 +231,9 @@ struct Body {
 }
 
 fn job_of(body: &str) -> Option<u32> {
+    if let Ok(pointer) = PayloadPointer::from_body(body) {
+        return pointer.key.strip_prefix("job-")?.parse().ok();
+    }
     serde_json::from_str::<Body>(body).ok().map(|body| body.job)
 }
 
@@ -336,6 +355,63 @@ impl Queue for FaultyQueue {
     }
 }
 
+/// The payload store with the lifecycle rule: an object expires [`OBJECT_LIFE`] after it was last
+/// written or touched (on the virtual clock); a delete removes it.
+struct ExpiringPayloads {
+    objects: Mutex<HashMap<String, (Vec<u8>, Duration)>>,
+    start: Instant,
+    log: Arc<Mutex<Log>>,
+}
+
+impl ExpiringPayloads {
+    fn live(&self, key: &str) -> bool {
+        lock(&self.objects)
+            .get(key)
+            .is_some_and(|(_, written)| self.start.elapsed() < *written + OBJECT_LIFE)
+    }
+}
+
+#[async_trait]
+impl PayloadStore for ExpiringPayloads {
+    async fn put(&self, _bucket: &str, key: &str, body: Vec<u8>) -> Result<(), PayloadError> {
+        lock(&self.objects).insert(key.to_owned(), (body, self.start.elapsed()));
+        Ok(())
+    }
+
+    async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>, PayloadError> {
+        if self.live(key)
+            && let Some((body, _)) = lock(&self.objects).get(key)
+        {
+            return Ok(body.clone());
+        }
+        if let Some(job) = key.strip_prefix("job-").and_then(|id| id.parse().ok()) {
+            lock(&self.log).missing_objects.push((job, self.start.elapsed()));
+        }
+        Err(PayloadError::NotFound {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+
+    async fn delete(&self, _bucket: &str, key: &str) -> Result<(), PayloadError> {
+        lock(&self.objects).remove(key);
+        Ok(())
+    }
+
+    async fn touch(&self, bucket: &str, key: &str) -> Result<(), PayloadError> {
+        if !self.live(key) {
+            return Err(PayloadError::NotFound {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+            });
+        }
+        if let Some((_, written)) = lock(&self.objects).get_mut(key) {
+            *written = self.start.elapsed();
+        }
+        Ok(())
+    }
+}
+
 /// Runs `seed`'s scenario and checks its invariants.
 pub fn simulate_delays(seed: u64) -> DelayReport {
     let scenario = DelayScenario::generate(seed);
@@ -380,7 +456,13 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
         start: clock.start,
         style: style.clone(),
     };
+    let payloads = Arc::new(ExpiringPayloads {
+        objects: Mutex::new(HashMap::new()),
+        start: clock.start,
+        log: Arc::clone(&log),
+    });
     let pipeline = Pipeline::new(Router::single(handler))
+        .with_payloads(Payloads::new(Arc::clone(&payloads) as Arc<dyn PayloadStore>).touch_every(TOUCH_EVERY))
         .with_store(Arc::clone(&store))
         .with_clock(Arc::new(move || clock.now()))
         .with_max_delay_hop(HOP);
@@ -414,7 +496,7 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
         tokio::time::sleep_until(clock.start + at).await;
         match event {
             Event::Send(job) => {
-                if let Err(error) = send_job(&queue, &job, clock).await {
+                if let Err(error) = send_job(&queue, payloads.as_ref(), &job, clock).await {
                     violations.push(format!("job {}: the producer's send failed: {error}", job.id));
                 }
             }
@@ -464,12 +546,26 @@ enum Event {
     Cancel(String),
 }
 
-async fn send_job(queue: &FaultyQueue, job: &DelayedJob, clock: WallClock) -> Result<String, QueueError> {
+async fn send_job(
+    queue: &FaultyQueue,
+    payloads: &ExpiringPayloads,
+    job: &DelayedJob,
+    clock: WallClock,
+) -> Result<String, QueueError> {
+    let body = format!("{{\"job\":{}}}", job.id);
     let mut message = OutgoingMessage {
-        body: format!("{{\"job\":{}}}", job.id),
+        body: body.clone(),
         delay: Some(job.delay.min(HOP)),
         ..OutgoingMessage::default()
     };
+    if job.large {
+        // The claim check, as the producer writes it: the object first, then the pointer.
+        let key = format!("job-{}", job.id);
+        let _ = payloads.put(BUCKET, &key, body.clone().into_bytes()).await;
+        message.body = PayloadPointer::new(BUCKET, key).to_body();
+        let (name, value) = size_attribute(body.len());
+        message.attributes.insert(name, value);
+    }
     message.attributes.insert(
         IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
         AttributeValue::string(&job.key),
@@ -503,6 +599,21 @@ fn check(scenario: &DelayScenario, log: &Log, dead_lettered: &[u32]) -> Vec<Stri
         violations.push(format!(
             "jobs {dead_lettered:?} reached the DLQ without running (a hop spent their receives)"
         ));
+    }
+    // No pointer to a gone object while its job is not done for good (not yet run, not cancelled).
+    for (id, at) in &log.missing_objects {
+        let Some(job) = scenario.jobs.iter().find(|job| job.id == *id) else {
+            continue;
+        };
+        let ran_before = log.runs.iter().any(|(run, ran)| run == id && ran <= at);
+        if !ran_before && scenario.cancelled_at(job).is_none() {
+            violations.push(format!(
+                "job {id}: a copy pointed at its payload object after the object was gone (at {at:?}, sent \
+                 {:?}, due {:?})",
+                job.sent,
+                job.due()
+            ));
+        }
     }
     for job in &scenario.jobs {
         let runs: Vec<Duration> = log

@@ -139,11 +139,26 @@ impl Producer {
     /// `ExtendedPayloadSize` attribute, so consumers built on that library read it too. Such a job may
     /// carry at most 8 attributes (Conveyor's own included): the marker takes the ninth slot.
     pub fn with_large_payloads(mut self, store: Arc<dyn PayloadStore>, bucket: impl Into<String>) -> Self {
-        self.large = Some(LargePayloads {
-            store,
-            bucket: bucket.into(),
-            threshold: None,
-        });
+        self.large = Some(LargePayloads::new(store, bucket.into()));
+        self
+    }
+
+    /// Marks pointers with the legacy `SQSLargePayloadSize` attribute instead of `ExtendedPayloadSize`:
+    /// what the Java Extended Client writes by default, and the only name older readers know. Needs
+    /// [`Producer::with_large_payloads`] first; ignored without it.
+    pub fn with_legacy_payload_size_attribute(mut self) -> Self {
+        if let Some(large) = &mut self.large {
+            large.legacy_attribute = true;
+        }
+        self
+    }
+
+    /// Stores objects under `prefix` (the libraries' `s3KeyPrefix`): keys are `<prefix><uuid>`. Needs
+    /// [`Producer::with_large_payloads`] first; ignored without it.
+    pub fn with_payload_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        if let Some(large) = &mut self.large {
+            large.key_prefix = prefix.into();
+        }
         self
     }
 

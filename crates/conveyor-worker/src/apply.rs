@@ -96,7 +96,8 @@ pub(crate) async fn apply(
             }
             // A large payload's object goes only once the message's delete is confirmed: a redelivery
             // before that must still find it.
-            let discard = runtime.pipeline.discards_payload_of(target.message);
+            let discard =
+                reason == AckReason::Completed && runtime.pipeline.discards_payload_of(target.message);
             let settled = delete(runtime, &target, held, discard).await;
             if discard && settled == Settled::Removed {
                 runtime.pipeline.discard_payload(target.message).await;
