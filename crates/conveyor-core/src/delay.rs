@@ -361,6 +361,37 @@ mod tests {
     }
 
     #[test]
+    fn the_cancel_marker_follows_the_handlers_key_style() {
+        use crate::record_key::{PowertoolsFlavor, PowertoolsKey};
+        let mut message = Message::new("m-1", r#"{"order_id": 7}"#);
+        message.attributes.insert(
+            crate::message::IDEMPOTENCY_KEY_ATTRIBUTE.into(),
+            AttributeValue::string("report:7"),
+        );
+        let powertools = |source| {
+            KeyStyle::Powertools(PowertoolsKey {
+                flavor: PowertoolsFlavor::Python,
+                prefix: "fn.app.handle".into(),
+                source,
+            })
+        };
+        for style in [KeyStyle::Conveyor, powertools(KeySource::ProducerKey)] {
+            assert_eq!(
+                record_key_for(&style, "report", "report:7").unwrap(),
+                style.key("report", &message).unwrap(),
+                "{style:?}"
+            );
+        }
+        let by_field = powertools(KeySource::BodyField("order_id".into()));
+        let error = record_key_for(&by_field, "report", "7").unwrap_err();
+        assert!(error.to_string().contains("order_id"), "{error}");
+        assert_eq!(
+            cancel_marker_key("conveyor:report#report:7"),
+            "conveyor:cancel#conveyor:report#report:7"
+        );
+    }
+
+    #[test]
     fn no_or_unreadable_due_time_runs_at_once() {
         let now = SystemTime::now();
         assert_eq!(next_hop(&Message::new("m", "{}"), now, MAX_DELAY), None);

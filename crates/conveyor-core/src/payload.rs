@@ -383,6 +383,37 @@ mod tests {
     }
 
     #[test]
+    fn a_hopping_job_touches_its_object_once_per_period() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let day = Duration::from_secs(24 * 3600);
+        let first = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut message = Message::new("m-1", "{}");
+        // A hop's copy: first sent at `first`, this copy sent half a day later.
+        let record = crate::message::DeferralRecord {
+            original_id: "m-0".into(),
+            first_sent_ms: Some(crate::outcome::epoch_millis(first)),
+            attempts: 0,
+            deferrals: 40,
+        };
+        message.attributes.insert(
+            crate::message::DEFERRAL_ATTRIBUTE.into(),
+            AttributeValue::string(serde_json::to_string(&record).unwrap()),
+        );
+        message.sent_at = Some(first + day / 2);
+        assert!(!touch_due(
+            &message,
+            first + day / 2 + Duration::from_secs(900),
+            day
+        ));
+        assert!(
+            touch_due(&message, first + day + Duration::from_secs(1), day),
+            "a new day"
+        );
+        message.sent_at = None;
+        assert!(touch_due(&message, first, day), "unknown times: touched");
+    }
+
+    #[test]
     fn resolving_replaces_the_body_and_drops_the_marking_attribute() {
         let mut message = Message::new("m-1", PayloadPointer::new("b", "k").to_body());
         message
