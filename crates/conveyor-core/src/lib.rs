@@ -39,7 +39,7 @@ mod tracking;
 pub use background::BackgroundTask;
 pub use backoff::Backoff;
 pub use context::Context;
-pub use delay::Cancelled;
+pub use delay::{CancelError, Cancelled};
 pub use disposition::RejectMode;
 pub use error::{ErrorKind, HandlerError};
 pub use flow::{ChildFailurePolicy, ChildResult, DEFAULT_FLOW_DEADLINE, FLOW_RETENTION, Flows};
@@ -90,7 +90,10 @@ pub mod runtime {
         SHUTDOWN_RESERVE, STATUS_RETENTION,
     };
     pub use crate::deferral::{DeferralError, deferred_copy, retried_copy};
-    pub use crate::delay::{Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value};
+    pub use crate::delay::{
+        CANCEL_KEY_PREFIX, Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, cancel_at, cancel_marker_key,
+        cancelled_before, due_at, due_value, first_sent, record_key_for,
+    };
     pub use crate::display::{format_age, format_epoch_millis, format_time};
     pub use crate::disposition::{Disposition, reject};
     pub use crate::envelope::{Header, open, seal, sorted};

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod clock;
 pub mod flows;
+pub mod delays;
 pub mod handler;
 pub mod io;
 pub mod lambda;

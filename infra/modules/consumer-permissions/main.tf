@@ -61,6 +61,7 @@ data "aws_iam_policy_document" "this" {
       actions = [
         "s3:DeleteObject",
         "s3:GetObject",
+        "s3:PutObject", # a touch: CopyObject onto itself restarts the lifecycle's clock
       ]
       resources = ["${var.payload_bucket_arn}/*"]
     }
