@@ -8,6 +8,7 @@ pub mod lambda;
 pub mod outbox;
 pub mod run;
 pub mod scenario;
+pub mod schedule;
 pub mod sink;
 pub mod trace;
 
