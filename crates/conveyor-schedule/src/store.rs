@@ -2,9 +2,9 @@
 //!
 //! # Design note: what is stored, and who writes it
 //!
-//! All items live in the idempotency table under the `conveyor:schedule` prefix (the consumers already
-//! have the table and its `GetItem`/`UpdateItem` permissions; the prefix never collides with job records
-//! or Powertools' records):
+//! All items live in the idempotency table under the `conveyor:schedule` prefix, read with `GetItem` and
+//! written with conditional `UpdateItem`s only (the consumers already have the table and exactly these
+//! two permissions; the prefix never collides with job records or Powertools' records):
 //!
 //! - `conveyor:schedules#<set>@lease`: the leader lease of a schedule set (owner, epoch, version). Every
 //!   worker reads it; the leader renews it; a taker takes it over (see `lease.rs`).
@@ -305,19 +305,22 @@ impl ScheduleStore for TickStore {
         record: &LeaseRecord,
     ) -> Result<bool, StoreError> {
         self.count();
+        // `UpdateItem` (an upsert), not `PutItem`: the consumers' policy grants `UpdateItem` and
+        // `GetItem` on the table and nothing more (`conveyor_dynamodb::iam::CONSUMER_TABLE`).
         let mut put = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .item("id", s(&lease_id(set)))
-            .item("owner", s(&record.owner))
-            .item("epoch", n(record.epoch))
-            .item("version", n(record.version));
+            .key("id", s(&lease_id(set)))
+            .update_expression("SET #owner = :new_owner, epoch = :new_epoch, version = :new_version")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":new_owner", s(&record.owner))
+            .expression_attribute_values(":new_epoch", n(record.epoch))
+            .expression_attribute_values(":new_version", n(record.version));
         put = match expected {
             None => put.condition_expression("attribute_not_exists(id)"),
             Some(expected) => put
                 .condition_expression("#owner = :owner AND epoch = :epoch AND version = :version")
-                .expression_attribute_names("#owner", "owner")
                 .expression_attribute_values(":owner", s(&expected.owner))
                 .expression_attribute_values(":epoch", n(expected.epoch))
                 .expression_attribute_values(":version", n(expected.version)),

@@ -25,7 +25,7 @@ use crate::output::{Format, Table, format_time, print_json};
 #[command(after_help = "Examples:
   conveyor schedules export --app target/debug/worker --out infra/examples/lambda/schedules.json
   conveyor schedules list --file schedules.json --table conveyor-idempotency
-  conveyor schedules pause nightly-sales-report --file schedules.json --table conveyor-idempotency
+  conveyor schedules pause nightly-sales-report --table conveyor-idempotency
   conveyor schedules trigger nightly-sales-report --file schedules.json --table conveyor-idempotency --queue-url jobs
   conveyor schedules add cleanup --every 300 --start 2026-12-01T00:00:00Z --job-type cleanup --payload '{}' --table conveyor-idempotency
   conveyor schedules history nightly-sales-report --table conveyor-idempotency
