@@ -270,6 +270,36 @@ impl TickStore {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Pauses (`paused`) or resumes at `at`, recording when; a no-op when already so.
+    async fn switch(&self, name: &str, paused: bool, at: SystemTime) -> Result<(), StoreError> {
+        self.count();
+        let (set, condition) = if paused {
+            (
+                "SET paused = :to, paused_at_ms = :at",
+                "attribute_not_exists(paused) OR paused = :from",
+            )
+        } else {
+            ("SET paused = :to, resumed_at_ms = :at", "paused = :from")
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&state_id(name)))
+            .update_expression(set)
+            .condition_expression(condition)
+            .expression_attribute_values(":to", AttributeValue::Bool(paused))
+            .expression_attribute_values(":from", AttributeValue::Bool(!paused))
+            .expression_attribute_values(":at", n(millis(at)))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
+            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
+        }
+    }
+
     async fn get(&self, id: String) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
         self.count();
         let output = self
@@ -409,45 +439,11 @@ impl ScheduleStore for TickStore {
     }
 
     async fn pause(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.count();
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("id", s(&state_id(name)))
-            .update_expression("SET paused = :true, paused_at_ms = :at")
-            .condition_expression("attribute_not_exists(paused) OR paused = :false")
-            .expression_attribute_values(":true", AttributeValue::Bool(true))
-            .expression_attribute_values(":false", AttributeValue::Bool(false))
-            .expression_attribute_values(":at", n(millis(at)))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
-            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
-        }
+        self.switch(name, true, at).await
     }
 
     async fn resume(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.count();
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("id", s(&state_id(name)))
-            .update_expression("SET paused = :false, resumed_at_ms = :at")
-            .condition_expression("paused = :true")
-            .expression_attribute_values(":true", AttributeValue::Bool(true))
-            .expression_attribute_values(":false", AttributeValue::Bool(false))
-            .expression_attribute_values(":at", n(millis(at)))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
-            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
-        }
+        self.switch(name, false, at).await
     }
 
     async fn definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError> {
