@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use crate::store::{Advance, LeaseRecord, ScheduleState, ScheduleStore, StoreError};
+use crate::store::{Advance, LeaseRecord, ScheduleState, ScheduleStore, StoreError, from_millis, millis};
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -90,18 +90,20 @@ impl ScheduleStore for MemoryScheduleStore {
     ) -> Result<bool, StoreError> {
         let mut inner = self.lock();
         let state = inner.states.entry(name.to_owned()).or_default();
-        if state.last_tick.is_some_and(|last| last >= advance.tick) {
+        // Whole milliseconds, as DynamoDB's items hold them.
+        let tick = from_millis(millis(advance.tick));
+        if state.last_tick.is_some_and(|last| last >= tick) {
             return Ok(false);
         }
         if advance.count_run && max_runs.is_some_and(|max| state.runs >= max) {
             return Ok(false);
         }
-        state.last_tick = Some(advance.tick);
+        state.last_tick = Some(tick);
         state.last_outcome = Some(advance.outcome.clone());
         state.history.clone_from(&advance.history);
         if let Some(fired) = advance.fired_at {
             state.last_fire = Some(fired);
-            state.last_sent = Some(advance.tick);
+            state.last_sent = Some(tick);
         }
         if advance.count_run {
             state.runs += 1;

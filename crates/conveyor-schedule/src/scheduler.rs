@@ -218,7 +218,11 @@ enum Decision {
 fn plan(schedule: &Schedule, state: &ScheduleState, now: SystemTime) -> Vec<(SystemTime, Decision)> {
     // A schedule that never fired does not fire its past: its first look starts `missed_after` back.
     let floor = now.checked_sub(schedule.missed_after).unwrap_or(now);
-    let after = state.last_tick.unwrap_or(floor);
+    // The store keeps the cursor in whole milliseconds: a tick with a finer part (a start such as
+    // `now + 2 s`) is at the cursor when its millisecond is.
+    let after = state
+        .last_tick
+        .map_or(floor, |cursor| cursor + Duration::from_nanos(999_999));
     let ticks = schedule.ticks_between(after, now, MAX_TICKS_PER_LOOK);
     let on_time_follows = ticks.iter().any(|tick| *tick >= floor && !state.in_pause(*tick));
     let latest_missed = ticks
@@ -755,6 +759,22 @@ mod tests {
             fired(&plan),
             vec![at(600)],
             "only what is due within missed_after"
+        );
+    }
+
+    #[test]
+    fn a_tick_finer_than_the_stored_millisecond_is_not_sent_again() {
+        // A start of `now + 2 s` puts ticks at sub-millisecond instants; the store keeps milliseconds.
+        let start = at(0) + Duration::from_nanos(269_123_456);
+        let schedule = every_minute(MissedTicks::All).starting(start);
+        let stored = crate::store::from_millis(crate::store::millis(start));
+        let state = ScheduleState {
+            last_tick: Some(stored),
+            ..ScheduleState::default()
+        };
+        assert_eq!(
+            fired(&plan(&schedule, &state, start + Duration::from_secs(61))),
+            vec![start + Duration::from_secs(60)]
         );
     }
 
