@@ -1,7 +1,8 @@
 //! Schedules under faults: the real [`Scheduler`] (its leader lease, cursor and pause handling) over the
 //! in-memory [`MemoryScheduleStore`], on tokio's paused clock.
 //!
-//! A seed draws an interval schedule and 2 to 5 workers whose wall clocks are skewed by up to
+//! A seed draws an interval schedule (in half the seeds starting at an instant finer than the store's
+//! millisecond, as `Schedule::starting(now + 2 s)` does) and 2 to 5 workers whose wall clocks are skewed by up to
 //! [`MAX_SKEW`]; workers killed (no release) and restarted later; a worker stalled in a send or a store
 //! read for longer than the lease (a paused process); pauses and resumes by an operator; a `max_runs`;
 //! sends that fail, and sends that SQS accepted whose reply was lost; store outages. In a quarter of the
@@ -78,6 +79,8 @@ pub struct ScheduleScenario {
     pub migration: Option<(Duration, Duration)>,
     /// How long faults last (then [`SETTLE`]).
     pub length: Duration,
+    /// A start this long after the origin, finer than a millisecond (`Schedule::starting(now + ...)`).
+    pub start_after: Option<Duration>,
 }
 
 impl ScheduleScenario {
@@ -141,6 +144,8 @@ impl ScheduleScenario {
             send_failures: if rng.bool() { rng.f64() * 0.3 } else { 0.0 },
             lost_replies: if rng.bool() { rng.f64() * 0.1 } else { 0.0 },
             store_outages,
+            start_after: (migration.is_none() && rng.bool())
+                .then(|| Duration::from_nanos(rng.u64(1_000_000_000..5_000_000_000))),
             migration,
             length,
         }
@@ -161,6 +166,9 @@ impl ScheduleScenario {
         };
         if let Some(max) = self.max_runs {
             schedule = schedule.max_runs(max);
+        }
+        if let Some(after) = self.start_after {
+            schedule = schedule.starting(self.origin + after);
         }
         if self.migration.is_some() {
             schedule = self.exported(schedule).0;
@@ -408,6 +416,14 @@ fn format_secs(time: SystemTime) -> String {
         |_| "?".to_owned(),
         |since| format!("{}.{:03}", since.as_secs(), since.subsec_millis()),
     )
+}
+
+/// `time` to the whole second below, as a tick's key says it.
+fn whole_second(time: SystemTime) -> SystemTime {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
 }
 
 /// The tick of a key `schedule:<name>@YYYY-MM-DDTHH:MM:SSZ`.
@@ -676,9 +692,19 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
             .iter()
             .any(|(paused, resumed)| tick > wall(*paused) + margin && tick <= wall(*resumed))
     };
-    // No paused tick.
+    // No paused tick (judged on the tick's instant, which its key gives to the second).
+    let grid: BTreeMap<SystemTime, SystemTime> = schedule
+        .ticks_between(
+            scenario.origin - Duration::from_secs(120),
+            wall(scenario.length + SETTLE),
+            1_000_000,
+        )
+        .into_iter()
+        .map(|tick| (whole_second(tick), tick))
+        .collect();
+    let instant = |tick: SystemTime| grid.get(&tick).copied().unwrap_or(tick);
     for tick in accepted.keys() {
-        if in_pause(*tick, MAX_SKEW) {
+        if in_pause(instant(*tick), MAX_SKEW) {
             violations.push(format!("tick {} inside a pause was sent", format_secs(*tick)));
         }
     }
@@ -703,7 +729,8 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
         .collect();
     let ambiguous = worker_ticks
         .iter()
-        .filter(|tick| in_pause(**tick, Duration::ZERO) && !in_pause(**tick, MAX_SKEW))
+        .map(|tick| instant(*tick))
+        .filter(|tick| in_pause(*tick, Duration::ZERO) && !in_pause(*tick, MAX_SKEW))
         .count() as u64;
     let sent = worker_ticks.len() as u64;
     if state.runs > sent || state.runs + ambiguous < sent {
@@ -729,7 +756,7 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
         let missing: Vec<String> = schedule
             .ticks_between(first, last, 100_000)
             .into_iter()
-            .filter(|tick| !in_pause(*tick, Duration::ZERO) && !accepted.contains_key(tick))
+            .filter(|tick| !in_pause(*tick, Duration::ZERO) && !accepted.contains_key(&whole_second(*tick)))
             .map(format_secs)
             .collect();
         if !missing.is_empty() {
