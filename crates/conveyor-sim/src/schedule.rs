@@ -662,12 +662,23 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
     let mut violations = log.violations.clone();
     let wall = |at: Duration| scenario.origin + at;
     let schedule = scenario.schedule();
+    // Ticks by their keys' second, to their instants.
+    let grid: BTreeMap<SystemTime, SystemTime> = schedule
+        .ticks_between(
+            scenario.origin - Duration::from_secs(120),
+            wall(scenario.length + SETTLE),
+            1_000_000,
+        )
+        .into_iter()
+        .map(|tick| (whole_second(tick), tick))
+        .collect();
+    let instant = |tick: SystemTime| grid.get(&tick).copied().unwrap_or(tick);
     // No send of a tick after the cursor passed it.
     for send in log.sends.iter().filter(|send| send.owner != "eventbridge") {
         if let Some((cursor, at)) = log
             .advances
             .iter()
-            .find(|(cursor, at)| *cursor >= send.tick && *at < send.started)
+            .find(|(cursor, at)| *cursor >= instant(send.tick) && *at < send.started)
         {
             violations.push(format!(
                 "{} sent tick {} at {:?}, after the cursor moved to {} at {at:?}",
@@ -693,16 +704,6 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
             .any(|(paused, resumed)| tick > wall(*paused) + margin && tick <= wall(*resumed))
     };
     // No paused tick (judged on the tick's instant, which its key gives to the second).
-    let grid: BTreeMap<SystemTime, SystemTime> = schedule
-        .ticks_between(
-            scenario.origin - Duration::from_secs(120),
-            wall(scenario.length + SETTLE),
-            1_000_000,
-        )
-        .into_iter()
-        .map(|tick| (whole_second(tick), tick))
-        .collect();
-    let instant = |tick: SystemTime| grid.get(&tick).copied().unwrap_or(tick);
     for tick in accepted.keys() {
         if in_pause(instant(*tick), MAX_SKEW) {
             violations.push(format!("tick {} inside a pause was sent", format_secs(*tick)));
