@@ -10,6 +10,7 @@ pub mod lambda;
 pub mod outbox;
 pub mod run;
 pub mod scenario;
+pub mod schedule;
 pub mod sink;
 pub mod trace;
 
