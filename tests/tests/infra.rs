@@ -793,7 +793,11 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
         (
             "consumer (DynamoDB)",
             // The worker's scheduler claims ticks in the same table with the same permissions.
-            &["conveyor-dynamodb/src/store.rs", "conveyor-schedule/src/store.rs"],
+            &[
+                "conveyor-dynamodb/src/store.rs",
+                "conveyor-dynamodb/src/flows.rs",
+                "conveyor-schedule/src/store.rs",
+            ],
             &DYNAMODB_OPERATIONS,
             operations(CONSUMER_TABLE),
         ),

@@ -33,6 +33,7 @@ impl TickSender for Consumer {
             expires_at: far,
             validation: None,
             restart_runs: false,
+            last_attempt: false,
         };
         let ClaimOutcome::Acquired(claim) = self.jobs.claim(&request).await.unwrap() else {
             return Err("claimed twice".into());

@@ -2,8 +2,8 @@
 
 pub mod check;
 pub mod clock;
-pub mod flows;
 pub mod delays;
+pub mod flows;
 pub mod handler;
 pub mod io;
 pub mod lambda;

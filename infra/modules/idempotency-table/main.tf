@@ -85,10 +85,15 @@ resource "aws_dynamodb_table" "this" {
 # operator_policy_json; consumers get theirs from consumer-permissions). The actions are
 # conveyor_dynamodb::iam's PRODUCER_TABLE and OPERATOR_TABLE lists; tests/tests/infra.rs holds them equal.
 data "aws_iam_policy_document" "producer" {
-  # `Producer::send_tracked` (the `sent` record), `Producer::cancel`, `FlowProducer` (the flow's item).
+  # `Producer::send_tracked` (the `sent` record), `Producer::cancel` (its marker, read back),
+  # `FlowProducer` (the flow's items, written where none exist; a re-send reads the head).
   statement {
-    sid       = "TrackJobs"
-    actions   = ["dynamodb:UpdateItem"]
+    sid = "TrackJobs"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+    ]
     resources = [aws_dynamodb_table.this.arn]
   }
 }
@@ -99,6 +104,7 @@ data "aws_iam_policy_document" "operator" {
   statement {
     sid = "OperateJobs"
     actions = [
+      "dynamodb:BatchGetItem",
       "dynamodb:GetItem",
       "dynamodb:Query",
       "dynamodb:UpdateItem",
