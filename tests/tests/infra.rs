@@ -138,7 +138,7 @@ fn idempotency_table_uses_the_record_attribute_names() -> Result<()> {
 
 #[test]
 fn idempotency_table_has_the_jobs_index_the_cli_queries() -> Result<()> {
-    use conveyor_dynamodb::jobs::{JOB_CHANGED, JOB_INDEX};
+    use conveyor_dynamodb::jobs::{JOB_SHARD, JOB_SORT};
     let bodies = parse_module(&module_dir("idempotency-table"))?;
     let table = single_resource(&bodies, "aws_dynamodb_table")?.body();
     let index = single_block(table, "global_secondary_index")?.body();
@@ -148,18 +148,36 @@ fn idempotency_table_has_the_jobs_index_the_cli_queries() -> Result<()> {
         table_defaults::JOBS_INDEX
     );
     ensure!(
-        string_attr(index, "hash_key")? == JOB_INDEX,
-        "its hash_key must be `{JOB_INDEX}`"
+        string_attr(index, "hash_key")? == JOB_SHARD,
+        "its hash_key must be `{JOB_SHARD}`"
     );
     ensure!(
-        string_attr(index, "range_key")? == JOB_CHANGED,
-        "its range_key must be `{JOB_CHANGED}`"
+        string_attr(index, "range_key")? == JOB_SORT,
+        "its range_key must be `{JOB_SORT}`"
     );
     ensure!(
-        string_attr(index, "projection_type")? == "ALL",
-        "it must project every attribute"
+        string_attr(index, "projection_type")? == "INCLUDE",
+        "it must project only the small job attributes (INCLUDE), never outputs or progress"
     );
-    for (name, kind) in [(JOB_INDEX, "S"), (JOB_CHANGED, "N")] {
+    let projected: Vec<String> = match attr(index, "non_key_attributes") {
+        Some(Expression::Array(items)) => items.iter().filter_map(as_string).collect(),
+        _ => Vec::new(),
+    };
+    let expected: Vec<String> = table_defaults::JOBS_INDEX_PROJECTION
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect();
+    ensure!(
+        projected == expected,
+        "its non_key_attributes must be conveyor_dynamodb::defaults::JOBS_INDEX_PROJECTION: {expected:?}, found {projected:?}"
+    );
+    let main = std::fs::read_to_string(module_dir("idempotency-table").join("main.tf"))?;
+    let shards = table_defaults::JOBS_INDEX_SHARDS;
+    ensure!(
+        main.contains(&format!("modulo {shards}")),
+        "main.tf must document the shard count ({shards}, JOBS_INDEX_SHARDS)"
+    );
+    for (name, kind) in [(JOB_SHARD, "S"), (JOB_SORT, "S")] {
         let attribute = blocks(table, "attribute")
             .find(|attribute| attr(attribute.body(), "name").and_then(as_string).as_deref() == Some(name))
             .with_context(|| format!("the table declares no `attribute` named `{name}`"))?;
@@ -775,7 +793,11 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
         (
             "consumer (DynamoDB)",
             // The worker's scheduler claims ticks in the same table with the same permissions.
-            &["conveyor-dynamodb/src/store.rs", "conveyor-schedule/src/store.rs"],
+            &[
+                "conveyor-dynamodb/src/store.rs",
+                "conveyor-dynamodb/src/flows.rs",
+                "conveyor-schedule/src/store.rs",
+            ],
             &DYNAMODB_OPERATIONS,
             operations(CONSUMER_TABLE),
         ),

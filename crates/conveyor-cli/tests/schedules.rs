@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
-use conveyor_schedule::{Schedule, TickStore};
+use conveyor_schedule::{MissedTicks, Schedule, ScheduleStore, TickStore};
 use conveyor_testing::localstack::{self, QueueSpec, create_queue, unique_name};
 
 mod common;
@@ -20,7 +20,8 @@ async fn list_pause_resume_and_trigger_an_exported_schedule() {
     let schedule = Schedule::cron("nightly-report", "0 2 * * *", "Europe/Berlin")
         .unwrap()
         .job_of("report", 1, &serde_json::json!({"report_id": "nightly"}))
-        .unwrap();
+        .unwrap()
+        .missed_ticks(MissedTicks::All);
     let file = std::env::temp_dir().join(format!("{}.json", unique_name("schedules")));
     std::fs::write(&file, conveyor_schedule::export(&[schedule]).unwrap()).unwrap();
     let file = file.to_str().unwrap();
@@ -34,15 +35,22 @@ async fn list_pause_resume_and_trigger_an_exported_schedule() {
     assert_eq!(listed["paused"], false);
     assert_eq!(listed["last_fire"], serde_json::Value::Null);
 
-    conveyor(&[&["schedules", "pause", "nightly-report"][..], &source].concat())
+    let by_table = ["--table", table.as_str()];
+    conveyor(&[&["schedules", "pause", "nightly-report"][..], &by_table].concat())
         .await
         .assert_ok();
     let store = TickStore::new(dynamodb.clone(), &table);
-    assert!(store.state("nightly-report").await.unwrap().paused);
-    conveyor(&[&["schedules", "resume", "nightly-report"][..], &source].concat())
+    let paused = store.state("nightly-report").await.unwrap();
+    assert!(paused.paused && paused.paused_at.is_some());
+    conveyor(&[&["schedules", "resume", "nightly-report"][..], &by_table].concat())
         .await
         .assert_ok();
-    assert!(!store.state("nightly-report").await.unwrap().paused);
+    let resumed = store.state("nightly-report").await.unwrap();
+    assert!(!resumed.paused);
+    assert!(
+        resumed.resumed_at >= resumed.paused_at,
+        "the pause is recorded, so it is never replayed"
+    );
 
     let trigger = conveyor(
         &[
@@ -73,6 +81,56 @@ async fn list_pause_resume_and_trigger_an_exported_schedule() {
     let outcome = store.state("nightly-report").await.unwrap().last_outcome.unwrap();
     assert!(outcome.contains("triggered by hand"), "{outcome}");
 
-    let unknown = conveyor(&[&["schedules", "pause", "weekly"][..], &source].concat()).await;
-    unknown.assert_failed_with(1, &["no schedule named \"weekly\"", "nightly-report"]);
+    let history = conveyor(
+        &[
+            &["schedules", "history", "nightly-report"][..],
+            &by_table,
+            &["--output", "json"],
+        ]
+        .concat(),
+    )
+    .await;
+    history.assert_ok();
+    assert_eq!(history.json()["schedule"], "nightly-report");
+
+    let add = conveyor(
+        &[
+            &[
+                "schedules",
+                "add",
+                "cleanup",
+                "--every",
+                "300",
+                "--start",
+                "2026-12-01T00:00:00Z",
+            ][..],
+            &[
+                "--job-type",
+                "cleanup",
+                "--payload",
+                "{\"days\":30}",
+                "--missed",
+                "all",
+            ],
+            &by_table,
+        ]
+        .concat(),
+    )
+    .await;
+    add.assert_ok();
+    let stored = store.definitions(conveyor_schedule::DEFAULT_SET).await.unwrap();
+    let cleanup = conveyor_schedule::from_definition_json("cleanup", &stored["cleanup"]).unwrap();
+    assert_eq!(cleanup.job.job_type, "cleanup");
+    assert_eq!(cleanup.missed, MissedTicks::All);
+    assert!(cleanup.start.is_some());
+    conveyor(&[&["schedules", "remove", "cleanup"][..], &by_table].concat())
+        .await
+        .assert_ok();
+    assert!(
+        store
+            .definitions(conveyor_schedule::DEFAULT_SET)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -36,5 +36,8 @@ pub(crate) const RETRY_BUDGET: Duration = Duration::from_secs(15 * 60);
 pub const LAMBDA_VISIBILITY_RATIO: u64 = 6;
 /// How long a completed idempotency record keeps suppressing duplicates.
 pub const IDEMPOTENCY_RECORD_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How long a tracked job's record keeps a final status (succeeded, dead-lettered, cancelled): SQS's
+/// longest message retention, which a DLQ usually has, so a job's status lasts as long as its DLQ copy.
+pub const STATUS_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 /// The least time between two progress writes of one tracked run (`HandlerSettings::progress_interval`).
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_secs(3);

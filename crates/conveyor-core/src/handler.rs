@@ -100,6 +100,23 @@ pub struct HandlerSettings {
     pub tracked: bool,
     /// The least time between two progress writes of one run (see [`Context::progress`](crate::Context::progress)).
     pub progress_interval: Duration,
+    /// How long a tracked job's record keeps a final status (default 14 days, SQS's longest
+    /// retention: set it to at least the DLQ's `message_retention_seconds`). A tracked record's
+    /// expiry is the longer of this and `record_ttl`, so it also suppresses duplicates that long;
+    /// untracked records keep `record_ttl`.
+    pub status_retention: Duration,
+}
+
+impl HandlerSettings {
+    /// How long a record the pipeline settles keeps counting: `record_ttl`, or for a tracked job the
+    /// longer of that and `status_retention`.
+    pub fn settled_record_ttl(&self) -> Duration {
+        if self.tracked {
+            self.record_ttl.max(self.status_retention)
+        } else {
+            self.record_ttl
+        }
+    }
 }
 
 impl Default for HandlerSettings {
@@ -113,6 +130,7 @@ impl Default for HandlerSettings {
             key_style: crate::record_key::KeyStyle::Conveyor,
             tracked: false,
             progress_interval: crate::defaults::PROGRESS_INTERVAL,
+            status_retention: crate::defaults::STATUS_RETENTION,
         }
     }
 }

@@ -57,9 +57,29 @@ pub struct IdempotencyRecord {
     pub validation: Option<String>,
     /// The fencing token of the claim that wrote it; absent on Powertools' records.
     pub token: Option<u64>,
+    /// The claim that wrote it ran the message's last allowed receive ([`ClaimRequest::last_attempt`]);
+    /// the next claim clears it (a release keeps it: the message's receives are spent either way).
+    pub last_attempt: bool,
 }
 
+/// What a job record says when SQS's redrive policy moved a run's message to the DLQ.
+pub const REDRIVE_REASON: &str = "the last attempt did not finish (crash, out of memory or timeout); SQS's \
+                                  redrive policy moved the message to the DLQ";
+
 impl IdempotencyRecord {
+    /// True when the record can only mean that SQS's redrive policy moved the job's message to its
+    /// DLQ: a claim on the last receive the redrive policy allows ([`Self::last_attempt`]), not
+    /// completed, with its lease over at `now` (lapsed, or ended by a release that put the message
+    /// back: a cancelled last run whose deferred copy could not be sent). The lease is the message's
+    /// visibility deadline, so the message became visible again with its receives spent: SQS moves
+    /// it on its next receive instead of delivering it. Any later claim (a deferred copy, a redrive
+    /// back from the DLQ) clears this. A job record already final is not changed by it.
+    pub fn dead_lettered_by_redrive(&self, now: SystemTime) -> bool {
+        self.last_attempt
+            && self.status == RecordStatus::InProgress
+            && self.lease_until.is_some_and(|lease| lease < now)
+    }
+
     /// DynamoDB's claim condition at `now`: `expiration < :now OR (status = INPROGRESS AND
     /// in_progress_expiration < :now_ms)`, compared in the units the table stores (seconds, milliseconds).
     /// (`attribute_not_exists(id)` is the caller's: no record at all is free.)
@@ -83,6 +103,7 @@ impl IdempotencyRecord {
             output: None,
             validation: request.validation.clone(),
             token: Some(token),
+            last_attempt: request.last_attempt,
         }
     }
 }
@@ -101,6 +122,10 @@ pub struct ClaimRequest {
     /// Count this claim as the job's first run ([`Claim::run`] 1): the message came back from a
     /// dead-letter queue (a redrive), which gives it the whole retry budget again.
     pub restart_runs: bool,
+    /// The message is on the last receive its queue's redrive policy allows (`maxReceiveCount`): if
+    /// this run never settles, SQS moves the message to the DLQ. Stored on the record (see
+    /// [`IdempotencyRecord::dead_lettered_by_redrive`]).
+    pub last_attempt: bool,
 }
 
 /// A held claim; complete, release and extend are fenced on its token.
@@ -344,6 +369,7 @@ mod tests {
             output: None,
             validation: None,
             token: None,
+            last_attempt: false,
         };
         assert_eq!(
             wait_for_lease(&record, now, Duration::from_secs(60)),

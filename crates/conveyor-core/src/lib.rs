@@ -39,7 +39,7 @@ mod tracking;
 pub use background::BackgroundTask;
 pub use backoff::Backoff;
 pub use context::Context;
-pub use delay::Cancelled;
+pub use delay::{CancelError, Cancelled};
 pub use disposition::RejectMode;
 pub use error::{ErrorKind, HandlerError};
 pub use flow::{ChildFailurePolicy, ChildResult, DEFAULT_FLOW_DEADLINE, FLOW_RETENTION, Flows};
@@ -64,7 +64,7 @@ pub mod port {
     };
     pub use crate::idempotency::{
         Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore,
-        RecordStatus, StoreError, idempotency_key, next_token, payload_hash,
+        REDRIVE_REASON, RecordStatus, StoreError, idempotency_key, next_token, payload_hash,
     };
     pub use crate::payload::{
         LEGACY_SIZE_ATTRIBUTE, PayloadError, PayloadPointer, PayloadStore, PointerError, ResolveError,
@@ -87,10 +87,13 @@ pub mod runtime {
     pub use crate::defaults::{
         CLOCK_SKEW_ALLOWANCE, DRAIN_DEADLINE, ECS_STOP_TIMEOUT_SECS, IDEMPOTENCY_RECORD_TTL,
         LAMBDA_VISIBILITY_RATIO, MAX_RECEIVE_COUNT, MIN_VISIBILITY_TIMEOUT, QUEUE_VISIBILITY_TIMEOUT_SECS,
-        SHUTDOWN_RESERVE,
+        SHUTDOWN_RESERVE, STATUS_RETENTION,
     };
     pub use crate::deferral::{DeferralError, deferred_copy, retried_copy};
-    pub use crate::delay::{Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, due_at, due_value};
+    pub use crate::delay::{
+        CANCEL_KEY_PREFIX, Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, cancel_at, cancel_marker_key,
+        cancelled_before, due_at, due_value, first_sent, record_key_for,
+    };
     pub use crate::display::{format_age, format_epoch_millis, format_time};
     pub use crate::disposition::{Disposition, reject};
     pub use crate::envelope::{Header, open, seal, sorted};

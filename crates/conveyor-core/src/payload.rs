@@ -34,6 +34,24 @@
 //! - **Dead-lettering**: the libraries have no DLQ path of their own (SQS's redrive moves the pointer and
 //!   the object stays). Conveyor's DLQ copy keeps the pointer body and the attributes as they were, so a
 //!   dead-lettered job keeps its object until whoever deals with the DLQ message deletes it.
+//!
+//! # Design note: an object outlives every message that points at it
+//!
+//! The bucket's lifecycle rule expires an object a fixed time after it was last written
+//! (`infra/modules/payload-bucket`: 15 days, one more than SQS's longest retention). Conveyor makes new
+//! messages that point at an object long after the producer wrote it: every delay hop, every deferred
+//! copy, every DLQ copy (with 14 fresh days of retention), every redrive of that copy. So before such a
+//! copy is sent the pipeline *touches* the object ([`PayloadStore::touch`]: on S3 a copy of the object
+//! onto itself, which restarts the lifecycle's clock): always before a DLQ copy, and before a hop or a
+//! deferral once per [`Payloads::touch_every`] of the job's life (one `CopyObject` a day while it hops).
+//! A touch that fails is logged and the copy still goes (the object then lives 15 days from its last
+//! touch; a failure that lasts that long is an S3 outage the job could not survive anyway).
+//!
+//! Deletion happens only when the job is done for good: its claim completed (an idempotent handler
+//! with a store, so a redelivery of any copy finds the completed record and is acknowledged as a
+//! duplicate without its object), and in the worker only after the message's delete was confirmed. A
+//! duplicate or a cancelled copy never deletes the object (another copy may still need it), a handler
+//! that is not idempotent leaves it to the lifecycle, and so does everything after a failure.
 
 use std::sync::Arc;
 
@@ -196,6 +214,14 @@ pub trait PayloadStore: Send + Sync {
     async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>, PayloadError>;
     /// Deletes the object at `bucket`/`key`; succeeds when it is already gone.
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), PayloadError>;
+
+    /// Restarts the object's expiry clock (S3: copies it onto itself, so the bucket's lifecycle rule
+    /// counts from now): called before a new message pointing at it is sent. A store whose objects do
+    /// not expire needs nothing, the default. [`PayloadError::NotFound`] when it is gone.
+    async fn touch(&self, bucket: &str, key: &str) -> Result<(), PayloadError> {
+        let _ = (bucket, key);
+        Ok(())
+    }
 }
 
 /// What a consumer does with large payloads: where they are read from, and whether the object is
@@ -207,12 +233,19 @@ pub struct Payloads {
     /// Delete the object after the job succeeded and its message was deleted (default), as the
     /// libraries' `cleanupS3Payload` / `delete_payload_from_s3` do. Never after a failure or a DLQ.
     pub delete_after_success: bool,
+    /// How often a job that keeps being re-sent (hops, deferrals) touches its object (default a day;
+    /// keep it well under the bucket's lifecycle expiry).
+    pub touch_every: std::time::Duration,
 }
+
+/// The default of [`Payloads::touch_every`].
+pub(crate) const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 impl std::fmt::Debug for Payloads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Payloads")
             .field("delete_after_success", &self.delete_after_success)
+            .field("touch_every", &self.touch_every)
             .finish_non_exhaustive()
     }
 }
@@ -223,7 +256,14 @@ impl Payloads {
         Self {
             store,
             delete_after_success: true,
+            touch_every: TOUCH_EVERY,
         }
+    }
+
+    /// Touches objects of re-sent jobs every `every` instead of once a day.
+    pub fn touch_every(mut self, every: std::time::Duration) -> Self {
+        self.touch_every = every;
+        self
     }
 
     /// Keeps objects after success (the bucket's lifecycle rule removes them).
@@ -231,6 +271,19 @@ impl Payloads {
         self.delete_after_success = false;
         self
     }
+}
+
+/// True when a copy of `message` made at `now` must touch its object first: a copy made in a later
+/// period of `every` (counted from the job's first send) than `message` itself was sent, or one whose
+/// times are unknown. Each period of a hopping job's life then has one touch.
+pub(crate) fn touch_due(message: &Message, now: std::time::SystemTime, every: std::time::Duration) -> bool {
+    let (Some(first), Some(sent)) = (crate::delay::first_sent(message), message.sent_at) else {
+        return true;
+    };
+    let period = |at: std::time::SystemTime| {
+        at.duration_since(first).unwrap_or_default().as_millis() / every.as_millis().max(1)
+    };
+    period(now) > period(sent)
 }
 
 /// Fetches the payload `pointer` names and returns `message` with it as the body (see [`resolved`]).
@@ -327,6 +380,37 @@ mod tests {
             let error = PayloadPointer::from_body(body).unwrap_err();
             assert!(error.contains(problem), "{body}: {error}");
         }
+    }
+
+    #[test]
+    fn a_hopping_job_touches_its_object_once_per_period() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let day = Duration::from_secs(24 * 3600);
+        let first = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut message = Message::new("m-1", "{}");
+        // A hop's copy: first sent at `first`, this copy sent half a day later.
+        let record = crate::message::DeferralRecord {
+            original_id: "m-0".into(),
+            first_sent_ms: Some(crate::outcome::epoch_millis(first)),
+            attempts: 0,
+            deferrals: 40,
+        };
+        message.attributes.insert(
+            crate::message::DEFERRAL_ATTRIBUTE.into(),
+            AttributeValue::string(serde_json::to_string(&record).unwrap()),
+        );
+        message.sent_at = Some(first + day / 2);
+        assert!(!touch_due(
+            &message,
+            first + day / 2 + Duration::from_secs(900),
+            day
+        ));
+        assert!(
+            touch_due(&message, first + day + Duration::from_secs(1), day),
+            "a new day"
+        );
+        message.sent_at = None;
+        assert!(touch_due(&message, first, day), "unknown times: touched");
     }
 
     #[test]

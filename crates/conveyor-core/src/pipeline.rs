@@ -26,10 +26,12 @@
 //! | pointer, but the object is missing | `Ack(Duplicate)` when the key's record says completed (a redelivery after the object was deleted); else `Reject` naming bucket and key | the payload is gone for good; nothing ran |
 //! | pointer, but the payload store is unreachable or refuses (access, bucket) | `Defer` (no receive spent), handler not run | as a store outage: never dead-letters a job |
 //! | pointer, but no payload store configured, or a marked body that is not a pointer | `Retry` (backoff), `Reject` at the last attempt / `Reject` | a consumer deploy with the store fixes the first; the second is poison input |
-//! | job succeeded and its message was deleted | the runtime deletes the object ([`Pipeline::discard_payload`]), unless kept | never before the delete: a redelivery would find no payload |
+//! | job succeeded and its message was deleted | the runtime deletes the object ([`Pipeline::discard_payload`]) when the claim completed (idempotent handler with a store), unless kept; never for a duplicate or a cancel | never before the delete; a redelivery of any copy finds the completed record |
+//! | a copy of a pointer message is about to be made (hop, deferral, DLQ) | the object is touched first (lifecycle restarts), a failed touch logged | the object outlives every copy ([`crate::payload`]) |
 //! | body is a Conveyor envelope without attributes ([`crate::envelope`]) | opened: header → attributes, payload → body, then as any message | plain bodies are left alone |
 //! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
-//! | key cancelled ([`crate::delay::cancel`]) | `Ack(Cancelled)` without running, logged | the producer asked for it; the record says so |
+//! | delayed job cancelled ([`crate::delay::cancel`]): first sent before the key's cancel marker | `Ack(Cancelled)` without running, logged, checked before the due check (so it stops hopping) | the producer asked for it; a job sent after the cancel runs |
+//! | cancel marker unreadable | a hop goes on; a due job `Defer`s | nothing runs unchecked |
 //! | no handler for the job type, or no type and no default route | `Retry` (backoff); `Reject` with the reason on the last allowed attempt | producers often deploy first; nothing ran; a redrive after the consumer's deploy runs it |
 //! | schema version newer than the handler's | `Retry` (backoff); `Reject` on the last attempt | as above |
 //! | schema version not a number, body does not decode | `Reject` | poison input: the body will not change; nothing ran |
@@ -65,7 +67,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::context::Context;
-use crate::delay::{Clock, is_cancelled_output, next_hop, system_clock};
+use crate::delay::{CancelCheck, Clock, check_cancelled, due_at, next_hop, system_clock};
 use crate::flow::Flows;
 use crate::flow_step;
 use crate::handler::{ErasedHandler, HandlerSettings, PreparedJob};
@@ -249,12 +251,20 @@ impl Pipeline {
     }
 
     /// True when the runtime must call [`Pipeline::discard_payload`] once `message`'s delete after a
-    /// success is confirmed: it carries a pointer and objects are deleted after success.
+    /// success (`Ack(Completed)`, never a duplicate or a cancel) is confirmed: it carries a pointer,
+    /// objects are deleted after success, and its handler is idempotent with a store (the completed
+    /// record answers for every other copy).
     pub fn discards_payload_of(&self, message: &Message) -> bool {
         self.payloads
             .as_ref()
             .is_some_and(|payloads| payloads.delete_after_success)
             && matches!(PayloadPointer::of(message), Some(Ok(_)))
+            // Only a completed claim makes every other copy a duplicate that needs no object.
+            && self.store.is_some()
+            && self
+                .router
+                .handler_for(message)
+                .is_ok_and(|handler| handler.settings().idempotent)
     }
 
     /// Deletes the payload object of `message` (the original, pointer-carrying one) after its job
@@ -282,10 +292,14 @@ impl Pipeline {
     /// start against a store it cannot use: `Err(Misconfigured)` (a table that does not exist, access
     /// denied) carries what to fix. An outage is not a configuration error: it is logged and `Ok`, and
     /// jobs defer until the store answers. `Ok` without a store, or when no handler is idempotent.
+    ///
+    /// It also refuses a tracked handler with the Powertools key style: `send_tracked` cannot know the
+    /// consumer's Powertools key, and Powertools consumers sharing the records write no status.
     pub async fn check_store(&self) -> Result<(), StoreError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
+        check_tracking(&self.router)?;
         if !self
             .router
             .settings()
@@ -330,7 +344,32 @@ impl Pipeline {
         budget: Budget,
     ) -> Processed {
         let processed = self.run_message(Arc::clone(&message), queue, lease, budget).await;
-        self.after_flow_child(&message, processed).await
+        let processed = self.after_flow_child(&message, processed).await;
+        self.keep_payload(&message, &processed.outcome).await;
+        processed
+    }
+
+    /// Touches the large-payload object of `message` before the runtime sends a new message pointing
+    /// at it (a DLQ copy always; a hop or deferred copy once per `touch_every`), so the object outlives
+    /// every copy (see `crate::payload`'s design note).
+    async fn keep_payload(&self, message: &Message, outcome: &Outcome) {
+        let Some(payloads) = &self.payloads else {
+            return;
+        };
+        let copied = match outcome {
+            Outcome::Reject(_) => true,
+            Outcome::Defer { .. } => crate::payload::touch_due(message, (self.clock)(), payloads.touch_every),
+            _ => false,
+        };
+        let Some(Ok(pointer)) = PayloadPointer::of(message).filter(|_| copied) else {
+            return;
+        };
+        match payloads.store.touch(&pointer.bucket, &pointer.key).await {
+            Ok(()) => tracing::debug!(%pointer, "payload object touched before a copy"),
+            Err(error) => {
+                tracing::warn!(%error, %pointer, "could not touch the payload object; it expires from its last touch");
+            }
+        }
     }
 
     async fn run_message(
@@ -347,6 +386,10 @@ impl Pipeline {
         } = budget;
         // A body envelope (EventBridge Scheduler cannot set attributes) is opened before anything else.
         let message = crate::envelope::open(&message).map_or(message, Arc::new);
+        // A cancelled delayed job stops here, at its next hop or when due (see `crate::delay`).
+        if let Some(processed) = self.cancelled(&message).await {
+            return processed;
+        }
         if let Some(delay) = next_hop(&message, (self.clock)(), self.max_hop) {
             tracing::debug!(?delay, "not due yet; sending the next hop");
             let reason = "not due yet".to_owned();
@@ -432,7 +475,16 @@ impl Pipeline {
         if let (Some(store), Some(claim), Some(max)) = (store, &claim, max_attempts)
             && claim.run > max
         {
-            let failure = spent(store.as_ref(), claim, lease, origin, max, settle_deadline).await;
+            let failure = spent(
+                store.as_ref(),
+                claim,
+                lease,
+                origin,
+                max,
+                settle_deadline,
+                settings,
+            )
+            .await;
             return Processed::not_run(Outcome::Reject(failure), Some(job_type));
         }
 
@@ -484,14 +536,8 @@ impl Pipeline {
         if let (Some(store), Some(claim)) = (store, claim) {
             lease.take_claim();
             // A tracked job's new status (and its last progress report) rides on the settling write.
-            let change = reporter.map(|reporter| {
-                let (status, error) = status_after(&outcome);
-                JobChange {
-                    error,
-                    progress: reporter.take(),
-                    ..JobChange::now(job_type, status, origin.attempt)
-                }
-            });
+            let change = reporter
+                .map(|reporter| settled_change(job_type, &outcome, reporter.take(), origin, settings));
             let settling = settle(
                 store.as_ref(),
                 &claim,
@@ -511,6 +557,38 @@ impl Pipeline {
             handler_duration,
             output,
             run: run_number,
+        }
+    }
+
+    /// `Some` when the delayed `message` was cancelled before it was sent (`Ack(Cancelled)`), or when
+    /// it is due and its cancel marker cannot be read (`Defer`: fail closed). A hop goes on when the
+    /// marker cannot be read: nothing runs.
+    async fn cancelled(&self, message: &Message) -> Option<Processed> {
+        let store = self.store.as_ref()?;
+        due_at(message)?;
+        let handler = self.router.handler_for(message).ok()?;
+        let job_type = handler.job_type();
+        let key = handler.settings().key_style.key(job_type, message).ok()?;
+        let now = (self.clock)();
+        match check_cancelled(store.as_ref(), &key, message, now).await {
+            CancelCheck::Live => None,
+            CancelCheck::Cancelled => {
+                tracing::info!(%key, "cancelled: dropping the delayed job without running it");
+                Some(Processed::not_run(
+                    Outcome::Ack(AckReason::Cancelled),
+                    Some(job_type),
+                ))
+            }
+            CancelCheck::Unknown(_) if next_hop(message, now, self.max_hop).is_some() => None,
+            CancelCheck::Unknown(error) => {
+                tracing::warn!(%error, %key, "cannot read the cancel marker of a due job; deferring");
+                let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
+                let reason = format!("cancel check failed: {error}");
+                Some(Processed::not_run(
+                    Outcome::Defer { delay, reason },
+                    Some(job_type),
+                ))
+            }
         }
     }
 
@@ -642,12 +720,16 @@ async fn claim(
         key,
         lease_until,
         // The in-progress record outlives its lease (as each extension keeps it), however short
-        // `record_ttl` is: an expired record is free to every claimant, Powertools' included.
-        expires_at: (now + settings.record_ttl).max(lease_until + EXPIRY_PAST_LEASE),
+        // `record_ttl` is: an expired record is free to every claimant, Powertools' included. A
+        // tracked one lasts the status retention: a run SQS's redrive takes is never settled, and its
+        // record is what says so.
+        expires_at: (now + settings.settled_record_ttl()).max(lease_until + EXPIRY_PAST_LEASE),
         validation: settings
             .validate_payload
             .then(|| settings.key_style.validation(message)),
         restart_runs: came_back_from_a_dlq(message) && !lease.claimed_before(),
+        // SQS's redrive moves the message if this receive does not settle: the record says so.
+        last_attempt: origin.max_attempts.is_some_and(|max| origin.attempt >= max),
     };
     let claiming = async {
         if !settings.tracked {
@@ -713,10 +795,6 @@ fn existing_record(
         return Processed::not_run(Outcome::Reject(failure), Some(job_type));
     }
     match record.status {
-        RecordStatus::Completed if is_cancelled_output(record.output.as_deref()) => {
-            tracing::info!(key = %record.key, "cancelled: dropping the job without running it");
-            Processed::not_run(Outcome::Ack(AckReason::Cancelled), Some(job_type))
-        }
         RecordStatus::Completed => {
             tracing::info!(key = %record.key, "duplicate: already completed, acknowledging without running");
             Processed {
@@ -834,11 +912,9 @@ async fn spent(
     origin: Origin<'_>,
     max: u32,
     settle_deadline: Option<Instant>,
+    settings: &HandlerSettings,
 ) -> Failure {
     lease.take_claim();
-    if bounded(settle_deadline, store.release(claim)).await.is_err() {
-        tracing::warn!(key = %claim.key, "releasing the claim did not finish before the deadline; it lapses with its lease");
-    }
     let error = format!(
         "not run again: its {max} allowed runs are spent (this would be run {}); the last one's move to the \
          DLQ did not land, so the message came back",
@@ -847,7 +923,83 @@ async fn spent(
     tracing::warn!(key = %claim.key, run = claim.run, max, "runs spent; dead-lettering without running");
     let mut failure = Failure::now(error, origin.attempt, origin.queue, origin.handler);
     failure.retries_exhausted = true;
+    // A tracked claim wrote `running`: the release says `dead_lettered` again (nothing runs).
+    let change = settings.tracked.then(|| {
+        let outcome = Outcome::Reject(failure.clone());
+        settled_change(origin.handler, &outcome, None, origin, settings)
+    });
+    let releasing = async {
+        match &change {
+            Some(change) => store.release_tracked(claim, change).await,
+            None => store.release(claim).await,
+        }
+    };
+    if bounded(settle_deadline, releasing).await.is_err() {
+        tracing::warn!(key = %claim.key, "releasing the claim did not finish before the deadline; it lapses with its lease");
+    }
     failure
+}
+
+/// Refuses a tracked handler ([`HandlerSettings::tracked`]) with the Powertools key style: its
+/// records are keyed as a Powertools consumer keys them (function name and a hash of the body), which
+/// a producer's `send_tracked` cannot know, and the Powertools consumers sharing those records write
+/// no status, so `jobs show` would lie for every job they run.
+fn check_tracking(router: &Router) -> Result<(), StoreError> {
+    for (job_type, settings) in router.settings() {
+        if settings.tracked
+            && settings.idempotent
+            && matches!(settings.key_style, crate::KeyStyle::Powertools(_))
+        {
+            return Err(StoreError::Misconfigured {
+                message: format!(
+                    "job type {job_type} is tracked (HandlerSettings::tracked) with the Powertools key style: a \
+                     producer's send_tracked writes the sent status under Conveyor's key, which this consumer \
+                     never claims, and Powertools consumers sharing the records write no status. Keep the \
+                     Conveyor key style for tracked jobs (deduplicating with a Powertools consumer needs the \
+                     Powertools style: track those jobs from the Powertools side, or not at all)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A tracked job's change for `outcome`: its status and error, the last progress report, and, for a
+/// final status, the record kept for the status retention.
+///
+/// # Design note: a rejection whose DLQ send fails
+///
+/// The release writes `dead_lettered` before the runtime sends the DLQ copy (the record is settled
+/// first, step 4 of the ordering above). If that send fails, the message stays and comes back. Were it
+/// claimed as any retry, the job would run again (`dead_lettered` → `running` → ...), and a status
+/// read in between would lie both ways. So a rejection also spends the runs (the record's run count
+/// becomes the redrive policy's `maxReceiveCount`, [`JobChange::spend_runs`]): the comeback's claim is
+/// over the budget and takes the "runs spent" row of the failure table: released as `dead_lettered`
+/// again, not run, and sent to the DLQ again (or moved there by SQS's redrive once its receives are
+/// spent). `dead_lettered` is then what happened: the job never runs again from this queue, and its
+/// message ends in the DLQ. A redrive back from the DLQ restarts the count and runs it, truthfully
+/// `running`.
+fn settled_change(
+    job_type: &str,
+    outcome: &Outcome,
+    progress: Option<crate::tracking::Progress>,
+    origin: Origin<'_>,
+    settings: &HandlerSettings,
+) -> JobChange {
+    let (status, error) = status_after(outcome);
+    let mut change = JobChange {
+        error,
+        progress,
+        ..JobChange::now(job_type, status, origin.attempt)
+    };
+    if status == JobStatus::DeadLettered {
+        change.spend_runs = origin.max_attempts;
+    }
+    if status.is_final() {
+        let until = change.at + settings.settled_record_ttl();
+        return change.keep_until(until);
+    }
+    change
 }
 
 /// A DLQ copy moved back to its queue (a redrive): it carries the failure that sent it there, it is
@@ -894,7 +1046,7 @@ async fn settle(
         }
         return;
     }
-    let expires_at = SystemTime::now() + settings.record_ttl;
+    let expires_at = SystemTime::now() + settings.settled_record_ttl();
     let complete = |output| async move {
         match change {
             Some(change) => store.complete_tracked(claim, output, expires_at, change).await,

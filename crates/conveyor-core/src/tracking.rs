@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::idempotency::IdempotencyRecord;
 use crate::outcome::{AckReason, Outcome};
 
 /// Where a tracked job is.
@@ -113,6 +114,14 @@ pub struct JobChange {
     pub progress: Option<Progress>,
     /// When it changed.
     pub at: SystemTime,
+    /// The record's new expiry, when this change sets one: a final status's write keeps the record
+    /// for the status retention ([`HandlerSettings::status_retention`](crate::HandlerSettings)), a
+    /// producer's `sent` marker for the job's delay plus that.
+    pub keep_until: Option<SystemTime>,
+    /// A release that dead-letters the job sets the record's run count to this (the redrive
+    /// policy's `maxReceiveCount`): should the DLQ send fail and the message come back, its claim is
+    /// over the budget and the job is dead-lettered again without running.
+    pub spend_runs: Option<u32>,
 }
 
 impl JobChange {
@@ -125,7 +134,15 @@ impl JobChange {
             error: None,
             progress: None,
             at: SystemTime::now(),
+            keep_until: None,
+            spend_runs: None,
         }
+    }
+
+    /// The same change, keeping the record until `until`.
+    pub fn keep_until(mut self, until: SystemTime) -> Self {
+        self.keep_until = Some(until);
+        self
     }
 }
 
@@ -214,6 +231,28 @@ impl JobRecord {
         if let Some(progress) = &change.progress {
             self.progress = Some(progress.clone());
         }
+    }
+}
+
+impl JobRecord {
+    /// The record as its idempotency record says it is at `now`: a run on the last receive the
+    /// redrive policy allows that never settled and whose lease is over was moved to the DLQ by SQS
+    /// ([`IdempotencyRecord::dead_lettered_by_redrive`]), so it is `dead_lettered` with
+    /// [`REDRIVE_REASON`](crate::port::REDRIVE_REASON), since its lease's end. Every reader
+    /// (`conveyor jobs show|list`, the console) sees jobs through this.
+    pub fn seen_with(mut self, record: &IdempotencyRecord, now: SystemTime) -> Self {
+        let redriven = matches!(self.status, JobStatus::Running | JobStatus::Retrying)
+            && record.dead_lettered_by_redrive(now);
+        if !redriven {
+            return self;
+        }
+        let at = record.lease_until.unwrap_or(now);
+        self.apply(&JobChange {
+            error: Some(crate::idempotency::REDRIVE_REASON.to_owned()),
+            at,
+            ..JobChange::now(&self.job_type.clone(), JobStatus::DeadLettered, self.attempts)
+        });
+        self
     }
 }
 

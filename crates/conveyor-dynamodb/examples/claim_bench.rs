@@ -42,6 +42,7 @@ fn request(key: &str) -> ClaimRequest {
         expires_at: now + Duration::from_secs(3600),
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     }
 }
 

@@ -113,6 +113,7 @@ mod tests {
             output: Some("{}".into()),
             validation: None,
             token: None,
+            last_attempt: false,
         }
     }
 

@@ -22,5 +22,33 @@ pub const TOKEN_ATTRIBUTE: &str = "fence";
 /// ignores it.
 pub const RUNS_ATTRIBUTE: &str = "runs";
 
-/// The secondary index that lists tracked jobs by type and status (`conveyor jobs list`).
-pub const JOBS_INDEX: &str = "conveyor-jobs";
+/// The secondary index that lists tracked jobs by type and status (`conveyor jobs list`): partition
+/// key `job_shard` (`<job type>#<shard>`, S), sort key `job_sort` (`<status>#<epoch ms, 13 digits>`,
+/// S), the small `job_*` attributes projected ([`JOBS_INDEX_PROJECTION`]). It replaced `conveyor-jobs`
+/// (`<type>#<status>` partitions, every attribute projected), which put every transition of a busy
+/// type on one partition; an old table gets this index added, and `conveyor-jobs` can be dropped.
+pub const JOBS_INDEX: &str = "conveyor-jobs-sharded";
+
+/// How many index partitions one job type's writes are spread over (a stable hash of the record key,
+/// modulo this). DynamoDB takes about 1,000 writes/s per partition key, so one type takes about 16,000
+/// transitions/s before its index throttles; `jobs list` reads this many partitions. Changing it moves
+/// records between partitions: the Terraform module documents the same number.
+pub const JOBS_INDEX_SHARDS: u32 = 16;
+
+/// The attributes the jobs index projects besides its keys and the table's: what `jobs list` prints,
+/// never the output (`data`) or progress, so a progress report or a lease extension writes no index
+/// entry.
+pub const JOBS_INDEX_PROJECTION: [&str; 12] = [
+    "job_type",
+    "job_status",
+    "job_attempts",
+    "job_error",
+    "job_changed",
+    "last_attempt",
+    "job_sent_at",
+    "job_running_at",
+    "job_retrying_at",
+    "job_succeeded_at",
+    "job_dead_lettered_at",
+    "job_cancelled_at",
+];

@@ -10,7 +10,7 @@
 //! | | `flow_deadline` | N | epoch ms; the deadline sweep counts what is unfinished then |
 //! | | `flow_parent_sent`, `flow_failure_sent` | N | when the parent was sent to run; when a failure notice was |
 //! | | `flow_notice` | S | the message id of the failure notice that went to the DLQ |
-//! | | `job_index`, `job_changed` | S, N | `conveyor-flow#open` and the deadline while open: the sweep's listing on the jobs index |
+//! | | `job_shard`, `job_sort` | S | `conveyor-flow#open` and `open#<deadline ms>` while open: the sweep's listing on the jobs index |
 //! | `conveyor-flow:<id>/parent` | `flow_parent`, `flow_child_ids` | S | the parent's message and the children's ids, as JSON |
 //! | `conveyor-flow:<id>/child:<child id>` | `flow_child_key` | S | the child's idempotency record key |
 //! | | `flow_child_end`, `flow_child_output`, `flow_child_error` | S | `succeeded`/`failed`; its output; its reason |
@@ -41,7 +41,7 @@ use futures_util::StreamExt as _;
 
 use crate::classify::{Failure, classify};
 use crate::item::{Item, epoch_secs, number, string};
-use crate::jobs::{JOB_CHANGED, JOB_INDEX};
+use crate::jobs::{JOB_SHARD, JOB_SORT};
 use crate::store::DynamoStore;
 
 const FINGERPRINT: &str = "flow_fingerprint";
@@ -69,6 +69,11 @@ const CREATE_CONCURRENCY: usize = 16;
 const MAX_KEPT_OUTPUT: usize = 300 * 1024;
 /// Tries of a count that meets another transaction on the head at the same moment.
 const CONFLICT_TRIES: u32 = 8;
+
+/// The jobs index sort value of an open flow whose deadline is `millis`.
+fn open_sort(millis: u64) -> String {
+    format!("open#{millis:013}")
+}
 
 /// The head's item id of flow `flow_id`.
 pub(crate) fn flow_item_id(flow_id: &str) -> String {
@@ -199,25 +204,21 @@ impl DynamoStore {
         }
     }
 
-    /// Ids of the items in jobs index partition `partition` whose `job_changed` is before `before`,
-    /// earliest first, at most `limit`.
-    async fn query_index_before(
-        &self,
-        partition: &str,
-        before: u64,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    /// Ids of the open flows whose deadline is before `before` (epoch ms), earliest first, at most `limit`.
+    async fn query_open_before(&self, before: u64, limit: usize) -> Result<Vec<String>, StoreError> {
+        let partition = OPEN_FLOWS;
         self.count_request();
         let answer = self
             .client
             .query()
             .table_name(&self.table)
             .index_name(crate::defaults::JOBS_INDEX)
-            .key_condition_expression("#index = :partition AND #changed < :before")
-            .expression_attribute_names("#index", JOB_INDEX)
-            .expression_attribute_names("#changed", JOB_CHANGED)
+            .key_condition_expression("#shard = :partition AND #sort BETWEEN :open AND :before")
+            .expression_attribute_names("#shard", JOB_SHARD)
+            .expression_attribute_names("#sort", JOB_SORT)
             .expression_attribute_values(":partition", string(partition))
-            .expression_attribute_values(":before", number(before))
+            .expression_attribute_values(":open", string(open_sort(0)))
+            .expression_attribute_values(":before", string(open_sort(before)))
             .limit(i32::try_from(limit).unwrap_or(i32::MAX))
             .send()
             .await
@@ -246,7 +247,7 @@ impl DynamoStore {
         let id = flow_item_id(flow_id);
         let mut expression = "SET #name = if_not_exists(#name, :value)".to_owned();
         if close {
-            expression.push_str(" REMOVE #index");
+            expression.push_str(" REMOVE #shard, #sort");
         }
         let mut update = self
             .client
@@ -259,7 +260,9 @@ impl DynamoStore {
             .expression_attribute_names("#name", name)
             .expression_attribute_values(":value", value);
         if close {
-            update = update.expression_attribute_names("#index", JOB_INDEX);
+            update = update
+                .expression_attribute_names("#shard", JOB_SHARD)
+                .expression_attribute_names("#sort", JOB_SORT);
         }
         self.count_request();
         match update.send().await {
@@ -529,8 +532,8 @@ impl FlowStore for DynamoStore {
             (SUCCEEDED.to_owned(), number(0)),
             (FAILED.to_owned(), number(0)),
             (DEADLINE.to_owned(), number(deadline)),
-            (JOB_INDEX.to_owned(), string(OPEN_FLOWS)),
-            (JOB_CHANGED.to_owned(), number(deadline)),
+            (JOB_SHARD.to_owned(), string(OPEN_FLOWS)),
+            (JOB_SORT.to_owned(), string(open_sort(deadline))),
             (expiration.clone(), expires.clone()),
         ]);
         // The head first: a conflicting re-send is refused before it writes anything.
@@ -670,9 +673,7 @@ impl FlowStore for DynamoStore {
     }
 
     async fn overdue(&self, now: SystemTime, limit: usize) -> Result<Vec<String>, StoreError> {
-        let ids = self
-            .query_index_before(OPEN_FLOWS, to_epoch_millis(now), limit)
-            .await?;
+        let ids = self.query_open_before(to_epoch_millis(now), limit).await?;
         Ok(ids
             .into_iter()
             .filter_map(|id| {
@@ -690,10 +691,11 @@ impl FlowStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&id)))
-            .update_expression("REMOVE #index")
+            .update_expression("REMOVE #shard, #sort")
             .condition_expression("attribute_exists(#id)")
             .expression_attribute_names("#id", &self.options.attributes.id)
-            .expression_attribute_names("#index", JOB_INDEX)
+            .expression_attribute_names("#shard", JOB_SHARD)
+            .expression_attribute_names("#sort", JOB_SORT)
             .send()
             .await;
         match result.map_err(|error| classify(&error, self.target("UpdateItem", &id))) {

@@ -155,6 +155,10 @@ pub(crate) fn parse_record(
         output: reader.output(&names.data),
         validation: reader.optional_string(&names.validation)?.map(str::to_owned),
         token: reader.number(&names.fencing_token)?,
+        last_attempt: matches!(
+            item.get(crate::jobs::LAST_ATTEMPT),
+            Some(AttributeValue::Bool(true))
+        ),
     })
 }
 

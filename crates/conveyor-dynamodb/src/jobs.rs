@@ -1,24 +1,36 @@
 //! Tracked jobs' records on the idempotency item: the `job_*` attributes, the clauses the claim,
 //! complete and release updates carry for them, and reading them back (one item, or the
-//! `conveyor-jobs` index).
+//! `conveyor-jobs-sharded` index).
 //!
 //! | attribute | type | meaning |
 //! |---|---|---|
 //! | `job_type` | S | the job type |
-//! | `job_status` | S | `sent`, `running`, `retrying`, `succeeded`, `dead_lettered` |
+//! | `job_status` | S | `sent`, `running`, `retrying`, `succeeded`, `dead_lettered`, `cancelled` |
 //! | `job_attempts` | N | runs started (each tracked claim adds one in its own write) |
 //! | `job_error` | S | the last run's error |
 //! | `job_progress`, `job_progress_message`, `job_progress_at` | N, S, N | the last progress written (epoch ms) |
-//! | `job_changed` | N | when the status last changed (epoch ms); the index's sort key |
-//! | `job_index` | S | `<job type>#<status>`: the index's partition key |
-//! | `job_sent_at`, `job_running_at`, `job_retrying_at`, `job_succeeded_at`, `job_dead_lettered_at` | N | the last time the job entered each status (epoch ms) |
+//! | `job_changed` | N | when the status last changed (epoch ms) |
+//! | `job_shard` | S | `<job type>#<shard>`: the index's partition key |
+//! | `job_sort` | S | `<status>#<job_changed, 13 digits>`: the index's sort key |
+//! | `job_sent_at`, `job_running_at`, ..., `job_cancelled_at` | N | the last time the job entered each status (epoch ms) |
+//! | `job_keep_until` | N | the tracked claim's expiry (epoch s): a lease extension keeps it as the expiry |
+//! | `last_attempt` | BOOL | set by a claim on the message's last allowed receive, removed by the release (see `conveyor_core::port::IdempotencyRecord::dead_lettered_by_redrive`) |
 //!
 //! Powertools reads none of these and writes none of them, so a shared table stays readable by it.
-//! The index partitions by type *and* status, so no one partition takes every write of a busy table
-//! (a `succeeded`-only partition would), and `jobs list --type T --status S` is one `Query`, newest
-//! change first; listing every status of a type is five.
+//!
+//! # Design note: the index
+//!
+//! The shard is a stable hash of the record key modulo [`JOBS_INDEX_SHARDS`], so one busy type's
+//! transitions spread over that many partitions (about 1,000 writes/s each before DynamoDB throttles
+//! an index partition, and with it the base table's writes); a job stays on its shard for life. The
+//! sort key starts with the status, so `jobs list --status S` is one `Query` per shard
+//! (`begins_with(job_sort, "S#")`, newest first) and every status is one `Query` per shard, merged
+//! newest first. The index projects only [`JOBS_INDEX_PROJECTION`](crate::defaults::JOBS_INDEX_PROJECTION): a progress report, a lease
+//! extension or the output writes no index entry; a status change writes one.
+//! Every tracked write also removes `job_index`, the old `conveyor-jobs` index's key, so that index (on
+//! a table not yet migrated) drops the item rather than show a stale status.
 
-use crate::defaults::JOBS_INDEX;
+use crate::defaults::{JOBS_INDEX, JOBS_INDEX_SHARDS};
 use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_core::port::{StatusTime, from_epoch_millis, to_epoch_millis};
 use conveyor_core::{
@@ -44,19 +56,43 @@ pub(crate) const JOB_PROGRESS: &str = "job_progress";
 pub(crate) const JOB_PROGRESS_MESSAGE: &str = "job_progress_message";
 /// When the last progress was reported (epoch ms).
 pub(crate) const JOB_PROGRESS_AT: &str = "job_progress_at";
-/// When the status last changed (epoch ms): the index's sort key.
+/// When the status last changed (epoch ms).
 pub const JOB_CHANGED: &str = "job_changed";
-/// `<job type>#<status>`: the index's partition key.
-pub const JOB_INDEX: &str = "job_index";
+/// `<job type>#<shard>`: the index's partition key.
+pub const JOB_SHARD: &str = "job_shard";
+/// `<status>#<changed, epoch ms in 13 digits>`: the index's sort key.
+pub const JOB_SORT: &str = "job_sort";
+/// The old index's partition key (`<type>#<status>`), removed by every tracked write.
+const LEGACY_JOB_INDEX: &str = "job_index";
+/// A tracked claim's expiry (epoch seconds), which lease extensions keep instead of shortening it.
+pub const JOB_KEEP_UNTIL: &str = "job_keep_until";
+/// Set on the record by a claim on the message's last allowed receive.
+pub const LAST_ATTEMPT: &str = "last_attempt";
 
 /// The attribute holding the last time a job entered `status`.
 pub(crate) fn status_time_attribute(status: JobStatus) -> String {
     format!("job_{}_at", status.as_str())
 }
 
-/// The index partition of a job type and status.
-pub(crate) fn index_value(job_type: &str, status: JobStatus) -> String {
-    format!("{job_type}#{}", status.as_str())
+/// The shard of a record key: FNV-1a (64 bits) of its bytes modulo [`JOBS_INDEX_SHARDS`]. Stable
+/// across processes, versions and platforms (never `std`'s randomly seeded hasher).
+pub fn shard_of(key: &str) -> u32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    u32::try_from(hash % u64::from(JOBS_INDEX_SHARDS)).unwrap_or(0)
+}
+
+/// The index partition of a record: `<job type>#<shard>`.
+pub fn shard_value(job_type: &str, key: &str) -> String {
+    format!("{job_type}#{}", shard_of(key))
+}
+
+/// The index sort key of a status entered at `at`: `<status>#<epoch ms, 13 digits>`.
+pub fn sort_value(status: JobStatus, at: std::time::SystemTime) -> String {
+    format!("{}#{:013}", status.as_str(), to_epoch_millis(at))
 }
 
 /// Clauses of an `UpdateItem` expression, with their names and values (`#job_*`, `:job_*`, never
@@ -101,13 +137,15 @@ impl Clauses {
     }
 }
 
-/// The clauses that write `change`, as [`JobRecord::apply`] defines it.
-pub(crate) fn change_clauses(change: &JobChange) -> Clauses {
+/// The clauses that write `change` on record `key`, as [`JobRecord::apply`] defines it.
+pub(crate) fn change_clauses(key: &str, change: &JobChange) -> Clauses {
     let mut clauses = Clauses::default();
     let at = number(to_epoch_millis(change.at));
     clauses.set(JOB_TYPE, string(&change.job_type));
     clauses.set(JOB_STATUS, string(change.status.as_str()));
-    clauses.set(JOB_INDEX, string(index_value(&change.job_type, change.status)));
+    clauses.set(JOB_SHARD, string(shard_value(&change.job_type, key)));
+    clauses.set(JOB_SORT, string(sort_value(change.status, change.at)));
+    clauses.remove(LEGACY_JOB_INDEX);
     clauses.set(JOB_CHANGED, at.clone());
     clauses.set(&status_time_attribute(change.status), at);
     if change.status == JobStatus::Running {
@@ -204,8 +242,10 @@ impl DynamoStore {
     /// job that never ran.
     pub(crate) async fn write_sent(&self, key: &str, change: &JobChange) -> Result<(), StoreError> {
         let names = &self.options.attributes;
-        let clauses = change_clauses(change);
-        let expires = change.at + conveyor_core::runtime::IDEMPOTENCY_RECORD_TTL;
+        let clauses = change_clauses(key, change);
+        let expires = change
+            .keep_until
+            .unwrap_or(change.at + conveyor_core::runtime::IDEMPOTENCY_RECORD_TTL);
         self.count_request();
         let update = with_clauses(self.client.update_item(), &clauses);
         let result = update
@@ -235,33 +275,54 @@ impl DynamoStore {
             .and_then(|item| self.job_from(key, &item)))
     }
 
-    /// A job record from an item, with the idempotency record's output and token when it has one.
+    /// A job record from an item, with the idempotency record's output and token when it has one,
+    /// as the record says it is now (a run SQS's redrive took is dead-lettered).
     fn job_from(&self, key: &str, item: &Item) -> Option<JobRecord> {
-        let (output, token) = match self.parse(key, item) {
-            Ok(record) => (record.output, record.token),
-            Err(_) => (None, None),
-        };
-        parse_job(key, item, output, token)
+        let record = self.parse(key, item).ok();
+        let (output, token) = record
+            .as_ref()
+            .map_or((None, None), |record| (record.output.clone(), record.token));
+        let job = parse_job(key, item, output, token)?;
+        Some(match &record {
+            Some(record) => job.seen_with(record, std::time::SystemTime::now()),
+            None => job,
+        })
     }
 
-    /// Tracked jobs of one type (and status), newest change first, through the `conveyor-jobs` index.
+    /// Tracked jobs of one type (and status), newest change first, through the jobs index: one
+    /// `Query` per shard (each newest first, at most `limit`), merged.
     pub(crate) async fn query_jobs(&self, query: &JobQuery) -> Result<Vec<JobRecord>, StoreError> {
-        let statuses = match query.status {
-            Some(status) => vec![status],
-            None => JobStatus::ALL.to_vec(),
-        };
         let mut found = Vec::new();
-        for status in statuses {
+        for shard in 0..JOBS_INDEX_SHARDS {
+            let partition = format!("{}#{shard}", query.job_type);
+            let prefix = query.status.map(|status| format!("{}#", status.as_str()));
             found.extend(
-                self.query_partition(&index_value(&query.job_type, status), query.limit)
+                self.query_shard(&partition, prefix.as_deref(), false, query.limit)
                     .await?,
             );
+            if query.status == Some(JobStatus::DeadLettered) {
+                // Runs SQS's redrive took still say `running` in the index (nothing ran to say more).
+                let running = format!("{}#", JobStatus::Running.as_str());
+                found.extend(
+                    self.query_shard(&partition, Some(&running), true, query.limit)
+                        .await?,
+                );
+            }
         }
+        found.retain(|job| query.status.is_none_or(|status| job.status == status));
         conveyor_core::port::newest_first(&mut found, query.limit);
         Ok(found)
     }
 
-    async fn query_partition(&self, partition: &str, limit: usize) -> Result<Vec<JobRecord>, StoreError> {
+    /// One shard's jobs (of one status, or all), newest change first. An entry the index cannot judge
+    /// alone (a run on its last attempt: did SQS's redrive take it?) is read whole.
+    async fn query_shard(
+        &self,
+        partition: &str,
+        prefix: Option<&str>,
+        last_attempts_only: bool,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
         let id_attribute = self
             .options
             .sort_key
@@ -273,35 +334,52 @@ impl DynamoStore {
         let mut start = None;
         while found.len() < limit {
             self.count_request();
-            let page = self
+            let mut request = self
                 .client
                 .query()
                 .table_name(&self.table)
                 .index_name(JOBS_INDEX)
-                .key_condition_expression("#job_index = :job_index")
-                .expression_attribute_names("#job_index", JOB_INDEX)
-                .expression_attribute_values(":job_index", string(partition))
+                .expression_attribute_names("#job_shard", JOB_SHARD)
+                .expression_attribute_values(":job_shard", string(partition))
                 .scan_index_forward(false)
                 .limit(i32::try_from(limit - found.len()).unwrap_or(i32::MAX))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|error| match classify(&error, self.target("Query", partition)) {
+                .set_exclusive_start_key(start.take());
+            request = match prefix {
+                Some(prefix) => request
+                    .key_condition_expression(
+                        "#job_shard = :job_shard AND begins_with(#job_sort, :job_status)",
+                    )
+                    .expression_attribute_names("#job_sort", JOB_SORT)
+                    .expression_attribute_values(":job_status", string(prefix)),
+                None => request.key_condition_expression("#job_shard = :job_shard"),
+            };
+            if last_attempts_only {
+                request = request
+                    .filter_expression("attribute_exists(#last_attempt)")
+                    .expression_attribute_names("#last_attempt", LAST_ATTEMPT);
+            }
+            let page = request.send().await.map_err(|error| {
+                match classify(&error, self.target("Query", partition)) {
                     Failure::Store(StoreError::Misconfigured { message }) if message.contains("index") => {
                         StoreError::Misconfigured {
                             message: format!(
                                 "table {} has no usable index {JOBS_INDEX} for listing jobs: add it (the \
                                  infra/modules/idempotency-table module and `conveyor local init` create \
-                                 it: partition key `{JOB_INDEX}` (S), sort key `{JOB_CHANGED}` (N)) ({message})",
+                                 it: partition key `{JOB_SHARD}` (S), sort key `{JOB_SORT}` (S)) ({message})",
                                 self.table
                             ),
                         }
                     }
                     other => store_error(other),
-                })?;
+                }
+            })?;
             for item in page.items() {
                 let key = text(item, id_attribute).unwrap_or_default().to_owned();
-                found.extend(self.job_from(&key, item));
+                if item.contains_key(LAST_ATTEMPT) {
+                    found.extend(self.read_job(&key).await?);
+                } else {
+                    found.extend(parse_job(&key, item, None, None));
+                }
             }
             match page.last_evaluated_key {
                 Some(last) if !last.is_empty() => start = Some(last),
@@ -319,5 +397,80 @@ fn store_error(failure: Failure) -> StoreError {
         other => StoreError::Unavailable {
             message: format!("unexpected answer to a read: {other:?}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    /// 10,000 transitions of one busy type, keyed as the consumers key them (message ids): each
+    /// index partition key takes its share, none a hot spot (DynamoDB throttles one partition key
+    /// above about 1,000 writes/s).
+    #[test]
+    fn a_busy_types_transitions_spread_over_the_shards() {
+        let mut per_partition = std::collections::HashMap::<String, u32>::new();
+        for index in 0..10_000u32 {
+            // SQS message ids look like UUIDs: hex spread by a multiplicative hash.
+            let id = u128::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+            let key = format!("conveyor:email#{id:032x}");
+            *per_partition.entry(shard_value("email", &key)).or_default() += 1;
+        }
+        let busiest = per_partition.values().copied().max().unwrap_or_default();
+        let mean = 10_000 / JOBS_INDEX_SHARDS;
+        println!(
+            "10,000 transitions of one type: {} partitions, busiest {busiest} (mean {mean})",
+            per_partition.len()
+        );
+        assert!(per_partition.len() >= 14, "{per_partition:?}");
+        assert!(busiest * 2 <= mean * 3, "busiest {busiest}, mean {mean}");
+        // Producer keys (business keys) spread as well.
+        let mut business = std::collections::HashMap::<u32, u32>::new();
+        for user in 0..10_000u32 {
+            *business
+                .entry(shard_of(&format!("conveyor:email#welcome:user:{user}")))
+                .or_default() += 1;
+        }
+        let busiest = business.values().copied().max().unwrap_or_default();
+        assert!(business.len() >= 14 && busiest * 2 <= mean * 3, "{business:?}");
+    }
+
+    #[test]
+    fn the_sort_key_orders_by_status_then_time() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(sort_value(JobStatus::Running, at), "running#1700000000123");
+        assert_eq!(
+            sort_value(JobStatus::Sent, UNIX_EPOCH + Duration::from_millis(5)),
+            "sent#0000000000005"
+        );
+        // Stable across processes and releases: a job stays on its shard for life.
+        assert_eq!(shard_of("conveyor:email#m-1"), shard_of("conveyor:email#m-1"));
+        assert_eq!(
+            shard_value("email", "conveyor:email#m-1"),
+            format!("email#{}", shard_of("conveyor:email#m-1"))
+        );
+    }
+
+    #[test]
+    fn progress_touches_no_projected_attribute() {
+        let mut clauses = Clauses::default();
+        progress_clauses(
+            &mut clauses,
+            &Progress {
+                percent: 5,
+                message: "m".into(),
+                at: UNIX_EPOCH,
+            },
+        );
+        for (_, attribute) in &clauses.names {
+            assert!(
+                !crate::defaults::JOBS_INDEX_PROJECTION.contains(&attribute.as_str())
+                    && attribute != JOB_SHARD
+                    && attribute != JOB_SORT,
+                "a progress write would write the index: {attribute}"
+            );
+        }
     }
 }

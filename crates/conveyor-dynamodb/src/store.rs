@@ -300,7 +300,9 @@ impl DynamoStore {
         change: Option<&JobChange>,
     ) -> Result<Option<Item>, Failure> {
         let names = &self.options.attributes;
-        let clauses = change.map(jobs::change_clauses).unwrap_or_default();
+        let clauses = change
+            .map(|change| jobs::change_clauses(&claim.key, change))
+            .unwrap_or_default();
         let mut update = self
             .client
             .update_item()
@@ -361,6 +363,11 @@ impl DynamoStore {
             },
         ];
         let mut remove = vec!["#response_data".to_owned()];
+        if request.last_attempt {
+            set.push("#last_attempt = :last_attempt".to_owned());
+        } else {
+            remove.push("#last_attempt".to_owned());
+        }
         let mut update = self
             .client
             .update_item()
@@ -378,6 +385,7 @@ impl DynamoStore {
             .expression_attribute_names("#runs", &names.runs)
             .expression_attribute_names("#response_data", &names.data)
             .expression_attribute_names("#validation", &names.validation)
+            .expression_attribute_names("#last_attempt", jobs::LAST_ATTEMPT)
             .expression_attribute_values(":now", number(epoch_secs(now)))
             .expression_attribute_values(":now_in_millis", number(epoch_millis(now)))
             .expression_attribute_values(":inprogress", string(RecordStatus::InProgress.as_str()))
@@ -390,6 +398,9 @@ impl DynamoStore {
         if !request.restart_runs {
             update = update.expression_attribute_values(":zero", number(0));
         }
+        if request.last_attempt {
+            update = update.expression_attribute_values(":last_attempt", AttributeValue::Bool(true));
+        }
         match &request.validation {
             Some(validation) => {
                 set.push("#validation = :validation".to_owned());
@@ -397,7 +408,14 @@ impl DynamoStore {
             }
             None => remove.push("#validation".to_owned()),
         }
-        let clauses = change.map(jobs::change_clauses).unwrap_or_default();
+        if change.is_some() {
+            // A tracked record keeps its expiry through lease extensions (see `extend_lease`).
+            set.push("#keep = :expiry".to_owned());
+            update = update.expression_attribute_names("#keep", jobs::JOB_KEEP_UNTIL);
+        }
+        let clauses = change
+            .map(|change| jobs::change_clauses(&request.key, change))
+            .unwrap_or_default();
         let expression = clauses.expression(set, remove);
         let result = with_clauses(update, &clauses)
             .update_expression(expression)
@@ -462,20 +480,36 @@ impl DynamoStore {
     async fn release_with(&self, claim: &Claim, change: Option<&JobChange>) -> Result<(), StoreError> {
         let names = &self.options.attributes;
         self.count_request();
-        let clauses = change.map(jobs::change_clauses).unwrap_or_default();
+        let clauses = change
+            .map(|change| jobs::change_clauses(&claim.key, change))
+            .unwrap_or_default();
         // The record stays, with its lease ended and its token moved past ours: the key is claimable at
         // once, the counters keep counting, and a late extend or complete of ours is fenced.
-        let update = self.client.update_item();
+        // `last_attempt` stays: a message whose receives are spent is moved by SQS's redrive unless
+        // the runtime deletes it (a DLQ send, a deferred copy), and the next claim clears it. A final
+        // status keeps the record for the status retention.
+        let mut set = vec![
+            "#in_progress_expiry = :released".to_owned(),
+            "#token = #token + :one".to_owned(),
+        ];
+        let mut update = self.client.update_item();
+        if let Some(until) = change.and_then(|change| change.keep_until) {
+            set.push("#expiry = :expiry".to_owned());
+            update = update
+                .expression_attribute_names("#expiry", &names.expiration)
+                .expression_attribute_values(":expiry", number(epoch_secs(until)));
+        }
+        if let Some(runs) = change.and_then(|change| change.spend_runs) {
+            // A rejection spends the runs: a comeback after a failed DLQ send is not run again.
+            set.push("#runs = :spent_runs".to_owned());
+            update = update
+                .expression_attribute_names("#runs", &names.runs)
+                .expression_attribute_values(":spent_runs", number(u64::from(runs)));
+        }
         let result = with_clauses(update, &clauses)
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&claim.key)))
-            .update_expression(clauses.expression(
-                vec![
-                    "#in_progress_expiry = :released".to_owned(),
-                    "#token = #token + :one".to_owned(),
-                ],
-                Vec::new(),
-            ))
+            .update_expression(clauses.expression(set, Vec::new()))
             .condition_expression(TOKEN_CONDITION)
             .expression_attribute_names("#token", &names.fencing_token)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
@@ -574,7 +608,12 @@ impl IdempotencyStore for DynamoStore {
         let update = self
             .client
             .update_item()
-            .update_expression("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
+            // A tracked record's expiry (its status retention, `job_keep_until`) never shrinks to the
+            // lease's: a run SQS's redrive takes must still say so days later.
+            .update_expression(
+                "SET #in_progress_expiry = :in_progress_expiry, #expiry = if_not_exists(#keep, :expiry)",
+            )
+            .expression_attribute_names("#keep", jobs::JOB_KEEP_UNTIL)
             .expression_attribute_names("#in_progress_expiry", &names.in_progress_expiration)
             .expression_attribute_names("#expiry", &names.expiration)
             .expression_attribute_values(":expiry", number(epoch_secs(lease_until + EXPIRY_PAST_LEASE)))

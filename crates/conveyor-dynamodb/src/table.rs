@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOBS_INDEX};
+use crate::defaults::{EXPIRATION_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOBS_INDEX, JOBS_INDEX_PROJECTION};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
 };
 
-use crate::jobs::{JOB_CHANGED, JOB_INDEX};
+use crate::jobs::{JOB_SHARD, JOB_SORT};
 use tokio::time::Instant;
 
 /// How long a new table may take to become active.
@@ -39,8 +39,8 @@ pub enum TableError {
 }
 
 /// Creates the idempotency table `name` (partition key `id` of type S, on-demand billing, TTL on
-/// `expiration`, the `conveyor-jobs` index that lists tracked jobs: partition key `job_index` (S), sort
-/// key `job_changed` (N), all attributes projected) and waits until it is active.
+/// `expiration`, the `conveyor-jobs-sharded` index that lists tracked jobs: partition key `job_shard`
+/// (S), sort key `job_sort` (S), [`JOBS_INDEX_PROJECTION`] projected) and waits until it is active.
 pub async fn create_idempotency_table(client: &Client, name: &str) -> Result<(), TableError> {
     let failed = |call: &'static str| {
         move |error: String| TableError::Call {
@@ -68,9 +68,19 @@ pub async fn create_idempotency_table(client: &Client, name: &str) -> Result<(),
     let jobs_index = built(
         GlobalSecondaryIndex::builder()
             .index_name(JOBS_INDEX)
-            .key_schema(key(JOB_INDEX, KeyType::Hash).map_err(failed("CreateTable"))?)
-            .key_schema(key(JOB_CHANGED, KeyType::Range).map_err(failed("CreateTable"))?)
-            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .key_schema(key(JOB_SHARD, KeyType::Hash).map_err(failed("CreateTable"))?)
+            .key_schema(key(JOB_SORT, KeyType::Range).map_err(failed("CreateTable"))?)
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::Include)
+                    .set_non_key_attributes(Some(
+                        JOBS_INDEX_PROJECTION
+                            .iter()
+                            .map(|name| (*name).to_owned())
+                            .collect(),
+                    ))
+                    .build(),
+            )
             .build(),
     )
     .map_err(failed("CreateTable"))?;
@@ -80,8 +90,8 @@ pub async fn create_idempotency_table(client: &Client, name: &str) -> Result<(),
         .attribute_definitions(
             attribute(IDEMPOTENCY_KEY_ATTRIBUTE, ScalarAttributeType::S).map_err(failed("CreateTable"))?,
         )
-        .attribute_definitions(attribute(JOB_INDEX, ScalarAttributeType::S).map_err(failed("CreateTable"))?)
-        .attribute_definitions(attribute(JOB_CHANGED, ScalarAttributeType::N).map_err(failed("CreateTable"))?)
+        .attribute_definitions(attribute(JOB_SHARD, ScalarAttributeType::S).map_err(failed("CreateTable"))?)
+        .attribute_definitions(attribute(JOB_SORT, ScalarAttributeType::S).map_err(failed("CreateTable"))?)
         .key_schema(key(IDEMPOTENCY_KEY_ATTRIBUTE, KeyType::Hash).map_err(failed("CreateTable"))?)
         .global_secondary_indexes(jobs_index)
         .billing_mode(BillingMode::PayPerRequest)

@@ -35,6 +35,7 @@ fn request(key: &str, lease: Duration) -> ClaimRequest {
         expires_at: now + HOUR,
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     }
 }
 

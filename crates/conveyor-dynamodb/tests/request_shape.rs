@@ -71,6 +71,7 @@ fn request(key: &str) -> ClaimRequest {
         expires_at: now + Duration::from_secs(3600),
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     }
 }
 
@@ -156,13 +157,14 @@ async fn the_claim_is_powertools_condition_on_one_update_that_increases_the_toke
         Some(
             "SET #status = :inprogress, #expiry = :expiry, #in_progress_expiry = :in_progress_expiry, \
              #token = if_not_exists(#token, :fence_base) + :one, #runs = if_not_exists(#runs, :zero) + :one, \
-             #validation = :validation REMOVE #response_data"
+             #validation = :validation REMOVE #response_data, #last_attempt"
         )
     );
     let mut expected_names = json_names(&reference["ExpressionAttributeNames"]);
     expected_names.insert("#token".into(), "fence".into());
     expected_names.insert("#runs".into(), "runs".into());
     expected_names.insert("#response_data".into(), "data".into());
+    expected_names.insert("#last_attempt".into(), "last_attempt".into());
     expected_names.insert("#validation".into(), "validation".into());
     assert_eq!(names_of(input.expression_attribute_names()), expected_names);
     assert_eq!(
@@ -229,7 +231,7 @@ async fn a_claim_without_validation_removes_a_stale_one() {
     store.claim(&request("k")).await.unwrap();
     let expression = seen.lock().unwrap()[0].update_expression().unwrap().to_owned();
     assert!(
-        expression.ends_with(" REMOVE #response_data, #validation"),
+        expression.ends_with(" REMOVE #response_data, #last_attempt, #validation"),
         "{expression}"
     );
 }
@@ -440,7 +442,7 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     let input = &seen[0];
     assert_eq!(
         input.update_expression(),
-        Some("SET #in_progress_expiry = :in_progress_expiry, #expiry = :expiry")
+        Some("SET #in_progress_expiry = :in_progress_expiry, #expiry = if_not_exists(#keep, :expiry)")
     );
     assert_eq!(
         input.condition_expression(),
@@ -451,6 +453,10 @@ async fn extend_moves_the_lease_under_token_and_status_conditions() {
     assert_eq!(names["#expiry"], "expiration");
     assert_eq!(names["#token"], "fence");
     assert_eq!(names["#status"], "status");
+    assert_eq!(
+        names["#keep"], "job_keep_until",
+        "a tracked record keeps its status retention"
+    );
     let values = input.expression_attribute_values().unwrap();
     assert_eq!(n(&values[":in_progress_expiry"]), 1_795_961_180_693);
     assert_eq!(

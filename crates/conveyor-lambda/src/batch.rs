@@ -663,15 +663,17 @@ impl BatchProcessor {
         }
     }
 
-    /// Deletes the large-payload objects of the jobs that succeeded (acknowledged messages), before the
-    /// response: the event source mapping deletes their messages after it, which this function cannot
-    /// observe. If the response is lost the messages come back without their objects; an idempotent
-    /// job's completed record then acknowledges them as duplicates (see `conveyor-core/src/pipeline.rs`).
+    /// Deletes the large-payload objects of the jobs done for good: completed claims of idempotent
+    /// handlers ([`Pipeline::discards_payload_of`]), never a duplicate's or a cancelled copy's (another
+    /// copy may still point at the object). It runs before the response, so before the event source
+    /// mapping deletes the messages; that is safe only because the completed record answers for every
+    /// copy that comes back (acknowledged as a duplicate without its object). Anything else is left to
+    /// the bucket's lifecycle rule.
     async fn discard_payloads(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let discards = results
             .iter()
             .flat_map(|(_, lane_results)| lane_results)
-            .filter(|result| matches!(result.settled, Settled::Acked(_)))
+            .filter(|result| matches!(result.settled, Settled::Acked(AckReason::Completed)))
             .filter(|result| self.pipeline.discards_payload_of(&result.message))
             .map(|result| self.pipeline.discard_payload(&result.message));
         if tokio::time::timeout_at(settle_by, futures_util::future::join_all(discards))
@@ -903,7 +905,15 @@ impl BatchProcessor {
         // delete did not): the pipeline needs the budget before it runs one more, so the queue is
         // resolved for it (cached per execution environment). A first delivery learns it below, only
         // when the outcome needs the queue.
-        let max_attempts = if message.attempt() > 1 {
+        // A tracked job's status is settled by the pipeline: it must know the last attempt (a
+        // first delivery's run rejected there says `dead_lettered`, not `retrying`).
+        let tracked = self
+            .pipeline
+            .router()
+            .settings()
+            .iter()
+            .any(|(_, settings)| settings.tracked);
+        let max_attempts = if message.attempt() > 1 || tracked {
             lane.queue.get().await.and_then(|queue| queue.max_receive_count())
         } else {
             lane.queue.known_max_receive_count()
@@ -1299,20 +1309,41 @@ async fn defer(
             return Settled::Retry { delay };
         }
     };
-    match tokio::time::timeout_at(settle_by, queue.send(copy)).await {
-        Ok(Ok(copy_id)) => {
-            tracing::info!(%reason, delay_ms = delay.as_millis() as u64, %copy_id, "deferred: a delayed copy was sent");
-            Settled::Deferred
+    let mut pause = Duration::from_millis(100);
+    let error = loop {
+        let error = match tokio::time::timeout_at(settle_by, queue.send(copy.clone())).await {
+            Ok(Ok(copy_id)) => {
+                tracing::info!(%reason, delay_ms = delay.as_millis() as u64, %copy_id, "deferred: a delayed copy was sent");
+                return Settled::Deferred;
+            }
+            Ok(Err(error)) if error.is_retryable() => error.to_string(),
+            Ok(Err(error)) => break error.to_string(),
+            Err(_) => break "no answer before the invocation deadline".to_owned(),
+        };
+        if Instant::now() + pause >= settle_by {
+            break error;
         }
-        Ok(Err(error)) => {
-            tracing::warn!(%error, %reason, "could not send the deferred copy; retrying after the delay");
-            Settled::Retry { delay }
-        }
-        Err(_) => {
-            tracing::warn!(%reason, "the deferred copy was not sent before the invocation deadline; retrying");
-            Settled::Retry { delay }
-        }
-    }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    };
+    let delay = away_until_due(message, delay);
+    tracing::warn!(%error, %reason, delay_ms = delay.as_millis() as u64, "could not send the deferred copy; this receive counts, the message stays away as long as it may");
+    Settled::Retry { delay }
+}
+
+/// How long a message whose copy could not be sent stays away: a job not due yet stays until it is due
+/// (within SQS's 12 hours), so a `SendMessage` outage spends at most one receive per 12 hours of its
+/// delay instead of one per hop; any other deferral, its own delay.
+fn away_until_due(message: &Message, delay: Duration) -> Duration {
+    let Some(due) = conveyor_core::runtime::due_at(message) else {
+        return delay;
+    };
+    let remaining = due
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    remaining
+        .min(conveyor_core::limits::MAX_VISIBILITY_TIMEOUT)
+        .max(delay)
 }
 
 #[cfg(test)]

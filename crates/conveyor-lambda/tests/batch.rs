@@ -669,6 +669,7 @@ async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive
         expires_at: SystemTime::now() + Duration::from_secs(3600),
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     };
     conveyor_core::port::IdempotencyStore::claim(store.as_ref(), &held)
         .await

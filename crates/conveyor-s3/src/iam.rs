@@ -6,10 +6,13 @@
 //! lists against the policies. Consumers also get `s3:ListBucket` on the bucket, for no call of ours: S3
 //! answers a missing key with `AccessDenied` instead of `NoSuchKey` without it.
 
-/// What a consumer calls: the payload is fetched before the job runs and deleted after it succeeded.
-/// Each entry is the `aws_sdk_s3::Client` method and the IAM action it needs.
+/// What a consumer calls: the payload is fetched before the job runs, touched (copied onto itself, which
+/// needs `s3:GetObject` on the source and `s3:PutObject` on the target) before a copy of its message is
+/// made, and deleted after the job completed. Each entry is the `aws_sdk_s3::Client` method and the IAM
+/// action it needs.
 pub const CONSUMER: &[(&str, &str)] = &[
     ("get_object", "s3:GetObject"),
+    ("copy_object", "s3:PutObject"),
     ("delete_object", "s3:DeleteObject"),
 ];
 

@@ -7,7 +7,9 @@ use conveyor_core::port::{PayloadError, PayloadStore};
 
 use crate::classify::classify;
 
-/// Large payloads in S3: `PutObject`, `GetObject`, `DeleteObject`, one request each.
+/// Large payloads in S3: `PutObject`, `GetObject`, `DeleteObject`, one request each; a touch is a
+/// `CopyObject` of the object onto itself with new metadata, which gives it a new `Last-Modified`, so
+/// the bucket's lifecycle expiration counts from the touch (`conveyor-core/src/payload.rs`).
 #[derive(Debug, Clone)]
 pub struct S3PayloadStore {
     client: Client,
@@ -54,6 +56,23 @@ impl PayloadStore for S3PayloadStore {
         Ok(body.into_bytes().to_vec())
     }
 
+    async fn touch(&self, bucket: &str, key: &str) -> Result<(), PayloadError> {
+        let touched = conveyor_core::runtime::epoch_millis(std::time::SystemTime::now()).to_string();
+        self.client
+            .copy_object()
+            .bucket(bucket)
+            .key(key)
+            .copy_source(copy_source(bucket, key))
+            // S3 refuses a copy onto itself that changes nothing: the metadata is replaced.
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .metadata(TOUCHED_METADATA, touched)
+            .content_type("application/json")
+            .send()
+            .await
+            .map_err(|error| classify(&error, bucket, key))?;
+        Ok(())
+    }
+
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), PayloadError> {
         self.client
             .delete_object()
@@ -63,5 +82,34 @@ impl PayloadStore for S3PayloadStore {
             .await
             .map_err(|error| classify(&error, bucket, key))?;
         Ok(())
+    }
+}
+
+/// The user metadata a touch writes (`x-amz-meta-conveyor-touched`, epoch milliseconds).
+const TOUCHED_METADATA: &str = "conveyor-touched";
+
+/// `CopySource`: `bucket/key`, the key URL-encoded except its slashes.
+fn copy_source(bucket: &str, key: &str) -> String {
+    let mut encoded = String::with_capacity(key.len());
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~/".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{bucket}/{encoded}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_copy_source_keeps_slashes_and_encodes_the_rest() {
+        assert_eq!(
+            copy_source("b", "jobs/6b1d2a5e-0000 x+y"),
+            "b/jobs/6b1d2a5e-0000%20x%2By"
+        );
     }
 }

@@ -82,7 +82,9 @@ pub enum Timing {
         /// The time zone (its IANA name: [`jiff::tz::TimeZone::iana_name`]).
         zone: jiff::tz::TimeZone,
     },
-    /// Every `interval`, counted from the schedule's start (or the Unix epoch).
+    /// Every `interval`, counted from the schedule's start (or the Unix epoch). The anchor is what an
+    /// EventBridge `rate()` counts from (the schedule's `StartDate`), so the export needs a start: a
+    /// migration then fires each tick once, with one key.
     Every(Duration),
 }
 
@@ -157,6 +159,10 @@ pub struct Schedule {
     pub missed: MissedTicks,
     /// A tick first seen later than this after its time counts as missed (default 60 s).
     pub missed_after: Duration,
+    /// Skip a tick while the previous tick's job has not completed, for at most this long after its
+    /// send (a job lost to the DLQ does not stop the schedule for ever). Needs the job records:
+    /// `Scheduler::with_job_records`.
+    pub skip_while_running: Option<Duration>,
 }
 
 /// The default [`Schedule::missed_after`].
@@ -229,6 +235,7 @@ impl Schedule {
             max_runs: None,
             missed: MissedTicks::default(),
             missed_after: DEFAULT_MISSED_AFTER,
+            skip_while_running: None,
         }
     }
 
@@ -295,6 +302,13 @@ impl Schedule {
     /// A tick first seen later than this after its time counts as missed (default 60 s).
     pub fn missed_after(mut self, after: Duration) -> Schedule {
         self.missed_after = after;
+        self
+    }
+
+    /// Skips a tick while the previous tick's job has not completed (its idempotency record is not
+    /// `COMPLETED`), for at most `at_most` after that job was sent.
+    pub fn skip_while_running(mut self, at_most: Duration) -> Schedule {
+        self.skip_while_running = Some(at_most);
         self
     }
 

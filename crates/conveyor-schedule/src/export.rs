@@ -9,10 +9,18 @@
 //!
 //! EventBridge Scheduler's cron has six fields (minute hour day-of-month month day-of-week year), no
 //! seconds, days of the week 1-7 from Sunday, and `?` in one of the two day fields; rates are whole
-//! minutes. What cannot be said there is refused with the reason: a seconds field other than 0, both
-//! day fields set, a step in the day-of-week field, an interval not in whole minutes, `max_runs`
-//! (EventBridge has no run limit: use an end date). Missed ticks follow EventBridge's own retry policy
-//! (the module's `maximum_event_age_seconds`).
+//! minutes. What cannot be said there is refused with the reason and what to do instead:
+//! - a seconds field other than 0, both day fields set, a step in the day-of-week field;
+//! - an interval not in whole minutes, or without a start: EventBridge counts `rate()` from the
+//!   schedule's `StartDate` (its creation when none), the workers from [`Schedule::start`]; the export
+//!   writes that start as `StartDate`, so both count from one anchor, a tick has one time and one key
+//!   (`schedule:<name>@<tick>`) on either side, and during a migration (both running for a while) the
+//!   consumer runs each tick once;
+//! - `max_runs` (EventBridge has no run limit: use an end date);
+//! - `skip_while_running` (EventBridge fires whatever the previous job does);
+//! - a missed-tick policy other than [`MissedTicks::All`]: EventBridge delivers every tick and retries
+//!   each failed delivery up to the module's `maximum_event_age_seconds`; it neither collapses missed
+//!   ticks into one (`LatestOnce`) nor drops them (`Skip`).
 
 use std::time::SystemTime;
 
@@ -52,6 +60,15 @@ pub(crate) struct Definition {
     pub missed: MissedTicks,
     /// The job.
     pub job: JobTemplate,
+    /// The run limit (run-time schedules only: the export refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u64>,
+    /// `skip_while_running`, in seconds (run-time schedules only: the export refuses it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_while_running_secs: Option<u64>,
+    /// `missed_after`, in seconds, when not the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missed_after_secs: Option<u64>,
 }
 
 /// One schedule in the file.
@@ -114,6 +131,37 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
             "EventBridge Scheduler has no run limit; drop max_runs and set an end instead".to_owned(),
         ));
     }
+    if schedule.skip_while_running.is_some() {
+        return Err(refuse(
+            "EventBridge Scheduler fires whatever the previous job does; drop skip_while_running, or \
+             keep this schedule on the workers' scheduler"
+                .to_owned(),
+        ));
+    }
+    if schedule.missed != MissedTicks::All {
+        return Err(refuse(format!(
+            "missed-tick policy {:?}: EventBridge Scheduler delivers every tick and retries a failed \
+             delivery (up to maximum_event_age_seconds); it cannot collapse or skip missed ticks. Set \
+             .missed_ticks(MissedTicks::All) on the schedules you export",
+            schedule.missed
+        )));
+    }
+    if let Timing::Every(_) = schedule.timing {
+        let whole_minute = schedule.start.is_some_and(|start| {
+            start
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .is_ok_and(|since| since.as_secs().is_multiple_of(60) && since.subsec_nanos() == 0)
+        });
+        if !whole_minute {
+            return Err(refuse(
+                "an interval needs an explicit start on a whole minute (Schedule::starting): \
+                 EventBridge counts rate() from the schedule's StartDate (its creation time when \
+                 none) and the workers from the start, so without one the two fire different ticks \
+                 with different keys and a migration runs them twice"
+                    .to_owned(),
+            ));
+        }
+    }
     // The zone's name as the tz database spells it (`TimeZone::get` ignores case): EventBridge takes it
     // as written. Every zone `Schedule::cron` accepts comes from the database and has one.
     let (expression, timezone, cron, every_secs) = match &schedule.timing {
@@ -156,6 +204,9 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         end: date(schedule.end),
         missed: schedule.missed,
         job: schedule.job.clone(),
+        max_runs: None,
+        skip_while_running_secs: None,
+        missed_after_secs: missed_after_secs(schedule),
     };
     Ok(Exported {
         definition,
@@ -187,32 +238,91 @@ pub fn load(text: &str) -> Result<Vec<Schedule>, ExportError> {
             format!("format {} is not {FORMAT}: export it again", file.format),
         ));
     }
-    let mut schedules = Vec::new();
-    for exported in file.schedules {
-        let name = exported.name.as_str();
-        let definition = exported.definition;
-        let schedule = match (&definition.cron, definition.every_secs) {
-            (Some(cron), _) => Schedule::cron(name, cron, &definition.zone),
-            (None, Some(secs)) => Schedule::every(name, std::time::Duration::from_secs(secs)),
-            (None, None) => return Err(invalid(name, "neither cron nor every_secs".to_owned())),
-        }
-        .map_err(|error| invalid(name, error.to_string()))?;
-        let time = |text: &Option<String>| -> Result<Option<SystemTime>, ExportError> {
-            text.as_deref()
-                .map(|text| {
-                    chrono::DateTime::parse_from_rfc3339(text)
-                        .map(SystemTime::from)
-                        .map_err(|error| invalid(name, format!("{text:?}: {error}")))
-                })
-                .transpose()
-        };
-        let mut schedule = schedule.missed_ticks(definition.missed);
-        schedule.job = definition.job;
-        schedule.start = time(&definition.start)?;
-        schedule.end = time(&definition.end)?;
-        schedules.push(schedule);
+    file.schedules
+        .into_iter()
+        .map(|exported| schedule_of(&exported.name, exported.definition))
+        .collect()
+}
+
+fn missed_after_secs(schedule: &Schedule) -> Option<u64> {
+    (schedule.missed_after != crate::definition::DEFAULT_MISSED_AFTER)
+        .then_some(schedule.missed_after.as_secs())
+}
+
+fn definition_of(schedule: &Schedule) -> Definition {
+    let date = |time: Option<SystemTime>| time.map(format_tick);
+    let (cron, every_secs, zone) = match &schedule.timing {
+        Timing::Cron { expression, zone, .. } => (
+            Some(expression.clone()),
+            None,
+            zone.iana_name().unwrap_or("UTC").to_owned(),
+        ),
+        Timing::Every(interval) => (None, Some(interval.as_secs()), "UTC".to_owned()),
+    };
+    Definition {
+        cron,
+        every_secs,
+        zone,
+        start: date(schedule.start),
+        end: date(schedule.end),
+        missed: schedule.missed,
+        job: schedule.job.clone(),
+        max_runs: schedule.max_runs,
+        skip_while_running_secs: schedule.skip_while_running.map(|window| window.as_secs()),
+        missed_after_secs: missed_after_secs(schedule),
     }
-    Ok(schedules)
+}
+
+/// A schedule as the JSON stored for a run-time schedule (`conveyor schedules add`): everything a
+/// [`Schedule`] says, with no EventBridge restriction.
+pub fn to_definition_json(schedule: &Schedule) -> String {
+    serde_json::to_string(&definition_of(schedule)).unwrap_or_default()
+}
+
+/// The schedule `name` from [`to_definition_json`]'s text.
+pub fn from_definition_json(name: &str, text: &str) -> Result<Schedule, ExportError> {
+    let definition: Definition = serde_json::from_str(text).map_err(|error| ExportError {
+        schedule: name.to_owned(),
+        reason: format!("not a schedule definition: {error}"),
+    })?;
+    schedule_of(name, definition)
+}
+
+fn schedule_of(name: &str, definition: Definition) -> Result<Schedule, ExportError> {
+    let invalid = |reason: String| ExportError {
+        schedule: name.to_owned(),
+        reason,
+    };
+    let schedule = match (&definition.cron, definition.every_secs) {
+        (Some(cron), _) => Schedule::cron(name, cron, &definition.zone),
+        (None, Some(secs)) => Schedule::every(name, std::time::Duration::from_secs(secs)),
+        (None, None) => return Err(invalid("neither cron nor every_secs".to_owned())),
+    }
+    .map_err(|error| invalid(error.to_string()))?;
+    let time = |text: &Option<String>| -> Result<Option<SystemTime>, ExportError> {
+        text.as_deref()
+            .map(|text| {
+                chrono::DateTime::parse_from_rfc3339(text)
+                    .map(SystemTime::from)
+                    .map_err(|error| invalid(format!("{text:?}: {error}")))
+            })
+            .transpose()
+    };
+    if definition.job.job_type.is_empty() {
+        return Err(invalid("no job type".to_owned()));
+    }
+    let mut schedule = schedule.missed_ticks(definition.missed);
+    schedule.job = definition.job;
+    schedule.start = time(&definition.start)?;
+    schedule.end = time(&definition.end)?;
+    schedule.max_runs = definition.max_runs;
+    schedule.skip_while_running = definition
+        .skip_while_running_secs
+        .map(std::time::Duration::from_secs);
+    if let Some(secs) = definition.missed_after_secs {
+        schedule.missed_after = std::time::Duration::from_secs(secs);
+    }
+    Ok(schedule)
 }
 
 fn rate(secs: u64, nanos: u32) -> Result<String, String> {
@@ -326,7 +436,8 @@ mod tests {
         let schedule = Schedule::cron("nightly", "0 2 * * *", "europe/berlin")
             .unwrap()
             .job_of("nightly_report", 1, &serde_json::json!({}))
-            .unwrap();
+            .unwrap()
+            .missed_ticks(MissedTicks::All);
         let file: serde_json::Value =
             serde_json::from_str(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
         assert_eq!(file["schedules"][0]["timezone"], "Europe/Berlin");
@@ -337,7 +448,8 @@ mod tests {
         let schedule = Schedule::cron("nightly-report", "0 2 * * *", "Europe/Berlin")
             .unwrap()
             .job_of("nightly_report", 2, &serde_json::json!({"kind": "sales"}))
-            .unwrap();
+            .unwrap()
+            .missed_ticks(MissedTicks::All);
         let file: serde_json::Value =
             serde_json::from_str(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
         let exported = &file["schedules"][0];
@@ -357,12 +469,71 @@ mod tests {
         assert_eq!(loaded[0].job, schedule.job);
         let after = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
         assert_eq!(loaded[0].next_tick(after), schedule.next_tick(after));
+    }
 
-        let limited = Schedule::every("x", Duration::from_secs(60))
+    fn hourly() -> Schedule {
+        Schedule::every("hourly", Duration::from_secs(3600))
             .unwrap()
             .job_of("t", 1, &1)
             .unwrap()
-            .max_runs(3);
-        assert!(export(&[limited]).unwrap_err().to_string().contains("run limit"));
+            .missed_ticks(MissedTicks::All)
+            .starting(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000))
+    }
+
+    fn refusal(schedule: Schedule) -> String {
+        export(&[schedule]).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn what_eventbridge_cannot_express_is_refused_with_what_to_do() {
+        assert!(export(&[hourly()]).is_ok());
+        assert!(refusal(hourly().max_runs(3)).contains("run limit"));
+        assert!(refusal(hourly().skip_while_running(Duration::from_secs(60))).contains("skip_while_running"));
+        for policy in [MissedTicks::LatestOnce, MissedTicks::Skip] {
+            let refused = refusal(hourly().missed_ticks(policy));
+            assert!(refused.contains("MissedTicks::All"), "{refused}");
+        }
+        let mut unanchored = hourly();
+        unanchored.start = None;
+        assert!(refusal(unanchored).contains("explicit start"));
+        let off_minute = hourly().starting(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030));
+        assert!(refusal(off_minute).contains("whole minute"));
+    }
+
+    #[test]
+    fn an_exported_interval_ticks_where_eventbridge_rate_does() {
+        // EventBridge: StartDate, then every rate. The workers: the same anchor, so the same ticks and keys.
+        let schedule = hourly();
+        let file: serde_json::Value =
+            serde_json::from_str(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
+        let exported = &file["schedules"][0];
+        assert_eq!(exported["expression"], "rate(1 hour)");
+        let start = chrono::DateTime::parse_from_rfc3339(exported["start_date"].as_str().unwrap()).unwrap();
+        let start = SystemTime::from(start);
+        let eventbridge: Vec<SystemTime> = (0..5).map(|k| start + Duration::from_secs(3600 * k)).collect();
+        let workers = schedule.ticks_between(
+            start - Duration::from_secs(1),
+            start + Duration::from_secs(4 * 3600),
+            10,
+        );
+        assert_eq!(workers, eventbridge);
+        let loaded = load(&export(std::slice::from_ref(&schedule)).unwrap()).unwrap();
+        assert_eq!(loaded[0].start, schedule.start);
+    }
+
+    #[test]
+    fn a_run_time_definition_keeps_everything() {
+        let schedule = hourly()
+            .max_runs(7)
+            .skip_while_running(Duration::from_secs(90))
+            .missed_ticks(MissedTicks::Skip)
+            .missed_after(Duration::from_secs(5));
+        let loaded = from_definition_json("hourly", &to_definition_json(&schedule)).unwrap();
+        assert_eq!(loaded.max_runs, Some(7));
+        assert_eq!(loaded.skip_while_running, Some(Duration::from_secs(90)));
+        assert_eq!(loaded.missed, MissedTicks::Skip);
+        assert_eq!(loaded.missed_after, Duration::from_secs(5));
+        assert_eq!(loaded.start, schedule.start);
+        assert_eq!(loaded.job, schedule.job);
     }
 }

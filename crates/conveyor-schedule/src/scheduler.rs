@@ -1,54 +1,96 @@
-//! [`Scheduler`]: the loop every worker runs; each due tick is sent by exactly one of them.
+//! [`Scheduler`]: every worker runs one; the leader of the schedule set sends each tick once.
 //!
-//! # Design note: what each worker does
+//! # Design note: one leader, one clock, one cursor
 //!
-//! Each worker keeps its own cursor per schedule and, at every tick time, tries to claim the tick in
-//! the [`TickStore`] (one conditional write; see its design note). The winner sends the job through
-//! the [`Producer`] with the key `schedule:<name>@<tick>`; the others learn the tick is taken and, if
-//! it is still only claimed, look again when the claim's lease ends, so a winner that died before
-//! sending is replaced. On start a worker looks back [`Schedule::missed_after`] (ticks a dead worker
-//! may have claimed and not sent), and past that applies the schedule's [`MissedTicks`] policy to
-//! the ticks since the last one sent by anyone.
+//! - **Leader.** The schedulers of a set share a lease (`lease.rs`). Followers only read the lease
+//!   record, every third of the lease; they never read schedule state nor send. The leader renews the
+//!   lease, reloads the run-time definitions at the same pace, and serves each schedule when its next
+//!   tick is due.
+//! - **One clock.** Ticks are decided on the leader's clock only, from the stored cursor
+//!   (`last_tick`), which moves forward only (a write conditional on `last_tick < :tick`). A new leader
+//!   resumes from that cursor whatever its own clock says: a leader whose clock is behind finds no due
+//!   tick before the cursor, one ahead sends its ticks early, each once.
+//! - **Serving a schedule** (one `GetItem`, then per tick one `SendMessage` and one conditional
+//!   `UpdateItem`): read the state; take the ticks in `(cursor, now]`; ticks inside a recorded pause are
+//!   skipped, ticks older than `missed_after` follow the missed-tick policy, the rest fire; ticks past
+//!   `max_runs`, or while the previous tick's job still runs (`skip_while_running`), are skipped. In
+//!   tick order: a run of skipped ticks moves the cursor in one write; a fired tick is sent, then the
+//!   cursor moves to it *and* the run is counted in the same conditional write (so `max_runs` counts
+//!   confirmed sends, once per tick, never attempts). A failed send moves nothing: the tick is tried
+//!   again.
+//! - **The one repeat.** A leader that sent a tick and lost its lease (died, stalled, store outage)
+//!   before moving the cursor is followed by a second send of that tick by the next leader. Both carry
+//!   the key `schedule:<name>@<tick>`: the consumer's idempotency record (kept 24 h by default) settles
+//!   the second as a duplicate. Sent at most twice in that window, run once.
 //!
-//! Costs per tick: one conditional `UpdateItem` per worker (the losers' fail their condition; DynamoDB bills a failed
-//! conditional write as a write), one `GetItem` per worker (pause and run count), and for the winner
-//! one `SendMessage` and two `UpdateItem`s.
+//! Requests per tick (any number of workers): the leader's `GetItem`, `SendMessage` and `UpdateItem`;
+//! plus, per third of the lease (10 s by default), one lease write and one definitions read by the
+//! leader and one lease read per follower.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use conveyor_sqs::Producer;
+use async_trait::async_trait;
+use conveyor_core::port::{IdempotencyStore, RecordStatus, idempotency_key};
+use conveyor_sqs::{NewJob, Producer};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::definition::{MAX_CATCH_UP, MissedTicks, Schedule, format_tick, tick_key};
-use crate::store::{Finished, ScheduleState, TickClaim, TickStore};
+use crate::lease::Lease;
+use crate::store::{Advance, HISTORY_LENGTH, HistoryEntry, ScheduleState, ScheduleStore};
 
-/// How long a won tick is held before another worker may take it over (the send must fit in it).
-pub(crate) const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(30);
+/// The default leader lease: a dead leader is replaced within this (plus a third of it).
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long to wait before retrying after the store or SQS failed.
-const RETRY_AFTER_ERROR: Duration = Duration::from_secs(5);
-/// The longest sleep between two looks at the schedules.
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
+/// The longest sleep between two looks at a schedule.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
-/// Ticks this worker sent, or failed to send (labels `schedule`, `outcome`: `sent`, `send_failed`,
-/// `max_runs_reached`); exported by the worker's Prometheus endpoint.
+/// The most ticks one look at a schedule handles (a long pause of a fast schedule takes several).
+const MAX_TICKS_PER_LOOK: usize = 10_000;
+/// The default schedule set.
+pub const DEFAULT_SET: &str = "default";
+/// Ticks the leader handled (labels `schedule`, `outcome`: `sent`, `send_failed`, `skipped`);
+/// exported by the worker's Prometheus endpoint.
 pub(crate) const TICKS: &str = "conveyor_schedule_ticks_total";
 
 fn count_tick(schedule: &str, outcome: &'static str) {
     metrics::counter!(TICKS, "schedule" => schedule.to_owned(), "outcome" => outcome).increment(1);
 }
 
-/// The scheduler's wall clock: the system's, or (tests) one running `speed` times faster.
+/// Where a tick's job goes: SQS through a [`Producer`] (or a double in tests and the simulator).
+#[async_trait]
+pub trait TickSender: Send + Sync {
+    /// Sends the job; SQS's message id, or why it failed.
+    async fn send_tick(&self, job: &NewJob<serde_json::Value>) -> Result<String, String>;
+}
+
+#[async_trait]
+impl TickSender for Producer {
+    async fn send_tick(&self, job: &NewJob<serde_json::Value>) -> Result<String, String> {
+        self.send(job).await.map_err(|error| error.to_string())
+    }
+}
+
+/// The scheduler's wall clock: the system's, or (tests) one running `speed` times faster, or (the
+/// simulator) tokio's clock from a fixed origin, shifted by a skew.
 #[derive(Debug, Clone)]
 pub struct SchedulerClock {
     origin: SystemTime,
-    started: std::time::Instant,
+    started: Instant,
     speed: u32,
+    skew_ms: i64,
+    system: bool,
 }
 
 impl SchedulerClock {
     /// The system clock.
     pub fn system() -> Self {
-        Self::fast(1)
+        Self {
+            system: true,
+            ..Self::fast(1)
+        }
     }
 
     /// A clock that starts now and runs `speed` times faster than the system's (tests).
@@ -56,23 +98,43 @@ impl SchedulerClock {
     pub fn fast(speed: u32) -> Self {
         Self {
             origin: SystemTime::now(),
-            started: std::time::Instant::now(),
+            started: Instant::now(),
             speed: speed.max(1),
+            skew_ms: 0,
+            system: false,
+        }
+    }
+
+    /// A clock that read `origin` at the instant `started` (tokio's clock), shifted by `skew_ms` (the
+    /// simulator).
+    #[doc(hidden)] // a simulator hook
+    pub fn simulated(origin: SystemTime, started: Instant, skew_ms: i64) -> Self {
+        Self {
+            origin,
+            started,
+            speed: 1,
+            skew_ms,
+            system: false,
         }
     }
 
     /// Now, on this clock.
     pub fn now(&self) -> SystemTime {
-        if self.speed == 1 {
+        if self.system {
             return SystemTime::now();
         }
-        self.origin + self.started.elapsed() * self.speed
+        let now = self.origin + self.started.elapsed() * self.speed;
+        let skew = Duration::from_millis(self.skew_ms.unsigned_abs());
+        if self.skew_ms >= 0 {
+            now + skew
+        } else {
+            now.checked_sub(skew).unwrap_or(now)
+        }
     }
 
-    /// Sleeps until `time` on this clock.
-    pub async fn sleep_until(&self, time: SystemTime) {
-        let wait = time.duration_since(self.now()).unwrap_or_default() / self.speed;
-        tokio::time::sleep(wait).await;
+    /// How long until `time` on this clock, in real (tokio) time.
+    fn until(&self, time: SystemTime) -> Duration {
+        time.duration_since(self.now()).unwrap_or_default() / self.speed
     }
 }
 
@@ -89,46 +151,18 @@ pub enum SchedulerError {
     /// No schedule of that name.
     #[error("no schedule named {0:?}")]
     Unknown(String),
+    /// `skip_while_running` without the job records to look at.
+    #[error(
+        "schedule {0:?} skips ticks while the previous job runs, but the scheduler has no job records: \
+         call Scheduler::with_job_records(the consumers' idempotency store)"
+    )]
+    NoJobRecords(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     /// The send failed.
-    #[error(transparent)]
-    Send(#[from] conveyor_sqs::ProduceError),
-}
-
-/// Runs schedules: one per worker, any number of workers.
-pub struct Scheduler {
-    schedules: Vec<Schedule>,
-    store: TickStore,
-    producer: Arc<Producer>,
-    clock: SchedulerClock,
-    owner: String,
-    lease: Duration,
-}
-
-impl std::fmt::Debug for Scheduler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self
-            .schedules
-            .iter()
-            .map(|schedule| schedule.name.as_str())
-            .collect();
-        f.debug_struct("Scheduler")
-            .field("schedules", &names)
-            .field("table", &self.store.table())
-            .field("queue", &self.producer.name())
-            .field("owner", &self.owner)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A tick to look at again.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    schedule: usize,
-    tick: SystemTime,
-    at: SystemTime,
+    #[error("sending the job failed: {0}")]
+    Send(String),
 }
 
 /// Checks names are unique and every schedule has a job.
@@ -145,250 +179,485 @@ pub(crate) fn check_schedules(schedules: &[Schedule]) -> Result<(), SchedulerErr
     Ok(())
 }
 
+/// Runs a set of schedules: one per worker, any number of workers, one leader at a time.
+pub struct Scheduler {
+    schedules: Vec<Schedule>,
+    store: Arc<dyn ScheduleStore>,
+    sender: Arc<dyn TickSender>,
+    jobs: Option<Arc<dyn IdempotencyStore>>,
+    clock: SchedulerClock,
+    owner: String,
+    set: String,
+    lease: Duration,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self
+            .schedules
+            .iter()
+            .map(|schedule| schedule.name.as_str())
+            .collect();
+        f.debug_struct("Scheduler")
+            .field("schedules", &names)
+            .field("set", &self.set)
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to do with one tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Fire,
+    Skip(&'static str),
+}
+
+/// The ticks in `(cursor, now]` and what to do with each, oldest first (the pure part of serving a
+/// schedule; `max_runs` and `skip_while_running` are applied while sending).
+fn plan(schedule: &Schedule, state: &ScheduleState, now: SystemTime) -> Vec<(SystemTime, Decision)> {
+    // A schedule that never fired does not fire its past: its first look starts `missed_after` back.
+    let floor = now.checked_sub(schedule.missed_after).unwrap_or(now);
+    // The store keeps the cursor in whole milliseconds: a tick with a finer part (a start such as
+    // `now + 2 s`) is at the cursor when its millisecond is.
+    let after = state
+        .last_tick
+        .map_or(floor, |cursor| cursor + Duration::from_nanos(999_999));
+    let ticks = schedule.ticks_between(after, now, MAX_TICKS_PER_LOOK);
+    let on_time_follows = ticks.iter().any(|tick| *tick >= floor && !state.in_pause(*tick));
+    let latest_missed = ticks
+        .iter()
+        .rev()
+        .find(|tick| **tick < floor && !state.in_pause(**tick))
+        .copied();
+    let mut missed_fired = 0;
+    ticks
+        .into_iter()
+        .map(|tick| {
+            let decision = if state.in_pause(tick) {
+                Decision::Skip("paused")
+            } else if tick >= floor {
+                Decision::Fire
+            } else {
+                match schedule.missed {
+                    MissedTicks::All if missed_fired < MAX_CATCH_UP => {
+                        missed_fired += 1;
+                        Decision::Fire
+                    }
+                    MissedTicks::LatestOnce if !on_time_follows && Some(tick) == latest_missed => {
+                        Decision::Fire
+                    }
+                    _ => Decision::Skip("missed"),
+                }
+            };
+            (tick, decision)
+        })
+        .collect()
+}
+
+/// `history` with `entry` appended, at most [`HISTORY_LENGTH`] long.
+fn appended(history: &[HistoryEntry], entry: HistoryEntry) -> Vec<HistoryEntry> {
+    let mut history = history.to_vec();
+    history.push(entry);
+    let excess = history.len().saturating_sub(HISTORY_LENGTH);
+    history.drain(..excess);
+    history
+}
+
+/// Skipped ticks not yet written: the last one and how many.
+#[derive(Debug, Default)]
+struct Skipped {
+    last: Option<SystemTime>,
+    count: usize,
+    reason: &'static str,
+}
+
 impl Scheduler {
-    /// A scheduler sending `schedules`' jobs through `producer`, claiming ticks in `store`.
+    /// A scheduler sending `schedules`' jobs through `sender` (a [`Producer`]), its lease and state in
+    /// `store` (a [`crate::TickStore`] on the idempotency table).
     pub fn new(
         schedules: Vec<Schedule>,
-        store: TickStore,
-        producer: Arc<Producer>,
+        store: impl ScheduleStore + 'static,
+        sender: Arc<dyn TickSender>,
+    ) -> Result<Self, SchedulerError> {
+        Self::with_shared_store(schedules, Arc::new(store), sender)
+    }
+
+    /// [`Scheduler::new`] with a store shared with other code.
+    pub fn with_shared_store(
+        schedules: Vec<Schedule>,
+        store: Arc<dyn ScheduleStore>,
+        sender: Arc<dyn TickSender>,
     ) -> Result<Self, SchedulerError> {
         check_schedules(&schedules)?;
         Ok(Self {
             schedules,
             store,
-            producer,
+            sender,
+            jobs: None,
             clock: SchedulerClock::system(),
             owner: uuid::Uuid::new_v4().to_string(),
-            lease: DEFAULT_CLAIM_LEASE,
+            set: DEFAULT_SET.to_owned(),
+            lease: DEFAULT_LEASE,
         })
     }
 
-    /// Judges ticks by `clock` (tests: a fast one).
-    #[doc(hidden)] // a test hook: the tests run hours of time on a fast clock
+    /// Judges ticks by `clock` (tests: a fast one; the simulator: a skewed one).
+    #[doc(hidden)] // a test hook
     pub fn with_clock(mut self, clock: SchedulerClock) -> Self {
         self.clock = clock;
         self
     }
 
-    /// How long a won tick is held before another worker may take it over (default 30 s).
-    pub fn with_claim_lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+    /// Names this scheduler on the lease (default: a random UUID).
+    #[doc(hidden)] // a simulator hook: readable traces
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.owner);
         self
     }
 
-    /// The schedules.
-    pub fn schedules(&self) -> &[Schedule] {
-        &self.schedules
+    /// The leader lease's length (default 30 s): a dead leader is replaced within about 1⅓ of it.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(300));
+        self
     }
 
-    /// This scheduler's owner id on the claims it writes.
+    /// The schedule set (default `default`): one leader per set; run-time schedules are added to a set.
+    pub fn with_set(mut self, set: &str) -> Self {
+        set.clone_into(&mut self.set);
+        self
+    }
+
+    /// The consumers' idempotency store, where `skip_while_running` looks whether the previous tick's
+    /// job completed.
+    pub fn with_job_records(mut self, jobs: Arc<dyn IdempotencyStore>) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// This scheduler's owner id on the lease.
     pub fn owner(&self) -> &str {
         &self.owner
     }
 
-    /// Runs until `shutdown` is cancelled. Store and SQS failures are logged and retried; they never
-    /// end the loop.
+    /// The schedules given in code.
+    pub fn schedules(&self) -> &[Schedule] {
+        &self.schedules
+    }
+
+    /// Runs until `shutdown` is cancelled, then releases the lease. Store and SQS failures are logged
+    /// and retried; they never end the loop.
     pub async fn run(self, shutdown: CancellationToken) {
-        if self.schedules.is_empty() {
-            return;
+        if let Some(schedule) = self
+            .schedules
+            .iter()
+            .find(|schedule| schedule.skip_while_running.is_some())
+            && self.jobs.is_none()
+        {
+            tracing::error!(schedule = %schedule.name, "{}", SchedulerError::NoJobRecords(schedule.name.clone()));
         }
-        let start = self.clock.now();
-        let mut cursors: Vec<SystemTime> = Vec::with_capacity(self.schedules.len());
-        let mut pending: Vec<Pending> = Vec::new();
-        for (index, schedule) in self.schedules.iter().enumerate() {
-            let window = start.checked_sub(schedule.missed_after).unwrap_or(start);
-            cursors.push(window);
-            match self.store.state(&schedule.name).await {
-                Ok(state) => {
-                    for tick in catch_up(schedule, &state, window) {
-                        pending.push(Pending {
-                            schedule: index,
-                            tick,
-                            at: start,
-                        });
+        let mut lease = Lease::new(Arc::clone(&self.store), &self.set, &self.owner, self.lease);
+        tracing::info!(set = %self.set, owner = %self.owner, schedules = self.schedules.len(), "scheduler started");
+        let mut schedules = self.schedules.clone();
+        let mut next_look: HashMap<String, SystemTime> = HashMap::new();
+        let mut next_lease = Instant::now();
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            if Instant::now() >= next_lease {
+                let was = lease.epoch();
+                if let Err(error) = lease.acquire().await {
+                    tracing::warn!(set = %self.set, %error, "cannot reach the schedule lease");
+                }
+                next_lease = Instant::now() + lease.renew_every();
+                if lease.epoch() != was {
+                    // A new term: the stored cursors decide, nothing remembered from before.
+                    next_look.clear();
+                }
+                if lease.holds() {
+                    schedules = self.reload().await.unwrap_or(schedules);
+                }
+            }
+            let mut wake = Instant::now() + MAX_SLEEP;
+            if lease.holds() {
+                for schedule in &schedules {
+                    if shutdown.is_cancelled() || !lease.holds() {
+                        break;
+                    }
+                    let now = self.clock.now();
+                    let due = next_look.get(&schedule.name).is_none_or(|at| *at <= now);
+                    if due {
+                        let at = self.serve(schedule, &lease).await;
+                        next_look.insert(schedule.name.clone(), at);
+                    }
+                    if let Some(at) = next_look.get(&schedule.name) {
+                        wake = wake.min(Instant::now() + self.clock.until(*at));
                     }
                 }
-                Err(error) => {
-                    tracing::warn!(schedule = %schedule.name, %error, "cannot read the schedule's state; no catch-up")
-                }
+            }
+            wake = wake.min(next_lease);
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
-        tracing::info!(schedules = self.schedules.len(), owner = %self.owner, "scheduler started");
-        loop {
-            let now = self.clock.now();
-            let mut due: Vec<(usize, SystemTime)> = Vec::new();
-            for (index, schedule) in self.schedules.iter().enumerate() {
-                let ticks = schedule.ticks_between(cursors[index], now, MAX_CATCH_UP);
-                if let Some(last) = ticks.last() {
-                    cursors[index] = *last;
-                }
-                due.extend(fire(schedule, ticks, now).into_iter().map(|tick| (index, tick)));
-            }
-            pending.retain(|retry| {
-                let ready = retry.at <= now;
-                if ready {
-                    due.push((retry.schedule, retry.tick));
-                }
-                !ready
-            });
-            for (index, tick) in due {
-                if shutdown.is_cancelled() {
-                    return;
-                }
-                if let Some(retry) = self.attempt(index, tick).await {
-                    pending.push(retry);
-                }
-            }
-            let mut next = self.clock.now() + MAX_SLEEP;
-            for (index, schedule) in self.schedules.iter().enumerate() {
-                if let Some(tick) = schedule.next_tick(cursors[index]) {
-                    next = next.min(tick);
-                }
-            }
-            for retry in &pending {
-                next = next.min(retry.at);
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = self.clock.sleep_until(next) => {}
-            }
+        if let Err(error) = lease.release().await {
+            tracing::warn!(set = %self.set, %error, "cannot release the schedule lease; it lapses by itself");
         }
     }
 
-    /// Claims and, when won, sends one tick; returns when to look at it again, if ever.
-    async fn attempt(&self, index: usize, tick: SystemTime) -> Option<Pending> {
-        let schedule = &self.schedules[index];
-        let name = schedule.name.as_str();
-        let retry = |at: SystemTime| {
-            Some(Pending {
-                schedule: index,
-                tick,
-                at,
-            })
+    /// The code's schedules plus the set's run-time ones (a run-time definition replaces a code one of
+    /// the same name). `None` when the store cannot be read (the caller keeps what it has).
+    async fn reload(&self) -> Option<Vec<Schedule>> {
+        let stored = match self.store.definitions(&self.set).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::warn!(set = %self.set, %error, "cannot read the run-time schedules");
+                return None;
+            }
         };
-        let state = match self.store.state(name).await {
+        let mut schedules: Vec<Schedule> = self
+            .schedules
+            .iter()
+            .filter(|schedule| !stored.contains_key(&schedule.name))
+            .cloned()
+            .collect();
+        let mut names: Vec<&String> = stored.keys().collect();
+        names.sort();
+        for name in names {
+            match crate::export::from_definition_json(name, &stored[name]) {
+                Ok(schedule) => schedules.push(schedule),
+                Err(error) => {
+                    tracing::warn!(schedule = %name, %error, "a run-time schedule does not load; ignored")
+                }
+            }
+        }
+        Some(schedules)
+    }
+
+    /// Serves one schedule as the leader; returns when to look at it again (this clock).
+    async fn serve(&self, schedule: &Schedule, lease: &Lease) -> SystemTime {
+        let name = schedule.name.as_str();
+        let retry = self.clock.now() + RETRY_AFTER_ERROR;
+        let mut state = match self.store.state(name).await {
             Ok(state) => state,
             Err(error) => {
                 tracing::warn!(schedule = name, %error, "cannot read the schedule's state; retrying");
-                return retry(self.clock.now() + RETRY_AFTER_ERROR);
+                return retry;
             }
         };
-        if state.paused {
-            tracing::debug!(schedule = name, tick = %format_tick(tick), "paused; tick passes");
-            return None;
-        }
-        if schedule.max_runs.is_some_and(|max| state.runs >= max) {
-            return None;
-        }
         let now = self.clock.now();
-        let claim = self
-            .store
-            .claim_tick(name, tick, &self.owner, now, now + self.lease)
-            .await;
-        match claim {
-            Err(error) => {
-                tracing::warn!(schedule = name, %error, "cannot claim the tick; retrying");
-                retry(now + RETRY_AFTER_ERROR)
+        let next = |after: SystemTime| schedule.next_tick(after).unwrap_or(after + MAX_SLEEP);
+        if state.paused {
+            return next(now);
+        }
+        if state.last_tick.is_none() {
+            // The first look: record where this schedule starts (`missed_after` back), so a failed
+            // first send is retried rather than left behind by a window that slides with the clock.
+            let start = now.checked_sub(schedule.missed_after).unwrap_or(now);
+            let first = Advance {
+                tick: start,
+                count_run: false,
+                fired_at: None,
+                outcome: "scheduled".to_owned(),
+                history: Vec::new(),
+            };
+            match self.store.advance(name, &first, None).await {
+                Ok(_) => return self.clock.now(),
+                Err(error) => {
+                    tracing::warn!(schedule = name, %error, "cannot record the schedule's start; retrying");
+                    return retry;
+                }
             }
-            Ok(TickClaim::Done) => None,
-            Ok(TickClaim::Held { until }) => retry(until + Duration::from_millis(100)),
-            Ok(TickClaim::Won) if self.send(schedule, tick).await => None,
-            Ok(TickClaim::Won) => retry(now + self.lease + Duration::from_millis(100)),
+        }
+        let plan = plan(schedule, &state, now);
+        let full = plan.len() >= MAX_TICKS_PER_LOOK;
+        let mut skipped = Skipped::default();
+        for (tick, decision) in plan {
+            let decision = match decision {
+                Decision::Fire => self.may_fire(schedule, &state, tick).await,
+                skip => skip,
+            };
+            let Decision::Skip(reason) = decision else {
+                if !self.flush(schedule, &mut state, &mut skipped).await {
+                    return retry;
+                }
+                if !lease.holds() {
+                    return now;
+                }
+                match self.fire(schedule, &mut state, tick, lease).await {
+                    Ok(()) => continue,
+                    Err(()) => return retry,
+                }
+            };
+            if skipped.count > 0
+                && skipped.reason != reason
+                && !self.flush(schedule, &mut state, &mut skipped).await
+            {
+                return retry;
+            }
+            skipped.last = Some(tick);
+            skipped.count += 1;
+            skipped.reason = reason;
+        }
+        if !self.flush(schedule, &mut state, &mut skipped).await {
+            return retry;
+        }
+        if full {
+            return self.clock.now();
+        }
+        next(state.last_tick.unwrap_or(now).max(now))
+    }
+
+    /// `Fire`, unless `max_runs` is spent or the previous tick's job still runs.
+    async fn may_fire(&self, schedule: &Schedule, state: &ScheduleState, tick: SystemTime) -> Decision {
+        if schedule.max_runs.is_some_and(|max| state.runs >= max) {
+            return Decision::Skip("max runs reached");
+        }
+        let (Some(window), Some(previous), Some(jobs)) =
+            (schedule.skip_while_running, state.last_sent, self.jobs.as_ref())
+        else {
+            return Decision::Fire;
+        };
+        if state.last_fire.is_some_and(|fired| fired + window < tick) {
+            return Decision::Fire;
+        }
+        let key = idempotency_key(
+            &schedule.job.job_type,
+            Some(&tick_key(&schedule.name, previous)),
+            "",
+        );
+        match jobs.get(&key).await {
+            Ok(Some(record)) if record.status == RecordStatus::Completed => Decision::Fire,
+            Ok(_) => Decision::Skip("previous run still going"),
+            Err(error) => {
+                tracing::warn!(schedule = %schedule.name, %error, "cannot read the previous job's record; firing");
+                Decision::Fire
+            }
         }
     }
 
-    /// Sends a won tick; `false` when it must be tried again after the lease.
-    async fn send(&self, schedule: &Schedule, tick: SystemTime) -> bool {
+    /// Writes the pending run of skipped ticks (one write); false when the store failed.
+    async fn flush(&self, schedule: &Schedule, state: &mut ScheduleState, skipped: &mut Skipped) -> bool {
+        let Some(last) = skipped.last else {
+            return true;
+        };
         let name = schedule.name.as_str();
-        if let Some(max) = schedule.max_runs {
-            match self.store.count_run(name, max).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    let done = Finished::Skipped {
-                        reason: "max runs reached",
-                    };
-                    let _ = self.store.finish_tick(name, tick, &self.owner, done).await;
-                    count_tick(name, "max_runs_reached");
-                    return true;
+        let detail = format!("{} tick(s) skipped: {}", skipped.count, skipped.reason);
+        let advance = Advance {
+            tick: last,
+            count_run: false,
+            fired_at: None,
+            outcome: format!("skipped: {detail}"),
+            history: appended(
+                &state.history,
+                HistoryEntry {
+                    tick: last,
+                    at: self.clock.now(),
+                    outcome: "skipped".to_owned(),
+                    detail: detail.clone(),
+                },
+            ),
+        };
+        match self.store.advance(name, &advance, None).await {
+            Ok(moved) => {
+                if moved {
+                    state.last_tick = Some(last);
+                    state.history = advance.history;
                 }
-                Err(error) => {
-                    tracing::warn!(schedule = name, %error, "cannot count the run; retrying after the lease");
-                    return false;
-                }
-            }
-        }
-        let key = tick_key(name, tick);
-        match self.producer.send(&schedule.job.job(key.clone())).await {
-            Ok(message_id) => {
-                tracing::info!(schedule = name, tick = %format_tick(tick), %key, %message_id, "schedule fired");
-                count_tick(name, "sent");
-                let done = Finished::Sent {
-                    message_id: &message_id,
-                };
-                if let Err(error) = self.store.finish_tick(name, tick, &self.owner, done).await {
-                    tracing::warn!(schedule = name, %error, "sent, but the outcome was not recorded");
-                }
+                tracing::info!(schedule = name, tick = %format_tick(last), count = skipped.count, reason = skipped.reason, "ticks skipped");
+                count_tick(name, "skipped");
+                *skipped = Skipped::default();
                 true
             }
             Err(error) => {
-                tracing::warn!(schedule = name, %error, "sending the tick failed; retrying after the lease");
-                count_tick(name, "send_failed");
-                let _ = self
-                    .store
-                    .record(name, None, &format!("send failed: {error}"))
-                    .await;
+                tracing::warn!(schedule = name, %error, "cannot move the cursor past skipped ticks; retrying");
                 false
             }
         }
     }
-}
 
-/// Which of `ticks` (just seen, oldest first) fire: all of them, except that ticks older than
-/// `missed_after` follow the schedule's missed-tick policy.
-fn fire(schedule: &Schedule, ticks: Vec<SystemTime>, now: SystemTime) -> Vec<SystemTime> {
-    let threshold = now.checked_sub(schedule.missed_after).unwrap_or(now);
-    let (missed, on_time): (Vec<SystemTime>, Vec<SystemTime>) =
-        ticks.into_iter().partition(|tick| *tick < threshold);
-    let mut firing = apply_policy(schedule.missed, missed, !on_time.is_empty());
-    firing.extend(on_time);
-    firing
-}
-
-/// The missed ticks that fire under `policy`; `newer` is true when a tick on time follows them.
-fn apply_policy(policy: MissedTicks, missed: Vec<SystemTime>, newer: bool) -> Vec<SystemTime> {
-    match policy {
-        MissedTicks::All => missed,
-        MissedTicks::Skip => Vec::new(),
-        MissedTicks::LatestOnce if newer => Vec::new(),
-        MissedTicks::LatestOnce => missed.last().copied().into_iter().collect(),
+    /// Sends one tick, then moves the cursor to it and counts the run in one conditional write.
+    async fn fire(
+        &self,
+        schedule: &Schedule,
+        state: &mut ScheduleState,
+        tick: SystemTime,
+        lease: &Lease,
+    ) -> Result<(), ()> {
+        let name = schedule.name.as_str();
+        let key = tick_key(name, tick);
+        let message_id = match self.sender.send_tick(&schedule.job.job(key.clone())).await {
+            Ok(message_id) => message_id,
+            Err(error) => {
+                tracing::warn!(schedule = name, tick = %format_tick(tick), %error, "sending the tick failed; retrying");
+                count_tick(name, "send_failed");
+                let _ = self.store.note(name, &format!("send failed: {error}")).await;
+                return Err(());
+            }
+        };
+        tracing::info!(schedule = name, tick = %format_tick(tick), %key, %message_id, "schedule fired");
+        count_tick(name, "sent");
+        let fired_at = self.clock.now();
+        let advance = Advance {
+            tick,
+            count_run: true,
+            fired_at: Some(fired_at),
+            outcome: format!("sent {message_id}"),
+            history: appended(
+                &state.history,
+                HistoryEntry {
+                    tick,
+                    at: fired_at,
+                    outcome: "sent".to_owned(),
+                    detail: message_id,
+                },
+            ),
+        };
+        // Sent: only the cursor may be retried now (a second send would be a duplicate), for as long
+        // as this scheduler leads. After that the next leader sends the tick again, with the same key.
+        loop {
+            match self.store.advance(name, &advance, schedule.max_runs).await {
+                Ok(true) => {
+                    state.last_tick = Some(tick);
+                    state.last_sent = Some(tick);
+                    state.last_fire = Some(fired_at);
+                    state.runs += 1;
+                    state.history = advance.history;
+                    return Ok(());
+                }
+                Ok(false) => {
+                    tracing::warn!(schedule = name, tick = %format_tick(tick), "the cursor had moved past the sent tick (another leader): the send was a duplicate");
+                    return Err(());
+                }
+                Err(error) => {
+                    tracing::warn!(schedule = name, %error, "sent, but the cursor did not move; retrying the write");
+                    if !lease.holds() {
+                        return Err(());
+                    }
+                    tokio::time::sleep(RETRY_AFTER_ERROR).await;
+                }
+            }
+        }
     }
-}
-
-/// At start: the ticks between the last one sent by anyone and the look-back window, by policy.
-fn catch_up(schedule: &Schedule, state: &ScheduleState, window: SystemTime) -> Vec<SystemTime> {
-    let Some(last) = state.last_tick else {
-        return Vec::new();
-    };
-    let missed = schedule.ticks_between(last, window, MAX_CATCH_UP);
-    apply_policy(schedule.missed, missed, false)
 }
 
 /// Sends `schedule`'s job now, once (`conveyor schedules trigger`): keyed
 /// `schedule:<name>@manual-<now>`, recorded as the last outcome. Returns the message id.
 pub async fn trigger(
     schedule: &Schedule,
-    store: &TickStore,
-    producer: &Producer,
+    store: &dyn ScheduleStore,
+    sender: &dyn TickSender,
 ) -> Result<String, SchedulerError> {
     let now = SystemTime::now();
     let key = format!("schedule:{}@manual-{}", schedule.name, format_tick(now));
-    let message_id = producer.send(&schedule.job.job(key)).await?;
+    let message_id = sender
+        .send_tick(&schedule.job.job(key))
+        .await
+        .map_err(SchedulerError::Send)?;
     store
-        .record(
-            &schedule.name,
-            None,
-            &format!("triggered by hand: sent {message_id}"),
-        )
+        .note(&schedule.name, &format!("triggered by hand: sent {message_id}"))
         .await?;
     Ok(message_id)
 }
@@ -398,15 +667,10 @@ impl conveyor_core::BackgroundTask for Scheduler {
         "scheduler"
     }
 
-    /// Stops at once when the drain begins: a worker that is shutting down sends no new tick (a tick
-    /// claimed and not yet sent lapses, and another worker sends it).
+    /// Stops when the drain begins and releases the lease, so a follower leads at once. A tick being
+    /// sent is finished first (its cursor written), bounded by the drain.
     fn run(self: Box<Self>, drain: CancellationToken) -> conveyor_core::BoxFuture<()> {
-        Box::pin(async move {
-            tokio::select! {
-                () = Scheduler::run(*self, drain.clone()) => {}
-                () = drain.cancelled() => {}
-            }
-        })
+        Box::pin(Scheduler::run(*self, drain))
     }
 }
 
@@ -419,61 +683,114 @@ mod tests {
     }
 
     fn every_minute(policy: MissedTicks) -> Schedule {
-        Schedule::every("minutely", Duration::from_secs(60))
+        Schedule::every("m", Duration::from_secs(60))
+            .unwrap()
+            .job_of("t", 1, &1)
             .unwrap()
             .missed_ticks(policy)
-            .missed_after(Duration::from_secs(90))
+    }
+
+    fn fired(plan: &[(SystemTime, Decision)]) -> Vec<SystemTime> {
+        plan.iter()
+            .filter(|(_, decision)| *decision == Decision::Fire)
+            .map(|(tick, _)| *tick)
+            .collect()
     }
 
     #[test]
-    fn ticks_on_time_all_fire_and_missed_ones_follow_the_policy() {
+    fn missed_ticks_follow_the_policy_and_on_time_ticks_fire() {
+        let state = ScheduleState {
+            last_tick: Some(at(0)),
+            ..ScheduleState::default()
+        };
         let now = at(600);
-        let ticks = every_minute(MissedTicks::All).ticks_between(at(0), now, 100);
-        assert_eq!(ticks.len(), 10);
+        // Ticks 60..=600; on time (within 60 s): 540 and 600.
+        assert_eq!(plan(&every_minute(MissedTicks::All), &state, now).len(), 10);
         assert_eq!(
-            fire(&every_minute(MissedTicks::All), ticks.clone(), now).len(),
+            fired(&plan(&every_minute(MissedTicks::All), &state, now)).len(),
             10
         );
-        // On time: the two within 90 s (at 540 and 600). Missed: 60..480.
         assert_eq!(
-            fire(&every_minute(MissedTicks::Skip), ticks.clone(), now),
+            fired(&plan(&every_minute(MissedTicks::Skip), &state, now)),
             vec![at(540), at(600)]
         );
         assert_eq!(
-            fire(&every_minute(MissedTicks::LatestOnce), ticks.clone(), now),
+            fired(&plan(&every_minute(MissedTicks::LatestOnce), &state, now)),
             vec![at(540), at(600)],
-            "a newer tick on time stands for the missed ones"
+            "a tick on time stands for the missed ones"
         );
-        let only_missed: Vec<SystemTime> = ticks.into_iter().take(5).collect();
+        let late = ScheduleState {
+            last_tick: Some(at(0)),
+            ..ScheduleState::default()
+        };
         assert_eq!(
-            fire(&every_minute(MissedTicks::LatestOnce), only_missed, now),
-            vec![at(300)]
+            fired(&plan(&every_minute(MissedTicks::LatestOnce), &late, at(330))),
+            vec![at(300)],
+            "only missed ticks: the latest fires once"
         );
     }
 
     #[test]
-    fn catch_up_starts_at_the_last_tick_sent_by_anyone() {
+    fn a_paused_period_is_skipped_never_replayed() {
+        // Paused at 100 s, resumed at 400 s, every worker down meanwhile; policy All.
         let state = ScheduleState {
             last_tick: Some(at(60)),
+            paused_at: Some(at(100)),
+            resumed_at: Some(at(400)),
+            ..ScheduleState::default()
+        };
+        let plan = plan(&every_minute(MissedTicks::All), &state, at(480));
+        assert_eq!(fired(&plan), vec![at(420), at(480)]);
+        assert!(
+            plan.iter()
+                .filter(|(tick, _)| *tick <= at(400))
+                .all(|(_, decision)| *decision == Decision::Skip("paused"))
+        );
+    }
+
+    #[test]
+    fn a_schedule_that_never_fired_does_not_fire_its_past() {
+        let plan = plan(
+            &every_minute(MissedTicks::All),
+            &ScheduleState::default(),
+            at(600),
+        );
+        assert_eq!(
+            fired(&plan),
+            vec![at(600)],
+            "only what is due within missed_after"
+        );
+    }
+
+    #[test]
+    fn a_tick_finer_than_the_stored_millisecond_is_not_sent_again() {
+        // A start of `now + 2 s` puts ticks at sub-millisecond instants; the store keeps milliseconds.
+        let start = at(0) + Duration::from_nanos(269_123_456);
+        let schedule = every_minute(MissedTicks::All).starting(start);
+        let stored = crate::store::from_millis(crate::store::millis(start));
+        let state = ScheduleState {
+            last_tick: Some(stored),
             ..ScheduleState::default()
         };
         assert_eq!(
-            catch_up(&every_minute(MissedTicks::LatestOnce), &state, at(400)),
-            vec![at(360)]
+            fired(&plan(&schedule, &state, start + Duration::from_secs(61))),
+            vec![start + Duration::from_secs(60)]
         );
-        assert_eq!(
-            catch_up(&every_minute(MissedTicks::All), &state, at(400)).len(),
-            5
-        );
-        assert!(catch_up(&every_minute(MissedTicks::Skip), &state, at(400)).is_empty());
-        assert!(
-            catch_up(
-                &every_minute(MissedTicks::All),
-                &ScheduleState::default(),
-                at(400)
-            )
-            .is_empty(),
-            "a schedule that never fired does not fire its past"
-        );
+    }
+
+    #[test]
+    fn the_history_keeps_the_newest_entries() {
+        let entry = |secs| HistoryEntry {
+            tick: at(secs),
+            at: at(secs),
+            outcome: "sent".into(),
+            detail: String::new(),
+        };
+        let mut history = Vec::new();
+        for secs in 0..30 {
+            history = appended(&history, entry(secs));
+        }
+        assert_eq!(history.len(), HISTORY_LENGTH);
+        assert_eq!(history.last().map(|entry| entry.tick), Some(at(29)));
     }
 }

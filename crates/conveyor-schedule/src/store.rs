@@ -1,49 +1,36 @@
-//! [`TickStore`]: tick claims and schedule state in the idempotency table, by conditional writes.
+//! The schedule store port ([`ScheduleStore`]) and its DynamoDB implementation ([`TickStore`]).
 //!
-//! # Design note: one tick, one sender
+//! # Design note: what is stored, and who writes it
 //!
-//! Every worker runs the scheduler; each due tick is claimed with one conditional `UpdateItem` (an
-//! upsert: the consumers' permissions already grant it and `GetItem`, and nothing more) on the item
-//! `conveyor:schedule#<name>@<tick ms>`:
+//! All items live in the idempotency table under the `conveyor:schedule` prefix, read with `GetItem` and
+//! written with conditional `UpdateItem`s only (the consumers already have the table and exactly these
+//! two permissions; the prefix never collides with job records or Powertools' records):
 //!
-//! ```text
-//! attribute_not_exists(id) OR (status = CLAIMED AND lease_until_ms < :now_ms)
-//! ```
+//! - `conveyor:schedules#<set>@lease`: the leader lease of a schedule set (owner, epoch, version). Every
+//!   worker reads it; the leader renews it; a taker takes it over (see `lease.rs`).
+//! - `conveyor:schedules#<set>`: schedules added at run time (`definitions`, a map name -> JSON).
+//! - `conveyor:schedule#<name>`: the schedule's state. `last_tick_ms` is the cursor: the newest tick that
+//!   was sent or deliberately skipped. Only the leader moves it, with a write conditional on
+//!   `last_tick_ms < :tick`, so it never moves backwards, whatever the clocks of the workers; the same
+//!   write counts the run (`runs + 1`, when the tick was sent and confirmed by SQS) and appends to the
+//!   bounded run history. `paused_at_ms` / `resumed_at_ms` record pauses (written by the CLI); the
+//!   leader skips every tick in `(paused_at, resumed_at]` by moving the cursor past it.
 //!
-//! 1. The worker whose write succeeds holds the tick until `lease_until_ms` (30 s by default). It sends
-//!    the job, then marks the tick `SENT` (conditional on still being the owner) and records the
-//!    outcome on the schedule's state item. The others see the failed condition with the item
-//!    (`ReturnValuesOnConditionCheckFailure = ALL_OLD`): `SENT` or `SKIPPED` means done; `CLAIMED`
-//!    means "look again when its lease ends".
-//! 2. A winner that dies between claiming and sending leaves a `CLAIMED` item whose lease lapses; the
-//!    next worker to look claims it again and sends. So a tick is never lost while any worker runs.
-//! 3. A winner that dies between sending and marking, or whose send outlived its lease, may be
-//!    followed by a second send of the same tick: both carry the key `schedule:<name>@<tick>`, so the
-//!    consumer's idempotency claim settles the second as a duplicate. Sent once, *run* once.
-//!
-//! Why the idempotency table rather than a table of its own: the scheduler runs where the consumers
-//! run, which already have the table and its permissions (`dynamodb:UpdateItem`,
-//! `GetItem`); schedule items live under their own `conveyor:schedule#` prefix, carry the table's TTL
-//! attribute (`expiration`, 7 days past the tick) and never collide with job records
-//! (`conveyor:<job type>#...`) or Powertools' (`<function>#<hash>`).
-//!
-//! The state item `conveyor:schedule#<name>` holds `paused`, `runs` (sends counted for `max_runs`,
-//! conditionally incremented by the tick's winner before it sends), `last_tick_ms`, `last_fire_ms`
-//! and `last_outcome`. With `max_runs`, a winner that dies after counting and before sending makes the
-//! schedule one run short rather than one over.
+//! Ticks have no item of their own: the conditional cursor is the guard, and the job's idempotency key
+//! `schedule:<name>@<tick>` deduplicates the one send that can repeat (a leader that sent and died, or
+//! lost its lease, before moving the cursor).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 
-/// How long a tick's record is kept past the tick (the table's TTL attribute).
-pub(crate) const TICK_RECORD_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
-const CLAIMED: &str = "CLAIMED";
-const SENT: &str = "SENT";
-const SKIPPED: &str = "SKIPPED";
+/// The most entries kept in a schedule's run history.
+pub const HISTORY_LENGTH: usize = 20;
 
 /// A store call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -55,51 +42,139 @@ pub struct StoreError {
     pub message: String,
 }
 
-/// What claiming a tick found.
-#[non_exhaustive]
+/// The leader lease's record: compared whole, never by time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TickClaim {
-    /// This worker holds the tick: send it.
-    Won,
-    /// Already sent (or skipped) by someone.
-    Done,
-    /// Held by another worker until then; look again after.
-    Held {
-        /// The holder's lease end.
-        until: SystemTime,
-    },
+pub struct LeaseRecord {
+    /// The holder (empty: released).
+    pub owner: String,
+    /// Raised by every takeover.
+    pub epoch: u64,
+    /// Raised by every renewal.
+    pub version: u64,
+}
+
+/// One entry of a schedule's run history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    /// The tick (for a skipped run of ticks: the last of them).
+    pub tick: SystemTime,
+    /// When the leader recorded it (the leader's clock).
+    pub at: SystemTime,
+    /// `sent`, `skipped`, or `failed`.
+    pub outcome: String,
+    /// SQS's message id when sent; the reason otherwise.
+    pub detail: String,
 }
 
 /// A schedule's shared state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScheduleState {
-    /// Paused schedules send nothing; their ticks pass.
+    /// Paused schedules send nothing; their ticks are skipped, never replayed.
     pub paused: bool,
-    /// Sends counted toward `max_runs`.
+    /// When the current or last pause began.
+    pub paused_at: Option<SystemTime>,
+    /// When the last pause ended.
+    pub resumed_at: Option<SystemTime>,
+    /// Ticks sent (confirmed by SQS), counted toward `max_runs`.
     pub runs: u64,
-    /// The latest tick sent (or triggered).
+    /// The cursor: the newest tick sent or skipped.
     pub last_tick: Option<SystemTime>,
-    /// When that send happened.
+    /// The newest tick sent.
+    pub last_sent: Option<SystemTime>,
+    /// When that send was confirmed.
     pub last_fire: Option<SystemTime>,
-    /// What happened on the last attempt (`sent <message id>`, or the error).
+    /// What happened last (`sent <message id>`, `skipped: ...`, or the error).
     pub last_outcome: Option<String>,
+    /// Recent ticks, newest last (at most [`HISTORY_LENGTH`]).
+    pub history: Vec<HistoryEntry>,
 }
 
-/// Tick claims and schedule state in a DynamoDB table with a string partition key `id` (the
-/// idempotency table; see the module's design note).
+impl ScheduleState {
+    /// True when `tick` falls in the recorded pause: after `paused_at` and, once resumed, not after
+    /// `resumed_at`.
+    pub fn in_pause(&self, tick: SystemTime) -> bool {
+        let Some(paused_at) = self.paused_at else {
+            return false;
+        };
+        if tick <= paused_at {
+            return false;
+        }
+        if self.paused {
+            return true;
+        }
+        self.resumed_at.is_some_and(|resumed| tick <= resumed)
+    }
+}
+
+/// A move of the cursor, with what happened to the tick(s) it passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advance {
+    /// The new cursor.
+    pub tick: SystemTime,
+    /// Count one run (the tick was sent and SQS confirmed it).
+    pub count_run: bool,
+    /// The confirmed send's time, when sent.
+    pub fired_at: Option<SystemTime>,
+    /// The outcome text (`sent <id>` or `skipped: <why>`).
+    pub outcome: String,
+    /// The history after this move (the caller appends and bounds it).
+    pub history: Vec<HistoryEntry>,
+}
+
+/// Where schedules keep their lease, state and run-time definitions (see the module's design note).
+/// The DynamoDB implementation is [`TickStore`]; `crate::memory::MemoryScheduleStore` serves tests and
+/// the simulator.
+#[async_trait]
+pub trait ScheduleStore: Send + Sync + std::fmt::Debug {
+    /// The lease record of schedule set `set`, if any.
+    async fn read_lease(&self, set: &str) -> Result<Option<LeaseRecord>, StoreError>;
+    /// Writes `record` if the stored record is exactly `expected` (`None`: absent). `Ok(false)` when it
+    /// is not.
+    async fn write_lease(
+        &self,
+        set: &str,
+        expected: Option<&LeaseRecord>,
+        record: &LeaseRecord,
+    ) -> Result<bool, StoreError>;
+    /// The schedule's state (a consistent read; defaults when it never ran).
+    async fn state(&self, name: &str) -> Result<ScheduleState, StoreError>;
+    /// Moves the cursor to `advance.tick` if it is before it (and, when counting a run, while
+    /// `runs < max_runs`). `Ok(false)`: the condition failed (the cursor was already there).
+    async fn advance(&self, name: &str, advance: &Advance, max_runs: Option<u64>)
+    -> Result<bool, StoreError>;
+    /// Records an outcome only (a failed send, a manual trigger).
+    async fn note(&self, name: &str, outcome: &str) -> Result<(), StoreError>;
+    /// Pauses at `at` (no-op when already paused).
+    async fn pause(&self, name: &str, at: SystemTime) -> Result<(), StoreError>;
+    /// Resumes at `at`: ticks up to `at` since the pause are skipped (no-op when not paused).
+    async fn resume(&self, name: &str, at: SystemTime) -> Result<(), StoreError>;
+    /// Schedules added at run time to `set`: name -> definition JSON.
+    async fn definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError>;
+    /// Adds or replaces a run-time schedule.
+    async fn put_definition(&self, set: &str, name: &str, definition: &str) -> Result<(), StoreError>;
+    /// Removes a run-time schedule (no-op when absent).
+    async fn remove_definition(&self, set: &str, name: &str) -> Result<(), StoreError>;
+    /// Requests made so far (figures).
+    fn requests(&self) -> u64;
+}
+
+/// The store in a DynamoDB table with a string partition key `id` (the idempotency table).
 #[derive(Debug, Clone)]
 pub struct TickStore {
     client: Client,
     table: String,
+    requests: Arc<AtomicU64>,
 }
 
-fn millis(time: SystemTime) -> u64 {
+/// Milliseconds since the epoch.
+pub(crate) fn millis(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| {
         u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
     })
 }
 
-fn from_millis(ms: u64) -> SystemTime {
+/// The time `ms` milliseconds after the epoch.
+pub(crate) fn from_millis(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
@@ -115,14 +190,58 @@ fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
     item.get(name)?.as_n().ok()?.parse().ok()
 }
 
+fn text(item: &HashMap<String, AttributeValue>, name: &str) -> Option<String> {
+    item.get(name)?.as_s().ok().cloned()
+}
+
 /// The state item's id.
-pub(crate) fn state_id(name: &str) -> String {
+pub fn state_id(name: &str) -> String {
     format!("conveyor:schedule#{name}")
 }
 
-/// A tick item's id.
-pub fn tick_id(name: &str, tick: SystemTime) -> String {
-    format!("conveyor:schedule#{name}@{}", millis(tick))
+fn set_id(set: &str) -> String {
+    format!("conveyor:schedules#{set}")
+}
+
+fn lease_id(set: &str) -> String {
+    format!("conveyor:schedules#{set}@lease")
+}
+
+fn history_value(history: &[HistoryEntry]) -> AttributeValue {
+    AttributeValue::L(
+        history
+            .iter()
+            .map(|entry| {
+                AttributeValue::M(HashMap::from([
+                    ("tick_ms".to_owned(), n(millis(entry.tick))),
+                    ("at_ms".to_owned(), n(millis(entry.at))),
+                    ("outcome".to_owned(), s(&entry.outcome)),
+                    ("detail".to_owned(), s(&entry.detail)),
+                ]))
+            })
+            .collect(),
+    )
+}
+
+fn history_of(value: Option<&AttributeValue>) -> Vec<HistoryEntry> {
+    let Some(Ok(list)) = value.map(AttributeValue::as_l) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|entry| {
+            let map = entry.as_m().ok()?;
+            Some(HistoryEntry {
+                tick: from_millis(number(map, "tick_ms")?),
+                at: from_millis(number(map, "at_ms")?),
+                outcome: text(map, "outcome").unwrap_or_default(),
+                detail: text(map, "detail").unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(error: &E) -> bool {
+    error.code() == Some("ConditionalCheckFailedException")
 }
 
 impl TickStore {
@@ -131,6 +250,7 @@ impl TickStore {
         Self {
             client,
             table: table.into(),
+            requests: Arc::default(),
         }
     }
 
@@ -146,167 +266,104 @@ impl TickStore {
         }
     }
 
-    /// Claims `tick` of schedule `name` for `owner` until `lease_until` (see the design note).
-    pub async fn claim_tick(
-        &self,
-        name: &str,
-        tick: SystemTime,
-        owner: &str,
-        now: SystemTime,
-        lease_until: SystemTime,
-    ) -> Result<TickClaim, StoreError> {
-        let expiration = (tick + TICK_RECORD_TTL)
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_secs());
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("id", s(&tick_id(name, tick)))
-            .update_expression(
-                "SET #status = :claimed, #owner = :owner, lease_until_ms = :lease, expiration = :expiration",
-            )
-            .condition_expression(
-                "attribute_not_exists(id) OR (#status = :claimed AND lease_until_ms < :now)",
-            )
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#owner", "owner")
-            .expression_attribute_values(":claimed", s(CLAIMED))
-            .expression_attribute_values(":owner", s(owner))
-            .expression_attribute_values(":lease", n(millis(lease_until)))
-            .expression_attribute_values(":expiration", n(expiration))
-            .expression_attribute_values(":now", n(millis(now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        let error = match result {
-            Ok(_) => return Ok(TickClaim::Won),
-            Err(error) => error,
-        };
-        let failed = match error.as_service_error() {
-            Some(
-                aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
-                    failed,
-                ),
-            ) => Some(failed),
-            _ => None,
-        };
-        let Some(failed) = failed else {
-            return Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)));
-        };
-        let item = failed.item().cloned().unwrap_or_default();
-        let status = item
-            .get("status")
-            .and_then(|value| value.as_s().ok())
-            .map(String::as_str);
-        if status == Some(CLAIMED) {
-            let until = number(&item, "lease_until_ms").map_or(now, from_millis);
-            return Ok(TickClaim::Held { until });
-        }
-        Ok(TickClaim::Done)
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one run toward `max_runs`; `false` when the schedule has used them all.
-    pub async fn count_run(&self, name: &str, max_runs: u64) -> Result<bool, StoreError> {
+    /// Pauses (`paused`) or resumes at `at`, recording when; a no-op when already so.
+    async fn switch(&self, name: &str, paused: bool, at: SystemTime) -> Result<(), StoreError> {
+        self.count();
+        let (set, condition) = if paused {
+            (
+                "SET paused = :to, paused_at_ms = :at",
+                "attribute_not_exists(paused) OR paused = :from",
+            )
+        } else {
+            ("SET paused = :to, resumed_at_ms = :at", "paused = :from")
+        };
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("id", s(&state_id(name)))
-            .update_expression("ADD runs :one")
-            .condition_expression("attribute_not_exists(runs) OR runs < :max")
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":max", n(max_runs))
+            .update_expression(set)
+            .condition_expression(condition)
+            .expression_attribute_values(":to", AttributeValue::Bool(paused))
+            .expression_attribute_values(":from", AttributeValue::Bool(!paused))
+            .expression_attribute_values(":at", n(millis(at)))
             .send()
             .await;
         match result {
-            Ok(_) => Ok(true),
-            Err(error)
-                if error
-                    .as_service_error()
-                    .is_some_and(|service| service.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
+            Ok(_) => Ok(()),
+            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
             Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
         }
     }
 
-    /// Marks a tick sent (or skipped) by `owner`, and records the outcome on the schedule's state.
-    pub async fn finish_tick(
-        &self,
-        name: &str,
-        tick: SystemTime,
-        owner: &str,
-        outcome: Finished<'_>,
-    ) -> Result<(), StoreError> {
-        let (status, text) = match outcome {
-            Finished::Sent { message_id } => (SENT, format!("sent {message_id}")),
-            Finished::Skipped { reason } => (SKIPPED, format!("skipped: {reason}")),
-        };
-        let marked = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("id", s(&tick_id(name, tick)))
-            .update_expression("SET #status = :status")
-            .condition_expression("#owner = :owner")
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_names("#owner", "owner")
-            .expression_attribute_values(":status", s(status))
-            .expression_attribute_values(":owner", s(owner))
-            .send()
-            .await;
-        if let Err(error) = marked {
-            // Taken over after our lease lapsed: the new owner sends too, and the key makes it a duplicate.
-            tracing::warn!(schedule = name, error = %aws_sdk_dynamodb::error::DisplayErrorContext(&error), "could not mark the tick");
-        }
-        if status == SENT {
-            self.record(name, Some(tick), &text).await
-        } else {
-            self.record(name, None, &text).await
-        }
-    }
-
-    /// Records an attempt's outcome (and the tick, when one was sent) on the schedule's state.
-    pub async fn record(
-        &self,
-        name: &str,
-        sent_tick: Option<SystemTime>,
-        outcome: &str,
-    ) -> Result<(), StoreError> {
-        let mut update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("id", s(&state_id(name)))
-            .expression_attribute_values(":outcome", s(outcome));
-        update = match sent_tick {
-            Some(tick) => update
-                .update_expression("SET last_outcome = :outcome, last_fire_ms = :fire, last_tick_ms = :tick")
-                .expression_attribute_values(":fire", n(millis(SystemTime::now())))
-                .expression_attribute_values(":tick", n(millis(tick))),
-            None => update.update_expression("SET last_outcome = :outcome"),
-        };
-        update
-            .send()
-            .await
-            .map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
-        Ok(())
-    }
-
-    /// The schedule's shared state (a consistent read; all defaults when it never ran).
-    pub async fn state(&self, name: &str) -> Result<ScheduleState, StoreError> {
+    async fn get(&self, id: String) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        self.count();
         let output = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key("id", s(&state_id(name)))
+            .key("id", s(&id))
             .consistent_read(true)
             .send()
             .await
             .map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
-        let Some(item) = output.item else {
+        Ok(output.item)
+    }
+}
+
+#[async_trait]
+impl ScheduleStore for TickStore {
+    async fn read_lease(&self, set: &str) -> Result<Option<LeaseRecord>, StoreError> {
+        let Some(item) = self.get(lease_id(set)).await? else {
+            return Ok(None);
+        };
+        Ok(Some(LeaseRecord {
+            owner: text(&item, "owner").unwrap_or_default(),
+            epoch: number(&item, "epoch").unwrap_or(0),
+            version: number(&item, "version").unwrap_or(0),
+        }))
+    }
+
+    async fn write_lease(
+        &self,
+        set: &str,
+        expected: Option<&LeaseRecord>,
+        record: &LeaseRecord,
+    ) -> Result<bool, StoreError> {
+        self.count();
+        // `UpdateItem` (an upsert), not `PutItem`: the consumers' policy grants `UpdateItem` and
+        // `GetItem` on the table and nothing more (`conveyor_dynamodb::iam::CONSUMER_TABLE`).
+        let mut put = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&lease_id(set)))
+            .update_expression("SET #owner = :new_owner, epoch = :new_epoch, version = :new_version")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":new_owner", s(&record.owner))
+            .expression_attribute_values(":new_epoch", n(record.epoch))
+            .expression_attribute_values(":new_version", n(record.version));
+        put = match expected {
+            None => put.condition_expression("attribute_not_exists(id)"),
+            Some(expected) => put
+                .condition_expression("#owner = :owner AND epoch = :epoch AND version = :version")
+                .expression_attribute_values(":owner", s(&expected.owner))
+                .expression_attribute_values(":epoch", n(expected.epoch))
+                .expression_attribute_values(":version", n(expected.version)),
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(false),
+            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
+        }
+    }
+
+    async fn state(&self, name: &str) -> Result<ScheduleState, StoreError> {
+        let Some(item) = self.get(state_id(name)).await? else {
             return Ok(ScheduleState::default());
         };
         Ok(ScheduleState {
@@ -315,43 +372,169 @@ impl TickStore {
                 .and_then(|value| value.as_bool().ok())
                 .copied()
                 .unwrap_or(false),
+            paused_at: number(&item, "paused_at_ms").map(from_millis),
+            resumed_at: number(&item, "resumed_at_ms").map(from_millis),
             runs: number(&item, "runs").unwrap_or(0),
             last_tick: number(&item, "last_tick_ms").map(from_millis),
+            last_sent: number(&item, "last_sent_ms").map(from_millis),
             last_fire: number(&item, "last_fire_ms").map(from_millis),
-            last_outcome: item
-                .get("last_outcome")
-                .and_then(|value| value.as_s().ok())
-                .cloned(),
+            last_outcome: text(&item, "last_outcome"),
+            history: history_of(item.get("history")),
         })
     }
 
-    /// Pauses (`true`) or resumes (`false`) the schedule for every worker.
-    pub async fn set_paused(&self, name: &str, paused: bool) -> Result<(), StoreError> {
+    async fn advance(
+        &self,
+        name: &str,
+        advance: &Advance,
+        max_runs: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        self.count();
+        let mut set = "SET last_tick_ms = :tick, last_outcome = :outcome, history = :history".to_owned();
+        let mut condition = "(attribute_not_exists(last_tick_ms) OR last_tick_ms < :tick)".to_owned();
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&state_id(name)))
+            .expression_attribute_values(":tick", n(millis(advance.tick)))
+            .expression_attribute_values(":outcome", s(&advance.outcome))
+            .expression_attribute_values(":history", history_value(&advance.history));
+        if let Some(fired) = advance.fired_at {
+            set.push_str(", last_fire_ms = :fired, last_sent_ms = :tick");
+            update = update.expression_attribute_values(":fired", n(millis(fired)));
+        }
+        if advance.count_run {
+            set.push_str(" ADD runs :one");
+            update = update.expression_attribute_values(":one", n(1));
+            if let Some(max) = max_runs {
+                condition.push_str(" AND (attribute_not_exists(runs) OR runs < :max)");
+                update = update.expression_attribute_values(":max", n(max));
+            }
+        }
+        match update
+            .update_expression(set)
+            .condition_expression(condition)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(false),
+            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
+        }
+    }
+
+    async fn note(&self, name: &str, outcome: &str) -> Result<(), StoreError> {
+        self.count();
         self.client
             .update_item()
             .table_name(&self.table)
             .key("id", s(&state_id(name)))
-            .update_expression("SET paused = :paused")
-            .expression_attribute_values(":paused", AttributeValue::Bool(paused))
+            .update_expression("SET last_outcome = :outcome")
+            .expression_attribute_values(":outcome", s(outcome))
             .send()
             .await
             .map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
         Ok(())
     }
+
+    async fn pause(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.switch(name, true, at).await
+    }
+
+    async fn resume(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.switch(name, false, at).await
+    }
+
+    async fn definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError> {
+        let Some(item) = self.get(set_id(set)).await? else {
+            return Ok(HashMap::new());
+        };
+        let Some(Ok(map)) = item.get("definitions").map(AttributeValue::as_m) else {
+            return Ok(HashMap::new());
+        };
+        Ok(map
+            .iter()
+            .filter_map(|(name, value)| Some((name.clone(), value.as_s().ok()?.clone())))
+            .collect())
+    }
+
+    async fn put_definition(&self, set: &str, name: &str, definition: &str) -> Result<(), StoreError> {
+        self.count();
+        // Two writes would race; one `SET` on a map needs the map to exist, so create it first if absent.
+        let created = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&set_id(set)))
+            .update_expression("SET definitions = if_not_exists(definitions, :empty)")
+            .expression_attribute_values(":empty", AttributeValue::M(HashMap::new()))
+            .send()
+            .await;
+        created.map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
+        self.count();
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&set_id(set)))
+            .update_expression("SET definitions.#name = :definition")
+            .expression_attribute_names("#name", name)
+            .expression_attribute_values(":definition", s(definition))
+            .send()
+            .await
+            .map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
+        Ok(())
+    }
+
+    async fn remove_definition(&self, set: &str, name: &str) -> Result<(), StoreError> {
+        self.count();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&set_id(set)))
+            .update_expression("REMOVE definitions.#name")
+            .condition_expression("attribute_exists(definitions)")
+            .expression_attribute_names("#name", name)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
+            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
+        }
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
 }
 
-/// How a won tick ended.
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy)]
-pub enum Finished<'a> {
-    /// Sent, with this message id.
-    Sent {
-        /// SQS's message id.
-        message_id: &'a str,
-    },
-    /// Not sent (max runs reached).
-    Skipped {
-        /// Why.
-        reason: &'a str,
-    },
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn a_tick_is_in_the_pause_between_pause_and_resume_only() {
+        let mut state = ScheduleState {
+            paused: true,
+            paused_at: Some(at(100)),
+            ..ScheduleState::default()
+        };
+        assert!(
+            !state.in_pause(at(100)),
+            "the tick at the pause itself was due before it"
+        );
+        assert!(state.in_pause(at(101)));
+        assert!(state.in_pause(at(10_000)), "still paused");
+        state.paused = false;
+        state.resumed_at = Some(at(200));
+        assert!(state.in_pause(at(200)));
+        assert!(!state.in_pause(at(201)));
+        assert!(!ScheduleState::default().in_pause(at(5)));
+    }
 }

@@ -1,18 +1,15 @@
 //! Schedulers against LocalStack (SQS) and DynamoDB Local: every tick is sent exactly once across
-//! three workers (on a clock 4× real time), and a tick whose winner dies before sending is still sent,
-//! once.
+//! three workers (on a clock 4× real time), `max_runs` is exact and a paused schedule sends nothing.
+//! (Pause and resume with a leader killed: `tests/tests/schedules.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
-use conveyor_schedule::store::tick_id;
-use conveyor_schedule::{Schedule, Scheduler, SchedulerClock, TickStore, tick_key};
+use conveyor_schedule::{Schedule, ScheduleStore, Scheduler, SchedulerClock, TickStore, tick_key};
 use conveyor_sqs::Producer;
-use conveyor_testing::faults::{Fault, Faults, Rule, with_faults_sqs};
 use conveyor_testing::localstack::{self, QueueSpec};
 use conveyor_testing::wait_until;
 use tokio::task::JoinHandle;
@@ -48,7 +45,7 @@ impl Env {
         Scheduler::new(vec![schedule.clone()], store, producer)
             .unwrap()
             .with_clock(clock.clone())
-            .with_claim_lease(Duration::from_secs(3))
+            .with_lease(Duration::from_secs(3))
     }
 
     /// Every message in the queue, by idempotency key (receives until the queue stays empty).
@@ -90,26 +87,6 @@ impl Env {
             }
         }
         keys
-    }
-
-    async fn tick_status(&self, name: &str, tick: SystemTime) -> Option<(String, String)> {
-        let item = self
-            .dynamodb
-            .get_item()
-            .table_name(&self.table)
-            .key("id", AttributeValue::S(tick_id(name, tick)))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap()
-            .item?;
-        let text = |name: &str| {
-            item.get(name)
-                .and_then(|value| value.as_s().ok())
-                .cloned()
-                .unwrap_or_default()
-        };
-        Some((text("status"), text("owner")))
     }
 }
 
@@ -155,10 +132,12 @@ async fn three_schedulers_send_each_tick_of_a_minute_exactly_once() {
         .map(|_| spawn(env.scheduler(&env.sqs, &schedule, &clock), &shutdown))
         .collect();
     let last = schedule.ticks_between(start, end, 1000).last().copied().unwrap();
+    let store = TickStore::new(env.dynamodb.clone(), &env.table);
     wait_until(Duration::from_secs(60), Duration::from_millis(250), async || {
-        env.tick_status("every-second", last)
+        store
+            .state("every-second")
             .await
-            .is_some_and(|(status, _)| status == "SENT")
+            .is_ok_and(|state| state.last_sent == Some(last))
     })
     .await
     .unwrap();
@@ -170,57 +149,6 @@ async fn three_schedulers_send_each_tick_of_a_minute_exactly_once() {
     let mut sent: Vec<String> = keys.into_keys().collect();
     sent.sort();
     assert_eq!(sent, expected, "every tick of the minute, once");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tick_whose_winner_dies_before_sending_is_sent_once_by_another() {
-    let env = env("sched-kill").await;
-    let clock = SchedulerClock::system();
-    let tick = clock.now() + Duration::from_secs(2);
-    let schedule = Schedule::every("hourly", Duration::from_secs(3600))
-        .unwrap()
-        .job_of("ping", 1, &serde_json::json!({"n": 2}))
-        .unwrap()
-        .starting(tick);
-
-    // The first worker's sends hang: it claims the tick and never sends it. Then it is killed.
-    let faults = Faults::new(16);
-    faults.add(Rule::new(Fault::Hang).on("SendMessage"));
-    let doomed_sqs = with_faults_sqs(&env.sqs, &faults);
-    let doomed = env.scheduler(&doomed_sqs, &schedule, &clock);
-    let doomed_owner = doomed.owner().to_owned();
-    let shutdown = CancellationToken::new();
-    let doomed = spawn(doomed, &shutdown);
-    wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
-        env.tick_status("hourly", tick)
-            .await
-            .is_some_and(|(status, owner)| status == "CLAIMED" && owner == doomed_owner)
-    })
-    .await
-    .unwrap();
-    doomed.abort();
-    assert!(
-        doomed.await.unwrap_err().is_cancelled(),
-        "killed while its send hung"
-    );
-
-    let survivors: Vec<JoinHandle<()>> = (0..2)
-        .map(|_| spawn(env.scheduler(&env.sqs, &schedule, &clock), &shutdown))
-        .collect();
-    wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
-        env.tick_status("hourly", tick)
-            .await
-            .is_some_and(|(status, owner)| status == "SENT" && owner != doomed_owner)
-    })
-    .await
-    .unwrap();
-    stop(&shutdown, survivors).await;
-    let keys = env.drain().await;
-    assert_eq!(keys, HashMap::from([(tick_key("hourly", tick), 1)]));
-    assert!(
-        faults.injected("SendMessage") >= 1,
-        "the first worker's send really hung"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,7 +171,7 @@ async fn max_runs_is_never_exceeded_across_schedulers_and_a_paused_schedule_send
         .starting(start)
         .ending(end);
     let store = TickStore::new(env.dynamodb.clone(), &env.table);
-    store.set_paused("paused", true).await.unwrap();
+    store.pause("paused", clock.now()).await.unwrap();
 
     let shutdown = CancellationToken::new();
     let workers: Vec<JoinHandle<()>> = (0..2)
@@ -252,11 +180,12 @@ async fn max_runs_is_never_exceeded_across_schedulers_and_a_paused_schedule_send
             let store = TickStore::new(env.dynamodb.clone(), &env.table);
             let scheduler = Scheduler::new(vec![limited.clone(), paused.clone()], store, producer)
                 .unwrap()
-                .with_clock(clock.clone());
+                .with_clock(clock.clone())
+                .with_lease(Duration::from_secs(3));
             spawn(scheduler, &shutdown)
         })
         .collect();
-    let past_end = end + Duration::from_secs(2);
+    let past_end = end + Duration::from_secs(4);
     wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
         clock.now() > past_end
     })
@@ -276,9 +205,16 @@ async fn max_runs_is_never_exceeded_across_schedulers_and_a_paused_schedule_send
     );
     let state = store.state("limited").await.unwrap();
     assert_eq!(state.runs, 3);
+    let sent = state
+        .history
+        .iter()
+        .filter(|entry| entry.outcome == "sent")
+        .count();
+    assert_eq!(sent, 3, "{:?}", state.history);
     assert!(
         state
             .last_outcome
-            .is_some_and(|outcome| outcome.starts_with("sent "))
+            .is_some_and(|outcome| outcome.contains("max runs reached")),
+        "the ticks after the third are skipped"
     );
 }

@@ -11,6 +11,7 @@ use conveyor_testing::QueuedMessage;
 use crate::run::Observation;
 use crate::scenario::{JobSpec, Scenario, job_of_body};
 use crate::sink::{Log, Received, Run, RunEnd};
+use conveyor_core::JobStatus;
 
 /// The broken invariants of one run, each in words (empty: the run kept them all).
 pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
@@ -294,6 +295,9 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
     if job.poison && !runs.is_empty() {
         violations.push(format!("job {}: poison input reached the handler", job.id));
     }
+    if scenario.tracked {
+        check_status(job, observed, dead.len(), left, effects, violations);
+    }
     for copy in dead {
         check_dead_letter(scenario, job, copy, &runs, observed, violations);
     }
@@ -306,6 +310,114 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
         violations.push(format!(
             "job {}: {failing} failed runs, more than the {allowed} its {sends} sends allow (maxReceiveCount {})",
             job.id, scenario.max_receive_count
+        ));
+    }
+}
+
+/// A tracked job's final status, read as `conveyor jobs show` reads it, equals what happened to it:
+/// `succeeded` only when its effect happened and a run completed; `dead_lettered` only when a copy is
+/// in the DLQ, and whenever one is there while no run completed (SQS's redrive included); `running`,
+/// `retrying` or `sent` only while a copy is still in the queue (no one runs a job that is nowhere).
+fn check_status(
+    job: &JobSpec,
+    observed: &Observation,
+    dead: usize,
+    left: usize,
+    effects: usize,
+    violations: &mut Vec<String>,
+) {
+    if !observed.settled {
+        return;
+    }
+    let records: Vec<(&String, &conveyor_core::JobRecord)> = observed
+        .statuses
+        .iter()
+        .filter(|(of, _, _)| *of == job.id)
+        .filter_map(|(_, key, record)| Some((key, record.as_ref()?)))
+        .collect();
+    let claimed = observed.log.runs.iter().any(|run| run.job == job.id);
+    if records.is_empty() {
+        if claimed && (dead > 0 || effects > 0) {
+            violations.push(format!(
+                "job {}: ran, and is {}, but its status is gone (expired before the DLQ's retention)",
+                job.id,
+                if dead > 0 { "in the DLQ" } else { "done" }
+            ));
+        }
+        return;
+    }
+    // A job decided for the DLQ (a run ended in a permanent failure) never runs again from its queue:
+    // its status would go dead_lettered → running (the DLQ send failed and the message came back).
+    let runs: Vec<&Run> = observed.log.runs.iter().filter(|run| run.job == job.id).collect();
+    if let Some(rejected) = runs.iter().position(|run| run.end == RunEnd::Permanent)
+        && let Some(again) = runs.get(rejected + 1)
+        && job.key.is_some()
+    {
+        violations.push(format!(
+            "job {}: ran again on {} after a run was rejected to the DLQ (dead_lettered, then running)",
+            job.id, again.instance
+        ));
+    }
+    // The one write no runtime can make: the last receive could not claim because the store was
+    // down, so it went to the DLQ unrun ("not run at its last allowed receive ... claim failed"),
+    // and the status could not be written either. The DLQ copy carries the reason.
+    let unrun_in_a_store_outage = observed.dead_lettered.iter().any(|copy| {
+        job_of_body(&copy.body) == Some(job.id)
+            && copy
+                .attributes
+                .get(FAILURE_ATTRIBUTE)
+                .and_then(|value| value.string_value.as_deref())
+                .is_some_and(|failure| {
+                    failure.contains("not run at its last allowed receive") && failure.contains("unavailable")
+                })
+    });
+    if unrun_in_a_store_outage {
+        return;
+    }
+    let completed = |key: &str| observed.completed_tokens.iter().any(|(done, _)| done == key);
+    for (key, record) in &records {
+        let status = record.status;
+        let lie = match status {
+            JobStatus::Running | JobStatus::Retrying | JobStatus::Sent => (left == 0).then(|| {
+                format!(
+                    "says {status} but no copy is left in the queue (in the DLQ: {dead}, effects: {effects})"
+                )
+            }),
+            JobStatus::Succeeded => (effects == 0 || !completed(key)).then(|| {
+                format!(
+                    "says succeeded but its effect happened {effects} times and it completed: {}",
+                    completed(key)
+                )
+            }),
+            JobStatus::DeadLettered => {
+                (dead == 0).then(|| "says dead_lettered but no copy is in the DLQ".to_owned())
+            }
+            _ => None,
+        };
+        if let Some(lie) = lie {
+            violations.push(format!("job {} ({key}): status {lie}", job.id));
+        }
+    }
+    let says = |status: JobStatus| records.iter().any(|(_, record)| record.status == status);
+    let any_completed = records.iter().any(|(key, _)| completed(key));
+    if dead > 0 && !any_completed && !says(JobStatus::DeadLettered) {
+        let statuses: Vec<String> = records
+            .iter()
+            .map(|(_, record)| record.status.to_string())
+            .collect();
+        violations.push(format!(
+            "job {}: in the DLQ, never completed, but its status says {statuses:?}",
+            job.id
+        ));
+    }
+    if dead == 0 && any_completed && effects > 0 && !says(JobStatus::Succeeded) {
+        let statuses: Vec<String> = records
+            .iter()
+            .map(|(_, record)| record.status.to_string())
+            .collect();
+        violations.push(format!(
+            "job {}: completed with its effect, but its status says {statuses:?}",
+            job.id
         ));
     }
 }

@@ -20,8 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use conveyor_core::port::{
-    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, StoreError,
+    Claim, ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, JobChange, StoreError,
 };
+use conveyor_core::{JobQuery, JobRecord, Progress};
 use conveyor_testing::MemoryIdempotencyStore;
 use tokio::time::Instant;
 
@@ -112,7 +113,45 @@ impl Skew {
 }
 
 impl VirtualStore {
+    /// A tracked job's change with its times on the virtual clock.
+    fn change_as(&self, change: &JobChange, skew: Skew) -> JobChange {
+        JobChange {
+            at: self.to_virtual(change.at, skew),
+            keep_until: change.keep_until.map(|until| self.to_virtual(until, skew)),
+            ..change.clone()
+        }
+    }
+
+    /// The job record of `key` as `conveyor jobs show` reads it `later` than the virtual now, after
+    /// DynamoDB's TTL removed what had expired by then (the inner store judges at the real clock,
+    /// before every virtual time, and never deletes).
+    pub async fn job_later(&self, key: &str, later: Duration) -> Result<Option<JobRecord>, StoreError> {
+        let at = self.now() + later;
+        let Some(record) = self.current(key) else {
+            return self.inner.job(key).await;
+        };
+        if record.expires_at < at {
+            return Ok(None);
+        }
+        let job = self.inner.job(key).await?;
+        Ok(job.map(|job| job.seen_with(&record, at)))
+    }
+
+    /// [`Self::job_later`] now.
+    pub async fn job_now(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.job_later(key, Duration::ZERO).await
+    }
+
     async fn claim_as(&self, request: &ClaimRequest, skew: Skew) -> Result<ClaimOutcome, StoreError> {
+        self.claim_tracked_as(request, None, skew).await
+    }
+
+    async fn claim_tracked_as(
+        &self,
+        request: &ClaimRequest,
+        change: Option<&JobChange>,
+        skew: Skew,
+    ) -> Result<ClaimOutcome, StoreError> {
         let now = skew.apply(self.now());
         if let Some(record) = self.current(&request.key)
             && record.is_free_at(now)
@@ -141,7 +180,15 @@ impl VirtualStore {
             expires_at: self.to_virtual(request.expires_at, skew),
             ..request.clone()
         };
-        match self.inner.claim(&request).await? {
+        let claimed = match change {
+            Some(change) => {
+                self.inner
+                    .claim_tracked(&request, &self.change_as(change, skew))
+                    .await?
+            }
+            None => self.inner.claim(&request).await?,
+        };
+        match claimed {
             ClaimOutcome::Acquired(claim) => Ok(ClaimOutcome::Acquired(claim)),
             ClaimOutcome::Exists(record) => Ok(ClaimOutcome::Exists(self.record_as_seen(record, skew))),
         }
@@ -159,11 +206,18 @@ impl VirtualStore {
         claim: &Claim,
         output: Option<&str>,
         expires_at: SystemTime,
+        change: Option<&JobChange>,
         skew: Skew,
     ) -> Result<(), StoreError> {
-        self.inner
-            .complete(claim, output, self.to_virtual(expires_at, skew))
-            .await?;
+        let expires_at = self.to_virtual(expires_at, skew);
+        match change {
+            Some(change) => {
+                self.inner
+                    .complete_tracked(claim, output, expires_at, &self.change_as(change, skew))
+                    .await?;
+            }
+            None => self.inner.complete(claim, output, expires_at).await?,
+        }
         self.completed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -213,7 +267,48 @@ impl IdempotencyStore for SkewedStore {
         output: Option<&str>,
         expires_at: SystemTime,
     ) -> Result<(), StoreError> {
-        self.store.complete_as(claim, output, expires_at, self.skew).await
+        self.store
+            .complete_as(claim, output, expires_at, None, self.skew)
+            .await
+    }
+
+    async fn claim_tracked(
+        &self,
+        request: &ClaimRequest,
+        change: &JobChange,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.store
+            .claim_tracked_as(request, Some(change), self.skew)
+            .await
+    }
+
+    async fn complete_tracked(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+        change: &JobChange,
+    ) -> Result<(), StoreError> {
+        self.store
+            .complete_as(claim, output, expires_at, Some(change), self.skew)
+            .await
+    }
+
+    async fn release_tracked(&self, claim: &Claim, change: &JobChange) -> Result<(), StoreError> {
+        let change = self.store.change_as(change, self.skew);
+        self.store.inner.release_tracked(claim, &change).await
+    }
+
+    async fn record_progress(&self, claim: &Claim, progress: &Progress) -> Result<(), StoreError> {
+        self.store.inner.record_progress(claim, progress).await
+    }
+
+    async fn job(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
+        self.store.job_now(key).await
+    }
+
+    async fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRecord>, StoreError> {
+        self.store.inner.jobs(query).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<(), StoreError> {
@@ -243,6 +338,7 @@ mod tests {
             expires_at: now + Duration::from_secs(24 * 3600),
             validation: None,
             restart_runs: false,
+            last_attempt: false,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct SimHandler {
     /// Works on through a cancellation (until the pipeline drops it after its grace); checks the
     /// token only before applying its effect.
     pub ignores_cancellation: bool,
+    /// The job type is tracked (its status kept on its record).
+    pub tracked: bool,
 }
 
 impl Handler for SimHandler {
@@ -114,7 +116,9 @@ impl Handler for SimHandler {
     }
 
     fn settings(&self) -> HandlerSettings {
-        let settings = HandlerSettings::default().with_timeout(self.timeout);
+        let settings = HandlerSettings::default()
+            .with_timeout(self.timeout)
+            .with_tracked(self.tracked);
         match self.record_ttl {
             Some(ttl) => settings.with_record_ttl(ttl),
             None => settings,

@@ -308,4 +308,46 @@ impl IdempotencyStore for InstanceStore {
     async fn get(&self, key: &str) -> Result<Option<IdempotencyRecord>, StoreError> {
         self.instance.store_call(self.inner.get(key)).await
     }
+
+    async fn claim_tracked(
+        &self,
+        request: &ClaimRequest,
+        change: &conveyor_core::port::JobChange,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.instance
+            .store_call(self.inner.claim_tracked(request, change))
+            .await
+    }
+
+    async fn complete_tracked(
+        &self,
+        claim: &Claim,
+        output: Option<&str>,
+        expires_at: std::time::SystemTime,
+        change: &conveyor_core::port::JobChange,
+    ) -> Result<(), StoreError> {
+        self.instance
+            .store_call(self.inner.complete_tracked(claim, output, expires_at, change))
+            .await
+    }
+
+    async fn release_tracked(
+        &self,
+        claim: &Claim,
+        change: &conveyor_core::port::JobChange,
+    ) -> Result<(), StoreError> {
+        self.instance
+            .store_call(self.inner.release_tracked(claim, change))
+            .await
+    }
+
+    async fn record_progress(
+        &self,
+        claim: &Claim,
+        progress: &conveyor_core::Progress,
+    ) -> Result<(), StoreError> {
+        self.instance
+            .store_call(self.inner.record_progress(claim, progress))
+            .await
+    }
 }

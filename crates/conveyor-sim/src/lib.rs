@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod clock;
+pub mod delays;
 pub mod flows;
 pub mod handler;
 pub mod io;
@@ -9,6 +10,7 @@ pub mod lambda;
 pub mod outbox;
 pub mod run;
 pub mod scenario;
+pub mod schedule;
 pub mod sink;
 pub mod trace;
 

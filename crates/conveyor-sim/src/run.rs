@@ -54,6 +54,9 @@ pub struct Observation {
     pub longest_invocation: Duration,
     /// The claims (key, fencing token) that were completed in the store.
     pub completed_tokens: HashSet<(String, u64)>,
+    /// Tracked seeds: each job's records (one per key its copies claim), as `conveyor jobs show` reads
+    /// them [`STATUS_READ_AFTER`] after the end, within the DLQ's retention: (job, key, status).
+    pub statuses: Vec<(u32, String, Option<conveyor_core::JobRecord>)>,
 }
 
 /// A worker started by the run.
@@ -127,6 +130,7 @@ impl Shared<'_> {
             timeout: self.scenario.handler_timeout,
             record_ttl: self.scenario.record_ttl(),
             ignores_cancellation: self.scenario.handlers_ignore_cancellation,
+            tracked: self.scenario.tracked,
         };
         Pipeline::new(Router::single(handler))
             .with_store(store)
@@ -475,7 +479,42 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             .max()
             .unwrap_or_default(),
         completed_tokens: shared.store.completed_tokens(),
+        statuses: statuses(scenario, &shared.store, &sink).await,
     }
+}
+
+/// When the statuses are read, after the end: an operator looks at a dead-lettered job days later,
+/// while its DLQ copy is still kept (SQS's longest retention, 14 days, less a day).
+pub const STATUS_READ_AFTER: Duration = Duration::from_secs(13 * 24 * 3600);
+
+/// Every job's records as `conveyor jobs show` reads them (the store's `job`, judged
+/// [`STATUS_READ_AFTER`] after the end, expired records gone), in tracked seeds.
+async fn statuses(
+    scenario: &Scenario,
+    store: &VirtualStore,
+    sink: &Sink,
+) -> Vec<(u32, String, Option<conveyor_core::JobRecord>)> {
+    if !scenario.tracked {
+        return Vec::new();
+    }
+    let log = sink.log();
+    let mut keys = std::collections::BTreeSet::new();
+    for (job, id) in &log.sent {
+        let producer_key = scenario
+            .jobs
+            .get(*job as usize)
+            .and_then(|spec| spec.key.as_deref());
+        keys.insert((
+            *job,
+            conveyor_core::port::idempotency_key("sim", producer_key, id),
+        ));
+    }
+    let mut found = Vec::new();
+    for (job, key) in keys {
+        let record = store.job_later(&key, STATUS_READ_AFTER).await.ok().flatten();
+        found.push((job, key, record));
+    }
+    found
 }
 
 /// Collects the workers that have ended, before the end of the run: one that ended because its store

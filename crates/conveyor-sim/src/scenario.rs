@@ -162,6 +162,9 @@ pub struct Scenario {
     /// an operator fixes it ([`Event::StoreFixed`]): consumers must refuse to start (a worker) or fail
     /// their cold start (a Lambda) meanwhile, not take messages they cannot run.
     pub store_misconfigured_until: Option<Duration>,
+    /// The handler is tracked (`HandlerSettings::tracked`): every job's status is checked at the end
+    /// against what happened to it (half the seeds).
+    pub tracked: bool,
 }
 
 /// The share of seeds with long jobs, in percent.
@@ -262,6 +265,7 @@ impl Scenario {
             store_misconfigured_until: store_misconfigured_until(seed),
             long_jobs: Vec::new(),
             max_processing_time: None,
+            tracked: tracked(seed),
         }
         .with_long_jobs()
     }
@@ -341,6 +345,13 @@ fn clock_skew(seed: u64) -> Duration {
         return Duration::ZERO;
     }
     millis(&mut rng, 1..=CLOCK_SKEW_ALLOWANCE.as_millis() as u64)
+}
+
+/// Whether the seed's jobs are tracked (half the seeds), from a generator of its own for the same
+/// reason as [`clock_skew`].
+fn tracked(seed: u64) -> bool {
+    let mut rng = Rng::with_seed(seed ^ 0x7ac6_ed00_7ac6_ed00);
+    chance(&mut rng, 50)
 }
 
 /// Whether the seed's handlers ignore cancellation while they work (a third of the seeds), from a

@@ -217,7 +217,7 @@ impl<J: Serialize> NewJob<J> {
     }
 
     /// The delay asked for, counted from `now`.
-    fn delay_from(&self, now: SystemTime) -> Option<Duration> {
+    pub(crate) fn delay_from(&self, now: SystemTime) -> Option<Duration> {
         match self.deliver_at {
             Some(time) => Some(time.duration_since(now).unwrap_or_default()),
             None => self.delay,
@@ -308,7 +308,8 @@ impl<J: Serialize> NewJob<J> {
         }
         let now = SystemTime::now();
         let delay = self.delay_from(now);
-        if let Some(delay) = delay.filter(|delay| *delay > MAX_DELAY) {
+        // Every delayed job carries its due time, so a cancel can find it (a short one never hops).
+        if let Some(delay) = delay {
             attributes.insert(
                 DUE_ATTRIBUTE.to_owned(),
                 AttributeValue::number(due_value(now + delay)),
@@ -517,8 +518,8 @@ mod tests {
             .unwrap();
         assert!(at.delay.is_some_and(|delay| delay <= Duration::from_secs(60)));
         assert!(
-            !at.attributes.contains_key(DUE_ATTRIBUTE),
-            "short delays use DelaySeconds only"
+            at.attributes.contains_key(DUE_ATTRIBUTE),
+            "short delays carry their due time too (a cancel finds them)"
         );
         let past = NewJob::new("t", 1)
             .deliver_at(SystemTime::UNIX_EPOCH)

@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use conveyor_core::limits::MAX_PRODUCER_ATTRIBUTES;
+use conveyor_core::message::AttributeValue;
 use conveyor_core::port::OutgoingMessage;
-use conveyor_core::port::{PayloadPointer, PayloadStore, size_attribute};
+use conveyor_core::port::{LEGACY_SIZE_ATTRIBUTE, PayloadPointer, PayloadStore, size_attribute};
 
 use crate::job::{ProduceError, check_size};
 
@@ -23,6 +24,24 @@ pub(crate) struct LargePayloads {
     /// Offload when body plus attributes exceed this many bytes; `None`: the queue's
     /// `MaximumMessageSize`.
     pub(crate) threshold: Option<usize>,
+    /// Mark pointers with the legacy `SQSLargePayloadSize` (what the Java library writes by default,
+    /// and all that old readers know) instead of `ExtendedPayloadSize`.
+    pub(crate) legacy_attribute: bool,
+    /// Put objects under this prefix (the libraries' `s3KeyPrefix`): `<prefix><uuid>`.
+    pub(crate) key_prefix: String,
+}
+
+impl LargePayloads {
+    /// Offloads into `bucket` through `store`, with the defaults: `ExtendedPayloadSize`, no prefix.
+    pub(crate) fn new(store: Arc<dyn PayloadStore>, bucket: String) -> Self {
+        Self {
+            store,
+            bucket,
+            threshold: None,
+            legacy_attribute: false,
+            key_prefix: String::new(),
+        }
+    }
 }
 
 /// `message` as it goes to SQS: unchanged when it fits under `threshold`, else its body stored and a
@@ -49,7 +68,7 @@ pub(crate) async fn offload(
             limit: MAX_PRODUCER_ATTRIBUTES,
         });
     }
-    let key = uuid::Uuid::new_v4().to_string();
+    let key = format!("{}{}", large.key_prefix, uuid::Uuid::new_v4());
     let size = message.body.len();
     let body = std::mem::take(&mut message.body).into_bytes();
     large
@@ -63,7 +82,11 @@ pub(crate) async fn offload(
     let pointer = PayloadPointer::new(&large.bucket, key);
     tracing::debug!(job_type, %pointer, size, "large payload stored; sending its pointer");
     message.body = pointer.to_body();
-    let (name, value) = size_attribute(size);
+    let (name, value) = if large.legacy_attribute {
+        (LEGACY_SIZE_ATTRIBUTE.to_owned(), AttributeValue::number(size))
+    } else {
+        size_attribute(size)
+    };
     message.attributes.insert(name, value);
     check_size(job_type, &message, queue_limit)?;
     Ok(message)
@@ -79,11 +102,35 @@ mod tests {
     use crate::NewJob;
 
     fn large(store: &Arc<MemoryPayloadStore>) -> LargePayloads {
-        LargePayloads {
-            store: store.clone(),
-            bucket: "payloads".to_owned(),
-            threshold: None,
-        }
+        LargePayloads::new(store.clone(), "payloads".to_owned())
+    }
+
+    #[tokio::test]
+    async fn the_legacy_attribute_and_a_key_prefix_are_options() {
+        let store = Arc::new(MemoryPayloadStore::with_bucket("payloads"));
+        let options = LargePayloads {
+            legacy_attribute: true,
+            key_prefix: "jobs/".to_owned(),
+            ..large(&store)
+        };
+        let sent = offload(
+            Some(&options),
+            "report",
+            job(2 * 1024 * 1024),
+            MAX_MESSAGE_BYTES,
+            MAX_MESSAGE_BYTES,
+        )
+        .await
+        .unwrap();
+        let pointer = PayloadPointer::from_body(&sent.body).unwrap();
+        assert!(
+            pointer.key.starts_with("jobs/") && pointer.key.len() == 41,
+            "{}",
+            pointer.key
+        );
+        assert!(sent.attributes.contains_key(LEGACY_SIZE_ATTRIBUTE));
+        assert!(!sent.attributes.contains_key(SIZE_ATTRIBUTE));
+        assert!(store.object("payloads", &pointer.key).is_some());
     }
 
     fn job(bytes: usize) -> OutgoingMessage {

@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::QueueAttributeName;
-use conveyor_core::Cancelled;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
 use conveyor_core::port::{IdempotencyStore, OutgoingMessage, PayloadStore, QueueError, StoreError};
 use conveyor_core::runtime::DUE_ATTRIBUTE;
+use conveyor_core::{Cancelled, KeyStyle};
 use serde::Serialize;
 
 use crate::convert::queue_name;
@@ -75,6 +75,9 @@ pub enum CancelError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The cancel itself failed (the store, or a key style that cannot be cancelled by key).
+    #[error(transparent)]
+    Cancel(#[from] conveyor_core::CancelError),
 }
 
 /// What happened to each job of a [`Producer::send_batch`], in input order.
@@ -136,11 +139,26 @@ impl Producer {
     /// `ExtendedPayloadSize` attribute, so consumers built on that library read it too. Such a job may
     /// carry at most 8 attributes (Conveyor's own included): the marker takes the ninth slot.
     pub fn with_large_payloads(mut self, store: Arc<dyn PayloadStore>, bucket: impl Into<String>) -> Self {
-        self.large = Some(LargePayloads {
-            store,
-            bucket: bucket.into(),
-            threshold: None,
-        });
+        self.large = Some(LargePayloads::new(store, bucket.into()));
+        self
+    }
+
+    /// Marks pointers with the legacy `SQSLargePayloadSize` attribute instead of `ExtendedPayloadSize`:
+    /// what the Java Extended Client writes by default, and the only name older readers know. Needs
+    /// [`Producer::with_large_payloads`] first; ignored without it.
+    pub fn with_legacy_payload_size_attribute(mut self) -> Self {
+        if let Some(large) = &mut self.large {
+            large.legacy_attribute = true;
+        }
+        self
+    }
+
+    /// Stores objects under `prefix` (the libraries' `s3KeyPrefix`): keys are `<prefix><uuid>`. Needs
+    /// [`Producer::with_large_payloads`] first; ignored without it.
+    pub fn with_payload_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        if let Some(large) = &mut self.large {
+            large.key_prefix = prefix.into();
+        }
         self
     }
 
@@ -161,13 +179,24 @@ impl Producer {
         self
     }
 
-    /// Cancels the not-yet-run job of `job_type` sent with idempotency key `key` (typically a delayed
-    /// one): when it comes due the consumer drops it without running, with a log line and a metric.
-    /// Needs [`Producer::with_store`], and the handler to be idempotent (the default). A job already
-    /// completed or running at this moment is not cancelled, and the answer says so.
+    /// Cancels the delayed jobs of `job_type` sent with idempotency key `key` before now: the consumer
+    /// drops them at their next hop or when due, without running, with a log line and a metric. A job
+    /// sent with the same key after the cancel runs. Needs [`Producer::with_store`]; the handler's key
+    /// style is Conveyor's (see [`Producer::cancel_with_style`]). A run in progress is not stopped, and
+    /// the answer says so (see `conveyor-core/src/delay.rs`).
     pub async fn cancel(&self, job_type: &str, key: &str) -> Result<Cancelled, CancelError> {
+        self.cancel_with_style(&KeyStyle::Conveyor, job_type, key).await
+    }
+
+    /// [`Producer::cancel`] for a handler whose records use `style` (a Powertools-compatible key).
+    pub async fn cancel_with_style(
+        &self,
+        style: &KeyStyle,
+        job_type: &str,
+        key: &str,
+    ) -> Result<Cancelled, CancelError> {
         let store = self.store.as_deref().ok_or(CancelError::NoStore)?;
-        Ok(conveyor_core::runtime::cancel(store, job_type, key).await?)
+        Ok(conveyor_core::runtime::cancel(store, style, job_type, key).await?)
     }
 
     /// The queue's URL.
@@ -337,6 +366,13 @@ impl Producer {
         else {
             return Ok(());
         };
+        let delay = Duration::from_millis(
+            due.saturating_sub(conveyor_core::runtime::epoch_millis(SystemTime::now())),
+        );
+        if delay <= conveyor_core::limits::MAX_DELAY {
+            // SQS's own `DelaySeconds`: no hop, nothing to check against the retention.
+            return Ok(());
+        }
         let retention = *self
             .retention
             .get_or_init(|| async {
@@ -350,9 +386,6 @@ impl Producer {
                 seconds.map(Duration::from_secs)
             })
             .await;
-        let delay = Duration::from_millis(
-            due.saturating_sub(conveyor_core::runtime::epoch_millis(SystemTime::now())),
-        );
         match retention {
             Some(limit) if delay > limit => Err(ProduceError::DelayTooLong {
                 job_type: job_type.to_owned(),

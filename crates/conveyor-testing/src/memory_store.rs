@@ -160,7 +160,8 @@ impl MemoryIdempotencyStore {
             .or_insert_with(|| JobRecord::first(key, change));
     }
 
-    /// The job record as the table would give it back: with the idempotency record's output and token.
+    /// The job record as the table would give it back: with the idempotency record's output and token,
+    /// as the record says it is now (`JobRecord::seen_with`: a run SQS's redrive took is dead-lettered).
     fn job_view(&self, job: &JobRecord) -> JobRecord {
         let mut job = job.clone();
         if let Some(record) = self.lock().get(&job.key) {
@@ -169,6 +170,7 @@ impl MemoryIdempotencyStore {
                 .clone()
                 .filter(|_| job.status == JobStatus::Succeeded);
             job.token = record.token;
+            job = job.seen_with(record, SystemTime::now());
         }
         job
     }
@@ -292,6 +294,15 @@ impl MemoryIdempotencyStore {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.lease_until = Some(UNIX_EPOCH);
                 record.token = Some(claim.token.saturating_add(1));
+                if let Some(until) = job_change.and_then(|change| change.keep_until) {
+                    record.expires_at = truncate_secs(until);
+                }
+            }
+            if let Some(runs) = job_change.and_then(|change| change.spend_runs) {
+                self.runs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(claim.key.clone(), runs);
             }
         };
         self.fenced_tracked(claim, false, release, job_change)
@@ -348,7 +359,14 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         self.fenced(claim, true, |records| {
             if let Some(record) = records.get_mut(&claim.key) {
                 record.lease_until = Some(truncate_millis(lease_until));
-                record.expires_at = truncate_secs(lease_until + EXPIRY_PAST_LEASE);
+                let past_lease = truncate_secs(lease_until + EXPIRY_PAST_LEASE);
+                // A tracked record keeps its claim's expiry (its status retention), as DynamoDB's
+                // `if_not_exists(job_keep_until, ...)` does.
+                record.expires_at = if self.jobs().contains_key(&claim.key) {
+                    record.expires_at.max(past_lease)
+                } else {
+                    past_lease
+                };
             }
         })
     }
@@ -409,15 +427,19 @@ impl IdempotencyStore for MemoryIdempotencyStore {
 
     async fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRecord>, StoreError> {
         self.check_available(&self.counters.get)?;
-        let mut found: Vec<JobRecord> = self
+        let of_type: Vec<JobRecord> = self
             .jobs()
             .values()
             .filter(|job| job.job_type == query.job_type)
-            .filter(|job| query.status.is_none_or(|status| job.status == status))
             .cloned()
             .collect();
+        let mut found: Vec<JobRecord> = of_type
+            .iter()
+            .map(|job| self.job_view(job))
+            .filter(|job| query.status.is_none_or(|status| job.status == status))
+            .collect();
         conveyor_core::port::newest_first(&mut found, query.limit);
-        Ok(found.iter().map(|job| self.job_view(job)).collect())
+        Ok(found)
     }
 }
 
@@ -433,6 +455,7 @@ mod tests {
             expires_at: now + Duration::from_secs(3600),
             validation: None,
             restart_runs: false,
+            last_attempt: false,
         }
     }
 
@@ -467,6 +490,7 @@ mod tests {
             output: None,
             validation: None,
             token: None,
+            last_attempt: false,
         });
         let outcome = store
             .claim(&request("powertools", Duration::from_secs(1)))

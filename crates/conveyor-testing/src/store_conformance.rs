@@ -97,6 +97,7 @@ fn request(key: &str, lease_until: SystemTime) -> ClaimRequest {
         expires_at: SystemTime::now() + HOUR,
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     }
 }
 
@@ -539,6 +540,7 @@ pub async fn runs_are_counted_across_claims(store: &dyn IdempotencyStore) -> Cas
         store,
         &ClaimRequest {
             restart_runs: true,
+            last_attempt: false,
             ..live(&key)
         },
     )

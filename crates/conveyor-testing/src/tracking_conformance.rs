@@ -21,6 +21,8 @@ pub const CASES: &[&str] = &[
     "a_sent_marker_never_blocks_the_claim",
     "an_untracked_claim_keeps_no_job_record",
     "jobs_are_listed_by_type_and_status",
+    "a_last_attempt_that_never_settles_is_dead_lettered_by_redrive",
+    "a_final_status_is_kept_for_its_retention",
 ];
 
 /// Runs every case against `store`; returns every failed case.
@@ -40,6 +42,16 @@ pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailur
         (CASES[4], Box::pin(a_sent_marker_never_blocks_the_claim(store))),
         (CASES[5], Box::pin(an_untracked_claim_keeps_no_job_record(store))),
         (CASES[6], Box::pin(jobs_are_listed_by_type_and_status(store))),
+        (
+            CASES[7],
+            Box::pin(a_last_attempt_that_never_settles_is_dead_lettered_by_redrive(
+                store,
+            )),
+        ),
+        (
+            CASES[8],
+            Box::pin(a_final_status_is_kept_for_its_retention(store)),
+        ),
     ];
     run_cases("tracking", cases).await
 }
@@ -58,6 +70,7 @@ fn request(key: &str, lease: Duration) -> ClaimRequest {
         expires_at: now + HOUR,
         validation: None,
         restart_runs: false,
+        last_attempt: false,
     }
 }
 
@@ -417,5 +430,108 @@ pub(crate) async fn jobs_are_listed_by_type_and_status(store: &dyn IdempotencySt
         .await
         .or_fail(case, "jobs")?;
     ensure!(case, other.is_empty(), "another type lists none: {other:?}");
+    Ok(())
+}
+
+/// A claim on the last receive whose lease ran out unsettled reads as dead-lettered (SQS's redrive
+/// took the message), in `job` and in `jobs` by status; a redrive back claims it again as running.
+pub(crate) async fn a_last_attempt_that_never_settles_is_dead_lettered_by_redrive(
+    store: &dyn IdempotencyStore,
+) -> CaseResult {
+    let case = CASES[7];
+    let job_type = format!("redriven{}", uuid::Uuid::new_v4().simple());
+    let key = key(case);
+    // The lease already over: the worker died on the last receive (no waiting in the suite).
+    let now = SystemTime::now();
+    let last = ClaimRequest {
+        lease_until: now - Duration::from_secs(1),
+        last_attempt: true,
+        ..request(&key, Duration::from_secs(60))
+    };
+    acquire(case, store, &last, &job_type).await?;
+    let record = store
+        .get(&key)
+        .await
+        .or_fail(case, "get")?
+        .ok_or_else(|| SuiteFailure::new(case, "no record after the claim"))?;
+    ensure!(
+        case,
+        record.last_attempt && record.dead_lettered_by_redrive(SystemTime::now()),
+        "the record must say its last attempt lapsed: {record:?}"
+    );
+    let shown = job(case, store, &key).await?;
+    ensure!(
+        case,
+        shown.status == JobStatus::DeadLettered
+            && shown.last_error.as_deref() == Some(conveyor_core::port::REDRIVE_REASON),
+        "a run SQS's redrive took must read dead_lettered with the reason: {shown:?}"
+    );
+    let query = |status| JobQuery {
+        job_type: job_type.clone(),
+        status: Some(status),
+        limit: 10,
+    };
+    let dead = store
+        .jobs(&query(JobStatus::DeadLettered))
+        .await
+        .or_fail(case, "jobs")?;
+    ensure!(
+        case,
+        dead.iter().any(|job| job.key == key),
+        "listed as dead_lettered: {dead:?}"
+    );
+    let running = store
+        .jobs(&query(JobStatus::Running))
+        .await
+        .or_fail(case, "jobs")?;
+    ensure!(case, running.is_empty(), "not listed as running: {running:?}");
+    // Moved back from the DLQ: claimed again, running truthfully.
+    let back = ClaimRequest {
+        restart_runs: true,
+        ..request(&key, Duration::from_secs(60))
+    };
+    let claim = acquire(case, store, &back, &job_type).await?;
+    let again = job(case, store, &key).await?;
+    ensure!(
+        case,
+        again.status == JobStatus::Running,
+        "a redriven message claimed again is running: {again:?}"
+    );
+    store.release(&claim).await.or_fail(case, "release")?;
+    Ok(())
+}
+
+/// A release to a final status keeps the record until the change's `keep_until`; the status stays
+/// `dead_lettered` (the last-attempt mark does not turn a final status into another).
+pub(crate) async fn a_final_status_is_kept_for_its_retention(store: &dyn IdempotencyStore) -> CaseResult {
+    let case = CASES[8];
+    let key = key(case);
+    let last = ClaimRequest {
+        last_attempt: true,
+        ..request(&key, Duration::from_secs(60))
+    };
+    let claim = acquire(case, store, &last, "report").await?;
+    let keep = SystemTime::now() + Duration::from_secs(14 * 24 * 3600);
+    let dead = change(JobStatus::DeadLettered, Some("gone")).keep_until(keep);
+    store
+        .release_tracked(&claim, &dead)
+        .await
+        .or_fail(case, "release_tracked")?;
+    let record = store
+        .get(&key)
+        .await
+        .or_fail(case, "get")?
+        .ok_or_else(|| SuiteFailure::new(case, "no record after the release"))?;
+    ensure!(
+        case,
+        record.expires_at + Duration::from_secs(1) >= keep,
+        "a final status is kept until {keep:?}: {record:?}"
+    );
+    let shown = job(case, store, &key).await?;
+    ensure!(
+        case,
+        shown.status == JobStatus::DeadLettered,
+        "dead_lettered: {shown:?}"
+    );
     Ok(())
 }

@@ -64,7 +64,12 @@ async fn a_pointer_is_resolved_the_handler_sees_the_payload_and_the_object_goes_
     let payload = format!("\"{}\"", "é".repeat(3 * 1024 * 1024));
     for marker in [SIZE_ATTRIBUTE, LEGACY_SIZE_ATTRIBUTE] {
         store.put_now(BUCKET, "k1", &payload);
-        let pipeline = Pipeline::new(Router::new().route(Measure)).with_payloads(payloads(&store));
+        let without_store = Pipeline::new(Router::new().route(Measure)).with_payloads(payloads(&store));
+        assert!(
+            !without_store.discards_payload_of(&pointer_message("k1", marker)),
+            "without a completed claim the object is left to the lifecycle"
+        );
+        let pipeline = without_store.with_store(Arc::new(MemoryIdempotencyStore::new()));
         let message = pointer_message("k1", marker);
         let processed = run(&pipeline, &message).await;
         assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed), "{marker}");

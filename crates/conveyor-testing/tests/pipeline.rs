@@ -322,6 +322,7 @@ async fn a_completed_key_is_acked_as_duplicate_with_the_stored_output() {
         output: Some("{\"n\":3,\"earlier\":true}".to_owned()),
         validation: None,
         token: Some(1),
+        last_attempt: false,
     });
     let (processed, _) = fixture.process(&message).await;
     assert_eq!(processed.outcome, Outcome::Ack(AckReason::Duplicate));
@@ -343,6 +344,7 @@ async fn in_progress_elsewhere_defers_until_the_other_lease_ends() {
         output: None,
         validation: None,
         token: Some(2),
+        last_attempt: false,
     });
     let (processed, _) = fixture.process(&message).await;
     let delay = defer_delay(&processed);
@@ -379,6 +381,7 @@ async fn same_key_with_another_payload_is_rejected() {
         output: Some("null".to_owned()),
         validation: Some(payload_hash("{\"n\":6}")),
         token: Some(1),
+        last_attempt: false,
     });
     let (processed, _) = fixture.process(&message).await;
     assert_reject(&processed, "different payload");
@@ -528,6 +531,7 @@ async fn complete_fenced_after_a_takeover_still_acks_and_keeps_the_new_claim() {
                 for record in store.records() {
                     store.insert(IdempotencyRecord {
                         token: Some(99),
+                        last_attempt: false,
                         ..record
                     });
                 }
@@ -750,41 +754,57 @@ async fn a_job_not_due_yet_hops_without_running_or_claiming_then_runs_when_due()
     assert_eq!(fixture.runs(), 1);
 }
 
-/// Row "key cancelled": cancelled before it is due, it is acknowledged as cancelled and never runs;
-/// a second cancel says so, and a completed job cannot be cancelled.
+/// Row "delayed job cancelled": a delayed job sent before the cancel is dropped without running (at a
+/// hop or when due); one sent with the same key after the cancel runs; a lapsed claim is not reported
+/// as running; a completed key says so.
 #[tokio::test]
-async fn a_cancelled_job_is_dropped_without_running() {
+async fn a_cancel_drops_the_jobs_sent_before_it_and_runs_the_ones_sent_after() {
     use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
-    use conveyor_core::{Cancelled, runtime::cancel};
+    use conveyor_core::runtime::{DUE_ATTRIBUTE, due_value};
+    use conveyor_core::{Cancelled, KeyStyle, runtime::cancel};
 
     let fixture = fixture(Behaviour::Succeed);
-    let mut job = message(r#"{"n": 1}"#);
-    job.attributes.insert(
-        IDEMPOTENCY_KEY_ATTRIBUTE.into(),
-        AttributeValue::string("report:2026-11"),
-    );
+    let delayed = |key: &str, sent_at: SystemTime| {
+        let mut job = message(r#"{"n": 1}"#);
+        job.attributes
+            .insert(IDEMPOTENCY_KEY_ATTRIBUTE.into(), AttributeValue::string(key));
+        job.attributes
+            .insert(DUE_ATTRIBUTE.into(), AttributeValue::number(due_value(sent_at)));
+        job.sent_at = Some(sent_at);
+        job
+    };
     let store = fixture.store.as_ref();
+    let before = SystemTime::now() - Duration::from_secs(10);
+    let old = delayed("report:2026-11", before);
     assert_eq!(
-        cancel(store, JOB_TYPE, "report:2026-11").await.unwrap(),
+        cancel(store, &KeyStyle::Conveyor, JOB_TYPE, "report:2026-11")
+            .await
+            .unwrap(),
         Cancelled::Cancelled
     );
     assert_eq!(
-        cancel(store, JOB_TYPE, "report:2026-11").await.unwrap(),
-        Cancelled::AlreadyCancelled
+        cancel(store, &KeyStyle::Conveyor, JOB_TYPE, "report:2026-11")
+            .await
+            .unwrap(),
+        Cancelled::Cancelled,
+        "a second cancel moves the cut-off forward"
     );
-    let (processed, _) = fixture.process(&job).await;
+    let (processed, _) = fixture.process(&old).await;
     assert_eq!(processed.outcome, Outcome::Ack(AckReason::Cancelled));
     assert_eq!(fixture.runs(), 0);
 
-    let mut other = message(r#"{"n": 2}"#);
-    other.attributes.insert(
-        IDEMPOTENCY_KEY_ATTRIBUTE.into(),
-        AttributeValue::string("report:2026-12"),
-    );
-    let (ran, _) = fixture.process(&other).await;
-    assert_eq!(ran.outcome, Outcome::Ack(AckReason::Completed));
+    let again = delayed("report:2026-11", SystemTime::now() + Duration::from_millis(5));
+    let (ran, _) = fixture.process(&again).await;
     assert_eq!(
-        cancel(store, JOB_TYPE, "report:2026-12").await.unwrap(),
+        ran.outcome,
+        Outcome::Ack(AckReason::Completed),
+        "sent after the cancel: it runs"
+    );
+    assert_eq!(fixture.runs(), 1);
+    assert_eq!(
+        cancel(store, &KeyStyle::Conveyor, JOB_TYPE, "report:2026-11")
+            .await
+            .unwrap(),
         Cancelled::AlreadyCompleted
     );
 }

@@ -246,3 +246,120 @@ async fn progress_is_visible_while_the_job_runs() {
     assert!(seen.message.starts_with("query "), "{seen:?}");
     assert_eq!(running.await.unwrap().outcome, Outcome::Ack(AckReason::Completed));
 }
+
+/// A rejection whose DLQ send failed: the message comes back (receive 2 of 3). The job is not run
+/// again and stays `dead_lettered`; the outcome is the rejection again, so the runtime re-sends it.
+#[tokio::test]
+async fn a_failed_dlq_send_is_rejected_again_not_run() {
+    let (store, pipeline) = setup(Report {
+        failures: 1,
+        permanent: true,
+        ..Report::new()
+    });
+    let first = run(&pipeline, message("m-1", 1)).await;
+    assert!(matches!(first.outcome, Outcome::Reject(_)), "{:?}", first.outcome);
+    // The runtime's DLQ send failed: the same message comes back.
+    let again = run(&pipeline, message("m-1", 2)).await;
+    assert!(matches!(again.outcome, Outcome::Reject(_)), "{:?}", again.outcome);
+    assert!(
+        !again.ran(),
+        "a job decided for the DLQ never runs again from its queue"
+    );
+    let dead = record(&store).await;
+    assert_eq!(dead.status, JobStatus::DeadLettered, "{dead:?}");
+    assert_eq!(dead.attempts, 2, "the comeback's claim counts, but nothing ran");
+    // Back from the DLQ (a redrive: the failure attribute, first receive): runs, truthfully.
+    let mut redriven = (*message("m-1", 1)).clone();
+    redriven.attributes.insert(
+        conveyor_core::message::FAILURE_ATTRIBUTE.to_owned(),
+        AttributeValue::string("{}"),
+    );
+    let back = run(&pipeline, Arc::new(redriven)).await;
+    assert_eq!(
+        back.outcome,
+        Outcome::Ack(AckReason::Completed),
+        "{:?}",
+        back.outcome
+    );
+    assert_eq!(record(&store).await.status, JobStatus::Succeeded);
+}
+
+/// A claim on the last receive the redrive policy allows marks the record; a run that never settles
+/// (the worker killed) reads as dead-lettered by SQS's redrive once its lease is over.
+#[tokio::test]
+async fn a_last_receive_that_never_settles_reads_dead_lettered() {
+    let (store, pipeline) = setup(Report::new());
+    let key = idempotency_key(JOB_TYPE, Some("r-1"), "");
+    let lease = Lease::new(Instant::now() + Duration::from_millis(50));
+    let budget = Budget::default().with_max_attempts(Some(3));
+    let processed = pipeline
+        .process(message("m-1", 3), Arc::from("jobs"), &lease, budget)
+        .await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    let settled = store.get(&key).await.unwrap().unwrap();
+    assert!(settled.last_attempt, "the claim on the last receive is marked");
+    assert!(
+        !settled.dead_lettered_by_redrive(std::time::SystemTime::now() + Duration::from_secs(60)),
+        "a completed run is no longer one redrive takes"
+    );
+
+    // The kill: a last-receive claim that never completes nor releases.
+    let request = conveyor_core::port::ClaimRequest {
+        key: format!("{key}-killed"),
+        lease_until: std::time::SystemTime::now() - Duration::from_secs(1),
+        expires_at: std::time::SystemTime::now() + Duration::from_secs(3600),
+        validation: None,
+        restart_runs: false,
+        last_attempt: true,
+    };
+    let running = conveyor_core::port::JobChange::now(JOB_TYPE, JobStatus::Running, 3);
+    store.claim_tracked(&request, &running).await.unwrap();
+    let shown = store.job(&request.key).await.unwrap().unwrap();
+    assert_eq!(shown.status, JobStatus::DeadLettered, "{shown:?}");
+    assert_eq!(
+        shown.last_error.as_deref(),
+        Some(conveyor_core::port::REDRIVE_REASON)
+    );
+}
+
+/// Final statuses outlive `record_ttl`: kept for the status retention (14 days by default).
+#[tokio::test]
+async fn final_statuses_are_kept_for_the_status_retention() {
+    let (store, pipeline) = setup(Report::new());
+    run(&pipeline, message("m-1", 1)).await;
+    let key = idempotency_key(JOB_TYPE, Some("r-1"), "");
+    let record = store.get(&key).await.unwrap().unwrap();
+    let left = record
+        .expires_at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(left > Duration::from_secs(13 * 24 * 3600), "{left:?}");
+}
+
+/// A tracked handler with the Powertools key style is refused at start-up, with the reason.
+#[tokio::test]
+async fn tracking_with_the_powertools_key_style_is_refused_at_start() {
+    struct Powertools;
+    impl Handler for Powertools {
+        type Job = serde_json::Value;
+        type Output = ();
+        const JOB_TYPE: &'static str = "pt";
+        async fn handle(&self, _job: serde_json::Value, _ctx: Context) -> Result<(), HandlerError> {
+            Ok(())
+        }
+        fn settings(&self) -> HandlerSettings {
+            let style = conveyor_core::KeyStyle::Powertools(conveyor_core::PowertoolsKey {
+                flavor: conveyor_core::PowertoolsFlavor::Python,
+                prefix: "fn.app.handler".to_owned(),
+                source: conveyor_core::KeySource::MessageId,
+            });
+            HandlerSettings::default()
+                .with_tracked(true)
+                .with_key_style(style)
+        }
+    }
+    let pipeline =
+        Pipeline::new(Router::new().route(Powertools)).with_store(Arc::new(MemoryIdempotencyStore::new()));
+    let error = pipeline.check_store().await.unwrap_err();
+    assert!(error.to_string().contains("Powertools key style"), "{error}");
+}

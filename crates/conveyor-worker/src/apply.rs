@@ -96,7 +96,8 @@ pub(crate) async fn apply(
             }
             // A large payload's object goes only once the message's delete is confirmed: a redelivery
             // before that must still find it.
-            let discard = runtime.pipeline.discards_payload_of(target.message);
+            let discard =
+                reason == AckReason::Completed && runtime.pipeline.discards_payload_of(target.message);
             let settled = delete(runtime, &target, held, discard).await;
             if discard && settled == Settled::Removed {
                 runtime.pipeline.discard_payload(target.message).await;
@@ -215,14 +216,8 @@ async fn continue_on_copy(
     delay: Duration,
     held: Held,
 ) -> bool {
-    let queue = &runtime.queues[target.queue];
     let sent = match copy {
-        Ok(copy) => {
-            let deadline = target.lease.latest_visible_until();
-            retry::until(deadline, || queue.send(copy.clone()))
-                .await
-                .map_err(|error| error.to_string())
-        }
+        Ok(copy) => send_while_held(runtime, target, &copy).await,
         Err(why) => Err(why.to_string()),
     };
     match sent {
@@ -237,6 +232,46 @@ async fn continue_on_copy(
             drop(held);
             false
         }
+    }
+}
+
+/// How close to SQS's 12-hour visibility limit a copy's send is still tried while the message is held.
+const HOLD_MARGIN: Duration = Duration::from_secs(120);
+/// The longest pause between rounds of tries of a copy's send while the message is held.
+const HOLD_PAUSE: Duration = Duration::from_secs(30);
+
+/// Sends `copy`, holding the message in flight (its heartbeat goes on) while the sends fail, round after
+/// round, until one lands, the lease ends (lost, or shutdown cancelled it), SQS's 12 hours of
+/// visibility come within [`HOLD_MARGIN`], or SQS refuses the copy for good.
+///
+/// Design note: a failed copy used to fall back to a visibility change at once, and every receive counts
+/// toward `maxReceiveCount`: a long enough `SendMessage` outage dead-lettered jobs that were only
+/// hopping towards their due time (never run). Holding the message spends no receive; it keeps its
+/// in-flight slot, so a worker that cannot send stops receiving more (backpressure).
+async fn send_while_held(
+    runtime: &Runtime,
+    target: &Applying<'_>,
+    copy: &OutgoingMessage,
+) -> Result<String, String> {
+    let queue = &runtime.queues[target.queue];
+    let mut pause = Duration::from_secs(1);
+    loop {
+        let deadline = target.lease.latest_visible_until();
+        let error = match retry::until(deadline, || queue.send(copy.clone())).await {
+            Ok(id) => return Ok(id),
+            Err(error) => error,
+        };
+        let room = target.visibility_cap.saturating_duration_since(Instant::now());
+        let lease = target.lease.cancellation();
+        if !error.is_retryable() || lease.is_cancelled() || room <= HOLD_MARGIN {
+            return Err(error.to_string());
+        }
+        tracing::warn!(%error, pause_ms = pause.as_millis() as u64, "the copy's send failed; holding the message in flight and trying again");
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = lease.cancelled() => return Err(error.to_string()),
+        }
+        pause = (pause * 2).min(HOLD_PAUSE);
     }
 }
 

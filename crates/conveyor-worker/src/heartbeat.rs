@@ -628,6 +628,7 @@ mod tests {
             expires_at: SystemTime::now() + Duration::from_secs(3600),
             validation: None,
             restart_runs: false,
+            last_attempt: false,
         };
         let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
             panic!("the key is free")

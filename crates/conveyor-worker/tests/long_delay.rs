@@ -121,6 +121,20 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
         producer.cancel("monthly_report", "report:2026-12").await.unwrap(),
         Cancelled::Cancelled
     );
+    // Scheduled again with the same key after the cancel: this one runs (the cancel applies to the jobs
+    // sent before it, not to the key).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let again = NewJob::new(
+        "monthly_report",
+        Report {
+            month: "2026-12 again".into(),
+        },
+    )
+    .key("report:2026-12")
+    .deliver_at(due);
+    let mut message = again.to_message(&created.url).unwrap();
+    message.delay = Some(Duration::from_secs(1));
+    queue.send(message).await.unwrap();
 
     let worker = Worker::new(
         aws::config(&[(&created.url, 1)]),
@@ -129,7 +143,7 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
     )
     .unwrap();
     let running = start(worker);
-    eventually(60, "the delayed report", || !runs.lock().unwrap().is_empty()).await;
+    eventually(60, "the delayed reports", || runs.lock().unwrap().len() >= 2).await;
     // Every message settled: the cancelled one was dropped when due, nothing is left in flight.
     let empty = async || queue.depth().await.unwrap() == conveyor_core::port::QueueDepth::default();
     conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(200), empty)
@@ -137,8 +151,14 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
         .unwrap();
     let report = running.stop().await;
 
-    let runs = runs.lock().unwrap().clone();
-    assert_eq!(runs.len(), 1, "ran once, and the cancelled job never: {runs:?}");
+    let mut runs = runs.lock().unwrap().clone();
+    runs.sort_by(|a, b| a.month.cmp(&b.month));
+    assert_eq!(
+        runs.len(),
+        2,
+        "each ran once, and the cancelled job never: {runs:?}"
+    );
+    assert_eq!(runs[1].month, "2026-12 again", "re-sent after the cancel: it ran");
     let run = &runs[0];
     assert_eq!(run.month, "2026-11");
     assert!(
@@ -163,7 +183,7 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
             .is_some_and(|ms| ms <= conveyor_core::runtime::epoch_millis(SystemTime::now())),
         "the first copy's time survives: {deferral:?}"
     );
-    assert_eq!(report.succeeded, 1);
+    assert_eq!(report.succeeded, 2);
     assert_eq!((report.retried, report.dead_lettered), (0, 0));
     let dlq = connect(&client, created.dlq_url.as_deref().unwrap()).await;
     assert_eq!(

@@ -33,7 +33,9 @@ fn pointer_message(store: &MemoryPayloadStore, key: &str, job: &TestJob) -> Outg
 }
 
 fn worker(queue: Arc<dyn Queue>, log: &Arc<Log>, store: &Arc<MemoryPayloadStore>, name: &str) -> Worker {
+    // A store: only a completed claim lets the object go (every other copy is then a duplicate).
     let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(log)))
+        .with_store(Arc::new(conveyor_testing::MemoryIdempotencyStore::new()))
         .with_payloads(Payloads::new(store.clone()));
     Worker::new(config(&[(name, 1)]), pipeline, vec![queue]).unwrap()
 }

@@ -41,14 +41,19 @@ data "aws_iam_policy_document" "this" {
     resources = [var.dlq_arn]
   }
 
-  # Claim, complete, release and extend (conditional UpdateItem), read a record (GetItem).
+  # Claim, complete, release and extend (conditional UpdateItem), read a record (GetItem); flows: count
+  # a child (TransactWriteItems of two UpdateItems), read a parent's children (BatchGetItem), list flows
+  # past their deadline (Query on the jobs index), send a flow from a handler (PutItem).
   statement {
     sid = "IdempotencyRecords"
     actions = [
+      "dynamodb:BatchGetItem",
       "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:Query",
       "dynamodb:UpdateItem",
     ]
-    resources = [var.idempotency_table_arn]
+    resources = [var.idempotency_table_arn, "${var.idempotency_table_arn}/index/conveyor-jobs-sharded"]
   }
 
   # Large payloads (claim check), only when the consumer has a payload bucket: fetch the object before
@@ -61,6 +66,7 @@ data "aws_iam_policy_document" "this" {
       actions = [
         "s3:DeleteObject",
         "s3:GetObject",
+        "s3:PutObject", # a touch: CopyObject onto itself restarts the lifecycle's clock
       ]
       resources = ["${var.payload_bucket_arn}/*"]
     }

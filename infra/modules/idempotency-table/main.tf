@@ -13,26 +13,49 @@ resource "aws_dynamodb_table" "this" {
     type = "S"
   }
 
-  # Tracked jobs (HandlerSettings::tracked): `conveyor jobs list --type T --status S` queries this
-  # index, one partition per job type and status (`job_index` = "<type>#<status>"), newest change
-  # first (`job_changed`, epoch ms). Only tracked jobs' items carry these attributes, so the index is
-  # sparse: untracked idempotency records cost it nothing. Names as in conveyor_dynamodb::defaults::JOBS_INDEX
-  # and conveyor_dynamodb::jobs.
+  # Tracked jobs (HandlerSettings::tracked): `conveyor jobs list --type T [--status S]` queries this
+  # index. Partition key `job_shard` = "<type>#<shard>", the shard a stable hash (FNV-1a) of the record
+  # key modulo 16 (conveyor_dynamodb::defaults::JOBS_INDEX_SHARDS), so one busy type's transitions
+  # spread over 16 partitions (~16,000 writes/s before the index throttles, and its back-pressure
+  # throttles the table's claims). Sort key `job_sort` = "<status>#<changed epoch ms, 13 digits>": one
+  # Query per shard with begins_with for one status, newest first. Only the small job_* attributes
+  # are projected (conveyor_dynamodb::defaults::JOBS_INDEX_PROJECTION): outputs and progress stay out,
+  # so a progress report or a lease extension writes no index entry. Only tracked jobs' items carry
+  # these keys, so the index is sparse: untracked idempotency records cost it nothing.
+  #
+  # Migration: this index replaced `conveyor-jobs` (job_index/job_changed, ALL projection). Applying
+  # this version adds `conveyor-jobs-sharded` and drops `conveyor-jobs` (DynamoDB builds the new index
+  # from existing items that carry job_shard: jobs tracked before the upgrade are listed once they change
+  # status again; `jobs show` reads them by key meanwhile).
   attribute {
-    name = "job_index"
+    name = "job_shard"
     type = "S"
   }
 
   attribute {
-    name = "job_changed"
-    type = "N"
+    name = "job_sort"
+    type = "S"
   }
 
   global_secondary_index {
-    name            = "conveyor-jobs"
-    hash_key        = "job_index"
-    range_key       = "job_changed"
-    projection_type = "ALL"
+    name            = "conveyor-jobs-sharded"
+    hash_key        = "job_shard"
+    range_key       = "job_sort"
+    projection_type = "INCLUDE"
+    non_key_attributes = [
+      "job_type",
+      "job_status",
+      "job_attempts",
+      "job_error",
+      "job_changed",
+      "last_attempt",
+      "job_sent_at",
+      "job_running_at",
+      "job_retrying_at",
+      "job_succeeded_at",
+      "job_dead_lettered_at",
+      "job_cancelled_at",
+    ]
   }
 
   # TTL only cleans up: DynamoDB deletes expired items lazily (often hours late), so Conveyor never
@@ -62,24 +85,30 @@ resource "aws_dynamodb_table" "this" {
 # operator_policy_json; consumers get theirs from consumer-permissions). The actions are
 # conveyor_dynamodb::iam's PRODUCER_TABLE and OPERATOR_TABLE lists; tests/tests/infra.rs holds them equal.
 data "aws_iam_policy_document" "producer" {
-  # `Producer::send_tracked` (the `sent` record), `Producer::cancel`, `FlowProducer` (the flow's item).
+  # `Producer::send_tracked` (the `sent` record), `Producer::cancel` (its marker, read back),
+  # `FlowProducer` (the flow's items, written where none exist; a re-send reads the head).
   statement {
-    sid       = "TrackJobs"
-    actions   = ["dynamodb:UpdateItem"]
+    sid = "TrackJobs"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+    ]
     resources = [aws_dynamodb_table.this.arn]
   }
 }
 
 data "aws_iam_policy_document" "operator" {
-  # `conveyor jobs show|watch|list` (GetItem; Query on the conveyor-jobs index) and
+  # `conveyor jobs show|watch|list` (GetItem; Query on the conveyor-jobs-sharded index) and
   # `conveyor schedules pause|resume|trigger`, cancelling a job (UpdateItem).
   statement {
     sid = "OperateJobs"
     actions = [
+      "dynamodb:BatchGetItem",
       "dynamodb:GetItem",
       "dynamodb:Query",
       "dynamodb:UpdateItem",
     ]
-    resources = [aws_dynamodb_table.this.arn, "${aws_dynamodb_table.this.arn}/index/conveyor-jobs"]
+    resources = [aws_dynamodb_table.this.arn, "${aws_dynamodb_table.this.arn}/index/conveyor-jobs-sharded"]
   }
 }

@@ -14,6 +14,6 @@ output "producer_policy_json" {
 }
 
 output "operator_policy_json" {
-  description = "IAM policy (JSON) for operators: conveyor jobs show|list|watch and conveyor schedules pause|resume|trigger (GetItem, Query on the conveyor-jobs index, UpdateItem)."
+  description = "IAM policy (JSON) for operators: conveyor jobs show|list|watch and conveyor schedules pause|resume|trigger (GetItem, Query on the conveyor-jobs-sharded index, UpdateItem)."
   value       = data.aws_iam_policy_document.operator.json
 }

@@ -38,9 +38,11 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "this" {
   }
 }
 
-# The backstop: every object expires `expiration_days` after it was written. The default outlives SQS's
-# longest retention (14 days), so a message (or its DLQ copy) never points at an expired object unless
-# the queues keep messages longer than this.
+# The backstop: every object expires `expiration_days` after it was last written. The default outlives
+# SQS's longest retention (14 days). Consumers rewrite ("touch") an object before every copy of its
+# message they make (a DLQ copy always, a delay hop or deferral once a day: CopyObject onto itself,
+# conveyor-core/src/payload.rs), so the clock restarts and the object outlives every message that points
+# at it, however long the job was delayed or how late its DLQ copy is redriven.
 resource "aws_s3_bucket_lifecycle_configuration" "this" {
   bucket = aws_s3_bucket.this.id
 

@@ -1,17 +1,18 @@
-//! `conveyor schedules`: export the application's schedules, and list, pause, resume and trigger them.
+//! `conveyor schedules`: export the application's schedules; list, pause, resume and trigger them; add
+//! and remove run-time schedules; show a schedule's run history.
 //!
-//! The definitions live in the application's code; `export` asks the application's binary for them
-//! (`APP --export-schedules FILE`, which `conveyor_schedule::export` implements in a few lines) and the
-//! other commands read that file. Their state (paused, runs, last tick, last outcome) lives in the
-//! idempotency table, shared by every worker running the scheduler.
+//! The code's definitions live in the application; `export` asks the application's binary for them
+//! (`APP --export-schedules FILE`, which `conveyor_schedule::export` implements in a few lines) and
+//! `list` and `trigger` read that file. Run-time schedules (`add`, `remove`) and every schedule's state
+//! (paused, runs, cursor, history) live in the idempotency table, where the leading scheduler reads
+//! them.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
-use conveyor_schedule::{Schedule, TickStore};
+use conveyor_schedule::{MissedTicks, Schedule, ScheduleStore, TickStore};
 use conveyor_sqs::Producer;
 use conveyor_sqs::admin::{QueueRef, resolve_queue_url};
 use serde_json::json;
@@ -24,8 +25,14 @@ use crate::output::{Format, Table, format_time, print_json};
 #[command(after_help = "Examples:
   conveyor schedules export --app target/debug/worker --out infra/examples/lambda/schedules.json
   conveyor schedules list --file schedules.json --table conveyor-idempotency
-  conveyor schedules pause nightly-sales-report --file schedules.json --table conveyor-idempotency
+  conveyor schedules pause nightly-sales-report --table conveyor-idempotency
   conveyor schedules trigger nightly-sales-report --file schedules.json --table conveyor-idempotency --queue-url jobs
+  conveyor schedules add cleanup --every 300 --start 2026-12-01T00:00:00Z --job-type cleanup --payload '{}' --table conveyor-idempotency
+  conveyor schedules history nightly-sales-report --table conveyor-idempotency
+  conveyor schedules remove cleanup --table conveyor-idempotency
+
+A pause is recorded (paused_at, resumed_at): the ticks of the paused period are skipped, never replayed
+after the resume. Run-time schedules are picked up by the leading scheduler within a third of its lease.
 
 Pausing and resuming act on the workers' schedulers (state in the idempotency table). Schedules
 deployed to EventBridge Scheduler (infra/modules/schedules) are paused there: set the module's
@@ -68,21 +75,42 @@ pub(crate) enum SchedulesCommand {
         #[arg(long, default_value_t = 3)]
         next: usize,
     },
-    /// Stop sending a schedule's ticks (every worker, from its next tick).
+    /// Stop sending a schedule's ticks from now on (its paused ticks are never replayed).
     Pause {
         /// The schedule's name.
         name: String,
-        /// Where the definitions and the state are.
-        #[command(flatten)]
-        source: Source,
+        /// The idempotency table the schedulers keep their state in.
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        table: String,
     },
-    /// Send a paused schedule's ticks again.
+    /// Send a paused schedule's ticks again, from the next one after now.
     Resume {
         /// The schedule's name.
         name: String,
-        /// Where the definitions and the state are.
-        #[command(flatten)]
-        source: Source,
+        /// The idempotency table the schedulers keep their state in.
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        table: String,
+    },
+    /// The schedule's recent ticks: tick, recorded at, outcome, message id or reason.
+    History {
+        /// The schedule's name.
+        name: String,
+        /// The idempotency table the schedulers keep their state in.
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        table: String,
+    },
+    /// Add (or replace) a run-time schedule; the leading scheduler picks it up.
+    Add(AddArgs),
+    /// Remove a run-time schedule.
+    Remove {
+        /// The schedule's name.
+        name: String,
+        /// The schedule set.
+        #[arg(long, default_value = conveyor_schedule::DEFAULT_SET)]
+        set: String,
+        /// The idempotency table the schedulers keep their state in.
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        table: String,
     },
     /// Send the schedule's job now, once.
     Trigger {
@@ -97,13 +125,64 @@ pub(crate) enum SchedulesCommand {
     },
 }
 
+/// Arguments of `conveyor schedules add`.
+#[derive(Debug, Args)]
+pub(crate) struct AddArgs {
+    /// The schedule's name.
+    name: String,
+    /// A cron expression (5 fields, or 6 with seconds first).
+    #[arg(long, conflicts_with = "every", required_unless_present = "every")]
+    cron: Option<String>,
+    /// The cron expression's IANA time zone.
+    #[arg(long, default_value = "UTC")]
+    zone: String,
+    /// An interval in seconds.
+    #[arg(long, value_name = "SECS")]
+    every: Option<u64>,
+    /// The first tick (RFC 3339); intervals count from it.
+    #[arg(long, value_name = "TIME")]
+    start: Option<String>,
+    /// The job type to send.
+    #[arg(long)]
+    job_type: String,
+    /// The job's version.
+    #[arg(long, default_value_t = 1)]
+    version: u32,
+    /// The job's payload (JSON).
+    #[arg(long, default_value = "{}")]
+    payload: String,
+    /// At most this many runs.
+    #[arg(long)]
+    max_runs: Option<u64>,
+    /// Missed ticks: latest_once, all or skip.
+    #[arg(long, default_value = "latest_once")]
+    missed: String,
+    /// Skip a tick while the previous tick's job has not completed, for at most this many seconds.
+    #[arg(long, value_name = "SECS")]
+    skip_while_running: Option<u64>,
+    /// The schedule set.
+    #[arg(long, default_value = conveyor_schedule::DEFAULT_SET)]
+    set: String,
+    /// The idempotency table the schedulers keep their state in.
+    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+    table: String,
+}
+
 /// Runs `conveyor schedules`.
 pub(crate) async fn run(args: &SchedulesArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     match &args.command {
         SchedulesCommand::Export { app, out } => export(app, out),
         SchedulesCommand::List { source, next } => list(source, aws, *next, format).await,
-        SchedulesCommand::Pause { name, source } => set_paused(name, source, aws, true).await,
-        SchedulesCommand::Resume { name, source } => set_paused(name, source, aws, false).await,
+        SchedulesCommand::Pause { name, table } => set_paused(name, table, aws, true).await,
+        SchedulesCommand::Resume { name, table } => set_paused(name, table, aws, false).await,
+        SchedulesCommand::History { name, table } => history(name, table, aws, format).await,
+        SchedulesCommand::Add(args) => add(args, aws).await,
+        SchedulesCommand::Remove { name, set, table } => {
+            let store = TickStore::new(aws.dynamodb_client(), table);
+            store.remove_definition(set, name).await?;
+            crate::outln!("schedule {name} removed from set {set}");
+            Ok(())
+        }
         SchedulesCommand::Trigger {
             name,
             source,
@@ -205,16 +284,97 @@ async fn list(source: &Source, aws: &Aws, next: usize, format: Format) -> anyhow
     Ok(())
 }
 
-async fn set_paused(name: &str, source: &Source, aws: &Aws, paused: bool) -> anyhow::Result<()> {
-    let schedule = find(name, load(&source.file)?)?;
-    let store = TickStore::new(aws.dynamodb_client(), &source.table);
-    store.set_paused(&schedule.name, paused).await?;
-    let what = if paused {
-        "paused: its ticks pass unsent"
+async fn set_paused(name: &str, table: &str, aws: &Aws, paused: bool) -> anyhow::Result<()> {
+    let store = TickStore::new(aws.dynamodb_client(), table);
+    let now = SystemTime::now();
+    if paused {
+        store.pause(name, now).await?;
+        crate::outln!("schedule {name} paused: its ticks are skipped until resumed, never replayed");
     } else {
-        "resumed"
+        store.resume(name, now).await?;
+        crate::outln!("schedule {name} resumed: ticks after {} fire", format_time(now));
+    }
+    Ok(())
+}
+
+async fn history(name: &str, table: &str, aws: &Aws, format: Format) -> anyhow::Result<()> {
+    let store = TickStore::new(aws.dynamodb_client(), table);
+    let state = store.state(name).await?;
+    if format == Format::Json {
+        let entries: Vec<serde_json::Value> = state
+            .history
+            .iter()
+            .map(|entry| {
+                json!({
+                    "tick": format_time(entry.tick),
+                    "at": format_time(entry.at),
+                    "outcome": entry.outcome,
+                    "detail": entry.detail,
+                })
+            })
+            .collect();
+        return print_json(&json!({
+            "schedule": name,
+            "paused": state.paused,
+            "runs": state.runs,
+            "last_tick": state.last_tick.map(format_time),
+            "history": entries,
+        }));
+    }
+    let mut table = Table::new(&["TICK", "RECORDED", "OUTCOME", "MESSAGE ID / REASON"]);
+    for entry in state.history.iter().rev() {
+        table.row(vec![
+            format_time(entry.tick),
+            format_time(entry.at),
+            entry.outcome.clone(),
+            entry.detail.clone(),
+        ]);
+    }
+    crate::out!("{}", table.render());
+    Ok(())
+}
+
+async fn add(args: &AddArgs, aws: &Aws) -> anyhow::Result<()> {
+    let schedule = match (&args.cron, args.every) {
+        (Some(cron), _) => Schedule::cron(&args.name, cron, &args.zone)?,
+        (None, Some(secs)) => Schedule::every(&args.name, std::time::Duration::from_secs(secs))?,
+        (None, None) => bail!("give --cron or --every"),
     };
-    crate::outln!("schedule {} {what}", schedule.name);
+    let payload: serde_json::Value = serde_json::from_str(&args.payload).context("--payload is not JSON")?;
+    let mut schedule = schedule.job_of(&args.job_type, args.version, &payload)?;
+    schedule = schedule.missed_ticks(match args.missed.as_str() {
+        "latest_once" => MissedTicks::LatestOnce,
+        "all" => MissedTicks::All,
+        "skip" => MissedTicks::Skip,
+        other => bail!("--missed {other:?}: use latest_once, all or skip"),
+    });
+    if let Some(start) = &args.start {
+        // The definition's own parser checks the time (RFC 3339), as it does when the leader loads it.
+        let mut definition: serde_json::Value =
+            serde_json::from_str(&conveyor_schedule::to_definition_json(&schedule))?;
+        definition["start"] = json!(start);
+        schedule = conveyor_schedule::from_definition_json(&args.name, &definition.to_string())
+            .with_context(|| format!("--start {start:?} is not an RFC 3339 time"))?;
+    }
+    if let Some(max) = args.max_runs {
+        schedule = schedule.max_runs(max);
+    }
+    if let Some(secs) = args.skip_while_running {
+        schedule = schedule.skip_while_running(std::time::Duration::from_secs(secs));
+    }
+    let store = TickStore::new(aws.dynamodb_client(), &args.table);
+    store
+        .put_definition(
+            &args.set,
+            &schedule.name,
+            &conveyor_schedule::to_definition_json(&schedule),
+        )
+        .await?;
+    crate::outln!(
+        "schedule {} added to set {}: the leading scheduler picks it up within a third of its lease",
+        schedule.name,
+        args.set
+    );
     Ok(())
 }
 
@@ -229,7 +389,7 @@ async fn trigger(
     let client = aws.sqs_client();
     let url = resolve_queue_url(&client, queue).await?;
     let store = TickStore::new(aws.dynamodb_client(), &source.table);
-    let producer = Arc::new(Producer::new(client, url));
+    let producer = Producer::new(client, url);
     let message_id = conveyor_schedule::trigger(&schedule, &store, &producer).await?;
     if format == Format::Json {
         return print_json(&json!({ "schedule": schedule.name, "message_id": message_id }));

@@ -5,6 +5,8 @@
 //! simulate --seed S [--trace]                      (one seed; --trace prints every step)
 //! ... --clock-skew-ms M   every seed's clocks up to M ms apart (past the runtimes' allowance, to
 //!                         show what the allowance protects)
+//! simulate --schedule [--seeds N] [--start S] | --schedule --seed S [--trace]
+//!                         the schedules' simulation (`conveyor_sim::schedule`) alone
 //! ```
 
 use std::sync::Arc;
@@ -20,6 +22,7 @@ struct Args {
     start: u64,
     threads: usize,
     clock_skew: Option<Duration>,
+    schedule: bool,
 }
 
 fn parse() -> Result<Args> {
@@ -35,6 +38,7 @@ fn parse() -> Result<Args> {
         start: 0,
         threads: std::thread::available_parallelism().map_or(1, usize::from),
         clock_skew: None,
+        schedule: false,
     };
     let mut raw = std::env::args().skip(1);
     while let Some(arg) = raw.next() {
@@ -42,6 +46,7 @@ fn parse() -> Result<Args> {
         match arg.as_str() {
             "--seed" => args.seed = Some(value("--seed")?.parse().context("--seed")?),
             "--trace" => args.trace = true,
+            "--schedule" => args.schedule = true,
             "--seeds" => args.seeds = value("--seeds")?.parse().context("--seeds")?,
             "--start" => args.start = value("--start")?.parse().context("--start")?,
             "--threads" => args.threads = value("--threads")?.parse().context("--threads")?,
@@ -60,10 +65,42 @@ fn parse() -> Result<Args> {
 
 fn main() -> Result<()> {
     let args = parse()?;
+    if args.schedule {
+        return schedules(&args);
+    }
     if let Some(seed) = args.seed {
         return replay(seed, args.trace, args.clock_skew);
     }
     run_many(&args)
+}
+
+/// The schedules' simulation: one seed (with its trace when asked) or many.
+fn schedules(args: &Args) -> Result<()> {
+    let seeds = match args.seed {
+        Some(seed) => seed..seed + 1,
+        None => args.start..args.start + args.seeds,
+    };
+    let mut failed = 0;
+    for seed in seeds.clone() {
+        let report = conveyor_sim::schedule::simulate_schedule(seed);
+        if args.trace {
+            for line in &report.trace {
+                println!("  {line}");
+            }
+        }
+        if !report.violations.is_empty() {
+            failed += 1;
+            println!("schedule seed {seed}: {:?}", report.violations);
+            println!(
+                "  replay: cargo run -p conveyor-sim --bin simulate -- --schedule --seed {seed} --trace"
+            );
+        }
+    }
+    println!("schedule seeds {}..{}: {failed} failed", seeds.start, seeds.end);
+    if failed > 0 {
+        bail!("{failed} schedule seed(s) broke an invariant");
+    }
+    Ok(())
 }
 
 /// The seed's run, with the clock skew bound replaced when one was asked for.

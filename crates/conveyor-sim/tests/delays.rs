@@ -1,0 +1,38 @@
+//! Long delays and cancel on the real worker, over many seeds. `DELAY_SEEDS=N` runs N seeds (default
+//! 200).
+
+use conveyor_sim::delays::simulate_delays;
+
+#[test]
+fn delays_and_cancel_keep_their_invariants_over_many_seeds() {
+    let seeds: u64 = std::env::var("DELAY_SEEDS")
+        .ok()
+        .and_then(|seeds| seeds.parse().ok())
+        .unwrap_or(200);
+    let first: u64 = std::env::var("DELAY_FIRST_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or(0);
+    let mut failed = Vec::new();
+    let (mut jobs, mut sends, mut runs, mut cancelled) = (0, 0, 0, 0);
+    for seed in first..first + seeds {
+        let report = simulate_delays(seed);
+        jobs += report.jobs;
+        sends += report.sends;
+        runs += report.runs;
+        cancelled += report.cancelled;
+        if !report.violations.is_empty() {
+            failed.push((seed, report.violations));
+        }
+    }
+    println!(
+        "{seeds} seeds: {jobs} jobs ({cancelled} cancelled), {sends} sends (hops included), {runs} runs, {} seeds failed",
+        failed.len()
+    );
+    if let Some((seed, violations)) = failed.first() {
+        panic!(
+            "{} of {seeds} seeds failed; the first, seed {seed}: {violations:?}",
+            failed.len()
+        );
+    }
+}
