@@ -210,6 +210,11 @@ impl Pipeline {
         self
     }
 
+    /// The flows, when on: a worker runs their deadline sweep ([`crate::FlowSweeper`]) beside its jobs.
+    pub fn flows(&self) -> Option<&Flows> {
+        self.flows.as_ref()
+    }
+
     /// Counts flow children's ends in `flows.store` and sends parents through `flows.sender` (see
     /// `src/flow.rs`).
     pub fn with_flows(mut self, flows: Flows) -> Self {

@@ -7,6 +7,7 @@
 //! ```
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -51,6 +52,12 @@ async fn main() -> anyhow::Result<()> {
     // With CONVEYOR_OUTBOX_TABLE set, this worker also relays the transactional outbox (one worker of the
     // service holds the relay's lease at a time; the others stand by).
     let outbox_relay = conveyor_outbox::poller_from_env().await?;
+    // With flows on, every worker sweeps flows past their deadline once a minute (a flow whose child
+    // reached the DLQ by SQS's redrive, or was never sent, ends there by its policy).
+    let flow_sweeper = match (pipeline.flows(), pipeline.store()) {
+        (Some(flows), Some(store)) => Some(conveyor_core::FlowSweeper::new(flows.clone(), Arc::clone(store))),
+        _ => None,
+    };
     // Reads the config, connects the queues (a configuration error stops here with its fix, an outage
     // is retried), watches their DLQs, runs until SIGTERM/SIGINT.
     let report = conveyor_worker::Runner::new(pipeline)
@@ -59,6 +66,10 @@ async fn main() -> anyhow::Result<()> {
         .configure(move |worker| {
             let worker = match scheduler {
                 Some(scheduler) => worker.with_background_task(scheduler),
+                None => worker,
+            };
+            let worker = match flow_sweeper {
+                Some(sweeper) => worker.with_background_task(sweeper),
                 None => worker,
             };
             match outbox_relay {
