@@ -48,6 +48,9 @@ struct Setup {
     bucket: String,
     queue: TestQueue,
     outbox: PathBuf,
+    /// The consumers' idempotency table: objects are deleted after success only for idempotent
+    /// handlers with a store (a completed record answers for every other copy of the pointer).
+    table: String,
 }
 
 async fn setup(name: &str) -> Setup {
@@ -63,7 +66,12 @@ async fn setup(name: &str) -> Setup {
         .max_receive_count(3);
     let queue = localstack::create_queue(&sqs, &spec).await.unwrap();
     let outbox = std::env::temp_dir().join(format!("{}.jsonl", unique_name(&format!("{name}-outbox"))));
+    localstack::ensure_local_aws().await.unwrap();
+    let table = localstack::create_table(&localstack::dynamodb_client().await, name)
+        .await
+        .unwrap();
     Setup {
+        table,
         endpoint: emulator.endpoint(),
         sqs,
         store: Arc::new(S3PayloadStore::new(s3)),
@@ -88,6 +96,8 @@ impl Setup {
             ("AWS_REGION", localstack::REGION.to_owned()),
             ("AWS_DEFAULT_REGION", localstack::REGION.to_owned()),
             ("CONVEYOR_PAYLOAD_BUCKET", self.bucket.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB", localstack::dynamodb_endpoint()),
+            ("CONVEYOR_IDEMPOTENCY_TABLE", self.table.clone()),
             ("WEBHOOK_SIGNING_SECRET", "large-payloads".to_owned()),
             ("CONVEYOR_DEMO_OUTBOX", self.outbox.display().to_string()),
         ]
