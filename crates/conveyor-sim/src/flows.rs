@@ -282,8 +282,8 @@ impl Handler for ParentHandler {
     }
 }
 
-/// The shared flow store with the seed's faults: outages refuse calls; a write's answer may be lost
-/// after the write was made.
+/// The seed's flow-store faults over the shared store: outages refuse calls; a write's answer may be
+/// lost after the write was made.
 struct FaultyFlows {
     inner: Arc<MemoryFlows>,
     outages: Vec<(Duration, Duration)>,
@@ -320,11 +320,27 @@ impl FaultyFlows {
     }
 }
 
+/// The shared flow store as one process reaches it: a killed instance's calls hang (the producer and
+/// the sweeper have none), then the seed's faults apply.
+struct SimFlows {
+    faults: Arc<FaultyFlows>,
+    instance: Option<Arc<Instance>>,
+}
+
+impl SimFlows {
+    async fn enter(&self) -> Result<(), StoreError> {
+        if let Some(instance) = &self.instance {
+            instance.alive().await;
+        }
+        self.faults.before()
+    }
+}
+
 #[async_trait]
-impl FlowStore for FaultyFlows {
+impl FlowStore for SimFlows {
     async fn create_flow(&self, flow: &conveyor_core::port::NewFlow) -> Result<Created, StoreError> {
-        self.before()?;
-        self.inner.create_flow(flow).await
+        self.enter().await?;
+        self.faults.inner.create_flow(flow).await
     }
     async fn child_finished(
         &self,
@@ -332,51 +348,51 @@ impl FlowStore for FaultyFlows {
         child_id: &str,
         end: &ChildEnd,
     ) -> Result<Count, StoreError> {
-        self.before()?;
-        let result = self.inner.child_finished(flow_id, child_id, end).await;
-        self.after(result)
+        self.enter().await?;
+        let result = self.faults.inner.child_finished(flow_id, child_id, end).await;
+        self.faults.after(result)
     }
     async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.before()?;
-        let result = self.inner.mark_parent_sent(flow_id, at).await;
-        self.after(result)
+        self.enter().await?;
+        let result = self.faults.inner.mark_parent_sent(flow_id, at).await;
+        self.faults.after(result)
     }
     async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.before()?;
-        let result = self.inner.mark_failure_sent(flow_id, at).await;
-        self.after(result)
+        self.enter().await?;
+        let result = self.faults.inner.mark_failure_sent(flow_id, at).await;
+        self.faults.after(result)
     }
     async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {
-        self.before()?;
-        let result = self.inner.claim_failure_notice(flow_id, message_id).await;
+        self.enter().await?;
+        let result = self.faults.inner.claim_failure_notice(flow_id, message_id).await;
         if let Ok(true) = result {
-            let mut granted = self.granted.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut granted = self.faults.granted.lock().unwrap_or_else(PoisonError::into_inner);
             granted
                 .entry(flow_id.to_owned())
                 .or_default()
                 .insert(message_id.to_owned());
         }
-        self.after(result)
+        self.faults.after(result)
     }
     async fn flow(&self, flow_id: &str) -> Result<Option<FlowState>, StoreError> {
-        self.before()?;
-        self.inner.flow(flow_id).await
+        self.enter().await?;
+        self.faults.inner.flow(flow_id).await
     }
     async fn parent(&self, flow_id: &str) -> Result<Option<ParentMessage>, StoreError> {
-        self.before()?;
-        self.inner.parent(flow_id).await
+        self.enter().await?;
+        self.faults.inner.parent(flow_id).await
     }
     async fn children(&self, flow_id: &str) -> Result<Vec<FlowChild>, StoreError> {
-        self.before()?;
-        self.inner.children(flow_id).await
+        self.enter().await?;
+        self.faults.inner.children(flow_id).await
     }
     async fn overdue(&self, now: SystemTime, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.before()?;
-        self.inner.overdue(now, limit).await
+        self.enter().await?;
+        self.faults.inner.overdue(now, limit).await
     }
     async fn close(&self, flow_id: &str) -> Result<(), StoreError> {
-        self.before()?;
-        self.inner.close(flow_id).await
+        self.enter().await?;
+        self.faults.inner.close(flow_id).await
     }
 }
 
@@ -442,9 +458,9 @@ impl World {
 
     fn flows_of(&self, instance: &Arc<Instance>) -> Flows {
         Flows {
-            store: Arc::new(InstanceFlows {
-                inner: Arc::clone(&self.faulty),
-                instance: Arc::clone(instance),
+            store: Arc::new(SimFlows {
+                faults: Arc::clone(&self.faulty),
+                instance: Some(Arc::clone(instance)),
             }),
             sender: Arc::new(SimSender {
                 queue: self.queue_of(instance),
@@ -508,7 +524,13 @@ impl World {
             queue: self.queue_of(&instance),
             left: stop_after.map(AtomicUsize::new),
         });
-        let producer = FlowProducer::with_sender(sender, Arc::clone(&self.faulty) as Arc<dyn FlowStore>);
+        let producer = FlowProducer::with_sender(
+            sender,
+            Arc::new(SimFlows {
+                faults: Arc::clone(&self.faulty),
+                instance: None,
+            }),
+        );
         let flow = self.flow_of(index);
         // A producer retries its own outage-failed sends (the same flow id); a deliberate stop is final.
         for _ in 0..60 {
@@ -518,61 +540,6 @@ impl World {
                 Err(_) => tokio::time::sleep(Duration::from_secs(30)).await,
             }
         }
-    }
-}
-
-/// The flow store through one instance: a killed instance's calls hang.
-struct InstanceFlows {
-    inner: Arc<FaultyFlows>,
-    instance: Arc<Instance>,
-}
-
-#[async_trait]
-impl FlowStore for InstanceFlows {
-    async fn create_flow(&self, flow: &conveyor_core::port::NewFlow) -> Result<Created, StoreError> {
-        self.instance.alive().await;
-        self.inner.create_flow(flow).await
-    }
-    async fn child_finished(
-        &self,
-        flow_id: &str,
-        child_id: &str,
-        end: &ChildEnd,
-    ) -> Result<Count, StoreError> {
-        self.instance.alive().await;
-        self.inner.child_finished(flow_id, child_id, end).await
-    }
-    async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.instance.alive().await;
-        self.inner.mark_parent_sent(flow_id, at).await
-    }
-    async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.instance.alive().await;
-        self.inner.mark_failure_sent(flow_id, at).await
-    }
-    async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {
-        self.instance.alive().await;
-        self.inner.claim_failure_notice(flow_id, message_id).await
-    }
-    async fn flow(&self, flow_id: &str) -> Result<Option<FlowState>, StoreError> {
-        self.instance.alive().await;
-        self.inner.flow(flow_id).await
-    }
-    async fn parent(&self, flow_id: &str) -> Result<Option<ParentMessage>, StoreError> {
-        self.instance.alive().await;
-        self.inner.parent(flow_id).await
-    }
-    async fn children(&self, flow_id: &str) -> Result<Vec<FlowChild>, StoreError> {
-        self.instance.alive().await;
-        self.inner.children(flow_id).await
-    }
-    async fn overdue(&self, now: SystemTime, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.instance.alive().await;
-        self.inner.overdue(now, limit).await
-    }
-    async fn close(&self, flow_id: &str) -> Result<(), StoreError> {
-        self.instance.alive().await;
-        self.inner.close(flow_id).await
     }
 }
 
@@ -686,7 +653,10 @@ async fn run(scenario: FlowScenario) -> FlowReport {
     let mut overdue = 0;
     let sweep_records = SkewedStore::new(Arc::clone(&world.records), crate::clock::Skew::default());
     let sweeper = Flows {
-        store: Arc::clone(&world.faulty) as Arc<dyn FlowStore>,
+        store: Arc::new(SimFlows {
+            faults: Arc::clone(&world.faulty),
+            instance: None,
+        }),
         sender: Arc::new(SimSender {
             queue: Arc::clone(&world.queue) as Arc<dyn Queue>,
             left: None,
