@@ -35,6 +35,7 @@ mod record_key;
 mod router;
 mod store_health;
 mod tracking;
+mod unrun;
 
 pub use background::BackgroundTask;
 pub use backoff::Backoff;
@@ -109,4 +110,5 @@ pub mod runtime {
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;
     pub use crate::store_health::StoreHealth;
+    pub use crate::unrun::UnrunJob;
 }

@@ -1042,13 +1042,7 @@ async fn settle(
     lease: &Lease,
 ) {
     if !matches!(outcome, Outcome::Ack(AckReason::Completed)) {
-        let released = match change {
-            Some(change) => store.release_tracked(claim, change).await,
-            None => store.release(claim).await,
-        };
-        if let Err(error) = released {
-            tracing::warn!(%error, key = %claim.key, "could not release the claim; it lapses with its lease");
-        }
+        release(store, claim, change, lease).await;
         return;
     }
     let expires_at = SystemTime::now() + settings.settled_record_ttl();
@@ -1069,18 +1063,9 @@ async fn settle(
             }
             Err(error @ StoreError::Unavailable { .. }) => {
                 tracing::warn!(%error, key = %claim.key, "the completion did not land; trying again");
-                let pause = crate::backoff::equal_jitter(wait);
-                if Instant::now() + pause > give_up {
+                if !pause_before_trying_again(&mut wait, give_up, lease).await {
                     break Err(error);
                 }
-                let cancelled = tokio::select! {
-                    () = tokio::time::sleep(pause) => false,
-                    () = lease.process_stop().cancelled() => true,
-                };
-                if cancelled {
-                    break Err(error);
-                }
-                wait = (wait * 2).min(COMPLETE_RETRY_LONGEST);
             }
             other => break other,
         }
@@ -1097,6 +1082,51 @@ async fn settle(
             "job succeeded but its record could not be completed; acknowledging anyway"
         ),
     }
+}
+
+/// Releases the claim (recording a tracked job's `change`). A release that dead-letters a tracked
+/// job is tried again while the store is unavailable, as a completion is: its message leaves for the
+/// DLQ, and a status left `running` would say so until the record expired. Any other release is tried
+/// once: the claim lapses with its lease, and the job's next run writes its status.
+async fn release(store: &dyn IdempotencyStore, claim: &Claim, change: Option<&JobChange>, lease: &Lease) {
+    let Some(change) = change else {
+        if let Err(error) = store.release(claim).await {
+            tracing::warn!(%error, key = %claim.key, "could not release the claim; it lapses with its lease");
+        }
+        return;
+    };
+    let mut wait = COMPLETE_RETRY_FIRST;
+    let give_up = Instant::now() + COMPLETE_RETRY_LIMIT;
+    loop {
+        let error = match store.release_tracked(claim, change).await {
+            Ok(()) => return,
+            Err(error) => error,
+        };
+        let again = matches!(error, StoreError::Unavailable { .. })
+            && change.status.is_final()
+            && pause_before_trying_again(&mut wait, give_up, lease).await;
+        if !again {
+            tracing::warn!(%error, key = %claim.key, status = %change.status, "could not release the claim; it lapses with its lease");
+            return;
+        }
+        tracing::warn!(%error, key = %claim.key, "the release did not land; trying again");
+    }
+}
+
+/// Waits before a store write is tried again (`wait`, jittered, then doubled up to
+/// [`COMPLETE_RETRY_LONGEST`]): false, without waiting, when the wait would pass `give_up`, or when the
+/// process stops meanwhile.
+async fn pause_before_trying_again(wait: &mut Duration, give_up: Instant, lease: &Lease) -> bool {
+    let pause = crate::backoff::equal_jitter(*wait);
+    if Instant::now() + pause > give_up {
+        return false;
+    }
+    let stopped = tokio::select! {
+        () = tokio::time::sleep(pause) => false,
+        () = lease.process_stop().cancelled() => true,
+    };
+    *wait = (*wait * 2).min(COMPLETE_RETRY_LONGEST);
+    !stopped
 }
 
 #[cfg(test)]

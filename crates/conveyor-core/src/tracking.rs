@@ -118,9 +118,10 @@ pub struct JobChange {
     /// for the status retention ([`HandlerSettings::status_retention`](crate::HandlerSettings)), a
     /// producer's `sent` marker for the job's delay plus that.
     pub keep_until: Option<SystemTime>,
-    /// A release that dead-letters the job sets the record's run count to this (the redrive
-    /// policy's `maxReceiveCount`): should the DLQ send fail and the message come back, its claim is
-    /// over the budget and the job is dead-lettered again without running.
+    /// The release sets the record's run count to this. A release that dead-letters the job after a
+    /// run sets the redrive policy's `maxReceiveCount`: should the DLQ send fail and the message come
+    /// back, its claim is over the budget and the job is dead-lettered again without running. One that
+    /// records a job leaving unrun (`src/unrun.rs`) sets the count from before its claim.
     pub spend_runs: Option<u32>,
 }
 

@@ -173,6 +173,7 @@ struct LateCandidate {
 struct LateDeferrer {
     candidates: Vec<LateCandidate>,
     reject_mode: conveyor_core::RejectMode,
+    pipeline: Pipeline,
 }
 
 /// True when `candidate` is at the last receive its queue's redrive policy allows.
@@ -187,7 +188,13 @@ async fn at_the_last_receive(candidate: &LateCandidate) -> bool {
 
 /// Sends a message that never ran to the DLQ with `failure` (why), cut at `settle_by`: dead-lettered,
 /// or left to be listed when the send did not land in time.
+///
+/// Then, in the time left, a tracked job's status becomes `dead_lettered` (see
+/// `conveyor-core/src/unrun.rs`). The DLQ send goes first, unlike on a worker: an invocation's
+/// deadline is short, and the copy's reason is what an operator needs; a job that had completed gets
+/// a needless DLQ copy rather than a lost reason.
 async fn dead_letter_unrun(
+    pipeline: &Pipeline,
     queue: &dyn Queue,
     message: &Message,
     failure: &conveyor_core::runtime::Failure,
@@ -196,7 +203,12 @@ async fn dead_letter_unrun(
 ) -> Settled {
     let rejecting = reject(queue, message, failure, mode, Duration::ZERO);
     match tokio::time::timeout_at(settle_by, rejecting).await {
-        Ok(Disposition::Delete) => Settled::DeadLettered,
+        Ok(Disposition::Delete) => {
+            pipeline
+                .unrun_at_the_last_receive(message, failure, Some(settle_by))
+                .await;
+            Settled::DeadLettered
+        }
         Ok(Disposition::Visible(_)) => Settled::Untouched,
         Err(_) => {
             tracing::warn!(message_id = %message.id, "the DLQ send of a message not run at its last allowed receive did not answer before the invocation deadline; listing it");
@@ -237,6 +249,7 @@ impl LateDeferrer {
             );
         }
         let mode = self.reject_mode;
+        let pipeline = &self.pipeline;
         let deferrals = taken.into_iter().map(|candidate| async move {
             let settled = match candidate.queue.get().await {
                 Some(queue) if candidate.fifo => {
@@ -253,7 +266,7 @@ impl LateDeferrer {
                         &candidate.queue_name,
                         candidate.message.job_type().unwrap_or(""),
                     );
-                    dead_letter_unrun(queue.as_ref(), &candidate.message, &failure, mode, settle_by).await
+                    dead_letter_unrun(pipeline, queue.as_ref(), &candidate.message, &failure, mode, settle_by).await
                 }
                 Some(queue) => {
                     let reason = "not started: too close to the invocation deadline";
@@ -585,6 +598,7 @@ impl BatchProcessor {
                 })
                 .collect(),
             reject_mode: self.config.reject_mode,
+            pipeline: self.pipeline.clone(),
         };
         let lanes_done = tokio::sync::Notify::new();
         let running = async {
@@ -1125,8 +1139,15 @@ impl BatchProcessor {
                 let message = Arc::clone(&result.message);
                 let mode = self.config.reject_mode;
                 rejects.push(async move {
-                    let settled =
-                        dead_letter_unrun(queue.as_ref(), &message, &failure, mode, settle_by).await;
+                    let settled = dead_letter_unrun(
+                        &self.pipeline,
+                        queue.as_ref(),
+                        &message,
+                        &failure,
+                        mode,
+                        settle_by,
+                    )
+                    .await;
                     (lane_index, item_index, settled)
                 });
             }

@@ -378,6 +378,9 @@ fn check_status(
     for (key, record) in &records {
         let status = record.status;
         let lie = match status {
+            // The documented at-least-once window: the run's completion never landed (its process
+            // stopped or died in a store outage after the effect), so its record still says running.
+            JobStatus::Running if effects > 0 && completion_lost_in_the_window(job.id, observed) => None,
             JobStatus::Running | JobStatus::Retrying | JobStatus::Sent => (left == 0).then(|| {
                 format!(
                     "says {status} but no copy is left in the queue (in the DLQ: {dead}, effects: {effects})"

@@ -122,11 +122,16 @@ impl VirtualStore {
         }
     }
 
-    /// The job record of `key` as `conveyor jobs show` reads it `later` than the virtual now, after
-    /// DynamoDB's TTL removed what had expired by then (the inner store judges at the real clock,
-    /// before every virtual time, and never deletes).
-    pub async fn job_later(&self, key: &str, later: Duration) -> Result<Option<JobRecord>, StoreError> {
-        let at = self.now() + later;
+    /// The virtual wall clock at the start of the run.
+    pub fn started(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(VIRTUAL_EPOCH_SECS)
+    }
+
+    /// The job record of `key` as `conveyor jobs show` reads it at virtual time `at` (now or later),
+    /// after DynamoDB's TTL removed what had expired by then (the inner store judges at the real
+    /// clock, before every virtual time, and never deletes).
+    pub async fn job_at(&self, key: &str, at: SystemTime) -> Result<Option<JobRecord>, StoreError> {
+        let at = at.max(self.now());
         let Some(record) = self.current(key) else {
             return self.inner.job(key).await;
         };
@@ -137,9 +142,9 @@ impl VirtualStore {
         Ok(job.map(|job| job.seen_with(&record, at)))
     }
 
-    /// [`Self::job_later`] now.
+    /// [`Self::job_at`] now.
     pub async fn job_now(&self, key: &str) -> Result<Option<JobRecord>, StoreError> {
-        self.job_later(key, Duration::ZERO).await
+        self.job_at(key, self.now()).await
     }
 
     async fn claim_as(&self, request: &ClaimRequest, skew: Skew) -> Result<ClaimOutcome, StoreError> {

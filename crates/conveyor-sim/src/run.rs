@@ -483,12 +483,15 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     }
 }
 
-/// When the statuses are read, after the end: an operator looks at a dead-lettered job days later,
-/// while its DLQ copy is still kept (SQS's longest retention, 14 days, less a day).
+/// When the statuses are read, after the job's last send: an operator looks at a dead-lettered job
+/// days later, while its DLQ copy is still kept (SQS's longest retention, 14 days, counted from the
+/// message's first enqueue, less a day). A run with day-long jobs ends more than a day after its
+/// sends, so the read is timed from each job's sends, not from the end of the run.
 pub const STATUS_READ_AFTER: Duration = Duration::from_secs(13 * 24 * 3600);
 
 /// Every job's records as `conveyor jobs show` reads them (the store's `job`, judged
-/// [`STATUS_READ_AFTER`] after the end, expired records gone), in tracked seeds.
+/// [`STATUS_READ_AFTER`] after the job's last send, or at the end if that is later, expired records
+/// gone), in tracked seeds.
 async fn statuses(
     scenario: &Scenario,
     store: &VirtualStore,
@@ -511,7 +514,13 @@ async fn statuses(
     }
     let mut found = Vec::new();
     for (job, key) in keys {
-        let record = store.job_later(&key, STATUS_READ_AFTER).await.ok().flatten();
+        let last_send = scenario
+            .jobs
+            .get(job as usize)
+            .and_then(|spec| spec.send_at.iter().max().copied())
+            .unwrap_or_default();
+        let at = store.started() + last_send + STATUS_READ_AFTER;
+        let record = store.job_at(&key, at).await.ok().flatten();
         found.push((job, key, record));
     }
     found

@@ -322,6 +322,60 @@ async fn a_last_receive_that_never_settles_reads_dead_lettered() {
     );
 }
 
+/// A message that leaves unrun at its last allowed receive (behind its FIFO group, at shutdown) reaches
+/// the DLQ without a claim: the runtime asks the store first. The status says dead_lettered with the
+/// reason, the unrun claim costs the job no run (another send with the same key still runs it, as run
+/// 2), and once the job completed, an unrun message is a duplicate to delete.
+#[tokio::test]
+async fn a_job_leaving_unrun_at_its_last_receive_reads_dead_lettered_and_keeps_its_runs() {
+    let handler = Report {
+        failures: 1,
+        ..Report::new()
+    };
+    let (store, pipeline) = setup(handler);
+    assert!(matches!(
+        run(&pipeline, message("m-1", 1)).await.outcome,
+        Outcome::Retry { .. }
+    ));
+    assert_eq!(record(&store).await.status, JobStatus::Retrying);
+
+    let failure = conveyor_core::runtime::not_run_at_the_last_receive(
+        conveyor_core::runtime::NotRun::BehindItsGroup,
+        "a message ahead of it in its FIFO group had not finished",
+        3,
+        3,
+        "jobs.fifo",
+        JOB_TYPE,
+    );
+    let asked = pipeline
+        .unrun_at_the_last_receive(&message("m-1", 3), &failure, None)
+        .await;
+    assert_eq!(asked, conveyor_core::runtime::UnrunJob::DeadLetter);
+    let dead = record(&store).await;
+    assert_eq!(dead.status, JobStatus::DeadLettered, "{dead:?}");
+    assert_eq!(dead.last_error.as_deref(), Some(failure.error.as_str()));
+
+    let again = run(&pipeline, message("m-2", 1)).await;
+    assert_eq!(
+        again.outcome,
+        Outcome::Ack(AckReason::Completed),
+        "{:?}",
+        again.outcome
+    );
+    assert_eq!(again.run, Some(2), "the unrun claim gave its run back");
+    assert_eq!(record(&store).await.status, JobStatus::Succeeded);
+
+    let late = pipeline
+        .unrun_at_the_last_receive(&message("m-3", 3), &failure, None)
+        .await;
+    assert_eq!(late, conveyor_core::runtime::UnrunJob::Completed);
+    assert_eq!(
+        record(&store).await.status,
+        JobStatus::Succeeded,
+        "a done job stays done"
+    );
+}
+
 /// Final statuses outlive `record_ttl`: kept for the status retention (14 days by default).
 #[tokio::test]
 async fn final_statuses_are_kept_for_the_status_retention() {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::runtime::{NotRun, added_jitter, not_run_at_the_last_receive};
+use conveyor_core::runtime::{AckReason, NotRun, UnrunJob, added_jitter, not_run_at_the_last_receive};
 use conveyor_core::{
     message::Message,
     runtime::{Budget, Lease, Outcome, Processed},
@@ -99,6 +99,17 @@ async fn run_in_span(
         let admitted = match admit(&runtime, job_type).await {
             Admit::Run(admitted) => admitted,
             Admit::Shutdown => {
+                // At the last receive the redrive policy allows, a message put back would reach the DLQ
+                // unrun: a standard one goes on as a deferred copy, a FIFO one to the DLQ with a reason.
+                if !fifo && at_the_last_receive(&runtime, queue, &message) {
+                    let reason = "the worker shut down before it started, at its last allowed receive";
+                    return defer(&runtime, &target, Duration::ZERO, reason, held).await;
+                }
+                if let Some(processed) =
+                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::Shutdown).await
+                {
+                    return apply(&runtime, target, processed, held).await;
+                }
                 add(&counters.released_at_shutdown, 1);
                 tracing::info!("shutting down before the job started; the message is visible again");
                 set_visibility(&runtime, &target, Duration::ZERO).await;
@@ -128,7 +139,7 @@ async fn run_in_span(
             if fifo
                 && !processed_once
                 && let Some(processed) =
-                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::GroupFailed)
+                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::GroupFailed).await
             {
                 return apply(&runtime, target, processed, held).await;
             }
@@ -320,7 +331,8 @@ async fn dead_letter_unrun_at_the_last_receive(
 ) -> VecDeque<Received> {
     let mut back = VecDeque::with_capacity(rest.len());
     for received in rest {
-        let Some(processed) = unrun_at_the_last_receive(runtime, queue, &received.message, reason) else {
+        let Some(processed) = unrun_at_the_last_receive(runtime, queue, &received.message, reason).await
+        else {
             back.push_back(received);
             continue;
         };
@@ -341,9 +353,18 @@ async fn dead_letter_unrun_at_the_last_receive(
     back
 }
 
-/// The dead-letter outcome for `message` when this is the last receive the redrive policy allows and
-/// it goes back unrun for `reason`: put back, SQS's redrive would move it unrun and without a reason.
-fn unrun_at_the_last_receive(
+/// The outcome for `message` when this is the last receive the redrive policy allows and it goes back
+/// unrun for `reason`: put back, SQS's redrive would move it unrun and without a reason, so it is
+/// dead-lettered with one (a tracked job's status says so), or deleted when its job had completed
+/// (see `conveyor-core/src/unrun.rs`). `None` before the last receive.
+/// True when `message` is at the last receive its queue's redrive policy allows.
+fn at_the_last_receive(runtime: &Runtime, queue: usize, message: &Message) -> bool {
+    runtime.queues[queue]
+        .max_receive_count()
+        .is_some_and(|max| message.attempt() >= max)
+}
+
+async fn unrun_at_the_last_receive(
     runtime: &Runtime,
     queue: usize,
     message: &Message,
@@ -355,26 +376,34 @@ fn unrun_at_the_last_receive(
         return None;
     }
     let (cause, why) = match reason {
-        Reason::Shutdown => (NotRun::ShutDown, "the worker shut down before it started"),
+        Reason::Shutdown => (
+            NotRun::ShutDown,
+            "the worker shut down before it started, and each receive counted; redrive it when a worker runs",
+        ),
         Reason::GroupFailed => (
             NotRun::BehindItsGroup,
-            "a message ahead of it in its FIFO group had not finished",
+            "a message ahead of it in its FIFO group had not finished, and each receive behind its group \
+             counted; redrive it once the group's earlier messages are settled",
         ),
     };
-    let why = format!(
-        "{why}, and each receive behind its group counted; redrive it once the group's earlier messages \
-         are settled"
-    );
     let job_type = runtime.pipeline.router().job_type_for(message);
     let failure = not_run_at_the_last_receive(
         cause,
-        &why,
+        why,
         attempt,
         max,
         &runtime.names[queue],
         job_type.unwrap_or(""),
     );
-    Some(Processed::not_run(Outcome::Reject(failure), job_type))
+    let outcome = match runtime
+        .pipeline
+        .unrun_at_the_last_receive(message, &failure, None)
+        .await
+    {
+        UnrunJob::Completed => Outcome::Ack(AckReason::Duplicate),
+        _ => Outcome::Reject(failure),
+    };
+    Some(Processed::not_run(outcome, job_type))
 }
 
 enum Admit {

@@ -26,7 +26,11 @@ use std::time::{Duration, SystemTime};
 use crate::config::WorkerConfig;
 use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT};
 use conveyor_core::runtime::{CLOCK_SKEW_ALLOWANCE, doubling, equal_jitter};
-use conveyor_core::{message::Message, port::QueueError, runtime::Lease};
+use conveyor_core::{
+    message::Message,
+    port::{Queue, QueueError},
+    runtime::Lease,
+};
 use tokio::time::Instant;
 
 use crate::apply::release_in_order;
@@ -161,18 +165,20 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
     }
 }
 
-/// A FIFO message a late receive brought at the last receive its redrive policy allows would reach
-/// the DLQ by SQS's redrive, unrun and without a reason, once made visible: it is dead-lettered now
-/// with one. (A FIFO message cannot be deferred with a copy; a standard one goes back, its receive
-/// spent, like any at shutdown.) Returns the others, in order.
-async fn dead_letter_fifo_at_the_last_receive(
+/// A message a late receive brought at the last receive its redrive policy allows would reach the
+/// DLQ by SQS's redrive, unrun and without a reason, once made visible. On a standard queue it goes
+/// on as a deferred copy (unrun, this receive not counted as a run); on a FIFO queue, where a copy
+/// would break the group's order, it is dead-lettered now with a reason (a tracked job's status says
+/// so), or deleted when its job had completed (see `conveyor-core/src/unrun.rs`). Returns the
+/// others, in order.
+async fn settle_at_the_last_receive(
     runtime: &Runtime,
     queue: usize,
     messages: Vec<Message>,
     deadline: Instant,
 ) -> Vec<Message> {
     let source = runtime.queues[queue].as_ref();
-    let Some(max) = source.max_receive_count().filter(|_| source.is_fifo()) else {
+    let Some(max) = source.max_receive_count() else {
         return messages;
     };
     let mut back = Vec::with_capacity(messages.len());
@@ -182,24 +188,40 @@ async fn dead_letter_fifo_at_the_last_receive(
             back.push(message);
             continue;
         }
+        if !source.is_fifo() {
+            if !sent_as_a_copy(source, &message, deadline).await {
+                back.push(message);
+            }
+            continue;
+        }
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
         let failure = conveyor_core::runtime::not_run_at_the_last_receive(
             conveyor_core::runtime::NotRun::ShutDown,
-            "the worker shut down as it was received; redrive it once the group's earlier messages are settled",
+            "the worker shut down as it was received, and each receive counted; redrive it when a worker \
+             runs (on a FIFO queue, once the group's earlier messages are settled)",
             attempt,
             max,
             &runtime.names[queue],
             job_type,
         );
-        let rejecting = conveyor_core::runtime::reject(
-            source,
-            &message,
-            &failure,
-            runtime.config.reject_mode,
-            Duration::ZERO,
-        );
-        let deleted = match tokio::time::timeout_at(deadline, rejecting).await {
-            Ok(conveyor_core::runtime::Disposition::Delete) => {
+        let asked = runtime
+            .pipeline
+            .unrun_at_the_last_receive(&message, &failure, Some(deadline))
+            .await;
+        let disposition = if asked == conveyor_core::runtime::UnrunJob::Completed {
+            Some(conveyor_core::runtime::Disposition::Delete)
+        } else {
+            let rejecting = conveyor_core::runtime::reject(
+                source,
+                &message,
+                &failure,
+                runtime.config.reject_mode,
+                Duration::ZERO,
+            );
+            tokio::time::timeout_at(deadline, rejecting).await.ok()
+        };
+        let deleted = match disposition {
+            Some(conveyor_core::runtime::Disposition::Delete) => {
                 let receipt = [message.receipt_handle.clone()];
                 matches!(
                     tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await,
@@ -213,6 +235,26 @@ async fn dead_letter_fifo_at_the_last_receive(
         }
     }
     back
+}
+
+/// Sends `message` on as a deferred copy due at once, then deletes it: true when both landed by
+/// `deadline` (send first: a failed delete leaves both, and the idempotency record makes the second a
+/// duplicate).
+async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant) -> bool {
+    let Ok(copy) = conveyor_core::runtime::deferred_copy(message, Duration::ZERO, false) else {
+        return false;
+    };
+    if !matches!(
+        tokio::time::timeout_at(deadline, source.send(copy)).await,
+        Ok(Ok(_))
+    ) {
+        return false;
+    }
+    let receipt = [message.receipt_handle.clone()];
+    matches!(
+        tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await,
+        Ok(Ok(failures)) if failures.is_empty()
+    )
 }
 
 /// Waits for a receive that was in flight when shutdown began (bounded by the drain deadline; the
@@ -231,7 +273,7 @@ async fn release_late(
         return;
     }
     let deadline = Instant::now() + bound.min(runtime.visibility[queue]);
-    let messages = dead_letter_fifo_at_the_last_receive(runtime, queue, messages, deadline).await;
+    let messages = settle_at_the_last_receive(runtime, queue, messages, deadline).await;
     let late: Vec<&Message> = messages.iter().collect();
     release_in_order(runtime, queue, &late, deadline).await;
     add(
