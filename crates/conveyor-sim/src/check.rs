@@ -295,8 +295,13 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
     if job.poison && !runs.is_empty() {
         violations.push(format!("job {}: poison input reached the handler", job.id));
     }
-    if scenario.tracked {
-        check_status(job, observed, dead.len(), left, effects, violations);
+    if scenario.tracked && !redriven_with_no_write_possible(scenario, job, &dead, observed) {
+        let counts = Counts {
+            dead: dead.len(),
+            left,
+            effects,
+        };
+        check_status(scenario, job, observed, counts, violations);
     }
     for copy in dead {
         check_dead_letter(scenario, job, copy, &runs, observed, violations);
@@ -314,18 +319,62 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
     }
 }
 
+/// SQS's redrive moved the job's message (its DLQ copies carry no reason) at a last receive where no
+/// consumer could write anything: the consumer holding it died, or was hard-stopped (its shutdown
+/// skipped the drain) within a visibility timeout of the receive, SQS was down or hanging when the
+/// receive had to settle, the receive was handed out stale (a late receive), or the store was down.
+/// The DLQ checks allow the copy for the same reasons; the status then stays what the last run wrote
+/// (`running`, `retrying`): the redrive is the backstop, and nothing that runs sees it happen.
+fn redriven_with_no_write_possible(
+    scenario: &Scenario,
+    job: &JobSpec,
+    dead: &[&QueuedMessage],
+    observed: &Observation,
+) -> bool {
+    let redriven = !dead.is_empty()
+        && dead
+            .iter()
+            .all(|copy| !copy.attributes.contains_key(FAILURE_ATTRIBUTE));
+    if !redriven {
+        return false;
+    }
+    let last = last_receives_unrun(scenario, job, observed);
+    let store_down = !last.is_empty() && store_blocked_last_receive(&last, observed).is_ok();
+    let hard_stopped = last.iter().any(|received| {
+        observed.log.hard_stops.iter().any(|(instance, at)| {
+            *instance == received.instance
+                && received.at_ms <= *at
+                && *at <= received.at_ms + scenario.visibility.as_millis()
+        })
+    });
+    store_down
+        || hard_stopped
+        || dead.iter().any(|copy| {
+            received_by_the_dead(&copy.id, observed)
+                || settled_in_a_queue_fault(copy, observed, scenario.visibility)
+                || received_in_a_late_receive(copy, observed, scenario.visibility)
+        })
+}
+
 /// A tracked job's final status, read as `conveyor jobs show` reads it, equals what happened to it:
 /// `succeeded` only when its effect happened and a run completed; `dead_lettered` only when a copy is
 /// in the DLQ, and whenever one is there while no run completed (SQS's redrive included); `running`,
 /// `retrying` or `sent` only while a copy is still in the queue (no one runs a job that is nowhere).
-fn check_status(
-    job: &JobSpec,
-    observed: &Observation,
+/// Where a job's copies ended: in the DLQ, left in the queue, and its effects.
+struct Counts {
     dead: usize,
     left: usize,
     effects: usize,
+}
+
+fn check_status(
+    scenario: &Scenario,
+    job: &JobSpec,
+    observed: &Observation,
+    counts: Counts,
     violations: &mut Vec<String>,
 ) {
+    let Counts { dead, left, effects } = counts;
     if !observed.settled {
         return;
     }
@@ -349,9 +398,20 @@ fn check_status(
     // A job decided for the DLQ (a run ended in a permanent failure) never runs again from its queue:
     // its status would go dead_lettered → running (the DLQ send failed and the message came back).
     let runs: Vec<&Run> = observed.log.runs.iter().filter(|run| run.job == job.id).collect();
+    // The rejected run's release wrote dead_lettered before the later run claimed, unless its process
+    // was killed first (the rejection never recorded: the job runs again, at least once), or the later
+    // claim landed before the release could (the rejected run's lease had lapsed: a takeover, which
+    // fenced the release out).
+    let released_before = |rejected: &Run, again: &Run| {
+        !observed.dead_instances.contains(&rejected.instance)
+            && rejected
+                .ended_ms
+                .is_some_and(|ended| ended + scenario.store_latency.as_millis() <= again.started_ms)
+    };
     if let Some(rejected) = runs.iter().position(|run| run.end == RunEnd::Permanent)
         && let Some(again) = runs.get(rejected + 1)
         && job.key.is_some()
+        && released_before(runs[rejected], again)
     {
         violations.push(format!(
             "job {}: ran again on {} after a run was rejected to the DLQ (dead_lettered, then running)",

@@ -354,8 +354,11 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
                     if let Some(after) = immediate_after {
                         let immediate = worker.immediate.clone();
                         let after = *after;
+                        let sink = sink.clone();
+                        let name = worker.instance.name().to_owned();
                         tokio::spawn(async move {
                             tokio::time::sleep(after).await;
+                            sink.hard_stop(&name);
                             immediate.cancel();
                         });
                     }

@@ -118,6 +118,8 @@ pub struct Log {
     pub delete_faults: Vec<(u128, u128)>,
     /// When each instance was asked to shut down (virtual ms).
     pub shutdowns: Vec<(String, u128)>,
+    /// When each instance's shutdown skipped the rest of its drain (virtual ms).
+    pub hard_stops: Vec<(String, u128)>,
     /// Visibility changes refused as invalid.
     pub visibility_refused: Vec<VisibilityRefused>,
     /// The window (virtual ms) when the store answered "misconfigured".
@@ -253,6 +255,12 @@ impl Sink {
     pub fn shutdown(&self, instance: &str) {
         let at = self.trace.elapsed_ms();
         self.lock().shutdowns.push((instance.to_owned(), at));
+    }
+
+    /// `instance`'s shutdown skips the rest of its drain now (a hard stop).
+    pub fn hard_stop(&self, instance: &str) {
+        let at = self.trace.elapsed_ms();
+        self.lock().hard_stops.push((instance.to_owned(), at));
     }
 
     /// A run of `job` starts; returns its run number and its index within the job.
