@@ -461,15 +461,27 @@ impl OutboxStore for DynamoOutboxStore {
 
     async fn remove_sent(&self, jobs: &[JobRef]) -> Result<Vec<bool>, StoreError> {
         // Conditional deletes, several at once: one write unit per job (a transaction would cost two,
-        // and a batch write cannot say whether the job was still there).
-        let mut removed = Vec::with_capacity(jobs.len());
-        for chunk in jobs.chunks(REMOVE_CONCURRENCY) {
+        // and a batch write cannot say whether the job was still there). A job listed twice is deleted
+        // once, for its first mention: two deletes of it at once would race for which one says so.
+        let mut seen = std::collections::HashSet::with_capacity(jobs.len());
+        let first_mentions: Vec<bool> = jobs.iter().map(|job| seen.insert(job)).collect();
+        let unique: Vec<&JobRef> = jobs
+            .iter()
+            .zip(&first_mentions)
+            .filter_map(|(job, first)| first.then_some(job))
+            .collect();
+        let mut removed_unique = Vec::with_capacity(unique.len());
+        for chunk in unique.chunks(REMOVE_CONCURRENCY) {
             let removals: Vec<_> = chunk.iter().map(|job| self.remove_one(job)).collect();
             for result in futures_util::future::join_all(removals).await {
-                removed.push(result?);
+                removed_unique.push(result?);
             }
         }
-        Ok(removed)
+        let mut answers = removed_unique.into_iter();
+        Ok(first_mentions
+            .into_iter()
+            .map(|first| first && answers.next().unwrap_or(false))
+            .collect())
     }
 
     async fn drained(&self, aggregate: &str, last_sequence: u64) -> Result<(), StoreError> {
