@@ -15,7 +15,7 @@
 //! | `conveyor-flow:<id>/child:<child id>` | `flow_child_key` | S | the child's idempotency record key |
 //! | | `flow_child_end`, `flow_child_output`, `flow_child_error` | S | `succeeded`/`failed`; its output; its reason |
 //!
-//! Every item expires ([`FLOW_RETENTION`](conveyor_core::FLOW_RETENTION)) after the deadline.
+//! Every item expires ([`conveyor_core::FLOW_RETENTION`]) after the deadline.
 //!
 //! Costs: creating a flow is one conditional `PutItem` per child plus two (the child items are never
 //! overwritten, so a re-send cannot reset a count); counting a child is one `TransactWriteItems` of two

@@ -77,7 +77,7 @@ pub struct ScheduleScenario {
     pub store_outages: Vec<(Duration, Duration)>,
     /// EventBridge created at, workers stopped at.
     pub migration: Option<(Duration, Duration)>,
-    /// How long faults last (then [`SETTLE`]).
+    /// How long faults last (then `SETTLE`).
     pub length: Duration,
     /// A start this long after the origin, finer than a millisecond (`Schedule::starting(now + ...)`).
     pub start_after: Option<Duration>,
