@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::handler::HandlerSettings;
-use crate::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyStore, RecordStatus};
+use crate::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus};
 use crate::message::Message;
 use crate::outcome::Failure;
 use crate::pipeline::Pipeline;
@@ -100,7 +100,7 @@ async fn ask(
 ) -> UnrunJob {
     if !settings.tracked {
         return match store.get(key).await {
-            Ok(Some(record)) if completed(&record.status, record.expires_at) => UnrunJob::Completed,
+            Ok(Some(record)) if completed(&record) => UnrunJob::Completed,
             _ => UnrunJob::DeadLetter,
         };
     }
@@ -115,7 +115,7 @@ async fn ask(
     };
     let claim = match store.claim(&request).await {
         Ok(ClaimOutcome::Acquired(claim)) => claim,
-        Ok(ClaimOutcome::Exists(record)) if completed(&record.status, record.expires_at) => {
+        Ok(ClaimOutcome::Exists(record)) if completed(&record) => {
             return UnrunJob::Completed;
         }
         Ok(ClaimOutcome::Exists(_)) => return UnrunJob::DeadLetter,
@@ -137,6 +137,7 @@ async fn ask(
     UnrunJob::DeadLetter
 }
 
-fn completed(status: &RecordStatus, expires_at: SystemTime) -> bool {
-    *status == RecordStatus::Completed && expires_at > SystemTime::now()
+/// A completed record that still counts (past its expiry it is free to claim, whatever it says).
+fn completed(record: &IdempotencyRecord) -> bool {
+    record.status == RecordStatus::Completed && record.expires_at > SystemTime::now()
 }

@@ -13,13 +13,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use conveyor_core::ChildFailurePolicy;
-use conveyor_core::port::{ChildEnd, Count, FlowStore, NewFlow, ParentMessage};
+use conveyor_core::port::{ChildEnd, Count, FlowStore};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_testing::faults::{Faults, with_faults_dynamodb};
-use conveyor_testing::localstack;
+use conveyor_testing::{flow_conformance, localstack};
 use futures_util::{StreamExt, stream};
 
 const OPERATIONS: [&str; 6] = [
@@ -30,37 +30,6 @@ const OPERATIONS: [&str; 6] = [
     "BatchGetItem",
     "Query",
 ];
-
-fn new_flow(children: usize) -> NewFlow {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_nanos());
-    let id = format!("cost/{children}-{nanos}");
-    NewFlow {
-        parent: ParentMessage {
-            queue_url: "http://127.0.0.1:4566/000000000000/jobs".to_owned(),
-            body: r#"{"report":"r-1"}"#.to_owned(),
-            attributes: BTreeMap::from([(
-                "conveyor.type".to_owned(),
-                ("String".to_owned(), "report".to_owned()),
-            )]),
-            group_id: None,
-        },
-        parent_record: format!("conveyor:report#flow:{id}"),
-        children: (0..children)
-            .map(|index| {
-                (
-                    format!("{index:05}"),
-                    format!("conveyor:chunk#flow:{id}:{index:05}"),
-                )
-            })
-            .collect(),
-        policy: ChildFailurePolicy::FailParent,
-        created_at: SystemTime::now(),
-        deadline: SystemTime::now() + Duration::from_secs(3600),
-        id,
-    }
-}
 
 fn calls(faults: &Faults) -> BTreeMap<&'static str, u64> {
     OPERATIONS
@@ -92,7 +61,7 @@ fn print_phase(
 
 async fn measure(store: Arc<DynamoStore>, faults: &Faults, children: usize) {
     println!("{children} children");
-    let flow = new_flow(children);
+    let flow = flow_conformance::new_flow("cost", children, ChildFailurePolicy::FailParent);
 
     let before = calls(faults);
     let started = Instant::now();

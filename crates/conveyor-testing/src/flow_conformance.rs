@@ -39,7 +39,9 @@ pub async fn run_all(store: Arc<dyn FlowStore>) -> Result<(), SuiteFailures> {
     run_cases("flows", cases).await
 }
 
-fn new_flow(case: &str, children: usize, policy: ChildFailurePolicy) -> NewFlow {
+/// A flow of `children` children (ids `00000`, `00001`, ...) under a fresh id starting `case/`, its
+/// parent a `report` job, due within the hour: what the cases here and the flow cost example write.
+pub fn new_flow(case: &str, children: usize, policy: ChildFailurePolicy) -> NewFlow {
     let id = format!("{case}/{}", uuid::Uuid::new_v4().simple());
     NewFlow {
         parent: ParentMessage {
