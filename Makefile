@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test lint unit local-aws stop-local-aws browser bench chaos simulate
+.PHONY: demo test lint unit local-aws stop-local-aws browser bench chaos simulate flow-soak
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
@@ -57,3 +57,9 @@ bench: local-aws
 SEEDS ?= 10000
 simulate:
 	$(CARGO) run --release -p conveyor-sim --bin simulate -- --seeds $(SEEDS)
+
+## The large flow end to end at 10,000 children (3 workers, one SIGKILLed, 3 children dead-lettered by
+## SQS's redrive); prints creation and counting rates, requests per child and the jobs index's spread.
+flow-soak: local-aws
+	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
+	CONVEYOR_E2E_FLOW_CHILDREN=10000 $(CARGO) test -p conveyor-e2e --test flows a_large_flow -- --nocapture

@@ -526,6 +526,24 @@ fn cases() -> Vec<Case> {
         // lambda-consumer
         case("lambda_valid", "lambda-consumer", &[], None),
         case(
+            "lambda_with_flow_sweep",
+            "lambda-consumer",
+            &[("flow_sweep", "true")],
+            None,
+        ),
+        case(
+            "lambda_flow_sweep_kms_wildcard",
+            "lambda-consumer",
+            &[
+                ("flow_sweep", "true"),
+                (
+                    "flow_sweep_kms_key_arn",
+                    "\"arn:aws:kms:us-east-1:123456789012:key/*\"",
+                ),
+            ],
+            Some("flow_sweep_kms_key_arn must be a KMS key ARN"),
+        ),
+        case(
             "lambda_with_payload_bucket",
             "lambda-consumer",
             &[(

@@ -495,6 +495,11 @@ impl BatchProcessor {
         &self.config
     }
 
+    /// The pipeline it runs.
+    pub(crate) fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
     /// The cold start's check of the idempotency store ([`Pipeline::check_store`]): `Err` when the store
     /// is misconfigured (a table that does not exist, access denied), with what to fix; an outage is
     /// not a configuration error and passes.

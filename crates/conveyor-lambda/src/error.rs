@@ -54,6 +54,9 @@ pub enum InvocationError {
     /// The batch must be returned whole (see [`crate::BatchReport::invocation_error`]).
     #[error(transparent)]
     BatchFailed(#[from] crate::batch::BatchFailed),
+    /// A flow sweep invocation ([`crate::FLOW_SWEEP_EVENT`]) could not sweep: what and what to do.
+    #[error("{0}")]
+    FlowSweep(String),
 }
 
 impl From<InvocationError> for lambda_runtime::Diagnostic {
@@ -63,6 +66,10 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
             InvocationError::BatchFailed(error) => lambda_runtime::Diagnostic {
                 error_type: "Conveyor.BatchFailed".to_owned(),
                 error_message: error.0,
+            },
+            InvocationError::FlowSweep(message) => lambda_runtime::Diagnostic {
+                error_type: "Conveyor.FlowSweep".to_owned(),
+                error_message: message,
             },
         }
     }

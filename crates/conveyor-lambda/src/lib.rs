@@ -3,6 +3,7 @@
 mod batch;
 mod error;
 mod event;
+mod flow_sweep;
 mod metrics;
 #[cfg(feature = "outbox")]
 pub mod outbox;
@@ -15,6 +16,7 @@ pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, S
 pub use batch::{BatchFailed, BatchProcessor, BatchReport, visibility_advice};
 pub use error::{EventError, InvocationError, LambdaError};
 pub use event::{SQS_EVENT_SOURCE, parse_event};
+pub use flow_sweep::{FLOW_SWEEP_EVENT, is_flow_sweep};
 pub use metrics::{BatchMetrics, NAMESPACE};
 pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name};
 pub use record::{RecordError, to_message, to_record};

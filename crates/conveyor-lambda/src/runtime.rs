@@ -67,6 +67,12 @@ async fn handle(
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SqsBatchResponse, InvocationError> {
     let (payload, context) = event.into_parts();
+    if crate::flow_sweep::is_flow_sweep(&payload) {
+        let span = tracing::info_span!("flow_sweep", request_id = %context.request_id);
+        return crate::flow_sweep::sweep_flows(processor.pipeline())
+            .instrument(span)
+            .await;
+    }
     let event = match parse_event(payload) {
         Ok(event) => event,
         Err(error) => {

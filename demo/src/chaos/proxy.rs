@@ -1,5 +1,5 @@
 //! A TCP proxy in front of an emulator that delays requests while a slowdown is on, cuts every
-//! connection while an outage is on, and counts the messages SQS hands out.
+//! connection while an outage is on, and counts the messages SQS hands out and the requests by operation.
 //!
 //! Why a proxy and not `conveyor_testing::faults`: the fault layer wraps SDK clients inside one process,
 //! and the example binaries build their own clients. A proxy slows or breaks the real processes,
@@ -13,9 +13,10 @@
 //!   sees its connection close without an answer: what an unreachable service looks like to the SDK
 //!   (a dispatch failure, retried, then an error). Answers already on their way still arrive.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -24,6 +25,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// The marker counted in SQS's answers: one per message a `ReceiveMessage` returns (JSON protocol).
 const RECEIPT_MARKER: &[u8] = b"\"ReceiptHandle\"";
+
+/// The header naming a JSON-protocol request's operation (`DynamoDB_20120810.PutItem`,
+/// `AmazonSQS.ReceiveMessage`), lower-cased as the SDK writes it.
+const TARGET_HEADER: &[u8] = b"x-amz-target:";
 
 /// The shared state of one proxy: the delay now in force, whether an outage is on, and counters.
 #[derive(Debug, Default)]
@@ -34,6 +39,7 @@ pub struct ProxyState {
     cut: AtomicU64,
     receipts: AtomicU64,
     connections: AtomicU64,
+    operations: Mutex<BTreeMap<String, u64>>,
 }
 
 impl ProxyState {
@@ -71,6 +77,37 @@ impl ProxyState {
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
     }
+
+    /// Requests forwarded so far by operation (`PutItem`, `ReceiveMessage`, ...), from their
+    /// `x-amz-target` header.
+    pub fn operations(&self) -> BTreeMap<String, u64> {
+        self.operations
+            .lock()
+            .map(|operations| operations.clone())
+            .unwrap_or_default()
+    }
+
+    fn count_operation(&self, chunk: &[u8]) {
+        let Some(operation) = operation_of(chunk) else {
+            return;
+        };
+        if let Ok(mut operations) = self.operations.lock() {
+            *operations.entry(operation).or_insert(0) += 1;
+        }
+    }
+}
+
+/// The operation a request chunk starts, if it holds the request's `x-amz-target` header.
+fn operation_of(chunk: &[u8]) -> Option<String> {
+    let lower = chunk.to_ascii_lowercase();
+    let start = lower
+        .windows(TARGET_HEADER.len())
+        .position(|window| window == TARGET_HEADER)?
+        + TARGET_HEADER.len();
+    let value = &chunk[start..];
+    let end = value.iter().position(|byte| *byte == b'\r' || *byte == b'\n')?;
+    let target = std::str::from_utf8(&value[..end]).ok()?.trim();
+    Some(target.rsplit('.').next().unwrap_or(target).to_owned())
 }
 
 /// A running proxy; it stops with the runtime.
@@ -165,6 +202,7 @@ async fn pipe(client: TcpStream, server: TcpStream, state: &ProxyState) {
                 state.delayed_chunks.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
+            state.count_operation(&buffer[..read]);
             if server_write.write_all(&buffer[..read]).await.is_err() {
                 break;
             }
@@ -225,6 +263,16 @@ mod tests {
             2
         );
         assert_eq!(count(b"nothing", RECEIPT_MARKER), 0);
+    }
+
+    #[test]
+    fn operations_are_read_from_the_target_header() {
+        let request =
+            b"POST / HTTP/1.1\r\nhost: x\r\nx-amz-target: DynamoDB_20120810.TransactWriteItems\r\n\r\n{}";
+        assert_eq!(operation_of(request).as_deref(), Some("TransactWriteItems"));
+        let title_case = b"POST / HTTP/1.1\r\nX-Amz-Target: AmazonSQS.ReceiveMessage\r\n\r\n";
+        assert_eq!(operation_of(title_case).as_deref(), Some("ReceiveMessage"));
+        assert_eq!(operation_of(b"{\"body\": \"no header here\"}"), None);
     }
 
     #[test]

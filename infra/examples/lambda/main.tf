@@ -54,6 +54,9 @@ module "consumer" {
   batch_size          = 10
   maximum_concurrency = 10
 
+  # The application sends flows (chunked reports): no worker runs their deadline sweep here.
+  flow_sweep = true
+
   alarm_actions = var.alarm_actions
 }
 

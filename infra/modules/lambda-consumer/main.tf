@@ -265,3 +265,77 @@ resource "aws_cloudwatch_metric_alarm" "duration" {
   ok_actions    = var.ok_actions
   tags          = var.tags
 }
+
+# The flows' deadline sweep (flow_sweep = true): every minute, the function with {"conveyor":
+# "sweep_flows"}, which it answers with one pass of the sweep instead of a batch (conveyor_lambda's
+# flow_sweep module). Past a flow's deadline its children dead-lettered by SQS's redrive or never sent
+# are counted and the policy ends the flow. A missed tick is not retried: the next comes a minute later.
+data "aws_iam_policy_document" "flow_sweep_assume_role" {
+  statement {
+    sid     = "SchedulerAssumesRole"
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["scheduler.amazonaws.com"]
+    }
+
+    # Only this account's schedules may use the role (confused-deputy protection).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account_id]
+    }
+  }
+}
+
+resource "aws_iam_role" "flow_sweep" {
+  count = var.flow_sweep ? 1 : 0
+
+  name_prefix        = "${substr(var.function_name, 0, 31)}-flows-"
+  assume_role_policy = data.aws_iam_policy_document.flow_sweep_assume_role.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "flow_sweep" {
+  count = var.flow_sweep ? 1 : 0
+
+  statement {
+    sid       = "InvokeTheConsumer"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [aws_lambda_function.this.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "flow_sweep" {
+  count = var.flow_sweep ? 1 : 0
+
+  name   = "conveyor-flow-sweep"
+  role   = aws_iam_role.flow_sweep[0].id
+  policy = data.aws_iam_policy_document.flow_sweep[0].json
+}
+
+resource "aws_scheduler_schedule" "flow_sweep" {
+  count = var.flow_sweep ? 1 : 0
+
+  name                = "${substr(var.function_name, 0, 52)}-flow-sweep"
+  description         = "Conveyor flow sweep: ends flows past their deadline by their policy"
+  schedule_expression = "rate(1 minute)"
+  state               = "ENABLED"
+  kms_key_arn         = var.flow_sweep_kms_key_arn
+
+  flexible_time_window {
+    mode = "OFF"
+  }
+
+  target {
+    arn      = aws_lambda_function.this.arn
+    role_arn = aws_iam_role.flow_sweep[0].arn
+    input    = jsonencode({ conveyor = "sweep_flows" })
+
+    retry_policy {
+      maximum_event_age_in_seconds = 60
+      maximum_retry_attempts       = 0
+    }
+  }
+}

@@ -36,3 +36,8 @@ output "alarm_arns" {
     duration  = aws_cloudwatch_metric_alarm.duration.arn
   }
 }
+
+output "flow_sweep_schedule_arn" {
+  description = "The flow sweep's EventBridge schedule (flow_sweep = true), or null."
+  value       = var.flow_sweep ? aws_scheduler_schedule.flow_sweep[0].arn : null
+}

@@ -262,3 +262,20 @@ variable "payload_bucket" {
   })
   default = null
 }
+
+variable "flow_sweep" {
+  description = "Invoke the function once a minute with {\"conveyor\": \"sweep_flows\"} (EventBridge Scheduler), so flows past their deadline end by their policy when no ECS worker runs the sweep. Needs flows on in the function's pipeline (Pipeline::with_flows); an ECS worker sweeps by itself."
+  type        = bool
+  default     = false
+}
+
+variable "flow_sweep_kms_key_arn" {
+  description = "Optional customer managed KMS key ARN for the flow sweep schedule (null: an AWS owned key)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.flow_sweep_kms_key_arn == null || can(regex("^arn:aws[a-zA-Z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+$", var.flow_sweep_kms_key_arn))
+    error_message = "flow_sweep_kms_key_arn must be a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>), or null."
+  }
+}

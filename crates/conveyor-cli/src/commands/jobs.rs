@@ -25,6 +25,7 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
   conveyor jobs show 'conveyor:report#report:r-1'   # the same, by its record key
   conveyor jobs list --type report --status running
   conveyor jobs watch report:r-1 --type report      # follows progress until the job ends
+  conveyor jobs sweep-flows                         # ends the flows past their deadline now
 
 Only job types whose handler sets HandlerSettings::tracked keep a record.")]
 pub(crate) struct JobsArgs {
@@ -45,6 +46,9 @@ pub(crate) enum JobsCommand {
     List(ListArgs),
     /// Follow one job's status and progress until it succeeds or is dead-lettered.
     Watch(KeyArgs),
+    /// Sweep the flows past their deadline once, as every worker does each minute: their unfinished
+    /// children (dead-lettered by SQS's redrive, never sent) are counted and the policy ends the flow.
+    SweepFlows,
 }
 
 /// Which job.
@@ -137,7 +141,34 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
             Ok(())
         }
         JobsCommand::Watch(key) => watch(&store, key, &args.table, format).await,
+        JobsCommand::SweepFlows => sweep_flows(store, aws, &args.table, format).await,
     }
+}
+
+/// One pass of the flows' deadline sweep; prints what it did.
+async fn sweep_flows(store: DynamoStore, aws: &Aws, table: &str, format: Format) -> anyhow::Result<()> {
+    let store = std::sync::Arc::new(store);
+    let flows = conveyor_core::Flows {
+        store: store.clone(),
+        sender: std::sync::Arc::new(conveyor_sqs::SqsSender::new(aws.sqs_client())),
+    };
+    let report = conveyor_core::sweep_overdue_flows(&flows, store.as_ref(), SystemTime::now())
+        .await
+        .with_context(|| format!("sweeping the flows of table {table}"))?;
+    if format == Format::Json {
+        return print_json(&serde_json::json!({
+            "overdue": report.overdue,
+            "recovered": report.recovered,
+            "counted_out": report.counted_out,
+        }));
+    }
+    crate::outln!(
+        "{} flow(s) past their deadline ended; {} child(ren) counted as succeeded from their records, {} as failed",
+        report.overdue,
+        report.recovered,
+        report.counted_out
+    );
+    Ok(())
 }
 
 fn status_words(status: Option<JobStatus>) -> String {
