@@ -701,12 +701,19 @@ async fn conveyor_jobs_sweep_flows_ends_a_flow_past_its_deadline_by_its_policy()
     let report: serde_json::Value = serde_json::from_slice(&swept.stdout)?;
     assert_eq!(
         (&report["overdue"], &report["counted_out"], &report["recovered"]),
-        (&serde_json::json!(1), &serde_json::json!(3), &serde_json::json!(0)),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(3),
+            &serde_json::json!(0)
+        ),
         "{report}"
     );
     let state = store.flow(&sent.flow).await?.expect("the flow's record");
     assert_eq!((state.succeeded, state.failed), (0, 3), "{state:?}");
-    assert!(state.failure_sent_at.is_some(), "the failure notice was sent: {state:?}");
+    assert!(
+        state.failure_sent_at.is_some(),
+        "the failure notice was sent: {state:?}"
+    );
     let sqs_queue = SqsQueue::connect(sqs.clone(), &queue.url).await?;
     let depth = conveyor_core::port::Queue::depth(&sqs_queue).await?;
     assert_eq!(depth.visible, 4, "three children and the parent's failure notice");

@@ -3,7 +3,9 @@
 //! The record is keyed `conveyor:<job type>#<producer key or message id>`
 //! ([`idempotency_key`]), or by the exact record id for tables written with another key style
 //! (Powertools-compatible keys). The stored output can carry personal data: it is shown only when asked
-//! for.
+//! for. A flow's parent (`conveyor:<type>#flow:<flow id>`) also shows its flow: the counts, the parent's
+//! state, and the failed and pending children, each a link to its own record (a nested flow's parent
+//! shows its own flow there).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -11,11 +13,14 @@ use std::time::SystemTime;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use conveyor_core::port::idempotency_key;
+use conveyor_core::port::{ChildEnd, FlowChild, FlowState, FlowStore as _, flow_of_parent_record};
+use conveyor_core::runtime::format_epoch_millis;
 use conveyor_core::runtime::{format_age, format_time};
 use conveyor_core::{
     JobRecord,
     port::{IdempotencyRecord, IdempotencyStore, RecordStatus},
 };
+use conveyor_dynamodb::DynamoStore;
 use maud::{Markup, html};
 
 use crate::fields::Fields;
@@ -54,7 +59,10 @@ async fn found(state: &AppState, fields: &Fields, key: &str) -> Markup {
             }
         };
     };
+    let flow = flow_section(store, key).await;
     match store.get(key).await {
+        // A flow's parent has no record until it is sent: its flow is the answer then.
+        Ok(None) if flow.is_some() => html! { (flow.unwrap_or_default()) },
         Ok(Some(record)) => {
             // A tracked job's status, attempts, last error and progress (the same item).
             let tracking = match store.job(key).await {
@@ -70,7 +78,7 @@ async fn found(state: &AppState, fields: &Fields, key: &str) -> Markup {
                     p class="bad" { "Reading the job's tracking failed: " (error) }
                 },
             };
-            html! { (render(&record, fields, SystemTime::now())) (tracking) }
+            html! { (render(&record, fields, SystemTime::now())) (tracking) (flow.unwrap_or_default()) }
         }
         Ok(None) => html! {
             p id="job-missing" {
@@ -81,6 +89,73 @@ async fn found(state: &AppState, fields: &Fields, key: &str) -> Markup {
         Err(error) => html! {
             p class="bad" { "Reading " code { (key) } " failed: " (error) }
         },
+    }
+}
+
+/// Children listed per state at most (the rest are counted), as `conveyor jobs show` does.
+const LISTED_CHILDREN: usize = 20;
+
+/// The flow whose parent is record `key`, when it is one (`None`: not a parent, or no such flow).
+async fn flow_section(store: &DynamoStore, key: &str) -> Option<Markup> {
+    let flow_id = flow_of_parent_record(key)?;
+    let flow = match store.flow(flow_id).await {
+        Ok(flow) => flow?,
+        Err(error) => return Some(html! { p class="bad" { "Reading the job's flow failed: " (error) } }),
+    };
+    match store.children(flow_id).await {
+        Ok(children) => Some(render_flow(&flow, &children)),
+        Err(error) => Some(html! { p class="bad" { "Reading the flow's children failed: " (error) } }),
+    }
+}
+
+/// A flow: its counts, policy, deadline and parent, then its failed children with their reasons and
+/// its pending ones.
+fn render_flow(flow: &FlowState, children: &[FlowChild]) -> Markup {
+    let parent = match (flow.parent_sent_at, flow.failure_sent_at) {
+        (Some(millis), _) => format!("sent {}", format_epoch_millis(millis)),
+        (None, Some(millis)) => format!("failed: notice sent {}", format_epoch_millis(millis)),
+        (None, None) => "waiting for its children".to_owned(),
+    };
+    let failed: Vec<(&FlowChild, &str)> = children
+        .iter()
+        .filter_map(|child| match &child.end {
+            Some(ChildEnd::Failed(reason)) => Some((child, reason.as_str())),
+            _ => None,
+        })
+        .collect();
+    let pending: Vec<&FlowChild> = children.iter().filter(|child| child.end.is_none()).collect();
+    let link = |child: &FlowChild| format!("/jobs?record_id={}", query_value(&child.key));
+    html! {
+        h2 { "Flow" }
+        div class="scroll" {
+            table id="flow" {
+                tbody {
+                    tr { th { "Flow" } td { code { (flow.id) } } }
+                    tr { th { "Children" } td id="flow-summary" { (flow.summary()) } }
+                    tr { th { "On failure" } td { (flow.policy.as_str()) } }
+                    tr { th { "Deadline" } td { (format_epoch_millis(flow.deadline)) } }
+                    tr { th { "Parent" } td id="flow-parent" { (parent) } }
+                }
+            }
+        }
+        @if !failed.is_empty() {
+            h3 { "Failed children" }
+            ul id="flow-failed" {
+                @for (child, reason) in failed.iter().take(LISTED_CHILDREN) {
+                    li { a href=(link(child)) { (child.id) } ": " (reason) }
+                }
+                @if failed.len() > LISTED_CHILDREN { li class="muted" { "… and " (failed.len() - LISTED_CHILDREN) " more" } }
+            }
+        }
+        @if !pending.is_empty() {
+            h3 { "Pending children" }
+            ul id="flow-pending" {
+                @for child in pending.iter().take(LISTED_CHILDREN) {
+                    li { a href=(link(child)) { (child.id) } }
+                }
+                @if pending.len() > LISTED_CHILDREN { li class="muted" { "… and " (pending.len() - LISTED_CHILDREN) " more" } }
+            }
+        }
     }
 }
 
@@ -227,5 +302,50 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("40% chunk 4 of 10 (3s ago)"), "{html}");
+    }
+
+    #[test]
+    fn a_flow_shows_its_counts_parent_and_failed_and_pending_children_with_links() {
+        let flow = FlowState {
+            id: "report:r-<1>".into(),
+            parent_record: "conveyor:chunked_report#flow:report:r-<1>".into(),
+            policy: conveyor_core::ChildFailurePolicy::Ignore,
+            children: 25,
+            succeeded: 1,
+            failed: 1,
+            first_failure: Some("chunk 1 has <no> queries".into()),
+            deadline: 1_795_963_051_815,
+            parent_sent_at: None,
+            failure_sent_at: None,
+        };
+        let child = |index: usize, end: Option<ChildEnd>| FlowChild {
+            id: format!("{index:05}"),
+            key: format!("conveyor:report_chunk#flow:report:r-1:{index:05}"),
+            end,
+        };
+        let mut children = vec![
+            child(0, Some(ChildEnd::Succeeded { output: None })),
+            child(1, Some(ChildEnd::Failed("chunk 1 has <no> queries".into()))),
+        ];
+        children.extend((2..25).map(|index| child(index, None)));
+        let html = render_flow(&flow, &children).into_string();
+        assert!(html.contains("report:r-&lt;1&gt;"), "escaped: {html}");
+        assert!(
+            html.contains("25 children: 1 succeeded, 1 failed, 23 pending"),
+            "{html}"
+        );
+        assert!(html.contains("waiting for its children"), "{html}");
+        assert!(
+            html.contains(r#"<a href="/jobs?record_id=conveyor%3Areport_chunk%23flow%3Areport%3Ar-1%3A00001">00001</a>: chunk 1 has &lt;no&gt; queries"#),
+            "{html}"
+        );
+        assert!(
+            html.contains("… and 3 more"),
+            "20 pending listed, the rest counted: {html}"
+        );
+        assert!(
+            !html.contains(">00000<"),
+            "a succeeded child is not listed: {html}"
+        );
     }
 }

@@ -82,6 +82,11 @@ pub fn parent_key(flow_id: &str) -> String {
     format!("flow:{flow_id}")
 }
 
+/// The flow whose parent has record key `record_key` (`conveyor:<type>#flow:<flow id>`), if it is one.
+pub fn flow_of_parent_record(record_key: &str) -> Option<&str> {
+    record_key.split_once('#')?.1.strip_prefix("flow:")
+}
+
 /// What a dead-lettered child does to its flow (BullMQ's four options).
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,6 +460,14 @@ pub(crate) fn parent_of(message: &Message) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parents_record_key_names_its_flow() {
+        let key = crate::idempotency::idempotency_key("report", Some(&parent_key("report:r-1")), "");
+        assert_eq!(flow_of_parent_record(&key), Some("report:r-1"));
+        assert_eq!(flow_of_parent_record("conveyor:report#r-1"), None);
+        assert_eq!(flow_of_parent_record("flow:x"), None);
+    }
 
     fn flow(children: u64, succeeded: u64, failed: u64, policy: ChildFailurePolicy) -> FlowState {
         FlowState {

@@ -61,7 +61,7 @@ pub use tracking::{JobQuery, JobRecord, JobStatus, Progress};
 pub mod port {
     pub use crate::flow::{
         ChildEnd, Count, Created, FLOW_CHILD_ATTRIBUTE, FlowChild, FlowSender, FlowState, FlowStore, NewFlow,
-        ParentDue, ParentMessage, parent_key, unknown_flow,
+        ParentDue, ParentMessage, flow_of_parent_record, parent_key, unknown_flow,
     };
     pub use crate::idempotency::{
         Claim, ClaimOutcome, ClaimRequest, EXPIRY_PAST_LEASE, IdempotencyRecord, IdempotencyStore,

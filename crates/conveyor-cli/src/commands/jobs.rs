@@ -95,7 +95,7 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
     let store = DynamoStore::new(aws.dynamodb_client(), &args.table);
     match &args.command {
         JobsCommand::Show(key) => {
-            let flow = match flow_id_of(&key.record_key()) {
+            let flow = match conveyor_core::port::flow_of_parent_record(&key.record_key()) {
                 Some(flow_id) => match store.flow(flow_id).await.context("reading the job's flow")? {
                     Some(flow) => Some((flow, flow_tree(&store, flow_id, 3).await?)),
                     None => None,
@@ -258,11 +258,6 @@ pub(crate) fn describe(job: &JobRecord, now: SystemTime) -> String {
     text
 }
 
-/// The flow whose parent has record key `record_key` (`conveyor:<type>#flow:<flow id>`), if any.
-pub(crate) fn flow_id_of(record_key: &str) -> Option<&str> {
-    record_key.split_once('#')?.1.strip_prefix("flow:")
-}
-
 /// Children listed by name per state at most (the rest are counted).
 const LISTED_CHILDREN: usize = 20;
 
@@ -348,7 +343,7 @@ pub(crate) async fn flow_tree(
             Some(ChildEnd::Failed(reason)) => ("failed", Some(reason.clone())),
             None => ("pending", None),
         };
-        let nested = match flow_id_of(&child.key) {
+        let nested = match conveyor_core::port::flow_of_parent_record(&child.key) {
             Some(nested_id) if depth > 0 => match store.flow(nested_id).await? {
                 Some(flow) => Some((flow, Box::pin(flow_tree(store, nested_id, depth - 1)).await?)),
                 None => None,

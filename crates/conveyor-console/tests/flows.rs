@@ -1,0 +1,84 @@
+//! A flow's parent looked up in the console (DynamoDB Local): the flow's counts, its parent's state, and
+//! its failed and pending children with links to their records, before the parent has a record.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use conveyor_console::{Console, ConsoleConfig};
+use conveyor_core::ChildFailurePolicy;
+use conveyor_core::port::{ChildEnd, FlowStore as _};
+use conveyor_dynamodb::DynamoStore;
+use conveyor_testing::localstack;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "0123456789abcdef0123";
+
+/// `GET path` with the token; the whole answer.
+async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
+    let mut socket = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+    );
+    socket.write_all(request.as_bytes()).await?;
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).await?;
+    Ok(answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flows_parent_shows_its_flow_with_failed_and_pending_children() -> anyhow::Result<()> {
+    localstack::ensure_local_aws().await?;
+    let dynamodb = localstack::dynamodb_client().await;
+    let table = localstack::create_table(&dynamodb, "console-flow").await?;
+    let store = DynamoStore::new(dynamodb.clone(), &table);
+    let flow = conveyor_testing::flow_conformance::new_flow("console", 3, ChildFailurePolicy::Ignore);
+    store.create_flow(&flow).await?;
+    store
+        .child_finished(&flow.id, "00000", &ChildEnd::Succeeded { output: None })
+        .await?;
+    store
+        .child_finished(
+            &flow.id,
+            "00001",
+            &ChildEnd::Failed("the <warehouse> said no".into()),
+        )
+        .await?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let config = ConsoleConfig::default()
+        .with_listen(addr)
+        .with_token(Some(TOKEN.to_owned()))
+        .with_prefixes(vec!["console-flow".to_owned()])
+        .with_table(Some(table.clone()));
+    let console = Console::new(config, localstack::sqs_client().await, dynamodb).await?;
+    let stop = CancellationToken::new();
+    tokio::spawn(console.serve(listener, stop.clone()));
+
+    let record = conveyor_console_query(&flow.parent_record);
+    let page = get(addr, &format!("/jobs?record_id={record}")).await?;
+    stop.cancel();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(
+        page.contains("3 children: 1 succeeded, 1 failed, 1 pending"),
+        "the counts: {page}"
+    );
+    assert!(page.contains("waiting for its children"), "the parent: {page}");
+    assert!(
+        page.contains("the &lt;warehouse&gt; said no"),
+        "the failed child's reason, escaped: {page}"
+    );
+    assert!(
+        page.contains("id=\"flow-pending\"") && page.contains(">00002</a>"),
+        "the pending child, linked: {page}"
+    );
+    assert!(
+        !page.contains("id=\"job-missing\""),
+        "a parent not sent yet is not 'no record': {page}"
+    );
+    Ok(())
+}
+
+/// A record key as a query value (`:` and `#` escaped).
+fn conveyor_console_query(text: &str) -> String {
+    text.replace(':', "%3A").replace('#', "%23").replace('/', "%2F")
+}
