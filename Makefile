@@ -43,6 +43,7 @@ chaos: local-aws
 ## Prints the benchmark figures quoted in the README.
 bench: local-aws
 	$(CARGO) run --release -p conveyor-worker --example bench
+	$(CARGO) run --release -p conveyor-worker --example bench_idempotent
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead
 	$(CARGO) run --release -p conveyor-sqs --example send_bench

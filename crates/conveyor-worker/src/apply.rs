@@ -56,7 +56,6 @@ pub(crate) fn record_retry_in_place(runtime: &Runtime, queue: usize, processed: 
     let job = runtime.metrics[queue].job(processed.job_type);
     if let Some(duration) = processed.handler_duration {
         job.duration.record(seconds(duration));
-        runtime.observe_job(duration);
     }
     add(&runtime.status.counters().retried, 1);
     job.retried.increment(1);
@@ -72,7 +71,6 @@ pub(crate) async fn apply(
     let job = runtime.metrics[queue].job(processed.job_type);
     if let Some(duration) = processed.handler_duration {
         job.duration.record(seconds(duration));
-        runtime.observe_job(duration);
     }
     let counters = runtime.status.counters();
     let fallback = processed.fallback_delay();

@@ -42,9 +42,12 @@ pub(crate) async fn run_message(runtime: Arc<Runtime>, queue: usize, received: R
         receive_count = received.message.receive_count,
         job_type = tracing::field::Empty,
     );
-    run_in_span(runtime, queue, received, span.clone())
+    let started = Instant::now();
+    let settled = run_in_span(Arc::clone(&runtime), queue, received, span.clone())
         .instrument(span)
-        .await
+        .await;
+    runtime.observe_slot(started.elapsed());
+    settled
 }
 
 /// Why a message waits in flight instead of going back (FIFO: a copy would break the group's order).

@@ -12,7 +12,8 @@
 //! A loop receives only when it holds free slots: it waits for one, takes up to `batch - 1` more that
 //! are free without waiting, and asks for that many messages (`MaxNumberOfMessages = min(10, free)`).
 //! While the queue has a backlog (the last receive came back full), a loop that holds fewer than a
-//! full batch waits a moment ([`RECEIVE_LINGER`], a tenth of a typical job, at most 20 ms) for more slots to
+//! full batch waits a moment ([`RECEIVE_LINGER`], a tenth of the time a message typically holds its slot
+//! (claim, handler, complete), at most 20 ms) for more slots to
 //! free up, so a small worker (`max_in_flight` 10) receives full batches instead of one or two
 //! messages per request, without leaving slots idle for long.
 //! After an empty receive it asks for one message only, so idle loops hold one slot each, not ten,
