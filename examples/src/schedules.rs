@@ -58,11 +58,20 @@ pub async fn app_scheduler() -> anyhow::Result<Option<Scheduler>> {
     };
     let sqs = conveyor_sqs::sqs_client_from_env().await;
     let dynamodb = conveyor_dynamodb::dynamodb_client_from_env().await;
+    // The owner names this process first, so an operator (or a test) reading the lease knows which
+    // task leads; the start time in nanoseconds keeps two tasks whose pids are equal (each
+    // container's pid 1) apart.
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let owner = format!("pid-{}-{started:x}", std::process::id());
     let scheduler = Scheduler::new(
         schedules()?,
         TickStore::new(dynamodb, table),
         Arc::new(Producer::new(sqs, queue)),
-    )?;
+    )?
+    .with_owner(&owner);
     Ok(Some(scheduler))
 }
 

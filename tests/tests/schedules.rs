@@ -84,7 +84,7 @@ async fn an_enveloped_tick_without_attributes_runs_with_the_ticks_key() -> Resul
 /// and the cursor's run count matches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_schedulers_a_pause_and_a_killed_leader_send_every_tick_once() -> Result<()> {
-    use conveyor_schedule::{Schedule, ScheduleStore, Scheduler, SchedulerClock, TickStore, tick_key};
+    use conveyor_schedule::{Schedule, ScheduleStore, Scheduler, SchedulerClock, TickStore};
     use conveyor_testing::localstack::{self, QueueSpec};
     use conveyor_testing::wait_until;
     use std::collections::HashMap;
@@ -167,13 +167,176 @@ async fn three_schedulers_a_pause_and_a_killed_leader_send_every_tick_once() -> 
         worker.await?;
     }
 
-    // Every message, by key.
-    let mut keys: HashMap<String, usize> = HashMap::new();
+    let keys = ticks_sent(&sqs, &queue.url).await?;
+    check_ticks(&schedule, &keys, first, last, (paused_at, resumed_at))?;
+    let state = store.state("every-second").await?;
+    ensure!(
+        state.runs == u64::try_from(keys.len())?,
+        "runs {} for {} ticks",
+        state.runs,
+        keys.len()
+    );
+    ensure!(!state.history.is_empty() && state.history.len() <= conveyor_schedule::store::HISTORY_LENGTH);
+    println!(
+        "{} ticks sent once each; pause {}s (schedule time) skipped; leader {} killed, {} took over",
+        keys.len(),
+        resumed_at.duration_since(paused_at)?.as_secs(),
+        leader.owner,
+        new_leader.owner
+    );
+    Ok(())
+}
+
+/// The same promise with the real `worker` processes (`CONVEYOR_SCHEDULES=on`) and the `conveyor` CLI, in
+/// real time: a run-time schedule every second added with `conveyor schedules add`, paused 30 s with
+/// `schedules pause`, resumed with `schedules resume`, then the leading process SIGKILLed (its lease,
+/// 30 s by default, lapses and a follower takes over). Every tick outside the pause is sent once, no
+/// paused tick is replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_a_cli_pause_and_a_sigkilled_leader_send_every_tick_once() -> Result<()> {
+    use conveyor_e2e::{app_env, binaries, outbox_path};
+    use conveyor_schedule::{Schedule, ScheduleStore, TickStore};
+    use conveyor_testing::localstack::{self, QueueSpec};
+    use conveyor_testing::wait_until;
+    use std::time::SystemTime;
+
+    localstack::ensure_local_aws().await?;
+    let sqs = localstack::sqs_client().await;
+    let dynamodb = localstack::dynamodb_client().await;
+    let table = localstack::create_table(&dynamodb, "sched-procs").await?;
+    // The workers consume `jobs` (empty); the ticks go to `ticks`, which only this test reads.
+    let jobs = localstack::create_queue(&sqs, &QueueSpec::standard("sched-procs-jobs")).await?;
+    let ticks = localstack::create_queue(&sqs, &QueueSpec::standard("sched-procs-ticks")).await?;
+    let store = TickStore::new(dynamodb.clone(), &table);
+    let outbox = outbox_path("sched-procs");
+    let mut env = app_env(&table, &outbox);
+    env.push((
+        conveyor_examples::schedules::SCHEDULES_ENV.to_owned(),
+        "on".to_owned(),
+    ));
+    env.push((
+        conveyor_examples::schedules::SCHEDULE_QUEUE_ENV.to_owned(),
+        ticks.url.clone(),
+    ));
+    let conveyor = async |args: &[&str]| -> Result<()> {
+        let output = tokio::process::Command::new(binaries().path("conveyor")?)
+            .envs(localstack::aws_env())
+            .args(args)
+            .output()
+            .await?;
+        ensure!(output.status.success(), "conveyor {args:?}: {output:?}");
+        Ok(())
+    };
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        workers.push(binaries().spawn_worker(&jobs.url, None, &env, None)?);
+    }
+
+    // Intervals count from the start: a whole second a little ahead.
+    let now_secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)?
+        .as_secs();
+    let first = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs + 2);
+    let start = conveyor_core::runtime::format_time(first);
+    conveyor(&[
+        "schedules",
+        "add",
+        "every-second",
+        "--every",
+        "1",
+        "--start",
+        &start,
+        "--job-type",
+        "ping",
+        "--missed",
+        "all",
+        "--table",
+        &table,
+    ])
+    .await?;
+    let schedule = Schedule::every("every-second", Duration::from_secs(1))?.starting(first);
+    let advanced_past = async |time: SystemTime, within: Duration| {
+        wait_until(within, Duration::from_millis(200), async || {
+            store
+                .state("every-second")
+                .await
+                .is_ok_and(|state| state.last_tick.is_some_and(|tick| tick >= time))
+        })
+        .await
+    };
+    // A follower leads only after the first leader's lease: allow for one lapse.
+    advanced_past(first + Duration::from_secs(10), Duration::from_secs(90)).await?;
+
+    let paused_at = SystemTime::now();
+    conveyor(&["schedules", "pause", "every-second", "--table", &table]).await?;
+    wait_until(Duration::from_secs(40), Duration::from_millis(100), async || {
+        SystemTime::now() >= paused_at + Duration::from_secs(30)
+    })
+    .await?;
+    conveyor(&["schedules", "resume", "every-second", "--table", &table]).await?;
+    let resumed_at = SystemTime::now();
+    advanced_past(resumed_at + Duration::from_secs(5), Duration::from_secs(60)).await?;
+
+    // SIGKILL the leading process: the lease's owner starts with its pid.
+    let leader = store
+        .read_lease(conveyor_schedule::DEFAULT_SET)
+        .await?
+        .context("no lease")?;
+    let pid = leader
+        .owner
+        .strip_prefix("pid-")
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .with_context(|| format!("the owner {} names no pid", leader.owner))?;
+    let index = workers
+        .iter()
+        .position(|worker| worker.id() == Some(pid))
+        .context("the leader is one of the three workers")?;
+    let mut killed = workers.remove(index);
+    killed.start_kill()?;
+    killed.wait().await?;
+    let killed_at = SystemTime::now();
+    advanced_past(killed_at + Duration::from_secs(10), Duration::from_secs(120)).await?;
+    let new_leader = store
+        .read_lease(conveyor_schedule::DEFAULT_SET)
+        .await?
+        .context("no lease")?;
+    ensure!(
+        new_leader.owner != leader.owner && new_leader.epoch > leader.epoch,
+        "{new_leader:?}"
+    );
+    conveyor(&["schedules", "pause", "every-second", "--table", &table]).await?;
+    let last = store
+        .state("every-second")
+        .await?
+        .last_sent
+        .context("nothing sent")?;
+    for worker in &mut workers {
+        conveyor_demo::terminate(worker).await?;
+    }
+
+    let keys = ticks_sent(&sqs, &ticks.url).await?;
+    check_ticks(&schedule, &keys, first, last, (paused_at, resumed_at))?;
+    println!(
+        "{} ticks sent once each by 3 worker processes; a 30 s pause skipped; leader {} SIGKILLed, {} took over",
+        keys.len(),
+        leader.owner,
+        new_leader.owner
+    );
+    Ok(())
+}
+
+/// Every message on the tick queue, counted by idempotency key (each read once and deleted).
+async fn ticks_sent(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<std::collections::HashMap<String, usize>> {
+    let mut keys = std::collections::HashMap::new();
     let mut empty = 0;
     while empty < 2 {
         let output = sqs
             .receive_message()
-            .queue_url(&queue.url)
+            .queue_url(url)
             .max_number_of_messages(10)
             .wait_time_seconds(1)
             .message_attribute_names("All")
@@ -194,45 +357,43 @@ async fn three_schedulers_a_pause_and_a_killed_leader_send_every_tick_once() -> 
                 .unwrap_or_default();
             *keys.entry(key).or_default() += 1;
             sqs.delete_message()
-                .queue_url(&queue.url)
+                .queue_url(url)
                 .receipt_handle(message.receipt_handle.unwrap_or_default())
                 .send()
                 .await?;
         }
     }
+    Ok(keys)
+}
+
+/// No tick sent twice, none of the pause (a tick within a second after the pause may have been sent
+/// before the pause was written), and every other tick from `first` to `last` sent.
+fn check_ticks(
+    schedule: &conveyor_schedule::Schedule,
+    keys: &std::collections::HashMap<String, usize>,
+    first: std::time::SystemTime,
+    last: std::time::SystemTime,
+    (paused_at, resumed_at): (std::time::SystemTime, std::time::SystemTime),
+) -> Result<()> {
+    use conveyor_schedule::tick_key;
+    let name = schedule.name.as_str();
     let twice: Vec<(&String, &usize)> = keys.iter().filter(|(_, count)| **count > 1).collect();
     ensure!(twice.is_empty(), "ticks sent twice: {twice:?}");
-    let in_pause = |tick: SystemTime| tick > paused_at && tick <= resumed_at;
-    // A tick within a second after the pause may have been sent before the pause was written.
     let replayed: Vec<String> = schedule
         .ticks_between(paused_at + Duration::from_secs(1), resumed_at, 100)
         .into_iter()
-        .map(|tick| tick_key("every-second", tick))
+        .map(|tick| tick_key(name, tick))
         .filter(|key| keys.contains_key(key))
         .collect();
     ensure!(replayed.is_empty(), "paused ticks sent: {replayed:?}");
+    let in_pause = |tick: std::time::SystemTime| tick > paused_at && tick <= resumed_at;
     let missing: Vec<String> = schedule
         .ticks_between(first, last, 1000)
         .into_iter()
         .filter(|tick| !in_pause(*tick))
-        .map(|tick| tick_key("every-second", tick))
+        .map(|tick| tick_key(name, tick))
         .filter(|key| !keys.contains_key(key))
         .collect();
     ensure!(missing.is_empty(), "ticks never sent: {missing:?}");
-    let state = store.state("every-second").await?;
-    ensure!(
-        state.runs == u64::try_from(keys.len())?,
-        "runs {} for {} ticks",
-        state.runs,
-        keys.len()
-    );
-    ensure!(!state.history.is_empty() && state.history.len() <= conveyor_schedule::store::HISTORY_LENGTH);
-    println!(
-        "{} ticks sent once each; pause {}s (schedule time) skipped; leader {} killed, {} took over",
-        keys.len(),
-        resumed_at.duration_since(paused_at)?.as_secs(),
-        leader.owner,
-        new_leader.owner
-    );
     Ok(())
 }

@@ -309,8 +309,9 @@ impl Scheduler {
         self
     }
 
-    /// Names this scheduler on the lease (default: a random UUID).
-    #[doc(hidden)] // a simulator hook: readable traces
+    /// Names this scheduler on the lease (default: a random UUID), so the lease tells which process
+    /// leads. It must be unique among the set's schedulers: add something random or the start time to
+    /// a task id or a pid (every container's process may be pid 1).
     pub fn with_owner(mut self, owner: &str) -> Self {
         owner.clone_into(&mut self.owner);
         self
