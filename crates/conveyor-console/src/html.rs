@@ -29,6 +29,7 @@ pub(crate) fn query_value(text: &str) -> String {
 pub(crate) enum Nav {
     Queues,
     Jobs,
+    Schedules,
     Send,
     Other,
 }
@@ -54,6 +55,7 @@ pub(crate) fn page(title: &str, nav: Nav, body: Markup) -> Html<String> {
                     nav {
                         (nav_link("/", "Queues", Nav::Queues))
                         (nav_link("/jobs", "Jobs", Nav::Jobs))
+                        (nav_link("/schedules", "Schedules", Nav::Schedules))
                         (nav_link("/send", "Send", Nav::Send))
                     }
                 }

@@ -8,6 +8,7 @@ mod html;
 mod jobs;
 mod queues;
 mod requests;
+mod schedules;
 mod send;
 mod state;
 mod tasks;
@@ -64,6 +65,7 @@ impl Console {
             .route("/tasks/{id}", get(tasks::show))
             .route("/tasks/{id}/live", get(tasks::live))
             .route("/jobs", get(jobs::show))
+            .route("/schedules", get(schedules::show))
             .route("/send", get(send::form).post(send::submit))
             .route("/static/console.css", get(html::stylesheet))
             .route("/static/console.js", get(html::script))

@@ -1,6 +1,7 @@
 //! What every handler shares: the clients, the configuration, the CSRF secret, the running tasks.
 
 use conveyor_dynamodb::DynamoStore;
+use conveyor_schedule::TickStore;
 use conveyor_sqs::admin::{AdminError, list_queues, resolve_queue_url};
 
 use crate::config::{ConsoleConfig, ConsoleError};
@@ -12,6 +13,8 @@ pub(crate) struct AppState {
     pub(crate) config: ConsoleConfig,
     pub(crate) sqs: aws_sdk_sqs::Client,
     pub(crate) store: Option<DynamoStore>,
+    /// Schedules' leases, states and run-time definitions (the same table).
+    pub(crate) schedules: Option<TickStore>,
     pub(crate) requests: RequestCounter,
     /// The CSRF value every form carries: random per process, never derived from the token.
     pub(crate) csrf: String,
@@ -33,6 +36,10 @@ impl AppState {
             .table
             .as_ref()
             .map(|table| DynamoStore::new(requests.dynamodb(&dynamodb), table.clone()));
+        let schedules = config
+            .table
+            .as_ref()
+            .map(|table| TickStore::new(requests.dynamodb(&dynamodb), table.clone()));
         let mut fixed_urls = Vec::new();
         for queue in &config.queues {
             let url = resolve_queue_url(&sqs, queue).await?;
@@ -45,6 +52,7 @@ impl AppState {
             config,
             sqs,
             store,
+            schedules,
             requests,
             csrf: format!(
                 "{}{}",

@@ -1,5 +1,7 @@
-//! A flow's parent looked up in the console (DynamoDB Local): the flow's counts, its parent's state, and
-//! its failed and pending children with links to their records, before the parent has a record.
+//! The console's pages that read the idempotency table, against DynamoDB Local: a flow's parent (the
+//! flow's counts, its parent's state, its failed and pending children with links to their records,
+//! before the parent has a record), and the schedules page (a set's run-time schedules, a paused
+//! schedule's state).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use conveyor_console::{Console, ConsoleConfig};
@@ -24,6 +26,63 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(answer)
 }
 
+/// A console on `table`, serving on a loopback port until `stop` is cancelled.
+async fn console(table: &str, stop: &CancellationToken) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let config = ConsoleConfig::default()
+        .with_listen(addr)
+        .with_token(Some(TOKEN.to_owned()))
+        .with_prefixes(vec!["console-pages".to_owned()])
+        .with_table(Some(table.to_owned()));
+    let console = Console::new(
+        config,
+        localstack::sqs_client().await,
+        localstack::dynamodb_client().await,
+    )
+    .await?;
+    tokio::spawn(console.serve(listener, stop.child_token()));
+    Ok(addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_set_and_a_paused_schedule_are_shown() -> anyhow::Result<()> {
+    use conveyor_schedule::{DEFAULT_SET, Schedule, ScheduleStore as _, TickStore, to_definition_json};
+    localstack::ensure_local_aws().await?;
+    let dynamodb = localstack::dynamodb_client().await;
+    let table = localstack::create_table(&dynamodb, "console-schedules").await?;
+    let store = TickStore::new(dynamodb, &table);
+    let cleanup = Schedule::every("cleanup", std::time::Duration::from_secs(300))?.job_of(
+        "cleanup",
+        1,
+        &serde_json::json!({}),
+    )?;
+    store
+        .put_definition(DEFAULT_SET, "cleanup", &to_definition_json(&cleanup))
+        .await?;
+    store
+        .pause("nightly-report", std::time::SystemTime::now())
+        .await?;
+    let stop = CancellationToken::new();
+    let addr = console(&table, &stop).await?;
+
+    let page = get(addr, "/schedules?name=nightly-report").await?;
+    let set_page = get(addr, "/schedules").await?;
+    stop.cancel();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("paused since"), "the pause: {page}");
+    assert!(page.contains("id=\"schedule-no-history\""), "no runs yet: {page}");
+    assert!(
+        set_page.contains("href=\"/schedules?name=cleanup&amp;set=default\""),
+        "the run-time schedule, linked: {set_page}"
+    );
+    assert!(
+        set_page.contains("none: no scheduler of this set runs"),
+        "no leader: {set_page}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flows_parent_shows_its_flow_with_failed_and_pending_children() -> anyhow::Result<()> {
     localstack::ensure_local_aws().await?;
@@ -43,16 +102,8 @@ async fn a_flows_parent_shows_its_flow_with_failed_and_pending_children() -> any
         )
         .await?;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let config = ConsoleConfig::default()
-        .with_listen(addr)
-        .with_token(Some(TOKEN.to_owned()))
-        .with_prefixes(vec!["console-flow".to_owned()])
-        .with_table(Some(table.clone()));
-    let console = Console::new(config, localstack::sqs_client().await, dynamodb).await?;
     let stop = CancellationToken::new();
-    tokio::spawn(console.serve(listener, stop.clone()));
+    let addr = console(&table, &stop).await?;
 
     let record = conveyor_console_query(&flow.parent_record);
     let page = get(addr, &format!("/jobs?record_id={record}")).await?;
