@@ -366,7 +366,30 @@ impl Pipeline {
             Outcome::Defer { .. } => crate::payload::touch_due(message, (self.clock)(), payloads.touch_every),
             _ => false,
         };
-        let Some(Ok(pointer)) = PayloadPointer::of(message).filter(|_| copied) else {
+        if copied {
+            self.touch_payload(message).await;
+        }
+    }
+
+    /// Before a runtime sends a copy of `message` that never went through [`Pipeline::process`] (a
+    /// message deferred unrun: not started before a Lambda invocation's cutoff, at a worker's shutdown,
+    /// or held back by a concurrency limit or an open circuit): touches its large-payload object when
+    /// due, as the pipeline's own deferrals do, so the object outlives the copy. Nothing for a message
+    /// without a pointer or a pipeline without payloads.
+    pub async fn before_unrun_copy(&self, message: &Message) {
+        let Some(payloads) = &self.payloads else {
+            return;
+        };
+        if crate::payload::touch_due(message, (self.clock)(), payloads.touch_every) {
+            self.touch_payload(message).await;
+        }
+    }
+
+    async fn touch_payload(&self, message: &Message) {
+        let Some(payloads) = &self.payloads else {
+            return;
+        };
+        let Some(Ok(pointer)) = PayloadPointer::of(message) else {
             return;
         };
         match payloads.store.touch(&pointer.bucket, &pointer.key).await {

@@ -1052,6 +1052,7 @@ impl BatchProcessor {
     /// listed; so is a message whose copy did not go out in time.
     async fn defer_not_started(&self, results: &mut [(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let mut deferrals = Vec::new();
+        let pipeline = &self.pipeline;
         for (lane_index, (lane, lane_results)) in results.iter().enumerate() {
             for (item_index, result) in lane_results.iter().enumerate() {
                 if result.settled != Settled::NotStarted {
@@ -1063,6 +1064,9 @@ impl BatchProcessor {
                     let settled = match queue.get().await {
                         Some(queue) if !queue.is_fifo() => {
                             let reason = "not started: too close to the invocation deadline";
+                            // Bounded like the copy: a slow S3 must not cost the invocation.
+                            let _ = tokio::time::timeout_at(settle_by, pipeline.before_unrun_copy(&message))
+                                .await;
                             defer(queue.as_ref(), &message, Duration::ZERO, reason, settle_by).await
                         }
                         _ => Settled::Untouched,

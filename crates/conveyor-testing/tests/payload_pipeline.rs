@@ -216,3 +216,68 @@ async fn the_dlq_copy_carries_the_pointer_and_the_attributes_and_the_object_stay
         assert_eq!(copy.attributes.get(name), Some(value), "{name} unchanged");
     }
 }
+
+/// A payload store that counts touches (the memory store's objects do not expire, so it has none).
+struct CountingTouches {
+    inner: Arc<MemoryPayloadStore>,
+    touches: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl conveyor_core::port::PayloadStore for CountingTouches {
+    async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Vec<u8>,
+    ) -> Result<(), conveyor_core::port::PayloadError> {
+        self.inner.put(bucket, key, body).await
+    }
+    async fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>, conveyor_core::port::PayloadError> {
+        self.inner.get(bucket, key).await
+    }
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), conveyor_core::port::PayloadError> {
+        self.inner.delete(bucket, key).await
+    }
+    async fn touch(&self, _bucket: &str, _key: &str) -> Result<(), conveyor_core::port::PayloadError> {
+        self.touches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A message deferred unrun by a runtime (a Lambda cutoff, a worker's shutdown, an open circuit) never
+/// goes through `process`: the runtime asks the pipeline first, which touches the object when a copy
+/// in a new period of `touch_every` is made, as its own deferrals do.
+#[tokio::test]
+async fn an_unrun_copy_touches_its_object_once_per_period() {
+    let store = Arc::new(CountingTouches {
+        inner: Arc::new(MemoryPayloadStore::with_bucket(BUCKET)),
+        touches: std::sync::atomic::AtomicU64::new(0),
+    });
+    let day = Duration::from_secs(86_400);
+    let pipeline = Pipeline::new(Router::new().route(Measure))
+        .with_payloads(Payloads::new(store.clone()).touch_every(day));
+    let touches = || store.touches.load(std::sync::atomic::Ordering::SeqCst);
+
+    // Sent now, first sent now: a copy now is in the same period, no touch.
+    let mut fresh = pointer_message("k1", SIZE_ATTRIBUTE);
+    fresh.sent_at = Some(std::time::SystemTime::now());
+    pipeline.before_unrun_copy(&fresh).await;
+    assert_eq!(touches(), 0, "a copy in the message's own period touches nothing");
+
+    // Sent two days ago (a job hopping since): a copy now starts a new period, touched.
+    let mut old = pointer_message("k3", SIZE_ATTRIBUTE);
+    old.sent_at = Some(std::time::SystemTime::now() - 2 * day);
+    pipeline.before_unrun_copy(&old).await;
+    assert_eq!(touches(), 1, "a copy in a later period touches");
+
+    // Times unknown (no sent time): touched, to be safe.
+    pipeline
+        .before_unrun_copy(&pointer_message("k2", SIZE_ATTRIBUTE))
+        .await;
+    assert_eq!(touches(), 2, "an unknown age touches");
+
+    // A message without a pointer: nothing to touch.
+    pipeline.before_unrun_copy(&Message::new("m-plain", "{}")).await;
+    assert_eq!(touches(), 2);
+}

@@ -106,6 +106,7 @@ async fn run_in_span(
                 // unrun: a standard one goes on as a deferred copy, a FIFO one to the DLQ with a reason.
                 if !fifo && at_the_last_receive(&runtime, queue, &message) {
                     let reason = "the worker shut down before it started, at its last allowed receive";
+                    runtime.pipeline.before_unrun_copy(&message).await;
                     return defer(&runtime, &target, Duration::ZERO, reason, held).await;
                 }
                 if let Some(processed) =
@@ -130,6 +131,7 @@ async fn run_in_span(
                 tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
                 let reason = format!("circuit of {downstream} open");
                 let processed = Processed::not_run(Outcome::Defer { delay, reason }, job_type);
+                runtime.pipeline.before_unrun_copy(&message).await;
                 return apply(&runtime, target, processed, held).await;
             }
         };

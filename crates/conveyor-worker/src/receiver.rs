@@ -190,6 +190,7 @@ async fn settle_at_the_last_receive(
             continue;
         }
         if !source.is_fifo() {
+            let _ = tokio::time::timeout_at(deadline, runtime.pipeline.before_unrun_copy(&message)).await;
             if !sent_as_a_copy(source, &message, deadline).await {
                 back.push(message);
             }
