@@ -111,11 +111,7 @@ async fn flow_section(store: &DynamoStore, key: &str) -> Option<Markup> {
 /// A flow: its counts, policy, deadline and parent, then its failed children with their reasons and
 /// its pending ones.
 fn render_flow(flow: &FlowState, children: &[FlowChild]) -> Markup {
-    let parent = match (flow.parent_sent_at, flow.failure_sent_at) {
-        (Some(millis), _) => format!("sent {}", format_epoch_millis(millis)),
-        (None, Some(millis)) => format!("failed: notice sent {}", format_epoch_millis(millis)),
-        (None, None) => "waiting for its children".to_owned(),
-    };
+    let parent = flow.parent_state();
     let failed: Vec<(&FlowChild, &str)> = children
         .iter()
         .filter_map(|child| match &child.end {

@@ -314,6 +314,17 @@ impl FlowState {
         self.parent_sent_at.is_some()
     }
 
+    /// Where the parent stands: `sent <time>`, `failed: notice sent <time>`, or `waiting for its
+    /// children` (what `conveyor jobs show` and the console print).
+    pub fn parent_state(&self) -> String {
+        let time = crate::display::format_epoch_millis;
+        match (self.parent_sent_at, self.failure_sent_at) {
+            (Some(millis), _) => format!("sent {}", time(millis)),
+            (None, Some(millis)) => format!("failed: notice sent {}", time(millis)),
+            (None, None) => "waiting for its children".to_owned(),
+        }
+    }
+
     /// A short account: `3 of 5 succeeded, 1 failed, 1 pending`.
     pub fn summary(&self) -> String {
         format!(

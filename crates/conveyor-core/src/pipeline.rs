@@ -358,16 +358,10 @@ impl Pipeline {
     /// at it (a DLQ copy always; a hop or deferred copy once per `touch_every`), so the object outlives
     /// every copy (see `crate::payload`'s design note).
     async fn keep_payload(&self, message: &Message, outcome: &Outcome) {
-        let Some(payloads) = &self.payloads else {
-            return;
-        };
-        let copied = match outcome {
-            Outcome::Reject(_) => true,
-            Outcome::Defer { .. } => crate::payload::touch_due(message, (self.clock)(), payloads.touch_every),
-            _ => false,
-        };
-        if copied {
-            self.touch_payload(message).await;
+        match outcome {
+            Outcome::Reject(_) => self.touch_payload(message).await,
+            Outcome::Defer { .. } => self.touch_payload_when_due(message).await,
+            _ => {}
         }
     }
 
@@ -377,6 +371,11 @@ impl Pipeline {
     /// due, as the pipeline's own deferrals do, so the object outlives the copy. Nothing for a message
     /// without a pointer or a pipeline without payloads.
     pub async fn before_unrun_copy(&self, message: &Message) {
+        self.touch_payload_when_due(message).await;
+    }
+
+    /// Touches the object when a copy made now starts a new period of `touch_every`.
+    async fn touch_payload_when_due(&self, message: &Message) {
         let Some(payloads) = &self.payloads else {
             return;
         };

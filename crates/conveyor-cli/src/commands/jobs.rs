@@ -271,11 +271,7 @@ pub(crate) fn describe_flow(flow: &FlowState, children: &[FlowTree]) -> String {
         flow.policy.as_str(),
         format_epoch_millis(flow.deadline)
     );
-    let parent = match (flow.parent_sent_at, flow.failure_sent_at) {
-        (Some(millis), _) => format!("sent {}", format_epoch_millis(millis)),
-        (None, Some(millis)) => format!("failed: notice sent {}", format_epoch_millis(millis)),
-        (None, None) => "waiting for its children".to_owned(),
-    };
+    let parent = flow.parent_state();
     text.push_str(&format!("parent    {} ({parent})\n", flow.parent_record));
     tree_lines(children, 1, &mut text);
     text
