@@ -34,6 +34,7 @@ mod queue;
 mod record_key;
 mod router;
 mod store_health;
+mod timer;
 mod tracking;
 mod unrun;
 
@@ -50,6 +51,7 @@ pub use payload::Payloads;
 pub use pipeline::Pipeline;
 pub use record_key::{KeySource, KeyStyle, PowertoolsFlavor, PowertoolsKey};
 pub use router::Router;
+pub use timer::{RelayedTimers, TimerChange, TimerError, TimerRelay, Timers};
 pub use tracking::{JobQuery, JobRecord, JobStatus, Progress};
 
 /// The ports: what an adapter implements ([`Queue`](port::Queue), [`IdempotencyStore`](port::IdempotencyStore),
@@ -76,6 +78,10 @@ pub mod port {
         VisibilityChange,
     };
     pub use crate::record_key::KeyError;
+    pub use crate::timer::{
+        ClaimedTimer, NewTimer, TIMER_CLAIM, TIMER_KEY_PREFIX, Timer, TimerStore, new_timer, new_timer_id,
+        timer_key,
+    };
     pub use crate::tracking::{JobChange, StatusTime, from_epoch_millis, newest_first, to_epoch_millis};
 }
 

@@ -26,7 +26,7 @@ impl ReceiptHandle {
 }
 
 /// One message attribute, mirroring SQS's `MessageAttributeValue`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AttributeValue {
     /// `String`, `Number`, `Binary`, optionally with a custom suffix (`String.json`).
     pub data_type: String,

@@ -8,7 +8,7 @@ use crate::message::{Attributes, Message, ReceiptHandle};
 use crate::outcome::Failure;
 
 /// A message to send.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OutgoingMessage {
     /// The body.
     pub body: String,

@@ -12,6 +12,7 @@ mod options;
 mod size;
 mod store;
 mod table;
+mod timers;
 
 pub use client::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,

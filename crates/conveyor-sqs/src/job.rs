@@ -131,6 +131,15 @@ pub enum ProduceError {
     /// The call failed as a whole (queue missing, access denied, unavailable, invalid request).
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// The job is due later than 15 minutes and the timer store ([`Producer::with_timers`](crate::Producer::with_timers))
+    /// failed or refused it: nothing was kept or sent.
+    #[error("job {job_type} could not be kept in the timer table: {error}")]
+    Timer {
+        /// The job type.
+        job_type: String,
+        /// What the store said.
+        error: conveyor_core::port::StoreError,
+    },
 }
 
 /// A job to send: a serialisable payload plus the attributes Conveyor's consumers read.

@@ -7,9 +7,11 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::QueueAttributeName;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_MESSAGE_BYTES};
-use conveyor_core::port::{IdempotencyStore, OutgoingMessage, PayloadStore, QueueError, StoreError};
+use conveyor_core::port::{
+    IdempotencyStore, OutgoingMessage, PayloadStore, QueueError, StoreError, TimerStore,
+};
 use conveyor_core::runtime::DUE_ATTRIBUTE;
-use conveyor_core::{Cancelled, KeyStyle};
+use conveyor_core::{Cancelled, KeyStyle, Timers};
 use serde::Serialize;
 
 use crate::convert::queue_name;
@@ -50,6 +52,8 @@ pub struct Producer {
     large: Option<LargePayloads>,
     /// The queue's `MaximumMessageSize`, read once when large payloads are on (1 MiB when unreadable).
     max_size: tokio::sync::OnceCell<usize>,
+    /// Where jobs due later than 15 minutes are kept ([`Producer::with_timers`]).
+    timers: Option<Timers>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -107,6 +111,18 @@ impl BatchReport {
     }
 }
 
+/// The due time and the rest of the wait of a message due later than SQS's 15-minute delay.
+fn long_delay(message: &OutgoingMessage) -> Option<(SystemTime, Duration)> {
+    let due = message
+        .attributes
+        .get(DUE_ATTRIBUTE)
+        .and_then(|value| value.string_value.as_deref())
+        .and_then(|ms| ms.parse::<u64>().ok())?;
+    let delay =
+        Duration::from_millis(due.saturating_sub(conveyor_core::runtime::epoch_millis(SystemTime::now())));
+    (delay > conveyor_core::limits::MAX_DELAY).then(|| (conveyor_core::port::from_epoch_millis(due), delay))
+}
+
 /// One encoded job waiting to be sent.
 struct Pending {
     index: usize,
@@ -129,7 +145,24 @@ impl Producer {
             store: None,
             large: None,
             max_size: tokio::sync::OnceCell::new(),
+            timers: None,
         }
+    }
+
+    /// Keeps every job due later than SQS's 15 minutes in `store` (the consumers' idempotency table:
+    /// `conveyor_dynamodb::DynamoStore`) instead of hopping it through the queue: [`Producer::send`]
+    /// then returns the timer's id, and [`Producer::timers`] lists, runs now, reschedules and cancels
+    /// such jobs. A relay sends each when it is due: `conveyor_core::TimerRelay` beside a worker of the
+    /// queue, or the Lambda consumer's sweep (see `docs/delays.md`).
+    pub fn with_timers(mut self, store: Arc<dyn TimerStore>) -> Self {
+        let sender = Arc::new(crate::flow::SqsSender::new(self.client.clone()));
+        self.timers = Some(Timers::new(store, sender, self.url.clone()));
+        self
+    }
+
+    /// The queue's timers, when [`Producer::with_timers`] is on.
+    pub fn timers(&self) -> Option<&Timers> {
+        self.timers.as_ref()
     }
 
     /// Sends jobs too large for the queue through `store` (S3: `conveyor_s3::S3PayloadStore`) in
@@ -216,8 +249,14 @@ impl Producer {
 
     /// Sends one job with `SendMessage`; returns its message id. Limits are checked first, so a job
     /// that breaks one makes no request.
+    ///
+    /// With [`Producer::with_timers`], a job due later than 15 minutes is kept in the timer table and
+    /// the timer's id is returned instead.
     pub async fn send<J: Serialize>(&self, job: &NewJob<J>) -> Result<String, ProduceError> {
         let message = job.encode(&self.name)?;
+        if let Some(id) = self.keep_for_later(job.job_type(), &message).await? {
+            return Ok(id);
+        }
         self.check_retention(job.job_type(), &message).await?;
         let message = self.fit(job.job_type(), message).await?;
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -240,8 +279,15 @@ impl Producer {
         let mut pending = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
             let checked = match job.encode(&self.name) {
-                Ok(message) => match self.check_retention(job.job_type(), &message).await {
-                    Ok(()) => self.fit(job.job_type(), message).await,
+                Ok(message) => match self.keep_for_later(job.job_type(), &message).await {
+                    Ok(Some(id)) => {
+                        results[index] = Some(Ok(id));
+                        continue;
+                    }
+                    Ok(None) => match self.check_retention(job.job_type(), &message).await {
+                        Ok(()) => self.fit(job.job_type(), message).await,
+                        Err(error) => Err(error),
+                    },
                     Err(error) => Err(error),
                 },
                 Err(error) => Err(error),
@@ -357,22 +403,33 @@ impl Producer {
     /// per producer with `GetQueueAttributes` when the first job due past 15 minutes is sent). When the
     /// attribute cannot be read (a producer role without `sqs:GetQueueAttributes`), SQS's 14-day maximum
     /// was already checked by [`NewJob::to_message`].
+    /// Keeps `message` in the timer table when timers are on and it is due later than 15 minutes; the
+    /// timer's id then.
+    async fn keep_for_later(
+        &self,
+        job_type: &str,
+        message: &OutgoingMessage,
+    ) -> Result<Option<String>, ProduceError> {
+        let (Some(timers), Some((due, _))) = (&self.timers, long_delay(message)) else {
+            return Ok(None);
+        };
+        let message = self.fit(job_type, message.clone()).await?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let id = timers
+            .put(job_type, due, message)
+            .await
+            .map_err(|error| ProduceError::Timer {
+                job_type: job_type.to_owned(),
+                error,
+            })?;
+        Ok(Some(id))
+    }
+
     async fn check_retention(&self, job_type: &str, message: &OutgoingMessage) -> Result<(), ProduceError> {
-        let Some(due) = message
-            .attributes
-            .get(DUE_ATTRIBUTE)
-            .and_then(|value| value.string_value.as_deref())
-            .and_then(|ms| ms.parse::<u64>().ok())
-        else {
+        let Some((_, delay)) = long_delay(message) else {
+            // No delay, or SQS's own `DelaySeconds`: no hop, nothing to check against the retention.
             return Ok(());
         };
-        let delay = Duration::from_millis(
-            due.saturating_sub(conveyor_core::runtime::epoch_millis(SystemTime::now())),
-        );
-        if delay <= conveyor_core::limits::MAX_DELAY {
-            // SQS's own `DelaySeconds`: no hop, nothing to check against the retention.
-            return Ok(());
-        }
         let retention = *self
             .retention
             .get_or_init(|| async {

@@ -72,3 +72,12 @@ async fn dynamo_store_on_dynamodb_local_passes_the_flows_suite() -> anyhow::Resu
     flow_conformance::run_all(Arc::new(DynamoStore::new(client, table))).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamo_store_on_dynamodb_local_passes_the_timers_suite() -> anyhow::Result<()> {
+    ensure_local_aws().await?;
+    let client = dynamodb_client().await;
+    let table = create_table(&client, "timers").await?;
+    conveyor_testing::timer_conformance::run_all(Arc::new(DynamoStore::new(client, table))).await?;
+    Ok(())
+}

@@ -41,3 +41,10 @@ async fn memory_payload_store_passes_the_payload_suite() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_timers_pass_the_timers_suite() {
+    conveyor_testing::timer_conformance::run_all(Arc::new(conveyor_testing::MemoryTimers::new()))
+        .await
+        .unwrap();
+}

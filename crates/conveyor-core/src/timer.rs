@@ -1,0 +1,468 @@
+//! The timer table: a carrier for long delays that can be listed, run now, rescheduled and cancelled.
+//!
+//! # Design note: one item per delayed job, sent by whichever relay claims it first
+//!
+//! SQS hops ([`crate::delay`]) carry a delayed job inside the queue, where nobody can list it, move it
+//! or take it out. With a timer store ([`TimerStore`]; `conveyor-dynamodb` keeps it in the idempotency
+//! table, `conveyor-testing` in memory) the producer writes a job due later than SQS's 15 minutes as
+//! one *timer* instead: the encoded message, its queue and its due time. A relay ([`TimerRelay`] beside
+//! a worker, or one pass of [`Timers::relay`] from a Lambda sweep or the CLI) sends the timers due
+//! within its *lookahead* with the remaining delay as `DelaySeconds`, so a job still starts on time to
+//! the second while the relay polls only every `interval` (< lookahead).
+//!
+//! The steps for one timer, each a conditional write on its item:
+//! 1. **claim**: only when the timer exists and holds no live claim; writes a token and
+//!    `claimed_until = now + TIMER_CLAIM` (the claiming relay's clock). Any number of relays (every
+//!    worker of the queue may run one) race here and one wins, so no lease is needed.
+//! 2. **send** the message (its due attribute set to the timer's due time, its delay the rest of the wait).
+//!    A failed send releases the claim (the next pass tries again).
+//! 3. **finish**: deletes the item, only while the token is still this relay's.
+//!
+//! Failure windows: a relay that dies between 1 and 2 leaves a claim that another relay takes over
+//! once it has lapsed (the job starts up to [`TIMER_CLAIM`] late). One that dies between 2 and 3 leaves
+//! a sent timer that is sent again after the lapse: the at-least-once window. Both copies carry the same
+//! idempotency key (the producer's, else `timer:<id>`, see [`timer_key`]), so an idempotent handler runs
+//! the job once.
+//!
+//! Changing a timer is a conditional write too: [`Timers::reschedule`] and [`Timers::cancel`] succeed only
+//! while no claim exists, *lapsed or not*: a claim may have sent the job already, so a cancel that
+//! answered [`TimerChange::Changed`] means the job is never sent, and [`TimerChange::Sending`] means it
+//! is already on its way (stop it by key with `Producer::cancel`: the message carries the due attribute,
+//! so the consumer checks the cancel marker). [`Timers::run_now`] claims, sends without a delay and
+//! finishes, through the same steps as the relay.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+
+use crate::background::BackgroundTask;
+use crate::delay::{DUE_ATTRIBUTE, due_value};
+use crate::flow::FlowSender;
+use crate::handler::BoxFuture;
+use crate::idempotency::StoreError;
+use crate::limits::MAX_DELAY;
+use crate::message::{AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE};
+use crate::queue::{OutgoingMessage, QueueError};
+
+/// How long a relay's claim on a timer holds before another relay may send it (see the module's note).
+pub const TIMER_CLAIM: Duration = Duration::from_secs(300);
+/// The prefix of the idempotency key a timer's job gets when its producer set none.
+pub const TIMER_KEY_PREFIX: &str = "timer:";
+/// Timers read per page by a relay pass.
+const PAGE: usize = 100;
+
+/// A job to keep until it is due.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTimer {
+    /// The timer's id (unique per queue).
+    pub id: String,
+    /// The queue to send the job to.
+    pub queue_url: String,
+    /// When the job is due.
+    pub due: SystemTime,
+    /// The job's type, for listings.
+    pub job_type: String,
+    /// The message to send, as the producer encoded it (no delay; the relay sets the rest of the wait).
+    pub message: OutgoingMessage,
+}
+
+/// A timer as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timer {
+    /// The timer's id.
+    pub id: String,
+    /// The queue the job goes to.
+    pub queue_url: String,
+    /// When the job is due.
+    pub due: SystemTime,
+    /// The job's type.
+    pub job_type: String,
+    /// When the timer was written.
+    pub created: SystemTime,
+    /// Until when a relay's claim holds, while one does (the job is being sent, or its relay stopped).
+    pub claimed_until: Option<SystemTime>,
+}
+
+/// A timer claimed for sending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedTimer {
+    /// The timer.
+    pub timer: Timer,
+    /// The message kept with it.
+    pub message: OutgoingMessage,
+}
+
+/// The answer to a change of one timer.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerChange {
+    /// Done: the timer was changed (or removed, for a cancel) before any relay claimed it.
+    Changed,
+    /// No timer has this id on this queue: it was sent (and finished), cancelled, or never written.
+    NotFound,
+    /// A relay has claimed it: the job is being sent or was sent; nothing was changed.
+    Sending,
+}
+
+/// Where timers are kept: `conveyor-dynamodb`'s `DynamoStore` (the idempotency table) on AWS,
+/// `conveyor-testing`'s `MemoryTimers` in tests. Every write is conditional as the module's note says;
+/// `conveyor-testing`'s `timer_conformance` suite checks an implementation.
+#[async_trait]
+pub trait TimerStore: Send + Sync {
+    /// Writes `timer` unless a timer with its id exists on its queue (then nothing changes: a retried
+    /// write is harmless); true when it was written.
+    async fn put_timer(&self, timer: &NewTimer, now: SystemTime) -> Result<bool, StoreError>;
+
+    /// The timers of `queue_url` due at or before `before` (all when `None`), soonest first, at most `limit`.
+    async fn timers(
+        &self,
+        queue_url: &str,
+        before: Option<SystemTime>,
+        limit: usize,
+    ) -> Result<Vec<Timer>, StoreError>;
+
+    /// One timer.
+    async fn timer(&self, queue_url: &str, id: &str) -> Result<Option<Timer>, StoreError>;
+
+    /// Moves a timer's due time, while no claim exists.
+    async fn reschedule_timer(
+        &self,
+        queue_url: &str,
+        id: &str,
+        due: SystemTime,
+    ) -> Result<TimerChange, StoreError>;
+
+    /// Removes a timer, while no claim exists.
+    async fn cancel_timer(&self, queue_url: &str, id: &str) -> Result<TimerChange, StoreError>;
+
+    /// Claims a timer with `token` until `until`, when it exists and holds no claim that lasts past
+    /// `now`; the timer and its message when claimed.
+    async fn claim_timer(
+        &self,
+        queue_url: &str,
+        id: &str,
+        token: &str,
+        now: SystemTime,
+        until: SystemTime,
+    ) -> Result<Option<ClaimedTimer>, StoreError>;
+
+    /// Gives a claim back (its send failed), while `token` holds it.
+    async fn release_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError>;
+
+    /// Removes a sent timer, while `token` holds it.
+    async fn finish_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError>;
+}
+
+/// Why a timer operation failed.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum TimerError {
+    /// The timer store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The queue refused the job's message; the timer is kept and sent again at the next pass.
+    #[error("sending timer {id} to its queue failed (kept, sent again at the next pass): {error}")]
+    Send {
+        /// The timer.
+        id: String,
+        /// What the queue said.
+        error: QueueError,
+    },
+}
+
+/// The idempotency key a timer's job is settled under: the producer's, else `timer:<id>`, so a copy
+/// sent twice (a relay stopped between its send and its finish) runs once on an idempotent handler.
+pub fn timer_key(message: &OutgoingMessage, id: &str) -> String {
+    match message
+        .attributes
+        .get(IDEMPOTENCY_KEY_ATTRIBUTE)
+        .and_then(|value| value.string_value.as_deref())
+    {
+        Some(key) if !key.is_empty() => key.to_owned(),
+        _ => format!("{TIMER_KEY_PREFIX}{id}"),
+    }
+}
+
+/// A new timer id: 32 hexadecimal digits.
+pub fn new_timer_id() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+/// The timer for `message` due at `due` on `queue_url`: the message gets its due attribute and an
+/// idempotency key ([`timer_key`]) and loses its delay (the relay sets the rest of the wait).
+pub fn new_timer(queue_url: &str, job_type: &str, due: SystemTime, mut message: OutgoingMessage) -> NewTimer {
+    let id = new_timer_id();
+    let key = timer_key(&message, &id);
+    message
+        .attributes
+        .insert(IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(), AttributeValue::string(key));
+    message
+        .attributes
+        .insert(DUE_ATTRIBUTE.to_owned(), AttributeValue::number(due_value(due)));
+    message.delay = None;
+    NewTimer {
+        id,
+        queue_url: queue_url.to_owned(),
+        due,
+        job_type: job_type.to_owned(),
+        message,
+    }
+}
+
+/// What one relay pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayedTimers {
+    /// Timers sent and finished.
+    pub sent: usize,
+    /// Timers whose send failed (kept for the next pass).
+    pub failed: usize,
+    /// Timers another relay held.
+    pub skipped: usize,
+}
+
+/// The timers of one queue, with what sends their jobs.
+#[derive(Clone)]
+pub struct Timers {
+    store: Arc<dyn TimerStore>,
+    sender: Arc<dyn FlowSender>,
+    queue_url: String,
+    owner: String,
+}
+
+impl std::fmt::Debug for Timers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timers")
+            .field("queue_url", &self.queue_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Timers {
+    /// The timers of the queue at `queue_url` kept in `store`, sent through `sender`
+    /// (`conveyor_sqs::SqsSender` on AWS).
+    pub fn new(
+        store: Arc<dyn TimerStore>,
+        sender: Arc<dyn FlowSender>,
+        queue_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            store,
+            sender,
+            queue_url: queue_url.into(),
+            owner: format!("pid-{}", std::process::id()),
+        }
+    }
+
+    /// The queue's URL.
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// Keeps `message` (a job of `job_type`) until `due`; returns the timer's id.
+    pub async fn put(
+        &self,
+        job_type: &str,
+        due: SystemTime,
+        message: OutgoingMessage,
+    ) -> Result<String, StoreError> {
+        let timer = new_timer(&self.queue_url, job_type, due, message);
+        self.store.put_timer(&timer, SystemTime::now()).await?;
+        tracing::debug!(queue = %self.queue_url, timer = %timer.id, job_type, "job kept in the timer table");
+        Ok(timer.id)
+    }
+
+    /// The queue's timers, soonest first, at most `limit`.
+    pub async fn list(&self, limit: usize) -> Result<Vec<Timer>, StoreError> {
+        self.store.timers(&self.queue_url, None, limit).await
+    }
+
+    /// One timer.
+    pub async fn get(&self, id: &str) -> Result<Option<Timer>, StoreError> {
+        self.store.timer(&self.queue_url, id).await
+    }
+
+    /// Moves a timer's due time (see [`TimerChange`] for the answers).
+    pub async fn reschedule(&self, id: &str, due: SystemTime) -> Result<TimerChange, StoreError> {
+        self.store.reschedule_timer(&self.queue_url, id, due).await
+    }
+
+    /// Removes a timer: its job is never sent when the answer is [`TimerChange::Changed`].
+    pub async fn cancel(&self, id: &str) -> Result<TimerChange, StoreError> {
+        self.store.cancel_timer(&self.queue_url, id).await
+    }
+
+    /// Sends a timer's job now; its message id, or `None` when no unclaimed timer has this id.
+    pub async fn run_now(&self, id: &str) -> Result<Option<String>, TimerError> {
+        let now = SystemTime::now();
+        let token = self.token(now);
+        let Some(claimed) = self
+            .store
+            .claim_timer(&self.queue_url, id, &token, now, now + TIMER_CLAIM)
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.send_claimed(claimed, &token, now, true).await.map(Some)
+    }
+
+    /// One relay pass: sends the timers due within `lookahead` of `now`.
+    pub async fn relay(&self, now: SystemTime, lookahead: Duration) -> Result<RelayedTimers, StoreError> {
+        let mut report = RelayedTimers::default();
+        let due = self
+            .store
+            .timers(&self.queue_url, Some(now + lookahead), PAGE)
+            .await?;
+        for timer in due {
+            if timer.claimed_until.is_some_and(|until| until > now) {
+                report.skipped += 1;
+                continue;
+            }
+            let token = self.token(now);
+            let Some(claimed) = self
+                .store
+                .claim_timer(&self.queue_url, &timer.id, &token, now, now + TIMER_CLAIM)
+                .await?
+            else {
+                report.skipped += 1;
+                continue;
+            };
+            match self.send_claimed(claimed, &token, now, false).await {
+                Ok(_) => report.sent += 1,
+                Err(TimerError::Store(error)) => return Err(error),
+                Err(error) => {
+                    tracing::warn!(queue = %self.queue_url, %error, "a due timer was not sent");
+                    report.failed += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn send_claimed(
+        &self,
+        claimed: ClaimedTimer,
+        token: &str,
+        now: SystemTime,
+        at_once: bool,
+    ) -> Result<String, TimerError> {
+        let id = claimed.timer.id.clone();
+        let mut message = claimed.message;
+        let due = if at_once { now } else { claimed.timer.due };
+        message
+            .attributes
+            .insert(DUE_ATTRIBUTE.to_owned(), AttributeValue::number(due_value(due)));
+        message.delay = due
+            .duration_since(now)
+            .ok()
+            .filter(|rest| *rest >= Duration::from_secs(1))
+            .map(|rest| rest.min(MAX_DELAY));
+        match self.sender.send_to(&self.queue_url, message).await {
+            Ok(message_id) => {
+                self.store.finish_timer(&self.queue_url, &id, token).await?;
+                tracing::debug!(queue = %self.queue_url, timer = %id, %message_id, "timer sent");
+                Ok(message_id)
+            }
+            Err(error) => {
+                self.store.release_timer(&self.queue_url, &id, token).await?;
+                Err(TimerError::Send { id, error })
+            }
+        }
+    }
+
+    fn token(&self, now: SystemTime) -> String {
+        format!(
+            "{}-{}-{:08x}",
+            self.owner,
+            crate::tracking::to_epoch_millis(now),
+            fastrand::u32(..)
+        )
+    }
+}
+
+/// Sends the due timers of `timers` every `interval` beside a worker's jobs (a [`BackgroundTask`]):
+/// every worker of a queue may run one (see the module's note).
+#[derive(Debug)]
+pub struct TimerRelay {
+    timers: Timers,
+    interval: Duration,
+}
+
+impl TimerRelay {
+    /// A relay of `timers` polling every 20 s with a lookahead of 60 s.
+    pub fn new(timers: Timers) -> Self {
+        Self {
+            timers,
+            interval: Duration::from_secs(20),
+        }
+    }
+
+    /// Polls every `interval` instead (the lookahead stays three intervals).
+    pub fn every(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// One pass now.
+    pub async fn relay(&self) -> Result<RelayedTimers, StoreError> {
+        self.timers.relay(SystemTime::now(), self.interval * 3).await
+    }
+}
+
+impl BackgroundTask for TimerRelay {
+    fn name(&self) -> &'static str {
+        "timer relay"
+    }
+
+    fn run(self: Box<Self>, drain: tokio_util::sync::CancellationToken) -> BoxFuture<()> {
+        Box::pin(async move {
+            loop {
+                match self.relay().await {
+                    Ok(report) if report.sent + report.failed > 0 => {
+                        tracing::info!(sent = report.sent, failed = report.failed, "due timers relayed")
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "the timer relay failed; trying again at the next pass")
+                    }
+                }
+                tokio::select! {
+                    () = drain.cancelled() => return,
+                    () = tokio::time::sleep(crate::backoff::equal_jitter(self.interval)) => {}
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_keeps_the_producers_key_or_gets_its_own() {
+        let mut message = OutgoingMessage {
+            body: "{}".to_owned(),
+            delay: Some(Duration::from_secs(900)),
+            ..OutgoingMessage::default()
+        };
+        let due = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let timer = new_timer("q", "email", due, message.clone());
+        assert_eq!(timer.message.delay, None);
+        assert_eq!(
+            timer_key(&timer.message, "x"),
+            format!("{TIMER_KEY_PREFIX}{}", timer.id)
+        );
+        assert_eq!(
+            timer.message.attributes[DUE_ATTRIBUTE].string_value.as_deref(),
+            Some("1000000")
+        );
+        message.attributes.insert(
+            IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
+            AttributeValue::string("order-7"),
+        );
+        let keyed = new_timer("q", "email", due, message);
+        assert_eq!(timer_key(&keyed.message, &keyed.id), "order-7");
+        assert_ne!(keyed.id, timer.id);
+    }
+}
