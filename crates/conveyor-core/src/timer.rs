@@ -15,7 +15,8 @@
 //!    `claimed_until = now + TIMER_CLAIM` (the claiming relay's clock). Any number of relays (every
 //!    worker of the queue may run one) race here and one wins, so no lease is needed.
 //! 2. **send** the message (its due attribute set to the timer's due time, its delay the rest of the wait).
-//!    A failed send releases the claim (the next pass tries again).
+//!    A failed send ends the claim early so that the next pass tries again, but leaves the timer
+//!    claimed for changes: a send that failed (a timeout, a lost reply) may have reached the queue.
 //! 3. **finish**: deletes the item, only while the token is still this relay's.
 //!
 //! Failure windows: a relay that dies between 1 and 2 leaves a claim that another relay takes over
@@ -37,7 +38,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use crate::background::BackgroundTask;
-use crate::delay::{DUE_ATTRIBUTE, due_value};
+use crate::delay::{Clock, DUE_ATTRIBUTE, due_value, system_clock};
 use crate::flow::FlowSender;
 use crate::handler::BoxFuture;
 use crate::idempotency::StoreError;
@@ -147,8 +148,11 @@ pub trait TimerStore: Send + Sync {
         until: SystemTime,
     ) -> Result<Option<ClaimedTimer>, StoreError>;
 
-    /// Gives a claim back (its send failed), while `token` holds it.
-    async fn release_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError>;
+    /// Ends a claim early (its send failed), while `token` holds it: any relay may claim the timer again
+    /// at `now`, but it stays claimed for [`TimerStore::reschedule_timer`] and [`TimerStore::cancel_timer`]
+    /// (they answer [`TimerChange::Sending`]), because a send that failed may still have reached the queue.
+    async fn release_timer(&self, queue_url: &str, id: &str, token: &str, now: SystemTime)
+    -> Result<(), StoreError>;
 
     /// Removes a sent timer, while `token` holds it.
     async fn finish_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError>;
@@ -228,6 +232,7 @@ pub struct Timers {
     sender: Arc<dyn FlowSender>,
     queue_url: String,
     owner: String,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Timers {
@@ -251,7 +256,22 @@ impl Timers {
             sender,
             queue_url: queue_url.into(),
             owner: format!("pid-{}", std::process::id()),
+            clock: system_clock(),
         }
+    }
+
+    /// Reads the time from `clock` instead of the system clock, and names claims after `owner`
+    /// (the simulator: relays with skewed virtual clocks).
+    #[doc(hidden)] // a test hook
+    pub fn with_clock(mut self, owner: &str, clock: Clock) -> Self {
+        self.owner = owner.to_owned();
+        self.clock = clock;
+        self
+    }
+
+    /// The time on this handle's clock.
+    pub fn now(&self) -> SystemTime {
+        (self.clock)()
     }
 
     /// The queue's URL.
@@ -267,7 +287,7 @@ impl Timers {
         message: OutgoingMessage,
     ) -> Result<String, StoreError> {
         let timer = new_timer(&self.queue_url, job_type, due, message);
-        self.store.put_timer(&timer, SystemTime::now()).await?;
+        self.store.put_timer(&timer, self.now()).await?;
         tracing::debug!(queue = %self.queue_url, timer = %timer.id, job_type, "job kept in the timer table");
         Ok(timer.id)
     }
@@ -294,7 +314,7 @@ impl Timers {
 
     /// Sends a timer's job now; its message id, or `None` when no unclaimed timer has this id.
     pub async fn run_now(&self, id: &str) -> Result<Option<String>, TimerError> {
-        let now = SystemTime::now();
+        let now = self.now();
         let token = self.token(now);
         let Some(claimed) = self
             .store
@@ -355,7 +375,7 @@ impl Timers {
         message.delay = due
             .duration_since(now)
             .ok()
-            .filter(|rest| *rest >= Duration::from_secs(1))
+            .filter(|rest| !rest.is_zero())
             .map(|rest| rest.min(MAX_DELAY));
         match self.sender.send_to(&self.queue_url, message).await {
             Ok(message_id) => {
@@ -364,7 +384,7 @@ impl Timers {
                 Ok(message_id)
             }
             Err(error) => {
-                self.store.release_timer(&self.queue_url, &id, token).await?;
+                self.store.release_timer(&self.queue_url, &id, token, now).await?;
                 Err(TimerError::Send { id, error })
             }
         }
@@ -405,7 +425,7 @@ impl TimerRelay {
 
     /// One pass now.
     pub async fn relay(&self) -> Result<RelayedTimers, StoreError> {
-        self.timers.relay(SystemTime::now(), self.interval * 3).await
+        self.timers.relay(self.timers.now(), self.interval * 3).await
     }
 }
 

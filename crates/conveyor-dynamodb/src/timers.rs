@@ -7,7 +7,7 @@
 //! | `job_shard` | S | `conveyor-timer#<queue name>#<0..4>`: a stable hash of the timer id spreads one queue's timers over [`TIMER_SHARDS`] index partitions |
 //! | `job_sort` | S | `due#<due epoch ms, 13 digits>#<timer id>`: the index lists a shard soonest first |
 //! | `job_type`, `job_sent_at` | S, N | the job's type; when the timer was written (projected, for listings) |
-//! | `job_status`, `job_changed` | S, N | `delayed`; while a relay holds a claim, `sending` and the claim's end (projected) |
+//! | `job_status`, `job_changed` | S, N | `delayed`; once a relay has claimed it, `sending` and the claim's end (projected; a failed send ends it early) |
 //! | `timer_queue`, `timer_message` | S | the queue URL; the encoded message, as JSON |
 //! | `timer_token` | S | the claiming relay's token, while claimed |
 //!
@@ -306,7 +306,13 @@ impl TimerStore for DynamoStore {
         Ok(Some(ClaimedTimer { timer, message }))
     }
 
-    async fn release_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError> {
+    async fn release_timer(
+        &self,
+        queue_url: &str,
+        id: &str,
+        token: &str,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
         let key = item_id(queue_url, id);
         self.count_request();
         let result = self
@@ -314,12 +320,12 @@ impl TimerStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.primary_key(&key)))
-            .update_expression("SET #status = :delayed REMOVE #token")
+            .update_expression("SET #changed = :now")
             .condition_expression("#token = :token")
             .expression_attribute_names("#token", TOKEN)
-            .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#changed", JOB_CHANGED)
             .expression_attribute_values(":token", string(token))
-            .expression_attribute_values(":delayed", string(DELAYED))
+            .expression_attribute_values(":now", number(to_epoch_millis(now)))
             .send()
             .await;
         match result.map_err(|error| classify(&error, self.target("UpdateItem", &key))) {

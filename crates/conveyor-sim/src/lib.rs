@@ -11,6 +11,7 @@ pub mod outbox;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
+pub mod timers;
 pub mod sink;
 pub mod trace;
 

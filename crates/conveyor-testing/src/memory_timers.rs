@@ -159,13 +159,18 @@ impl TimerStore for MemoryTimers {
         }))
     }
 
-    async fn release_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError> {
+    async fn release_timer(
+        &self,
+        queue_url: &str,
+        id: &str,
+        token: &str,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
         let mut timers = self.lock();
         if let Some(kept) = timers.get_mut(&key(queue_url, id))
             && kept.token.as_deref() == Some(token)
         {
-            kept.token = None;
-            kept.timer.claimed_until = None;
+            kept.timer.claimed_until = Some(now);
         }
         Ok(())
     }
