@@ -38,6 +38,7 @@ pub const MAX_SKEW: Duration = Duration::from_secs(3);
 const QUEUE: &str = "http://sim/000000000000/jobs";
 /// The virtual wall clock's origin (2100-01-01), in seconds.
 const EPOCH_SECS: u64 = 4_102_444_800;
+/// Relays poll every 10 to 20 s: passes of several relays often fall in the same second.
 const INTERVAL: u64 = 20;
 const LOOKAHEAD: Duration = Duration::from_secs(60);
 
@@ -196,7 +197,9 @@ impl TimerStore for FaultyStore {
         if self.draw(self.scenario.store_down) {
             return Err(crash("(store down)"));
         }
-        self.inner.timers(queue_url, before, limit).await
+        let listed = self.inner.timers(queue_url, before, limit).await;
+        tokio::task::yield_now().await;
+        listed
     }
 
     async fn timer(&self, queue_url: &str, id: &str) -> Result<Option<Timer>, StoreError> {
@@ -224,7 +227,9 @@ impl TimerStore for FaultyStore {
         now: SystemTime,
         until: SystemTime,
     ) -> Result<Option<ClaimedTimer>, StoreError> {
+        tokio::task::yield_now().await;
         let claimed = self.inner.claim_timer(queue_url, id, token, now, until).await?;
+        tokio::task::yield_now().await;
         if claimed.is_some() && self.draw(self.scenario.crash_after_claim) {
             self.shared.note(format!("crash after claiming {id}"));
             return Err(crash("after a claim"));
@@ -248,6 +253,7 @@ impl TimerStore for FaultyStore {
             self.shared.touch(id);
             return Err(crash("after a send"));
         }
+        tokio::task::yield_now().await;
         self.inner.finish_timer(queue_url, id, token).await
     }
 }
@@ -262,6 +268,7 @@ struct FaultySender {
 #[async_trait]
 impl FlowSender for FaultySender {
     async fn send_to(&self, queue_url: &str, message: OutgoingMessage) -> Result<String, QueueError> {
+        tokio::task::yield_now().await;
         let faults = self.shared.faults_on.load(Ordering::Relaxed);
         let (fail, lose) = {
             let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
@@ -425,6 +432,8 @@ async fn run(scenario: Arc<TimerScenario>) -> TimerReport {
                 operate(&operator, &shared, outcome, operation, second).await;
             }
         }
+        // The relays due this second run their passes at once, interleaved at every store call.
+        let mut passes = tokio::task::JoinSet::new();
         for (index, (timers, generation, next, down_until)) in relays.iter_mut().enumerate() {
             if down_until.is_some_and(|until| second < until) {
                 continue;
@@ -438,11 +447,16 @@ async fn run(scenario: Arc<TimerScenario>) -> TimerReport {
                 continue;
             }
             *next = second + INTERVAL / 2 + rng.u64(0..=INTERVAL / 2);
-            if let Err(error) = timers.relay(timers.now(), LOOKAHEAD).await {
-                let restart = second + rng.u64(1..=120);
-                shared.note(format!("{second}s: relay {index} stopped ({error}); back at {restart}s"));
-                *down_until = Some(restart);
-            }
+            let timers = timers.clone();
+            passes.spawn(async move { (index, timers.relay(timers.now(), LOOKAHEAD).await) });
+        }
+        while let Some(pass) = passes.join_next().await {
+            let Ok((index, Err(error))) = pass else {
+                continue;
+            };
+            let restart = second + rng.u64(1..=120);
+            shared.note(format!("{second}s: relay {index} stopped ({error}); back at {restart}s"));
+            relays[index].3 = Some(restart);
         }
     }
     report.store_requests = store.requests();
