@@ -151,8 +151,13 @@ pub trait TimerStore: Send + Sync {
     /// Ends a claim early (its send failed), while `token` holds it: any relay may claim the timer again
     /// at `now`, but it stays claimed for [`TimerStore::reschedule_timer`] and [`TimerStore::cancel_timer`]
     /// (they answer [`TimerChange::Sending`]), because a send that failed may still have reached the queue.
-    async fn release_timer(&self, queue_url: &str, id: &str, token: &str, now: SystemTime)
-    -> Result<(), StoreError>;
+    async fn release_timer(
+        &self,
+        queue_url: &str,
+        id: &str,
+        token: &str,
+        now: SystemTime,
+    ) -> Result<(), StoreError>;
 
     /// Removes a sent timer, while `token` holds it.
     async fn finish_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError>;

@@ -11,8 +11,8 @@ pub mod outbox;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
-pub mod timers;
 pub mod sink;
+pub mod timers;
 pub mod trace;
 
 use std::time::Duration;
@@ -110,6 +110,13 @@ pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
         }
     }
     violations.extend(outbox.violations);
+    let timers = timers::simulate_timers(seed);
+    if trace {
+        for line in &timers.trace {
+            eprintln!("timers: {line}");
+        }
+    }
+    violations.extend(timers.violations);
     Report {
         seed,
         violations,

@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use conveyor_core::message::{AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE};
 use conveyor_core::port::{
-    ClaimedTimer, FlowSender, NewTimer, OutgoingMessage, QueueError, StoreError, TIMER_CLAIM, Timer, TimerStore,
-    timer_key,
+    ClaimedTimer, FlowSender, NewTimer, OutgoingMessage, QueueError, StoreError, TIMER_CLAIM, Timer,
+    TimerStore, timer_key,
 };
 use conveyor_core::{TimerChange, Timers};
 use conveyor_testing::MemoryTimers;
@@ -150,7 +150,10 @@ struct Shared {
 
 impl Shared {
     fn note(&self, line: String) {
-        self.trace.lock().unwrap_or_else(PoisonError::into_inner).push(line);
+        self.trace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(line);
     }
 
     fn touch(&self, what: &str) {
@@ -249,7 +252,8 @@ impl TimerStore for FaultyStore {
 
     async fn finish_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError> {
         if self.draw(self.scenario.crash_after_send) {
-            self.shared.note(format!("crash after sending {id}, before its finish"));
+            self.shared
+                .note(format!("crash after sending {id}, before its finish"));
             self.shared.touch(id);
             return Err(crash("after a send"));
         }
@@ -283,14 +287,18 @@ impl FlowSender for FaultySender {
             .attributes
             .get(IDEMPOTENCY_KEY_ATTRIBUTE)
             .and_then(|value| value.string_value.clone());
-        let delay_ms = message
-            .delay
-            .map_or(0, |delay| delay.as_secs() * 1000 + if delay.subsec_nanos() > 0 { 1000 } else { 0 });
+        let delay_ms = message.delay.map_or(0, |delay| {
+            delay.as_secs() * 1000 + if delay.subsec_nanos() > 0 { 1000 } else { 0 }
+        });
         let copy = Copy {
             key: key.clone(),
             visible_ms: self.shared.now_ms.load(Ordering::Relaxed) + delay_ms,
         };
-        self.shared.copies.lock().unwrap_or_else(PoisonError::into_inner).push(copy);
+        self.shared
+            .copies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(copy);
         if faults && lose < self.scenario.lost_replies {
             self.shared.touch(key.as_deref().unwrap_or_default());
             return Err(QueueError::Unavailable {
@@ -404,7 +412,14 @@ async fn run(scenario: Arc<TimerScenario>) -> TimerReport {
     };
     let mut rng = fastrand::Rng::with_seed(scenario.seed ^ 0x0e1a);
     let mut relays: Vec<(Timers, u64, u64, Option<u64>)> = (0..scenario.relays.len())
-        .map(|index| (relay(&scenario, &store, &shared, index, 0), 0, rng.u64(0..INTERVAL), None))
+        .map(|index| {
+            (
+                relay(&scenario, &store, &shared, index, 0),
+                0,
+                rng.u64(0..INTERVAL),
+                None,
+            )
+        })
         .collect();
     let mut outcomes: Vec<Option<Outcome>> = vec![None; scenario.timers.len()];
     let mut report = TimerReport {
@@ -441,7 +456,9 @@ async fn run(scenario: Arc<TimerScenario>) -> TimerReport {
             if down_until.take().is_some() {
                 *generation += 1;
                 *timers = relay(&scenario, &store, &shared, index, *generation);
-                shared.note(format!("{second}s: relay {index} restarted as r{index}.{generation}"));
+                shared.note(format!(
+                    "{second}s: relay {index} restarted as r{index}.{generation}"
+                ));
             }
             if second < *next {
                 continue;
@@ -455,7 +472,9 @@ async fn run(scenario: Arc<TimerScenario>) -> TimerReport {
                 continue;
             };
             let restart = second + rng.u64(1..=120);
-            shared.note(format!("{second}s: relay {index} stopped ({error}); back at {restart}s"));
+            shared.note(format!(
+                "{second}s: relay {index} stopped ({error}); back at {restart}s"
+            ));
             relays[index].3 = Some(restart);
         }
     }
@@ -485,7 +504,13 @@ async fn write(operator: &Timers, plan: &TimerPlan, index: usize) -> Option<Outc
     })
 }
 
-async fn operate(operator: &Timers, shared: &Shared, outcome: &mut Outcome, operation: Operation, second: u64) {
+async fn operate(
+    operator: &Timers,
+    shared: &Shared,
+    outcome: &mut Outcome,
+    operation: Operation,
+    second: u64,
+) {
     let answer = match operation {
         Operation::Cancel => operator.cancel(&outcome.id).await.map(|answer| {
             outcome.cancelled = answer == TimerChange::Changed;
@@ -513,7 +538,10 @@ async fn operate(operator: &Timers, shared: &Shared, outcome: &mut Outcome, oper
             Err(error) => Ok(format!("failed: {error}")),
         },
     };
-    shared.note(format!("{second}s: {operation:?} on {} answered {answer:?}", outcome.id));
+    shared.note(format!(
+        "{second}s: {operation:?} on {} answered {answer:?}",
+        outcome.id
+    ));
 }
 
 fn check(
@@ -523,8 +551,16 @@ fn check(
     outcomes: Vec<Option<Outcome>>,
     mut report: TimerReport,
 ) -> TimerReport {
-    let copies = shared.copies.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    let touched = shared.touched.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let copies = shared
+        .copies
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let touched = shared
+        .touched
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     report.copies = copies.len();
     let mut by_key: BTreeMap<String, Vec<&Copy>> = BTreeMap::new();
     for copy in &copies {
@@ -541,14 +577,18 @@ fn check(
         if outcome.cancelled {
             report.cancelled += 1;
             if !sent.is_empty() {
-                report
-                    .violations
-                    .push(format!("timer {}: cancelled (Changed) but sent {} time(s)", outcome.id, sent.len()));
+                report.violations.push(format!(
+                    "timer {}: cancelled (Changed) but sent {} time(s)",
+                    outcome.id,
+                    sent.len()
+                ));
             }
             continue;
         }
         if sent.is_empty() {
-            report.violations.push(format!("timer {}: never sent (lost)", outcome.id));
+            report
+                .violations
+                .push(format!("timer {}: never sent (lost)", outcome.id));
         }
         for copy in sent {
             if copy.visible_ms + skew_ms < outcome.due_ms {
@@ -571,7 +611,11 @@ fn check(
             .violations
             .push(format!("{} timer(s) left in the store at the end", store.len()));
     }
-    report.trace = shared.trace.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    report.trace = shared
+        .trace
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     if !report.violations.is_empty() {
         report.trace.insert(0, format!("scenario: {scenario:?}"));
     }

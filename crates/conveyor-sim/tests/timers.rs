@@ -6,12 +6,19 @@ use conveyor_sim::timers::simulate_timers;
 
 #[test]
 fn timers_keep_their_invariants_over_many_seeds() {
-    if let Some(seed) = std::env::var("TIMER_SEED").ok().and_then(|seed| seed.parse().ok()) {
+    if let Some(seed) = std::env::var("TIMER_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+    {
         let report = simulate_timers(seed);
         for line in &report.trace {
             println!("{line}");
         }
-        assert!(report.violations.is_empty(), "seed {seed}: {:?}", report.violations);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:?}",
+            report.violations
+        );
         return;
     }
     let seeds: u64 = std::env::var("TIMER_SEEDS")

@@ -263,7 +263,11 @@ async fn changes_before_claims(store: &dyn TimerStore) -> CaseResult {
         .cancel_timer(&q, &moved.id)
         .await
         .or_fail(case, "cancel released")?;
-    ensure!(case, answer == TimerChange::Sending, "cancel after a release: {answer:?}");
+    ensure!(
+        case,
+        answer == TimerChange::Sending,
+        "cancel after a release: {answer:?}"
+    );
     let again = store
         .claim_timer(&q, &moved.id, "b", at(502), at(802))
         .await

@@ -191,3 +191,139 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
         conveyor_core::port::QueueDepth::default()
     );
 }
+
+/// The timer table (`Producer::with_timers`, `conveyor-core/src/timer.rs`): jobs due in three hours are
+/// kept as timers (nothing in the queue), listed soonest first; one runs now, one is moved to three
+/// seconds from now, one is cancelled; a worker's `TimerRelay` sends the moved one when due; the
+/// cancelled one never runs and the untouched one stays listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_delays_in_the_timer_table_are_listed_run_now_rescheduled_cancelled_and_relayed_by_a_worker() {
+    use conveyor_core::port::QueueDepth;
+    use conveyor_core::{TimerChange, TimerRelay};
+
+    let client = aws::sqs().await;
+    let created = create_queue(&client, &QueueSpec::standard("timers").max_receive_count(3))
+        .await
+        .unwrap();
+    let queue = connect(&client, &created.url).await;
+    let dynamodb = conveyor_testing::localstack::dynamodb_client().await;
+    let table = conveyor_testing::localstack::create_table(&dynamodb, "timers")
+        .await
+        .unwrap();
+    let store = Arc::new(conveyor_dynamodb::DynamoStore::new(dynamodb, table));
+    let producer = Producer::new(client.clone(), &created.url)
+        .with_store(store.clone())
+        .with_timers(store.clone());
+    let due = SystemTime::now() + Duration::from_secs(3 * 3600);
+    let months = ["run-now", "rescheduled", "cancelled", "later"];
+    let mut ids = Vec::new();
+    for (index, month) in months.iter().enumerate() {
+        let job = NewJob::new(
+            "monthly_report",
+            Report {
+                month: (*month).into(),
+            },
+        )
+        .key(format!("report:{month}"))
+        .deliver_at(due + Duration::from_secs(index as u64));
+        ids.push(producer.send(&job).await.unwrap());
+    }
+    assert_eq!(
+        queue.depth().await.unwrap(),
+        QueueDepth::default(),
+        "kept as timers, not sent"
+    );
+    let timers = producer.timers().unwrap().clone();
+    let listed = timers.list(10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|timer| &timer.id).collect::<Vec<_>>(),
+        ids.iter().collect::<Vec<_>>()
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|timer| timer.job_type == "monthly_report" && timer.claimed_until.is_none())
+    );
+    let due_ms = conveyor_core::runtime::epoch_millis(due);
+    assert_eq!(conveyor_core::runtime::epoch_millis(listed[0].due), due_ms);
+
+    assert!(
+        timers.run_now(&ids[0]).await.unwrap().is_some(),
+        "run now sends it"
+    );
+    let moved_to = SystemTime::now() + Duration::from_secs(3);
+    assert_eq!(
+        timers.reschedule(&ids[1], moved_to).await.unwrap(),
+        TimerChange::Changed
+    );
+    assert_eq!(timers.cancel(&ids[2]).await.unwrap(), TimerChange::Changed);
+    assert_eq!(timers.cancel(&ids[2]).await.unwrap(), TimerChange::NotFound);
+    assert_eq!(
+        timers.run_now(&ids[2]).await.unwrap(),
+        None,
+        "a cancelled timer cannot run"
+    );
+    let listed: Vec<String> = timers
+        .list(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|timer| timer.id)
+        .collect();
+    assert_eq!(
+        listed,
+        [ids[1].clone(), ids[3].clone()],
+        "soonest first, the cancelled and the sent gone"
+    );
+
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let handler = MonthlyReport {
+        runs: Arc::clone(&runs),
+        clock: Arc::new(SystemTime::now),
+    };
+    let pipeline = Pipeline::new(Router::new().route(handler)).with_store(store.clone());
+    let worker = Worker::new(
+        aws::config(&[(&created.url, 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap()
+    .with_background_task(TimerRelay::new(timers.clone()).every(Duration::from_secs(1)));
+    let running = start(worker);
+    eventually(60, "the run-now and the rescheduled reports", || {
+        runs.lock().unwrap().len() >= 2
+    })
+    .await;
+    let report = running.stop().await;
+
+    let mut runs = runs.lock().unwrap().clone();
+    runs.sort_by(|a, b| a.month.cmp(&b.month));
+    let ran: Vec<&str> = runs.iter().map(|run| run.month.as_str()).collect();
+    assert_eq!(
+        ran,
+        ["rescheduled", "run-now"],
+        "the cancelled and the later one did not run"
+    );
+    assert!(
+        runs[0].at + Duration::from_millis(500) >= moved_to,
+        "the rescheduled report ran {:?} before its new due time",
+        moved_to.duration_since(runs[0].at)
+    );
+    assert!(
+        runs[0]
+            .key
+            .as_deref()
+            .is_some_and(|key| key.ends_with("#report:rescheduled")),
+        "the producer's key: {:?}",
+        runs[0].key
+    );
+    assert_eq!(report.succeeded, 2);
+    let left: Vec<String> = timers
+        .list(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|timer| timer.id)
+        .collect();
+    assert_eq!(left, [ids[3].clone()], "the relay removed what it sent");
+}
