@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 use crate::aws::{Aws, AwsArgs};
 use crate::commands::console::ConsoleArgs;
+use crate::commands::delays::DelaysArgs;
 use crate::commands::dlq::DlqArgs;
 use crate::commands::jobs::JobsArgs;
 use crate::commands::local::LocalArgs;
@@ -59,6 +60,8 @@ pub(crate) enum Command {
     Local(LocalArgs),
     /// Export the application's schedules; list, pause, resume and trigger them.
     Schedules(SchedulesArgs),
+    /// List, run now, reschedule and cancel the long-delayed jobs kept in the timer table.
+    Delays(DelaysArgs),
     /// Relay the transactional outbox from its table's stream to SQS; count its backlog.
     Outbox(OutboxArgs),
 }
@@ -69,7 +72,7 @@ impl Command {
         let format = cli.output;
         let client = aws.sqs_client();
         match self {
-            Command::Send(args) => crate::commands::send::run(args, client, format).await,
+            Command::Send(args) => crate::commands::send::run(args, aws, format).await,
             Command::Stats(args) => crate::commands::stats::run(args, client, format).await,
             Command::Dlq(args) => crate::commands::dlq::run(args, client, format).await,
             Command::Purge(args) => crate::commands::purge::run(args, client, format).await,
@@ -78,6 +81,7 @@ impl Command {
             Command::Schedules(args) => crate::commands::schedules::run(args, aws, format).await,
             Command::Console(args) => crate::commands::console::run(args, aws).await,
             Command::Jobs(args) => crate::commands::jobs::run(args, aws, format).await,
+            Command::Delays(args) => crate::commands::delays::run(args, aws, format).await,
             Command::Outbox(args) => crate::commands::outbox::run(args, aws, format).await,
         }
     }

@@ -1181,3 +1181,89 @@ async fn purge_is_refused_without_the_flag_and_empties_the_queue_with_it() {
     assert_eq!(purged.json()["before"]["visible"], 5);
     wait_for_depth(&client, &queue.url, (0, 0, 0)).await;
 }
+
+/// `conveyor send --timers` keeps a long-delayed job in the timer table; `conveyor delays` lists it,
+/// moves it, runs one now (it arrives in the queue at once) and cancels another; changes to a job that
+/// is gone fail with a clear message.
+#[tokio::test]
+async fn delays_lists_runs_reschedules_and_cancels_jobs_kept_in_the_timer_table() {
+    let client = setup().await;
+    let dynamodb = conveyor_testing::localstack::dynamodb_client().await;
+    let table = conveyor_testing::localstack::create_table(&dynamodb, "cli-timers")
+        .await
+        .unwrap();
+    let queue = standard_queue(&client, "cli-timers").await;
+    let table_args = ["--table", table.as_str()];
+    let mut ids = Vec::new();
+    for report in ["r-1", "r-2"] {
+        let payload = format!(r#"{{"report":"{report}"}}"#);
+        let sent = send(
+            &queue.url,
+            "report",
+            &payload,
+            &[
+                &["--delay-secs", "86400", "--timers", "--output", "json"][..],
+                &table_args,
+            ]
+            .concat(),
+        )
+        .await;
+        sent.assert_ok();
+        let id = sent.json()["results"][0]["timer_id"].as_str().unwrap().to_owned();
+        ids.push(id);
+    }
+    let delays = |args: &[&str]| {
+        let mut all = vec![
+            "delays",
+            "--queue-url",
+            queue.url.as_str(),
+            "--table",
+            table.as_str(),
+        ];
+        all.extend_from_slice(args);
+        all.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>| async move {
+        conveyor(&args.iter().map(String::as_str).collect::<Vec<_>>()).await
+    };
+    let listed = run(delays(&["list", "--output", "json"])).await;
+    listed.assert_ok();
+    let listed = listed.json();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed[0]["job_type"], "report");
+    let text = run(delays(&["list"])).await;
+    text.assert_ok();
+    assert!(
+        text.stdout.contains(&ids[0]) && text.stdout.contains("23h 59m"),
+        "{}",
+        text.stdout
+    );
+
+    run(delays(&["reschedule", &ids[1], "--in-secs", "7200"]))
+        .await
+        .assert_ok();
+    let listed = run(delays(&["list", "--output", "json"])).await.json();
+    assert_eq!(
+        listed[0]["id"],
+        ids[1].as_str(),
+        "the rescheduled one is now the soonest: {listed}"
+    );
+
+    let ran = run(delays(&["run", &ids[0]])).await;
+    ran.assert_ok();
+    assert!(ran.stdout.contains("sent delayed job"), "{}", ran.stdout);
+    let received = drain(&client, &queue.url, 1).await;
+    let bodies: Vec<&str> = received.iter().filter_map(|message| message.body()).collect();
+    assert_eq!(bodies, [r#"{"report":"r-1"}"#], "run now: in the queue at once");
+    run(delays(&["run", &ids[0]]))
+        .await
+        .assert_failed_with(1, &["no delayed job", "sent or cancelled already"]);
+
+    run(delays(&["cancel", &ids[1]])).await.assert_ok();
+    run(delays(&["cancel", &ids[1]]))
+        .await
+        .assert_failed_with(1, &["no delayed job", "sent or cancelled already"]);
+    let empty = run(delays(&["list"])).await;
+    empty.assert_ok();
+    assert!(empty.stdout.contains("no delayed jobs"), "{}", empty.stdout);
+}

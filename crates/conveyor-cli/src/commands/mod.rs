@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub(crate) mod console;
+pub(crate) mod delays;
 pub(crate) mod dlq;
 pub(crate) mod jobs;
 pub(crate) mod local;

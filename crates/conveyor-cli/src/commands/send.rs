@@ -70,6 +70,14 @@ pub(crate) struct SendArgs {
     /// FIFO deduplication id (required on FIFO queues without content-based deduplication).
     #[arg(long, value_name = "ID")]
     pub dedup_id: Option<String>,
+    /// Keep jobs due later than 15 minutes in the timer table (the consumers' idempotency table, --table)
+    /// instead of hopping them through the queue: `conveyor delays` then lists, runs, reschedules and
+    /// cancels them, and the consumers' timer relay sends each when due.
+    #[arg(long)]
+    pub timers: bool,
+    /// The idempotency table that keeps timers (with --timers).
+    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
+    pub table: String,
     /// Extra string message attribute; repeat for more (names starting with `conveyor.` are reserved).
     #[arg(long = "attribute", value_name = "NAME=VALUE", value_parser = parse_attribute)]
     pub attributes: Vec<(String, String)>,
@@ -148,7 +156,8 @@ impl Request {
 }
 
 /// Runs `conveyor send`.
-pub(crate) async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &SendArgs, aws: &crate::aws::Aws, format: Format) -> anyhow::Result<()> {
+    let client = aws.sqs_client();
     let request = read_request(args)?;
     let url = resolve_queue_url(&client, &args.queue_url).await?;
     let queue = describe(&client, &url).await?;
@@ -160,6 +169,13 @@ pub(crate) async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Fo
         ));
         producer = producer.with_large_payloads(store, bucket);
     }
+    if args.timers {
+        let store = Arc::new(conveyor_dynamodb::DynamoStore::new(
+            aws.dynamodb_client(),
+            &args.table,
+        ));
+        producer = producer.with_timers(store);
+    }
     let results: Vec<Result<String, String>> = match &request {
         Request::One(job) => vec![
             producer
@@ -169,7 +185,7 @@ pub(crate) async fn run(args: &SendArgs, client: aws_sdk_sqs::Client, format: Fo
         ],
         Request::Many(jobs) => send_many(&producer, jobs).await,
     };
-    print_results(&queue, request.jobs(), &results, format)?;
+    print_results(&queue, request.jobs(), &results, args.timers, format)?;
     let failed = results.iter().filter(|result| result.is_err()).count();
     if failed > 0 {
         bail!(
@@ -408,8 +424,16 @@ fn print_results(
     queue: &QueueInfo,
     jobs: &[JobSpec],
     results: &[Result<String, String>],
+    timers: bool,
     format: Format,
 ) -> anyhow::Result<()> {
+    // With --timers, a job due later than 15 minutes was kept in the timer table: its id is a timer's.
+    let kept = |job: &JobSpec| {
+        timers
+            && job
+                .delay
+                .is_some_and(|delay| delay > conveyor_core::limits::MAX_DELAY)
+    };
     let sent = results.iter().filter(|result| result.is_ok()).count();
     if format == Format::Json {
         let entries: Vec<Value> = jobs
@@ -419,6 +443,7 @@ fn print_results(
             .map(|(index, (job, result))| {
                 let mut entry = json!({ "index": index, "job_type": job.job_type, "key": job.key });
                 match result {
+                    Ok(id) if kept(job) => entry["timer_id"] = json!(id),
                     Ok(id) => entry["message_id"] = json!(id),
                     Err(error) => entry["error"] = json!(error),
                 }
@@ -434,12 +459,21 @@ fn print_results(
         }));
     }
     if let ([job], [Ok(id)]) = (jobs, results) {
-        crate::outln!("sent {} job to {}: message id {id}", job.job_type, queue.name());
+        if kept(job) {
+            crate::outln!(
+                "kept {} job for {} in the timer table: timer id {id} (see `conveyor delays list`)",
+                job.job_type,
+                queue.name()
+            );
+        } else {
+            crate::outln!("sent {} job to {}: message id {id}", job.job_type, queue.name());
+        }
         return Ok(());
     }
     let mut table = Table::new(&["#", "JOB TYPE", "KEY", "RESULT"]);
     for (index, (job, result)) in jobs.iter().zip(results).enumerate() {
         let outcome = match result {
+            Ok(id) if kept(job) => format!("kept, timer id {id}"),
             Ok(id) => format!("sent, message id {id}"),
             Err(error) => format!("NOT SENT: {error}"),
         };

@@ -1,0 +1,219 @@
+//! `conveyor delays`: the jobs kept in the timer table (`conveyor send --timers`, `Producer::with_timers`):
+//! list them, run one now, move its due time, cancel it, or relay the due ones once.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::bail;
+use clap::{Args, Subcommand};
+use conveyor_core::port::{Timer, TimerStore};
+use conveyor_core::{TimerChange, Timers};
+use conveyor_dynamodb::DynamoStore;
+use conveyor_sqs::SqsSender;
+use conveyor_sqs::admin::{QueueRef, resolve_queue_url};
+
+use crate::aws::Aws;
+use crate::output::{Format, Table, format_age, format_time, print_json};
+
+/// How far ahead `delays relay` sends (the rest of the wait travels as `DelaySeconds`).
+const RELAY_LOOKAHEAD: Duration = Duration::from_secs(60);
+
+/// Arguments of `conveyor delays`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  conveyor send --queue-url jobs --job-type report --payload '{}' --delay-secs 86400 --timers
+  conveyor delays --queue-url jobs list
+  conveyor delays --queue-url jobs run 3f2a...            # sends it now
+  conveyor delays --queue-url jobs reschedule 3f2a... --in-secs 600
+  conveyor delays --queue-url jobs cancel 3f2a...
+  conveyor delays --queue-url jobs relay                  # sends what is due, as a worker's relay does
+
+Jobs delayed by hops (sent without --timers) travel inside the queue and are not listed here; cancel
+those by key (Producer::cancel).")]
+pub(crate) struct DelaysArgs {
+    /// URL (or name) of the queue the jobs go to.
+    #[arg(long, global = true, value_name = "URL")]
+    pub queue_url: Option<QueueRef>,
+    /// The idempotency table that holds the timers.
+    #[arg(long, global = true, env = "CONVEYOR_IDEMPOTENCY_TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
+    pub table: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: DelaysCommand,
+}
+
+/// The `delays` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DelaysCommand {
+    /// List the queue's delayed jobs, soonest first.
+    List {
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Send a delayed job now.
+    Run {
+        /// The timer's id (from `send --timers` or `list`).
+        id: String,
+    },
+    /// Move a delayed job's due time.
+    Reschedule {
+        /// The timer's id.
+        id: String,
+        /// The new due time, in seconds from now.
+        #[arg(long, value_name = "SECONDS")]
+        in_secs: u64,
+    },
+    /// Cancel a delayed job: it is never sent.
+    Cancel {
+        /// The timer's id.
+        id: String,
+    },
+    /// Send the jobs due within a minute once, as every worker's timer relay does.
+    Relay,
+}
+
+/// Runs `conveyor delays`.
+pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+    let Some(queue) = &args.queue_url else {
+        bail!("which queue? pass --queue-url URL (or the queue's name)");
+    };
+    let client = aws.sqs_client();
+    let url = resolve_queue_url(&client, queue).await?;
+    let store: Arc<dyn TimerStore> = Arc::new(DynamoStore::new(aws.dynamodb_client(), &args.table));
+    let timers = Timers::new(store, Arc::new(SqsSender::new(client)), url.as_str());
+    match &args.command {
+        DelaysCommand::List { limit } => {
+            let listed = timers.list(*limit).await?;
+            if format == Format::Json {
+                return print_json(&serde_json::Value::Array(listed.iter().map(timer_json).collect()));
+            }
+            if listed.is_empty() {
+                crate::outln!("no delayed jobs for {url} in table {}", args.table);
+                return Ok(());
+            }
+            crate::out!("{}", list_table(&listed, SystemTime::now()).render());
+            Ok(())
+        }
+        DelaysCommand::Run { id } => match timers.run_now(id).await? {
+            Some(message_id) => report(format, id, "sent", Some(&message_id)),
+            None => bail!(
+                "no delayed job {id} waits for {url}: it was sent or cancelled already, or a relay is sending it \
+                 (see `conveyor delays list`)"
+            ),
+        },
+        DelaysCommand::Reschedule { id, in_secs } => {
+            let due = SystemTime::now() + Duration::from_secs(*in_secs);
+            answer(format, id, timers.reschedule(id, due).await?, "rescheduled")
+        }
+        DelaysCommand::Cancel { id } => answer(format, id, timers.cancel(id).await?, "cancelled"),
+        DelaysCommand::Relay => {
+            let relayed = timers.relay(SystemTime::now(), RELAY_LOOKAHEAD).await?;
+            if format == Format::Json {
+                return print_json(&serde_json::json!({
+                    "sent": relayed.sent, "failed": relayed.failed, "skipped": relayed.skipped,
+                }));
+            }
+            crate::outln!(
+                "sent {} due job(s); {} failed (kept for the next pass); {} held by another relay",
+                relayed.sent,
+                relayed.failed,
+                relayed.skipped
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Prints a change's answer; an error when nothing was changed.
+fn answer(format: Format, id: &str, change: TimerChange, done: &str) -> anyhow::Result<()> {
+    match change {
+        TimerChange::Changed => report(format, id, done, None),
+        TimerChange::NotFound => bail!("no delayed job {id} on this queue: it was sent or cancelled already"),
+        TimerChange::Sending => bail!(
+            "delayed job {id} is being sent (or was: a relay claimed it), so it was not {done}; stop it by its \
+             key with Producer::cancel, which the consumer checks when it arrives"
+        ),
+        _ => bail!("delayed job {id}: {change:?}"),
+    }
+}
+
+fn report(format: Format, id: &str, what: &str, message_id: Option<&str>) -> anyhow::Result<()> {
+    if format == Format::Json {
+        return print_json(&serde_json::json!({ "id": id, "result": what, "message_id": message_id }));
+    }
+    match message_id {
+        Some(message_id) => crate::outln!("{what} delayed job {id} as message {message_id}"),
+        None => crate::outln!("{what} delayed job {id}"),
+    }
+    Ok(())
+}
+
+fn timer_json(timer: &Timer) -> serde_json::Value {
+    let millis = conveyor_core::port::to_epoch_millis;
+    serde_json::json!({
+        "id": timer.id,
+        "job_type": timer.job_type,
+        "due_ms": millis(timer.due),
+        "created_ms": millis(timer.created),
+        "claimed_until_ms": timer.claimed_until.map(millis),
+    })
+}
+
+/// What a listing's STATE column says of a timer at `now`.
+fn state(timer: &Timer, now: SystemTime) -> String {
+    match timer.claimed_until {
+        None => "delayed".to_owned(),
+        Some(until) if until > now => format!("sending (claimed until {})", format_time(until)),
+        Some(_) => "sending (claim lapsed: the next relay pass sends it)".to_owned(),
+    }
+}
+
+fn list_table(timers: &[Timer], now: SystemTime) -> Table {
+    let mut table = Table::new(&["ID", "JOB TYPE", "DUE", "IN", "STATE", "CREATED"]);
+    for timer in timers {
+        let wait = timer
+            .due
+            .duration_since(now)
+            .map_or_else(|_| "due".to_owned(), format_age);
+        table.row(vec![
+            timer.id.clone(),
+            timer.job_type.clone(),
+            format_time(timer.due),
+            wait,
+            state(timer, now),
+            format_time(timer.created),
+        ]);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listing_says_when_each_is_due_and_whether_a_relay_holds_it() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let timer = |due_in: u64, claimed: Option<i64>| Timer {
+            id: format!("t{due_in}"),
+            queue_url: "q".to_owned(),
+            due: now + Duration::from_secs(due_in),
+            job_type: "report".to_owned(),
+            created: now,
+            claimed_until: claimed.map(|secs| {
+                if secs >= 0 {
+                    now + Duration::from_secs(secs.unsigned_abs())
+                } else {
+                    now - Duration::from_secs(secs.unsigned_abs())
+                }
+            }),
+        };
+        let rendered =
+            list_table(&[timer(7200, None), timer(0, Some(120)), timer(0, Some(-5))], now).render();
+        assert!(rendered.contains("2h 0m"), "{rendered}");
+        assert!(rendered.contains("sending (claimed until"), "{rendered}");
+        assert!(rendered.contains("claim lapsed"), "{rendered}");
+        assert!(rendered.contains("delayed"), "{rendered}");
+    }
+}
