@@ -22,6 +22,8 @@ mod guides {
     struct Operations;
     #[doc = include_str!("../../docs/figures.md")]
     struct Figures;
+    #[doc = include_str!("../../docs/delays.md")]
+    struct Delays;
 }
 
 use std::path::PathBuf;

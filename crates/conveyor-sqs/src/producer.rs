@@ -153,7 +153,7 @@ impl Producer {
     /// `conveyor_dynamodb::DynamoStore`) instead of hopping it through the queue: [`Producer::send`]
     /// then returns the timer's id, and [`Producer::timers`] lists, runs now, reschedules and cancels
     /// such jobs. A relay sends each when it is due: `conveyor_core::TimerRelay` beside a worker of the
-    /// queue, or the Lambda consumer's sweep (see `docs/delays.md`).
+    /// queue, or `conveyor delays relay` (see `docs/delays.md`).
     pub fn with_timers(mut self, store: Arc<dyn TimerStore>) -> Self {
         let sender = Arc::new(crate::flow::SqsSender::new(self.client.clone()));
         self.timers = Some(Timers::new(store, sender, self.url.clone()));
