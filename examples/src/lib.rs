@@ -115,8 +115,8 @@ pub fn app_router() -> anyhow::Result<Router> {
 }
 
 /// The pipeline, with idempotency, job tracking and flows on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE`
-/// is set (flow parents are sent through SQS), and large payloads on S3 when `CONVEYOR_PAYLOAD_BUCKET` is
-/// set.
+/// is set (flow parents are sent through SQS) and then the timer table of `CONVEYOR_QUEUE_URL`'s queue, and
+/// large payloads on S3 when `CONVEYOR_PAYLOAD_BUCKET` is set.
 pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
     let mut pipeline = Pipeline::new(app_router()?);
     if let Some(budget) = retry_budget_from_env()? {
@@ -132,12 +132,18 @@ pub async fn app_pipeline() -> anyhow::Result<Pipeline> {
     };
     let client = conveyor_dynamodb::dynamodb_client_from_env().await;
     let store = Arc::new(conveyor_dynamodb::DynamoStore::new(client, table));
+    let sender = Arc::new(conveyor_sqs::SqsSender::new(
+        conveyor_sqs::sqs_client_from_env().await,
+    ));
     let flows = conveyor_core::Flows {
         store: store.clone(),
-        sender: Arc::new(conveyor_sqs::SqsSender::new(
-            conveyor_sqs::sqs_client_from_env().await,
-        )),
+        sender: sender.clone(),
     };
+    // The queue's timer table (jobs a producer kept with `with_timers`): the worker relays it, and the
+    // Lambda function when its schedule invokes it with {"conveyor": "relay_timers"}.
+    if let Ok(queue_url) = std::env::var("CONVEYOR_QUEUE_URL") {
+        pipeline = pipeline.with_timers(conveyor_core::Timers::new(store.clone(), sender, queue_url));
+    }
     Ok(pipeline.with_store(store).with_flows(flows))
 }
 

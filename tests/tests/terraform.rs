@@ -532,6 +532,12 @@ fn cases() -> Vec<Case> {
             None,
         ),
         case(
+            "lambda_with_timer_relay",
+            "lambda-consumer",
+            &[("timer_relay", "true")],
+            None,
+        ),
+        case(
             "lambda_flow_sweep_kms_wildcard",
             "lambda-consumer",
             &[

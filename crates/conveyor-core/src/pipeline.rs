@@ -105,6 +105,7 @@ pub struct Pipeline {
     max_hop: Duration,
     /// Flow bookkeeping, when flows are on (see [`crate::flow`]).
     flows: Option<Flows>,
+    timers: Option<crate::timer::Timers>,
     /// Large payloads (claim check), when on (see [`crate::payload`]).
     payloads: Option<Payloads>,
     /// What the store's last answered claim said about its configuration.
@@ -190,6 +191,7 @@ impl Pipeline {
             clock: system_clock(),
             max_hop: MAX_DELAY,
             flows: None,
+            timers: None,
             payloads: None,
             store_health: StoreHealth::default(),
         }
@@ -213,6 +215,19 @@ impl Pipeline {
     /// The flows, when on: a worker runs their deadline sweep ([`crate::FlowSweeper`]) beside its jobs.
     pub fn flows(&self) -> Option<&Flows> {
         self.flows.as_ref()
+    }
+
+    /// The queue's timer table, when on: a worker runs a [`crate::TimerRelay`] for it beside its jobs, and
+    /// the Lambda adapter relays it when invoked with `{"conveyor": "relay_timers"}`.
+    pub fn timers(&self) -> Option<&crate::timer::Timers> {
+        self.timers.as_ref()
+    }
+
+    /// Relays the due jobs of `timers` (the long delays a producer kept with `Producer::with_timers`)
+    /// from this pipeline's runtime: see [`Pipeline::timers`].
+    pub fn with_timers(mut self, timers: crate::timer::Timers) -> Self {
+        self.timers = Some(timers);
+        self
     }
 
     /// Counts flow children's ends in `flows.store` and sends parents through `flows.sender` (see

@@ -57,6 +57,9 @@ pub enum InvocationError {
     /// A flow sweep invocation ([`crate::FLOW_SWEEP_EVENT`]) could not sweep: what and what to do.
     #[error("{0}")]
     FlowSweep(String),
+    /// A timer relay invocation ([`crate::TIMER_RELAY_EVENT`]) could not relay: what and what to do.
+    #[error("{0}")]
+    TimerRelay(String),
 }
 
 impl From<InvocationError> for lambda_runtime::Diagnostic {
@@ -69,6 +72,10 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
             },
             InvocationError::FlowSweep(message) => lambda_runtime::Diagnostic {
                 error_type: "Conveyor.FlowSweep".to_owned(),
+                error_message: message,
+            },
+            InvocationError::TimerRelay(message) => lambda_runtime::Diagnostic {
+                error_type: "Conveyor.TimerRelay".to_owned(),
                 error_message: message,
             },
         }

@@ -11,6 +11,7 @@ mod queues;
 mod record;
 mod runtime;
 mod settings;
+mod timer_relay;
 
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 pub use batch::{BatchFailed, BatchProcessor, BatchReport, visibility_advice};
@@ -25,3 +26,4 @@ pub use runtime::{
     config_from_env, init_tracing, instant_at, run, run_with_config,
 };
 pub use settings::{FifoFailure, LambdaConfig};
+pub use timer_relay::{TIMER_RELAY_EVENT, is_timer_relay};

@@ -73,6 +73,12 @@ async fn handle(
             .instrument(span)
             .await;
     }
+    if crate::timer_relay::is_timer_relay(&payload) {
+        let span = tracing::info_span!("timer_relay", request_id = %context.request_id);
+        return crate::timer_relay::relay_timers(processor.pipeline())
+            .instrument(span)
+            .await;
+    }
     let event = match parse_event(payload) {
         Ok(event) => event,
         Err(error) => {

@@ -270,7 +270,11 @@ impl Worker {
         // One drain token for every background task: cancelled when the drain begins (or, at the
         // latest, with the other background tasks); the worker waits for the tasks before it reports.
         let task_drain = background.child_token();
-        for task in self.background {
+        let mut tasks = self.background;
+        if let Some(timers) = self.pipeline.timers() {
+            tasks.push(Box::new(conveyor_core::TimerRelay::new(timers.clone())));
+        }
+        for task in tasks {
             let drain = task_drain.clone();
             let name = task.name();
             background_tasks.spawn(async move {

@@ -194,12 +194,12 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
 
 /// The timer table (`Producer::with_timers`, `conveyor-core/src/timer.rs`): jobs due in three hours are
 /// kept as timers (nothing in the queue), listed soonest first; one runs now, one is moved to three
-/// seconds from now, one is cancelled; a worker's `TimerRelay` sends the moved one when due; the
+/// seconds from now, one is cancelled; the worker's relay (`Pipeline::with_timers`) sends the moved one when due; the
 /// cancelled one never runs and the untouched one stays listed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_delays_in_the_timer_table_are_listed_run_now_rescheduled_cancelled_and_relayed_by_a_worker() {
+    use conveyor_core::TimerChange;
     use conveyor_core::port::QueueDepth;
-    use conveyor_core::{TimerChange, TimerRelay};
 
     let client = aws::sqs().await;
     let created = create_queue(&client, &QueueSpec::standard("timers").max_receive_count(3))
@@ -281,14 +281,16 @@ async fn long_delays_in_the_timer_table_are_listed_run_now_rescheduled_cancelled
         runs: Arc::clone(&runs),
         clock: Arc::new(SystemTime::now),
     };
-    let pipeline = Pipeline::new(Router::new().route(handler)).with_store(store.clone());
+    // The pipeline's timers: the worker starts their relay by itself (every 20 s, a 60 s lookahead).
+    let pipeline = Pipeline::new(Router::new().route(handler))
+        .with_store(store.clone())
+        .with_timers(timers.clone());
     let worker = Worker::new(
         aws::config(&[(&created.url, 1)]),
         pipeline,
         vec![queue.clone() as Arc<dyn Queue>],
     )
-    .unwrap()
-    .with_background_task(TimerRelay::new(timers.clone()).every(Duration::from_secs(1)));
+    .unwrap();
     let running = start(worker);
     eventually(60, "the run-now and the rescheduled reports", || {
         runs.lock().unwrap().len() >= 2

@@ -266,6 +266,30 @@ resource "aws_cloudwatch_metric_alarm" "duration" {
   tags          = var.tags
 }
 
+# Scheduled invocations, each every minute with its own payload, sharing one role:
+# - the flows' deadline sweep (flow_sweep = true), {"conveyor": "sweep_flows"}: described below;
+# - the timer table's relay (timer_relay = true), {"conveyor": "relay_timers"}: one relay pass of the
+#   pipeline's timers (conveyor_lambda's timer_relay module); the long-delayed jobs due within two
+#   minutes are sent with the rest of their wait as DelaySeconds, so a missed tick delays nothing, and
+#   the timers stay in the table until a pass sends them.
+locals {
+  invocations = merge(
+    var.flow_sweep ? {
+      flow-sweep = {
+        event       = "sweep_flows"
+        description = "Conveyor flow sweep: ends flows past their deadline by their policy"
+      }
+    } : {},
+    var.timer_relay ? {
+      timer-relay = {
+        event       = "relay_timers"
+        description = "Conveyor timer relay: sends the long-delayed jobs that are due"
+      }
+    } : {},
+  )
+  scheduled_invocations = length(local.invocations) > 0
+}
+
 # The flows' deadline sweep (flow_sweep = true): every minute, the function with {"conveyor":
 # "sweep_flows"}, which it answers with one pass of the sweep instead of a batch (conveyor_lambda's
 # flow_sweep module). Past a flow's deadline its children dead-lettered by SQS's redrive or never sent
@@ -290,7 +314,7 @@ data "aws_iam_policy_document" "flow_sweep_assume_role" {
 }
 
 resource "aws_iam_role" "flow_sweep" {
-  count = var.flow_sweep ? 1 : 0
+  count = local.scheduled_invocations ? 1 : 0
 
   name_prefix        = "${substr(var.function_name, 0, 31)}-flows-"
   assume_role_policy = data.aws_iam_policy_document.flow_sweep_assume_role.json
@@ -298,7 +322,7 @@ resource "aws_iam_role" "flow_sweep" {
 }
 
 data "aws_iam_policy_document" "flow_sweep" {
-  count = var.flow_sweep ? 1 : 0
+  count = local.scheduled_invocations ? 1 : 0
 
   statement {
     sid       = "InvokeTheConsumer"
@@ -308,18 +332,18 @@ data "aws_iam_policy_document" "flow_sweep" {
 }
 
 resource "aws_iam_role_policy" "flow_sweep" {
-  count = var.flow_sweep ? 1 : 0
+  count = local.scheduled_invocations ? 1 : 0
 
   name   = "conveyor-flow-sweep"
   role   = aws_iam_role.flow_sweep[0].id
   policy = data.aws_iam_policy_document.flow_sweep[0].json
 }
 
-resource "aws_scheduler_schedule" "flow_sweep" {
-  count = var.flow_sweep ? 1 : 0
+resource "aws_scheduler_schedule" "invocations" {
+  for_each = local.invocations
 
-  name                = "${substr(var.function_name, 0, 52)}-flow-sweep"
-  description         = "Conveyor flow sweep: ends flows past their deadline by their policy"
+  name                = "${substr(var.function_name, 0, 52)}-${each.key}"
+  description         = each.value.description
   schedule_expression = "rate(1 minute)"
   state               = "ENABLED"
   kms_key_arn         = var.flow_sweep_kms_key_arn
@@ -331,11 +355,17 @@ resource "aws_scheduler_schedule" "flow_sweep" {
   target {
     arn      = aws_lambda_function.this.arn
     role_arn = aws_iam_role.flow_sweep[0].arn
-    input    = jsonencode({ conveyor = "sweep_flows" })
+    input    = jsonencode({ conveyor = each.value.event })
 
     retry_policy {
       maximum_event_age_in_seconds = 60
       maximum_retry_attempts       = 0
     }
   }
+}
+
+# The flow sweep's schedule before the timer relay shared the resource: moved, not replaced.
+moved {
+  from = aws_scheduler_schedule.flow_sweep[0]
+  to   = aws_scheduler_schedule.invocations["flow-sweep"]
 }

@@ -39,5 +39,10 @@ output "alarm_arns" {
 
 output "flow_sweep_schedule_arn" {
   description = "The flow sweep's EventBridge schedule (flow_sweep = true), or null."
-  value       = var.flow_sweep ? aws_scheduler_schedule.flow_sweep[0].arn : null
+  value       = try(aws_scheduler_schedule.invocations["flow-sweep"].arn, null)
+}
+
+output "timer_relay_schedule_arn" {
+  description = "The timer relay's EventBridge schedule (timer_relay = true), or null."
+  value       = try(aws_scheduler_schedule.invocations["timer-relay"].arn, null)
 }

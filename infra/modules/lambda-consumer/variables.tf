@@ -269,8 +269,14 @@ variable "flow_sweep" {
   default     = false
 }
 
+variable "timer_relay" {
+  description = "Invoke the function once a minute with {\"conveyor\": \"relay_timers\"} (EventBridge Scheduler), so the long-delayed jobs kept in the timer table (Producer::with_timers) are sent when due when no ECS worker relays them. Needs timers on in the function's pipeline (Pipeline::with_timers); an ECS worker with them relays by itself."
+  type        = bool
+  default     = false
+}
+
 variable "flow_sweep_kms_key_arn" {
-  description = "Optional customer managed KMS key ARN for the flow sweep schedule (null: an AWS owned key)."
+  description = "Optional customer managed KMS key ARN for the flow sweep and timer relay schedules (null: an AWS owned key)."
   type        = string
   default     = null
 
