@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use futures_util::StreamExt as _;
 
 use crate::background::BackgroundTask;
 use crate::delay::{Clock, DUE_ATTRIBUTE, due_value, system_clock};
@@ -52,6 +53,10 @@ pub const TIMER_CLAIM: Duration = Duration::from_secs(300);
 pub const TIMER_KEY_PREFIX: &str = "timer:";
 /// Timers read per page by a relay pass.
 const PAGE: usize = 100;
+/// Pages one relay pass reads at most (10,000 timers).
+const MAX_PAGES: usize = 100;
+/// Timers one relay claims and sends at once.
+const SEND_CONCURRENCY: usize = 16;
 
 /// A job to keep until it is due.
 #[derive(Debug, Clone, PartialEq)]
@@ -331,29 +336,42 @@ impl Timers {
         self.send_claimed(claimed, &token, now, true).await.map(Some)
     }
 
-    /// One relay pass: sends the timers due within `lookahead` of `now`.
-    pub async fn relay(&self, now: SystemTime, lookahead: Duration) -> Result<RelayedTimers, StoreError> {
+    /// One relay pass: sends the timers due within `lookahead` of now (this handle's clock), page after
+    /// page while pages come back full and something was sent (a burst of timers due at one moment
+    /// drains in one pass), 16 timers at a time.
+    pub async fn relay(&self, lookahead: Duration) -> Result<RelayedTimers, StoreError> {
         let mut report = RelayedTimers::default();
-        let due = self
-            .store
-            .timers(&self.queue_url, Some(now + lookahead), PAGE)
-            .await?;
-        for timer in due {
-            if timer.claimed_until.is_some_and(|until| until > now) {
-                report.skipped += 1;
-                continue;
+        for _ in 0..MAX_PAGES {
+            let now = self.now();
+            let due = self.store.timers(&self.queue_url, Some(now + lookahead), PAGE).await?;
+            let full = due.len() == PAGE;
+            let page = self.relay_page(due, now).await?;
+            report.sent += page.sent;
+            report.failed += page.failed;
+            report.skipped += page.skipped;
+            if !full || page.sent == 0 {
+                break;
             }
-            let token = self.token(now);
-            let Some(claimed) = self
-                .store
-                .claim_timer(&self.queue_url, &timer.id, &token, now, now + TIMER_CLAIM)
-                .await?
-            else {
-                report.skipped += 1;
-                continue;
-            };
-            match self.send_claimed(claimed, &token, now, false).await {
-                Ok(_) => report.sent += 1,
+        }
+        Ok(report)
+    }
+
+    /// Claims and sends the timers of one page.
+    async fn relay_page(&self, due: Vec<Timer>, now: SystemTime) -> Result<RelayedTimers, StoreError> {
+        let mut report = RelayedTimers::default();
+        let (held, free): (Vec<Timer>, Vec<Timer>) = due
+            .into_iter()
+            .partition(|timer| timer.claimed_until.is_some_and(|until| until > now));
+        report.skipped = held.len();
+        let outcomes: Vec<Result<Option<String>, TimerError>> = futures_util::stream::iter(free)
+            .map(|timer| self.relay_one(timer, now))
+            .buffer_unordered(SEND_CONCURRENCY)
+            .collect()
+            .await;
+        for outcome in outcomes {
+            match outcome {
+                Ok(Some(_)) => report.sent += 1,
+                Ok(None) => report.skipped += 1,
                 Err(TimerError::Store(error)) => return Err(error),
                 Err(error) => {
                     tracing::warn!(queue = %self.queue_url, %error, "a due timer was not sent");
@@ -362,6 +380,19 @@ impl Timers {
             }
         }
         Ok(report)
+    }
+
+    /// Claims one timer and sends it; `None` when another relay holds it.
+    async fn relay_one(&self, timer: Timer, now: SystemTime) -> Result<Option<String>, TimerError> {
+        let token = self.token(now);
+        let Some(claimed) = self
+            .store
+            .claim_timer(&self.queue_url, &timer.id, &token, now, now + TIMER_CLAIM)
+            .await?
+        else {
+            return Ok(None);
+        };
+        self.send_claimed(claimed, &token, now, false).await.map(Some)
     }
 
     async fn send_claimed(
@@ -430,7 +461,7 @@ impl TimerRelay {
 
     /// One pass now.
     pub async fn relay(&self) -> Result<RelayedTimers, StoreError> {
-        self.timers.relay(self.timers.now(), self.interval * 3).await
+        self.timers.relay(self.interval * 3).await
     }
 }
 

@@ -6,7 +6,7 @@
 //! [`LOOKAHEAD`] are sent with the rest of their wait as `DelaySeconds`, so each still starts on time to
 //! the second. The lookahead is two schedule periods, so one missed invocation delays nothing.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsBatchResponse;
 use conveyor_core::Pipeline;
@@ -36,7 +36,7 @@ pub(crate) async fn relay_timers(pipeline: &Pipeline) -> Result<SqsBatchResponse
                 .to_owned(),
         ));
     };
-    let relayed = timers.relay(SystemTime::now(), LOOKAHEAD).await.map_err(|error| {
+    let relayed = timers.relay(LOOKAHEAD).await.map_err(|error| {
         InvocationError::TimerRelay(format!(
             "the timer relay could not read or write the store: {error}; the next scheduled pass tries again"
         ))
@@ -50,6 +50,7 @@ pub(crate) async fn relay_timers(pipeline: &Pipeline) -> Result<SqsBatchResponse
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::SystemTime;
 
     use conveyor_core::port::OutgoingMessage;
     use conveyor_core::{Router, Timers};

@@ -465,7 +465,7 @@ async fn run(scenario: Arc<TimerScenario>) -> TimerReport {
             }
             *next = second + INTERVAL / 2 + rng.u64(0..=INTERVAL / 2);
             let timers = timers.clone();
-            passes.spawn(async move { (index, timers.relay(timers.now(), LOOKAHEAD).await) });
+            passes.spawn(async move { (index, timers.relay(LOOKAHEAD).await) });
         }
         while let Some(pass) = passes.join_next().await {
             let Ok((index, Err(error))) = pass else {

@@ -108,7 +108,7 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
         }
         DelaysCommand::Cancel { id } => answer(format, id, timers.cancel(id).await?, "cancelled"),
         DelaysCommand::Relay => {
-            let relayed = timers.relay(SystemTime::now(), RELAY_LOOKAHEAD).await?;
+            let relayed = timers.relay(RELAY_LOOKAHEAD).await?;
             if format == Format::Json {
                 return print_json(&serde_json::json!({
                     "sent": relayed.sent, "failed": relayed.failed, "skipped": relayed.skipped,
