@@ -3,11 +3,11 @@
 pub use conveyor_core::{
     BackgroundTask, Backoff, Cancelled, ChildFailurePolicy, ChildResult, Context, ErrorKind, Flows, Handler,
     HandlerError, HandlerSettings, JobQuery, JobRecord, JobStatus, KeySource, KeyStyle, Payloads, Pipeline,
-    PowertoolsFlavor, PowertoolsKey, Progress, RejectMode, Router,
+    PowertoolsFlavor, PowertoolsKey, Progress, RejectMode, Router, TimerChange, TimerRelay, Timers,
 };
 
 /// The rest of the core, for adapters and runtimes: `core::message` (the message model), `core::port`
-/// (`Queue`, `IdempotencyStore`, `PayloadStore`, `FlowStore`), `core::runtime`, `core::limits`.
+/// (`Queue`, `IdempotencyStore`, `PayloadStore`, `FlowStore`, `TimerStore`), `core::runtime`, `core::limits`.
 pub use conveyor_core as core;
 
 /// SQS: the producer (`Producer`, `NewJob`), the queue adapter, flows' sender and the admin calls
