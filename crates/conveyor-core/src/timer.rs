@@ -343,7 +343,10 @@ impl Timers {
         let mut report = RelayedTimers::default();
         for _ in 0..MAX_PAGES {
             let now = self.now();
-            let due = self.store.timers(&self.queue_url, Some(now + lookahead), PAGE).await?;
+            let due = self
+                .store
+                .timers(&self.queue_url, Some(now + lookahead), PAGE)
+                .await?;
             let full = due.len() == PAGE;
             let page = self.relay_page(due, now).await?;
             report.sent += page.sent;

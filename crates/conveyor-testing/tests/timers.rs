@@ -58,9 +58,17 @@ async fn a_queue_that_refuses_every_send_loses_nothing_and_stops_the_pass() -> a
 
     let relayed = timers.relay(Duration::from_secs(60)).await?;
 
-    assert_eq!((relayed.sent, relayed.failed), (0, 100), "one page, then the pass stops: {relayed:?}");
+    assert_eq!(
+        (relayed.sent, relayed.failed),
+        (0, 100),
+        "one page, then the pass stops: {relayed:?}"
+    );
     assert_eq!(store.len(), 150, "nothing lost");
-    let tried = timers.list(200).await?.into_iter().filter(|timer| timer.claimed_until.is_some());
+    let tried = timers
+        .list(200)
+        .await?
+        .into_iter()
+        .filter(|timer| timer.claimed_until.is_some());
     for timer in tried {
         // A failed send may have reached the queue: the timer stays claimed for changes...
         assert_eq!(timers.cancel(&timer.id).await?, TimerChange::Sending);
