@@ -30,6 +30,7 @@ pub(crate) enum Nav {
     Queues,
     Jobs,
     Schedules,
+    Delays,
     Send,
     Other,
 }
@@ -56,6 +57,7 @@ pub(crate) fn page(title: &str, nav: Nav, body: Markup) -> Html<String> {
                         (nav_link("/", "Queues", Nav::Queues))
                         (nav_link("/jobs", "Jobs", Nav::Jobs))
                         (nav_link("/schedules", "Schedules", Nav::Schedules))
+                        (nav_link("/delays", "Delayed", Nav::Delays))
                         (nav_link("/send", "Send", Nav::Send))
                     }
                 }
@@ -103,7 +105,7 @@ pub(crate) async fn not_found() -> Response {
     problem(
         StatusCode::NOT_FOUND,
         "Not found",
-        "There is no such page. The console has Queues, Jobs and Send.",
+        "There is no such page. The console has Queues, Jobs, Schedules, Delayed and Send.",
     )
 }
 

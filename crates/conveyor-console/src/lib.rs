@@ -2,6 +2,7 @@
 
 mod auth;
 mod config;
+mod delays;
 mod dlq;
 mod fields;
 mod html;
@@ -66,6 +67,8 @@ impl Console {
             .route("/tasks/{id}/live", get(tasks::live))
             .route("/jobs", get(jobs::show))
             .route("/schedules", get(schedules::show))
+            .route("/delays", get(delays::show))
+            .route("/delays/act", post(delays::act))
             .route("/send", get(send::form).post(send::submit))
             .route("/static/console.css", get(html::stylesheet))
             .route("/static/console.js", get(html::script))

@@ -15,6 +15,8 @@ pub(crate) struct AppState {
     pub(crate) store: Option<DynamoStore>,
     /// Schedules' leases, states and run-time definitions (the same table).
     pub(crate) schedules: Option<TickStore>,
+    /// Delayed jobs kept in the timer table (the same table).
+    pub(crate) timers: Option<std::sync::Arc<dyn conveyor_core::port::TimerStore>>,
     pub(crate) requests: RequestCounter,
     /// The CSRF value every form carries: random per process, never derived from the token.
     pub(crate) csrf: String,
@@ -40,6 +42,10 @@ impl AppState {
             .table
             .as_ref()
             .map(|table| TickStore::new(requests.dynamodb(&dynamodb), table.clone()));
+        let timers = config.table.as_ref().map(|table| {
+            std::sync::Arc::new(DynamoStore::new(requests.dynamodb(&dynamodb), table.clone()))
+                as std::sync::Arc<dyn conveyor_core::port::TimerStore>
+        });
         let mut fixed_urls = Vec::new();
         for queue in &config.queues {
             let url = resolve_queue_url(&sqs, queue).await?;
@@ -53,6 +59,7 @@ impl AppState {
             sqs,
             store,
             schedules,
+            timers,
             requests,
             csrf: format!(
                 "{}{}",

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use anyhow::Context as _;
+use common::query;
 use conveyor_console::{Console, ConsoleConfig};
 use conveyor_core::{Context, Handler, HandlerError, Pipeline, Router};
 use conveyor_sqs::admin::QueueRef;
@@ -309,15 +312,4 @@ async fn scenario(
     shutdown.cancel();
     running.await??;
     Ok(())
-}
-
-fn query(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
 }

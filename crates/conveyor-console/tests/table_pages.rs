@@ -4,6 +4,8 @@
 //! schedule's state).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use conveyor_console::{Console, ConsoleConfig};
 use conveyor_core::ChildFailurePolicy;
 use conveyor_core::port::{ChildEnd, FlowStore as _};
@@ -132,4 +134,111 @@ async fn a_flows_parent_shows_its_flow_with_failed_and_pending_children() -> any
 /// A record key as a query value (`:` and `#` escaped).
 fn conveyor_console_query(text: &str) -> String {
     text.replace(':', "%3A").replace('#', "%23").replace('/', "%2F")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_jobs_are_listed_run_rescheduled_and_cancelled_from_the_page() -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::time::{Duration, SystemTime};
+
+    use conveyor_core::port::OutgoingMessage;
+
+    localstack::ensure_local_aws().await?;
+    let dynamodb = localstack::dynamodb_client().await;
+    let table = localstack::create_table(&dynamodb, "console-delays").await?;
+    let sqs = localstack::sqs_client().await;
+    let queue =
+        localstack::create_queue(&sqs, &localstack::QueueSpec::standard("console-pages-delays")).await?;
+    let store = Arc::new(DynamoStore::new(dynamodb, &table));
+    let timers = conveyor_core::Timers::new(
+        store,
+        Arc::new(conveyor_sqs::SqsSender::new(sqs.clone())),
+        queue.url.as_str(),
+    );
+    let later = SystemTime::now() + Duration::from_secs(7200);
+    let mut ids = Vec::new();
+    for index in 0..3u64 {
+        let message = OutgoingMessage {
+            body: format!("{{\"report\":{index}}}"),
+            ..OutgoingMessage::default()
+        };
+        ids.push(
+            timers
+                .put("report", later + Duration::from_secs(index), message)
+                .await?,
+        );
+    }
+    let (run, cancel, moved) = (&ids[0], &ids[1], &ids[2]);
+    let stop = CancellationToken::new();
+    let addr = console(&table, &stop).await?;
+    let http = reqwest::Client::new();
+    let page = http
+        .get(format!(
+            "http://{addr}/delays?queue={}",
+            common::query(&queue.url)
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .text()
+        .await?;
+    for id in &ids {
+        assert!(page.contains(id.as_str()), "{id} is listed: {page}");
+    }
+    assert!(page.contains("Run now") && page.contains("1h 59m"), "{page}");
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_owned();
+    let act = |action: &'static str, id: &str, extra: Option<(&'static str, &'static str)>| {
+        let mut form = vec![
+            ("csrf", csrf.clone()),
+            ("queue", queue.url.clone()),
+            ("id", id.to_owned()),
+            ("action", action.to_owned()),
+        ];
+        if let Some((name, value)) = extra {
+            form.push((name, value.to_owned()));
+        }
+        http.post(format!("http://{addr}/delays/act"))
+            .bearer_auth(TOKEN)
+            .form(&form)
+            .send()
+    };
+
+    assert!(act("cancel", cancel, None).await?.status().is_success());
+    assert!(timers.get(cancel).await?.is_none(), "cancelled");
+    assert!(act("run", run, None).await?.status().is_success());
+    assert!(timers.get(run).await?.is_none(), "sent now");
+    assert!(
+        act("reschedule", moved, Some(("in_secs", "60")))
+            .await?
+            .status()
+            .is_success()
+    );
+    let due = timers.get(moved).await?.map(|timer| timer.due);
+    let expected = SystemTime::now() + Duration::from_secs(60);
+    assert!(
+        due.is_some_and(|due| due <= expected && due + Duration::from_secs(30) >= expected),
+        "moved to a minute from now: {due:?}"
+    );
+    let again = act("cancel", cancel, None).await?;
+    assert_eq!(again.status(), 409);
+    assert!(again.text().await?.contains("sent or cancelled already"));
+    let forged = http
+        .post(format!("http://{addr}/delays/act"))
+        .bearer_auth(TOKEN)
+        .form(&[
+            ("queue", queue.url.as_str()),
+            ("id", moved.as_str()),
+            ("action", "cancel"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(forged.status(), 403, "no CSRF value, no change");
+    assert!(timers.get(moved).await?.is_some());
+    stop.cancel();
+    Ok(())
 }

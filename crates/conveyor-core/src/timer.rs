@@ -111,6 +111,24 @@ pub enum TimerChange {
     Sending,
 }
 
+impl TimerChange {
+    /// The answer to a change of timer `id` in an operator's words (`done`: "cancelled",
+    /// "rescheduled"): `Ok` when it was made, `Err` with what happened and what to do otherwise. The
+    /// CLI and the console say the same.
+    pub fn describe(self, id: &str, done: &str) -> Result<String, String> {
+        match self {
+            TimerChange::Changed => Ok(format!("{done} delayed job {id}")),
+            TimerChange::NotFound => Err(format!(
+                "no delayed job {id} waits for this queue: it was sent or cancelled already"
+            )),
+            TimerChange::Sending => Err(format!(
+                "delayed job {id} was not {done}: a relay has claimed it, so it is being sent or was sent; \
+                 stop it by its key with Producer::cancel, which the consumer checks when it arrives"
+            )),
+        }
+    }
+}
+
 /// Where timers are kept: `conveyor-dynamodb`'s `DynamoStore` (the idempotency table) on AWS,
 /// `conveyor-testing`'s `MemoryTimers` in tests. Every write is conditional as the module's note says;
 /// `conveyor-testing`'s `timer_conformance` suite checks an implementation.

@@ -127,14 +127,9 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
 
 /// Prints a change's answer; an error when nothing was changed.
 fn answer(format: Format, id: &str, change: TimerChange, done: &str) -> anyhow::Result<()> {
-    match change {
-        TimerChange::Changed => report(format, id, done, None),
-        TimerChange::NotFound => bail!("no delayed job {id} on this queue: it was sent or cancelled already"),
-        TimerChange::Sending => bail!(
-            "delayed job {id} is being sent (or was: a relay claimed it), so it was not {done}; stop it by its \
-             key with Producer::cancel, which the consumer checks when it arrives"
-        ),
-        _ => bail!("delayed job {id}: {change:?}"),
+    match change.describe(id, done) {
+        Ok(_) => report(format, id, done, None),
+        Err(problem) => bail!("{problem}"),
     }
 }
 
