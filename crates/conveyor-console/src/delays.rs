@@ -10,7 +10,7 @@ use axum::extract::{Form, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use conveyor_core::Timers;
-use conveyor_core::port::{Timer, TimerStore};
+use conveyor_core::port::TimerStore;
 use conveyor_core::runtime::{format_age, format_time};
 use maud::{Markup, html};
 
@@ -92,20 +92,12 @@ async fn listing(state: &AppState, timers: Timers, queue: &str) -> Markup {
                         td { (timer.job_type) }
                         td { (format_time(timer.due)) }
                         td { (timer.due.duration_since(now).map_or_else(|_| "due".to_owned(), format_age)) }
-                        td { (state_of(timer, now)) }
+                        td { (timer.describe_state(now)) }
                         td { (actions(state, queue, &timer.id)) }
                     }
                 }
             }
         }
-    }
-}
-
-fn state_of(timer: &Timer, now: SystemTime) -> String {
-    match timer.claimed_until {
-        None => "delayed".to_owned(),
-        Some(until) if until > now => "sending".to_owned(),
-        Some(_) => "sending (claim lapsed)".to_owned(),
     }
 }
 
@@ -166,7 +158,8 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         "run" => match timers.run_now(id).await {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(format!(
-                "no delayed job {id} waits for this queue: it was sent or cancelled already, or a relay is sending it"
+                "{}, or a relay is sending it",
+                conveyor_core::port::not_waiting(id)
             )),
             Err(error) => Err(error.to_string()),
         },

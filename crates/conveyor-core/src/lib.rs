@@ -79,7 +79,7 @@ pub mod port {
     };
     pub use crate::record_key::KeyError;
     pub use crate::timer::{
-        ClaimedTimer, NewTimer, TIMER_CLAIM, TIMER_KEY_PREFIX, Timer, TimerStore, new_timer, new_timer_id,
+        ClaimedTimer, NewTimer, TIMER_CLAIM, TIMER_KEY_PREFIX, Timer, TimerStore, new_timer, not_waiting,
         timer_key,
     };
     pub use crate::tracking::{JobChange, StatusTime, from_epoch_millis, newest_first, to_epoch_millis};

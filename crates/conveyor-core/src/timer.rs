@@ -90,6 +90,19 @@ pub struct Timer {
     pub claimed_until: Option<SystemTime>,
 }
 
+impl Timer {
+    /// Its state at `now` in an operator's words (the CLI's listing and the console's page say the same).
+    pub fn describe_state(&self, now: SystemTime) -> String {
+        match self.claimed_until {
+            None => "delayed".to_owned(),
+            Some(until) if until > now => {
+                format!("sending (claimed until {})", crate::display::format_time(until))
+            }
+            Some(_) => "sending (claim lapsed: the next relay pass sends it)".to_owned(),
+        }
+    }
+}
+
 /// A timer claimed for sending.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedTimer {
@@ -111,6 +124,11 @@ pub enum TimerChange {
     Sending,
 }
 
+/// Why timer `id` could not be found: what [`TimerChange::NotFound`] and a run-now of no timer say.
+pub fn not_waiting(id: &str) -> String {
+    format!("no delayed job {id} waits for this queue: it was sent or cancelled already")
+}
+
 impl TimerChange {
     /// The answer to a change of timer `id` in an operator's words (`done`: "cancelled",
     /// "rescheduled"): `Ok` when it was made, `Err` with what happened and what to do otherwise. The
@@ -118,9 +136,7 @@ impl TimerChange {
     pub fn describe(self, id: &str, done: &str) -> Result<String, String> {
         match self {
             TimerChange::Changed => Ok(format!("{done} delayed job {id}")),
-            TimerChange::NotFound => Err(format!(
-                "no delayed job {id} waits for this queue: it was sent or cancelled already"
-            )),
+            TimerChange::NotFound => Err(not_waiting(id)),
             TimerChange::Sending => Err(format!(
                 "delayed job {id} was not {done}: a relay has claimed it, so it is being sent or was sent; \
                  stop it by its key with Producer::cancel, which the consumer checks when it arrives"
@@ -217,7 +233,7 @@ pub fn timer_key(message: &OutgoingMessage, id: &str) -> String {
 }
 
 /// A new timer id: 32 hexadecimal digits.
-pub fn new_timer_id() -> String {
+fn new_timer_id() -> String {
     format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
 }
 
@@ -343,15 +359,21 @@ impl Timers {
     /// Sends a timer's job now; its message id, or `None` when no unclaimed timer has this id.
     pub async fn run_now(&self, id: &str) -> Result<Option<String>, TimerError> {
         let now = self.now();
-        let token = self.token(now);
-        let Some(claimed) = self
-            .store
-            .claim_timer(&self.queue_url, id, &token, now, now + TIMER_CLAIM)
-            .await?
-        else {
+        let Some((mut claimed, token)) = self.claim(id, now).await? else {
             return Ok(None);
         };
-        self.send_claimed(claimed, &token, now, true).await.map(Some)
+        claimed.timer.due = now;
+        self.send_claimed(claimed, &token, now).await.map(Some)
+    }
+
+    /// Claims timer `id` at `now` with a fresh token; the timer and the token when claimed.
+    async fn claim(&self, id: &str, now: SystemTime) -> Result<Option<(ClaimedTimer, String)>, StoreError> {
+        let token = self.token(now);
+        let claimed = self
+            .store
+            .claim_timer(&self.queue_url, id, &token, now, now + TIMER_CLAIM)
+            .await?;
+        Ok(claimed.map(|claimed| (claimed, token)))
     }
 
     /// One relay pass: sends the timers due within `lookahead` of now (this handle's clock), page after
@@ -405,15 +427,10 @@ impl Timers {
 
     /// Claims one timer and sends it; `None` when another relay holds it.
     async fn relay_one(&self, timer: Timer, now: SystemTime) -> Result<Option<String>, TimerError> {
-        let token = self.token(now);
-        let Some(claimed) = self
-            .store
-            .claim_timer(&self.queue_url, &timer.id, &token, now, now + TIMER_CLAIM)
-            .await?
-        else {
+        let Some((claimed, token)) = self.claim(&timer.id, now).await? else {
             return Ok(None);
         };
-        self.send_claimed(claimed, &token, now, false).await.map(Some)
+        self.send_claimed(claimed, &token, now).await.map(Some)
     }
 
     async fn send_claimed(
@@ -421,11 +438,10 @@ impl Timers {
         claimed: ClaimedTimer,
         token: &str,
         now: SystemTime,
-        at_once: bool,
     ) -> Result<String, TimerError> {
         let id = claimed.timer.id.clone();
         let mut message = claimed.message;
-        let due = if at_once { now } else { claimed.timer.due };
+        let due = claimed.timer.due;
         message
             .attributes
             .insert(DUE_ATTRIBUTE.to_owned(), AttributeValue::number(due_value(due)));

@@ -40,7 +40,7 @@ use conveyor_core::{ChildFailurePolicy, FLOW_RETENTION};
 use futures_util::StreamExt as _;
 
 use crate::classify::{Failure, classify};
-use crate::item::{Item, epoch_secs, number, string};
+use crate::item::{Item, epoch_secs, number, string, text, whole};
 use crate::jobs::{JOB_SHARD, JOB_SORT};
 use crate::store::DynamoStore;
 
@@ -91,20 +91,6 @@ fn child_item_id(flow_id: &str, child_id: &str) -> String {
 fn malformed(flow_id: &str, what: &str) -> StoreError {
     StoreError::Misconfigured {
         message: format!("the records of flow {flow_id:?} are malformed: {what}"),
-    }
-}
-
-fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
-    match item.get(name) {
-        Some(AttributeValue::S(text)) => Some(text),
-        _ => None,
-    }
-}
-
-fn whole(item: &Item, name: &str) -> Option<u64> {
-    match item.get(name) {
-        Some(AttributeValue::N(text)) => text.parse().ok(),
-        _ => None,
     }
 }
 

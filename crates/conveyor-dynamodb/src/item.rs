@@ -44,6 +44,22 @@ pub(crate) fn number(value: u64) -> AttributeValue {
 }
 
 /// A string attribute.
+/// A string attribute of `item`, when it is one.
+pub(crate) fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    match item.get(name) {
+        Some(AttributeValue::S(text)) => Some(text),
+        _ => None,
+    }
+}
+
+/// A whole-number attribute of `item`, when it is one.
+pub(crate) fn whole(item: &Item, name: &str) -> Option<u64> {
+    match item.get(name) {
+        Some(AttributeValue::N(text)) => text.parse().ok(),
+        _ => None,
+    }
+}
+
 pub(crate) fn string(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())
 }

@@ -39,7 +39,7 @@ use conveyor_core::{
 };
 
 use crate::classify::{Failure, classify};
-use crate::item::{Item, epoch_secs, number, string};
+use crate::item::{Item, epoch_secs, number, string, text, whole};
 use crate::store::{DynamoStore, with_clauses};
 
 /// The job type.
@@ -178,20 +178,6 @@ pub(crate) fn progress_clauses(clauses: &mut Clauses, progress: &Progress) {
     clauses.set(JOB_PROGRESS, number(u64::from(progress.percent)));
     clauses.set(JOB_PROGRESS_MESSAGE, string(&progress.message));
     clauses.set(JOB_PROGRESS_AT, number(to_epoch_millis(progress.at)));
-}
-
-fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
-    match item.get(name) {
-        Some(AttributeValue::S(text)) => Some(text),
-        _ => None,
-    }
-}
-
-fn whole(item: &Item, name: &str) -> Option<u64> {
-    match item.get(name) {
-        Some(AttributeValue::N(text)) => text.parse().ok(),
-        _ => None,
-    }
 }
 
 /// The job record an item holds, `None` when it is not a tracked job's (no `job_status`). `output`

@@ -8,7 +8,7 @@
 //! | `job_sort` | S | `due#<due epoch ms, 13 digits>#<timer id>`: the index lists a shard soonest first |
 //! | `job_type`, `job_sent_at` | S, N | the job's type; when the timer was written (projected, for listings) |
 //! | `job_status`, `job_changed` | S, N | `delayed`; once a relay has claimed it, `sending` and the claim's end (projected; a failed send ends it early) |
-//! | `timer_queue`, `timer_message` | S | the queue URL; the encoded message, as JSON |
+//! | `timer_message` | S | the encoded message, as JSON (the queue is the caller's: its name is in the id) |
 //! | `timer_token` | S | the claiming relay's token, while claimed |
 //!
 //! Timer items carry no `expiration`: a timer is removed by its relay after the send, or by a cancel.
@@ -20,15 +20,17 @@
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::ReturnValue;
+use aws_smithy_runtime_api::http::Response;
 use conveyor_core::TimerChange;
 use conveyor_core::port::{
     ClaimedTimer, NewTimer, OutgoingMessage, StoreError, Timer, TimerStore, from_epoch_millis,
     to_epoch_millis,
 };
 
-use crate::classify::{Failure, classify};
-use crate::item::{Item, number, string};
+use crate::classify::{ConditionalError, Failure, classify};
+use crate::item::{Item, number, string, text, whole};
 use crate::jobs::{JOB_CHANGED, JOB_SHARD, JOB_SORT, JOB_TYPE, shard_of};
 use crate::store::DynamoStore;
 
@@ -36,7 +38,6 @@ use crate::store::DynamoStore;
 pub(crate) const TIMER_SHARDS: u32 = 4;
 const STATUS: &str = "job_status";
 const CREATED: &str = "job_sent_at";
-const QUEUE: &str = "timer_queue";
 const MESSAGE: &str = "timer_message";
 const TOKEN: &str = "timer_token";
 const DELAYED: &str = "delayed";
@@ -59,18 +60,8 @@ fn sort(due: SystemTime, id: &str) -> String {
     format!("due#{:013}#{id}", to_epoch_millis(due))
 }
 
-fn text<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
-    match item.get(name) {
-        Some(AttributeValue::S(text)) => Some(text),
-        _ => None,
-    }
-}
-
 fn millis(item: &Item, name: &str) -> Option<SystemTime> {
-    match item.get(name) {
-        Some(AttributeValue::N(text)) => text.parse().ok().map(from_epoch_millis),
-        _ => None,
-    }
+    whole(item, name).map(from_epoch_millis)
 }
 
 /// A timer from its item (the table's or the index's projection).
@@ -102,6 +93,38 @@ impl DynamoStore {
             Failure::ConditionFailed => StoreError::Unavailable {
                 message: format!("timer {id}: unexpected condition failure"),
             },
+        }
+    }
+
+    /// A conditional write's answer for timer `id` (item `key`): `Some` when it was applied, `None`
+    /// when its condition failed.
+    fn applied<T, E>(
+        &self,
+        result: Result<T, SdkError<E, Response>>,
+        operation: &'static str,
+        key: &str,
+        id: &str,
+    ) -> Result<Option<T>, StoreError>
+    where
+        E: ConditionalError + ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        match result.map_err(|error| classify(&error, self.target(operation, key))) {
+            Ok(answer) => Ok(Some(answer)),
+            Err(Failure::ConditionFailed) => Ok(None),
+            Err(failure) => Err(self.timer_failure(failure, id)),
+        }
+    }
+
+    /// A change (reschedule, cancel) as applied, or what its refusal met.
+    async fn change(
+        &self,
+        applied: Option<()>,
+        queue_url: &str,
+        id: &str,
+    ) -> Result<TimerChange, StoreError> {
+        match applied {
+            Some(()) => Ok(TimerChange::Changed),
+            None => self.refused_change(queue_url, id).await,
         }
     }
 
@@ -166,7 +189,6 @@ impl TimerStore for DynamoStore {
             (CREATED, number(to_epoch_millis(now))),
             (STATUS, string(DELAYED)),
             (JOB_CHANGED, number(to_epoch_millis(now))),
-            (QUEUE, string(&timer.queue_url)),
             (MESSAGE, string(message)),
         ]
         .into_iter()
@@ -183,11 +205,7 @@ impl TimerStore for DynamoStore {
             .expression_attribute_names("#id", &self.options.attributes.id)
             .send()
             .await;
-        match result.map_err(|error| classify(&error, self.target("PutItem", &id))) {
-            Ok(_) => Ok(true),
-            Err(Failure::ConditionFailed) => Ok(false),
-            Err(failure) => Err(self.timer_failure(failure, &timer.id)),
-        }
+        Ok(self.applied(result, "PutItem", &id, &timer.id)?.is_some())
     }
 
     async fn timers(
@@ -233,11 +251,8 @@ impl TimerStore for DynamoStore {
             .expression_attribute_values(":sort", string(sort(due, id)))
             .send()
             .await;
-        match result.map_err(|error| classify(&error, self.target("UpdateItem", &key))) {
-            Ok(_) => Ok(TimerChange::Changed),
-            Err(Failure::ConditionFailed) => self.refused_change(queue_url, id).await,
-            Err(failure) => Err(self.timer_failure(failure, id)),
-        }
+        let applied = self.applied(result, "UpdateItem", &key, id)?.map(|_| ());
+        self.change(applied, queue_url, id).await
     }
 
     async fn cancel_timer(&self, queue_url: &str, id: &str) -> Result<TimerChange, StoreError> {
@@ -253,11 +268,8 @@ impl TimerStore for DynamoStore {
             .expression_attribute_names("#token", TOKEN)
             .send()
             .await;
-        match result.map_err(|error| classify(&error, self.target("DeleteItem", &key))) {
-            Ok(_) => Ok(TimerChange::Changed),
-            Err(Failure::ConditionFailed) => self.refused_change(queue_url, id).await,
-            Err(failure) => Err(self.timer_failure(failure, id)),
-        }
+        let applied = self.applied(result, "DeleteItem", &key, id)?.map(|_| ());
+        self.change(applied, queue_url, id).await
     }
 
     async fn claim_timer(
@@ -290,11 +302,10 @@ impl TimerStore for DynamoStore {
             .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        let item = match result.map_err(|error| classify(&error, self.target("UpdateItem", &key))) {
-            Ok(answer) => answer.attributes.unwrap_or_default(),
-            Err(Failure::ConditionFailed) => return Ok(None),
-            Err(failure) => return Err(self.timer_failure(failure, id)),
+        let Some(answer) = self.applied(result, "UpdateItem", &key, id)? else {
+            return Ok(None);
         };
+        let item = answer.attributes.unwrap_or_default();
         let malformed = |what: &str| StoreError::Misconfigured {
             message: format!("timer {id} in table {} is malformed: {what}", self.table),
         };
@@ -328,10 +339,9 @@ impl TimerStore for DynamoStore {
             .expression_attribute_values(":now", number(to_epoch_millis(now)))
             .send()
             .await;
-        match result.map_err(|error| classify(&error, self.target("UpdateItem", &key))) {
-            Ok(_) | Err(Failure::ConditionFailed) => Ok(()),
-            Err(failure) => Err(self.timer_failure(failure, id)),
-        }
+        // Not ours any more (taken over after a lapse): nothing to do.
+        self.applied(result, "UpdateItem", &key, id)?;
+        Ok(())
     }
 
     async fn finish_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError> {
@@ -347,9 +357,8 @@ impl TimerStore for DynamoStore {
             .expression_attribute_values(":token", string(token))
             .send()
             .await;
-        match result.map_err(|error| classify(&error, self.target("DeleteItem", &key))) {
-            Ok(_) | Err(Failure::ConditionFailed) => Ok(()),
-            Err(failure) => Err(self.timer_failure(failure, id)),
-        }
+        // Not ours any more (taken over after a lapse): nothing to do.
+        self.applied(result, "DeleteItem", &key, id)?;
+        Ok(())
     }
 }

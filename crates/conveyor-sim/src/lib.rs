@@ -19,6 +19,16 @@ use std::time::Duration;
 
 pub use scenario::Scenario;
 
+/// The one seed to replay that environment variable `var` names, when it is set (`TIMER_SEED=S`).
+pub fn seed_from_env(var: &str) -> Option<u64> {
+    std::env::var(var).ok().and_then(|seed| seed.trim().parse().ok())
+}
+
+/// How many seeds environment variable `var` asks for (`TIMER_SEEDS=N`), else `default`.
+pub fn seeds_from_env(var: &str, default: u64) -> u64 {
+    seed_from_env(var).unwrap_or(default)
+}
+
 /// The seeds that once failed, replayed by the crate's test (one per line; `#` starts a comment).
 pub const FAILED_SEEDS: &str = include_str!("../failed-seeds.txt");
 

@@ -5,14 +5,8 @@ use conveyor_sim::delays::simulate_delays;
 
 #[test]
 fn delays_and_cancel_keep_their_invariants_over_many_seeds() {
-    let seeds: u64 = std::env::var("DELAY_SEEDS")
-        .ok()
-        .and_then(|seeds| seeds.parse().ok())
-        .unwrap_or(200);
-    let first: u64 = std::env::var("DELAY_FIRST_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or(0);
+    let seeds: u64 = conveyor_sim::seeds_from_env("DELAY_SEEDS", 200);
+    let first: u64 = conveyor_sim::seed_from_env("DELAY_FIRST_SEED").unwrap_or(0);
     let mut failed = Vec::new();
     let (mut jobs, mut sends, mut runs, mut cancelled) = (0, 0, 0, 0);
     for seed in first..first + seeds {

@@ -5,14 +5,8 @@ use conveyor_sim::flows::simulate_flows;
 
 #[test]
 fn flows_keep_their_invariants_over_many_seeds() {
-    let seeds: u64 = std::env::var("FLOW_SEEDS")
-        .ok()
-        .and_then(|seeds| seeds.parse().ok())
-        .unwrap_or(40);
-    let first: u64 = std::env::var("FLOW_FIRST_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-        .unwrap_or(0);
+    let seeds: u64 = conveyor_sim::seeds_from_env("FLOW_SEEDS", 40);
+    let first: u64 = conveyor_sim::seed_from_env("FLOW_FIRST_SEED").unwrap_or(0);
     let mut failed = Vec::new();
     let (mut flows, mut parents, mut overdue) = (0, 0, 0);
     for seed in first..first + seeds {

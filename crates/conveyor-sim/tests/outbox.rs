@@ -5,10 +5,7 @@ use conveyor_sim::outbox::simulate_outbox;
 
 #[test]
 fn the_outbox_keeps_its_invariants_over_many_seeds() {
-    let seeds: u64 = std::env::var("OUTBOX_SEEDS")
-        .ok()
-        .and_then(|seeds| seeds.parse().ok())
-        .unwrap_or(400);
+    let seeds: u64 = conveyor_sim::seeds_from_env("OUTBOX_SEEDS", 400);
     let mut failed = Vec::new();
     let mut committed = 0;
     let mut accepted = 0;

@@ -6,10 +6,7 @@ use conveyor_sim::schedule::simulate_schedule;
 
 #[test]
 fn schedules_keep_their_invariants_over_many_seeds() {
-    if let Some(seed) = std::env::var("SCHEDULE_SEED")
-        .ok()
-        .and_then(|seed| seed.parse().ok())
-    {
+    if let Some(seed) = conveyor_sim::seed_from_env("SCHEDULE_SEED") {
         let report = simulate_schedule(seed);
         for line in &report.trace {
             println!("{line}");
@@ -21,10 +18,7 @@ fn schedules_keep_their_invariants_over_many_seeds() {
         );
         return;
     }
-    let seeds: u64 = std::env::var("SCHEDULE_SEEDS")
-        .ok()
-        .and_then(|seeds| seeds.parse().ok())
-        .unwrap_or(300);
+    let seeds: u64 = conveyor_sim::seeds_from_env("SCHEDULE_SEEDS", 300);
     let mut failed = Vec::new();
     let (mut ticks, mut accepted, mut requests) = (0, 0, 0);
     for seed in 0..seeds {

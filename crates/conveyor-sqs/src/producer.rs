@@ -410,7 +410,10 @@ impl Producer {
         job_type: &str,
         message: &OutgoingMessage,
     ) -> Result<Option<String>, ProduceError> {
-        let (Some(timers), Some((due, _))) = (&self.timers, long_delay(message)) else {
+        let Some(timers) = &self.timers else {
+            return Ok(None);
+        };
+        let Some((due, _)) = long_delay(message) else {
             return Ok(None);
         };
         let message = self.fit(job_type, message.clone()).await?;

@@ -37,18 +37,23 @@ impl MemoryTimers {
         self.requests.load(Ordering::Relaxed)
     }
 
-    /// How many timers are kept (any queue).
+    /// How many timers are kept (any queue); not a request.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.kept().len()
     }
 
-    /// True when no timer is kept.
+    /// True when no timer is kept; not a request.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.kept().is_empty()
     }
 
+    /// The timers, for one store call (counted as a request).
     fn lock(&self) -> MutexGuard<'_, BTreeMap<(String, String), Kept>> {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        self.kept()
+    }
+
+    fn kept(&self) -> MutexGuard<'_, BTreeMap<(String, String), Kept>> {
         self.timers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

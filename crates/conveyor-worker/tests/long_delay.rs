@@ -206,11 +206,7 @@ async fn long_delays_in_the_timer_table_are_listed_run_now_rescheduled_cancelled
         .await
         .unwrap();
     let queue = connect(&client, &created.url).await;
-    let dynamodb = conveyor_testing::localstack::dynamodb_client().await;
-    let table = conveyor_testing::localstack::create_table(&dynamodb, "timers")
-        .await
-        .unwrap();
-    let store = Arc::new(conveyor_dynamodb::DynamoStore::new(dynamodb, table));
+    let store = aws::dynamo_store().await;
     let producer = Producer::new(client.clone(), &created.url)
         .with_store(store.clone())
         .with_timers(store.clone());

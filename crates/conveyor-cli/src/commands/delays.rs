@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::bail;
 use clap::{Args, Subcommand};
+use conveyor_core::port::not_waiting;
 use conveyor_core::port::{Timer, TimerStore};
 use conveyor_core::{TimerChange, Timers};
 use conveyor_dynamodb::DynamoStore;
@@ -98,8 +99,8 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
         DelaysCommand::Run { id } => match timers.run_now(id).await? {
             Some(message_id) => report(format, id, "sent", Some(&message_id)),
             None => bail!(
-                "no delayed job {id} waits for {url}: it was sent or cancelled already, or a relay is sending it \
-                 (see `conveyor delays list`)"
+                "{}, or a relay is sending it (see `conveyor delays list`)",
+                not_waiting(id)
             ),
         },
         DelaysCommand::Reschedule { id, in_secs } => {
@@ -155,15 +156,6 @@ fn timer_json(timer: &Timer) -> serde_json::Value {
     })
 }
 
-/// What a listing's STATE column says of a timer at `now`.
-fn state(timer: &Timer, now: SystemTime) -> String {
-    match timer.claimed_until {
-        None => "delayed".to_owned(),
-        Some(until) if until > now => format!("sending (claimed until {})", format_time(until)),
-        Some(_) => "sending (claim lapsed: the next relay pass sends it)".to_owned(),
-    }
-}
-
 fn list_table(timers: &[Timer], now: SystemTime) -> Table {
     let mut table = Table::new(&["ID", "JOB TYPE", "DUE", "IN", "STATE", "CREATED"]);
     for timer in timers {
@@ -176,7 +168,7 @@ fn list_table(timers: &[Timer], now: SystemTime) -> Table {
             timer.job_type.clone(),
             format_time(timer.due),
             wait,
-            state(timer, now),
+            timer.describe_state(now),
             format_time(timer.created),
         ]);
     }

@@ -21,6 +21,11 @@ pub(crate) async fn sqs() -> aws_sdk_sqs::Client {
 
 /// A fresh idempotency table.
 pub(crate) async fn store() -> Arc<dyn IdempotencyStore> {
+    dynamo_store().await
+}
+
+/// A fresh idempotency table, as the DynamoDB store itself (for its other ports: timers, flows).
+pub(crate) async fn dynamo_store() -> Arc<DynamoStore> {
     ensure_local_aws().await.unwrap();
     let client = dynamodb_client().await;
     let table = create_table(&client, "worker").await.unwrap();
