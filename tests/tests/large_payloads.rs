@@ -1,7 +1,8 @@
 //! Large payloads (claim check) end to end, on a LocalStack of this file's own serving SQS and S3 (the
 //! shared emulator serves SQS only): 5 MiB jobs through the example `worker` binary and through
 //! `conveyor lambda run` with the example `bootstrap`, the DLQ keeping the pointer and the object, a
-//! missing object dead-lettered with its bucket and key, and interop both ways with AWS's SQS Extended
+//! missing object dead-lettered with its bucket and key, a dead-lettered job redriven after its object's
+//! first lifetime (the lifecycle rule run by hand), and interop both ways with AWS's SQS Extended
 //! Client Library for Python (pinned in `localstack/extended-client/requirements.txt`, installed into
 //! `.local/` by `localstack/install-extended-client.sh` on first use).
 //!
@@ -11,23 +12,29 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
-use conveyor_core::port::{PayloadError, PayloadStore};
+use conveyor_core::port::{PayloadError, PayloadStore, Queue};
 use conveyor_core::port::{PayloadPointer, SIZE_ATTRIBUTE};
+use conveyor_core::{Context, Handler, HandlerError, Payloads, Pipeline, Router};
+use conveyor_dynamodb::DynamoStore;
 use conveyor_examples::jobs::import_contacts::ContactImport;
 use conveyor_s3::S3PayloadStore;
-use conveyor_sqs::{NewJob, Producer};
+use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{
     self, OwnLocalStack, QueueSpec, Services, TestQueue, repo_root, unique_name,
 };
-use conveyor_testing::wait_for;
+use conveyor_testing::{wait_for, wait_until};
+use conveyor_worker::Worker;
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 
 /// The emulator every test of this file shares (started once; it dies with the test process).
 static EMULATOR: OnceCell<OwnLocalStack> = OnceCell::const_new();
@@ -546,6 +553,167 @@ async fn the_python_extended_client_reads_a_conveyor_producers_large_job() -> an
         list_keys(&setup).await.is_empty(),
         "the library deleted the object with the message"
     );
+    Ok(())
+}
+
+/// A ledger export, tens of thousands of lines: through the claim check.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct LedgerExport {
+    ledger: String,
+}
+
+/// Exports ledgers to a downstream service that refuses them for good while `refusing` is set (a
+/// revoked credential, say: a permanent failure, dead-lettered at once), and records the SHA-256 of
+/// every ledger it exported.
+struct ExportLedgers {
+    refusing: Arc<AtomicBool>,
+    exported: Arc<Mutex<Vec<String>>>,
+}
+
+impl Handler for ExportLedgers {
+    type Job = LedgerExport;
+    type Output = ();
+    const JOB_TYPE: &'static str = "export_ledger";
+
+    async fn handle(&self, job: LedgerExport, _ctx: Context) -> Result<(), HandlerError> {
+        if self.refusing.load(Ordering::SeqCst) {
+            return Err(HandlerError::permanent(
+                "the ledger service refuses the credential",
+            ));
+        }
+        self.exported.lock().unwrap().push(sha256(&job.ledger));
+        Ok(())
+    }
+}
+
+/// The payload bucket's lifecycle rule (`infra/modules/payload-bucket`: expire objects some days after
+/// they were last written), run by hand because LocalStack runs none: deletes every object whose
+/// `LastModified` is before `cutoff` (a touch, a copy onto itself, writes it anew) and returns their keys.
+async fn expire_objects_written_before(setup: &Setup, cutoff: SystemTime) -> Vec<String> {
+    let s3 = emulator().await.s3_client();
+    let listed = s3.list_objects_v2().bucket(&setup.bucket).send().await.unwrap();
+    let mut expired = Vec::new();
+    for object in listed.contents.unwrap_or_default() {
+        let written = SystemTime::try_from(*object.last_modified.as_ref().unwrap()).unwrap();
+        if written < cutoff {
+            let key = object.key.unwrap();
+            s3.delete_object()
+                .bucket(&setup.bucket)
+                .key(&key)
+                .send()
+                .await
+                .unwrap();
+            expired.push(key);
+        }
+    }
+    expired
+}
+
+/// Issue 27's day-16 story on a shortened clock: a large job is dead-lettered, its object's first
+/// lifetime runs out while it waits in the DLQ, and it is redriven after that. The worker touched the
+/// object when it made the DLQ copy, so the lifecycle rule (run by hand at the moment the first lifetime
+/// ends) expires an object written at the same time and left alone, not this one; the redriven job runs
+/// with its payload intact, and its object goes after that success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_job_redriven_after_its_objects_first_lifetime_still_runs() -> anyhow::Result<()> {
+    let setup = setup("large-expiry").await;
+    let ledger: String = (0..20_000)
+        .map(|line| format!("2026-12-04,acct-{line},{line}.00\n"))
+        .collect();
+    setup
+        .producer()
+        .send(&NewJob::new(
+            "export_ledger",
+            LedgerExport {
+                ledger: ledger.clone(),
+            },
+        ))
+        .await?;
+    // Written with the job's object, referenced by nothing: what expiry does to an untouched object.
+    setup
+        .store
+        .put(&setup.bucket, "written-with-the-job", b"left alone".to_vec())
+        .await?;
+    let keys = list_keys(&setup).await;
+    assert_eq!(keys.len(), 2, "the job's object and the control: {keys:?}");
+    // The first lifetime ends one whole second after both were written (S3 keeps whole seconds).
+    let s3 = emulator().await.s3_client();
+    let mut written = SystemTime::UNIX_EPOCH;
+    for object in s3
+        .list_objects_v2()
+        .bucket(&setup.bucket)
+        .send()
+        .await?
+        .contents()
+    {
+        written = written.max(SystemTime::try_from(*object.last_modified().unwrap())?);
+    }
+    let first_lifetime_ends = written + Duration::from_secs(1);
+    wait_until(Duration::from_secs(5), Duration::from_millis(50), async || {
+        SystemTime::now() >= first_lifetime_ends
+    })
+    .await?;
+
+    let refusing = Arc::new(AtomicBool::new(true));
+    let exported = Arc::new(Mutex::new(Vec::new()));
+    let store = Arc::new(DynamoStore::new(
+        localstack::dynamodb_client().await,
+        &setup.table,
+    ));
+    let pipeline = Pipeline::new(Router::single(ExportLedgers {
+        refusing: Arc::clone(&refusing),
+        exported: Arc::clone(&exported),
+    }))
+    .with_store(store)
+    .with_payloads(Payloads::new(setup.store.clone() as Arc<dyn PayloadStore>));
+    let queue = Arc::new(SqsQueue::connect(setup.sqs.clone(), &setup.queue.url).await?);
+    let config = WorkerConfig::default()
+        .with_queues(vec![QueueConfig::new(&setup.queue.url)])
+        .with_listen_addr(None)
+        .with_drain_deadline(Some(Duration::from_secs(10)));
+    let worker = Worker::new(config, pipeline, vec![queue as Arc<dyn Queue>])?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+
+    let dead = setup.dead_letters(1).await;
+    let pointer = PayloadPointer::from_body(dead[0].body().unwrap()).unwrap();
+    let expired = expire_objects_written_before(&setup, first_lifetime_ends).await;
+    assert_eq!(
+        expired,
+        vec!["written-with-the-job".to_owned()],
+        "the untouched object expires; the dead-lettered job's ({}) was touched with its DLQ copy",
+        pointer.key
+    );
+
+    refusing.store(false, Ordering::SeqCst);
+    let redrive = command(&binary("conveyor"), &setup.env())
+        .args(["dlq", "redrive", "--queue-url", &setup.queue.url])
+        .args(["--job-type", "export_ledger"])
+        .output()
+        .await?;
+    assert!(
+        redrive.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&redrive.stdout),
+        String::from_utf8_lossy(&redrive.stderr)
+    );
+    wait_until(EFFECT_TIMEOUT, Duration::from_millis(200), async || {
+        !exported.lock().unwrap().is_empty()
+    })
+    .await
+    .context("the redriven job never ran")?;
+    assert_eq!(
+        *exported.lock().unwrap(),
+        vec![sha256(&ledger)],
+        "it ran once, with the ledger intact"
+    );
+    wait_until(EFFECT_TIMEOUT, Duration::from_millis(200), async || {
+        list_keys(&setup).await.is_empty()
+    })
+    .await
+    .context("the object outlived the job's success")?;
+    shutdown.cancel();
+    running.await??;
     Ok(())
 }
 

@@ -204,6 +204,24 @@ impl Pipeline {
         self
     }
 
+    /// The time due times are judged by: the system clock, or the one [`Pipeline::with_clock`] set.
+    /// Runtimes ask it too when they decide how long a job not due yet may stay away.
+    pub fn now(&self) -> std::time::SystemTime {
+        (self.clock)()
+    }
+
+    /// The longest a job not due yet may stay away from its consumers without a copy being made (a
+    /// runtime's fallback when a hop cannot be sent: the message is kept and hidden instead): SQS's 12
+    /// hours, and for a message with a large-payload pointer at most one touch period
+    /// ([`Payloads::touch_every`]), so its object is touched as often as a hopping job's and outlives it.
+    pub fn longest_stay_away(&self, message: &Message) -> Duration {
+        let longest = crate::limits::MAX_VISIBILITY_TIMEOUT;
+        match (&self.payloads, PayloadPointer::of(message)) {
+            (Some(payloads), Some(_)) => longest.min(payloads.touch_every),
+            _ => longest,
+        }
+    }
+
     /// Re-sends a job that is not due yet at least every `max_hop` (default, and at most, SQS's 15
     /// minutes; tests shorten it together with a fast [`Pipeline::with_clock`]).
     #[doc(hidden)] // a test hook: the tests run hours of time on a fast clock

@@ -268,21 +268,7 @@ impl LateDeferrer {
                     );
                     dead_letter_unrun(pipeline, queue.as_ref(), &candidate.message, &failure, mode, settle_by).await
                 }
-                Some(queue) => {
-                    let reason = "not started: too close to the invocation deadline";
-                    match defer(
-                        queue.as_ref(),
-                        &candidate.message,
-                        Duration::ZERO,
-                        reason,
-                        settle_by,
-                    )
-                    .await
-                    {
-                        Settled::Retry { .. } => Settled::Untouched,
-                        settled => settled,
-                    }
-                }
+                Some(queue) => defer_unrun(pipeline, queue.as_ref(), &candidate.message, settle_by).await,
                 None => Settled::Untouched,
             };
             (candidate.index, settled)
@@ -1022,7 +1008,8 @@ impl BatchProcessor {
                 } else {
                     *delay
                 };
-                defer(queue.as_ref(), message, delay, reason, invocation.settle_by).await
+                let settle_by = invocation.settle_by;
+                defer(queue.as_ref(), &self.pipeline, message, delay, reason, settle_by).await
             }
             Outcome::Reject(failure) => {
                 let mode = self.config.reject_mode;
@@ -1063,11 +1050,7 @@ impl BatchProcessor {
                 deferrals.push(async move {
                     let settled = match queue.get().await {
                         Some(queue) if !queue.is_fifo() => {
-                            let reason = "not started: too close to the invocation deadline";
-                            // Bounded like the copy: a slow S3 must not cost the invocation.
-                            let _ = tokio::time::timeout_at(settle_by, pipeline.before_unrun_copy(&message))
-                                .await;
-                            defer(queue.as_ref(), &message, Duration::ZERO, reason, settle_by).await
+                            defer_unrun(pipeline, queue.as_ref(), &message, settle_by).await
                         }
                         _ => Settled::Untouched,
                     };
@@ -1075,11 +1058,9 @@ impl BatchProcessor {
                 });
             }
         }
+        // A copy that did not go leaves the message away for a while (see `stay_away`).
         for (lane_index, item_index, settled) in futures_util::future::join_all(deferrals).await {
-            results[lane_index].1[item_index].settled = match settled {
-                Settled::Retry { .. } => Settled::Untouched,
-                settled => settled,
-            };
+            results[lane_index].1[item_index].settled = settled;
         }
     }
 
@@ -1322,11 +1303,27 @@ fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
     sources.len() - 1
 }
 
+/// Defers a record of a standard queue the invocation had no time to start: its large-payload object
+/// touched when due ([`Pipeline::before_unrun_copy`]: the copy must not outlive it), then a copy without
+/// delay. A copy that does not go leaves the message away for a while (see [`stay_away`]).
+async fn defer_unrun(
+    pipeline: &Pipeline,
+    queue: &dyn Queue,
+    message: &Message,
+    settle_by: Instant,
+) -> Settled {
+    // Bounded like the copy: a slow S3 must not cost the invocation.
+    let _ = tokio::time::timeout_at(settle_by, pipeline.before_unrun_copy(message)).await;
+    let reason = "not started: too close to the invocation deadline";
+    defer(queue, pipeline, message, Duration::ZERO, reason, settle_by).await
+}
+
 /// Defers a message without spending a receive: sends a delayed copy (see `conveyor-core/src/deferral.rs`) and
 /// leaves the original out of `batchItemFailures`, so the event source mapping deletes it. When the copy
 /// cannot be built or sent before `settle_by`, the message is retried instead (that receive counts).
 async fn defer(
     queue: &dyn conveyor_core::port::Queue,
+    pipeline: &Pipeline,
     message: &Message,
     delay: Duration,
     reason: &str,
@@ -1356,24 +1353,33 @@ async fn defer(
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
     };
-    let delay = away_until_due(message, delay);
+    let delay = stay_away(pipeline, queue, message, delay);
     tracing::warn!(%error, %reason, delay_ms = delay.as_millis() as u64, "could not send the deferred copy; this receive counts, the message stays away as long as it may");
     Settled::Retry { delay }
 }
 
-/// How long a message whose copy could not be sent stays away: a job not due yet stays until it is due
-/// (within SQS's 12 hours), so a `SendMessage` outage spends at most one receive per 12 hours of its
-/// delay instead of one per hop; any other deferral, its own delay.
-fn away_until_due(message: &Message, delay: Duration) -> Duration {
-    let Some(due) = conveyor_core::runtime::due_at(message) else {
-        return delay;
-    };
-    let remaining = due
-        .duration_since(std::time::SystemTime::now())
-        .unwrap_or_default();
-    remaining
-        .min(conveyor_core::limits::MAX_VISIBILITY_TIMEOUT)
-        .max(delay)
+/// How long a message whose copy could not be sent stays away (its receive is spent either way): a job
+/// not due yet until it is due; any other the longer of its own delay and a stay that doubles with each
+/// receive, from the queue's visibility timeout, so a long `SendMessage` outage spends few receives
+/// (five span 31 visibility timeouts) where coming back at each timeout would dead-letter records the
+/// function never had time to start. Both within [`Pipeline::longest_stay_away`] (SQS's 12 hours; a
+/// touch period for a large payload, so its object outlives the stay).
+fn stay_away(
+    pipeline: &Pipeline,
+    queue: &dyn conveyor_core::port::Queue,
+    message: &Message,
+    delay: Duration,
+) -> Duration {
+    let longest = pipeline.longest_stay_away(message);
+    let until_due = conveyor_core::runtime::due_at(message)
+        .and_then(|due| due.duration_since(pipeline.now()).ok())
+        .filter(|remaining| !remaining.is_zero());
+    if let Some(remaining) = until_due {
+        return remaining.max(delay).min(longest);
+    }
+    let doublings = message.attempt().saturating_sub(1).min(16);
+    let doubling = queue.visibility_timeout().saturating_mul(1 << doublings);
+    doubling.max(delay).min(longest)
 }
 
 #[cfg(test)]

@@ -13,13 +13,23 @@
 //! (no copy of it is sent more than one hop after the cancel). Half the jobs go through the claim
 //! check, in a payload store whose objects expire a while after they were last written or touched
 //! (the bucket's lifecycle rule): no copy of a job not yet done points at a gone object.
+//!
+//! Half the seeds run the jobs on Lambda instead of a worker: one or two functions behind the event
+//! source mapping ([`crate::lambda::Function`], the real [`BatchProcessor`]), which deletes a completed
+//! job's object before the mapping deletes its message (issue 27's point 10), and, in half of those, a
+//! backlog of slow jobs that makes invocations reach their cutoff, so records are deferred unrun again
+//! and again (`Pipeline::before_unrun_copy` must keep their objects alive). A few large jobs go to a
+//! handler that is not idempotent: nothing answers for a second copy of such a job, so its object must
+//! outlive every copy (no read of it ever finds it gone).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use conveyor_core::message::{AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE, Message, ReceiptHandle};
+use conveyor_core::message::{
+    AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, Message, ReceiptHandle,
+};
 use conveyor_core::port::{
     DeadLetter, EntryFailure, IdempotencyStore, OutgoingMessage, PayloadError, PayloadPointer, PayloadStore,
     Queue, QueueDepth, QueueError, VisibilityChange, size_attribute,
@@ -29,6 +39,7 @@ use conveyor_core::{
     Context, Handler, HandlerError, HandlerSettings, KeySource, KeyStyle, Payloads, Pipeline,
     PowertoolsFlavor, PowertoolsKey, Router,
 };
+use conveyor_lambda::{BatchProcessor, FixedQueue};
 use conveyor_testing::{MemoryIdempotencyStore, MemoryQueue};
 use conveyor_worker::Worker;
 use conveyor_worker::config::{QueueConfig, WorkerConfig};
@@ -36,21 +47,31 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::VirtualStore;
+use crate::lambda::Function;
+use crate::scenario::LambdaSpec;
+use crate::sink::Sink;
+use crate::trace::Trace;
+
 /// The longest hop: SQS's is 15 minutes; the simulation shortens it (with the delays, in proportion)
 /// through the pipeline's test hook, so a seed's virtual hours stay few while the hops stay many.
 const HOP: Duration = Duration::from_secs(60);
 /// How long an object lives after it was last written or touched (the lifecycle rule's 15 days): longer
 /// than the longest send outage plus a touch period and a hop (a message held through an outage is not
 /// touched), shorter than the longest delays, as 15 days are shorter than a delay plus a DLQ stay.
-const OBJECT_LIFE: Duration = Duration::from_secs(36 * 60);
+const OBJECT_LIFE: Duration = Duration::from_secs(45 * 60);
 /// How often a hopping job touches its object (a day on SQS's scale).
-const TOUCH_EVERY: Duration = Duration::from_secs(4 * 60);
+const TOUCH_EVERY: Duration = Duration::from_secs(8 * 60);
 /// The payload bucket.
 const BUCKET: &str = "payloads";
 /// The redrive policy's `maxReceiveCount`.
 const MAX_RECEIVES: u32 = 5;
 /// The job type.
 const JOB_TYPE: &str = "delayed";
+/// The job type of the handler that is not idempotent.
+const NOTIFY_TYPE: &str = "notify";
+/// The job type of the backlog's slow jobs.
+const SLOW_TYPE: &str = "slow";
 
 /// One job of a seed.
 #[derive(Debug, Clone)]
@@ -65,6 +86,8 @@ pub struct DelayedJob {
     pub delay: Duration,
     /// Sent through the claim check: its body is an object in the payload store.
     pub large: bool,
+    /// Handled by the idempotent handler (else by one that is not, which no cancel reaches).
+    pub idempotent: bool,
 }
 
 impl DelayedJob {
@@ -88,6 +111,19 @@ pub struct DelayScenario {
     pub lost_deletes: f64,
     /// Powertools' key style instead of Conveyor's.
     pub powertools_keys: bool,
+    /// Run on Lambda functions instead of a worker.
+    pub lambda: Option<LambdaSetup>,
+    /// Slow jobs nobody checks, sent in a burst: when, and how long each works.
+    pub backlog: Vec<(Duration, Duration)>,
+}
+
+/// The Lambda side of a seed.
+#[derive(Debug, Clone, Copy)]
+pub struct LambdaSetup {
+    /// Functions (event source mapping pollers) at once.
+    pub functions: usize,
+    /// Each one's settings.
+    pub spec: LambdaSpec,
 }
 
 impl DelayScenario {
@@ -107,6 +143,7 @@ impl DelayScenario {
                 sent,
                 delay,
                 large: rng.bool(),
+                idempotent: true,
             };
             // A third of the keys are cancelled a while before they are due; half of those are sent
             // again after the cancel, with the same key.
@@ -120,6 +157,7 @@ impl DelayScenario {
                         sent: at + Duration::from_secs(rng.u64(1..600)),
                         delay: Duration::from_secs(rng.u64(5..30 * 60)),
                         large: rng.bool(),
+                        idempotent: true,
                     });
                 }
             }
@@ -133,13 +171,56 @@ impl DelayScenario {
                 )
             })
             .collect();
+        let lost_deletes = if rng.bool() { rng.f64() * 0.04 } else { 0.0 };
+        let powertools_keys = rng.bool();
+        for id in 1000..1000 + rng.u32(0..3) {
+            jobs.push(DelayedJob {
+                id,
+                key: format!("notify:{id}"),
+                sent: Duration::from_secs(rng.u64(0..600)),
+                delay: Duration::from_secs(rng.u64(5..20 * 60)),
+                large: true,
+                idempotent: false,
+            });
+        }
+        let mut lambda = rng.bool().then(|| LambdaSetup {
+            functions: rng.usize(1..=2),
+            spec: LambdaSpec {
+                function_timeout: Duration::from_secs(rng.u64(20..=60)),
+                batch_size: rng.usize(1..=10),
+                batch_concurrency: rng.usize(1..=3),
+            },
+        });
+        // Half the Lambda seeds get a backlog of slow jobs that keeps one function at its cutoff for up
+        // to an hour, with batches big enough that a record comes round again well within the object's
+        // life (a message never waits unreceived longer than SQS's retention, which is shorter).
+        let mut backlog = Vec::new();
+        if lambda.is_some() && rng.bool() {
+            lambda = Some(LambdaSetup {
+                functions: 1,
+                spec: LambdaSpec {
+                    function_timeout: Duration::from_secs(rng.u64(20..=40)),
+                    batch_size: rng.usize(6..=10),
+                    batch_concurrency: 1,
+                },
+            });
+            let at = Duration::from_secs(rng.u64(0..20 * 60));
+            for _ in 0..rng.u32(100..300) {
+                backlog.push((
+                    at + Duration::from_millis(rng.u64(0..10_000)),
+                    Duration::from_secs(rng.u64(8..25)),
+                ));
+            }
+        }
         Self {
             seed,
             jobs,
             cancels,
             send_outages,
-            lost_deletes: if rng.bool() { rng.f64() * 0.04 } else { 0.0 },
-            powertools_keys: rng.bool(),
+            lost_deletes,
+            powertools_keys,
+            lambda,
+            backlog,
         }
     }
 
@@ -173,10 +254,17 @@ impl DelayScenario {
             .unwrap_or_default()
     }
 
-    /// How long the run lasts: past every due time and outage, plus time to settle.
+    /// How long the run lasts: past every due time and outage, and past twice the backlog's work on the
+    /// functions' slots, plus time to settle.
     fn length(&self) -> Duration {
         let last_due = self.jobs.iter().map(DelayedJob::due).max().unwrap_or_default();
-        last_due.max(self.last_outage_end()) + Duration::from_secs(600)
+        let backlog_end = self.lambda.map_or(Duration::ZERO, |lambda| {
+            let slots = (lambda.functions * lambda.spec.batch_concurrency).max(1) as u32;
+            let work: Duration = self.backlog.iter().map(|(_, work)| *work).sum();
+            let start = self.backlog.first().map_or(Duration::ZERO, |(at, _)| *at);
+            start + work * 2 / slots
+        });
+        last_due.max(self.last_outage_end()).max(backlog_end) + Duration::from_secs(600)
     }
 }
 
@@ -193,6 +281,8 @@ pub struct DelayReport {
     pub runs: usize,
     /// Jobs cancelled.
     pub cancelled: usize,
+    /// Ran on Lambda.
+    pub lambda: bool,
 }
 
 /// The virtual wall clock: the run's start (real time) plus the virtual time since.
@@ -215,6 +305,8 @@ struct Log {
     runs: Vec<(u32, Duration)>,
     /// Sends: job, virtual time since start.
     sends: Vec<(u32, Duration)>,
+    /// Hops (copies of a job not due yet, sent with a delay), among the sends: job, virtual time.
+    hops: Vec<(u32, Duration)>,
     /// Virtual send time (wall clock) by message id, for `SentTimestamp`.
     sent_at: HashMap<String, SystemTime>,
     /// Reads of a payload object that was gone (expired or deleted): job, virtual time.
@@ -238,10 +330,17 @@ fn job_of(body: &str) -> Option<u32> {
 }
 
 /// Records its runs.
+#[derive(Clone)]
 struct Recorder {
     log: Arc<Mutex<Log>>,
     start: Instant,
     style: KeyStyle,
+}
+
+impl Recorder {
+    fn record(&self, job: &Body) {
+        lock(&self.log).runs.push((job.job, self.start.elapsed()));
+    }
 }
 
 impl Handler for Recorder {
@@ -250,12 +349,52 @@ impl Handler for Recorder {
     const JOB_TYPE: &'static str = JOB_TYPE;
 
     async fn handle(&self, job: Body, _ctx: Context) -> Result<(), HandlerError> {
-        lock(&self.log).runs.push((job.job, self.start.elapsed()));
+        self.record(&job);
         Ok(())
     }
 
     fn settings(&self) -> HandlerSettings {
         HandlerSettings::default().with_key_style(self.style.clone())
+    }
+}
+
+/// Records its runs, and is not idempotent: every copy runs.
+struct Notifier(Recorder);
+
+impl Handler for Notifier {
+    type Job = Body;
+    type Output = ();
+    const JOB_TYPE: &'static str = NOTIFY_TYPE;
+
+    async fn handle(&self, job: Body, _ctx: Context) -> Result<(), HandlerError> {
+        self.0.record(&job);
+        Ok(())
+    }
+
+    fn settings(&self) -> HandlerSettings {
+        HandlerSettings::default().with_idempotent(false)
+    }
+}
+
+/// A slow job of the backlog.
+#[derive(Debug, Deserialize)]
+struct SlowBody {
+    ms: u64,
+}
+
+/// Works its time, or stops when told to (the invocation's cutoff).
+struct Slow;
+
+impl Handler for Slow {
+    type Job = SlowBody;
+    type Output = ();
+    const JOB_TYPE: &'static str = SLOW_TYPE;
+
+    async fn handle(&self, job: SlowBody, ctx: Context) -> Result<(), HandlerError> {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(job.ms)) => Ok(()),
+            () = ctx.cancelled() => Err(HandlerError::retryable("stopped at the cutoff")),
+        }
     }
 }
 
@@ -337,11 +476,17 @@ impl Queue for FaultyQueue {
             });
         }
         let job = job_of(&message.body);
+        // A copy sent without a delay is one the function had no time to start, not a hop.
+        let hop = message.delay.is_some_and(|delay| !delay.is_zero());
         let id = self.inner.send(message).await?;
         let mut log = lock(&self.log);
         log.sent_at.insert(id.clone(), self.clock.now());
         if let Some(job) = job {
-            log.sends.push((job, self.clock.start.elapsed()));
+            let at = self.clock.start.elapsed();
+            log.sends.push((job, at));
+            if hop {
+                log.hops.push((job, at));
+            }
         }
         Ok(id)
     }
@@ -439,8 +584,16 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
     };
     let log = Arc::new(Mutex::new(Log::default()));
     let dlq = Arc::new(MemoryQueue::standard("delayed-dlq"));
-    let memory =
-        Arc::new(MemoryQueue::standard("delayed").with_dead_letter_queue(Arc::clone(&dlq), MAX_RECEIVES));
+    // Behind an event source mapping the queue's visibility timeout is six times the function timeout,
+    // as AWS advises (and the adapter insists).
+    let visibility = scenario
+        .lambda
+        .map_or(Duration::from_secs(30), |lambda| lambda.spec.function_timeout * 6);
+    let memory = Arc::new(
+        MemoryQueue::standard("delayed")
+            .with_visibility_timeout(visibility)
+            .with_dead_letter_queue(Arc::clone(&dlq), MAX_RECEIVES),
+    );
     let queue = Arc::new(FaultyQueue {
         inner: Arc::clone(&memory),
         log: Arc::clone(&log),
@@ -461,27 +614,28 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
         start: clock.start,
         log: Arc::clone(&log),
     });
-    let pipeline = Pipeline::new(Router::single(handler))
-        .with_payloads(Payloads::new(Arc::clone(&payloads) as Arc<dyn PayloadStore>).touch_every(TOUCH_EVERY))
-        .with_store(Arc::clone(&store))
-        .with_clock(Arc::new(move || clock.now()))
-        .with_max_delay_hop(HOP);
-    let config = WorkerConfig::default()
-        .with_queues(vec![QueueConfig::new("http://sim.invalid/delayed")])
-        .with_max_in_flight(20)
-        .with_listen_addr(None);
-    let worker = match Worker::new(config, pipeline, vec![Arc::clone(&queue) as Arc<dyn Queue>]) {
-        Ok(worker) => worker,
+    let pipeline = || {
+        let router = Router::new()
+            .route(handler.clone())
+            .route(Notifier(handler.clone()))
+            .route(Slow);
+        Pipeline::new(router)
+            .with_payloads(
+                Payloads::new(Arc::clone(&payloads) as Arc<dyn PayloadStore>).touch_every(TOUCH_EVERY),
+            )
+            .with_store(Arc::clone(&store))
+            .with_clock(Arc::new(move || clock.now()))
+            .with_max_delay_hop(HOP)
+    };
+    let consumers = match start_consumers(scenario, pipeline, &queue) {
+        Ok(consumers) => consumers,
         Err(error) => {
             return DelayReport {
-                violations: vec![format!("could not build the worker: {error}")],
+                violations: vec![error],
                 ..DelayReport::default()
             };
         }
     };
-    let graceful = CancellationToken::new();
-    let immediate = CancellationToken::new();
-    let running = tokio::spawn(worker.run_with(graceful.clone(), immediate.clone()));
 
     // The producer's sends and the cancels, in time order.
     let mut events: BTreeMap<(Duration, u8, usize), Event> = BTreeMap::new();
@@ -490,6 +644,9 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
     }
     for (index, (at, key)) in scenario.cancels.iter().enumerate() {
         events.insert((*at, 0, index), Event::Cancel(key.clone()));
+    }
+    for (index, (at, work)) in scenario.backlog.iter().enumerate() {
+        events.insert((*at, 2, index), Event::Slow(*work));
     }
     let mut violations = Vec::new();
     for ((at, _, _), event) in events {
@@ -500,6 +657,7 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
                     violations.push(format!("job {}: the producer's send failed: {error}", job.id));
                 }
             }
+            Event::Slow(work) => send_slow(&queue, work).await,
             Event::Cancel(key) => {
                 // The canceller retries like an operator would.
                 let mut tries = 0;
@@ -515,12 +673,7 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
         }
     }
     tokio::time::sleep_until(clock.start + scenario.length()).await;
-    graceful.cancel();
-    match running.await {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => violations.push(format!("the worker failed: {error}")),
-        Err(error) => violations.push(format!("the worker panicked: {error}")),
-    }
+    violations.extend(consumers.stop().await);
     let log = lock(&log);
     let dead: Vec<u32> = dlq
         .snapshot()
@@ -538,12 +691,114 @@ async fn run(scenario: &DelayScenario) -> DelayReport {
             .iter()
             .filter(|job| scenario.cancelled_at(job).is_some())
             .count(),
+        lambda: scenario.lambda.is_some(),
     }
 }
 
 enum Event {
     Send(DelayedJob),
     Cancel(String),
+    /// A slow job of the backlog, working this long.
+    Slow(Duration),
+}
+
+/// What consumes the queue: a worker, or functions behind an event source mapping.
+enum Consumers {
+    Worker {
+        graceful: CancellationToken,
+        running: tokio::task::JoinHandle<Result<conveyor_worker::WorkerReport, conveyor_worker::WorkerError>>,
+    },
+    Lambda {
+        stop: CancellationToken,
+        functions: Vec<tokio::task::JoinHandle<()>>,
+    },
+}
+
+/// Starts the seed's consumers, each with a pipeline of its own from `pipeline`.
+fn start_consumers(
+    scenario: &DelayScenario,
+    pipeline: impl Fn() -> Pipeline,
+    queue: &Arc<FaultyQueue>,
+) -> Result<Consumers, String> {
+    let Some(lambda) = scenario.lambda else {
+        let config = WorkerConfig::default()
+            .with_queues(vec![QueueConfig::new("http://sim.invalid/delayed")])
+            .with_max_in_flight(20)
+            .with_listen_addr(None);
+        let worker = Worker::new(config, pipeline(), vec![Arc::clone(queue) as Arc<dyn Queue>])
+            .map_err(|error| format!("could not build the worker: {error}"))?;
+        let graceful = CancellationToken::new();
+        let running = tokio::spawn(worker.run_with(graceful.clone(), CancellationToken::new()));
+        return Ok(Consumers::Worker { graceful, running });
+    };
+    // The trace and the claim fencing of the main simulation are not used here: only the poll loop.
+    let sink = Arc::new(Sink::new(
+        Arc::new(VirtualStore::new(Arc::new(MemoryIdempotencyStore::new()))),
+        Trace::new(std::env::var_os("DELAY_TRACE").is_some()),
+    ));
+    let stop = CancellationToken::new();
+    let functions = (0..lambda.functions)
+        .map(|index| {
+            let processor = BatchProcessor::new(
+                pipeline(),
+                crate::lambda::config(&lambda.spec),
+                Arc::new(FixedQueue(Arc::clone(queue) as Arc<dyn Queue>)),
+            )
+            .without_metrics();
+            let function = Function {
+                name: format!("function-{index}"),
+                spec: lambda.spec,
+                queue: Arc::clone(queue) as Arc<dyn Queue>,
+                processor,
+                sink: Arc::clone(&sink),
+            };
+            tokio::spawn(function.run(stop.clone()))
+        })
+        .collect();
+    Ok(Consumers::Lambda { stop, functions })
+}
+
+impl Consumers {
+    /// Stops them (a worker gracefully) and says what went wrong.
+    async fn stop(self) -> Vec<String> {
+        match self {
+            Self::Worker { graceful, running } => {
+                graceful.cancel();
+                match running.await {
+                    Ok(Ok(_)) => Vec::new(),
+                    Ok(Err(error)) => vec![format!("the worker failed: {error}")],
+                    Err(error) => vec![format!("the worker panicked: {error}")],
+                }
+            }
+            Self::Lambda { stop, functions } => {
+                stop.cancel();
+                let mut problems = Vec::new();
+                for function in functions {
+                    if let Err(error) = function.await {
+                        problems.push(format!("a function panicked: {error}"));
+                    }
+                }
+                problems
+            }
+        }
+    }
+}
+
+/// Sends one slow job of the backlog (unchecked: it only keeps the functions busy).
+async fn send_slow(queue: &FaultyQueue, work: Duration) {
+    let mut message = OutgoingMessage {
+        body: format!("{{\"ms\":{}}}", work.as_millis()),
+        ..OutgoingMessage::default()
+    };
+    message
+        .attributes
+        .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(SLOW_TYPE));
+    while let Err(error) = queue.inner.send(message.clone()).await {
+        if !error.is_retryable() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 async fn send_job(
@@ -570,6 +825,10 @@ async fn send_job(
         IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
         AttributeValue::string(&job.key),
     );
+    let job_type = if job.idempotent { JOB_TYPE } else { NOTIFY_TYPE };
+    message
+        .attributes
+        .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(job_type));
     message.attributes.insert(
         DUE_ATTRIBUTE.to_owned(),
         AttributeValue::number(due_value(clock.now() + job.delay)),
@@ -600,12 +859,20 @@ fn check(scenario: &DelayScenario, log: &Log, dead_lettered: &[u32]) -> Vec<Stri
             "jobs {dead_lettered:?} reached the DLQ without running (a hop spent their receives)"
         ));
     }
-    // No pointer to a gone object while its job is not done for good (not yet run, not cancelled).
+    // No pointer to a gone object while its job is not done for good (not yet run, not cancelled). A job
+    // whose handler is not idempotent is never done for good while a copy lives: every copy runs.
     for (id, at) in &log.missing_objects {
         let Some(job) = scenario.jobs.iter().find(|job| job.id == *id) else {
             continue;
         };
         let ran_before = log.runs.iter().any(|(run, ran)| run == id && ran <= at);
+        if !job.idempotent {
+            violations.push(format!(
+                "job {id} (not idempotent): a copy found its payload object gone at {at:?} (ran before: \
+                 {ran_before}); every copy of such a job runs, so its object must outlive them all"
+            ));
+            continue;
+        }
         if !ran_before && scenario.cancelled_at(job).is_none() {
             violations.push(format!(
                 "job {id}: a copy pointed at its payload object after the object was gone (at {at:?}, sent \
@@ -631,10 +898,11 @@ fn check(scenario: &DelayScenario, log: &Log, dead_lettered: &[u32]) -> Vec<Stri
                     ));
                 }
                 // It stops at its next receive: a copy decided before the cancel may still go out
-                // (held through a send outage, one per forked chain), but none after one more hop
-                // past the cancel and the outages.
+                // (held through a send outage, one per forked chain), but no hop after one more hop
+                // past the cancel and the outages. (A record a function had no time to start is
+                // copied unread, as any other; it is dropped at its first run after the cancel.)
                 let stop = cancelled.max(scenario.last_outage_end()) + HOP + Duration::from_secs(120);
-                if let Some((_, at)) = log.sends.iter().find(|(id, at)| *id == job.id && *at > stop) {
+                if let Some((_, at)) = log.hops.iter().find(|(id, at)| *id == job.id && *at > stop) {
                     violations.push(format!(
                         "job {} kept hopping after its cancel at {cancelled:?} (a copy sent at {at:?})",
                         job.id
@@ -645,7 +913,8 @@ fn check(scenario: &DelayScenario, log: &Log, dead_lettered: &[u32]) -> Vec<Stri
                 if runs.is_empty() {
                     violations.push(format!("job {} (key {}) never ran: lost", job.id, job.key));
                 }
-                if runs.len() > 1 {
+                // A handler that is not idempotent runs again when a delete was lost (at least once).
+                if runs.len() > 1 && (job.idempotent || scenario.lost_deletes == 0.0) {
                     violations.push(format!("job {} ran {} times", job.id, runs.len()));
                 }
                 // The due time is in whole milliseconds of the wall clock; 500 ms of tolerance.
