@@ -1377,7 +1377,8 @@ fn stay_away(
     if let Some(remaining) = until_due {
         return remaining.max(delay).min(longest);
     }
-    let doublings = message.attempt().saturating_sub(1).min(16);
+    // SQS counts receives per message: this one's count, not the job's runs across copies.
+    let doublings = message.receive_count.saturating_sub(1).min(16);
     let doubling = queue.visibility_timeout().saturating_mul(1 << doublings);
     doubling.max(delay).min(longest)
 }
@@ -1385,6 +1386,101 @@ fn stay_away(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use conveyor_core::message::AttributeValue;
+    use conveyor_core::port::{PayloadPointer, size_attribute};
+    use conveyor_core::runtime::{DUE_ATTRIBUTE, due_value};
+    use conveyor_core::{Payloads, Router};
+    use conveyor_testing::{MemoryPayloadStore, MemoryQueue};
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// A pipeline with payloads (a touch a day) on a clock stopped at `now`.
+    fn pipeline(now: SystemTime) -> Pipeline {
+        let store = Arc::new(MemoryPayloadStore::with_bucket("payloads"));
+        Pipeline::new(Router::new())
+            .with_payloads(Payloads::new(store).touch_every(DAY))
+            .with_clock(Arc::new(move || now))
+    }
+
+    fn message(receive_count: u32, due: Option<SystemTime>, large: bool) -> Message {
+        let body = if large {
+            PayloadPointer::new("payloads", "job").to_body()
+        } else {
+            "{}".to_owned()
+        };
+        let mut message = Message::new("m", body);
+        message.receive_count = receive_count;
+        if large {
+            let (name, value) = size_attribute(2 * 1024 * 1024);
+            message.attributes.insert(name, value);
+        }
+        if let Some(due) = due {
+            message
+                .attributes
+                .insert(DUE_ATTRIBUTE.to_owned(), AttributeValue::number(due_value(due)));
+        }
+        message
+    }
+
+    #[test]
+    fn a_record_whose_copy_did_not_go_stays_away_longer_at_each_receive() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let pipeline = pipeline(now);
+        let queue = MemoryQueue::standard("jobs").with_visibility_timeout(Duration::from_secs(180));
+        let stay = |receive_count| {
+            stay_away(
+                &pipeline,
+                &queue,
+                &message(receive_count, None, false),
+                Duration::ZERO,
+            )
+        };
+        assert_eq!(stay(1), Duration::from_secs(180), "the visibility timeout first");
+        assert_eq!(stay(3), Duration::from_secs(720), "doubled at each receive");
+        assert_eq!(stay(40), Duration::from_secs(12 * 3600), "within SQS's 12 hours");
+        // A retry's own longer delay is kept.
+        let long = stay_away(
+            &pipeline,
+            &queue,
+            &message(1, None, false),
+            Duration::from_secs(600),
+        );
+        assert_eq!(long, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn a_job_not_due_stays_until_due_and_a_large_one_at_most_a_touch_period() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let pipeline = pipeline(now);
+        let queue = MemoryQueue::standard("jobs").with_visibility_timeout(Duration::from_secs(180));
+        let in_an_hour = Some(now + Duration::from_secs(3600));
+        let small = stay_away(&pipeline, &queue, &message(1, in_an_hour, false), Duration::ZERO);
+        assert_eq!(
+            small,
+            Duration::from_secs(3600),
+            "until due, by the pipeline's clock"
+        );
+        let in_ten_days = Some(now + 10 * DAY);
+        let far = stay_away(&pipeline, &queue, &message(1, in_ten_days, false), Duration::ZERO);
+        assert_eq!(far, Duration::from_secs(12 * 3600));
+        // A large job: a touch period (here shorter than 12 hours) bounds the stay, so its object,
+        // touched at most that long ago, outlives it.
+        let short_touch = Pipeline::new(Router::new())
+            .with_payloads(
+                Payloads::new(Arc::new(MemoryPayloadStore::with_bucket("payloads")))
+                    .touch_every(Duration::from_secs(2 * 3600)),
+            )
+            .with_clock(Arc::new(move || now));
+        let large = stay_away(
+            &short_touch,
+            &queue,
+            &message(1, in_ten_days, true),
+            Duration::ZERO,
+        );
+        assert_eq!(large, Duration::from_secs(2 * 3600));
+        let large_due = stay_away(&short_touch, &queue, &message(9, None, true), Duration::ZERO);
+        assert_eq!(large_due, Duration::from_secs(2 * 3600));
+    }
 
     #[test]
     fn a_visibility_timeout_under_six_function_timeouts_is_advised_against() {
