@@ -43,6 +43,8 @@ chaos: local-aws
 ## Prints the benchmark figures quoted in the README.
 bench: local-aws
 	$(CARGO) run --release -p conveyor-worker --example bench
+	$(CARGO) build --release -p conveyor-cli --bin conveyor
+	$(CARGO) build --release -p conveyor-lambda --example probe_function
 	$(CARGO) run --release -p conveyor-worker --example bench_idempotent
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead

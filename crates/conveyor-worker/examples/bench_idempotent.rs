@@ -11,9 +11,14 @@
 //! (c) latency from `SendMessage` to the handler's start: on an idle queue (one job at a time), and
 //!     under a steady load (jobs sent at a fixed rate while the worker runs); p50 and p99;
 //! (d) send → success for a job that fails once (retryable) and succeeds on its retry, with the default
-//!     backoff.
+//!     backoff;
+//! (e) send → handler start through the local Lambda runner (`conveyor lambda run`, the event source
+//!     mapping's poll loop, with its defaults: batches of 10, no batching window, 2 concurrent
+//!     invocations) and a function on the same DynamoDB store (`conveyor-lambda`'s `probe_function`
+//!     example): idle and under a steady load. `make bench` builds both first (release).
 //!
-//! Sizes: `BENCH_SQS_MESSAGES` (default 3000) jobs for (a) and (b); 200 probes for (c), 20 for (d).
+//! Sizes: `BENCH_SQS_MESSAGES` (default 3000) jobs for (a) and (b); 200 probes for (c), 20 for (d), 200
+//! idle and 1000 steady for (e).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -344,6 +349,94 @@ async fn probes(
     latencies
 }
 
+/// A release binary `make bench` builds beside this one (`target/release/<relative>`).
+fn release_binary(relative: &str, build: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let release = exe.parent().and_then(std::path::Path::parent).unwrap();
+    let path = release.join(relative);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `{build}` (make bench does)",
+        path.display()
+    );
+    path
+}
+
+/// (e): `count` probes sent `every` apart through `conveyor lambda run` and the probe function; the
+/// send → start of each first run.
+async fn lambda_runner_probes(
+    client: &aws_sdk_sqs::Client,
+    table: &str,
+    name: &str,
+    count: usize,
+    every: Duration,
+) -> Vec<Duration> {
+    let conveyor = release_binary("conveyor", "cargo build --release -p conveyor-cli --bin conveyor");
+    let function = release_binary(
+        "examples/probe_function",
+        "cargo build --release -p conveyor-lambda --example probe_function",
+    );
+    // Six function timeouts (the runner's default is 10 s), as AWS advises for a mapping's queue.
+    let queue = create_queue(client, &QueueSpec::standard(name).visibility_timeout_secs(60))
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(format!("{}.log", localstack::unique_name(name)));
+    let mut runner = tokio::process::Command::new(conveyor)
+        .args(["lambda", "run", "--queue-url", &queue.url, "--bootstrap"])
+        .arg(function)
+        .arg("--env")
+        .arg(format!("CONVEYOR_PROBE_LOG={}", log.display()))
+        .arg("--env")
+        .arg(format!("CONVEYOR_IDEMPOTENCY_TABLE={table}"))
+        .envs(localstack::aws_env())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Let the runner start its function and its first long poll, as on a running mapping.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut ticks = tokio::time::interval(every);
+    for _ in 0..count {
+        ticks.tick().await;
+        client
+            .send_message()
+            .queue_url(&queue.url)
+            .message_body(format!("{{\"sent_us\":{}}}", now_us()))
+            .message_attributes(
+                "conveyor.type",
+                aws_sdk_sqs::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value("probe")
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let read = || -> Vec<Duration> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .map(Duration::from_micros)
+            .collect()
+    };
+    let deadline = Instant::now() + BENCH_TIMEOUT;
+    while read().len() < count {
+        assert!(
+            Instant::now() < deadline,
+            "the Lambda runner did not start {count} probes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    runner.kill().await.unwrap();
+    let starts = read();
+    let _ = std::fs::remove_file(&log);
+    starts
+}
+
 fn main() {
     let count = size("BENCH_SQS_MESSAGES", 3_000);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -373,6 +466,16 @@ fn main() {
         )
         .await;
         let retried = probes(&sqs, Arc::clone(&store), "bench-retry", 20, Duration::from_millis(200), true).await;
+        let lambda_idle = lambda_runner_probes(&sqs, &table, "bench-lambda-idle", 200, Duration::from_millis(50)).await;
+        let lambda_rate = 100.0;
+        let lambda_steady = lambda_runner_probes(
+            &sqs,
+            &table,
+            "bench-lambda-steady",
+            1_000,
+            Duration::from_secs_f64(1.0 / lambda_rate),
+        )
+        .await;
 
         println!();
         println!("| measure | figure | target |");
@@ -409,6 +512,16 @@ fn main() {
             "| (d) send → success of a job that fails once, default backoff, 20 jobs | p50 {:.0} ms, p99 {:.0} ms | |",
             millis(percentile(&successes, 0.5)),
             millis(percentile(&successes, 0.99))
+        );
+        println!(
+            "| (e) send → start, `conveyor lambda run` (batch 10, no window), idle queue, 200 jobs one at a time | p50 {:.1} ms, p99 {:.1} ms | |",
+            millis(percentile(&lambda_idle, 0.5)),
+            millis(percentile(&lambda_idle, 0.99))
+        );
+        println!(
+            "| (e) send → start, `conveyor lambda run`, steady load of {lambda_rate:.0} jobs/s, 1000 jobs | p50 {:.1} ms, p99 {:.1} ms | |",
+            millis(percentile(&lambda_steady, 0.5)),
+            millis(percentile(&lambda_steady, 0.99))
         );
     });
 }

@@ -11,11 +11,11 @@
 //!
 //! A loop receives only when it holds free slots: it waits for one, takes up to `batch - 1` more that
 //! are free without waiting, and asks for that many messages (`MaxNumberOfMessages = min(10, free)`).
-//! While the queue has a backlog (the last receive came back full), a loop that holds fewer than a
-//! full batch waits a moment ([`RECEIVE_LINGER`], a tenth of the time a message typically holds its slot
-//! (claim, handler, complete), at most 20 ms) for more slots to
-//! free up, so a small worker (`max_in_flight` 10) receives full batches instead of one or two
-//! messages per request, without leaving slots idle for long.
+//! While the queue may have a backlog (the last receive brought messages), a loop that holds fewer than a
+//! full batch waits a moment for more slots to free up (the time the missing slots take at the rate
+//! slots free, at most [`RECEIVE_LINGER`]), and a queue's loops gather in turns (see [`gather`]), so
+//! receives come back full instead of carrying one or two messages each, without leaving slots idle
+//! for long.
 //! After an empty receive it asks for one message only, so idle loops hold one slot each, not ten,
 //! and a busy queue elsewhere keeps the rest. Each message runs in its own task with its slot; the
 //! loop goes straight back to receiving, so receiving and processing overlap.
@@ -74,29 +74,15 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
     let wait = runtime.config.receive_wait;
     let mut failures: u32 = 0;
     let mut last_was_empty = false;
-    let mut last_was_full = false;
+    // Whether the last receive suggested a backlog (it brought messages): then a loop short of slots
+    // waits a moment for a fuller batch. SQS (and LocalStack) may return fewer messages than asked
+    // even with thousands waiting, so a partial batch still counts.
+    let mut last_brought_some = false;
     loop {
-        let first = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            permit = runtime.capacity.acquire(queue) => permit,
-        };
-        let mut permits = vec![first];
         let wanted = if last_was_empty { 1 } else { batch };
-        permits.extend(runtime.capacity.try_acquire(queue, wanted - 1));
-        if last_was_full && permits.len() < wanted {
-            let linger = runtime.linger();
-            let until = Instant::now() + linger;
-            while permits.len() < wanted {
-                tokio::select! {
-                    biased;
-                    () = stop.cancelled() => return,
-                    permit = runtime.capacity.acquire(queue) => permits.push(permit),
-                    () = tokio::time::sleep_until(until) => break,
-                }
-                permits.extend(runtime.capacity.try_acquire(queue, wanted - permits.len()));
-            }
-        }
+        let Some(mut permits) = gather(&runtime, queue, wanted, last_brought_some).await else {
+            return;
+        };
 
         let visibility = runtime.visibility[queue];
         let requested_at = Instant::now();
@@ -121,7 +107,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
                 failures = 0;
                 runtime.status.set_receiving(queue, true);
                 last_was_empty = messages.is_empty();
-                last_was_full = messages.len() == permits.len();
+                last_brought_some = !messages.is_empty();
                 runtime
                     .capacity
                     .set_backlogged(queue, messages.len() == permits.len());
@@ -141,7 +127,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             }
             Err(error) => {
                 drop(permits);
-                last_was_full = false;
+                last_brought_some = false;
                 runtime.capacity.set_backlogged(queue, false);
                 failures = failures.saturating_add(1);
                 runtime.status.set_receiving(queue, false);
@@ -164,6 +150,51 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             }
         }
     }
+}
+
+/// Gathers the slots for one receive of queue `queue`, in this loop's turn: waits for one, takes up to
+/// `wanted` that are free, and while the queue may have a backlog (`backlogged`: the last receive
+/// brought messages) waits up to [`Runtime::linger`] for the rest. `None` at shutdown. The wait only
+/// happens when the worker is full (free slots are taken at once), so a lone message on a quiet worker
+/// never waits.
+///
+/// # Design note: one loop gathers at a time
+///
+/// A queue's loops (up to 4) take turns (`Runtime::gathering`, a FIFO lock): the loop whose turn it
+/// is gets every slot that frees, fills its batch and leaves to receive while the next one gathers.
+/// Without turns, each slot that freed went to whichever loop asked first, every loop held a few, and
+/// at 100 in flight with idempotency on a receive carried 6 of 10 messages. It cannot starve: the
+/// lock is fair, a turn lasts at most one linger (20 ms) once the first slot is there, and receives
+/// still overlap (the turn ends before the long poll). It adds no latency on an idle queue: without a
+/// backlog a loop takes what is free and receives at once.
+async fn gather(runtime: &Runtime, queue: usize, wanted: usize, backlogged: bool) -> Option<Vec<Permit>> {
+    let stop = &runtime.stop_receiving;
+    let _turn = tokio::select! {
+        biased;
+        () = stop.cancelled() => return None,
+        turn = runtime.gathering[queue].lock() => turn,
+    };
+    let first = tokio::select! {
+        biased;
+        () = stop.cancelled() => return None,
+        permit = runtime.capacity.acquire(queue) => permit,
+    };
+    let mut permits = vec![first];
+    permits.extend(runtime.capacity.try_acquire(queue, wanted - 1));
+    if !backlogged || permits.len() >= wanted {
+        return Some(permits);
+    }
+    let until = Instant::now() + runtime.linger(permits.len(), wanted);
+    while permits.len() < wanted {
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return None,
+            permit = runtime.capacity.acquire(queue) => permits.push(permit),
+            () = tokio::time::sleep_until(until) => break,
+        }
+        permits.extend(runtime.capacity.try_acquire(queue, wanted - permits.len()));
+    }
+    Some(permits)
 }
 
 /// A message a late receive brought at the last receive its redrive policy allows would reach the

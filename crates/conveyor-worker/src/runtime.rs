@@ -45,6 +45,9 @@ pub(crate) struct Runtime {
     /// A moving average of how long a message holds its slot (claim, handler, complete, settling), in
     /// microseconds (for the receive linger).
     pub(crate) typical_job_micros: AtomicU64,
+    /// Per queue: whose turn it is to gather slots for a receive (see [`crate::receiver`]: one loop at
+    /// a time, so freed slots fill one batch instead of being split among loops).
+    pub(crate) gathering: Vec<tokio::sync::Mutex<()>>,
 }
 
 impl Runtime {
@@ -63,11 +66,18 @@ impl Runtime {
         self.typical_job_micros.store(new, Ordering::Relaxed);
     }
 
-    /// How long a receive loop waits for a fuller batch: a tenth of a typical slot's time, at most
-    /// 20 ms, so waiting never idles a slot for more than a small share of a job's time.
-    pub(crate) fn linger(&self) -> Duration {
+    /// How long a receive loop holding `held` slots waits for `wanted` while the queue has a backlog:
+    /// twice the time the missing slots take to free up on average when every slot frees once per
+    /// typical slot time (`2 × missing × typical / max_in_flight`: slots free unevenly, and waiting
+    /// only the average fills half the batches), between 1 ms and [`crate::receiver::RECEIVE_LINGER`].
+    /// The slots a waiting loop holds are idle for at most that long, and a batch that fills sooner
+    /// ends the wait at once.
+    pub(crate) fn linger(&self, held: usize, wanted: usize) -> Duration {
         let typical = Duration::from_micros(self.typical_job_micros.load(Ordering::Relaxed));
-        (typical / 10).clamp(Duration::from_millis(1), crate::receiver::RECEIVE_LINGER)
+        let missing = u32::try_from(wanted.saturating_sub(held)).unwrap_or(u32::MAX);
+        let slots = u32::try_from(self.config.max_in_flight.max(1)).unwrap_or(u32::MAX);
+        (typical * missing.saturating_mul(2) / slots)
+            .clamp(Duration::from_millis(1), crate::receiver::RECEIVE_LINGER)
     }
 }
 

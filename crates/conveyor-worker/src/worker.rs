@@ -284,7 +284,9 @@ impl Worker {
         }
 
         let plan = plan_loops(&config);
+        let gathering = names.iter().map(|_| tokio::sync::Mutex::new(())).collect();
         let runtime = Arc::new(Runtime {
+            gathering,
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
             pipeline: self.pipeline,
