@@ -176,7 +176,9 @@ async fn a_two_hour_delay_arrives_once_after_it_is_due_and_a_cancelled_one_never
     assert_eq!(run.receive_count, 1, "a hop never spends a receive");
     let deferral = run.deferral.clone().expect("it came through hops");
     assert_eq!(deferral.attempts, 0, "no hop counted as a run");
-    assert!(deferral.deferrals >= 5, "{deferral:?}");
+    // Due 10 real seconds after it was sent, in hops of at most 1 s: several hops, how many depends on
+    // how busy the machine is (CI saw 4), so only "more than one" is asserted.
+    assert!(deferral.deferrals >= 2, "{deferral:?}");
     assert!(
         deferral
             .first_sent_ms
