@@ -160,28 +160,10 @@ fn retry_budget_from_env() -> anyhow::Result<Option<Duration>> {
     Ok(Some(budget))
 }
 
-/// Logs as JSON lines when `CONVEYOR_LOG_FORMAT=json` (ECS, CloudWatch), else as text (`text`, the
-/// default); any other value is an error that lists the valid ones. `RUST_LOG` filters. Colour only on a
-/// terminal.
-///
-/// Logs go to stderr through [`conveyor_core::runtime::stderr`]: a closed or full log pipe drops
-/// lines (counted) and never panics a job's task, so logging cannot change what happens to a job.
+/// The worker's logging ([`conveyor_worker::init_logging`]): text lines on stderr, or JSON lines with
+/// `CONVEYOR_LOG_FORMAT=json`; `RUST_LOG` filters (default `info`). Installed before the worker
+/// starts so the `--healthcheck` and `--export-schedules` paths log too.
 pub fn init_tracing() -> anyhow::Result<()> {
-    use std::io::IsTerminal as _;
-
-    use conveyor_core::runtime::{self as log_output, LogFormat};
-
-    let format = LogFormat::from_env()?;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(log_output::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .log_internal_errors(false);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    conveyor_worker::init_logging()?;
     Ok(())
 }

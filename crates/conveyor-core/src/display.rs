@@ -4,6 +4,27 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Datelike, Timelike};
 
+/// Writes `error`'s text and then each cause it does not quote already on its own line (`caused by: ...`): the `Debug` of the
+/// runtimes' errors, so `fn main() -> Result<(), WorkerError>` (or a `Box<dyn Error>`) prints what went
+/// wrong and what to change rather than the variant's fields.
+pub fn write_error_chain(
+    error: &(dyn std::error::Error + 'static),
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    let mut written = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        // Most messages quote their cause already ("cannot read the config file x: {source}").
+        let text = inner.to_string();
+        if !written.contains(&text) {
+            written.push_str("\n  caused by: ");
+            written.push_str(&text);
+        }
+        cause = inner.source();
+    }
+    f.write_str(&written)
+}
+
 /// A time as `2026-11-29T14:37:31.815Z` (UTC, milliseconds); a time before 1970 as the epoch.
 pub fn format_time(time: SystemTime) -> String {
     let millis = time
@@ -48,6 +69,37 @@ pub fn format_age(age: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read the config file w.toml: {source}")]
+    struct Quoting {
+        source: std::io::Error,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the worker stopped")]
+    struct Wrapping(#[source] std::io::Error);
+
+    struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+    impl std::fmt::Debug for Chain<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write_error_chain(self.0, f)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_reads_as_text_and_a_quoted_cause_is_not_repeated() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        assert_eq!(
+            format!("{:?}", Chain(&Quoting { source: io() })),
+            "cannot read the config file w.toml: no such file"
+        );
+        assert_eq!(
+            format!("{:?}", Chain(&Wrapping(io()))),
+            "the worker stopped\n  caused by: no such file"
+        );
+    }
 
     #[test]
     fn times_format_as_utc() {

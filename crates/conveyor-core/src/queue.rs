@@ -25,6 +25,21 @@ pub struct OutgoingMessage {
 }
 
 impl OutgoingMessage {
+    /// A message for the handler of `job_type` with `body` (the job as JSON) and nothing else set:
+    /// what a producer's plain send carries, for queues without the SQS producer (in-memory ones).
+    pub fn job(job_type: &str, body: impl Into<String>) -> Self {
+        let mut attributes = Attributes::new();
+        attributes.insert(
+            crate::message::JOB_TYPE_ATTRIBUTE.to_owned(),
+            crate::message::AttributeValue::string(job_type),
+        );
+        Self {
+            body: body.into(),
+            attributes,
+            ..Self::default()
+        }
+    }
+
     /// The size SQS counts against its 1 MiB limit: body plus attribute names, types and values.
     pub fn size(&self) -> usize {
         self.body.len() + crate::message::attributes_size(&self.attributes)

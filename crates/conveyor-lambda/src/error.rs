@@ -4,7 +4,7 @@ use conveyor_core::config::ConfigError;
 
 /// Why [`run`](crate::run) could not start or stopped.
 #[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum LambdaError {
     /// The configuration is invalid; the message lists every problem and what to change.
     #[error(transparent)]
@@ -88,5 +88,13 @@ impl From<EventError> for lambda_runtime::Diagnostic {
             error_type: "Conveyor.NotAnSqsEvent".to_owned(),
             error_message: error.to_string(),
         }
+    }
+}
+
+/// The readable text and its causes, not the variant's fields: what `fn main() -> Result<(), LambdaError>`
+/// prints when it returns this error.
+impl std::fmt::Debug for LambdaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        conveyor_core::runtime::write_error_chain(self, f)
     }
 }

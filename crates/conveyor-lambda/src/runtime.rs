@@ -43,6 +43,8 @@ pub async fn run(pipeline: Pipeline) -> Result<(), LambdaError> {
 /// [`run`] with `config` instead of the environment's. Clients are built once here (the cold start);
 /// queues are resolved on first use.
 pub async fn run_with_config(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
+    // Logging unless the function set up its own: a function written from the README logs too.
+    init_tracing();
     config.validate()?;
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(

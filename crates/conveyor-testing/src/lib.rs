@@ -3,6 +3,7 @@
 pub mod browser;
 pub mod faults;
 pub mod flow_conformance;
+pub mod kit;
 pub mod localstack;
 pub mod memory_flows;
 pub mod memory_payloads;

@@ -9,7 +9,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What it does, in order: loads the TOML file named by `CONVEYOR_CONFIG` (if set) and the
+//! What it does, in order: installs logging unless the application set up its own
+//! ([`crate::init_logging`]: text or JSON on stderr, `RUST_LOG`); loads the TOML file named by `CONVEYOR_CONFIG` (if set) and the
 //! `CONVEYOR_*` variables ([`crate::load_config`], unknown variables are warned about with the closest
 //! known name); builds the SQS client from the environment with deadlines on every call
 //! ([`conveyor_sqs::sqs_client_from_env`]); connects each queue, reading its visibility timeout, FIFO
@@ -86,6 +87,7 @@ impl Runner {
 
     /// Connects and runs until SIGTERM/SIGINT.
     pub async fn run(self) -> Result<WorkerReport, WorkerError> {
+        crate::logging::init_logging()?;
         let config = load_config_reading(self.config_path.as_deref(), &self.app_variables)?;
         let client = conveyor_sqs::sqs_client_from_env().await;
         let region = client.config().region().map(ToString::to_string);

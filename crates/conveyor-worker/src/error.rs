@@ -6,7 +6,7 @@ use conveyor_core::config::ConfigError;
 
 /// Why a worker could not start or run.
 #[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum WorkerError {
     /// A setting (a config-file field or an environment variable) has a value that cannot be used.
     #[error("{setting}: {problem}")]
@@ -99,4 +99,43 @@ pub enum WorkerError {
         /// What happened.
         problem: String,
     },
+}
+
+/// The readable text and its causes, not the variant's fields: what `fn main() -> Result<(), WorkerError>`
+/// prints when it returns this error.
+impl std::fmt::Debug for WorkerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        conveyor_core::runtime::write_error_chain(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use conveyor_core::config::ConfigProblem;
+
+    use super::*;
+
+    #[test]
+    fn main_returning_the_error_prints_its_text_not_its_fields() {
+        let error = WorkerError::Invalid(ConfigError {
+            problems: vec![ConfigProblem {
+                field: "queues[0].url".into(),
+                problem: "\"greetings\" is not a queue URL".into(),
+            }],
+        });
+        let printed = format!("{error:?}");
+        assert_eq!(
+            printed,
+            "invalid configuration:\n  - queues[0].url: \"greetings\" is not a queue URL"
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let printed = format!(
+            "{:?}",
+            WorkerError::ConfigFile {
+                path: "worker.toml".into(),
+                source: io
+            }
+        );
+        assert_eq!(printed, "cannot read the config file worker.toml: no such file");
+    }
 }

@@ -94,6 +94,14 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             () = stop.cancelled() => {
                 // Dropping the call could strand messages SQS already handed out (invisible for a
                 // whole visibility timeout): let it return, and release what it brings at once.
+                let first = runtime.polls_at_shutdown.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+                if first {
+                    let left = wait.saturating_sub(requested_at.elapsed());
+                    tracing::info!(
+                        at_most = %format_args!("{:.1}s", left.as_secs_f64().min(runtime.config.drain_deadline().as_secs_f64())),
+                        "shutdown waits for the long polls in flight to return; what they bring is made visible again at once"
+                    );
+                }
                 release_late(&runtime, queue, receive, permits).await;
                 return;
             }

@@ -287,6 +287,7 @@ impl Worker {
         let gathering = names.iter().map(|_| tokio::sync::Mutex::new(())).collect();
         let runtime = Arc::new(Runtime {
             gathering,
+            polls_at_shutdown: std::sync::atomic::AtomicUsize::new(0),
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
             pipeline: self.pipeline,
@@ -457,10 +458,18 @@ async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mu
         tracing::info!("all in-flight jobs finished");
         return;
     }
-    tracing::warn!(
-        in_flight = runtime.status.in_flight(),
-        "cancelling the remaining jobs; their claims are released and their messages visible again"
-    );
+    if runtime.status.in_flight() == 0 {
+        tracing::info!(
+            ?drain_deadline,
+            "no job is running; stopping without waiting longer for the long polls in flight (what they \
+             bring stays invisible until its visibility timeout, then comes back)"
+        );
+    } else {
+        tracing::warn!(
+            in_flight = runtime.status.in_flight(),
+            "cancelling the remaining jobs; their claims are released and their messages visible again"
+        );
+    }
     runtime.hard_stop.cancel();
     if tokio::time::timeout(CANCEL_GRACE + RELEASE_TIMEOUT, runtime.tracker.wait())
         .await
