@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test lint unit local-aws stop-local-aws browser bench chaos simulate flow-soak
+.PHONY: demo test check lint local-aws stop-local-aws browser bench chaos simulate flow-soak
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
@@ -17,6 +17,17 @@ test: lint local-aws browser
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(CARGO) test --workspace --doc
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
+
+## The fast tier for day-to-day work, no emulators needed: formatting, clippy, unit tests, the in-memory
+## doubles and their conformance suites, both runtimes on them, the small examples, doctests, and the
+## simulator's fixed seeds. `make test` runs all of this and everything that needs LocalStack.
+CHECK_TESTS = --test memory --test memory_flows --test budgets --test payloads --test readiness --test ops \
+	--test batch --test request_shape --test http --test skip_while_running \
+	--test memory_conformance --test broken_doubles --test pipeline --test payload_pipeline --test timers \
+	--test tracking --test simulations
+check: lint
+	$(CARGO) test --workspace --lib --bins --examples $(CHECK_TESTS) --no-fail-fast
+	$(CARGO) test --workspace --doc
 
 lint:
 	$(CARGO) fmt --all --check

@@ -286,7 +286,7 @@ rotate_log() {
   fi
 }
 
-# Starts LocalStack (SQS only) in the background unless our own instance already runs. Returns 2 when the port is
+# Starts LocalStack (SQS and S3) in the background unless our own instance already runs. Returns 2 when the port is
 # taken by someone else. Does not wait for health; see wait_for.
 launch_sqs() {
   local rc=0
@@ -294,7 +294,7 @@ launch_sqs() {
   ((rc == 1)) || return "$rc"
   mkdir -p "$LOG_DIR" "$RUN_DIR" "$LS_STATE_DIR/config"
   rotate_log "$SQS_LOG"
-  log "starting LocalStack $LOCALSTACK_VERSION (SQS) on 127.0.0.1:$SQS_PORT, log: $SQS_LOG"
+  log "starting LocalStack $LOCALSTACK_VERSION (SQS, S3) on 127.0.0.1:$SQS_PORT, log: $SQS_LOG"
   (
     cd "$LS_STATE_DIR" || exit 1
     # Host mode (OVERRIDE_IN_DOCKER=0) puts LocalStack's var/lib, cache, tmp and logs under FILESYSTEM_ROOT;
@@ -302,7 +302,7 @@ launch_sqs() {
     export OVERRIDE_IN_DOCKER=0 \
       GATEWAY_LISTEN="127.0.0.1:$SQS_PORT" \
       LOCALSTACK_HOST="127.0.0.1:$SQS_PORT" \
-      SERVICES=sqs \
+      SERVICES=sqs,s3 \
       DISABLE_EVENTS=1 \
       SKIP_SSL_CERT_DOWNLOAD=1 \
       DNS_ADDRESS=0 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts LocalStack (SQS only) on 127.0.0.1:${CONVEYOR_SQS_PORT:-4566} and DynamoDB Local on
+# Starts LocalStack (SQS and S3, for large payloads) on 127.0.0.1:${CONVEYOR_SQS_PORT:-4566} and DynamoDB Local on
 # port ${CONVEYOR_DYNAMODB_PORT:-8000} in the background, installing them first if needed, and waits (bounded by
 # CONVEYOR_START_TIMEOUT, default 60 s) until both answer. Then the outbox tests' Postgres on
 # 127.0.0.1:${CONVEYOR_POSTGRES_PORT:-55432} (start-postgres.sh). Safe to run twice: our own running instances are reused.

@@ -24,6 +24,10 @@ mod guides {
     struct Figures;
     #[doc = include_str!("../../docs/delays.md")]
     struct Delays;
+    #[doc = include_str!("../../docs/schedules.md")]
+    struct Schedules;
+    #[doc = include_str!("../../docs/testing.md")]
+    struct Testing;
 }
 
 use std::path::PathBuf;

@@ -284,7 +284,7 @@ pub fn run_parallel<T: Send>(parallel: usize, jobs: Vec<Box<dyn FnOnce() -> T + 
 }
 
 /// What a LocalStack of its own serves for Terraform: the project's LocalStack (`localstack/start.sh`)
-/// serves SQS only and returns path-style queue URLs (`SQS_ENDPOINT_STRATEGY=path`), which the AWS
+/// serves SQS and S3 only and returns path-style queue URLs (`SQS_ENDPOINT_STRATEGY=path`), which the AWS
 /// provider refuses ("SQS Queue URL ... is in the incorrect format"). This serves SQS, IAM, STS and
 /// CloudWatch with the `off` strategy (`http://127.0.0.1:<port>/<account>/<name>`); start it with
 /// `localstack::OwnLocalStack::start_with`.

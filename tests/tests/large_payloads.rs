@@ -1,5 +1,5 @@
-//! Large payloads (claim check) end to end, on a LocalStack of this file's own serving SQS and S3 (the
-//! shared emulator serves SQS only): 5 MiB jobs through the example `worker` binary and through
+//! Large payloads (claim check) end to end, on a LocalStack of this file's own serving SQS and S3 (its
+//! buckets and queues stay apart from the shared emulator's): 5 MiB jobs through the example `worker` binary and through
 //! `conveyor lambda run` with the example `bootstrap`, the DLQ keeping the pointer and the object, a
 //! missing object dead-lettered with its bucket and key, a dead-lettered job redriven after its object's
 //! first lifetime (the lifecycle rule run by hand), and interop both ways with AWS's SQS Extended

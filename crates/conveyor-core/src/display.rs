@@ -4,25 +4,35 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Datelike, Timelike};
 
-/// Writes `error`'s text and then each cause it does not quote already on its own line (`caused by: ...`): the `Debug` of the
-/// runtimes' errors, so `fn main() -> Result<(), WorkerError>` (or a `Box<dyn Error>`) prints what went
-/// wrong and what to change rather than the variant's fields.
+/// `error`'s text, then the texts of its causes that the texts before do not quote already (most
+/// messages quote their cause: "cannot read the config file x: {source}").
+fn chain_texts(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut texts = vec![error.to_string()];
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let text = inner.to_string();
+        if !texts.iter().any(|before| before.contains(&text)) {
+            texts.push(text);
+        }
+        cause = inner.source();
+    }
+    texts
+}
+
+/// An error and its causes as one line of `Display` texts joined by `: `, no SDK debug structures
+/// (which the SDK's `DisplayErrorContext` appends) and no cause repeated.
+pub fn display_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    chain_texts(error).join(": ")
+}
+
+/// Writes `error`'s text and then each cause it does not quote already on its own line (`caused by:
+/// ...`): the `Debug` of the runtimes' errors, so `fn main() -> Result<(), WorkerError>` (or a
+/// `Box<dyn Error>`) prints what went wrong and what to change rather than the variant's fields.
 pub fn write_error_chain(
     error: &(dyn std::error::Error + 'static),
     f: &mut std::fmt::Formatter<'_>,
 ) -> std::fmt::Result {
-    let mut written = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        // Most messages quote their cause already ("cannot read the config file x: {source}").
-        let text = inner.to_string();
-        if !written.contains(&text) {
-            written.push_str("\n  caused by: ");
-            written.push_str(&text);
-        }
-        cause = inner.source();
-    }
-    f.write_str(&written)
+    f.write_str(&chain_texts(error).join("\n  caused by: "))
 }
 
 /// A time as `2026-11-29T14:37:31.815Z` (UTC, milliseconds); a time before 1970 as the epoch.

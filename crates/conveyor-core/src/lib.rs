@@ -101,7 +101,9 @@ pub mod runtime {
         CANCEL_KEY_PREFIX, Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, cancel_at, cancel_marker_key,
         cancelled_before, due_at, due_value, first_sent, record_key_for,
     };
-    pub use crate::display::{format_age, format_epoch_millis, format_time, write_error_chain};
+    pub use crate::display::{
+        display_chain, format_age, format_epoch_millis, format_time, write_error_chain,
+    };
     pub use crate::disposition::{Disposition, reject};
     pub use crate::envelope::{Header, open, seal, sorted};
     pub use crate::handler::ErasedHandler;

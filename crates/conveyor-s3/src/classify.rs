@@ -1,8 +1,9 @@
 //! S3 errors → [`PayloadError`]: the pipeline dead-letters only on `NotFound`, defers on the rest.
 
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use conveyor_core::port::PayloadError;
+use conveyor_core::runtime::display_chain;
 
 /// What an S3 call failed with, for `bucket`/`key`.
 pub(crate) fn classify<E>(error: &SdkError<E, HttpResponse>, bucket: &str, key: &str) -> PayloadError
@@ -10,14 +11,16 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {
     let unavailable = |what: &str| PayloadError::Unavailable {
-        message: format!(
-            "S3 call for s3://{bucket}/{key} {what}: {}",
-            DisplayErrorContext(error)
-        ),
+        message: format!("S3 call for s3://{bucket}/{key} {what}: {}", display_chain(error)),
     };
     let service = match error {
         SdkError::TimeoutError(_) => return unavailable("timed out"),
-        SdkError::DispatchFailure(_) => return unavailable("could not be sent (connection failed)"),
+        SdkError::DispatchFailure(_) => {
+            return unavailable(
+                "did not reach S3 (is it running at the endpoint the SDK uses? AWS_ENDPOINT_URL_S3 when set, \
+                 else AWS's for AWS_REGION; locally `make local-aws` and `source localstack/env.sh`)",
+            );
+        }
         SdkError::ResponseError(_) => return unavailable("got an unreadable response"),
         SdkError::ServiceError(service) => service,
         _ => return unavailable("failed"),
@@ -50,7 +53,7 @@ where
         _ if (400..500).contains(&status) && status != 429 && status != 408 => PayloadError::Misconfigured {
             message: format!(
                 "S3 refused the request for s3://{bucket}/{key} ({status} {code}): {}",
-                DisplayErrorContext(error)
+                display_chain(error)
             ),
         },
         _ => unavailable("failed"),

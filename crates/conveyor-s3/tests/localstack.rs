@@ -1,5 +1,5 @@
 //! The payload store conformance suite against S3 on a LocalStack of this test's own (`sqs,s3`, its own
-//! port: the shared emulator serves SQS only).
+//! port, so its buckets stay apart from the shared emulator's).
 
 use conveyor_s3::S3PayloadStore;
 use conveyor_testing::localstack::{OwnLocalStack, Services, unique_name};

@@ -19,6 +19,47 @@ use std::time::Duration;
 
 pub use scenario::Scenario;
 
+/// Runs `run` on every seed of `seeds` on as many threads as the machine has cores and returns the
+/// results in seed order. Each seed is a whole simulation of its own (its own virtual clock and
+/// runtime), so the results are the same as one after another; only the wall time shrinks.
+pub fn map_seeds<R: Send>(
+    seeds: impl IntoIterator<Item = u64>,
+    run: impl Fn(u64) -> R + Sync,
+) -> Vec<(u64, R)> {
+    let seeds: Vec<u64> = seeds.into_iter().collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(seeds.len().max(1));
+    let mut results: Vec<(u64, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&seed) = seeds.get(index) else {
+                            return done;
+                        };
+                        done.push((seed, run(seed)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            // A seed that panicked panics the test here, as it would have run alone.
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    results.sort_by_key(|(seed, _)| *seed);
+    results
+}
+
 /// The one seed to replay that environment variable `var` names, when it is set (`TIMER_SEED=S`).
 pub fn seed_from_env(var: &str) -> Option<u64> {
     std::env::var(var).ok().and_then(|seed| seed.trim().parse().ok())

@@ -56,21 +56,8 @@ where
     classify_failure(failure, message, queue)
 }
 
-/// An error and its sources as one line of `Display` texts: no SDK debug structures (which
-/// `DisplayErrorContext` appends), and no cause repeated when its text is already in the line.
-pub fn display_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
+/// An error and its sources as one line (see [`conveyor_core::runtime::display_chain`]).
+pub use conveyor_core::runtime::display_chain;
 
 /// The sources of `error` (not its own `dispatch failure` / `timeout` text), as [`display_chain`].
 fn source_chain(error: &(dyn std::error::Error + 'static)) -> String {

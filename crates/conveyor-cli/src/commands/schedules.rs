@@ -26,7 +26,7 @@ use crate::output::{Format, Table, format_time, print_json};
   conveyor schedules export --app target/debug/worker --out infra/examples/lambda/schedules.json
   conveyor schedules list --file schedules.json --table conveyor-idempotency
   conveyor schedules pause nightly-sales-report --table conveyor-idempotency
-  conveyor schedules trigger nightly-sales-report --file schedules.json --table conveyor-idempotency --queue-url jobs
+  conveyor schedules trigger nightly-sales-report --file schedules.json --queue-url jobs
   conveyor schedules add cleanup --every 300 --start 2026-12-01T00:00:00Z --job-type cleanup --payload '{}' --table conveyor-idempotency
   conveyor schedules history nightly-sales-report --table conveyor-idempotency
   conveyor schedules remove cleanup --table conveyor-idempotency
@@ -50,7 +50,7 @@ pub(crate) struct Source {
     #[arg(long, value_name = "FILE", default_value = "schedules.json")]
     pub file: PathBuf,
     /// The idempotency table the workers' schedulers claim ticks in.
-    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
     pub table: String,
 }
 
@@ -80,7 +80,7 @@ pub(crate) enum SchedulesCommand {
         /// The schedule's name.
         name: String,
         /// The idempotency table the schedulers keep their state in.
-        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
         table: String,
     },
     /// Send a paused schedule's ticks again, from the next one after now.
@@ -88,7 +88,7 @@ pub(crate) enum SchedulesCommand {
         /// The schedule's name.
         name: String,
         /// The idempotency table the schedulers keep their state in.
-        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
         table: String,
     },
     /// The schedule's recent ticks: tick, recorded at, outcome, message id or reason.
@@ -96,7 +96,7 @@ pub(crate) enum SchedulesCommand {
         /// The schedule's name.
         name: String,
         /// The idempotency table the schedulers keep their state in.
-        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
         table: String,
     },
     /// Add (or replace) a run-time schedule; the leading scheduler picks it up.
@@ -109,7 +109,7 @@ pub(crate) enum SchedulesCommand {
         #[arg(long, default_value = conveyor_schedule::DEFAULT_SET)]
         set: String,
         /// The idempotency table the schedulers keep their state in.
-        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+        #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
         table: String,
     },
     /// Send the schedule's job now, once.
@@ -120,7 +120,7 @@ pub(crate) enum SchedulesCommand {
         #[command(flatten)]
         source: Source,
         /// URL (or name) of the queue to send to.
-        #[arg(long, value_name = "URL")]
+        #[arg(long, env = "CONVEYOR_QUEUE_URL", value_name = "URL")]
         queue_url: QueueRef,
     },
 }
@@ -164,7 +164,7 @@ pub(crate) struct AddArgs {
     #[arg(long, default_value = conveyor_schedule::DEFAULT_SET)]
     set: String,
     /// The idempotency table the schedulers keep their state in.
-    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE")]
+    #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
     table: String,
 }
 

@@ -9,8 +9,7 @@ fn delays_and_cancel_keep_their_invariants_over_many_seeds() {
     let first: u64 = conveyor_sim::seed_from_env("DELAY_FIRST_SEED").unwrap_or(0);
     let mut failed = Vec::new();
     let (mut jobs, mut sends, mut runs, mut cancelled, mut on_lambda) = (0, 0, 0, 0, 0);
-    for seed in first..first + seeds {
-        let report = simulate_delays(seed);
+    for (seed, report) in conveyor_sim::map_seeds(first..first + seeds, simulate_delays) {
         jobs += report.jobs;
         sends += report.sends;
         runs += report.runs;

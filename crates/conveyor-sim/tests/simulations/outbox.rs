@@ -9,8 +9,7 @@ fn the_outbox_keeps_its_invariants_over_many_seeds() {
     let mut failed = Vec::new();
     let mut committed = 0;
     let mut accepted = 0;
-    for seed in 0..seeds {
-        let report = simulate_outbox(seed);
+    for (seed, report) in conveyor_sim::map_seeds(0..seeds, simulate_outbox) {
         committed += report.committed;
         accepted += report.accepted;
         if !report.violations.is_empty() {

@@ -21,8 +21,7 @@ fn timers_keep_their_invariants_over_many_seeds() {
     let seeds: u64 = conveyor_sim::seeds_from_env("TIMER_SEEDS", 300);
     let mut failed = Vec::new();
     let (mut timers, mut copies, mut cancelled, mut requests) = (0, 0, 0, 0);
-    for seed in 0..seeds {
-        let report = simulate_timers(seed);
+    for (seed, report) in conveyor_sim::map_seeds(0..seeds, simulate_timers) {
         timers += report.timers;
         copies += report.copies;
         cancelled += report.cancelled;
@@ -39,7 +38,7 @@ fn timers_keep_their_invariants_over_many_seeds() {
     if let Some((seed, violations)) = failed.first() {
         panic!(
             "{} of {seeds} seeds failed; the first, seed {seed}: {violations:?} (replay: TIMER_SEED={seed} cargo test \
-             -p conveyor-sim --test timers -- --nocapture)",
+             -p conveyor-sim --test simulations timers:: -- --nocapture)",
             failed.len()
         );
     }

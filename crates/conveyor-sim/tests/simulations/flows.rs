@@ -9,8 +9,7 @@ fn flows_keep_their_invariants_over_many_seeds() {
     let first: u64 = conveyor_sim::seed_from_env("FLOW_FIRST_SEED").unwrap_or(0);
     let mut failed = Vec::new();
     let (mut flows, mut parents, mut overdue) = (0, 0, 0);
-    for seed in first..first + seeds {
-        let report = simulate_flows(seed);
+    for (seed, report) in conveyor_sim::map_seeds(first..first + seeds, simulate_flows) {
         flows += report.flows;
         parents += report.parent_runs;
         overdue += report.overdue;
@@ -26,7 +25,7 @@ fn flows_keep_their_invariants_over_many_seeds() {
     if let Some((seed, violations)) = failed.first() {
         panic!(
             "{} of {seeds} seeds failed; the first, seed {seed}: {violations:?} (replay: FLOW_FIRST_SEED={seed} \
-             FLOW_SEEDS=1 cargo test -p conveyor-sim --test flows)",
+             FLOW_SEEDS=1 cargo test -p conveyor-sim --test simulations flows::)",
             failed.len()
         );
     }

@@ -8,9 +8,8 @@ const FIXED_SEEDS: u64 = 1500;
 fn run_all(seeds: impl IntoIterator<Item = u64>) -> Result<()> {
     let mut failures = Vec::new();
     let mut count = 0;
-    for seed in seeds {
+    for (seed, report) in conveyor_sim::map_seeds(seeds, |seed| conveyor_sim::simulate(seed, false)) {
         count += 1;
-        let report = conveyor_sim::simulate(seed, false);
         if !report.passed() {
             failures.push(format!(
                 "seed {seed}:\n  {}\n  replay: {}",

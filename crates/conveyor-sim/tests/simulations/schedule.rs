@@ -21,8 +21,7 @@ fn schedules_keep_their_invariants_over_many_seeds() {
     let seeds: u64 = conveyor_sim::seeds_from_env("SCHEDULE_SEEDS", 300);
     let mut failed = Vec::new();
     let (mut ticks, mut accepted, mut requests) = (0, 0, 0);
-    for seed in 0..seeds {
-        let report = simulate_schedule(seed);
+    for (seed, report) in conveyor_sim::map_seeds(0..seeds, simulate_schedule) {
         ticks += report.ticks;
         accepted += report.accepted;
         requests += report.store_requests;
@@ -37,7 +36,7 @@ fn schedules_keep_their_invariants_over_many_seeds() {
     if let Some((seed, violations)) = failed.first() {
         panic!(
             "{} of {seeds} seeds failed; the first, seed {seed}: {violations:?} (replay: SCHEDULE_SEED={seed} \
-             cargo test -p conveyor-sim --test schedule -- --nocapture)",
+             cargo test -p conveyor-sim --test simulations schedule:: -- --nocapture)",
             failed.len()
         );
     }
