@@ -11,10 +11,11 @@ demo: local-aws
 
 ## Runs every test: formatting, clippy, unit, conformance, end to end (starts the local AWS stack), the
 ## console in headless Chromium (installed with apt-get on first use, see localstack/install-chromium.sh),
-## doctests, and the API docs with broken links denied.
+## doctests, and the API docs with broken links denied. The test binaries run three at a time
+## (scripts/test_binaries.py; CONVEYOR_TEST_JOBS=1 runs them one after another, as cargo test does).
 test: lint local-aws browser
 	$(CARGO) build -p conveyor-examples -p conveyor-cli -p conveyor-demo --bins
-	$(CARGO) test --workspace --all-targets --no-fail-fast
+	CARGO=$(CARGO) python3 scripts/test_binaries.py --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Runs every test binary of the workspace, several at once: what `cargo test --workspace --all-targets
+--no-fail-fast` does, one binary after another, in about a third of the time.
+
+Most of `make test`'s time is end-to-end tests waiting on real time (a two-minute DynamoDB outage, SQS
+visibility timeouts, Terraform applies), not on the CPU, so binaries overlap well even on 2 cores.
+Each binary still runs its own tests as libtest does (in threads, one process), from its package's
+folder with the `CARGO` variable set, exactly as `cargo test` starts it; they already share the
+emulators with each other and with other checkouts (unique queue and table names per test).
+
+    scripts/test_binaries.py [--jobs N] [cargo test options, e.g. --workspace --all-targets]
+
+Builds with `cargo test --no-run --message-format json` and the given options, then runs the binaries,
+the longest first (LONGEST below), N at a time (default 3, or CONVEYOR_TEST_JOBS). A binary's output is
+printed whole when it ends, with its time; at the end, the binaries that failed, and the exit status is
+1 if any did (all run, as with --no-fail-fast).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# Started first (measured on 2 cores, seconds): the long ones must not start last.
+LONGEST = [
+    "fifo_brownout",  # 322: two real two-minute DynamoDB outages
+    "simulations",  # ~150: the simulator's seeds, on every core
+    "flows",  # 177 (conveyor-e2e)
+    "terraform",  # 162
+    "lambda_runner",  # 131
+    "schedules",  # 103 (conveyor-cli), 8 (conveyor-e2e)
+    "chaos",  # 74
+    "time_budgets",  # 62
+    "outbox",  # 52
+    "exactly_once",  # 48
+    "localstack",  # ~40 (conveyor-worker)
+    "crash",  # 33
+]
+
+
+def build(cargo, options):
+    """The test executables: (name, path, package folder), in cargo's order."""
+    command = [cargo, "test", "--no-run", "--message-format", "json-render-diagnostics", *options]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    binaries = []
+    for line in process.stdout:
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if message.get("reason") != "compiler-artifact" or not message.get("executable"):
+            continue
+        if not message.get("profile", {}).get("test"):
+            continue
+        target = message["target"]
+        folder = os.path.dirname(message["manifest_path"])
+        binaries.append((target["name"], message["executable"], folder))
+    if process.wait() != 0:
+        sys.exit(f"`{' '.join(command)}` failed")
+    return binaries
+
+
+def order(binaries):
+    """LONGEST first, in that order, then the rest as cargo listed them."""
+    rank = {name: index for index, name in enumerate(LONGEST)}
+    return sorted(binaries, key=lambda binary: rank.get(binary[0], len(LONGEST)))
+
+
+def run(binaries, jobs, cargo):
+    """Runs them `jobs` at a time; returns the failed ones' names."""
+    environment = dict(os.environ, CARGO=cargo)
+    pending = list(binaries)
+    failed = []
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not pending:
+                    return
+                name, path, folder = pending.pop(0)
+            with tempfile.TemporaryFile(mode="w+") as output:
+                started = time.monotonic()
+                status = subprocess.call([path], cwd=folder, env=environment, stdout=output, stderr=subprocess.STDOUT)
+                elapsed = time.monotonic() - started
+                output.seek(0)
+                text = output.read()
+            with lock:
+                verdict = "ok" if status == 0 else f"FAILED (exit {status})"
+                print(f"\n===== {name} ({os.path.relpath(path)}): {verdict} in {elapsed:.0f} s", flush=True)
+                print(text, end="", flush=True)
+                if status != 0:
+                    failed.append(f"{name} ({folder})")
+
+    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failed
+
+
+def main():
+    arguments = sys.argv[1:]
+    jobs = int(os.environ.get("CONVEYOR_TEST_JOBS", "3"))
+    if arguments[:1] == ["--jobs"]:
+        jobs = int(arguments[1])
+        arguments = arguments[2:]
+    cargo = os.environ.get("CARGO", "cargo")
+    binaries = order(build(cargo, arguments))
+    started = time.monotonic()
+    failed = run(binaries, max(jobs, 1), cargo)
+    minutes = (time.monotonic() - started) / 60
+    print(f"\n{len(binaries)} test binaries in {minutes:.1f} min, {jobs} at a time; {len(failed)} failed")
+    for name in failed:
+        print(f"  failed: {name}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
