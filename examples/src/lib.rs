@@ -163,11 +163,3 @@ fn retry_budget_from_env() -> anyhow::Result<Option<Duration>> {
         .with_context(|| format!("{RETRY_BUDGET_ENV}={value:?} must be a positive number of seconds"))?;
     Ok(Some(budget))
 }
-
-/// The worker's logging ([`conveyor_worker::init_logging`]): text lines on stderr, or JSON lines with
-/// `CONVEYOR_LOG_FORMAT=json`; `RUST_LOG` filters (default `info`). Installed before the worker
-/// starts so the `--healthcheck` and `--export-schedules` paths log too.
-pub fn init_tracing() -> anyhow::Result<()> {
-    conveyor_worker::init_logging()?;
-    Ok(())
-}

@@ -94,7 +94,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             () = stop.cancelled() => {
                 // Dropping the call could strand messages SQS already handed out (invisible for a
                 // whole visibility timeout): let it return, and release what it brings at once.
-                let first = runtime.polls_at_shutdown.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+                let first = !runtime.poll_wait_announced.swap(true, std::sync::atomic::Ordering::Relaxed);
                 if first {
                     let left = wait.saturating_sub(requested_at.elapsed());
                     tracing::info!(

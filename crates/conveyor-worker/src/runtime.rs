@@ -48,8 +48,8 @@ pub(crate) struct Runtime {
     /// Per queue: whose turn it is to gather slots for a receive (see [`crate::receiver`]: one loop at
     /// a time, so freed slots fill one batch instead of being split among loops).
     pub(crate) gathering: Vec<tokio::sync::Mutex<()>>,
-    /// Long polls still in flight when shutdown began (they are waited for, not dropped).
-    pub(crate) polls_at_shutdown: std::sync::atomic::AtomicUsize,
+    /// Set once shutdown has said it waits for the long polls in flight (one line per worker).
+    pub(crate) poll_wait_announced: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {

@@ -287,7 +287,7 @@ impl Worker {
         let gathering = names.iter().map(|_| tokio::sync::Mutex::new(())).collect();
         let runtime = Arc::new(Runtime {
             gathering,
-            polls_at_shutdown: std::sync::atomic::AtomicUsize::new(0),
+            poll_wait_announced: std::sync::atomic::AtomicBool::new(false),
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
             pipeline: self.pipeline,

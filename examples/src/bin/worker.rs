@@ -30,7 +30,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    conveyor_examples::init_tracing()?;
+    // Before the worker starts, so the --healthcheck and --export-schedules paths log too.
+    conveyor_worker::init_logging()?;
     // The application's own CONVEYOR_* variable, so it is not reported as a typo.
     let app_variables = conveyor_examples::APP_VARIABLES;
     if args.healthcheck {

@@ -149,7 +149,7 @@ impl MemorySqs {
                 let id = self.keep(queue_url, request);
                 (
                     200,
-                    json!({ "MessageId": id, "MD5OfMessageBody": md5_placeholder() }),
+                    json!({ "MessageId": id, "MD5OfMessageBody": MD5_PLACEHOLDER }),
                 )
             }
             "SendMessageBatch" => {
@@ -158,7 +158,7 @@ impl MemorySqs {
                     .iter()
                     .map(|entry| {
                         let id = self.keep(queue_url, entry);
-                        json!({ "Id": entry["Id"], "MessageId": id, "MD5OfMessageBody": md5_placeholder() })
+                        json!({ "Id": entry["Id"], "MessageId": id, "MD5OfMessageBody": MD5_PLACEHOLDER })
                     })
                     .collect();
                 (200, json!({ "Successful": successful, "Failed": [] }))
@@ -211,9 +211,7 @@ impl MemorySqs {
 }
 
 /// The SDK does not check SQS's body digests; the field is required in the response's shape.
-fn md5_placeholder() -> &'static str {
-    "00000000000000000000000000000000"
-}
+const MD5_PLACEHOLDER: &str = "00000000000000000000000000000000";
 
 impl HttpClient for MemorySqs {
     fn http_connector(&self, _: &HttpConnectorSettings, _: &RuntimeComponents) -> SharedHttpConnector {
