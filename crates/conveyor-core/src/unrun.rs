@@ -23,9 +23,13 @@
 //!    producer's second send) must still run it. The release sets the key's run count back to what
 //!    it was before this claim ([`JobChange::spend_runs`]), so the claim costs the job no run.
 //!
-//! The store unreachable (or too slow for `deadline`): the message goes as it would have, and the
-//! status is not written: the DLQ copy carries the reason. Only a handler with a store and
-//! idempotency on is asked.
+//! The store unreachable: with a `deadline`, the store is asked again (backing off from 250 ms to
+//! 5 s) until it answers or the deadline passes. A worker gives the end of the message's hold and
+//! stops asking when its lease ends, so a store outage holds the message in flight (behind it a FIFO
+//! group waits, as it would for the outage anyway) until the status can be written; a Lambda
+//! invocation gives its settle deadline. Past the deadline (or without one, after one try) the
+//! message goes as it would have and the status is not written: the DLQ copy carries the reason.
+//! Only a handler with a store and idempotency on is asked.
 
 use std::time::{Duration, SystemTime};
 
@@ -57,7 +61,8 @@ impl Pipeline {
     /// Asks the store about `message`, which leaves its queue unrun at the last receive its redrive
     /// policy allows for `failure` (see the design note in `src/unrun.rs`): a completed job's message
     /// is a duplicate; a tracked job's status becomes `dead_lettered` unless a live claim holds it.
-    /// Bounded by `deadline` (a Lambda invocation's settle deadline); never fails.
+    /// With a `deadline` (the end of the message's hold, a Lambda invocation's settle deadline) an
+    /// unreachable store is asked again until then; without one it is asked once. Never fails.
     pub async fn unrun_at_the_last_receive(
         &self,
         message: &Message,
@@ -77,12 +82,17 @@ impl Pipeline {
         let Ok(key) = settings.key_style.key(handler.job_type(), message) else {
             return UnrunJob::DeadLetter;
         };
-        let asking = ask(store.as_ref(), &key, handler.job_type(), settings, failure);
         let answer = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, asking)
+            Some(deadline) => {
+                let asking = ask_until_answered(store.as_ref(), &key, handler.job_type(), settings, failure);
+                tokio::time::timeout_at(deadline, asking).await.unwrap_or_else(|_| {
+                    tracing::warn!(%key, "the store did not answer before the deadline; the job leaves unrun and its status is not written");
+                    UnrunJob::DeadLetter
+                })
+            }
+            None => ask(store.as_ref(), &key, handler.job_type(), settings, failure, false)
                 .await
                 .unwrap_or(UnrunJob::DeadLetter),
-            None => asking.await,
         };
         if answer == UnrunJob::Completed {
             tracing::info!(%key, "the job completed before; its unrun message is a duplicate and is deleted");
@@ -91,17 +101,46 @@ impl Pipeline {
     }
 }
 
-async fn ask(
+/// The first wait before the store is asked again, doubled up to [`LONGEST_WAIT`].
+const FIRST_WAIT: Duration = Duration::from_millis(250);
+const LONGEST_WAIT: Duration = Duration::from_secs(5);
+
+/// Asks until the store answers (the caller bounds it).
+async fn ask_until_answered(
     store: &dyn IdempotencyStore,
     key: &str,
     job_type: &str,
     settings: &HandlerSettings,
     failure: &Failure,
 ) -> UnrunJob {
+    let mut wait = FIRST_WAIT;
+    loop {
+        if let Some(answer) = ask(store, key, job_type, settings, failure, true).await {
+            return answer;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(LONGEST_WAIT);
+    }
+}
+
+/// The store's answer; `None` when it could not be asked (unreachable), logged. `patient`: a
+/// status release that fails is tried again until it lands (the caller bounds it).
+async fn ask(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    job_type: &str,
+    settings: &HandlerSettings,
+    failure: &Failure,
+    patient: bool,
+) -> Option<UnrunJob> {
     if !settings.tracked {
         return match store.get(key).await {
-            Ok(Some(record)) if completed(&record) => UnrunJob::Completed,
-            _ => UnrunJob::DeadLetter,
+            Ok(Some(record)) if completed(&record) => Some(UnrunJob::Completed),
+            Ok(_) => Some(UnrunJob::DeadLetter),
+            Err(error) => {
+                tracing::warn!(%error, %key, "cannot read the record of a job that leaves unrun at its last receive");
+                None
+            }
         };
     }
     let now = SystemTime::now();
@@ -116,12 +155,12 @@ async fn ask(
     let claim = match store.claim(&request).await {
         Ok(ClaimOutcome::Acquired(claim)) => claim,
         Ok(ClaimOutcome::Exists(record)) if completed(&record) => {
-            return UnrunJob::Completed;
+            return Some(UnrunJob::Completed);
         }
-        Ok(ClaimOutcome::Exists(_)) => return UnrunJob::DeadLetter,
+        Ok(ClaimOutcome::Exists(_)) => return Some(UnrunJob::DeadLetter),
         Err(error) => {
             tracing::warn!(%error, %key, "cannot record the dead-lettered status of a job that leaves unrun at its last receive");
-            return UnrunJob::DeadLetter;
+            return None;
         }
     };
     let mut change = JobChange {
@@ -131,10 +170,19 @@ async fn ask(
     // The claim counted a run the job never had: the release puts the count back.
     change.spend_runs = Some(claim.run.saturating_sub(1));
     let change = change.keep_until(now + settings.settled_record_ttl());
-    if let Err(error) = store.release_tracked(&claim, &change).await {
-        tracing::warn!(%error, %key, "could not record the dead-lettered status; the claim lapses with its lease");
+    // Asked again from the start, the claim would be found live (this one, until its lease lapses), so
+    // the release alone is tried again, as patiently as the caller asks.
+    let mut wait = FIRST_WAIT;
+    while let Err(error) = store.release_tracked(&claim, &change).await {
+        if !patient {
+            tracing::warn!(%error, %key, "could not record the dead-lettered status; the claim lapses with its lease");
+            break;
+        }
+        tracing::warn!(%error, %key, "could not record the dead-lettered status yet; trying again");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(LONGEST_WAIT);
     }
-    UnrunJob::DeadLetter
+    Some(UnrunJob::DeadLetter)
 }
 
 /// A completed record that still counts (past its expiry it is free to claim, whatever it says).

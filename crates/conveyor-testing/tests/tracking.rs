@@ -322,12 +322,8 @@ async fn a_last_receive_that_never_settles_reads_dead_lettered() {
     );
 }
 
-/// A message that leaves unrun at its last allowed receive (behind its FIFO group, at shutdown) reaches
-/// the DLQ without a claim: the runtime asks the store first. The status says dead_lettered with the
-/// reason, the unrun claim costs the job no run (another send with the same key still runs it, as run
-/// 2), and once the job completed, an unrun message is a duplicate to delete.
-#[tokio::test]
-async fn a_job_leaving_unrun_at_its_last_receive_reads_dead_lettered_and_keeps_its_runs() {
+/// A job whose first run failed (status retrying), and its store and pipeline.
+async fn a_retrying_job() -> (Arc<MemoryIdempotencyStore>, Pipeline) {
     let handler = Report {
         failures: 1,
         ..Report::new()
@@ -337,16 +333,31 @@ async fn a_job_leaving_unrun_at_its_last_receive_reads_dead_lettered_and_keeps_i
         run(&pipeline, message("m-1", 1)).await.outcome,
         Outcome::Retry { .. }
     ));
-    assert_eq!(record(&store).await.status, JobStatus::Retrying);
+    (store, pipeline)
+}
 
-    let failure = conveyor_core::runtime::not_run_at_the_last_receive(
+/// Why a FIFO follower leaves unrun at its last receive (3 of 3).
+fn behind_its_group_at_the_last_receive() -> conveyor_core::runtime::Failure {
+    conveyor_core::runtime::not_run_at_the_last_receive(
         conveyor_core::runtime::NotRun::BehindItsGroup,
         "a message ahead of it in its FIFO group had not finished",
         3,
         3,
         "jobs.fifo",
         JOB_TYPE,
-    );
+    )
+}
+
+/// A message that leaves unrun at its last allowed receive (behind its FIFO group, at shutdown) reaches
+/// the DLQ without a claim: the runtime asks the store first. The status says dead_lettered with the
+/// reason, the unrun claim costs the job no run (another send with the same key still runs it, as run
+/// 2), and once the job completed, an unrun message is a duplicate to delete.
+#[tokio::test]
+async fn a_job_leaving_unrun_at_its_last_receive_reads_dead_lettered_and_keeps_its_runs() {
+    let (store, pipeline) = a_retrying_job().await;
+    assert_eq!(record(&store).await.status, JobStatus::Retrying);
+
+    let failure = behind_its_group_at_the_last_receive();
     let asked = pipeline
         .unrun_at_the_last_receive(&message("m-1", 3), &failure, None)
         .await;
@@ -373,6 +384,48 @@ async fn a_job_leaving_unrun_at_its_last_receive_reads_dead_lettered_and_keeps_i
         record(&store).await.status,
         JobStatus::Succeeded,
         "a done job stays done"
+    );
+}
+
+/// A store outage at that moment: asked once (no deadline) the status cannot be written and stays
+/// retrying; with a deadline (a worker holding the message, a Lambda invocation) the store is asked
+/// again until it answers, so the status reads dead_lettered once the outage ends.
+#[tokio::test(start_paused = true)]
+async fn a_store_outage_at_the_last_receive_is_waited_out_until_the_deadline() {
+    let (store, pipeline) = a_retrying_job().await;
+    let failure = behind_its_group_at_the_last_receive();
+
+    store.set_unavailable(true);
+    let once = pipeline
+        .unrun_at_the_last_receive(&message("m-1", 3), &failure, None)
+        .await;
+    assert_eq!(once, conveyor_core::runtime::UnrunJob::DeadLetter);
+    store.set_unavailable(false);
+    assert_eq!(
+        record(&store).await.status,
+        JobStatus::Retrying,
+        "asked once, in the outage"
+    );
+
+    store.set_unavailable(true);
+    let outage_ends = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            store.set_unavailable(false);
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waited = pipeline
+        .unrun_at_the_last_receive(&message("m-1", 3), &failure, Some(deadline))
+        .await;
+    outage_ends.await.expect("the outage's end ran");
+    assert_eq!(waited, conveyor_core::runtime::UnrunJob::DeadLetter);
+    let dead = record(&store).await;
+    assert_eq!(dead.status, JobStatus::DeadLettered, "{dead:?}");
+    assert!(
+        Instant::now() < deadline,
+        "answered when the store came back, not at the deadline"
     );
 }
 

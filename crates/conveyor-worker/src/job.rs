@@ -109,8 +109,12 @@ async fn run_in_span(
                     runtime.pipeline.before_unrun_copy(&message).await;
                     return defer(&runtime, &target, Duration::ZERO, reason, held).await;
                 }
+                let hold = Some(Hold {
+                    lease: &lease,
+                    visibility_cap,
+                });
                 if let Some(processed) =
-                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::Shutdown).await
+                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::Shutdown, hold).await
                 {
                     return apply(&runtime, target, processed, held).await;
                 }
@@ -144,7 +148,7 @@ async fn run_in_span(
             if fifo
                 && !processed_once
                 && let Some(processed) =
-                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::GroupFailed).await
+                    unrun_at_the_last_receive(&runtime, queue, &message, &Reason::GroupFailed, None).await
             {
                 return apply(&runtime, target, processed, held).await;
             }
@@ -336,7 +340,12 @@ async fn dead_letter_unrun_at_the_last_receive(
 ) -> VecDeque<Received> {
     let mut back = VecDeque::with_capacity(rest.len());
     for received in rest {
-        let Some(processed) = unrun_at_the_last_receive(runtime, queue, &received.message, reason).await
+        let hold = Some(Hold {
+            lease: &received.lease,
+            visibility_cap: received.visibility_cap,
+        });
+        let Some(processed) =
+            unrun_at_the_last_receive(runtime, queue, &received.message, reason, hold).await
         else {
             back.push_back(received);
             continue;
@@ -358,10 +367,6 @@ async fn dead_letter_unrun_at_the_last_receive(
     back
 }
 
-/// The outcome for `message` when this is the last receive the redrive policy allows and it goes back
-/// unrun for `reason`: put back, SQS's redrive would move it unrun and without a reason, so it is
-/// dead-lettered with one (a tracked job's status says so), or deleted when its job had completed
-/// (see `conveyor-core/src/unrun.rs`). `None` before the last receive.
 /// True when `message` is at the last receive its queue's redrive policy allows.
 fn at_the_last_receive(runtime: &Runtime, queue: usize, message: &Message) -> bool {
     runtime.queues[queue]
@@ -369,11 +374,25 @@ fn at_the_last_receive(runtime: &Runtime, queue: usize, message: &Message) -> bo
         .is_some_and(|max| message.attempt() >= max)
 }
 
+/// A message this worker still holds: its heartbeat keeps it invisible until the lease ends, at the
+/// latest by `visibility_cap`.
+#[derive(Clone, Copy)]
+struct Hold<'a> {
+    lease: &'a Lease,
+    visibility_cap: Instant,
+}
+
+/// The outcome for `message` when this is the last receive the redrive policy allows and it goes back
+/// unrun for `reason`: put back, SQS's redrive would move it unrun and without a reason, so it is
+/// dead-lettered with one (a tracked job's status says so), or deleted when its job had completed
+/// (see `conveyor-core/src/unrun.rs`). `None` before the last receive. While `hold` lasts, a store
+/// outage is waited out so that the status is written (a lease that ended: the store is asked once).
 async fn unrun_at_the_last_receive(
     runtime: &Runtime,
     queue: usize,
     message: &Message,
     reason: &Reason,
+    hold: Option<Hold<'_>>,
 ) -> Option<Processed> {
     let max = runtime.queues[queue].max_receive_count()?;
     let attempt = message.attempt();
@@ -400,11 +419,26 @@ async fn unrun_at_the_last_receive(
         &runtime.names[queue],
         job_type.unwrap_or(""),
     );
-    let outcome = match runtime
-        .pipeline
-        .unrun_at_the_last_receive(message, &failure, None)
-        .await
-    {
+    let asked = match hold {
+        Some(hold) => {
+            let asking =
+                runtime
+                    .pipeline
+                    .unrun_at_the_last_receive(message, &failure, Some(hold.visibility_cap));
+            tokio::select! {
+                asked = asking => asked,
+                () = hold.lease.cancellation().cancelled() => UnrunJob::DeadLetter,
+                () = hold.lease.process_stop().cancelled() => UnrunJob::DeadLetter,
+            }
+        }
+        None => {
+            runtime
+                .pipeline
+                .unrun_at_the_last_receive(message, &failure, None)
+                .await
+        }
+    };
+    let outcome = match asked {
         UnrunJob::Completed => Outcome::Ack(AckReason::Duplicate),
         _ => Outcome::Reject(failure),
     };
