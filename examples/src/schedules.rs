@@ -27,7 +27,18 @@ pub fn schedules() -> anyhow::Result<Vec<Schedule>> {
         sections: 3,
         section_millis: 200,
     };
+    let snapshot = GenerateReport {
+        report_id: "usage-snapshot".into(),
+        sections: 1,
+        section_millis: 50,
+    };
     Ok(vec![
+        // Every five minutes on the clock (:00, :05, ... UTC): what `CONVEYOR_SCHEDULES=on` shows first
+        // when the worker is tried locally. `All`, as EventBridge Scheduler delivers them: ticks missed
+        // while every worker was down (since the schedule's last tick) fire when one comes back.
+        Schedule::cron("usage-snapshot", "*/5 * * * *", "UTC")?
+            .job::<BuildReport>(&snapshot)?
+            .missed_ticks(MissedTicks::All),
         // 02:00 in Berlin, summer and winter; if every worker was down at 02:00, the report is built
         // when one comes back. `All`: what EventBridge Scheduler does for the Lambda deployment (it
         // retries each tick's delivery), so the export can express it.

@@ -32,7 +32,15 @@ async fn an_enveloped_tick_without_attributes_runs_with_the_ticks_key() -> Resul
     let file: serde_json::Value = serde_json::from_str(&conveyor_schedule::export(
         &conveyor_examples::schedules::schedules()?,
     )?)?;
-    let input = file["schedules"][0]["input"].as_str().context("no input")?;
+    let nightly = file["schedules"]
+        .as_array()
+        .and_then(|schedules| {
+            schedules
+                .iter()
+                .find(|schedule| schedule["name"] == "nightly-sales-report")
+        })
+        .context("no nightly-sales-report schedule")?;
+    let input = nightly["input"].as_str().context("no input")?;
     // What EventBridge Scheduler sends: the input with the scheduled time filled in, no attributes.
     let body = input.replace("<aws.scheduler.scheduled-time>", "2026-11-30T01:00:00Z");
     let outbox = std::env::temp_dir().join(format!("conveyor-schedules-{}.jsonl", std::process::id()));

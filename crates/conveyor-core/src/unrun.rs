@@ -28,7 +28,8 @@
 //! stops asking when its lease ends, so a store outage holds the message in flight (behind it a FIFO
 //! group waits, as it would for the outage anyway) until the status can be written; a Lambda
 //! invocation gives its settle deadline. Past the deadline (or without one, after one try) the
-//! message goes as it would have and the status is not written: the DLQ copy carries the reason.
+//! message goes as it would have and the status is not written: the DLQ copy carries the reason. A
+//! refusal (a misconfigured table) is a configuration error, not an outage: it is not waited out.
 //! Only a handler with a store and idempotency on is asked.
 
 use std::time::{Duration, SystemTime};
@@ -36,7 +37,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::handler::HandlerSettings;
-use crate::idempotency::{ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus};
+use crate::idempotency::{
+    ClaimOutcome, ClaimRequest, IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError,
+};
 use crate::message::Message;
 use crate::outcome::Failure;
 use crate::pipeline::Pipeline;
@@ -123,7 +126,7 @@ async fn ask_until_answered(
     }
 }
 
-/// The store's answer; `None` when it could not be asked (unreachable), logged. `patient`: a
+/// The store's answer; `None` when it could not be asked (an outage), logged. `patient`: a
 /// status release that fails is tried again until it lands (the caller bounds it).
 async fn ask(
     store: &dyn IdempotencyStore,
@@ -139,7 +142,7 @@ async fn ask(
             Ok(_) => Some(UnrunJob::DeadLetter),
             Err(error) => {
                 tracing::warn!(%error, %key, "cannot read the record of a job that leaves unrun at its last receive");
-                None
+                ask_again(&error)
             }
         };
     }
@@ -160,7 +163,7 @@ async fn ask(
         Ok(ClaimOutcome::Exists(_)) => return Some(UnrunJob::DeadLetter),
         Err(error) => {
             tracing::warn!(%error, %key, "cannot record the dead-lettered status of a job that leaves unrun at its last receive");
-            return None;
+            return ask_again(&error);
         }
     };
     let mut change = JobChange {
@@ -174,7 +177,7 @@ async fn ask(
     // the release alone is tried again, as patiently as the caller asks.
     let mut wait = FIRST_WAIT;
     while let Err(error) = store.release_tracked(&claim, &change).await {
-        if !patient {
+        if !patient || ask_again(&error).is_some() {
             tracing::warn!(%error, %key, "could not record the dead-lettered status; the claim lapses with its lease");
             break;
         }
@@ -183,6 +186,15 @@ async fn ask(
         wait = (wait * 2).min(LONGEST_WAIT);
     }
     Some(UnrunJob::DeadLetter)
+}
+
+/// `None` (ask again) for an outage; a refusal (a misconfigured table, a claim fenced out) is not
+/// waited out: the job leaves as decided, its status unwritten.
+fn ask_again(error: &StoreError) -> Option<UnrunJob> {
+    match error {
+        StoreError::Unavailable { .. } => None,
+        _ => Some(UnrunJob::DeadLetter),
+    }
 }
 
 /// A completed record that still counts (past its expiry it is free to claim, whatever it says).

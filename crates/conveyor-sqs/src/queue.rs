@@ -64,11 +64,19 @@ pub struct SqsQueue {
 impl SqsQueue {
     /// Reads the queue's attributes (ARN, redrive policy, visibility timeout, FIFO) and finds its DLQ.
     ///
-    /// A queue that does not exist is [`QueueError::QueueMissing`] naming the URL; a redrive policy whose
-    /// dead-letter queue does not exist is `QueueMissing` naming that ARN.
+    /// `queue_url` may also be a queue's name (`jobs`, `orders.fifo`): its URL is asked of SQS
+    /// (`GetQueueUrl`, in the client's region and account). A queue that does not exist is
+    /// [`QueueError::QueueMissing`] naming the URL or name; a redrive policy whose dead-letter queue
+    /// does not exist is `QueueMissing` naming that ARN.
     pub async fn connect(client: Client, queue_url: impl Into<String>) -> Result<Self, QueueError> {
-        let url = queue_url.into();
+        let given = queue_url.into();
         let requests = AtomicU64::new(1);
+        let url = if given.contains("://") {
+            given
+        } else {
+            requests.fetch_add(1, Ordering::Relaxed);
+            url_of_name(&client, &given).await?
+        };
         let output = client
             .get_queue_attributes()
             .queue_url(&url)
@@ -355,4 +363,17 @@ impl Queue for SqsQueue {
             delayed: count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
         })
     }
+}
+
+/// The URL of the queue named `name`, from `GetQueueUrl`.
+pub(crate) async fn url_of_name(client: &Client, name: &str) -> Result<String, QueueError> {
+    let output = client
+        .get_queue_url()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|error| classify(&error, name))?;
+    output.queue_url.ok_or_else(|| QueueError::QueueMissing {
+        queue: name.to_owned(),
+    })
 }

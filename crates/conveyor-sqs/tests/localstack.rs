@@ -390,6 +390,29 @@ async fn producer_limits_are_checked_with_clear_errors() -> anyhow::Result<()> {
     assert!(missing.to_string().contains("does not exist"), "{missing}");
     let connect = SqsQueue::connect(client.clone(), &missing_url).await.unwrap_err();
     assert_eq!(connect, QueueError::QueueMissing { queue: missing_url });
+    let by_name = SqsQueue::connect(client.clone(), "conveyor-no-such-queue")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        by_name,
+        QueueError::QueueMissing {
+            queue: "conveyor-no-such-queue".into()
+        }
+    );
+    Ok(())
+}
+
+/// A queue's name works where its URL does (`CONVEYOR_QUEUE_URL=jobs`): the URL comes from
+/// `GetQueueUrl`, and the queue, its DLQ and its settings are the ones the URL gives.
+#[tokio::test]
+async fn a_queue_is_connected_by_its_name() -> anyhow::Result<()> {
+    let client = client().await?;
+    let created = create_queue(&client, &QueueSpec::standard("sqs-by-name").max_receive_count(4)).await?;
+    let queue = SqsQueue::connect(client.clone(), &created.name).await?;
+    assert_eq!(queue.url(), created.url);
+    assert_eq!(queue.name(), created.name);
+    assert_eq!(queue.dead_letter_queue_url(), created.dlq_url.as_deref());
+    assert_eq!(queue.max_receive_count(), Some(4));
     Ok(())
 }
 

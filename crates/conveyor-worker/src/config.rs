@@ -18,7 +18,8 @@ use figment::value::{Dict, Empty, Tag, Value};
 
 use crate::error::WorkerError;
 
-/// `CONVEYOR_QUEUE_URL`: one queue URL, or comma-separated URLs each with an optional `=weight`.
+/// `CONVEYOR_QUEUE_URL`: one queue URL (or name), or comma-separated URLs (or names) each with an
+/// optional `=weight`. A name is resolved with `GetQueueUrl` in the worker's region.
 pub const ENV_QUEUE_URL: &str = "CONVEYOR_QUEUE_URL";
 /// `CONVEYOR_MAX_IN_FLIGHT`: messages in flight at once, across all queues.
 pub(crate) const ENV_MAX_IN_FLIGHT: &str = "CONVEYOR_MAX_IN_FLIGHT";

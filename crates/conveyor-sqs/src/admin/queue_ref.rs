@@ -5,7 +5,6 @@
 use aws_sdk_sqs::Client;
 
 use super::error::AdminError;
-use crate::errors::classify;
 
 /// The longest queue name SQS accepts (80 characters, `.fifo` included).
 const MAX_QUEUE_NAME: usize = 80;
@@ -132,19 +131,10 @@ fn looks_like_region(text: &str) -> bool {
 
 /// The URL of `queue`: a URL as is, a name through `GetQueueUrl`.
 pub async fn resolve_queue_url(client: &Client, queue: &QueueRef) -> Result<String, AdminError> {
-    let name = match queue {
-        QueueRef::Url(url) => return Ok(url.clone()),
-        QueueRef::Name(name) => name,
-    };
-    let output = client
-        .get_queue_url()
-        .queue_name(name)
-        .send()
-        .await
-        .map_err(|error| classify(&error, name))?;
-    output.queue_url.ok_or_else(|| {
-        AdminError::Queue(conveyor_core::port::QueueError::QueueMissing { queue: name.clone() })
-    })
+    match queue {
+        QueueRef::Url(url) => Ok(url.clone()),
+        QueueRef::Name(name) => Ok(crate::queue::url_of_name(client, name).await?),
+    }
 }
 
 #[cfg(test)]
