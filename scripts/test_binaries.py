@@ -8,12 +8,16 @@ Each binary still runs its own tests as libtest does (in threads, one process), 
 folder with the `CARGO` variable set, exactly as `cargo test` starts it; they already share the
 emulators with each other and with other checkouts (unique queue and table names per test).
 
-    scripts/test_binaries.py [--jobs N] [cargo test options, e.g. --workspace --all-targets]
+    scripts/test_binaries.py [--jobs N] [--also COMMAND] [cargo test options, e.g. --workspace --all-targets]
 
 Builds with `cargo test --no-run --message-format json` and the given options, then runs the binaries,
 the longest first (LONGEST below), N at a time (default 3, or CONVEYOR_TEST_JOBS). A binary's output is
 printed whole when it ends, with its time; at the end, the binaries that failed, and the exit status is
 1 if any did (all run, as with --no-fail-fast).
+
+`--also COMMAND` (a shell command, e.g. the doctests and `cargo doc`) starts beside the binaries once
+they are built, outside the N (it compiles while the binaries mostly wait on real time); its output is
+printed when it ends, and its failure counts as a binary's. With N = 1 it runs after them.
 """
 
 import json
@@ -36,7 +40,8 @@ LONGEST = [
     "time_budgets",  # 62
     "outbox",  # 52
     "exactly_once",  # 48
-    "localstack",  # ~40 (conveyor-worker)
+    "emulators",  # conveyor-testing's fault layer and conformance on the emulators
+    "aws",  # 137 (conveyor-worker on the emulators)
     "crash",  # 33
 ]
 
@@ -103,16 +108,41 @@ def run(binaries, jobs, cargo):
     return failed
 
 
+def run_also(command, failed):
+    """Runs the shell `command`, prints its output when it ends, and records a failure in `failed`."""
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    verdict = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+    print(f"\n===== {command}: {verdict} in {time.monotonic() - started:.0f} s", flush=True)
+    print(done.stdout, end="", flush=True)
+    if done.returncode != 0:
+        failed.append(command)
+
+
 def main():
     arguments = sys.argv[1:]
     jobs = int(os.environ.get("CONVEYOR_TEST_JOBS", "3"))
-    if arguments[:1] == ["--jobs"]:
-        jobs = int(arguments[1])
+    also = []
+    while arguments[:1] in (["--jobs"], ["--also"]):
+        if arguments[0] == "--jobs":
+            jobs = int(arguments[1])
+        else:
+            also.append(arguments[1])
         arguments = arguments[2:]
     cargo = os.environ.get("CARGO", "cargo")
     binaries = order(build(cargo, arguments))
     started = time.monotonic()
+    also_failed = []
+    beside = [threading.Thread(target=run_also, args=(command, also_failed)) for command in also]
+    if jobs > 1:
+        for thread in beside:
+            thread.start()
     failed = run(binaries, max(jobs, 1), cargo)
+    for thread in beside:
+        if jobs <= 1:
+            thread.start()
+        thread.join()
+    failed += also_failed
     minutes = (time.monotonic() - started) / 60
     print(f"\n{len(binaries)} test binaries in {minutes:.1f} min, {jobs} at a time; {len(failed)} failed")
     for name in failed:

@@ -2,7 +2,7 @@
 //! fast clock (720× real time) with hops shortened to 1 s, and a cancelled delayed job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};

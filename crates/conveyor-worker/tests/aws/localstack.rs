@@ -2,7 +2,7 @@
 //! shutdown under load, FIFO order under failures, and priorities under a backlog.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

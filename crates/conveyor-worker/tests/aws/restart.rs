@@ -7,7 +7,7 @@
 //! when the test ends, panics included.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::aws::{self, connect, send_all};

@@ -2,7 +2,7 @@
 //! path, heartbeats, shutdown, FIFO, priorities, receive errors and downstream protection.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

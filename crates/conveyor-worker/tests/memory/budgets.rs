@@ -2,7 +2,7 @@
 //! the long-poll path depends on is derived from the queue and enforced, not assumed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! The operations endpoint (real clock, real TCP): /healthz, /readyz, /metrics and `healthcheck`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! object goes only after the message's delete is confirmed, and a dead-lettered job keeps it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

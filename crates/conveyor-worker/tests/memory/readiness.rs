@@ -6,7 +6,7 @@
 //! or ECS kept sending it traffic.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! a failed child ignored or failing its parent as the flow says.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

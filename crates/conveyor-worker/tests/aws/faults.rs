@@ -7,7 +7,7 @@
 //! and asserts exactly once, and asserts that its fault really fired.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,12 @@
+//! The worker on the in-memory queue and store, one test binary (no AWS needed): the receive loop,
+//! retries and budgets, flows, large payloads, readiness and the operations endpoint.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod budgets;
+mod memory;
+mod memory_flows;
+mod ops;
+mod payloads;
+mod readiness;
