@@ -8,6 +8,17 @@
 //! CSRF: a random value per process, in a hidden field of every form; a POST without it is refused
 //! with 403 before anything happens. Together with `SameSite=Strict` and `form-action 'self'`, another
 //! site cannot make a logged-in browser redrive, delete or purge.
+//!
+//! Before both, two checks no page on another site can pass:
+//! - DNS rebinding: without a token, a request must be addressed (`Host`) to `localhost`, `127.0.0.1`
+//!   or `[::1]` (any port: an SSH tunnel may change it). A page that rebinds its own name to
+//!   127.0.0.1 sends its own name as `Host`, so it reads nothing (not even the CSRF value) and
+//!   changes nothing. With a token, the token does this work: the rebinding page has no cookie for
+//!   the console's name.
+//! - Cross-site POSTs: a POST whose `Sec-Fetch-Site` says it came from another site (or, from a
+//!   browser that does not send it, whose `Origin` names another host than `Host`) is refused before
+//!   its form is read. `Origin: null` (what the console's own no-referrer pages send) and clients
+//!   that send neither header, such as curl, are judged by the token and CSRF alone.
 
 use std::sync::Arc;
 
@@ -15,6 +26,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
+use conveyor_http::ClientAddr;
+use tracing::Instrument;
 
 use crate::fields::Fields;
 use crate::html::problem;
@@ -69,12 +82,87 @@ fn query_token(request: &Request) -> Option<(String, String)> {
     Some((token?, rest.join("&")))
 }
 
-/// Refuses every request without the token (see the module's notes).
+/// The host a request is addressed to, without its port: `Host`, lower-cased.
+fn host(request: &Request) -> Option<String> {
+    let value = request.headers().get(header::HOST)?.to_str().ok()?;
+    Some(host_without_port(value).to_ascii_lowercase())
+}
+
+/// `example.com:8025` → `example.com`, `[::1]:8025` → `[::1]`.
+fn host_without_port(value: &str) -> &str {
+    if value.starts_with('[') {
+        return value.split_inclusive(']').next().unwrap_or(value);
+    }
+    value.split(':').next().unwrap_or(value)
+}
+
+/// A name that only ever means this machine.
+fn loopback_name(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// Why a POST looks cross-site, if it does (see the module's notes).
+fn cross_site(request: &Request) -> Option<&'static str> {
+    let headers = request.headers();
+    let fetch_site = headers
+        .get("sec-fetch-site")
+        .and_then(|value| value.to_str().ok());
+    if let Some(site) = fetch_site {
+        // The browser's own word, when it gives it, decides.
+        return (!matches!(site, "same-origin" | "none"))
+            .then_some("the browser says it came from another site (Sec-Fetch-Site)");
+    }
+    // `Origin: null` is what a browser sends from the console's own pages too (they are served with
+    // `Referrer-Policy: no-referrer`), so only an origin that names another host is refused.
+    let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or("null");
+    let (_, origin_host) = origin.split_once("://")?;
+    let addressed = headers.get(header::HOST).and_then(|value| value.to_str().ok());
+    match addressed {
+        Some(addressed) if origin_host.eq_ignore_ascii_case(addressed) => None,
+        _ => Some("its Origin is not this console"),
+    }
+}
+
+/// Runs the request in a span naming the client's address, method and path, at `warn` so that the
+/// CLI's default filter keeps it: every action's log line (a purge, a redrive, a refusal) then says
+/// who asked for it.
+pub(crate) async fn audit(request: Request, next: Next) -> Response {
+    let client = request
+        .extensions()
+        .get::<ClientAddr>()
+        .map_or_else(|| "unknown".to_owned(), |ClientAddr(addr)| addr.to_string());
+    let span =
+        tracing::warn_span!("console", %client, method = %request.method(), path = %request.uri().path());
+    next.run(request).instrument(span).await
+}
+
+/// Refuses what another site could send (see the module's notes), then every request without the
+/// token.
 pub(crate) async fn require_token(
     State(state): State<Arc<AppState>>,
     request: Request,
     next: Next,
 ) -> Response {
+    let addressed = host(&request).unwrap_or_default();
+    if state.config.token.is_none() && !loopback_name(&addressed) {
+        tracing::warn!(host = %addressed, "console: a request addressed to another name was refused (DNS rebinding?)");
+        return problem(
+            StatusCode::MISDIRECTED_REQUEST,
+            "Unknown host",
+            "This console has no token, so it answers only requests addressed to localhost, 127.0.0.1 or \
+             [::1]. Open it as http://127.0.0.1:<port>/, or start it with --token to reach it by another name.",
+        );
+    }
+    if request.method() == Method::POST
+        && let Some(why) = cross_site(&request)
+    {
+        tracing::warn!(why, "console: a cross-site POST was refused");
+        return problem(
+            StatusCode::FORBIDDEN,
+            "Cross-site request refused",
+            &format!("Nothing was done: {why}. Submit the form from the console's own page."),
+        );
+    }
     let Some(expected) = state.config.token.as_deref() else {
         return next.run(request).await;
     };
@@ -100,7 +188,7 @@ pub(crate) async fn require_token(
         }
         return response;
     }
-    tracing::info!(path = %request.uri().path(), method = %request.method(), "console: request without a valid token refused");
+    tracing::warn!("console: a request without a valid token was refused");
     problem(
         StatusCode::UNAUTHORIZED,
         "Token needed",
@@ -115,7 +203,7 @@ pub(crate) fn refuse_without_csrf(state: &AppState, fields: &Fields) -> Option<R
     if fields.get("csrf").is_some_and(|given| same(given, &state.csrf)) {
         return None;
     }
-    tracing::info!("console: a form without a valid CSRF value was refused");
+    tracing::warn!("console: a form without a valid CSRF value was refused");
     Some(problem(
         StatusCode::FORBIDDEN,
         "Refused",
@@ -133,6 +221,48 @@ mod tests {
         assert!(same("0123456789abcdef", "0123456789abcdef"));
         assert!(!same("0123456789abcdeX", "0123456789abcdef"));
         assert!(!same("0123", "0123456789abcdef"));
+    }
+
+    #[test]
+    fn hosts_and_origins() {
+        assert_eq!(host_without_port("127.0.0.1:8025"), "127.0.0.1");
+        assert_eq!(host_without_port("[::1]:8025"), "[::1]");
+        assert_eq!(host_without_port("localhost"), "localhost");
+        assert!(loopback_name("localhost") && loopback_name("[::1]"));
+        assert!(!loopback_name("localhost.evil.example") && !loopback_name("127.0.0.1.nip.io"));
+        let post = |headers: &[(&str, &str)]| {
+            let mut request = Request::builder().method(Method::POST).uri("/send");
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            request.body(axum::body::Body::empty()).unwrap_or_default()
+        };
+        let local = ("host", "127.0.0.1:8025");
+        assert_eq!(cross_site(&post(&[local])), None, "curl sends neither");
+        assert_eq!(
+            cross_site(&post(&[local, ("origin", "http://127.0.0.1:8025")])),
+            None
+        );
+        assert!(cross_site(&post(&[local, ("origin", "http://evil.example")])).is_some());
+        assert_eq!(
+            cross_site(&post(&[local, ("origin", "null")])),
+            None,
+            "what no-referrer pages send"
+        );
+        assert!(
+            cross_site(&post(&[
+                local,
+                ("origin", "null"),
+                ("sec-fetch-site", "cross-site")
+            ]))
+            .is_some()
+        );
+        assert!(cross_site(&post(&[local, ("sec-fetch-site", "cross-site")])).is_some());
+        assert!(cross_site(&post(&[local, ("sec-fetch-site", "same-site")])).is_some());
+        assert_eq!(
+            cross_site(&post(&[local, ("sec-fetch-site", "same-origin")])),
+            None
+        );
     }
 
     #[test]

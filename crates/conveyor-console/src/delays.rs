@@ -193,7 +193,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
     };
     match answer {
         Ok(()) => {
-            tracing::info!(
+            tracing::warn!(
                 queue,
                 timer = id,
                 action = fields.get("action").unwrap_or_default(),

@@ -264,6 +264,16 @@ fn dead_letter_rows(received: &Received, shown: bool, page_url: &dyn Fn(&str) ->
     }
 }
 
+/// Whether `url` is a queue this console shows (or a source of `pair`): the only places a redrive may
+/// send messages, bodies included.
+async fn shown_here(state: &AppState, pair: &DeadLetterPair, url: &str) -> bool {
+    pair.sources.iter().any(|source| source.url == url)
+        || state
+            .queue_urls()
+            .await
+            .is_ok_and(|known| known.iter().any(|known| known == url))
+}
+
 /// Where a redrive sends messages: back to their source (the default), or any queue the console shows.
 fn destination_select(pair: &DeadLetterPair) -> Markup {
     html! {
@@ -274,7 +284,7 @@ fn destination_select(pair: &DeadLetterPair) -> Markup {
                 @for source in &pair.sources { option value=(source.url) { (source.name()) } }
             }
         }
-        label { "or another queue URL" input type="text" name="to_other" placeholder="https://sqs…"; }
+        label { "or another queue it shows (URL)" input type="text" name="to_other" placeholder="https://sqs…"; }
     }
 }
 
@@ -318,7 +328,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         if fields.get("confirm") != Some("yes") {
             return confirm_delete(&state, &fields, &pair, &what);
         }
-        tracing::info!(dlq = %dlq.url, count = selected.len(), "console: delete dead letters");
+        tracing::warn!(dlq = %dlq.url, count = selected.len(), "console: delete dead letters");
         let title = format!("Delete {what} from {}", dlq.name());
         let id = state
             .tasks
@@ -330,7 +340,19 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
     let destination = fields.get("to_other").or_else(|| fields.get("to"));
     let destinations = match destination {
         Some(url) => match describe(&state.sqs, url).await {
-            Ok(queue) => Destinations::One(queue),
+            Ok(queue) if shown_here(&state, &pair, &queue.url).await => Destinations::One(queue),
+            Ok(queue) => {
+                tracing::warn!(dlq = %pair.dlq.url, to = %queue.url, "console: a redrive to a queue it does not show was refused");
+                return problem(
+                    StatusCode::BAD_REQUEST,
+                    "Redrive",
+                    &format!(
+                        "Nothing was moved: this console redrives only to the queues it shows, and {} is not \
+                         one of them. Start it with --queue-url (or --queue-prefix) for that queue.",
+                        queue.name()
+                    ),
+                );
+            }
             Err(error) => return problem(StatusCode::BAD_REQUEST, "Redrive", &display_chain(&error)),
         },
         None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
@@ -340,7 +362,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         Destinations::One(queue) => queue.name().to_owned(),
         Destinations::BySource(_) => "their source queues".to_owned(),
     };
-    tracing::info!(dlq = %dlq.url, to = %target, "console: redrive dead letters");
+    tracing::warn!(dlq = %dlq.url, to = %target, "console: redrive dead letters");
     let title = format!("Redrive {what} of {} to {target}", dlq.name());
     let id = state
         .tasks

@@ -78,6 +78,7 @@ impl Console {
                 auth::require_token,
             ))
             .layer(axum::middleware::from_fn(html::security_headers))
+            .layer(axum::middleware::from_fn(auth::audit))
             .with_state(state)
     }
 

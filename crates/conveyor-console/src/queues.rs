@@ -283,7 +283,7 @@ pub(crate) async fn purge(State(state): State<Arc<AppState>>, Form(fields): Form
         };
         return page("Purge a queue?", Nav::Queues, body).into_response();
     }
-    tracing::info!(queue = %url, "console: purge");
+    tracing::warn!(queue = %url, "console: purge");
     match purge_queue(&state.sqs, url).await {
         Ok(()) => page(
             "Purged",

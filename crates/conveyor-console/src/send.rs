@@ -65,7 +65,7 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
         .send(&job)
         .await
         .map_err(|error| format!("{error}; nothing was sent"))?;
-    tracing::info!(queue = %url, job_type, message_id = %id, "console: job sent");
+    tracing::warn!(queue = %url, job_type, message_id = %id, "console: job sent");
     Ok(id)
 }
 

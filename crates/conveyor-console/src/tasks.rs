@@ -84,7 +84,7 @@ impl Tasks {
                 Ok(report) => task.report = report,
                 Err(error) => task.error = Some(conveyor_sqs::admin::display_chain(&error)),
             }
-            tracing::info!(title = %task.title, moved = task.report.moved, failed = task.report.failed.len(), "console: task ended");
+            tracing::warn!(title = %task.title, moved = task.report.moved, failed = task.report.failed.len(), "console: task ended");
         });
         id
     }

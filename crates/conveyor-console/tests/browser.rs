@@ -276,6 +276,23 @@ async fn scenario(
         .send()
         .await?;
     assert_eq!(no_csrf.status(), 403);
+    // ...and a redrive, with the token and the CSRF value, to a queue the console does not show (the
+    // operator's credentials could write there): refused, since the bodies would leave with it.
+    let elsewhere = localstack::create_queue(sqs, &QueueSpec::standard("console-not-shown")).await?;
+    let mut outside = form.to_vec();
+    outside.push(("to_other", elsewhere.url.as_str()));
+    let refused = http
+        .post(format!("{base}/dlq/act"))
+        .bearer_auth(TOKEN)
+        .form(&outside)
+        .send()
+        .await?;
+    assert_eq!(refused.status(), 400);
+    let refused = refused.text().await?;
+    assert!(
+        refused.contains("redrives only to the queues it shows"),
+        "{refused}"
+    );
     // Nothing moved: the two malformed jobs are still dead letters.
     browser.refresh().await?;
     wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;

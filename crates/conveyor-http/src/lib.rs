@@ -14,6 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use body::OversizedBody;
 
+/// The address of the client a request came from: [`serve`] adds it to every request's extensions
+/// (read it with `Option<axum::Extension<ClientAddr>>`, absent when the router is called directly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::SocketAddr);
+
 /// The deadlines and size limits a server applies to every request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, derive_setters::Setters)]
 #[setters(prefix = "with_")]
@@ -55,8 +60,8 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
             accepted = listener.accept() => accepted,
             () = stop.cancelled() => return,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, client) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Out of file descriptors and the like: back off instead of spinning.
                 tracing::warn!(%error, "http: accept failed");
@@ -65,7 +70,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(router.clone().layer(axum::Extension(ClientAddr(client))));
         let stop = stop.clone();
         tokio::spawn(async move {
             let mut builder = http1::Builder::new();

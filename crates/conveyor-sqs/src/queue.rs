@@ -75,7 +75,7 @@ impl SqsQueue {
             given
         } else {
             requests.fetch_add(1, Ordering::Relaxed);
-            url_of_name(&client, &given).await?
+            crate::admin::url_of_name(&client, &given).await?
         };
         let output = client
             .get_queue_attributes()
@@ -363,17 +363,4 @@ impl Queue for SqsQueue {
             delayed: count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
         })
     }
-}
-
-/// The URL of the queue named `name`, from `GetQueueUrl`.
-pub(crate) async fn url_of_name(client: &Client, name: &str) -> Result<String, QueueError> {
-    let output = client
-        .get_queue_url()
-        .queue_name(name)
-        .send()
-        .await
-        .map_err(|error| classify(&error, name))?;
-    output.queue_url.ok_or_else(|| QueueError::QueueMissing {
-        queue: name.to_owned(),
-    })
 }

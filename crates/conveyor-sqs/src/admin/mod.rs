@@ -57,6 +57,7 @@ pub use purge::purge;
 pub use queue_info::{
     DeadLetterPair, QueueInfo, dead_letter_sources, describe, list_queues, resolve_dead_letter, url_for_arn,
 };
+pub(crate) use queue_ref::url_of_name;
 pub use queue_ref::{BadQueueRef, QueueRef, is_queue_name, queue_url_region, resolve_queue_url};
 pub use receive::{Received, receive_held, release};
 pub use stats::{AGE_PEEK_MAX, OldestAge, QueueStats, Stats, stats, stats_of};

@@ -5,6 +5,9 @@
 use aws_sdk_sqs::Client;
 
 use super::error::AdminError;
+use conveyor_core::port::QueueError;
+
+use crate::errors::classify;
 
 /// The longest queue name SQS accepts (80 characters, `.fifo` included).
 const MAX_QUEUE_NAME: usize = 80;
@@ -133,8 +136,21 @@ fn looks_like_region(text: &str) -> bool {
 pub async fn resolve_queue_url(client: &Client, queue: &QueueRef) -> Result<String, AdminError> {
     match queue {
         QueueRef::Url(url) => Ok(url.clone()),
-        QueueRef::Name(name) => Ok(crate::queue::url_of_name(client, name).await?),
+        QueueRef::Name(name) => Ok(url_of_name(client, name).await?),
     }
+}
+
+/// The URL of the queue named `name`, from `GetQueueUrl` (also how `SqsQueue::connect` takes a name).
+pub(crate) async fn url_of_name(client: &Client, name: &str) -> Result<String, QueueError> {
+    let output = client
+        .get_queue_url()
+        .queue_name(name)
+        .send()
+        .await
+        .map_err(|error| classify(&error, name))?;
+    output.queue_url.ok_or_else(|| QueueError::QueueMissing {
+        queue: name.to_owned(),
+    })
 }
 
 #[cfg(test)]
