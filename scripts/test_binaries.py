@@ -17,7 +17,8 @@ printed whole when it ends, with its time; at the end, the binaries that failed,
 
 `--also COMMAND` (a shell command, e.g. the doctests and `cargo doc`) starts beside the binaries once
 they are built, outside the N (it compiles while the binaries mostly wait on real time); its output is
-printed when it ends, and its failure counts as a binary's. With N = 1 it runs after them.
+printed when it ends, and its failure counts as a binary's. With N = 1 it runs after them. It and the
+CPU-bound binaries (CPU_BOUND below) run at nice 19, so the time-sensitive tests keep the CPU they need.
 """
 
 import json
@@ -44,6 +45,18 @@ LONGEST = [
     "aws",  # 137 (conveyor-worker on the emulators)
     "crash",  # 33
 ]
+
+# Binaries that only compute (no emulator, no real time): they run at the lowest CPU priority, as the
+# `--also` command does, so that on 2 cores they use what the end-to-end tests leave and never starve
+# those tests' workers, Lambda runners and emulators, whose timeouts are real time (a CI run with the
+# simulations and the doctests' compilation at full priority beside `fifo_brownout` and `flows` failed
+# both: a 10 s function timeout and a 120 s flow deadline passed on a starved machine).
+CPU_BOUND = {"simulations"}
+
+
+def lowest_priority():
+    """Runs in the child before it starts: the lowest CPU priority (nice 19)."""
+    os.nice(19)
 
 
 def build(cargo, options):
@@ -89,7 +102,14 @@ def run(binaries, jobs, cargo):
                 name, path, folder = pending.pop(0)
             with tempfile.TemporaryFile(mode="w+") as output:
                 started = time.monotonic()
-                status = subprocess.call([path], cwd=folder, env=environment, stdout=output, stderr=subprocess.STDOUT)
+                status = subprocess.call(
+                    [path],
+                    cwd=folder,
+                    env=environment,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=lowest_priority if name in CPU_BOUND else None,
+                )
                 elapsed = time.monotonic() - started
                 output.seek(0)
                 text = output.read()
@@ -111,7 +131,13 @@ def run(binaries, jobs, cargo):
 def run_also(command, failed):
     """Runs the shell `command`, prints its output when it ends, and records a failure in `failed`."""
     started = time.monotonic()
-    done = subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lowest_priority,
+    )
     verdict = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
     print(f"\n===== {command}: {verdict} in {time.monotonic() - started:.0f} s", flush=True)
     print(done.stdout, end="", flush=True)

@@ -34,6 +34,7 @@ mod queue;
 mod record_key;
 mod router;
 mod store_health;
+mod store_retry;
 mod timer;
 mod tracking;
 mod unrun;

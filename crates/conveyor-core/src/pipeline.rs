@@ -83,6 +83,7 @@ use crate::payload::{PayloadError, PayloadPointer, Payloads, ResolveError};
 use crate::progress::{ProgressReporter, ProgressWriter};
 use crate::router::Router;
 use crate::store_health::StoreHealth;
+use crate::store_retry::StoreRetry;
 use crate::tracking::{JobChange, JobStatus, status_after};
 
 /// How long a cancelled handler may take to return on its own before its future is dropped.
@@ -1108,8 +1109,7 @@ async fn settle(
         }
     };
     let mut output = output;
-    let mut wait = COMPLETE_RETRY_FIRST;
-    let give_up = Instant::now() + COMPLETE_RETRY_LIMIT;
+    let mut retry = completion_retry(lease);
     let result = loop {
         match complete(output).await {
             Err(StoreError::OutputTooLarge { size, limit, .. }) if output.is_some() => {
@@ -1118,7 +1118,7 @@ async fn settle(
             }
             Err(error @ StoreError::Unavailable { .. }) => {
                 tracing::warn!(%error, key = %claim.key, "the completion did not land; trying again");
-                if !pause_before_trying_again(&mut wait, give_up, lease).await {
+                if !retry.after(&error).await {
                     break Err(error);
                 }
             }
@@ -1150,16 +1150,13 @@ async fn release(store: &dyn IdempotencyStore, claim: &Claim, change: Option<&Jo
         }
         return;
     };
-    let mut wait = COMPLETE_RETRY_FIRST;
-    let give_up = Instant::now() + COMPLETE_RETRY_LIMIT;
+    let mut retry = completion_retry(lease);
     loop {
         let error = match store.release_tracked(claim, change).await {
             Ok(()) => return,
             Err(error) => error,
         };
-        let again = matches!(error, StoreError::Unavailable { .. })
-            && change.status.is_final()
-            && pause_before_trying_again(&mut wait, give_up, lease).await;
+        let again = change.status.is_final() && retry.after(&error).await;
         if !again {
             tracing::warn!(%error, key = %claim.key, status = %change.status, "could not release the claim; it lapses with its lease");
             return;
@@ -1168,20 +1165,15 @@ async fn release(store: &dyn IdempotencyStore, claim: &Claim, change: Option<&Jo
     }
 }
 
-/// Waits before a store write is tried again (`wait`, jittered, then doubled up to
-/// [`COMPLETE_RETRY_LONGEST`]): false, without waiting, when the wait would pass `give_up`, or when the
-/// process stops meanwhile.
-async fn pause_before_trying_again(wait: &mut Duration, give_up: Instant, lease: &Lease) -> bool {
-    let pause = crate::backoff::equal_jitter(*wait);
-    if Instant::now() + pause > give_up {
-        return false;
-    }
-    let stopped = tokio::select! {
-        () = tokio::time::sleep(pause) => false,
-        () = lease.process_stop().cancelled() => true,
-    };
-    *wait = (*wait * 2).min(COMPLETE_RETRY_LONGEST);
-    !stopped
+/// The tries of a completion (or a final release): [`COMPLETE_RETRY_LIMIT`] at most, until the
+/// process stops.
+fn completion_retry(lease: &Lease) -> StoreRetry<'_> {
+    StoreRetry::new(
+        COMPLETE_RETRY_FIRST,
+        COMPLETE_RETRY_LONGEST,
+        Instant::now() + COMPLETE_RETRY_LIMIT,
+    )
+    .until_stopped(lease.process_stop())
 }
 
 #[cfg(test)]

@@ -23,8 +23,9 @@
 //!    producer's second send) must still run it. The release sets the key's run count back to what
 //!    it was before this claim ([`JobChange::spend_runs`]), so the claim costs the job no run.
 //!
-//! The store unreachable: with a `deadline`, the store is asked again (backing off from 250 ms to
-//! 5 s) until it answers or the deadline passes. A worker gives the end of the message's hold and
+//! The store unreachable: with a `deadline`, the store is asked again (jittered waits from 250 ms
+//! doubling to 5 s, `crate::store_retry`, as a completion is tried again) until it answers or the
+//! deadline passes. A worker gives the end of the message's hold and
 //! stops asking when its lease ends, so a store outage holds the message in flight (behind it a FIFO
 //! group waits, as it would for the outage anyway) until the status can be written; a Lambda
 //! invocation gives its settle deadline. Past the deadline (or without one, after one try) the
@@ -43,6 +44,7 @@ use crate::idempotency::{
 use crate::message::Message;
 use crate::outcome::Failure;
 use crate::pipeline::Pipeline;
+use crate::store_retry::StoreRetry;
 use crate::tracking::{JobChange, JobStatus};
 
 /// How long the claim this step takes lasts: it is released at once, so only a process that dies
@@ -85,17 +87,36 @@ impl Pipeline {
         let Ok(key) = settings.key_style.key(handler.job_type(), message) else {
             return UnrunJob::DeadLetter;
         };
-        let answer = match deadline {
-            Some(deadline) => {
-                let asking = ask_until_answered(store.as_ref(), &key, handler.job_type(), settings, failure);
-                tokio::time::timeout_at(deadline, asking).await.unwrap_or_else(|_| {
-                    tracing::warn!(%key, "the store did not answer before the deadline; the job leaves unrun and its status is not written");
-                    UnrunJob::DeadLetter
-                })
-            }
-            None => ask(store.as_ref(), &key, handler.job_type(), settings, failure, false)
+        // Without a deadline the store is asked once.
+        let mut retry = StoreRetry::new(FIRST_WAIT, LONGEST_WAIT, deadline.unwrap_or_else(Instant::now));
+        let asking = async {
+            loop {
+                match ask(
+                    store.as_ref(),
+                    &key,
+                    handler.job_type(),
+                    settings,
+                    failure,
+                    &mut retry,
+                )
                 .await
-                .unwrap_or(UnrunJob::DeadLetter),
+                {
+                    Ok(answer) => return answer,
+                    Err(error) if retry.after(&error).await => {}
+                    Err(_) => {
+                        tracing::warn!(%key, "the store did not answer; the job leaves unrun and its status is not written");
+                        return UnrunJob::DeadLetter;
+                    }
+                }
+            }
+        };
+        // The deadline also bounds a single request that hangs.
+        let answer = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, asking).await.unwrap_or_else(|_| {
+                tracing::warn!(%key, "the store did not answer before the deadline; the job leaves unrun and its status is not written");
+                UnrunJob::DeadLetter
+            }),
+            None => asking.await,
         };
         if answer == UnrunJob::Completed {
             tracing::info!(%key, "the job completed before; its unrun message is a duplicate and is deleted");
@@ -108,41 +129,24 @@ impl Pipeline {
 const FIRST_WAIT: Duration = Duration::from_millis(250);
 const LONGEST_WAIT: Duration = Duration::from_secs(5);
 
-/// Asks until the store answers (the caller bounds it).
-async fn ask_until_answered(
-    store: &dyn IdempotencyStore,
-    key: &str,
-    job_type: &str,
-    settings: &HandlerSettings,
-    failure: &Failure,
-) -> UnrunJob {
-    let mut wait = FIRST_WAIT;
-    loop {
-        if let Some(answer) = ask(store, key, job_type, settings, failure, true).await {
-            return answer;
-        }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(LONGEST_WAIT);
-    }
-}
-
-/// The store's answer; `None` when it could not be asked (an outage), logged. `patient`: a
-/// status release that fails is tried again until it lands (the caller bounds it).
+/// The store's answer, or the error that kept it from answering (logged). A status release that
+/// fails is tried again on `retry`'s schedule: asked again from the start, the claim would be found
+/// live (this one, until its lease lapses).
 async fn ask(
     store: &dyn IdempotencyStore,
     key: &str,
     job_type: &str,
     settings: &HandlerSettings,
     failure: &Failure,
-    patient: bool,
-) -> Option<UnrunJob> {
+    retry: &mut StoreRetry<'_>,
+) -> Result<UnrunJob, StoreError> {
     if !settings.tracked {
         return match store.get(key).await {
-            Ok(Some(record)) if completed(&record) => Some(UnrunJob::Completed),
-            Ok(_) => Some(UnrunJob::DeadLetter),
+            Ok(Some(record)) if completed(&record) => Ok(UnrunJob::Completed),
+            Ok(_) => Ok(UnrunJob::DeadLetter),
             Err(error) => {
                 tracing::warn!(%error, %key, "cannot read the record of a job that leaves unrun at its last receive");
-                ask_again(&error)
+                Err(error)
             }
         };
     }
@@ -157,13 +161,11 @@ async fn ask(
     };
     let claim = match store.claim(&request).await {
         Ok(ClaimOutcome::Acquired(claim)) => claim,
-        Ok(ClaimOutcome::Exists(record)) if completed(&record) => {
-            return Some(UnrunJob::Completed);
-        }
-        Ok(ClaimOutcome::Exists(_)) => return Some(UnrunJob::DeadLetter),
+        Ok(ClaimOutcome::Exists(record)) if completed(&record) => return Ok(UnrunJob::Completed),
+        Ok(ClaimOutcome::Exists(_)) => return Ok(UnrunJob::DeadLetter),
         Err(error) => {
             tracing::warn!(%error, %key, "cannot record the dead-lettered status of a job that leaves unrun at its last receive");
-            return ask_again(&error);
+            return Err(error);
         }
     };
     let mut change = JobChange {
@@ -173,27 +175,15 @@ async fn ask(
     // The claim counted a run the job never had: the release puts the count back.
     change.spend_runs = Some(claim.run.saturating_sub(1));
     let change = change.keep_until(now + settings.settled_record_ttl());
-    // Asked again from the start, the claim would be found live (this one, until its lease lapses), so
-    // the release alone is tried again, as patiently as the caller asks.
-    let mut wait = FIRST_WAIT;
-    while let Err(error) = store.release_tracked(&claim, &change).await {
-        if !patient || ask_again(&error).is_some() {
+    loop {
+        let Err(error) = store.release_tracked(&claim, &change).await else {
+            return Ok(UnrunJob::DeadLetter);
+        };
+        if !retry.after(&error).await {
             tracing::warn!(%error, %key, "could not record the dead-lettered status; the claim lapses with its lease");
-            break;
+            return Ok(UnrunJob::DeadLetter);
         }
         tracing::warn!(%error, %key, "could not record the dead-lettered status yet; trying again");
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(LONGEST_WAIT);
-    }
-    Some(UnrunJob::DeadLetter)
-}
-
-/// `None` (ask again) for an outage; a refusal (a misconfigured table, a claim fenced out) is not
-/// waited out: the job leaves as decided, its status unwritten.
-fn ask_again(error: &StoreError) -> Option<UnrunJob> {
-    match error {
-        StoreError::Unavailable { .. } => None,
-        _ => Some(UnrunJob::DeadLetter),
     }
 }
 
