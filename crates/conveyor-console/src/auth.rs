@@ -1,24 +1,23 @@
-//! The token every request must carry, and the CSRF value every state-changing form must carry.
+//! The checks every request passes before a page sees it, in order, each on the request's head alone
+//! (they run before its body is read: `conveyor_http::serve_gated`).
 //!
-//! Token: `Authorization: Bearer <token>`, or the `HttpOnly`, `SameSite=Strict` cookie the console sets
-//! when a page is opened once with `?token=<token>` (it then redirects to the same page without it, so
-//! the token does not stay in the address bar or the history). Without a configured token (loopback
-//! only, see [`ConsoleConfig::check`](crate::ConsoleConfig::check)) every request passes.
+//! 1. [`closed_to_other_sites`]: what no page on another site can pass.
+//!    - DNS rebinding: a request must be addressed (`Host`) to `localhost`, `127.0.0.1` or `[::1]`
+//!      (any port: an SSH tunnel may change it) or to a name given with `--public-name`. A page that
+//!      rebinds its own name to the console's address sends its own name as `Host`, so it reads
+//!      nothing (not even the CSRF value) and changes nothing: 421.
+//!    - Cross-site POSTs: a POST whose `Sec-Fetch-Site` says it came from another site (or, from a
+//!      browser that does not send it, whose `Origin` names another host than `Host`) is refused
+//!      before anything happens. `Origin: null` (what the console's own no-referrer pages send) and
+//!      clients that send neither header, such as curl, are judged by the token and CSRF alone.
+//! 2. [`require_token`]: the token, always (generated at start when none is given, and printed as
+//!    a URL, as Jupyter does): `Authorization: Bearer <token>`, or the `HttpOnly`, `SameSite=Strict`
+//!    cookie the console sets when a page is opened once with `?token=<token>` (it then redirects to
+//!    the same page without it, so the token does not stay in the address bar or the history). Behind
+//!    a TLS proxy the cookie is `__Host-` prefixed and `Secure`.
 //!
-//! CSRF: a random value per process, in a hidden field of every form; a POST without it is refused
-//! with 403 before anything happens. Together with `SameSite=Strict` and `form-action 'self'`, another
-//! site cannot make a logged-in browser redrive, delete or purge.
-//!
-//! Before both, two checks no page on another site can pass:
-//! - DNS rebinding: without a token, a request must be addressed (`Host`) to `localhost`, `127.0.0.1`
-//!   or `[::1]` (any port: an SSH tunnel may change it). A page that rebinds its own name to
-//!   127.0.0.1 sends its own name as `Host`, so it reads nothing (not even the CSRF value) and
-//!   changes nothing. With a token, the token does this work: the rebinding page has no cookie for
-//!   the console's name.
-//! - Cross-site POSTs: a POST whose `Sec-Fetch-Site` says it came from another site (or, from a
-//!   browser that does not send it, whose `Origin` names another host than `Host`) is refused before
-//!   its form is read. `Origin: null` (what the console's own no-referrer pages send) and clients
-//!   that send neither header, such as curl, are judged by the token and CSRF alone.
+//! After them, every state-changing form carries the per-process CSRF value
+//! ([`refuse_without_csrf`]); a POST without it is refused with 403 before anything happens.
 
 use std::sync::Arc;
 
@@ -33,8 +32,11 @@ use crate::fields::Fields;
 use crate::html::problem;
 use crate::state::AppState;
 
-/// The cookie holding the token.
+/// The cookie holding the token, on plain HTTP (loopback).
 const COOKIE: &str = "conveyor_console_token";
+/// The cookie holding the token behind a TLS proxy: the browser keeps a `__Host-` cookie only when it
+/// is `Secure`, has `Path=/` and no `Domain`, so no other host can set or shadow it.
+const SECURE_COOKIE: &str = "__Host-conveyor_console_token";
 
 /// Equal in time independent of where the first difference is.
 fn same(given: &str, expected: &str) -> bool {
@@ -58,14 +60,14 @@ fn bearer(request: &Request) -> Option<&str> {
         .strip_prefix("Bearer ")
 }
 
-fn cookie(request: &Request) -> Option<&str> {
+fn cookie<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
     request
         .headers()
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 /// `?token=...` on a GET, and the query without it.
@@ -99,6 +101,11 @@ fn host_without_port(value: &str) -> &str {
 /// A name that only ever means this machine.
 fn loopback_name(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+}
+
+/// A name this console answers to: a loopback name or one of `public_names` (any port).
+fn known_host(host: &str, public_names: &[String]) -> bool {
+    loopback_name(host) || public_names.iter().any(|name| name.eq_ignore_ascii_case(host))
 }
 
 /// Why a POST looks cross-site, if it does (see the module's notes).
@@ -136,21 +143,22 @@ pub(crate) async fn audit(request: Request, next: Next) -> Response {
     next.run(request).instrument(span).await
 }
 
-/// Refuses what another site could send (see the module's notes), then every request without the
-/// token.
-pub(crate) async fn require_token(
+/// Refuses a request addressed to a name this console does not answer to, and a POST from another
+/// site (see the module's notes).
+pub(crate) async fn closed_to_other_sites(
     State(state): State<Arc<AppState>>,
     request: Request,
     next: Next,
 ) -> Response {
     let addressed = host(&request).unwrap_or_default();
-    if state.config.token.is_none() && !loopback_name(&addressed) {
+    if !known_host(&addressed, &state.config.public_names) {
         tracing::warn!(host = %addressed, "console: a request addressed to another name was refused (DNS rebinding?)");
         return problem(
             StatusCode::MISDIRECTED_REQUEST,
             "Unknown host",
-            "This console has no token, so it answers only requests addressed to localhost, 127.0.0.1 or \
-             [::1]. Open it as http://127.0.0.1:<port>/, or start it with --token to reach it by another name.",
+            "This console answers only requests addressed to localhost, 127.0.0.1, [::1] or a name given \
+             with --public-name. Open it as http://127.0.0.1:<port>/, or start it with --public-name \
+             <the name in the address bar> to reach it by that name.",
         );
     }
     if request.method() == Method::POST
@@ -163,11 +171,21 @@ pub(crate) async fn require_token(
             &format!("Nothing was done: {why}. Submit the form from the console's own page."),
         );
     }
-    let Some(expected) = state.config.token.as_deref() else {
-        return next.run(request).await;
-    };
+    next.run(request).await
+}
+
+/// Refuses every request without the token; a GET with `?token=` sets the cookie and redirects to
+/// the same address without it.
+pub(crate) async fn require_token(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let expected = state.token.as_str();
+    let secure = state.config.behind_tls_proxy;
+    let cookie_name = if secure { SECURE_COOKIE } else { COOKIE };
     if bearer(&request).is_some_and(|given| same(given, expected))
-        || cookie(&request).is_some_and(|given| same(given, expected))
+        || cookie(&request, cookie_name).is_some_and(|given| same(given, expected))
     {
         return next.run(request).await;
     }
@@ -182,7 +200,8 @@ pub(crate) async fn require_token(
             format!("{path}?{rest}")
         };
         let mut response = Redirect::to(&target).into_response();
-        let cookie = format!("{COOKIE}={expected}; HttpOnly; SameSite=Strict; Path=/");
+        let attributes = if secure { "; Secure" } else { "" };
+        let cookie = format!("{cookie_name}={expected}; HttpOnly; SameSite=Strict; Path=/{attributes}");
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }
@@ -192,9 +211,10 @@ pub(crate) async fn require_token(
     problem(
         StatusCode::UNAUTHORIZED,
         "Token needed",
-        "This console needs its token. Open it once as /?token=<token> (the browser then keeps it in a \
-         cookie), or send the header Authorization: Bearer <token>. The token is the --token value (or \
-         CONVEYOR_CONSOLE_TOKEN) the console was started with.",
+        "This console needs its token. Open the address the console printed when it started \
+         (/?token=<token>: the browser then keeps the token in a cookie), or send the header \
+         Authorization: Bearer <token>. The token is the --token value (or CONVEYOR_CONSOLE_TOKEN) the \
+         console was started with, or the one it generated and printed.",
     )
 }
 
@@ -230,6 +250,9 @@ mod tests {
         assert_eq!(host_without_port("localhost"), "localhost");
         assert!(loopback_name("localhost") && loopback_name("[::1]"));
         assert!(!loopback_name("localhost.evil.example") && !loopback_name("127.0.0.1.nip.io"));
+        let public = ["console.example.com".to_owned()];
+        assert!(known_host("console.example.com", &public) && known_host("[::1]", &public));
+        assert!(!known_host("evil.example", &public) && !known_host("console.example.com", &[]));
         let post = |headers: &[(&str, &str)]| {
             let mut request = Request::builder().method(Method::POST).uri("/send");
             for (name, value) in headers {

@@ -16,11 +16,19 @@ const MIN_TOKEN_CHARS: usize = 16;
 #[setters(prefix = "with_")]
 #[non_exhaustive]
 pub struct ConsoleConfig {
-    /// Where it listens. Anything but a loopback address needs [`ConsoleConfig::token`].
+    /// Where it listens. Anything but a loopback address needs [`ConsoleConfig::behind_tls_proxy`].
     pub listen: SocketAddr,
     /// The token every request must carry (`Authorization: Bearer`, or the cookie set by opening
-    /// `/?token=...` once).
+    /// `/?token=...` once). `None`: a random one is generated at start ([`Console::token`](crate::Console::token)).
     pub token: Option<String>,
+    /// Names besides `localhost`, `127.0.0.1` and `[::1]` the console answers to (the `Host` of a
+    /// request, any port): the name of the TLS proxy in front of it. Requests addressed to any other
+    /// name are refused (DNS rebinding).
+    pub public_names: Vec<String>,
+    /// Served through a proxy that terminates TLS: required to listen on anything but loopback (the
+    /// token would otherwise cross the network in clear); the token's cookie is then `Secure` and
+    /// `__Host-` prefixed.
+    pub behind_tls_proxy: bool,
     /// Queues shown, by URL or name.
     pub queues: Vec<QueueRef>,
     /// Queues shown by name prefix (`ListQueues` on every refresh).
@@ -42,6 +50,8 @@ impl Default for ConsoleConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8025)),
             token: None,
+            public_names: Vec::new(),
+            behind_tls_proxy: false,
             queues: Vec::new(),
             prefixes: Vec::new(),
             workers: Vec::new(),
@@ -57,13 +67,14 @@ impl Default for ConsoleConfig {
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum ConsoleError {
-    /// A non-loopback address without a token.
+    /// A non-loopback address without a TLS proxy in front.
     #[error(
-        "the console would listen on {addr}, which other machines can reach, without a token: pass --token \
-         (or set {TOKEN_ENV}) with a random value of at least {MIN_TOKEN_CHARS} characters, or listen on \
-         127.0.0.1"
+        "the console would listen on {addr}, which other machines can reach, over plain HTTP: its token \
+         would cross the network in clear. Put a proxy that terminates TLS in front of it and pass \
+         --behind-tls-proxy (with --public-name <the proxy's name>), or listen on 127.0.0.1 and reach it \
+         through an SSH tunnel"
     )]
-    TokenRequired {
+    PlainHttpOffLoopback {
         /// The address.
         addr: SocketAddr,
     },
@@ -82,18 +93,17 @@ pub enum ConsoleError {
 }
 
 impl ConsoleConfig {
-    /// Checks the rules: a token off loopback, a long enough token, at least one queue.
+    /// Checks the rules: a TLS proxy in front off loopback, a long enough token, at least one queue.
     pub fn check(&self) -> Result<(), ConsoleError> {
-        match &self.token {
-            None if !self.listen.ip().is_loopback() => {
-                return Err(ConsoleError::TokenRequired { addr: self.listen });
-            }
-            Some(token) if token.chars().count() < MIN_TOKEN_CHARS => {
-                return Err(ConsoleError::TokenTooShort {
-                    chars: token.chars().count(),
-                });
-            }
-            _ => {}
+        if !self.listen.ip().is_loopback() && !self.behind_tls_proxy {
+            return Err(ConsoleError::PlainHttpOffLoopback { addr: self.listen });
+        }
+        if let Some(token) = &self.token
+            && token.chars().count() < MIN_TOKEN_CHARS
+        {
+            return Err(ConsoleError::TokenTooShort {
+                chars: token.chars().count(),
+            });
         }
         if self.queues.is_empty() && self.prefixes.is_empty() {
             return Err(ConsoleError::NoQueues);
@@ -107,28 +117,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn other_addresses_need_a_long_token() {
-        let config = |listen: &str, token: Option<&str>| ConsoleConfig {
+    fn other_addresses_need_a_tls_proxy_and_tokens_are_long() {
+        let config = |listen: &str, token: Option<&str>, behind_tls_proxy: bool| ConsoleConfig {
             listen: listen
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1))),
             token: token.map(str::to_owned),
+            behind_tls_proxy,
             prefixes: vec!["jobs".to_owned()],
             ..ConsoleConfig::default()
         };
-        assert!(config("127.0.0.1:8025", None).check().is_ok());
-        assert!(config("[::1]:8025", None).check().is_ok());
-        let open = config("0.0.0.0:8025", None).check();
+        assert!(config("127.0.0.1:8025", None, false).check().is_ok());
+        assert!(config("[::1]:8025", None, false).check().is_ok());
+        let open = config("0.0.0.0:8025", Some("0123456789abcdef"), false).check();
         assert!(
-            matches!(open, Err(ConsoleError::TokenRequired { .. })),
+            matches!(open, Err(ConsoleError::PlainHttpOffLoopback { .. })),
             "{open:?}"
         );
-        let short = config("0.0.0.0:8025", Some("abc")).check();
+        let short = config("127.0.0.1:8025", Some("abc"), false).check();
         assert!(
             matches!(short, Err(ConsoleError::TokenTooShort { chars: 3 })),
             "{short:?}"
         );
-        assert!(config("0.0.0.0:8025", Some("0123456789abcdef")).check().is_ok());
+        assert!(config("0.0.0.0:8025", None, true).check().is_ok());
         let none = ConsoleConfig::default().check();
         assert!(matches!(none, Err(ConsoleError::NoQueues)), "{none:?}");
     }

@@ -163,6 +163,8 @@ const SCRIPT: &str = r#"// Conveyor console: live regions and "select all". Ever
     var every = Number(region.getAttribute('data-every') || 3000);
     function tick() {
       if (region.querySelector('[data-finished="true"]')) return;
+      // A hidden tab costs no AWS requests: it polls again once it is shown.
+      if (document.hidden) { document.addEventListener('visibilitychange', tick, { once: true }); return; }
       fetch(region.getAttribute('data-live'), { credentials: 'same-origin' })
         .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
         .then(function (html) { region.innerHTML = html; })

@@ -40,7 +40,8 @@ impl std::fmt::Debug for Console {
 }
 
 impl Console {
-    /// Checks `config` (a token for any address but loopback) and resolves its queue names with `sqs`.
+    /// Checks `config` (a TLS proxy in front for any address but loopback) and resolves its queue names
+    /// with `sqs`; generates the token when `config.token` is `None`.
     /// `dynamodb` serves the job lookup when `config.table` is set.
     pub async fn new(
         config: ConsoleConfig,
@@ -54,9 +55,14 @@ impl Console {
         })
     }
 
-    /// The routes, behind the token check.
-    pub fn router(&self) -> Router {
-        let state = Arc::clone(&self.state);
+    /// The token every request must carry: the configured one or the one generated at start. Print
+    /// it as the address to open, `http://127.0.0.1:8025/?token=<token>`.
+    pub fn token(&self) -> &str {
+        &self.state.token
+    }
+
+    /// The pages and actions (their answers carry the security headers).
+    fn routes(&self) -> Router {
         Router::new()
             .route("/", get(queues::overview))
             .route("/live", get(queues::live))
@@ -73,19 +79,31 @@ impl Console {
             .route("/static/console.css", get(html::stylesheet))
             .route("/static/console.js", get(html::script))
             .fallback(html::not_found)
+            .with_state(Arc::clone(&self.state))
+    }
+
+    /// The checks every request passes before its body is read (see `src/auth.rs`), outermost first:
+    /// the audit span, the security headers, the `Host` and cross-site checks, the token.
+    fn gate(&self, routes: Router) -> Router {
+        let state = Arc::clone(&self.state);
+        routes
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&state),
                 auth::require_token,
             ))
+            .layer(axum::middleware::from_fn_with_state(
+                state,
+                auth::closed_to_other_sites,
+            ))
             .layer(axum::middleware::from_fn(html::security_headers))
             .layer(axum::middleware::from_fn(auth::audit))
-            .with_state(state)
     }
 
     /// Serves on `listener` until `stop` is cancelled.
     pub async fn serve(self, listener: TcpListener, stop: CancellationToken) {
         let limits = self.state.config.limits;
-        conveyor_http::serve(listener, self.router(), limits, stop).await;
+        let routes = self.routes();
+        conveyor_http::serve_gated(listener, routes, limits, stop, |routes| self.gate(routes)).await;
     }
 
     /// AWS requests made so far (SQS and DynamoDB, retries included).

@@ -11,6 +11,8 @@ use crate::workers::Workers;
 
 pub(crate) struct AppState {
     pub(crate) config: ConsoleConfig,
+    /// The token every request must carry: the configured one, or one generated at start.
+    pub(crate) token: String,
     pub(crate) sqs: aws_sdk_sqs::Client,
     pub(crate) store: Option<DynamoStore>,
     /// Schedules' leases, states and run-time definitions (the same table).
@@ -54,18 +56,16 @@ impl AppState {
             }
         }
         let workers = Workers::new(config.workers.clone());
+        let token = config.token.clone().unwrap_or_else(random_hex);
         Ok(Self {
+            token,
             config,
             sqs,
             store,
             schedules,
             timers,
             requests,
-            csrf: format!(
-                "{}{}",
-                uuid::Uuid::new_v4().simple(),
-                uuid::Uuid::new_v4().simple()
-            ),
+            csrf: random_hex(),
             fixed_urls,
             tasks: Tasks::default(),
             workers,
@@ -84,4 +84,13 @@ impl AppState {
         }
         Ok(urls)
     }
+}
+
+/// 64 hexadecimal digits from two random UUIDs (244 random bits).
+fn random_hex() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
 }

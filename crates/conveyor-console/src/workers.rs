@@ -15,6 +15,8 @@ use conveyor_core::metric_names::{
 
 /// How long a scrape may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The largest metrics page read (a worker's is a few KiB).
+const MAX_METRICS_BYTES: usize = 1024 * 1024;
 
 /// One worker as the page shows it.
 #[derive(Debug, Clone)]
@@ -49,8 +51,10 @@ pub(crate) struct Workers {
 
 impl Workers {
     pub(crate) fn new(urls: Vec<String>) -> Self {
+        // No redirects: a worker's endpoint answers itself; a redirect elsewhere is not followed.
         let http = reqwest::Client::builder()
             .timeout(SCRAPE_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
         Self {
@@ -117,20 +121,34 @@ impl Workers {
         view
     }
 
+    /// The page at `url`: a success, read up to [`MAX_METRICS_BYTES`].
     async fn fetch(&self, url: &str) -> Result<String, String> {
-        let response = self
+        let mut response = self
             .http
             .get(url)
             .send()
             .await
             .map_err(|error| format!("cannot reach {url}: {error}"))?;
         if !response.status().is_success() {
-            return Err(format!("{url} answered {}", response.status()));
+            return Err(format!(
+                "{url} answered {} (redirects are not followed: give the worker's own address)",
+                response.status()
+            ));
         }
-        response
-            .text()
+        let mut page = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|error| format!("reading {url} failed: {error}"))
+            .map_err(|error| format!("reading {url} failed: {error}"))?
+        {
+            if page.len() + chunk.len() > MAX_METRICS_BYTES {
+                return Err(format!(
+                    "{url} sent more than {MAX_METRICS_BYTES} bytes: not a Conveyor worker's metrics"
+                ));
+            }
+            page.extend_from_slice(&chunk);
+        }
+        String::from_utf8(page).map_err(|_| format!("{url} sent a page that is not UTF-8"))
     }
 }
 
@@ -193,5 +211,48 @@ mod tests {
         assert!(!values.contains_key("broken"));
         assert_eq!(metrics_url("http://h:9090/"), "http://h:9090/metrics");
         assert_eq!(metrics_url("http://h:9090/metrics"), "http://h:9090/metrics");
+    }
+
+    /// A redirect is not followed and an endless page is cut at the cap; a real page is read.
+    #[tokio::test]
+    async fn scraping_follows_no_redirect_and_reads_at_most_the_cap() {
+        use axum::routing::get;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
+        let Ok(addr) = listener.local_addr() else {
+            panic!("no address");
+        };
+        let huge = "x".repeat(MAX_METRICS_BYTES + 1);
+        let router = axum::Router::new()
+            .route(
+                "/moved/metrics",
+                get(|| async { axum::response::Redirect::temporary("/ok/metrics") }),
+            )
+            .route("/ok/metrics", get(|| async { "conveyor_in_flight 2\n" }))
+            .route("/huge/metrics", get(move || async move { huge }));
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(conveyor_http::serve(
+            listener,
+            router,
+            conveyor_http::Limits::default(),
+            stop.clone(),
+        ));
+        let base = format!("http://{addr}");
+        let workers = Workers::new(vec![
+            format!("{base}/ok"),
+            format!("{base}/moved"),
+            format!("{base}/huge"),
+        ]);
+        let views = workers.scrape().await;
+        assert_eq!((views[0].error.as_deref(), views[0].in_flight), (None, 2.0));
+        let moved = views[1].error.as_deref().unwrap_or_default();
+        assert!(
+            moved.contains("307") && moved.contains("redirects are not followed"),
+            "{moved}"
+        );
+        let huge = views[2].error.as_deref().unwrap_or_default();
+        assert!(huge.contains("more than 1048576 bytes"), "{huge}");
+        stop.cancel();
     }
 }

@@ -3,6 +3,7 @@
 mod body;
 pub mod testing;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -10,6 +11,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use body::OversizedBody;
@@ -35,6 +37,9 @@ pub struct Limits {
     /// router with an empty body and an [`OversizedBody`] extension (the route answers, the connection
     /// stays usable); a larger one is answered `413` at once. Zero: every oversized body gets `413`.
     pub drain_oversized: usize,
+    /// Connections served at once; a client beyond waits in the listener's backlog until one closes
+    /// (an idle one is closed after `header_timeout`).
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -44,6 +49,7 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(30),
             max_body: 1024 * 1024,
             drain_oversized: 0,
+            max_connections: 256,
         }
     }
 }
@@ -54,8 +60,30 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Serves `router` on `listener` until `stop` is cancelled: HTTP/1.1 with keep-alive, every request
 /// held to `limits`. On `stop` the listener closes and open connections finish the request they are on.
 pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: CancellationToken) {
-    let router = router.layer(axum::middleware::from_fn_with_state(limits, body::bound_body));
+    serve_gated(listener, router, limits, stop, |router| router).await;
+}
+
+/// As [`serve`], with `gate` wrapped around the router *before* the body is read: the middleware
+/// `gate` adds (a token check, a `Host` check) decides from the request's head alone, so a request
+/// it refuses is answered without its body being read or buffered.
+pub async fn serve_gated(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stop: CancellationToken,
+    gate: impl FnOnce(Router) -> Router,
+) {
+    let router = gate(router.layer(axum::middleware::from_fn_with_state(limits, body::bound_body)));
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     loop {
+        // A permit first: beyond the cap, clients wait in the kernel's backlog, not in our memory.
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => permit,
+            () = stop.cancelled() => return,
+        };
+        let Ok(permit) = permit else {
+            return; // never closed
+        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = stop.cancelled() => return,
@@ -90,6 +118,7 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
             if let Err(error) = result {
                 tracing::debug!(%error, "http: connection ended");
             }
+            drop(permit);
         });
     }
 }

@@ -2,7 +2,10 @@
 //! oversized body, a client that never finishes its headers, one that never finishes its body.
 //!
 //! Each check returns what went wrong as an `Err` with the server's raw answer, so a test reads
-//! `malformed_request_is_refused(addr).await.unwrap()`.
+//! `refuses_bad_clients(addr, "/echo", &limits).await.unwrap()`. A server that checks a token before
+//! it reads a body takes the checks with the token's header ([`refuses_bad_clients_with`]).
+//! [`raw_request`] sends one request exactly as written, for tests of what a server answers to
+//! headers a well-behaved client would not send.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,6 +27,14 @@ async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Result<S
             "the connection was still open after {within:?}; received so far: {text:?}"
         )),
     }
+}
+
+/// Sends `request` exactly as written on a new connection and reads the answer until the server
+/// closes it (send `Connection: close`), at most 10 s.
+pub async fn raw_request(addr: SocketAddr, request: &str) -> Result<String, String> {
+    let mut stream = connect(addr).await?;
+    write(&mut stream, request.as_bytes()).await?;
+    read_until_closed(&mut stream, Duration::from_secs(10)).await
 }
 
 async fn connect(addr: SocketAddr) -> Result<TcpStream, String> {
@@ -59,10 +70,11 @@ pub(crate) async fn oversized_body_is_refused(
     addr: SocketAddr,
     path: &str,
     length: usize,
+    headers: &str,
 ) -> Result<(), String> {
     let mut stream = connect(addr).await?;
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n\r\n"
     );
     write(&mut stream, head.as_bytes()).await?;
     // The server may answer before the body is in: a failed write after that is fine.
@@ -84,9 +96,11 @@ pub(crate) async fn unfinished_body_is_cut_off(
     addr: SocketAddr,
     path: &str,
     within: Duration,
+    headers: &str,
 ) -> Result<(), String> {
     let mut stream = connect(addr).await?;
-    let head = format!("POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n0123456789");
+    let head =
+        format!("POST {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Content-Length: 100\r\n\r\n0123456789");
     write(&mut stream, head.as_bytes()).await?;
     let answer = read_until_closed(&mut stream, within).await?;
     expect_status(&answer, 408)
@@ -98,11 +112,23 @@ pub async fn refuses_bad_clients(
     post_path: &str,
     limits: &crate::Limits,
 ) -> Result<(), String> {
+    refuses_bad_clients_with(addr, post_path, limits, "").await
+}
+
+/// [`refuses_bad_clients`], each POST carrying `headers` (header lines, each ending in `\r\n`, such
+/// as a token: the checks of the body then reach the body).
+pub async fn refuses_bad_clients_with(
+    addr: SocketAddr,
+    post_path: &str,
+    limits: &crate::Limits,
+    headers: &str,
+) -> Result<(), String> {
     let slack = Duration::from_secs(3);
     malformed_request_is_refused(addr).await?;
-    oversized_body_is_refused(addr, post_path, limits.max_body.max(limits.drain_oversized) + 1).await?;
+    let oversized = limits.max_body.max(limits.drain_oversized) + 1;
+    oversized_body_is_refused(addr, post_path, oversized, headers).await?;
     unfinished_head_is_cut_off(addr, limits.header_timeout + slack).await?;
-    unfinished_body_is_cut_off(addr, post_path, limits.body_timeout + slack).await
+    unfinished_body_is_cut_off(addr, post_path, limits.body_timeout + slack, headers).await
 }
 
 #[cfg(test)]
@@ -123,6 +149,7 @@ mod tests {
             body_timeout: Duration::from_millis(500),
             max_body: 1000,
             drain_oversized: 0,
+            max_connections: 2,
         };
         let router = Router::new()
             .route("/", get(|| async { "ok" }))
@@ -147,6 +174,20 @@ mod tests {
                 "{answer}"
             );
         }
+
+        // The cap: with that connection and another idle one open, a third is not served until one
+        // of them closes.
+        let idle = TcpStream::connect(addr).await.unwrap();
+        let waiting = tokio::spawn(raw_request(
+            addr,
+            "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "a third connection was served beside two");
+        drop(stream);
+        let answer = waiting.await.unwrap().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        drop(idle);
         stop.cancel();
     }
 }

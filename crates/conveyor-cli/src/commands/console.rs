@@ -15,17 +15,25 @@ use crate::aws::Aws;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   conveyor console --queue-prefix jobs --worker http://127.0.0.1:9090 --table conveyor-idempotency
-  CONVEYOR_CONSOLE_TOKEN=$(openssl rand -hex 16) conveyor console --listen 0.0.0.0:8025 --queue-url $URL
+  CONVEYOR_CONSOLE_TOKEN=$(openssl rand -hex 16) conveyor console --listen 0.0.0.0:8025 \
+    --behind-tls-proxy --public-name console.example.com --queue-url $URL
 
-Open the printed address in a browser. On any address but loopback a token is required: open the page
-once as /?token=<token> (it is then kept in a cookie) or send Authorization: Bearer <token>.")]
+Open the printed address in a browser: it carries the token once (/?token=<token>), which the browser then
+keeps in a cookie; scripts send Authorization: Bearer <token>. Without --token a random token is
+generated at every start. Off loopback the console must sit behind a proxy that terminates TLS.")]
 pub(crate) struct ConsoleArgs {
-    /// Address to listen on; anything but loopback needs --token.
+    /// Address to listen on; anything but loopback needs --behind-tls-proxy.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8025")]
     pub listen: SocketAddr,
-    /// The token every request must carry (at least 16 characters).
+    /// The token every request must carry (at least 16 characters); generated when not given.
     #[arg(long, value_name = "TOKEN", env = TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
+    /// A name the console answers to besides localhost, 127.0.0.1 and [::1] (the TLS proxy's); repeat for more.
+    #[arg(long = "public-name", value_name = "NAME")]
+    pub public_names: Vec<String>,
+    /// A proxy in front terminates TLS: allows listening off loopback; the token's cookie is Secure.
+    #[arg(long)]
+    pub behind_tls_proxy: bool,
     /// A queue to show (URL or name); repeat for more.
     #[arg(long = "queue-url", value_name = "URL")]
     pub queues: Vec<QueueRef>,
@@ -51,6 +59,8 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
     let config = ConsoleConfig::default()
         .with_listen(args.listen)
         .with_token(args.token.clone())
+        .with_public_names(args.public_names.clone())
+        .with_behind_tls_proxy(args.behind_tls_proxy)
         .with_queues(args.queues.clone())
         .with_prefixes(args.prefixes.clone())
         .with_workers(args.workers.clone())
@@ -60,7 +70,12 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
     let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client()).await?;
     let listener = conveyor_http::bind(&args.listen.to_string()).await?;
     let addr = listener.local_addr().context("reading the console's address")?;
-    crate::errln!("console on http://{addr}/ (Ctrl-C stops it)");
+    // A token the operator chose is not echoed into logs; a generated one is the only way in.
+    let token = match args.token {
+        Some(_) => "<your token>",
+        None => console.token(),
+    };
+    crate::errln!("console on http://{addr}/ (Ctrl-C stops it); open http://{addr}/?token={token}");
     let stop = CancellationToken::new();
     let serving = tokio::spawn(console.serve(listener, stop.clone()));
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
