@@ -1,5 +1,6 @@
 //! How failures reach the user: `error: ...` on stderr, a hint when there is an obvious next step, and
-//! the exit code (1 for a failure, 2 for a usage error, as clap does for bad arguments).
+//! the exit code (1 for a failure, 2 for a usage error, as clap does for bad arguments, 130 for a
+//! command stopped by Ctrl-C).
 
 use std::process::ExitCode;
 
@@ -13,6 +14,12 @@ use crate::aws::{Aws, ConfigError};
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct UsageError(pub String);
+
+/// A command stopped by Ctrl-C after saying what it had done (exit code 130, as a shell reports an
+/// interrupted command).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Interrupted(pub String);
 
 /// Prints `error` (with its causes) and a hint on stderr; returns the exit code. `aws` (absent when the
 /// configuration itself failed to load) names the region and endpoint in the hints.
@@ -30,6 +37,9 @@ pub(crate) fn report(error: &anyhow::Error, aws: Option<&Aws>) -> ExitCode {
     }
     if error.downcast_ref::<UsageError>().is_some() || error.downcast_ref::<ConfigError>().is_some() {
         return ExitCode::from(2);
+    }
+    if error.downcast_ref::<Interrupted>().is_some() {
+        return ExitCode::from(130);
     }
     ExitCode::FAILURE
 }

@@ -168,6 +168,7 @@ async fn every_command_has_help() {
         vec!["dlq", "--help"],
         vec!["dlq", "peek", "--help"],
         vec!["dlq", "redrive", "--help"],
+        vec!["dlq", "delete", "--help"],
         vec!["dlq", "tasks", "--help"],
         vec!["purge", "--help"],
         vec!["schedules", "--help"],
@@ -1266,4 +1267,162 @@ async fn delays_lists_runs_reschedules_and_cancels_jobs_kept_in_the_timer_table(
     let empty = run(delays(&["list"])).await;
     empty.assert_ok();
     assert!(empty.stdout.contains("no delayed jobs"), "{}", empty.stdout);
+}
+
+/// `dlq peek`, `dlq redrive --dry-run` and `dlq delete` take the same filter and touch the same
+/// messages: the peek shows them, the dry run counts them and moves nothing, the delete (only with a
+/// filter or --all, and --yes) removes exactly them.
+#[tokio::test]
+async fn a_filtered_peek_a_dry_run_and_a_delete_touch_the_same_messages() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-delete").await;
+    let dlq = dlq_url(&queue);
+    let webhooks = dead_letter_all(
+        &client,
+        dlq,
+        "webhook",
+        "HTTP 503",
+        (0..3).map(|i| format!("w{i}")),
+    )
+    .await;
+    let emails = dead_letter_all(
+        &client,
+        dlq,
+        "email",
+        "bad address",
+        (0..2).map(|i| format!("e{i}")),
+    )
+    .await;
+    wait_for_depth(&client, dlq, (5, 0, 0)).await;
+    let filter = ["--job-type", "webhook"];
+    let with = |command: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = ["--output", "json", "dlq"]
+            .iter()
+            .map(|arg| (*arg).to_owned())
+            .collect();
+        args.extend(command.iter().map(|arg| (*arg).to_owned()));
+        args.extend(["--queue-url".to_owned(), queue.url.clone()]);
+        args.extend(filter.iter().map(|arg| (*arg).to_owned()));
+        args
+    };
+    let run_with = async |command: &[&'static str]| {
+        let args = with(command);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        conveyor(&args).await
+    };
+    let ids = |value: &Value| -> HashSet<String> {
+        value["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|message| message["message_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let peek = run_with(&["peek", "--max", "100"]).await;
+    peek.assert_ok();
+    assert_eq!(
+        (peek.json()["looked_at"].as_u64(), ids(&peek.json())),
+        (Some(5), webhooks.clone())
+    );
+
+    let dry = run_with(&["redrive", "--dry-run"]).await;
+    dry.assert_ok();
+    assert_eq!(
+        (dry.json()["matching"].as_u64(), ids(&dry.json())),
+        (Some(3), webhooks.clone())
+    );
+    assert_eq!(
+        depth(&client, &queue.url).await,
+        (0, 0, 0),
+        "a dry run moves nothing"
+    );
+    wait_for_depth(&client, dlq, (5, 0, 0)).await;
+
+    let unconfirmed = run_with(&["delete"]).await;
+    unconfirmed.assert_failed_with(2, &["cannot be undone", "--yes", "--dry-run"]);
+    let unfiltered = conveyor(&["dlq", "delete", "--queue-url", &queue.url, "--yes"]).await;
+    unfiltered.assert_failed_with(2, &["--job-type", "--all"]);
+    wait_for_depth(&client, dlq, (5, 0, 0)).await;
+
+    let deleted = run_with(&["delete", "--yes"]).await;
+    deleted.assert_ok();
+    assert_eq!(deleted.json()["deleted"], 3, "{}", deleted.stdout);
+    wait_for_depth(&client, dlq, (2, 0, 0)).await;
+    let left: HashSet<String> = drain(&client, dlq, 2)
+        .await
+        .iter()
+        .map(|message| message.message_id().unwrap().to_owned())
+        .collect();
+    assert_eq!(left, emails);
+    assert_eq!(depth(&client, &queue.url).await, (0, 0, 0), "deleted, not moved");
+}
+
+/// Ctrl-C during a redrive stops it after the current batch, says what moved and exits with 130.
+#[tokio::test]
+async fn ctrl_c_stops_a_redrive_with_exit_code_130_and_says_what_moved() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-interrupt").await;
+    let dlq = dlq_url(&queue);
+    dead_letter_all(
+        &client,
+        dlq,
+        "webhook",
+        "HTTP 503",
+        (0..30).map(|i| format!("w{i}")),
+    )
+    .await;
+    wait_for_depth(&client, dlq, (30, 0, 0)).await;
+    // One message a second: the redrive is far from done when the first progress line comes.
+    let mut child = common::conveyor_command(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--method",
+        "loop",
+        "--rate",
+        "1",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        let progress = line.contains("examined");
+        seen.push(line);
+        if progress {
+            break;
+        }
+    }
+    let pid = child.id().unwrap();
+    let signalled = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        seen.push(line);
+    }
+    let output = child.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = seen.join("\n");
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("stopped by Ctrl-C"), "{stdout}");
+    assert!(
+        stderr.contains("error: stopped by Ctrl-C after moving"),
+        "{stderr}"
+    );
+    let (in_dlq, _, _) = depth(&client, dlq).await;
+    assert!(
+        in_dlq > 0 && in_dlq < 30,
+        "some moved, some stay: {in_dlq} in the DLQ"
+    );
 }

@@ -1,4 +1,5 @@
-//! `conveyor dlq peek|redrive|tasks`: look at dead-lettered messages and move them back.
+//! `conveyor dlq peek|redrive|delete|tasks`: look at dead-lettered messages, move them back or delete
+//! them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,14 +35,47 @@ pub(crate) enum DlqCommand {
     Peek(PeekArgs),
     /// Move dead-lettered messages back to their source queue (all, or only matching ones).
     Redrive(RedriveArgs),
+    /// Delete dead-lettered messages for good (matching ones, or --all).
+    Delete(crate::commands::dlq_delete::DeleteArgs),
     /// List the DLQ's recent message move tasks (started by `dlq redrive`) and their progress.
     Tasks(TasksArgs),
 }
+
+/// Which dead-lettered messages a command looks at: the same flags for `peek`, `redrive` and `delete`, so
+/// a peek previews exactly what the other two would touch.
+#[derive(Debug, Args)]
+pub(crate) struct FilterArgs {
+    /// Only messages of this job type (the conveyor.type attribute).
+    #[arg(long, value_name = "TYPE")]
+    pub job_type: Option<String>,
+    /// Only messages whose recorded failure reason contains TEXT (ignoring case).
+    #[arg(long, value_name = "TEXT")]
+    pub reason_contains: Option<String>,
+    /// Only the message with this DLQ message id (as `dlq peek` shows it); repeat for more.
+    #[arg(long = "message-id", value_name = "ID")]
+    pub message_ids: Vec<String>,
+}
+
+impl FilterArgs {
+    /// The filter these flags select (empty: every message).
+    pub(crate) fn filter(&self) -> MoveFilter {
+        MoveFilter::default()
+            .with_job_type(self.job_type.clone())
+            .with_reason_contains(self.reason_contains.clone())
+            .with_message_ids(
+                (!self.message_ids.is_empty()).then(|| self.message_ids.iter().cloned().collect()),
+            )
+    }
+}
+
+/// The most messages a dry run looks at.
+const DRY_RUN_MAX: usize = 1000;
 
 /// Arguments of `conveyor dlq peek`.
 #[derive(Debug, Args)]
 #[command(after_help = "Example:
   conveyor dlq peek --queue-url $URL --max 20
+  conveyor dlq peek --queue-url $URL --max 100 --job-type webhook --reason-contains 503
 
 Messages are received with a short visibility timeout and made visible again at once, so they stay in
 the DLQ (each peek adds one to their ApproximateReceiveCount). Bodies are not printed unless
@@ -52,9 +86,12 @@ pub(crate) struct PeekArgs {
     /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
-    /// The most messages to show.
+    /// The most messages to look at (those matching the filter are shown).
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub max: u16,
+    /// Which messages to show.
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Print message bodies too (they may carry personal data).
     #[arg(long)]
     pub show_body: bool,
@@ -85,13 +122,14 @@ pub(crate) enum Method {
   conveyor dlq redrive --queue-url $URL --wait                       # everything, with SQS's move task
   conveyor dlq redrive --queue-url $URL --rate 50 --wait             # at most 50 messages per second
   conveyor dlq redrive --queue-url $URL --job-type webhook --reason-contains 503
+  conveyor dlq redrive --queue-url $URL --job-type webhook --dry-run    # what it would move, moving nothing
 
 Without a filter SQS's StartMessageMoveTask moves every message (the conveyor.failure attribute stays on
 them); --wait shows its progress until it completes. With --job-type or --reason-contains, or on an
 endpoint without StartMessageMoveTask, a loop receives from the DLQ, sends each matching message to its
 source queue (same body and attributes, minus conveyor.failure) and deletes it from the DLQ only after
 the send succeeded; messages that stay are made visible again when the scan ends. Ctrl-C stops the loop
-after the current batch.")]
+after the current batch, says what moved and exits with 130.")]
 pub(crate) struct RedriveArgs {
     /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
@@ -99,15 +137,12 @@ pub(crate) struct RedriveArgs {
     /// Move at most N messages per second (1 to 500).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     pub rate: Option<u32>,
-    /// Move only messages of this job type (the conveyor.type attribute).
-    #[arg(long, value_name = "TYPE")]
-    pub job_type: Option<String>,
-    /// Move only messages whose recorded failure reason contains TEXT (ignoring case).
-    #[arg(long, value_name = "TEXT")]
-    pub reason_contains: Option<String>,
-    /// Move only the message with this DLQ message id (as `dlq peek` shows it); repeat for more.
-    #[arg(long = "message-id", value_name = "ID")]
-    pub message_ids: Vec<String>,
+    /// Which messages to move (none of these: all).
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Show what would be moved (a peek of up to 1,000 messages with the filter), moving nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Wait for a move task to finish, printing its progress (the loop always runs to the end).
     #[arg(long)]
     pub wait: bool,
@@ -137,6 +172,7 @@ pub(crate) async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: For
     match &args.command {
         DlqCommand::Peek(args) => run_peek(args, &client, format).await,
         DlqCommand::Redrive(args) => run_redrive(args, &client, format).await,
+        DlqCommand::Delete(args) => crate::commands::dlq_delete::run(args, &client, format).await,
         DlqCommand::Tasks(args) => run_tasks(args, &client, format).await,
     }
 }
@@ -146,8 +182,11 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
     let options = PeekOptions::default()
         .with_max(usize::from(args.max))
         .with_hold(Duration::from_secs(args.hold_secs));
-    let peeked = peek(client, &pair.dlq.url, options).await?;
+    let mut peeked = peek(client, &pair.dlq.url, options).await?;
     let not_released = peeked.release_failures.len();
+    let looked_at = peeked.messages.len();
+    let filter = args.filter.filter();
+    peeked.messages.retain(|received| filter.matches(received));
     let payloads = if args.fetch_payloads {
         crate::commands::payloads::fetch_all(&peeked.messages).await
     } else {
@@ -166,12 +205,19 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
         print_json(&json!({
             "dead_letter_queue": queue_json(&pair.dlq),
             "source_queues": pair.sources.iter().map(queue_json).collect::<Vec<_>>(),
+            "looked_at": looked_at,
             "shown": messages.len(),
             "messages": messages,
             "not_made_visible": not_released,
         }))?;
     } else {
         print_peek_text(&pair, &peeked.messages, args.show_body, &payloads);
+        if !filter.is_empty() {
+            crate::outln!(
+                "{} of the {looked_at} messages looked at match the filter",
+                peeked.messages.len()
+            );
+        }
     }
     if not_released > 0 {
         bail!(
@@ -183,7 +229,12 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
     Ok(())
 }
 
-fn print_peek_text(pair: &DeadLetterPair, messages: &[Received], show_body: bool, payloads: &[Fetched]) {
+pub(crate) fn print_peek_text(
+    pair: &DeadLetterPair,
+    messages: &[Received],
+    show_body: bool,
+    payloads: &[Fetched],
+) {
     let sources: Vec<&str> = pair.sources.iter().map(QueueInfo::name).collect();
     crate::outln!(
         "dead-letter queue {} (source: {}): {} visible before the peek; showing {}, all left in the DLQ",
@@ -272,7 +323,11 @@ fn source_of(received: &Received) -> Option<String> {
     Some(arn.rsplit(':').next().unwrap_or(arn).to_owned())
 }
 
-fn message_json(received: &Received, show_body: bool, fetched: Option<&Result<String, String>>) -> Value {
+pub(crate) fn message_json(
+    received: &Received,
+    show_body: bool,
+    fetched: Option<&Result<String, String>>,
+) -> Value {
     let message = &received.message;
     let failure = received.failure();
     let mut value = json!({
@@ -311,7 +366,7 @@ fn message_json(received: &Received, show_body: bool, fetched: Option<&Result<St
     value
 }
 
-fn queue_json(queue: &QueueInfo) -> Value {
+pub(crate) fn queue_json(queue: &QueueInfo) -> Value {
     json!({
         "name": queue.name(),
         "url": queue.url,
@@ -324,10 +379,10 @@ fn queue_json(queue: &QueueInfo) -> Value {
 
 async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
-    let filter = MoveFilter::default()
-        .with_job_type(args.job_type.clone())
-        .with_reason_contains(args.reason_contains.clone())
-        .with_message_ids((!args.message_ids.is_empty()).then(|| args.message_ids.iter().cloned().collect()));
+    let filter = args.filter.filter();
+    if args.dry_run {
+        return dry_run(client, &pair, &filter, "moved", format).await;
+    }
     let destinations = match &args.to_queue_url {
         Some(queue) => Destinations::One(describe(client, &resolve_queue_url(client, queue).await?).await?),
         None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
@@ -445,18 +500,7 @@ async fn run_loop(
     filter: MoveFilter,
     format: Format,
 ) -> anyhow::Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let stop = Arc::clone(&stop);
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                stop.store(true, Ordering::Relaxed);
-                crate::errln!(
-                    "stopping after the current batch; messages already examined are made visible again"
-                );
-            }
-        })
-    };
+    let (stop, watcher) = stop_on_ctrl_c();
     let options = MoveOptions::default()
         .with_filter(filter)
         .with_rate(args.rate)
@@ -491,10 +535,7 @@ async fn run_loop(
             "not_matching": report.skipped,
             "unknown_source": report.unroutable,
             "arrived_after_start": report.arrived_after_start,
-            "failed": report.failed.iter().map(|failure| json!({
-                "message_id": failure.message_id,
-                "error": failure.error,
-            })).collect::<Vec<_>>(),
+            "failed": failures_json(&report),
             "stopped": report.stopped,
             "dead_letter_queue_after": { "visible": remaining.visible, "in_flight": remaining.in_flight },
         }))?;
@@ -516,8 +557,84 @@ async fn run_loop(
             crate::outln!("  {}: {}", failure.message_id, failure.error);
         }
     }
+    end_of_scan(&report, "moved", "moving")
+}
+
+/// The messages a scan could not move or delete, as JSON.
+pub(crate) fn failures_json(report: &MoveReport) -> Value {
+    report
+        .failed
+        .iter()
+        .map(|failure| json!({ "message_id": failure.message_id, "error": failure.error }))
+        .collect()
+}
+
+/// The scan's exit: an error when messages could not be `done` ("moved"), exit 130 when Ctrl-C stopped
+/// it (`doing`: "moving"), else success.
+pub(crate) fn end_of_scan(report: &MoveReport, done: &str, doing: &str) -> anyhow::Result<()> {
     if !report.failed.is_empty() {
-        bail!("{} messages could not be moved", report.failed.len());
+        bail!("{} messages could not be {done}", report.failed.len());
+    }
+    if report.stopped {
+        bail!(crate::errors::Interrupted(format!(
+            "stopped by Ctrl-C after {doing} {} of {} examined messages",
+            report.moved, report.examined
+        )));
+    }
+    Ok(())
+}
+
+/// A flag Ctrl-C sets (the scan stops after its current batch), and the task watching for it (abort it
+/// when the scan ends).
+pub(crate) fn stop_on_ctrl_c() -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stop.store(true, Ordering::Relaxed);
+                crate::errln!(
+                    "stopping after the current batch; messages already examined are made visible again"
+                );
+            }
+        })
+    };
+    (stop, watcher)
+}
+
+/// `--dry-run`: the messages a redrive or delete with `filter` would touch, from a peek of up to
+/// [`DRY_RUN_MAX`] (`verb`: "moved" or "deleted"); nothing is touched.
+pub(crate) async fn dry_run(
+    client: &aws_sdk_sqs::Client,
+    pair: &DeadLetterPair,
+    filter: &MoveFilter,
+    verb: &str,
+    format: Format,
+) -> anyhow::Result<()> {
+    let options = PeekOptions::default().with_max(DRY_RUN_MAX);
+    let mut peeked = peek(client, &pair.dlq.url, options).await?;
+    let looked_at = peeked.messages.len();
+    peeked.messages.retain(|received| filter.matches(received));
+    if format == Format::Json {
+        print_json(&json!({
+            "dry_run": true,
+            "dead_letter_queue": queue_json(&pair.dlq),
+            "looked_at": looked_at,
+            "would_be": verb,
+            "matching": peeked.messages.len(),
+            "messages": peeked.messages.iter().map(|received| message_json(received, false, None)).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        print_peek_text(pair, &peeked.messages, false, &[]);
+        let more = if looked_at >= DRY_RUN_MAX {
+            " (more may be there: a dry run looks at 1,000)"
+        } else {
+            ""
+        };
+        crate::outln!(
+            "dry run: {} of the {looked_at} messages looked at would be {verb}{more}; nothing was {verb}",
+            peeked.messages.len()
+        );
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 pub(crate) mod console;
 pub(crate) mod delays;
 pub(crate) mod dlq;
+pub(crate) mod dlq_delete;
 pub(crate) mod jobs;
 pub(crate) mod local;
 pub(crate) mod outbox;
