@@ -210,9 +210,13 @@ fn render_tracking(job: &JobRecord, now: SystemTime) -> Markup {
     }
 }
 
+/// The idempotency claim. Its state is named apart from a tracked job's status (shown above it), so the
+/// page never shows two statuses; the lease only while a run holds the claim.
 fn render(record: &IdempotencyRecord, fields: &Fields, now: SystemTime) -> Markup {
     let status = match record.status {
-        RecordStatus::Completed => html! { span class="ok" { "completed" } },
+        RecordStatus::Completed => {
+            html! { span class="ok" { "settled" } " (the job completed; a redelivery is a duplicate)" }
+        }
         RecordStatus::InProgress if record.is_free_at(now) => html! {
             span class="bad" { "in progress, lease lapsed" }
             " (its worker stopped; the next delivery takes it over)"
@@ -243,8 +247,10 @@ fn render(record: &IdempotencyRecord, fields: &Fields, now: SystemTime) -> Marku
             table id="job" {
                 tbody {
                     tr { th { "Record" } td { code { (record.key) } } }
-                    tr { th { "Status" } td id="job-status" { (status) } }
-                    tr { th { "Lease until" } td { (time(record.lease_until)) } }
+                    tr { th { "Claim" } td id="job-claim" { (status) } }
+                    @if record.status == RecordStatus::InProgress {
+                        tr { th { "Lease until" } td { (time(record.lease_until)) } }
+                    }
                     tr { th { "Record expires" } td { (time(Some(record.expires_at))) } }
                     tr {
                         th { "Claim token" }

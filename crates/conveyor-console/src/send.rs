@@ -60,6 +60,13 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
     if let Some(group) = fields.get("group_id") {
         job = job.group_id(group);
     }
+    if let Some(delay) = fields.get("delay_secs") {
+        let seconds: u64 = delay
+            .trim()
+            .parse()
+            .map_err(|_| format!("the delay {delay:?} is not a whole number of seconds; nothing was sent"))?;
+        job = job.delay(std::time::Duration::from_secs(seconds));
+    }
     let producer = Producer::new(state.sqs.clone(), url);
     let id = producer
         .send(&job)
@@ -111,6 +118,10 @@ async fn render(state: &AppState, fields: &Fields, outcome: Option<Markup>) -> M
             }
             label { "Idempotency key (optional)" input name="key" value=(value("key")); }
             label { "Message group (FIFO queues)" input name="group_id" value=(value("group_id")); }
+            label {
+                "Delay in seconds (optional; standard queues, longer than 15 minutes kept as a due time)"
+                input name="delay_secs" inputmode="numeric" value=(value("delay_secs"));
+            }
             div { button type="submit" { "Check and send" } }
         }
     }

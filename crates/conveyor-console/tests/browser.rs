@@ -326,6 +326,42 @@ async fn scenario(
     .await
     .context("the worker never delivered the job sent from the console")?;
 
+    // A delay: a bad one is refused with nothing sent, a good one leaves the job delayed in the queue.
+    let form = browser.form(Locator::Css("#send")).await?;
+    form.set_by_name("delay_secs", "soon").await?;
+    form.submit().await?;
+    let refused = wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, "#send-error").await
+    })
+    .await?;
+    assert!(refused.contains("not a whole number of seconds"), "{refused}");
+    let form = browser.form(Locator::Css("#send")).await?;
+    form.set_by_name("delay_secs", "600").await?;
+    form.submit().await?;
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, "#sent-id").await.filter(|id| !id.is_empty())
+    })
+    .await
+    .context("no message id after sending a delayed job")?;
+    let delayed = wait_for(Duration::from_secs(10), Duration::from_millis(200), async || {
+        let attributes = sqs
+            .get_queue_attributes()
+            .queue_url(&queue.url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .ok()?;
+        let delayed = attributes
+            .attributes()?
+            .get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed)?
+            .clone();
+        (delayed == "1").then_some(delayed)
+    })
+    .await
+    .context("the job sent with a 600 s delay is not delayed in the queue")?;
+    assert_eq!(delayed, "1");
+    assert_eq!(delivered.load(Ordering::SeqCst), 3, "the delayed job did not run");
+
     shutdown.cancel();
     running.await??;
     Ok(())
