@@ -57,7 +57,8 @@ async fn health_readiness_and_metrics_are_served() {
         "conveyor_messages_received_total{queue=\"ops\"} 3",
         "conveyor_messages_succeeded_total{queue=\"ops\",job_type=\"plain\"} 3",
         "conveyor_handler_duration_seconds_bucket{job_type=\"plain\",le=\"0.005\"}",
-        "conveyor_in_flight 0",
+        // The gauge's value is the process's: other tests' workers share it here, so only its presence.
+        "\nconveyor_in_flight ",
         "conveyor_queue_in_flight{queue=\"ops\"}",
     ] {
         assert!(metrics.contains(expected), "missing {expected:?} in:\n{metrics}");
