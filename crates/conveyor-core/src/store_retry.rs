@@ -1,7 +1,7 @@
 //! Trying a store write again through an outage: one schedule for every caller.
 //!
-//! The waits start at `first`, are jittered ([`crate::backoff::equal_jitter`]) and double up to
-//! `longest`. The tries end at `give_up` (a wait that would pass it is not taken) or, for a worker,
+//! The waits start at `first`, double up to `longest` ([`crate::backoff::doubling`], the schedule the
+//! worker's queue calls use too) and are jittered ([`crate::backoff::equal_jitter`]). The tries end at `give_up` (a wait that would pass it is not taken) or, for a worker,
 //! when its process stops. Only an outage ([`StoreError::Unavailable`]) is worth waiting out; a
 //! refusal is a configuration error or a lost claim, and waiting changes neither.
 
@@ -15,8 +15,9 @@ use crate::idempotency::StoreError;
 /// The schedule of one write's tries (see the module's note).
 #[derive(Debug)]
 pub(crate) struct StoreRetry<'a> {
-    wait: Duration,
+    first: Duration,
     longest: Duration,
+    failures: u32,
     give_up: Instant,
     stop: Option<&'a CancellationToken>,
 }
@@ -25,8 +26,9 @@ impl<'a> StoreRetry<'a> {
     /// Waits of `first`, doubled up to `longest`, until `give_up`.
     pub(crate) fn new(first: Duration, longest: Duration, give_up: Instant) -> Self {
         Self {
-            wait: first,
+            first,
             longest,
+            failures: 0,
             give_up,
             stop: None,
         }
@@ -44,11 +46,12 @@ impl<'a> StoreRetry<'a> {
         if !matches!(error, StoreError::Unavailable { .. }) {
             return false;
         }
-        let pause = crate::backoff::equal_jitter(self.wait);
+        self.failures = self.failures.saturating_add(1);
+        let pause =
+            crate::backoff::equal_jitter(crate::backoff::doubling(self.first, self.failures, self.longest));
         if Instant::now() + pause > self.give_up {
             return false;
         }
-        self.wait = (self.wait * 2).min(self.longest);
         let Some(stop) = self.stop else {
             tokio::time::sleep(pause).await;
             return true;

@@ -103,8 +103,12 @@ impl Pipeline {
                 {
                     Ok(answer) => return answer,
                     Err(error) if retry.after(&error).await => {}
-                    Err(_) => {
-                        tracing::warn!(%key, "the store did not answer; the job leaves unrun and its status is not written");
+                    Err(error) => {
+                        let why = match error {
+                            StoreError::Unavailable { .. } => "the store did not answer",
+                            _ => "the store refused the request",
+                        };
+                        tracing::warn!(%key, %error, "{why}; the job leaves unrun and its status is not written");
                         return UnrunJob::DeadLetter;
                     }
                 }
