@@ -5,7 +5,9 @@
 //! call never holds back the next batch.
 //!
 //! Each request holds the message's heartbeat registration, dropped only once the delete's fate is
-//! known, so the heartbeat keeps the message invisible until the delete is confirmed. Pending deletes
+//! known, so the heartbeat keeps the message invisible until the delete is confirmed. Before the first
+//! try the registration is marked as deleting: an extension that races a delete that landed is then
+//! refused without a false "lease lost" (see `heartbeat.rs`, `Registration::deleting`). Pending deletes
 //! are bounded by `max_in_flight`: a request takes a pending-delete slot before it is queued, and the
 //! message task waits for one while still holding its in-flight slot, so when deletes fail the receive
 //! loops wait instead of piling up receipts (in the normal flow the slots are never short).
@@ -47,11 +49,7 @@ pub(crate) struct DeleteRequest {
     pub(crate) message_id: String,
     /// The message's lease: its visibility deadline bounds the retries.
     pub(crate) lease: Arc<Lease>,
-    /// Keeps the message invisible (heartbeat) until the delete answered.
-    #[expect(
-        dead_code,
-        reason = "held for its Drop: the heartbeat ends once the delete answered"
-    )]
+    /// Keeps the message invisible (heartbeat) until the delete answered; dropped with the request.
     pub(crate) registration: Registration,
     /// One of the `max_in_flight` pending-delete slots.
     #[expect(dead_code, reason = "held for its Drop: frees the pending-delete slot")]
@@ -208,6 +206,10 @@ async fn delete_with_retries(queue: Arc<dyn Queue>, batch: Vec<DeleteRequest>, s
             .min()
             .unwrap_or_else(Instant::now)
     };
+    // From here an extension refused for one of these receipts is the delete landing first.
+    for request in &remaining {
+        request.registration.deleting();
+    }
     let mut attempts = Attempts::until(earliest(&remaining));
     let mut last_error = String::new();
     while let Some(left) = attempts.next().await {

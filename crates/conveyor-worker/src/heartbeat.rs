@@ -41,7 +41,10 @@
 //!    a grace period, releases the claim and the message goes back at once).
 //! 7. **Unregister after the outcome is applied.** A delete is retried until shortly before the receipt
 //!    expires; the `Registration` travels with the delete request and is dropped once `DeleteMessageBatch`
-//!    answered, so the message stays invisible until its delete is confirmed.
+//!    answered, so the message stays invisible until its delete is confirmed. An extension sent while
+//!    the delete is out can reach SQS after it and be refused: the deleter marks the registration
+//!    first (`Registration::deleting`), and such a refusal only ends the extensions (no cancel, no lost
+//!    lease counted, no warning).
 //! 8. **At shutdown the heartbeat stops last**, after the drain, the releases and the final delete flush.
 
 use std::collections::BTreeMap;
@@ -147,12 +150,26 @@ struct Entry {
     in_call: bool,
     /// A claim extension for this entry is out.
     claim_in_call: bool,
+    /// The message's delete has been sent (see [`Registration::deleting`]).
+    deleting: bool,
 }
 
 /// A message's place in the heartbeat; dropping it ends the message's heartbeat.
 pub(crate) struct Registration {
     id: u64,
     inner: Arc<Inner>,
+}
+
+impl Registration {
+    /// Says the message's delete is being sent. From then on an extension refused for this receipt
+    /// was most likely refused because the delete landed first (the registration lives until the
+    /// delete's answer is applied), so it is not a lost lease: the entry stops being extended, but
+    /// nothing is cancelled, counted or warned about. A delete that really lost the lease says so itself.
+    pub(crate) fn deleting(&self) {
+        if let Some(entry) = self.inner.lock().get_mut(&self.id) {
+            entry.deleting = true;
+        }
+    }
 }
 
 impl Drop for Registration {
@@ -262,6 +279,7 @@ impl Heartbeats {
                 extending: true,
                 in_call: false,
                 claim_in_call: false,
+                deleting: false,
             },
         );
         Registration {
@@ -542,8 +560,10 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
     });
 }
 
-/// Stops extending entry `id`, cancels its handler and counts the lost lease. Does nothing when the
-/// entry is gone: its outcome was applied meanwhile (a delete makes the receipt invalid), nothing is lost.
+/// Stops extending entry `id`, cancels its handler and counts the lost lease; true when the caller
+/// should say why. Only stops extending when the message's delete is out (a delete that lands before
+/// an extension makes the receipt invalid: nothing is lost), and does nothing when the entry is gone
+/// (its outcome was applied meanwhile).
 fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
     {
         let mut entries = inner.lock();
@@ -554,6 +574,10 @@ fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
             return false;
         }
         entry.extending = false;
+        if entry.deleting {
+            tracing::debug!(message_id = %entry.message_id, "extension refused while the delete is out; the delete decides");
+            return false;
+        }
     }
     if !lease.cancellation().is_cancelled() {
         lease.cancellation().cancel();
@@ -680,6 +704,33 @@ mod tests {
         assert!(lease.cancellation().is_cancelled());
         assert_eq!(setup.status.report().leases_lost, 1);
         assert_eq!(setup.status.report().heartbeat_extensions, 0);
+        setup.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_refused_after_the_delete_landed_is_no_lost_lease() {
+        let setup = setup(Duration::from_secs(3600), None);
+        let (message, lease, registration) = receive(&setup).await;
+        // The deleter has sent the delete and it landed; its answer is not applied yet, so the
+        // registration lives and the next extension is refused for a receipt that is gone.
+        registration.deleting();
+        let failures = setup
+            .queue
+            .delete_batch(std::slice::from_ref(&message.receipt_handle))
+            .await
+            .unwrap();
+        assert!(failures.is_empty());
+        tokio::time::sleep(Duration::from_secs(21)).await;
+        assert_eq!(
+            setup.queue.requests().change_visibility,
+            1,
+            "the extension was tried"
+        );
+        assert!(!lease.cancellation().is_cancelled());
+        assert_eq!(setup.status.report().leases_lost, 0);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(setup.queue.requests().change_visibility, 1, "and not tried again");
+        drop(registration);
         setup.stop.cancel();
     }
 
