@@ -344,22 +344,12 @@ async fn scenario(
     .await
     .context("no message id after sending a delayed job")?;
     let delayed = wait_for(Duration::from_secs(10), Duration::from_millis(200), async || {
-        let attributes = sqs
-            .get_queue_attributes()
-            .queue_url(&queue.url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-            .send()
-            .await
-            .ok()?;
-        let delayed = attributes
-            .attributes()?
-            .get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed)?
-            .clone();
-        (delayed == "1").then_some(delayed)
+        let depth = conveyor_sqs::admin::describe(sqs, &queue.url).await.ok()?.depth;
+        (depth.delayed == 1).then_some(depth.delayed)
     })
     .await
     .context("the job sent with a 600 s delay is not delayed in the queue")?;
-    assert_eq!(delayed, "1");
+    assert_eq!(delayed, 1);
     assert_eq!(delivered.load(Ordering::SeqCst), 3, "the delayed job did not run");
 
     shutdown.cancel();

@@ -73,8 +73,19 @@ pub async fn serve_gated(
     stop: CancellationToken,
     gate: impl FnOnce(Router) -> Router,
 ) {
-    let router = gate(router.layer(axum::middleware::from_fn_with_state(limits, body::bound_body)));
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let router = gate(router.layer(axum::middleware::from_fn_with_state(limits, body::bound_body)));
+    serve_within(listener, router, limits, stop, connections).await;
+}
+
+/// The accept loop: one of `connections`' permits per open connection.
+async fn serve_within(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stop: CancellationToken,
+    connections: Arc<Semaphore>,
+) {
     loop {
         // A permit first: beyond the cap, clients wait in the kernel's backlog, not in our memory.
         let permit = tokio::select! {

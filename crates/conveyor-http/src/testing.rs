@@ -133,12 +133,30 @@ pub async fn refuses_bad_clients_with(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use axum::Router;
     use axum::routing::{get, post};
     use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::Limits;
+
+    /// One `POST /echo` of `body` on a kept-alive connection, answered with `body`.
+    async fn echo(stream: &mut TcpStream, body: &str) {
+        let request = format!(
+            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut buffer = [0u8; 512];
+        let read = stream.read(&mut buffer).await.unwrap();
+        let answer = String::from_utf8_lossy(&buffer[..read]).into_owned();
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with(body),
+            "{answer}"
+        );
+    }
 
     #[tokio::test]
     async fn the_stack_refuses_bad_clients_and_serves_good_ones() {
@@ -155,34 +173,47 @@ mod tests {
             .route("/", get(|| async { "ok" }))
             .route("/echo", post(|body: String| async move { body }));
         let stop = CancellationToken::new();
-        tokio::spawn(crate::serve(listener, router, limits, stop.clone()));
+        let router = router.layer(axum::middleware::from_fn_with_state(
+            limits,
+            crate::body::bound_body,
+        ));
+        let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        tokio::spawn(crate::serve_within(
+            listener,
+            router,
+            limits,
+            stop.clone(),
+            Arc::clone(&connections),
+        ));
 
         refuses_bad_clients(addr, "/echo", &limits).await.unwrap();
 
         // A well-formed request on a kept-alive connection is answered, twice.
         let mut stream = TcpStream::connect(addr).await.unwrap();
         for _ in 0..2 {
-            stream
-                .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
-                .await
-                .unwrap();
-            let mut buffer = [0u8; 512];
-            let read = stream.read(&mut buffer).await.unwrap();
-            let answer = String::from_utf8_lossy(&buffer[..read]).into_owned();
-            assert!(
-                answer.starts_with("HTTP/1.1 200") && answer.ends_with("hello"),
-                "{answer}"
-            );
+            echo(&mut stream, "hello").await;
         }
 
         // The cap: with that connection and another idle one open, a third is not served until one
         // of them closes.
         let idle = TcpStream::connect(addr).await.unwrap();
+        // The loop takes a permit before each accept: once none is left, the idle connection (first in
+        // the kernel's queue) has the last one and nothing else is accepted until a connection closes.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while connections.available_permits() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the loop never took the last permit"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let waiting = tokio::spawn(raw_request(
             addr,
             "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         ));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // One more round trip on the first connection: the server is running, and still holds both.
+        echo(&mut stream, "hi").await;
+        assert_eq!(connections.available_permits(), 0);
         assert!(!waiting.is_finished(), "a third connection was served beside two");
         drop(stream);
         let answer = waiting.await.unwrap().unwrap();
