@@ -25,9 +25,35 @@ pub(crate) struct AwsArgs {
     /// AWS region (instead of AWS_REGION or the profile's region).
     #[arg(long, global = true, value_name = "REGION")]
     pub region: Option<String>,
-    /// SQS endpoint, e.g. http://127.0.0.1:4566 for LocalStack (instead of AWS_ENDPOINT_URL_SQS).
+    /// Endpoint of every AWS service the command calls (SQS, DynamoDB, S3), e.g. http://127.0.0.1:4566
+    /// for LocalStack; beats AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>, as in the AWS CLI.
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint_url: Option<String>,
+    /// DynamoDB's endpoint, when it differs from --endpoint-url (DynamoDB Local: http://127.0.0.1:8000).
+    #[arg(long, global = true, value_name = "URL")]
+    pub dynamodb_endpoint_url: Option<String>,
+    /// S3's endpoint, when it differs from --endpoint-url (MinIO, LocalStack's S3).
+    #[arg(long, global = true, value_name = "URL")]
+    pub s3_endpoint_url: Option<String>,
+}
+
+/// The endpoints given on the command line, per service (see [`AwsArgs`]).
+#[derive(Debug, Clone, Default)]
+struct Endpoints {
+    sqs: Option<String>,
+    dynamodb: Option<String>,
+    s3: Option<String>,
+}
+
+impl Endpoints {
+    fn from_args(args: &AwsArgs) -> Self {
+        let or_all = |own: &Option<String>| own.clone().or_else(|| args.endpoint_url.clone());
+        Self {
+            sqs: args.endpoint_url.clone(),
+            dynamodb: or_all(&args.dynamodb_endpoint_url),
+            s3: or_all(&args.s3_endpoint_url),
+        }
+    }
 }
 
 /// A configuration mistake found before any call: fatal, with what to set.
@@ -54,7 +80,7 @@ pub(crate) enum ConfigError {
 #[derive(Debug, Clone)]
 pub(crate) struct Aws {
     config: SdkConfig,
-    endpoint_override: Option<String>,
+    endpoints: Endpoints,
     /// The region every client uses.
     pub region: String,
 }
@@ -88,7 +114,7 @@ impl AwsArgs {
         }
         Ok(Aws {
             config,
-            endpoint_override: self.endpoint_url.clone(),
+            endpoints: Endpoints::from_args(self),
             region,
         })
     }
@@ -102,7 +128,10 @@ impl Aws {
             config: SdkConfig::builder()
                 .region(Region::new(region.to_owned()))
                 .build(),
-            endpoint_override: endpoint.map(str::to_owned),
+            endpoints: Endpoints {
+                sqs: endpoint.map(str::to_owned),
+                ..Endpoints::default()
+            },
             region: region.to_owned(),
         }
     }
@@ -110,21 +139,35 @@ impl Aws {
     /// An SQS client with `--endpoint-url` applied.
     pub(crate) fn sqs_client(&self) -> aws_sdk_sqs::Client {
         let mut sqs = aws_sdk_sqs::config::Builder::from(&self.config);
-        if let Some(endpoint) = &self.endpoint_override {
+        if let Some(endpoint) = &self.endpoints.sqs {
             sqs = sqs.endpoint_url(endpoint);
         }
         aws_sdk_sqs::Client::from_conf(sqs.build())
     }
 
-    /// A DynamoDB client (endpoint from `AWS_ENDPOINT_URL_DYNAMODB`, as the worker's).
+    /// A DynamoDB client with `--dynamodb-endpoint-url` or `--endpoint-url` applied (else
+    /// `AWS_ENDPOINT_URL_DYNAMODB`, as the worker's).
     pub(crate) fn dynamodb_client(&self) -> aws_sdk_dynamodb::Client {
-        aws_sdk_dynamodb::Client::new(&self.config)
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&self.config);
+        if let Some(endpoint) = &self.endpoints.dynamodb {
+            dynamodb = dynamodb.endpoint_url(endpoint);
+        }
+        aws_sdk_dynamodb::Client::from_conf(dynamodb.build())
     }
 
-    /// The DynamoDB endpoint the client calls: `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`, else
-    /// AWS's regional endpoint.
+    /// An S3 client with `--s3-endpoint-url` or `--endpoint-url` applied (else `AWS_ENDPOINT_URL_S3`),
+    /// with the profile and region of the other clients and the payload store's deadlines.
+    pub(crate) fn s3_client(&self) -> aws_sdk_s3::Client {
+        conveyor_s3::s3_client(&self.config, self.endpoints.s3.as_deref())
+    }
+
+    /// The DynamoDB endpoint the client calls: `--dynamodb-endpoint-url`, else `--endpoint-url`, else
+    /// `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`, else AWS's regional endpoint.
     pub(crate) fn dynamodb_endpoint(&self) -> String {
-        env_nonempty("AWS_ENDPOINT_URL_DYNAMODB")
+        self.endpoints
+            .dynamodb
+            .clone()
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL_DYNAMODB"))
             .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
             .unwrap_or_else(|| format!("https://dynamodb.{}.amazonaws.com", self.region))
     }
@@ -142,7 +185,8 @@ impl Aws {
     /// The SQS endpoint the client calls, as a person would write it: `--endpoint-url`, else
     /// `AWS_ENDPOINT_URL_SQS`, else `AWS_ENDPOINT_URL`, else AWS's regional endpoint.
     pub(crate) fn sqs_endpoint(&self) -> String {
-        self.endpoint_override
+        self.endpoints
+            .sqs
             .clone()
             .or_else(|| env_nonempty("AWS_ENDPOINT_URL_SQS"))
             .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
@@ -170,4 +214,24 @@ fn is_aws(endpoint: &str) -> bool {
 
 fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_url_reaches_every_service_and_a_service_flag_beats_it() {
+        let args = AwsArgs {
+            endpoint_url: Some("http://127.0.0.1:4566".to_owned()),
+            dynamodb_endpoint_url: Some("http://127.0.0.1:8000".to_owned()),
+            ..AwsArgs::default()
+        };
+        let endpoints = Endpoints::from_args(&args);
+        assert_eq!(endpoints.sqs.as_deref(), Some("http://127.0.0.1:4566"));
+        assert_eq!(endpoints.dynamodb.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(endpoints.s3.as_deref(), Some("http://127.0.0.1:4566"));
+        let none = Endpoints::from_args(&AwsArgs::default());
+        assert!(none.sqs.is_none() && none.dynamodb.is_none() && none.s3.is_none());
+    }
 }

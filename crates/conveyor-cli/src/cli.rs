@@ -12,6 +12,7 @@ use crate::commands::outbox::OutboxArgs;
 use crate::commands::purge::PurgeArgs;
 use crate::commands::schedules::SchedulesArgs;
 use crate::commands::send::SendArgs;
+use crate::commands::shell_docs::{CompletionsArgs, ManArgs};
 use crate::commands::stats::StatsArgs;
 use crate::lambda_runner::LambdaArgs;
 use crate::output::{Color, Format};
@@ -64,9 +65,22 @@ pub(crate) enum Command {
     Delays(DelaysArgs),
     /// Relay the transactional outbox from its table's stream to SQS; count its backlog.
     Outbox(OutboxArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Write the man pages (conveyor.1 and one per subcommand) into a directory.
+    Man(ManArgs),
 }
 
 impl Command {
+    /// Runs the commands that need no AWS configuration; `None` for the others.
+    pub(crate) fn run_offline(&self) -> Option<anyhow::Result<()>> {
+        match self {
+            Command::Completions(args) => Some(crate::commands::shell_docs::completions(args)),
+            Command::Man(args) => Some(crate::commands::shell_docs::man(args)),
+            _ => None,
+        }
+    }
+
     /// Runs the command with the loaded AWS configuration.
     pub(crate) async fn run(&self, cli: &Cli, aws: &Aws) -> anyhow::Result<()> {
         let format = cli.output;
@@ -74,7 +88,7 @@ impl Command {
         match self {
             Command::Send(args) => crate::commands::send::run(args, aws, format).await,
             Command::Stats(args) => crate::commands::stats::run(args, client, format).await,
-            Command::Dlq(args) => crate::commands::dlq::run(args, client, format).await,
+            Command::Dlq(args) => crate::commands::dlq::run(args, aws, format).await,
             Command::Purge(args) => crate::commands::purge::run(args, client, format).await,
             Command::Lambda(args) => crate::lambda_runner::run_command(args, client).await,
             Command::Local(args) => crate::commands::local::run(args, aws, format).await,
@@ -83,6 +97,7 @@ impl Command {
             Command::Jobs(args) => crate::commands::jobs::run(args, aws, format).await,
             Command::Delays(args) => crate::commands::delays::run(args, aws, format).await,
             Command::Outbox(args) => crate::commands::outbox::run(args, aws, format).await,
+            Command::Completions(_) | Command::Man(_) => self.run_offline().unwrap_or(Ok(())),
         }
     }
 }

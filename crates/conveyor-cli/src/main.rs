@@ -28,6 +28,12 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
+        if let Some(result) = cli.command.run_offline() {
+            return match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => errors::report(&error, None),
+            };
+        }
         let aws = match cli.aws.load().await {
             Ok(aws) => aws,
             Err(error) => return errors::report(&anyhow::Error::new(error), None),

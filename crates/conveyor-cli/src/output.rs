@@ -49,6 +49,13 @@ pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `value` as one line (NDJSON): what a stream (`jobs watch`) prints per event, so a reader
+/// can parse each line as it comes.
+pub(crate) fn print_json_line(value: &serde_json::Value) -> anyhow::Result<()> {
+    crate::outln!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
 /// Prints a progress line on stderr (in both formats: stdout carries only the result).
 pub(crate) fn progress(line: &str) {
     crate::errln!("{line}");

@@ -188,6 +188,60 @@ async fn every_command_has_help() {
     assert!(redrive.stdout.contains("StartMessageMoveTask"));
 }
 
+/// Completions and man pages come from the same definitions as --help, and need no AWS settings.
+#[tokio::test]
+async fn completions_and_man_pages_are_generated_offline() {
+    let offline = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_conveyor"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .kill_on_drop(true);
+        command
+    };
+    let bash = Run::from(offline(&["completions", "bash"]).output().await.unwrap());
+    bash.assert_ok();
+    assert!(bash.stdout.contains("complete -F _conveyor"), "{}", bash.stdout);
+    assert!(
+        bash.stdout.contains("--reason-contains"),
+        "the redrive filter is completed"
+    );
+    let script = temp_file("conveyor.bash", &bash.stdout);
+    let parsed = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        parsed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let zsh = Run::from(offline(&["completions", "zsh"]).output().await.unwrap());
+    zsh.assert_ok();
+    assert!(zsh.stdout.starts_with("#compdef conveyor"), "{}", zsh.stdout);
+
+    let out = std::env::temp_dir().join(unique_name("conveyor-man"));
+    let man = Run::from(
+        offline(&["man", "--out", out.to_str().unwrap()])
+            .output()
+            .await
+            .unwrap(),
+    );
+    man.assert_ok();
+    let redrive = std::fs::read_to_string(out.join("conveyor-dlq-redrive.1")).unwrap();
+    assert!(redrive.contains(".TH conveyor-dlq-redrive"), "{redrive}");
+    assert!(redrive.contains("reason\\-contains"), "{redrive}");
+    assert!(out.join("conveyor.1").exists());
+    assert!(
+        !out.join("conveyor-help.1").exists(),
+        "no page for the help pseudo-command"
+    );
+    assert!(man.stdout.starts_with("wrote "), "{}", man.stdout);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
 #[tokio::test]
 async fn bad_arguments_are_usage_errors_with_exit_code_2() {
     let no_payload = conveyor(&[
@@ -1232,6 +1286,39 @@ async fn delays_lists_runs_reschedules_and_cancels_jobs_kept_in_the_timer_table(
     let listed = listed.json();
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
     assert_eq!(listed[0]["job_type"], "report");
+
+    // The endpoint flags reach every service the command calls: with the environment's endpoints
+    // dead, --endpoint-url (SQS) and --dynamodb-endpoint-url (DynamoDB Local) list the same jobs...
+    let dead = "http://127.0.0.1:9";
+    let sqs_endpoint = conveyor_testing::localstack::sqs_endpoint();
+    let dynamodb_endpoint = conveyor_testing::localstack::dynamodb_endpoint();
+    let with_dead_environment = |extra: &[&str]| {
+        let mut args = delays(&["list", "--output", "json"]);
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let output = common::conveyor_command(&args)
+                .env("AWS_ENDPOINT_URL_SQS", dead)
+                .env("AWS_ENDPOINT_URL_DYNAMODB", dead)
+                .output()
+                .await
+                .unwrap();
+            Run::from(output)
+        }
+    };
+    let by_flags = with_dead_environment(&[
+        "--endpoint-url",
+        &sqs_endpoint,
+        "--dynamodb-endpoint-url",
+        &dynamodb_endpoint,
+    ])
+    .await;
+    by_flags.assert_ok();
+    assert_eq!(by_flags.json(), listed);
+    // ... and without the flags the dead endpoints are what is called.
+    let by_environment = with_dead_environment(&[]).await;
+    assert_ne!(by_environment.code, 0, "{}", by_environment.stdout);
+
     let text = run(delays(&["list"])).await;
     text.assert_ok();
     assert!(
@@ -1267,6 +1354,87 @@ async fn delays_lists_runs_reschedules_and_cancels_jobs_kept_in_the_timer_table(
     let empty = run(delays(&["list"])).await;
     empty.assert_ok();
     assert!(empty.stdout.contains("no delayed jobs"), "{}", empty.stdout);
+}
+
+/// The next line `jobs watch --output json` prints, parsed on its own (NDJSON).
+async fn next_json(lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>) -> Value {
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("jobs watch printed a line within 30 s")
+        .unwrap()
+        .expect("jobs watch is still printing");
+    serde_json::from_str(&line).unwrap_or_else(|error| panic!("not one JSON object ({error}): {line}"))
+}
+
+/// `jobs watch --output json` prints one JSON object per line each time the record changes (NDJSON,
+/// as a stream should), and ends when the job does.
+#[tokio::test]
+async fn jobs_watch_prints_one_json_object_per_change_and_ends_with_the_job() {
+    use conveyor_core::port::{
+        ClaimOutcome, ClaimRequest, IdempotencyStore as _, JobChange, idempotency_key,
+    };
+    use conveyor_core::{JobStatus, Progress};
+    use tokio::io::AsyncBufReadExt as _;
+
+    setup().await;
+    let dynamodb = conveyor_testing::localstack::dynamodb_client().await;
+    let table = conveyor_testing::localstack::create_table(&dynamodb, "cli-watch")
+        .await
+        .unwrap();
+    let store = conveyor_dynamodb::DynamoStore::new(dynamodb, &table);
+    let now = std::time::SystemTime::now();
+    let request = ClaimRequest {
+        key: idempotency_key("report", Some("r-1"), ""),
+        lease_until: now + Duration::from_secs(300),
+        expires_at: now + Duration::from_secs(3600),
+        validation: None,
+        restart_runs: false,
+        last_attempt: false,
+    };
+    let running = JobChange::now("report", JobStatus::Running, 1);
+    let ClaimOutcome::Acquired(claim) = store.claim_tracked(&request, &running).await.unwrap() else {
+        panic!("the key is free");
+    };
+
+    let mut watch = common::conveyor_command(&[
+        "jobs", "watch", "r-1", "--type", "report", "--table", &table, "--output", "json",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    assert_eq!(next_json(&mut lines).await["status"], "running");
+
+    let progress = Progress {
+        percent: 50,
+        message: "half the rows".to_owned(),
+        at: std::time::SystemTime::now(),
+    };
+    store.record_progress(&claim, &progress).await.unwrap();
+    let halfway = next_json(&mut lines).await;
+    assert_eq!(halfway["progress"]["percent"], 50, "{halfway}");
+
+    let succeeded = JobChange::now("report", JobStatus::Succeeded, 1);
+    store
+        .complete_tracked(
+            &claim,
+            Some(r#"{"rows":3}"#),
+            now + Duration::from_secs(3600),
+            &succeeded,
+        )
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut lines).await["status"], "succeeded");
+    let exit = tokio::time::timeout(Duration::from_secs(30), watch.wait())
+        .await
+        .expect("jobs watch ends with the job")
+        .unwrap();
+    assert!(exit.success());
+    assert_eq!(
+        lines.next_line().await.unwrap(),
+        None,
+        "nothing after the final status"
+    );
 }
 
 /// `dlq peek`, `dlq redrive --dry-run` and `dlq delete` take the same filter and touch the same

@@ -36,14 +36,24 @@ pub fn retry_config() -> RetryConfig {
 /// The configuration is loaded once per process and shared with the other clients
 /// (`conveyor_aws::shared_config`).
 pub async fn s3_client_from_env() -> aws_sdk_s3::Client {
-    let config = conveyor_aws::shared_config().await;
-    let overridden = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
-        .iter()
-        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
-    let s3_config = aws_sdk_s3::config::Builder::from(config)
+    s3_client(conveyor_aws::shared_config().await, None)
+}
+
+/// An S3 client from `config` (which you loaded, with your profile and region) with [`timeout_config`]
+/// and [`retry_config`], calling `endpoint` when given. Requests use path-style addressing when the
+/// endpoint is overridden (`endpoint`, `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`), as
+/// [`s3_client_from_env`] says.
+pub fn s3_client(config: &aws_config::SdkConfig, endpoint: Option<&str>) -> aws_sdk_s3::Client {
+    let overridden = endpoint.is_some()
+        || ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
+            .iter()
+            .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
+    let mut s3_config = aws_sdk_s3::config::Builder::from(config)
         .timeout_config(timeout_config())
         .retry_config(retry_config())
-        .force_path_style(overridden)
-        .build();
-    aws_sdk_s3::Client::from_conf(s3_config)
+        .force_path_style(overridden);
+    if let Some(endpoint) = endpoint {
+        s3_config = s3_config.endpoint_url(endpoint);
+    }
+    aws_sdk_s3::Client::from_conf(s3_config.build())
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::{Args, Subcommand, ValueEnum};
+use conveyor_core::port::QueueDepth;
 use conveyor_sqs::admin::{
     AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskHandle,
     MoveTaskStatus, PeekOptions, QueueInfo, QueueRef, Received, describe, list_move_tasks, move_messages,
@@ -14,6 +15,7 @@ use conveyor_sqs::admin::{
 };
 use serde_json::{Value, json};
 
+use crate::aws::Aws;
 use crate::commands::payloads::Fetched;
 use crate::output::{Format, Table, format_epoch_millis, format_time, print_json, progress};
 
@@ -140,7 +142,9 @@ pub(crate) struct RedriveArgs {
     /// Which messages to move (none of these: all).
     #[command(flatten)]
     pub filter: FilterArgs,
-    /// Show what would be moved (a peek of up to 1,000 messages with the filter), moving nothing.
+    /// Show what would be moved, moving nothing: a peek of at most 1,000 messages with the filter (a
+    /// DLQ holding more is only sampled). Like any receive, the peek adds one to each message's
+    /// ApproximateReceiveCount.
     #[arg(long)]
     pub dry_run: bool,
     /// Wait for a move task to finish, printing its progress (the loop always runs to the end).
@@ -168,16 +172,22 @@ pub(crate) struct TasksArgs {
 }
 
 /// Runs a `conveyor dlq` subcommand.
-pub(crate) async fn run(args: &DlqArgs, client: aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &DlqArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
+    let client = aws.sqs_client();
     match &args.command {
-        DlqCommand::Peek(args) => run_peek(args, &client, format).await,
+        DlqCommand::Peek(args) => run_peek(args, aws, &client, format).await,
         DlqCommand::Redrive(args) => run_redrive(args, &client, format).await,
         DlqCommand::Delete(args) => crate::commands::dlq_delete::run(args, &client, format).await,
         DlqCommand::Tasks(args) => run_tasks(args, &client, format).await,
     }
 }
 
-async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
+async fn run_peek(
+    args: &PeekArgs,
+    aws: &Aws,
+    client: &aws_sdk_sqs::Client,
+    format: Format,
+) -> anyhow::Result<()> {
     let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
     let options = PeekOptions::default()
         .with_max(usize::from(args.max))
@@ -188,7 +198,7 @@ async fn run_peek(args: &PeekArgs, client: &aws_sdk_sqs::Client, format: Format)
     let filter = args.filter.filter();
     peeked.messages.retain(|received| filter.matches(received));
     let payloads = if args.fetch_payloads {
-        crate::commands::payloads::fetch_all(&peeked.messages).await
+        crate::commands::payloads::fetch_all(aws, &peeked.messages).await
     } else {
         Vec::new()
     };
@@ -527,18 +537,10 @@ async fn run_loop(
     let report = result?;
     let remaining = describe(client, &pair.dlq.url).await?.depth;
     if format == Format::Json {
-        print_json(&json!({
-            "method": "move_loop",
-            "dead_letter_queue": pair.dlq.name(),
-            "examined": report.examined,
-            "moved": report.moved,
-            "not_matching": report.skipped,
-            "unknown_source": report.unroutable,
-            "arrived_after_start": report.arrived_after_start,
-            "failed": failures_json(&report),
-            "stopped": report.stopped,
-            "dead_letter_queue_after": { "visible": remaining.visible, "in_flight": remaining.in_flight },
-        }))?;
+        let mut value = scan_json(pair.dlq.name(), "moved", &report, &remaining);
+        value["method"] = json!("move_loop");
+        value["unknown_source"] = json!(report.unroutable);
+        print_json(&value)?;
     } else {
         crate::outln!(
             "moved {} of {} examined messages from {}; {} left there ({} not matching, {} with an unknown source, \
@@ -553,20 +555,37 @@ async fn run_loop(
             report.arrived_after_start,
             if report.stopped { "; stopped by Ctrl-C" } else { "" }
         );
-        for failure in &report.failed {
-            crate::outln!("  {}: {}", failure.message_id, failure.error);
-        }
+        print_failures(&report);
     }
     end_of_scan(&report, "moved", "moving")
 }
 
-/// The messages a scan could not move or delete, as JSON.
-pub(crate) fn failures_json(report: &MoveReport) -> Value {
-    report
+/// The JSON report of a scan of `dlq` that moved or deleted messages (`done`: "moved", "deleted"),
+/// with what `remaining` there after it.
+pub(crate) fn scan_json(dlq: &str, done: &str, report: &MoveReport, remaining: &QueueDepth) -> Value {
+    let failed: Value = report
         .failed
         .iter()
         .map(|failure| json!({ "message_id": failure.message_id, "error": failure.error }))
-        .collect()
+        .collect();
+    let mut value = json!({
+        "dead_letter_queue": dlq,
+        "examined": report.examined,
+        "not_matching": report.skipped,
+        "arrived_after_start": report.arrived_after_start,
+        "failed": failed,
+        "stopped": report.stopped,
+        "dead_letter_queue_after": { "visible": remaining.visible, "in_flight": remaining.in_flight },
+    });
+    value[done] = json!(report.moved);
+    value
+}
+
+/// The messages a scan could not move or delete, one line each.
+pub(crate) fn print_failures(report: &MoveReport) {
+    for failure in &report.failed {
+        crate::outln!("  {}: {}", failure.message_id, failure.error);
+    }
 }
 
 /// The scan's exit: an error when messages could not be `done` ("moved"), exit 130 when Ctrl-C stopped

@@ -8,9 +8,8 @@ use clap::Args;
 use conveyor_sqs::admin::{
     MoveOptions, MoveReport, QueueRef, delete_messages, describe, resolve_dead_letter, resolve_queue_url,
 };
-use serde_json::json;
 
-use crate::commands::dlq::{FilterArgs, dry_run, end_of_scan, failures_json, stop_on_ctrl_c};
+use crate::commands::dlq::{FilterArgs, dry_run, end_of_scan, print_failures, scan_json, stop_on_ctrl_c};
 use crate::errors::UsageError;
 use crate::output::{Format, print_json, progress};
 
@@ -38,7 +37,9 @@ pub(crate) struct DeleteArgs {
     /// Confirms the deletion (it cannot be undone).
     #[arg(long)]
     pub yes: bool,
-    /// Show what would be deleted (a peek of up to 1,000 messages with the filter), deleting nothing.
+    /// Show what would be deleted, deleting nothing: a peek of at most 1,000 messages with the filter (a
+    /// DLQ holding more is only sampled). Like any receive, the peek adds one to each message's
+    /// ApproximateReceiveCount.
     #[arg(long, conflicts_with = "yes")]
     pub dry_run: bool,
     /// How long messages that stay in the DLQ remain hidden if the command dies mid-scan.
@@ -88,16 +89,7 @@ pub(crate) async fn run(
     let report = result?;
     let remaining = describe(client, &pair.dlq.url).await?.depth;
     if format == Format::Json {
-        print_json(&json!({
-            "dead_letter_queue": pair.dlq.name(),
-            "examined": report.examined,
-            "deleted": report.moved,
-            "not_matching": report.skipped,
-            "arrived_after_start": report.arrived_after_start,
-            "failed": failures_json(&report),
-            "stopped": report.stopped,
-            "dead_letter_queue_after": { "visible": remaining.visible, "in_flight": remaining.in_flight },
-        }))?;
+        print_json(&scan_json(pair.dlq.name(), "deleted", &report, &remaining))?;
     } else {
         crate::outln!(
             "deleted {} of {} examined messages from {}; {} left there ({} not matching, {} failed){}",
@@ -109,9 +101,7 @@ pub(crate) async fn run(
             report.failed.len(),
             if report.stopped { "; stopped by Ctrl-C" } else { "" }
         );
-        for failure in &report.failed {
-            crate::outln!("  {}: {}", failure.message_id, failure.error);
-        }
+        print_failures(&report);
     }
     end_of_scan(&report, "deleted", "deleting")
 }

@@ -13,7 +13,9 @@ use conveyor_core::{
 use conveyor_dynamodb::DynamoStore;
 
 use crate::aws::Aws;
-use crate::output::{Format, Table, format_age, format_epoch_millis, format_time, print_json};
+use crate::output::{
+    Format, Table, format_age, format_epoch_millis, format_time, print_json, print_json_line,
+};
 
 /// How often `jobs watch` reads the record.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -25,6 +27,7 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
   conveyor jobs show 'conveyor:report#report:r-1'   # the same, by its record key
   conveyor jobs list --type report --status running
   conveyor jobs watch report:r-1 --type report      # follows progress until the job ends
+  conveyor jobs watch report:r-1 --type report --output json | jq .status   # one JSON object per line
   conveyor jobs sweep-flows                         # ends the flows past their deadline now
 
 Only job types whose handler sets HandlerSettings::tracked keep a record.")]
@@ -190,7 +193,8 @@ async fn find(store: &DynamoStore, key: &KeyArgs, table: &str) -> anyhow::Result
         })
 }
 
-/// Prints a line each time the record changes, until the job succeeds or is dead-lettered.
+/// Prints a line each time the record changes, until the job succeeds or is dead-lettered; with
+/// `--output json` each line is one JSON document (NDJSON).
 async fn watch(store: &DynamoStore, key: &KeyArgs, table: &str, format: Format) -> anyhow::Result<()> {
     let mut last = None;
     loop {
@@ -198,7 +202,7 @@ async fn watch(store: &DynamoStore, key: &KeyArgs, table: &str, format: Format) 
         let line = watch_line(&job);
         if last.as_ref() != Some(&line) {
             match format {
-                Format::Json => print_json(&serde_json::to_value(&job)?)?,
+                Format::Json => print_json_line(&serde_json::to_value(&job)?)?,
                 Format::Text => crate::outln!("{} {line}", format_time(SystemTime::now())),
             }
             last = Some(line);

@@ -11,4 +11,5 @@ pub(crate) mod payloads;
 pub(crate) mod purge;
 pub(crate) mod schedules;
 pub(crate) mod send;
+pub(crate) mod shell_docs;
 pub(crate) mod stats;

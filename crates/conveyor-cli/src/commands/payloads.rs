@@ -3,8 +3,10 @@
 
 use conveyor_core::port::{PayloadPointer, declared_size, resolve};
 use conveyor_core::{message::Message, port::PayloadStore};
-use conveyor_s3::{S3PayloadStore, s3_client_from_env};
+use conveyor_s3::S3PayloadStore;
 use conveyor_sqs::admin::Received;
+
+use crate::aws::Aws;
 
 /// One message's fetched payload: `None` when it is not a pointer; `Err` says why it could not be read.
 pub(crate) type Fetched = Option<Result<String, String>>;
@@ -21,9 +23,9 @@ pub(crate) fn describe(message: &Message) -> Option<String> {
     }
 }
 
-/// Every pointer message's payload, in order, read through S3 with the standard configuration.
-pub(crate) async fn fetch_all(messages: &[Received]) -> Vec<Fetched> {
-    let store = S3PayloadStore::new(s3_client_from_env().await);
+/// Every pointer message's payload, in order, read through S3 with the command's AWS settings.
+pub(crate) async fn fetch_all(aws: &Aws, messages: &[Received]) -> Vec<Fetched> {
+    let store = S3PayloadStore::new(aws.s3_client());
     let mut fetched = Vec::with_capacity(messages.len());
     for received in messages {
         fetched.push(fetch(&store, &received.message).await);

@@ -164,9 +164,7 @@ pub(crate) async fn run(args: &SendArgs, aws: &crate::aws::Aws, format: Format) 
     check_jobs(&queue, request.jobs())?;
     let mut producer = Producer::new(client, &url);
     if let Some(bucket) = conveyor_s3::payload_bucket_from_env() {
-        let store = Arc::new(conveyor_s3::S3PayloadStore::new(
-            conveyor_s3::s3_client_from_env().await,
-        ));
+        let store = Arc::new(conveyor_s3::S3PayloadStore::new(aws.s3_client()));
         producer = producer.with_large_payloads(store, bucket);
     }
     if args.timers {

@@ -68,8 +68,8 @@ pub(crate) enum LambdaCommand {
     /// The function gets Lambda's variables (AWS_LAMBDA_RUNTIME_API, AWS_LAMBDA_FUNCTION_NAME, AWS_REGION,
     /// ...), then the runner's whole environment except the names Lambda reserves (the shell plays the
     /// part of the function's configured environment variables: WEBHOOK_SIGNING_SECRET=... works), then
-    /// the --env pairs. --region reaches it as AWS_REGION; for --endpoint-url and --profile set
-    /// AWS_ENDPOINT_URL_SQS and AWS_PROFILE instead.
+    /// the --env pairs. --region reaches it as AWS_REGION; for the endpoint flags and --profile set
+    /// AWS_ENDPOINT_URL_<SERVICE> (or AWS_ENDPOINT_URL) and AWS_PROFILE instead.
     Run(RunArgs),
 }
 
