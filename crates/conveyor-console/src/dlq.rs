@@ -1,8 +1,10 @@
 //! The dead letters of a queue: peek without consuming, filter, redrive or delete all that match or a
 //! selection.
 //!
-//! The page is [`peek`](conveyor_sqs::admin::peek) (the code behind `conveyor dlq peek`: messages are
-//! held for a moment and made visible again, each peek adds one to their receive count). The filter is
+//! The page shows the DLQ's last [`peek`](conveyor_sqs::admin::peek) (the code behind `conveyor dlq
+//! peek`: messages are held for a moment and made visible again, each peek adds one to their receive
+//! count), taken only when the operator asks (`POST /dlq/peek`) and kept (`peeks.rs`): reloads,
+//! filters and "show body" cost no receive. The filter is
 //! a [`MoveFilter`], the same value the redrive and the delete then run with, so "redrive what matches"
 //! moves what the page showed as matching (and any matching message the peek did not reach). Bodies are
 //! shown only for the one message asked for (`show=<id>`) and never logged.
@@ -24,6 +26,7 @@ use maud::{Markup, html};
 use crate::auth::refuse_without_csrf;
 use crate::fields::Fields;
 use crate::html::{Nav, card, csrf_field, hidden, page, problem, query_value};
+use crate::peeks::Peek;
 use crate::state::AppState;
 
 /// Messages a page peeks at unless `max` says otherwise.
@@ -77,38 +80,85 @@ async fn resolve(state: &AppState, fields: &Fields) -> Result<DeadLetterPair, Bo
     Ok(pair)
 }
 
+/// How many messages a peek asks for: the form's `max`, within 1 to [`MAX_PEEK`].
+fn peek_size(fields: &Fields) -> usize {
+    fields
+        .number("max")
+        .map_or(DEFAULT_PEEK, |max| usize::try_from(max).unwrap_or(MAX_PEEK))
+        .clamp(1, MAX_PEEK)
+}
+
+/// This page's address for `queue` with the filter of `fields`, plus `extra`.
+fn page_url(queue: &str, fields: &Fields, extra: &str) -> String {
+    let mut url = format!("/dlq?queue={}", query_value(queue));
+    for name in FILTER_FIELDS {
+        if let Some(value) = fields.get(name) {
+            url.push_str(&format!("&{name}={}", query_value(value)));
+        }
+    }
+    format!("{url}{extra}")
+}
+
+/// [`resolve`] for a form posted from the console: refused first without its CSRF value.
+async fn resolve_posted(state: &AppState, fields: &Fields) -> Result<DeadLetterPair, Box<Response>> {
+    if let Some(refused) = refuse_without_csrf(state, fields) {
+        return Err(Box::new(refused));
+    }
+    resolve(state, fields).await
+}
+
+/// `GET /dlq`: the DLQ's kept peek, filtered; without one, the button that takes it. Never receives.
 pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
     let pair = match resolve(&state, &fields).await {
         Ok(pair) => pair,
         Err(response) => return *response,
     };
-    let max = fields
-        .number("max")
-        .map_or(DEFAULT_PEEK, |max| usize::try_from(max).unwrap_or(MAX_PEEK))
-        .clamp(1, MAX_PEEK);
-    let options = PeekOptions::default().with_max(max);
-    let peeked = match peek(&state.sqs, &pair.dlq.url, options).await {
-        Ok(peeked) => peeked,
-        Err(error) => return problem(StatusCode::BAD_GATEWAY, "Dead letters", &display_chain(&error)),
+    let queue = fields.get("queue").unwrap_or_default();
+    let title = format!("Dead letters of {}", source_names(&pair));
+    let Some(peek) = state.peeks.get(&pair.dlq.url) else {
+        let body = html! {
+            (summary(&pair, None, 0))
+            p id="no-peek" {
+                "No peek yet. SQS shows a message only by receiving it: a peek holds the messages for a                  moment, makes them visible again and adds one to each one's receive count. This page then                  works from what the peek saw (filters, bodies, reloads) until the next peek."
+            }
+            (peek_form(&state, queue, &fields, DEFAULT_PEEK, "Peek"))
+        };
+        return page(&title, Nav::Queues, body).into_response();
     };
     let filter = filter(&fields, SystemTime::now());
-    let matching: Vec<&Received> = peeked
+    let matching: Vec<&Received> = peek
         .messages
         .iter()
         .filter(|received| filter.matches(received))
         .collect();
-    let queue = fields.get("queue").unwrap_or_default();
     let body = html! {
-        (summary(&pair, peeked.messages.len(), matching.len()))
-        (filter_form(queue, &fields, max))
+        (summary(&pair, Some(&peek), matching.len()))
+        (peek_form(&state, queue, &fields, peek.max, "Peek again"))
+        (filter_form(queue, &fields))
         (messages_form(&state, &pair, queue, &fields, &matching))
     };
-    page(
-        &format!("Dead letters of {}", source_names(&pair)),
-        Nav::Queues,
-        body,
-    )
-    .into_response()
+    page(&title, Nav::Queues, body).into_response()
+}
+
+/// `POST /dlq/peek`: peeks at the DLQ (the one receive this page makes), keeps the result and shows it.
+pub(crate) async fn take_peek(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
+    let pair = match resolve_posted(&state, &fields).await {
+        Ok(pair) => pair,
+        Err(response) => return *response,
+    };
+    let max = peek_size(&fields);
+    let peeked = match peek(&state.sqs, &pair.dlq.url, PeekOptions::default().with_max(max)).await {
+        Ok(peeked) => peeked,
+        Err(error) => return problem(StatusCode::BAD_GATEWAY, "Dead letters", &display_chain(&error)),
+    };
+    tracing::info!(dlq = %pair.dlq.url, messages = peeked.messages.len(), "console: peeked at dead letters");
+    let peek = Peek {
+        at: SystemTime::now(),
+        max,
+        messages: peeked.messages,
+    };
+    state.peeks.put(&pair.dlq.url, peek);
+    Redirect::to(&page_url(fields.get("queue").unwrap_or_default(), &fields, "")).into_response()
 }
 
 fn source_names(pair: &DeadLetterPair) -> String {
@@ -116,22 +166,41 @@ fn source_names(pair: &DeadLetterPair) -> String {
     names.join(", ")
 }
 
-fn summary(pair: &DeadLetterPair, peeked: usize, matching: usize) -> Markup {
+fn summary(pair: &DeadLetterPair, peek: Option<&Peek>, matching: usize) -> Markup {
     let depth = &pair.dlq.depth;
     html! {
         div class="cards" {
             (card("In the DLQ", depth.visible + depth.in_flight, depth.visible > 0, "dlq-depth"))
-            (card("Peeked", peeked, false, "dlq-peeked"))
-            (card("Matching the filter", matching, false, "dlq-matching"))
+            @if let Some(peek) = peek {
+                (card("Peeked", peek.messages.len(), false, "dlq-peeked"))
+                (card("Matching the filter", matching, false, "dlq-matching"))
+            }
         }
         p class="muted" {
-            "DLQ " code { (pair.dlq.name()) } ". Peeking makes messages visible again at once and adds one \
-             to their receive count."
+            "DLQ " code { (pair.dlq.name()) } "."
+            @if let Some(peek) = peek {
+                " Peeked at " span id="peeked-at" { (format_time(peek.at)) } ": the list below is that peek;                  peek again to see what arrived since (each peek adds one to every message's receive count)."
+            }
         }
     }
 }
 
-fn filter_form(queue: &str, fields: &Fields, max: usize) -> Markup {
+/// The button that peeks (a POST: it receives), carrying the filter.
+fn peek_form(state: &AppState, queue: &str, fields: &Fields, max: usize, label: &str) -> Markup {
+    html! {
+        form class="filters" method="post" action="/dlq/peek" id="peek-form" {
+            (csrf_field(state))
+            (hidden("queue", queue))
+            @for name in FILTER_FIELDS {
+                @if let Some(value) = fields.get(name) { (hidden(name, value)) }
+            }
+            label { "Peek at most" input type="number" name="max" min="1" max=(MAX_PEEK) value=(max); }
+            button type="submit" id="peek" { (label) }
+        }
+    }
+}
+
+fn filter_form(queue: &str, fields: &Fields) -> Markup {
     let input = |name: &str, label: &str, kind: &str| {
         html! {
             label { (label) input type=(kind) name=(name) value=(fields.get(name).unwrap_or_default()); }
@@ -144,7 +213,6 @@ fn filter_form(queue: &str, fields: &Fields, max: usize) -> Markup {
             (input("reason", "Reason contains", "text"))
             (input("newer", "Failed in the last (min)", "number"))
             (input("older", "Failed over (min) ago", "number"))
-            label { "Peek at most" input type="number" name="max" min="1" max=(MAX_PEEK) value=(max); }
             button type="submit" { "Filter" }
         }
     }
@@ -158,15 +226,7 @@ fn messages_form(
     matching: &[&Received],
 ) -> Markup {
     let show = fields.get("show");
-    let page_url = |extra: &str| {
-        let mut url = format!("/dlq?queue={}", query_value(queue));
-        for name in FILTER_FIELDS {
-            if let Some(value) = fields.get(name) {
-                url.push_str(&format!("&{name}={}", query_value(value)));
-            }
-        }
-        format!("{url}{extra}")
-    };
+    let page_url = |extra: &str| page_url(queue, fields, extra);
     html! {
         form method="post" action="/dlq/act" id="dead-letters" {
             (csrf_field(state))
@@ -290,10 +350,7 @@ fn destination_select(pair: &DeadLetterPair) -> Markup {
 
 /// `POST /dlq/act`: redrive or delete, a selection or everything matching; deletes ask first.
 pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
-    if let Some(refused) = refuse_without_csrf(&state, &fields) {
-        return refused;
-    }
-    let pair = match resolve(&state, &fields).await {
+    let pair = match resolve_posted(&state, &fields).await {
         Ok(pair) => pair,
         Err(response) => return *response,
     };
@@ -329,6 +386,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
             return confirm_delete(&state, &fields, &pair, &what);
         }
         tracing::warn!(dlq = %dlq.url, count = selected.len(), "console: delete dead letters");
+        state.peeks.forget(&dlq.url);
         let title = format!("Delete {what} from {}", dlq.name());
         let id = state
             .tasks
@@ -363,6 +421,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         Destinations::BySource(_) => "their source queues".to_owned(),
     };
     tracing::warn!(dlq = %dlq.url, to = %target, "console: redrive dead letters");
+    state.peeks.forget(&dlq.url);
     let title = format!("Redrive {what} of {} to {target}", dlq.name());
     let id = state
         .tasks

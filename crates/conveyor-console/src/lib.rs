@@ -7,6 +7,7 @@ mod dlq;
 mod fields;
 mod html;
 mod jobs;
+mod peeks;
 mod queues;
 mod requests;
 mod schedules;
@@ -68,6 +69,7 @@ impl Console {
             .route("/live", get(queues::live))
             .route("/queues/purge", post(queues::purge))
             .route("/dlq", get(dlq::show))
+            .route("/dlq/peek", post(dlq::take_peek))
             .route("/dlq/act", post(dlq::act))
             .route("/tasks/{id}", get(tasks::show))
             .route("/tasks/{id}/live", get(tasks::live))

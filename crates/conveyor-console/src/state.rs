@@ -5,6 +5,7 @@ use conveyor_schedule::TickStore;
 use conveyor_sqs::admin::{AdminError, list_queues, resolve_queue_url};
 
 use crate::config::{ConsoleConfig, ConsoleError};
+use crate::peeks::Peeks;
 use crate::requests::RequestCounter;
 use crate::tasks::Tasks;
 use crate::workers::Workers;
@@ -26,6 +27,8 @@ pub(crate) struct AppState {
     pub(crate) fixed_urls: Vec<String>,
     pub(crate) tasks: Tasks,
     pub(crate) workers: Workers,
+    /// The dead-letter pages' last peeks.
+    pub(crate) peeks: Peeks,
 }
 
 impl AppState {
@@ -69,6 +72,7 @@ impl AppState {
             fixed_urls,
             tasks: Tasks::default(),
             workers,
+            peeks: Peeks::default(),
         })
     }
 

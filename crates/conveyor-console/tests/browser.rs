@@ -70,6 +70,29 @@ async fn wait_text(browser: &Client, css: &str, expected: &str, reload: bool) ->
     waited.with_context(|| format!("{css} never showed {expected:?}; it shows {shown:?}"))
 }
 
+/// Waits until the element `css` contains `part` (10 s at most); returns its text.
+async fn wait_contains(browser: &Client, css: &str, part: &str) -> anyhow::Result<String> {
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, css).await.filter(|text| text.contains(part))
+    })
+    .await
+    .with_context(|| format!("{css} never contained {part:?}"))
+}
+
+/// Each message's receive count in the queue at `url`, read with the peek the CLI uses (which adds one).
+async fn receive_counts(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> anyhow::Result<std::collections::HashMap<String, u32>> {
+    let options = conveyor_sqs::admin::PeekOptions::default().with_max(10);
+    let peeked = conveyor_sqs::admin::peek(sqs, url, options).await?;
+    Ok(peeked
+        .messages
+        .into_iter()
+        .map(|received| (received.message.id, received.message.receive_count))
+        .collect())
+}
+
 async fn click(browser: &Client, css: &str) -> anyhow::Result<()> {
     browser.find(Locator::Css(css)).await?.click().await?;
     Ok(())
@@ -198,13 +221,34 @@ async fn scenario(
     wait_text(browser, &format!("{row} td.dlq-depth"), "4", false).await?;
     provider_down.store(false, Ordering::SeqCst);
 
-    // Dead letters: filter by reason, see only the provider's failures, select them all, redrive.
+    // Dead letters: nothing is received until the operator peeks; then filter by reason, see only the
+    // provider's failures, select them all, redrive.
+    let dlq_url = queue.dlq_url.clone().context("the test queue has a DLQ")?;
+    let counts_before = receive_counts(sqs, &dlq_url).await?;
     click(browser, &format!("{row} a[href^=\"/dlq\"]")).await?;
-    wait_text(browser, "#dlq-peeked", "4", true).await?;
+    wait_contains(browser, "#no-peek", "No peek yet")
+        .await
+        .context("the dead-letter page offers a peek before it takes one")?;
+    click(browser, "#peek").await?;
+    wait_text(browser, "#dlq-peeked", "4", false).await?;
     let filter = browser.form(Locator::Css("#filter")).await?;
     filter.set_by_name("reason", "410").await?;
     filter.submit().await?;
     wait_text(browser, "#dlq-matching", "2", false).await?;
+    // Reloads and a body shown work from the kept peek: the one peek is the only receive since.
+    browser.refresh().await?;
+    click(browser, "a.show-body").await?;
+    wait_contains(browser, "pre.body", "hooks.example")
+        .await
+        .context("the body of a dead letter is shown from the kept peek")?;
+    browser.refresh().await?;
+    wait_text(browser, "#dlq-matching", "2", false).await?;
+    let counts_after = receive_counts(sqs, &dlq_url).await?;
+    for (id, before) in &counts_before {
+        // +1 for the console's one peek, +1 for this test's own second look.
+        assert_eq!(counts_after.get(id), Some(&(before + 2)), "receive count of {id}");
+    }
+    assert_eq!(counts_before.len(), 4);
     let reasons = browser.find_all(Locator::Css("tr.dead-letter td.reason")).await?;
     assert_eq!(reasons.len(), 2);
     for reason in reasons {
@@ -239,6 +283,8 @@ async fn scenario(
     browser
         .goto(&format!("{base}/dlq?queue={}", query(&queue.url)))
         .await?;
+    click(browser, "#peek").await?;
+    wait_text(browser, "#dlq-peeked", "2", false).await?;
     browser
         .execute(
             "document.querySelector('#dead-letters input[name=csrf]').remove()",
@@ -247,12 +293,7 @@ async fn scenario(
         .await?;
     click(browser, "input[name=id]").await?;
     click(browser, "#delete-selected").await?;
-    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
-        text(browser, "#problem")
-            .await
-            .filter(|text| text.contains("CSRF"))
-    })
-    .await?;
+    wait_contains(browser, "#problem", "CSRF").await?;
     // ...and one without the token, from another client, even with the right CSRF value.
     browser.goto(&format!("{base}/")).await?;
     let csrf = browser
