@@ -154,7 +154,7 @@ button{cursor:pointer;background:var(--card)}button.danger{border-color:var(--ba
 textarea{width:100%;min-height:10rem;font-family:ui-monospace,monospace}pre{white-space:pre-wrap;word-break:break-all;background:var(--card);padding:.5rem;border-radius:6px;margin:.3rem 0}
 .filters,.actions{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:.5rem 0}.filters label,.actions label,.stack label{display:flex;flex-direction:column;font-size:.85rem;color:var(--muted)}
 .stack{display:grid;gap:.6rem;max-width:40rem}.note{background:var(--card);border-left:3px solid var(--accent);padding:.4rem .7rem;border-radius:4px}
-@media (max-width:640px){.wide{display:none}main{padding:.6rem}.card b{font-size:1.3rem}}
+@media (max-width:640px){.wide{display:none}main{padding:.6rem}.card b{font-size:1.3rem}th,td{padding:.3rem .3rem}td{overflow-wrap:anywhere}}
 "#;
 
 const SCRIPT: &str = r#"// Conveyor console: live regions and "select all". Everything works without it (forms post, pages reload).

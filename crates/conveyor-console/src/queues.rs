@@ -206,6 +206,11 @@ fn queue_row(state: &AppState, stats: &Stats) -> Markup {
     }
 }
 
+/// A worker's address without its scheme (`127.0.0.1:9100`): the column fits a phone.
+fn address(url: &str) -> &str {
+    url.split_once("://").map_or(url, |(_, rest)| rest)
+}
+
 fn workers_table(workers: &[WorkerView]) -> Markup {
     let rate = |value: Option<f64>| value.map_or("…".to_owned(), |value| format!("{value:.1}/s"));
     let whole = |value: f64| format!("{value:.0}");
@@ -228,11 +233,11 @@ fn workers_table(workers: &[WorkerView]) -> Markup {
                     @for worker in workers {
                         @match &worker.error {
                             Some(error) => tr {
-                                td { (worker.url) }
+                                td { (address(&worker.url)) }
                                 td colspan="6" class="bad" { (error) }
                             },
                             None => tr {
-                                td { (worker.url) }
+                                td { (address(&worker.url)) }
                                 td class="n" { (rate(worker.per_second)) }
                                 td class="n" { (rate(worker.errors_per_second)) }
                                 td class="n wide" { (worker.in_flight) }

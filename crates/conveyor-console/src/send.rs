@@ -1,12 +1,13 @@
 //! Sending a job of a registered type (`--job-type`) with a JSON body, checked before anything is sent:
 //! the JSON must parse (the error says where it breaks), the type must be registered, the queue shown
-//! here, and the producer checks SQS's limits (size, attributes, FIFO group) before its one request.
+//! here and not the dead-letter queue of one shown here (nothing runs jobs sent there), and the producer checks SQS's limits (size, attributes, FIFO group) before its one request.
 
 use std::sync::Arc;
 
 use axum::Form;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use conveyor_sqs::admin::{QueueInfo, describe, display_chain};
 use conveyor_sqs::{NewJob, Producer};
 use maud::{Markup, html};
 use serde_json::Value;
@@ -43,11 +44,14 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
         ));
     }
     let url = fields.get("queue").ok_or("choose a queue")?;
-    let known = state
-        .queue_urls()
-        .await
-        .map_err(|error| conveyor_sqs::admin::display_chain(&error))?;
-    if !known.iter().any(|known| known == url) {
+    let targets = targets(state).await?;
+    if let Some(source) = targets.dead_letter_sources.iter().find(|(dlq, _)| dlq == url) {
+        return Err(format!(
+            "that queue is the dead-letter queue of {}: nothing runs jobs sent there; choose {} (nothing was sent)",
+            source.1, source.1
+        ));
+    }
+    if !targets.queues.iter().any(|queue| queue.url == url) {
         return Err("this console does not show that queue".to_owned());
     }
     let payload_text = fields.get("payload").ok_or("write the job's JSON body")?;
@@ -76,6 +80,45 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
     Ok(id)
 }
 
+/// Where the form may send: the queues the console shows, minus the dead-letter queues of any of them.
+struct Targets {
+    /// The queues a job may be sent to.
+    queues: Vec<QueueInfo>,
+    /// Each shown DLQ's URL, with the name of a queue it is the DLQ of.
+    dead_letter_sources: Vec<(String, String)>,
+}
+
+/// The console's queues, each described (one `GetQueueAttributes` per queue), split into [`Targets`].
+async fn targets(state: &AppState) -> Result<Targets, String> {
+    let urls = state.queue_urls().await.map_err(|error| display_chain(&error))?;
+    let mut described = Vec::with_capacity(urls.len());
+    for url in &urls {
+        described.push(
+            describe(&state.sqs, url)
+                .await
+                .map_err(|error| display_chain(&error))?,
+        );
+    }
+    let mut dead_letter_sources = Vec::new();
+    for source in &described {
+        let Some(redrive) = &source.redrive else { continue };
+        if let Some(dlq) = described
+            .iter()
+            .find(|queue| queue.arn.arn == redrive.dead_letter_arn.arn)
+        {
+            dead_letter_sources.push((dlq.url.clone(), source.name().to_owned()));
+        }
+    }
+    let queues = described
+        .into_iter()
+        .filter(|queue| !dead_letter_sources.iter().any(|(dlq, _)| *dlq == queue.url))
+        .collect();
+    Ok(Targets {
+        queues,
+        dead_letter_sources,
+    })
+}
+
 /// The send form, filled in from `fields`, after what the last submission did (`outcome`).
 async fn render(state: &AppState, fields: &Fields, outcome: Option<Markup>) -> Markup {
     if state.config.job_types.is_empty() {
@@ -88,7 +131,10 @@ async fn render(state: &AppState, fields: &Fields, outcome: Option<Markup>) -> M
     }
     let chosen_type = fields.get("job_type");
     let chosen_queue = fields.get("queue");
-    let urls = state.queue_urls().await.unwrap_or_default();
+    let queues = match targets(state).await {
+        Ok(targets) => targets.queues,
+        Err(problem) => return html! { p class="bad" { "The queues could not be read: " (problem) } },
+    };
     let value = |name: &str| fields.get(name).unwrap_or_default();
     html! {
         @if let Some(outcome) = outcome { (outcome) }
@@ -97,9 +143,9 @@ async fn render(state: &AppState, fields: &Fields, outcome: Option<Markup>) -> M
             label {
                 "Queue"
                 select name="queue" {
-                    @for url in &urls {
-                        option value=(url) selected[chosen_queue == Some(url.as_str())] {
-                            (url.rsplit('/').next().unwrap_or(url))
+                    @for queue in &queues {
+                        option value=(queue.url) selected[chosen_queue == Some(queue.url.as_str())] {
+                            (queue.name())
                         }
                     }
                 }

@@ -119,7 +119,10 @@ async fn operators_watch_queues_and_redrive_dead_letters_in_a_browser() -> anyho
     let config = ConsoleConfig::default()
         .with_listen(listener.local_addr()?)
         .with_token(Some(TOKEN.to_owned()))
-        .with_queues(vec![QueueRef::parse(&queue.name)?])
+        .with_queues(vec![
+            QueueRef::parse(&queue.name)?,
+            QueueRef::parse(queue.dlq_name.as_deref().context("the test queue has a DLQ")?)?,
+        ])
         .with_workers(vec![format!("http://{ops}")])
         .with_job_types(vec!["webhook".to_owned()])
         .with_refresh(Duration::from_secs(1));
@@ -277,6 +280,16 @@ async fn scenario(
     browser.refresh().await?;
     wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;
     screenshot(browser, "queues-phone.png").await?;
+    // Nothing is cut off at 390 px: no table is wider than its box.
+    let overflowing = browser
+        .execute(
+            "return [...document.querySelectorAll('.scroll')] \
+               .filter(box => box.scrollWidth > box.clientWidth + 1) \
+               .map(box => box.querySelector('table')?.id || 'a table')",
+            vec![],
+        )
+        .await?;
+    assert_eq!(overflowing, json!([]), "tables wider than a 390 px phone");
     browser.set_window_size(1280, 900).await?;
 
     // A state-changing request without the CSRF value is refused, in the browser...
@@ -338,8 +351,29 @@ async fn scenario(
     browser.refresh().await?;
     wait_text(browser, &format!("{row} td.dlq-depth"), "2", false).await?;
 
-    // The send form checks the JSON before sending anything, then sends.
+    // The send form offers the queue but not its DLQ (nothing runs jobs sent there), and refuses the
+    // DLQ when a hand-made form names it.
     browser.goto(&format!("{base}/send")).await?;
+    let offered = browser
+        .execute(
+            "return [...document.querySelectorAll('#send select[name=queue] option')].map(o => o.text)",
+            vec![],
+        )
+        .await?;
+    assert_eq!(offered, json!([queue.name]), "{offered}");
+    browser
+        .execute(
+            "const s = document.querySelector('#send select[name=queue]'); \
+             s.add(new Option('dlq', arguments[0], true, true));",
+            vec![json!(dlq_url)],
+        )
+        .await?;
+    browser.form(Locator::Css("#send")).await?.submit().await?;
+    let refused = wait_contains(browser, "#send-error", "dead-letter queue of").await?;
+    assert!(refused.contains("nothing was sent"), "{refused}");
+    browser.goto(&format!("{base}/send")).await?;
+
+    // The send form checks the JSON before sending anything, then sends.
     let form = browser.form(Locator::Css("#send")).await?;
     form.set_by_name("payload", "{\"url\": ").await?;
     form.submit().await?;
