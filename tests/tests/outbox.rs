@@ -299,7 +299,7 @@ async fn end_to_end(source: Source, name: &str) -> anyhow::Result<()> {
     // The relay as its own process, killed with SIGKILL once it has started sending.
     let committed = (USERS * 2) as usize;
     let mut relay = Command::new(binaries().path("conveyor")?)
-        .args(["outbox", "relay", "--lease-seconds", "5"])
+        .args(["outbox", "relay", "--lease-secs", "5"])
         .args(source.cli_args())
         .envs(localstack::aws_env())
         .env("RUST_LOG", "warn")

@@ -101,3 +101,46 @@ impl Command {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    /// The names flags had before they were made consistent still parse, for one release.
+    #[test]
+    fn old_flag_names_are_hidden_aliases() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map_err(|error| error.to_string());
+        let Command::Jobs(jobs) = parse(&["conveyor", "jobs", "show", "r-1", "--type", "report"])
+            .unwrap()
+            .command
+        else {
+            panic!("jobs");
+        };
+        let crate::commands::jobs::JobsCommand::Show(key) = &jobs.command else {
+            panic!("jobs show");
+        };
+        assert_eq!(key.job_type.as_deref(), Some("report"));
+        let Command::Dlq(dlq) = parse(&["conveyor", "dlq", "peek", "--queue-url", "q", "--max", "7"])
+            .unwrap()
+            .command
+        else {
+            panic!("dlq");
+        };
+        let crate::commands::dlq::DlqCommand::Peek(peek) = &dlq.command else {
+            panic!("dlq peek");
+        };
+        assert_eq!(peek.limit, 7);
+        let relay = parse(&[
+            "conveyor",
+            "outbox",
+            "relay",
+            "--lease-seconds",
+            "5",
+            "--progress-every",
+            "2",
+        ]);
+        assert!(relay.is_ok(), "{relay:?}");
+    }
+}

@@ -183,6 +183,13 @@ async fn every_command_has_help() {
             run.stdout
         );
     }
+    // Renamed flags show their new names only (the old ones still parse, hidden).
+    let peek = conveyor(&["dlq", "peek", "--help"]).await;
+    assert!(
+        peek.stdout.contains("--limit") && !peek.stdout.contains("--max"),
+        "{}",
+        peek.stdout
+    );
     let redrive = conveyor(&["dlq", "redrive", "--help"]).await;
     assert!(redrive.stdout.contains("--reason-contains"));
     assert!(redrive.stdout.contains("StartMessageMoveTask"));
@@ -863,7 +870,7 @@ async fn dlq_peek_shows_the_reason_and_leaves_the_messages() {
         "--queue-url",
         &queue.url,
         "--show-body",
-        "--max",
+        "--max", // the old name of --limit, kept as a hidden alias
         "1",
     ])
     .await;
@@ -1397,7 +1404,15 @@ async fn jobs_watch_prints_one_json_object_per_change_and_ends_with_the_job() {
     };
 
     let mut watch = common::conveyor_command(&[
-        "jobs", "watch", "r-1", "--type", "report", "--table", &table, "--output", "json",
+        "jobs",
+        "watch",
+        "r-1",
+        "--job-type",
+        "report",
+        "--table",
+        &table,
+        "--output",
+        "json",
     ])
     .stdout(std::process::Stdio::piped())
     .spawn()
@@ -1487,7 +1502,7 @@ async fn a_filtered_peek_a_dry_run_and_a_delete_touch_the_same_messages() {
             .collect()
     };
 
-    let peek = run_with(&["peek", "--max", "100"]).await;
+    let peek = run_with(&["peek", "--limit", "100"]).await;
     peek.assert_ok();
     assert_eq!(
         (peek.json()["looked_at"].as_u64(), ids(&peek.json())),

@@ -76,8 +76,8 @@ const DRY_RUN_MAX: usize = 1000;
 /// Arguments of `conveyor dlq peek`.
 #[derive(Debug, Args)]
 #[command(after_help = "Example:
-  conveyor dlq peek --queue-url $URL --max 20
-  conveyor dlq peek --queue-url $URL --max 100 --job-type webhook --reason-contains 503
+  conveyor dlq peek --queue-url $URL --limit 20
+  conveyor dlq peek --queue-url $URL --limit 100 --job-type webhook --reason-contains 503
 
 Messages are received with a short visibility timeout and made visible again at once, so they stay in
 the DLQ (each peek adds one to their ApproximateReceiveCount). Bodies are not printed unless
@@ -89,8 +89,8 @@ pub(crate) struct PeekArgs {
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
     /// The most messages to look at (those matching the filter are shown).
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
-    pub max: u16,
+    #[arg(long, alias = "max", value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub limit: u16,
     /// Which messages to show.
     #[command(flatten)]
     pub filter: FilterArgs,
@@ -190,7 +190,7 @@ async fn run_peek(
 ) -> anyhow::Result<()> {
     let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
     let options = PeekOptions::default()
-        .with_max(usize::from(args.max))
+        .with_max(usize::from(args.limit))
         .with_hold(Duration::from_secs(args.hold_secs));
     let mut peeked = peek(client, &pair.dlq.url, options).await?;
     let not_released = peeked.release_failures.len();

@@ -23,11 +23,11 @@ const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// Arguments of `conveyor jobs`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  conveyor jobs show report:r-1 --type report       # the job sent with key report:r-1
+  conveyor jobs show report:r-1 --job-type report       # the job sent with key report:r-1
   conveyor jobs show 'conveyor:report#report:r-1'   # the same, by its record key
-  conveyor jobs list --type report --status running
-  conveyor jobs watch report:r-1 --type report      # follows progress until the job ends
-  conveyor jobs watch report:r-1 --type report --output json | jq .status   # one JSON object per line
+  conveyor jobs list --job-type report --status running
+  conveyor jobs watch report:r-1 --job-type report      # follows progress until the job ends
+  conveyor jobs watch report:r-1 --job-type report --output json | jq .status   # one JSON object per line
   conveyor jobs sweep-flows                         # ends the flows past their deadline now
 
 Only job types whose handler sets HandlerSettings::tracked keep a record.")]
@@ -57,10 +57,10 @@ pub(crate) enum JobsCommand {
 /// Which job.
 #[derive(Debug, Args)]
 pub(crate) struct KeyArgs {
-    /// The producer's key (with --type), or the record key `conveyor:<type>#<key>`.
+    /// The producer's key (with --job-type), or the record key `conveyor:<type>#<key>`.
     pub key: String,
     /// The job type, when KEY is the producer's key.
-    #[arg(long = "type", value_name = "TYPE")]
+    #[arg(long, alias = "type", value_name = "TYPE")]
     pub job_type: Option<String>,
 }
 
@@ -77,7 +77,7 @@ impl KeyArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// The job type.
-    #[arg(long = "type", value_name = "TYPE")]
+    #[arg(long, alias = "type", value_name = "TYPE")]
     pub job_type: String,
     /// Only this status: sent, running, retrying, succeeded, dead_lettered, cancelled.
     #[arg(long, value_parser = parse_status)]
@@ -186,7 +186,7 @@ async fn find(store: &DynamoStore, key: &KeyArgs, table: &str) -> anyhow::Result
         .with_context(|| format!("reading job {record_key:?} from table {table}"))?
         .with_context(|| {
             format!(
-                "no tracked job {record_key:?} in table {table}: check the key (with --type, KEY is the producer's \
+                "no tracked job {record_key:?} in table {table}: check the key (with --job-type, KEY is the producer's \
                  key; without, the record key `conveyor:<type>#<key>`), that the handler sets \
                  HandlerSettings::tracked, and that the record has not expired"
             )

@@ -67,11 +67,11 @@ pub(crate) struct RelayArgs {
     #[arg(long)]
     pub exit_when_idle: bool,
     /// Seconds between progress lines.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
-    pub progress_every: u64,
+    #[arg(long, alias = "progress-every", value_name = "SECONDS", default_value_t = 5)]
+    pub progress_every_secs: u64,
     /// Seconds a lease lasts without renewal (a standby relay takes over within this).
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    pub lease_seconds: u64,
+    #[arg(long, alias = "lease-seconds", value_name = "SECONDS", default_value_t = 30)]
+    pub lease_secs: u64,
 }
 
 /// Arguments of `conveyor outbox backlog`.
@@ -141,13 +141,13 @@ async fn run_relay(
 ) -> anyhow::Result<()> {
     let mut options = PollerOptions::default();
     options.exit_when_idle = args.exit_when_idle;
-    options.lease = Duration::from_secs(args.lease_seconds.max(3));
+    options.lease = Duration::from_secs(args.lease_secs.max(3));
     let relay = Relay::new(store, Arc::new(SqsSink::new(aws.sqs_client())));
     let owner = format!("cli-{}", uuid::Uuid::new_v4());
     let poller = Poller::new(relay, &owner, options);
     let progress = poller.progress();
     let stop = CancellationToken::new();
-    let every = Duration::from_secs(args.progress_every.max(1));
+    let every = Duration::from_secs(args.progress_every_secs.max(1));
     let started = Instant::now();
     let mut run = tokio::spawn(poller.run(stop.clone()));
     let mut ticker = tokio::time::interval(every);
