@@ -25,8 +25,8 @@ use crate::output::{Color, Format};
 #[derive(Debug, Parser)]
 #[command(name = "conveyor", version, propagate_version = false)]
 pub(crate) struct Cli {
-    /// Output format: human-readable tables, or one JSON document for scripts.
-    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    /// Output format: aligned tables for people; tab-separated values (text) or JSON for scripts.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     pub output: Format,
     /// Colours in log lines: `auto` colours only when stderr is a terminal and NO_COLOR is not set;
     /// logs written to a file or a pipe carry no escape codes.

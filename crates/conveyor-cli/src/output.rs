@@ -1,4 +1,6 @@
-//! How results are printed: human-readable tables (the default) or one JSON document (`--output json`).
+//! How results are printed: human-readable tables (the default, `--output table`), the same with every
+//! table as tab-separated values for `cut` and `awk` (`--output text`, as in the AWS CLI), or one JSON
+//! document (`--output json`).
 //!
 //! Results go to stdout; progress lines and warnings go to stderr, so `--output json` stays parseable.
 
@@ -9,10 +11,12 @@ use clap::ValueEnum;
 /// The output format chosen with `--output`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Format {
-    /// Tables and sentences for people.
+    /// Aligned tables and sentences for people.
     #[default]
+    Table,
+    /// As `table`, with each table as tab-separated values and no header row, for scripts.
     Text,
-    /// One JSON document on stdout, for scripts.
+    /// One JSON document on stdout (one per line for streams), for scripts.
     Json,
 }
 
@@ -83,6 +87,22 @@ impl Table {
         let mut cells = cells;
         cells.resize(self.header.len(), String::new());
         self.rows.push(cells);
+    }
+
+    /// Prints the table on stdout: aligned with its header, or as tab-separated values without it
+    /// for `--output text` (a tab or line break inside a cell is shown as `\t`, `\n`).
+    pub(crate) fn print(&self, format: Format) {
+        if format != Format::Text {
+            crate::out!("{}", self.render());
+            return;
+        }
+        for row in &self.rows {
+            let cells: Vec<String> = row
+                .iter()
+                .map(|cell| cell.replace('\t', "\\t").replace('\n', "\\n"))
+                .collect();
+            crate::outln!("{}", cells.join("\t"));
+        }
     }
 
     /// The table as text, one line per row, ending in a newline.

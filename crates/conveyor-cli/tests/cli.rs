@@ -744,6 +744,24 @@ async fn stats_report_what_was_put_in_the_queue_and_its_dlq() {
         text.stdout
     );
 
+    // --output text: the table as tab-separated values without its header, for cut and awk.
+    let tsv = conveyor(&["stats", "--queue-url", &queue.url, "--output", "text"]).await;
+    tsv.assert_ok();
+    let rows: Vec<Vec<&str>> = tsv
+        .stdout
+        .lines()
+        .filter(|line| line.contains('\t'))
+        .map(|line| line.split('\t').collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{}", tsv.stdout);
+    assert_eq!(
+        rows[0][..4],
+        [queue.name.as_str(), "3", "1", "2"],
+        "{}",
+        tsv.stdout
+    );
+    assert!(!tsv.stdout.contains("QUEUE"), "no header row: {}", tsv.stdout);
+
     // Asked about the DLQ itself: its own numbers, and whose DLQ it is.
     let of_dlq = conveyor(&["stats", "--queue-url", dlq_url(&queue)]).await;
     of_dlq.assert_ok();

@@ -93,7 +93,7 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
                 crate::outln!("no delayed jobs for {url} in table {}", args.table);
                 return Ok(());
             }
-            crate::out!("{}", list_table(&listed, SystemTime::now()).render());
+            list_table(&listed, SystemTime::now()).print(format);
             Ok(())
         }
         DelaysCommand::Run { id } => match timers.run_now(id).await? {

@@ -221,7 +221,7 @@ async fn run_peek(
             "not_made_visible": not_released,
         }))?;
     } else {
-        print_peek_text(&pair, &peeked.messages, args.show_body, &payloads);
+        print_peek_text(&pair, &peeked.messages, args.show_body, &payloads, format);
         if !filter.is_empty() {
             crate::outln!(
                 "{} of the {looked_at} messages looked at match the filter",
@@ -244,6 +244,7 @@ pub(crate) fn print_peek_text(
     messages: &[Received],
     show_body: bool,
     payloads: &[Fetched],
+    format: Format,
 ) {
     let sources: Vec<&str> = pair.sources.iter().map(QueueInfo::name).collect();
     crate::outln!(
@@ -297,7 +298,7 @@ pub(crate) fn print_peek_text(
             received.reason(),
         ]);
     }
-    crate::out!("{}", table.render());
+    table.print(format);
     if sqs_counts {
         crate::outln!("* no failure record: SQS's ApproximateReceiveCount, which counts peeks too");
     }
@@ -644,7 +645,7 @@ pub(crate) async fn dry_run(
             "messages": peeked.messages.iter().map(|received| message_json(received, false, None)).collect::<Vec<_>>(),
         }))?;
     } else {
-        print_peek_text(pair, &peeked.messages, false, &[]);
+        print_peek_text(pair, &peeked.messages, false, &[], format);
         let more = if looked_at >= DRY_RUN_MAX {
             " (more may be there: a dry run looks at 1,000)"
         } else {
@@ -698,6 +699,6 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
             task.failure_reason.clone().unwrap_or_default(),
         ]);
     }
-    crate::out!("{}", table.render());
+    table.print(format);
     Ok(())
 }

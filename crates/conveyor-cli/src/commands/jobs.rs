@@ -116,7 +116,7 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
                     let (flow, children) = flow.unzip();
                     print_json(&serde_json::json!({ "job": job, "flow": flow, "children": children }))
                 }
-                Format::Text => {
+                Format::Table | Format::Text => {
                     if let Some(job) = &job {
                         crate::out!("{}", describe(job, SystemTime::now()));
                     }
@@ -137,7 +137,7 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
             if format == Format::Json {
                 return print_json(&serde_json::to_value(&jobs)?);
             }
-            crate::out!("{}", list_table(&jobs, SystemTime::now()).render());
+            list_table(&jobs, SystemTime::now()).print(format);
             if jobs.is_empty() {
                 crate::outln!("no tracked {} jobs{}", list.job_type, status_words(list.status));
             }
@@ -203,7 +203,7 @@ async fn watch(store: &DynamoStore, key: &KeyArgs, table: &str, format: Format) 
         if last.as_ref() != Some(&line) {
             match format {
                 Format::Json => print_json_line(&serde_json::to_value(&job)?)?,
-                Format::Text => crate::outln!("{} {line}", format_time(SystemTime::now())),
+                Format::Table | Format::Text => crate::outln!("{} {line}", format_time(SystemTime::now())),
             }
             last = Some(line);
         }

@@ -159,7 +159,7 @@ async fn run_relay(
             _ = tokio::signal::ctrl_c() => stop.cancel(),
             _ = ticker.tick() => {
                 let now = progress.snapshot();
-                if format == Format::Text {
+                if format != Format::Json {
                     crate::outln!(
                         "{} sent {} ({:.0}/s), failed sends {}, parked {}, raced {}",
                         if now.leader { "relaying:" } else { "standby:" },

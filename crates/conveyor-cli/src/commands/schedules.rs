@@ -280,7 +280,7 @@ async fn list(source: &Source, aws: &Aws, next: usize, format: Format) -> anyhow
             format!("{state_text}, {} runs", state.runs),
         ]);
     }
-    crate::out!("{}", table.render());
+    table.print(format);
     Ok(())
 }
 
@@ -330,7 +330,7 @@ async fn history(name: &str, table: &str, aws: &Aws, format: Format) -> anyhow::
             entry.detail.clone(),
         ]);
     }
-    crate::out!("{}", table.render());
+    table.print(format);
     Ok(())
 }
 

@@ -482,7 +482,7 @@ fn print_results(
             outcome,
         ]);
     }
-    crate::out!("{}", table.render());
+    table.print(format);
     crate::outln!("sent {sent} of {} jobs to {}", results.len(), queue.name());
     Ok(())
 }

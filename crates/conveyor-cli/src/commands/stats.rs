@@ -48,7 +48,7 @@ pub(crate) async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: F
     if let Some(dlq) = &stats.dead_letter {
         table.row(row(dlq, " (DLQ)"));
     }
-    crate::out!("{}", table.render());
+    table.print(format);
     match (&stats.queue.queue.redrive, max_receive_count) {
         (Some(_), Some(count)) => {
             crate::outln!("messages move to the DLQ after {count} receives (maxReceiveCount)")
