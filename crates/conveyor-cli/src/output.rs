@@ -53,6 +53,15 @@ pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints what a command did: `value` as one JSON document with `--output json`, else `sentence`.
+pub(crate) fn print_done(format: Format, value: serde_json::Value, sentence: &str) -> anyhow::Result<()> {
+    if format == Format::Json {
+        return print_json(&value);
+    }
+    crate::outln!("{sentence}");
+    Ok(())
+}
+
 /// Prints `value` as one line (NDJSON): what a stream (`jobs watch`) prints per event, so a reader
 /// can parse each line as it comes.
 pub(crate) fn print_json_line(value: &serde_json::Value) -> anyhow::Result<()> {

@@ -1470,6 +1470,49 @@ async fn jobs_watch_prints_one_json_object_per_change_and_ends_with_the_job() {
     );
 }
 
+/// `conveyor console --output json` prints where it listens and the address to open as one JSON line,
+/// and that address opens it.
+#[tokio::test]
+async fn console_with_output_json_prints_the_address_to_open() {
+    use tokio::io::AsyncBufReadExt as _;
+
+    let client = setup().await;
+    let queue = standard_queue(&client, "cli-console").await;
+    let mut console = common::conveyor_command(&[
+        "console",
+        "--listen",
+        "127.0.0.1:0",
+        "--queue-url",
+        &queue.url,
+        "--output",
+        "json",
+    ])
+    .env_remove(conveyor_console::TOKEN_ENV)
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = tokio::io::BufReader::new(console.stdout.take().unwrap()).lines();
+    let started = next_json(&mut lines).await;
+    let listening = started["listening"].as_str().unwrap();
+    let open = started["open"].as_str().unwrap();
+    assert!(
+        open.starts_with(listening) && open.contains("/?token="),
+        "{started}"
+    );
+    let addr = listening.trim_start_matches("http://").trim_end_matches('/');
+    let path = &open[listening.len() - 1..];
+    let answer = conveyor_http::testing::raw_request(
+        addr.parse().unwrap(),
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+    .unwrap();
+    // The token sets the session cookie and is dropped from the address (a redirect to `/`).
+    assert!(answer.starts_with("HTTP/1.1 30"), "{answer}");
+    assert!(answer.to_lowercase().contains("set-cookie:"), "{answer}");
+    console.kill().await.unwrap();
+}
+
 /// `dlq peek`, `dlq redrive --dry-run` and `dlq delete` take the same filter and touch the same
 /// messages: the peek shows them, the dry run counts them and moves nothing, the delete (only with a
 /// filter or --all, and --yes) removes exactly them.

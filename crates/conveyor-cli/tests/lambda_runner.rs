@@ -461,13 +461,19 @@ async fn duplicates_are_suppressed_through_the_idempotency_table() {
         None,
     )
     .await;
-    let second = run_lambda(&queue.url, &[], &env).await.unwrap();
+    // With --output json: the batch lines go to stderr, stdout is the summary as one JSON document.
+    let second = run_lambda(&queue.url, &["--output", "json"], &env).await.unwrap();
     assert_eq!(emailed_users(&effects(&outbox)), vec![42], "{}", second.stdout);
     assert!(
-        second.stdout.contains("batch 1: 1 records, 0 failures"),
+        second.stderr.contains("batch 1: 1 records, 0 failures"),
         "{}",
-        second.stdout
+        second.stderr
     );
+    let summary: serde_json::Value = serde_json::from_str(&second.stdout)
+        .unwrap_or_else(|error| panic!("stdout is not one JSON document ({error}):\n{}", second.stdout));
+    assert_eq!(summary["batches"], 1, "{summary}");
+    assert_eq!(summary["deleted"], 1, "{summary}");
+    assert_eq!(summary["failures"], 0, "{summary}");
     assert_eq!(
         depth(&client, &queue.url).await,
         0,

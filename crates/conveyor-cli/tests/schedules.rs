@@ -36,9 +36,18 @@ async fn list_pause_resume_and_trigger_an_exported_schedule() {
     assert_eq!(listed["last_fire"], serde_json::Value::Null);
 
     let by_table = ["--table", table.as_str()];
-    conveyor(&[&["schedules", "pause", "nightly-report"][..], &by_table].concat())
-        .await
-        .assert_ok();
+    let pause = conveyor(
+        &[
+            &["schedules", "pause", "nightly-report"][..],
+            &by_table,
+            &["--output", "json"],
+        ]
+        .concat(),
+    )
+    .await;
+    pause.assert_ok();
+    assert_eq!(pause.json()["paused"], true, "{}", pause.stdout);
+    assert_eq!(pause.json()["schedule"], "nightly-report");
     let store = TickStore::new(dynamodb.clone(), &table);
     let paused = store.state("nightly-report").await.unwrap();
     assert!(paused.paused && paused.paused_at.is_some());

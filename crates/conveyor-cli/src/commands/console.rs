@@ -10,6 +10,7 @@ use conveyor_sqs::admin::QueueRef;
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::Aws;
+use crate::output::{Format, print_json_line};
 
 /// Arguments of `conveyor console`.
 #[derive(Debug, Args)]
@@ -55,7 +56,7 @@ pub(crate) struct ConsoleArgs {
 }
 
 /// Runs the console until Ctrl-C.
-pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
+pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     let config = ConsoleConfig::default()
         .with_listen(args.listen)
         .with_token(args.token.clone())
@@ -75,7 +76,15 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws) -> anyhow::Result<()> {
         Some(_) => "<your token>",
         None => console.token(),
     };
-    crate::errln!("console on http://{addr}/ (Ctrl-C stops it); open http://{addr}/?token={token}");
+    if format == Format::Json {
+        // For a script that starts the console: where it listens and the address to open, on stdout.
+        print_json_line(&serde_json::json!({
+            "listening": format!("http://{addr}/"),
+            "open": format!("http://{addr}/?token={token}"),
+        }))?;
+    } else {
+        crate::errln!("console on http://{addr}/ (Ctrl-C stops it); open http://{addr}/?token={token}");
+    }
     let stop = CancellationToken::new();
     let serving = tokio::spawn(console.serve(listener, stop.clone()));
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;

@@ -18,7 +18,7 @@ use conveyor_sqs::admin::{QueueRef, resolve_queue_url};
 use serde_json::json;
 
 use crate::aws::Aws;
-use crate::output::{Format, Table, format_time, print_json};
+use crate::output::{Format, Table, format_time, print_done, print_json};
 
 /// Arguments of `conveyor schedules`.
 #[derive(Debug, Args)]
@@ -171,17 +171,20 @@ pub(crate) struct AddArgs {
 /// Runs `conveyor schedules`.
 pub(crate) async fn run(args: &SchedulesArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     match &args.command {
-        SchedulesCommand::Export { app, out } => export(app, out),
+        SchedulesCommand::Export { app, out } => export(app, out, format),
         SchedulesCommand::List { source, next } => list(source, aws, *next, format).await,
-        SchedulesCommand::Pause { name, table } => set_paused(name, table, aws, true).await,
-        SchedulesCommand::Resume { name, table } => set_paused(name, table, aws, false).await,
+        SchedulesCommand::Pause { name, table } => set_paused(name, table, aws, true, format).await,
+        SchedulesCommand::Resume { name, table } => set_paused(name, table, aws, false, format).await,
         SchedulesCommand::History { name, table } => history(name, table, aws, format).await,
-        SchedulesCommand::Add(args) => add(args, aws).await,
+        SchedulesCommand::Add(args) => add(args, aws, format).await,
         SchedulesCommand::Remove { name, set, table } => {
             let store = TickStore::new(aws.dynamodb_client(), table);
             store.remove_definition(set, name).await?;
-            crate::outln!("schedule {name} removed from set {set}");
-            Ok(())
+            print_done(
+                format,
+                json!({ "removed": name, "set": set }),
+                &format!("schedule {name} removed from set {set}"),
+            )
         }
         SchedulesCommand::Trigger {
             name,
@@ -191,7 +194,7 @@ pub(crate) async fn run(args: &SchedulesArgs, aws: &Aws, format: Format) -> anyh
     }
 }
 
-fn export(app: &PathBuf, out: &PathBuf) -> anyhow::Result<()> {
+fn export(app: &PathBuf, out: &PathBuf, format: Format) -> anyhow::Result<()> {
     let output = std::process::Command::new(app)
         .arg("--export-schedules")
         .arg(out)
@@ -206,8 +209,12 @@ fn export(app: &PathBuf, out: &PathBuf) -> anyhow::Result<()> {
         );
     }
     let schedules = load(out)?;
-    crate::outln!("wrote {} schedules to {}", schedules.len(), out.display());
-    Ok(())
+    let names: Vec<&str> = schedules.iter().map(|schedule| schedule.name.as_str()).collect();
+    print_done(
+        format,
+        json!({ "file": out.display().to_string(), "schedules": names }),
+        &format!("wrote {} schedules to {}", schedules.len(), out.display()),
+    )
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<Vec<Schedule>> {
@@ -284,17 +291,25 @@ async fn list(source: &Source, aws: &Aws, next: usize, format: Format) -> anyhow
     Ok(())
 }
 
-async fn set_paused(name: &str, table: &str, aws: &Aws, paused: bool) -> anyhow::Result<()> {
+async fn set_paused(name: &str, table: &str, aws: &Aws, paused: bool, format: Format) -> anyhow::Result<()> {
     let store = TickStore::new(aws.dynamodb_client(), table);
     let now = SystemTime::now();
+    let value = json!({ "schedule": name, "paused": paused, "at": format_time(now) });
     if paused {
         store.pause(name, now).await?;
-        crate::outln!("schedule {name} paused: its ticks are skipped until resumed, never replayed");
+        print_done(
+            format,
+            value,
+            &format!("schedule {name} paused: its ticks are skipped until resumed, never replayed"),
+        )
     } else {
         store.resume(name, now).await?;
-        crate::outln!("schedule {name} resumed: ticks after {} fire", format_time(now));
+        print_done(
+            format,
+            value,
+            &format!("schedule {name} resumed: ticks after {} fire", format_time(now)),
+        )
     }
-    Ok(())
 }
 
 async fn history(name: &str, table: &str, aws: &Aws, format: Format) -> anyhow::Result<()> {
@@ -334,7 +349,7 @@ async fn history(name: &str, table: &str, aws: &Aws, format: Format) -> anyhow::
     Ok(())
 }
 
-async fn add(args: &AddArgs, aws: &Aws) -> anyhow::Result<()> {
+async fn add(args: &AddArgs, aws: &Aws, format: Format) -> anyhow::Result<()> {
     let schedule = match (&args.cron, args.every) {
         (Some(cron), _) => Schedule::cron(&args.name, cron, &args.zone)?,
         (None, Some(secs)) => Schedule::every(&args.name, std::time::Duration::from_secs(secs))?,
@@ -370,12 +385,14 @@ async fn add(args: &AddArgs, aws: &Aws) -> anyhow::Result<()> {
             &conveyor_schedule::to_definition_json(&schedule),
         )
         .await?;
-    crate::outln!(
-        "schedule {} added to set {}: the leading scheduler picks it up within a third of its lease",
-        schedule.name,
-        args.set
-    );
-    Ok(())
+    print_done(
+        format,
+        json!({ "added": schedule.name, "set": args.set }),
+        &format!(
+            "schedule {} added to set {}: the leading scheduler picks it up within a third of its lease",
+            schedule.name, args.set
+        ),
+    )
 }
 
 async fn trigger(

@@ -46,6 +46,7 @@ use self::environment::{Ended, Environment};
 use self::fifo::Groups;
 use self::poller::{MAX_INVOCATION_PAYLOAD, Poller, Verdict, verdict};
 use self::runtime_api::{Invocation, lock};
+use crate::output::{Format, print_json};
 
 /// Invocations in a row that failed to initialise, crashed or timed out before the runner reports a
 /// crash loop (and goes on, as Lambda does).
@@ -79,9 +80,13 @@ pub(crate) const ENVIRONMENT_HINT: &str = "the bootstrap gets this shell's envir
     in the function's configuration (infra/modules/lambda-consumer's `environment`)";
 
 /// Runs a `conveyor lambda` command with the CLI's SQS client.
-pub(crate) async fn run_command(args: &LambdaArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<()> {
+pub(crate) async fn run_command(
+    args: &LambdaArgs,
+    client: aws_sdk_sqs::Client,
+    format: Format,
+) -> anyhow::Result<()> {
     match &args.command {
-        LambdaCommand::Run(run_args) => run(run_args, client).await.map(|_| ()),
+        LambdaCommand::Run(run_args) => run(run_args, client, format).await.map(|_| ()),
     }
 }
 
@@ -220,6 +225,27 @@ pub(crate) struct Summary {
     pub busy: Duration,
 }
 
+impl Summary {
+    /// The summary as one JSON document (`--output json`); durations in milliseconds.
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "batches": self.batches,
+            "records": self.records,
+            "deleted": self.deleted,
+            "failures": self.failures,
+            "invocation_errors": self.invocation_errors,
+            "timeouts": self.timeouts,
+            "init_errors": self.init_errors,
+            "restarts": self.restarts,
+            "peak_concurrency": self.peak_concurrency,
+            "cut": self.cut,
+            "longest_failure_streak": self.longest_failure_streak,
+            "cold_starts_ms": self.cold_starts.iter().map(|start| millis(*start)).collect::<Vec<_>>(),
+            "busy_ms": millis(self.busy),
+        })
+    }
+}
+
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -272,7 +298,11 @@ fn millis(duration: Duration) -> f64 {
 
 /// Runs until a stop condition (`--until-empty`, `--max-batches`, `--max-idle-secs`) or Ctrl-C; prints
 /// one line per batch and the summary. Every bootstrap is killed on the way out, whatever happened.
-pub(crate) async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::Result<Summary> {
+pub(crate) async fn run(
+    args: &RunArgs,
+    client: aws_sdk_sqs::Client,
+    format: Format,
+) -> anyhow::Result<Summary> {
     let region = client
         .config()
         .region()
@@ -318,6 +348,7 @@ pub(crate) async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::
     let (stop, _) = watch::channel(false);
     let shared = Arc::new(Shared {
         args: args.clone(),
+        json: format == Format::Json,
         visibility: queue.visibility_timeout(),
         poller,
         queue,
@@ -357,7 +388,11 @@ pub(crate) async fn run(args: &RunArgs, client: aws_sdk_sqs::Client) -> anyhow::
     if let Some((first, last)) = *lock(&shared.busy) {
         summary.busy = last - first;
     }
-    crate::outln!("{summary}");
+    if format == Format::Json {
+        print_json(&summary.to_json())?;
+    } else {
+        crate::outln!("{summary}");
+    }
     Ok(summary)
 }
 
@@ -378,6 +413,8 @@ async fn join_lanes(lanes: &mut JoinSet<anyhow::Result<()>>, shared: &Shared) ->
 /// What the lanes share.
 struct Shared {
     args: RunArgs,
+    /// `--output json`: the invocations' lines go to stderr, stdout carries only the summary.
+    json: bool,
     poller: Poller,
     queue: conveyor_sqs::SqsQueue,
     fifo: bool,
@@ -399,6 +436,15 @@ struct Shared {
 }
 
 impl Shared {
+    /// Prints one invocation's line: on stdout, or on stderr with `--output json`.
+    fn say(&self, line: std::fmt::Arguments<'_>) {
+        if self.json {
+            crate::errln!("{line}");
+        } else {
+            crate::outln!("{line}");
+        }
+    }
+
     /// Reserves a batch under --max-batches; false when the limit is reached.
     fn reserve_batch(&self) -> bool {
         let Some(max) = self.args.max_batches else {
@@ -550,20 +596,20 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
         if !rest.is_empty() {
             shared.change_visibility(&rest, Duration::ZERO).await;
             lock(&shared.summary).cut += rest.len() as u64;
-            crate::outln!(
+            shared.say(format_args!(
                 "environment {number}: batch cut to {} records to fit the 6 MB invocation payload limit; \
                  {} returned to the queue (visible again at once)",
                 messages.len(),
                 rest.len()
-            );
+            ));
         }
         let messages = if shared.fifo {
             let (run, held) = lock(&shared.groups).admit(number, messages);
             if held > 0 {
-                crate::outln!(
+                shared.say(format_args!(
                     "environment {number}: {held} records held: their message group is in flight in another \
                      invocation (SQS would not have delivered them yet)"
-                );
+                ));
             }
             run
         } else {
@@ -633,58 +679,60 @@ async fn invoke(
                     summary.deleted += deleted.len() as u64;
                     summary.failures += failed.len() as u64;
                     drop(summary);
-                    crate::outln!("{prefix}, {} failures, {suffix}", failed.len());
+                    shared.say(format_args!("{prefix}, {} failures, {suffix}", failed.len()));
                 }
                 Verdict::WholeBatchFailed(reason) => {
                     lock(&shared.summary).invocation_errors += 1;
-                    crate::outln!("{prefix}, response refused ({reason}), batch left in the queue, {suffix}");
+                    shared.say(format_args!(
+                        "{prefix}, response refused ({reason}), batch left in the queue, {suffix}"
+                    ));
                 }
             }
         }
         Ended::Error { error_type, body } => {
             lock(&shared.summary).invocation_errors += 1;
-            crate::outln!(
+            shared.say(format_args!(
                 "{prefix}, invocation error ({}), batch left in the queue, {suffix}",
                 describe_error(error_type.as_deref(), &body)
-            );
+            ));
         }
         Ended::TimedOut => {
             let mut summary = lock(&shared.summary);
             summary.timeouts += 1;
             summary.restarts += 1;
             drop(summary);
-            crate::outln!(
+            shared.say(format_args!(
                 "{prefix}, timed out after {} s, batch left in the queue (back after its visibility timeout); \
                  the environment is replaced (environment {number})",
                 timeout.as_secs()
-            );
+            ));
         }
         Ended::Exited(status) => {
             let mut summary = lock(&shared.summary);
             summary.invocation_errors += 1;
             summary.restarts += 1;
             drop(summary);
-            crate::outln!(
+            shared.say(format_args!(
                 "{prefix}, the bootstrap exited ({status}), batch left in the queue (back after its visibility \
                  timeout); the environment is replaced (environment {number})"
-            );
+            ));
         }
         Ended::Undelivered => {
             let mut summary = lock(&shared.summary);
             summary.invocation_errors += 1;
             summary.restarts += 1;
             drop(summary);
-            crate::outln!(
+            shared.say(format_args!(
                 "{prefix}, the bootstrap's connection failed, batch left in the queue (back after its visibility \
                  timeout); the environment is replaced (environment {number})"
-            );
+            ));
         }
         Ended::InitFailed(reason) => {
             lock(&shared.summary).init_errors += 1;
-            crate::outln!(
+            shared.say(format_args!(
                 "{prefix}, init error, batch left in the queue (back after its visibility timeout); the next \
                  invocation initialises again (environment {number}): {reason}"
-            );
+            ));
         }
     }
     if failed_environment {
@@ -711,10 +759,10 @@ async fn invoke(
     if shared.fifo {
         let released = lock(&shared.groups).finish(number, &messages, &deleted);
         if released > 0 {
-            crate::outln!(
+            shared.say(format_args!(
                 "environment {number}: {released} held records of a group with failed records stay in flight and \
                  come back after their visibility timeout, behind them"
-            );
+            ));
         }
     }
     Ok(())
