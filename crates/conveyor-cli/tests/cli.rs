@@ -992,6 +992,66 @@ async fn redrive_without_wait_prints_the_task_handle() {
     wait_for_depth(&client, dlq_url(&queue), (0, 0, 0)).await;
 }
 
+/// A running move task can be cancelled by its handle: what moved stays moved, the rest stays in the
+/// DLQ, and a second cancel says the task is not running.
+#[tokio::test]
+async fn a_slow_move_task_is_cancelled_by_its_handle() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-cancel").await;
+    let bodies = (0..30).map(|i| i.to_string());
+    dead_letter_all(&client, dlq_url(&queue), "email", "x", bodies).await;
+    wait_for_depth(&client, dlq_url(&queue), (30, 0, 0)).await;
+    let started = conveyor(&[
+        "dlq",
+        "redrive",
+        "--queue-url",
+        &queue.url,
+        "--rate",
+        "1",
+        "--output",
+        "json",
+    ])
+    .await;
+    started.assert_ok();
+    let handle = started.json()["task_handle"].as_str().unwrap().to_owned();
+    let cancel = |handle: String| {
+        let url = queue.url.clone();
+        async move {
+            conveyor(&[
+                "dlq",
+                "tasks",
+                "--queue-url",
+                &url,
+                "--cancel",
+                &handle,
+                "--output",
+                "json",
+            ])
+            .await
+        }
+    };
+    let cancelled = cancel(handle).await;
+    cancelled.assert_ok();
+    let moved = cancelled.json()["moved"].as_u64().unwrap();
+    assert!(moved < 30, "{}", cancelled.stdout);
+    let listed = conveyor_testing::wait_for(SETTLE, POLL, async || {
+        let tasks = conveyor(&["dlq", "tasks", "--queue-url", &queue.url, "--output", "json"]).await;
+        let tasks = tasks.json();
+        (tasks["tasks"][0]["status"] == "CANCELLED").then_some(tasks)
+    })
+    .await
+    .expect("the task is listed as CANCELLED");
+    let moved = listed["tasks"][0]["moved"].as_u64().unwrap();
+    assert!(moved < 30, "{listed}");
+    let (visible, in_flight, _) = depth(&client, dlq_url(&queue)).await;
+    assert_eq!(visible + in_flight, 30 - moved, "the rest stays in the DLQ");
+    // A handle that names no running task (LocalStack lets a cancelled task be cancelled again, so a
+    // made-up one): said as such, with where the handles are listed.
+    cancel("bm90LWEtdGFzaw==".to_owned())
+        .await
+        .assert_failed_with(1, &["no running message move task", "conveyor dlq tasks"]);
+}
+
 /// `conveyor dlq redrive` of the DLQ's `webhook` jobs whose failure contains `reason`, in JSON.
 async fn redrive_webhooks(queue_url: &str, reason: &str) -> Run {
     conveyor(&[

@@ -10,14 +10,14 @@ use clap::{Args, Subcommand, ValueEnum};
 use conveyor_core::port::QueueDepth;
 use conveyor_sqs::admin::{
     AdminError, DeadLetterPair, Destinations, MoveFilter, MoveOptions, MoveReport, MoveTaskHandle,
-    MoveTaskStatus, PeekOptions, QueueInfo, QueueRef, Received, describe, list_move_tasks, move_messages,
-    peek, resolve_dead_letter, resolve_queue_url, start_move_task, wait_for_move_task,
+    MoveTaskStatus, PeekOptions, QueueInfo, QueueRef, Received, cancel_move_task, describe, list_move_tasks,
+    move_messages, peek, resolve_dead_letter, resolve_queue_url, start_move_task, wait_for_move_task,
 };
 use serde_json::{Value, json};
 
 use crate::aws::Aws;
 use crate::commands::payloads::Fetched;
-use crate::output::{Format, Table, format_epoch_millis, format_time, print_json, progress};
+use crate::output::{Format, Table, format_epoch_millis, format_time, print_done, print_json, progress};
 
 /// How often `--wait` reads a move task's progress.
 const TASK_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -163,12 +163,16 @@ pub(crate) struct RedriveArgs {
 
 /// Arguments of `conveyor dlq tasks`.
 #[derive(Debug, Args)]
-#[command(after_help = "Example:
-  conveyor dlq tasks --queue-url $URL")]
+#[command(after_help = "Examples:
+  conveyor dlq tasks --queue-url $URL                        # SQS's last 10 move tasks of the DLQ, with handles
+  conveyor dlq tasks --queue-url $URL --cancel $HANDLE       # stop a running one; what moved stays moved")]
 pub(crate) struct TasksArgs {
     /// URL of the source queue or of the DLQ.
     #[arg(long, value_name = "URL")]
     pub queue_url: QueueRef,
+    /// Cancel the running move task with this handle (from the listing or `dlq redrive`).
+    #[arg(long, value_name = "HANDLE")]
+    pub cancel: Option<String>,
 }
 
 /// Runs a `conveyor dlq` subcommand.
@@ -661,6 +665,17 @@ pub(crate) async fn dry_run(
 
 async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Format) -> anyhow::Result<()> {
     let pair = resolve_dead_letter(client, &resolve_queue_url(client, &args.queue_url).await?).await?;
+    if let Some(handle) = &args.cancel {
+        let moved = cancel_move_task(client, handle).await?;
+        return print_done(
+            format,
+            json!({ "dead_letter_queue": pair.dlq.name(), "cancelled": handle, "moved": moved }),
+            &format!(
+                "cancelling the move task from {}: {moved} messages moved before it stops; the rest stay in the DLQ",
+                pair.dlq.name()
+            ),
+        );
+    }
     let tasks = list_move_tasks(client, &pair.dlq.arn.arn).await?;
     if format == Format::Json {
         let tasks: Vec<Value> = tasks
@@ -684,7 +699,15 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
         crate::outln!("no message move tasks for {}", pair.dlq.name());
         return Ok(());
     }
-    let mut table = Table::new(&["STARTED", "STATUS", "MOVED", "TO MOVE", "DESTINATION", "FAILURE"]);
+    let mut table = Table::new(&[
+        "STARTED",
+        "STATUS",
+        "MOVED",
+        "TO MOVE",
+        "DESTINATION",
+        "HANDLE",
+        "FAILURE",
+    ]);
     for task in &tasks {
         table.row(vec![
             format_epoch_millis(task.started_at_ms),
@@ -696,6 +719,7 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
                 .as_deref()
                 .map_or("original source", |arn| arn.rsplit(':').next().unwrap_or(arn))
                 .to_owned(),
+            task.handle.clone().unwrap_or_else(|| "-".to_owned()),
             task.failure_reason.clone().unwrap_or_default(),
         ]);
     }

@@ -67,6 +67,18 @@ pub enum AdminError {
         /// The task's handle.
         handle: String,
     },
+    /// `CancelMessageMoveTask` found no running task with that handle (it finished, was cancelled, or
+    /// the handle is wrong).
+    #[error(
+        "no running message move task has handle {handle}: it may have finished or been cancelled already; \
+         list the tasks and their handles with `conveyor dlq tasks --queue-url <queue>` ({message})"
+    )]
+    MoveTaskNotRunning {
+        /// The handle given.
+        handle: String,
+        /// What SQS said.
+        message: String,
+    },
     /// Another purge of the queue is still running: SQS allows one per 60 seconds.
     #[error(
         "a purge of {queue} is already in progress: SQS allows one purge per queue every 60 seconds; try again in a minute"

@@ -10,7 +10,7 @@
 //! | [`stats()`] | `GetQueueAttributes` on the queue and its DLQ (+ a peek of each with `peek_age`) | none (a peek: see below) |
 //! | [`stats_of`] | `GetQueueAttributes` per queue, plus the DLQ's when it is not among them | none |
 //! | [`peek()`] | `ReceiveMessage` with a short visibility timeout, then `ChangeMessageVisibilityBatch(0)` | visible again at once; receive count + 1 |
-//! | [`start_move_task`], [`wait_for_move_task`] | `StartMessageMoveTask`, `ListMessageMoveTasks` | SQS moves every DLQ message, as is |
+//! | [`start_move_task`], [`wait_for_move_task`], [`cancel_move_task`] | `StartMessageMoveTask`, `ListMessageMoveTasks`, `CancelMessageMoveTask` | SQS moves every DLQ message, as is |
 //! | [`move_messages`] | `ReceiveMessage`, `SendMessageBatch` to the source, then `DeleteMessageBatch` on the DLQ | matching messages move without `conveyor.failure`; the rest are made visible again |
 //! | [`delete_messages`] | `ReceiveMessage`, then `DeleteMessageBatch` on the DLQ | matching messages deleted for good; the rest are made visible again |
 //! | [`purge()`] | `PurgeQueue` | every message deleted (within 60 s) |
@@ -49,8 +49,8 @@ pub use move_loop::{
     moved_copy,
 };
 pub use move_task::{
-    MAX_MOVE_RATE, MoveTaskHandle, MoveTaskStatus, list_move_tasks, move_task_status, start_move_task,
-    wait_for_move_task,
+    MAX_MOVE_RATE, MoveTaskHandle, MoveTaskStatus, cancel_move_task, list_move_tasks, move_task_status,
+    start_move_task, wait_for_move_task,
 };
 pub use peek::{PeekOptions, Peeked, peek};
 pub use purge::purge;

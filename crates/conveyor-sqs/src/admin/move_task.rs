@@ -1,4 +1,4 @@
-//! SQS's own DLQ redrive: `StartMessageMoveTask` and `ListMessageMoveTasks`.
+//! SQS's own DLQ redrive: `StartMessageMoveTask`, `ListMessageMoveTasks` and `CancelMessageMoveTask`.
 //!
 //! A move task moves every message of a DLQ, as it is (the `conveyor.failure` attribute stays on the
 //! message), at an optional rate. Without a destination SQS moves each message back to the queue it was
@@ -122,6 +122,34 @@ pub async fn list_move_tasks(client: &Client, source_arn: &str) -> Result<Vec<Mo
             started_at_ms: u64::try_from(entry.started_timestamp()).unwrap_or(0),
         })
         .collect())
+}
+
+/// Cancels the running move task with SQS's handle `handle` (as [`MoveTaskStatus::handle`] or
+/// `StartMessageMoveTask` gave it); returns how many messages it had moved. Messages already moved stay
+/// where they went; the rest stay in the DLQ. A task that is not running is refused by SQS
+/// (`ResourceNotFoundException`), as is a handle that is not one (`InvalidParameterValue`):
+/// [`AdminError::MoveTaskNotRunning`].
+pub async fn cancel_move_task(client: &Client, handle: &str) -> Result<u64, AdminError> {
+    let output = client
+        .cancel_message_move_task()
+        .task_handle(handle)
+        .send()
+        .await
+        .map_err(|error| {
+            use aws_sdk_sqs::error::ProvideErrorMetadata as _;
+            // AWS: a task that is not running; LocalStack: a handle it cannot read.
+            if matches!(
+                error.code(),
+                Some("ResourceNotFoundException" | "InvalidParameterValue")
+            ) {
+                return AdminError::MoveTaskNotRunning {
+                    handle: handle.to_owned(),
+                    message: super::display_chain(&error),
+                };
+            }
+            admin_error(&error, handle, "CancelMessageMoveTask")
+        })?;
+    Ok(u64::try_from(output.approximate_number_of_messages_moved()).unwrap_or(0))
 }
 
 /// The status of the task `task`: the listed task with its handle, else the newest task that started after
