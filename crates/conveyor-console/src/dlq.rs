@@ -18,8 +18,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use conveyor_core::runtime::format_time;
 use conveyor_sqs::admin::{
-    DeadLetterPair, Destinations, MoveFilter, MoveOptions, PeekOptions, Received, delete_messages, describe,
-    display_chain, move_messages, peek, resolve_dead_letter,
+    AdminError, DeadLetterPair, Destinations, MAX_MOVE_RATE, MoveFilter, MoveOptions, MoveTaskStatus,
+    PeekOptions, Received, cancel_move_task, delete_messages, describe, display_chain, list_move_tasks,
+    move_messages, peek, resolve_dead_letter,
 };
 use maud::{Markup, html};
 
@@ -122,6 +123,7 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
                 "No peek yet. SQS shows a message only by receiving it: a peek holds the messages for a                  moment, makes them visible again and adds one to each one's receive count. This page then                  works from what the peek saw (filters, bodies, reloads) until the next peek."
             }
             (peek_form(&state, queue, &fields, DEFAULT_PEEK, "Peek"))
+            (move_tasks(&state, &pair, queue).await)
         };
         return page(&title, Nav::Queues, body).into_response();
     };
@@ -136,8 +138,127 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
         (peek_form(&state, queue, &fields, peek.max, "Peek again"))
         (filter_form(queue, &fields))
         (messages_form(&state, &pair, queue, &fields, &matching))
+        (move_tasks(&state, &pair, queue).await)
     };
     page(&title, Nav::Queues, body).into_response()
+}
+
+/// SQS's own move tasks of the DLQ (its last ten, one `ListMessageMoveTasks`), a running one with a
+/// button that cancels it.
+async fn move_tasks(state: &AppState, pair: &DeadLetterPair, queue: &str) -> Markup {
+    let tasks = match list_move_tasks(&state.sqs, &pair.dlq.arn.arn).await {
+        Ok(tasks) => tasks,
+        Err(AdminError::Unsupported { .. }) => {
+            return html! { p class="muted" { "This endpoint has no SQS move tasks (ListMessageMoveTasks)." } };
+        }
+        Err(error) => {
+            return html! { p class="bad" { "SQS's move tasks could not be listed: " (display_chain(&error)) } };
+        }
+    };
+    html! {
+        h2 { "SQS move tasks" }
+        @if tasks.is_empty() {
+            p class="muted" id="no-move-tasks" { "None: SQS keeps a DLQ's last ten (started with `conveyor dlq redrive` or the AWS console)." }
+        } @else {
+            div class="scroll" {
+                table id="move-tasks" {
+                    thead {
+                        tr {
+                            th class="wide" { "Started" }
+                            th { "Status" }
+                            th class="n" { "Moved" }
+                            th class="n wide" { "Of" }
+                            th class="wide" { "To" }
+                            th {}
+                        }
+                    }
+                    tbody {
+                        @for task in &tasks { (move_task_row(state, queue, task)) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn move_task_row(state: &AppState, queue: &str, task: &MoveTaskStatus) -> Markup {
+    let percent = task
+        .to_move
+        .filter(|total| *total > 0)
+        .map(|total| format!(" ({}%)", task.moved.saturating_mul(100) / total))
+        .unwrap_or_default();
+    let destination = task
+        .destination_arn
+        .as_deref()
+        .map_or("each message's source", |arn| {
+            arn.rsplit(':').next().unwrap_or(arn)
+        });
+    html! {
+        tr class="move-task" {
+            td class="wide" { (conveyor_core::runtime::format_epoch_millis(task.started_at_ms)) }
+            td class="move-task-status" {
+                (task.status)
+                @if let Some(reason) = &task.failure_reason { ": " (reason) }
+            }
+            td class="n" { (task.moved) (percent) }
+            td class="n wide" { (task.to_move.map_or_else(|| "?".to_owned(), |total| total.to_string())) }
+            td class="wide" { (destination) }
+            td {
+                @if let (Some(handle), false) = (&task.handle, task.is_finished()) {
+                    form method="post" action="/dlq/cancel-task" class="inline" {
+                        (csrf_field(state))
+                        (hidden("queue", queue))
+                        (hidden("handle", handle))
+                        button type="submit" class="danger cancel-task" { "Cancel" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `POST /dlq/cancel-task`: cancels one of the DLQ's running SQS move tasks (only a handle its listing
+/// shows); what it moved stays moved.
+pub(crate) async fn cancel_task(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
+    let pair = match resolve_posted(&state, &fields).await {
+        Ok(pair) => pair,
+        Err(response) => return *response,
+    };
+    let Some(handle) = fields.get("handle") else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "Cancel a move task",
+            "No task handle was given.",
+        );
+    };
+    let listed = match list_move_tasks(&state.sqs, &pair.dlq.arn.arn).await {
+        Ok(tasks) => tasks,
+        Err(error) => {
+            return problem(
+                StatusCode::BAD_GATEWAY,
+                "Cancel a move task",
+                &display_chain(&error),
+            );
+        }
+    };
+    if !listed.iter().any(|task| task.handle.as_deref() == Some(handle)) {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "Cancel a move task",
+            "No running move task of this dead-letter queue has that handle (it may have finished); nothing was cancelled.",
+        );
+    }
+    match cancel_move_task(&state.sqs, handle).await {
+        Ok(moved) => {
+            tracing::warn!(dlq = %pair.dlq.url, moved, "console: SQS move task cancelled");
+            Redirect::to(&page_url(fields.get("queue").unwrap_or_default(), &fields, "")).into_response()
+        }
+        Err(error) => problem(
+            StatusCode::BAD_GATEWAY,
+            "Cancel a move task",
+            &display_chain(&error),
+        ),
+    }
 }
 
 /// `POST /dlq/peek`: peeks at the DLQ (the one receive this page makes), keeps the result and shows it.
@@ -236,6 +357,10 @@ fn messages_form(
             }
             div class="actions" {
                 (destination_select(pair))
+                label {
+                    "At most per second"
+                    input type="number" name="rate" min="1" max=(MAX_MOVE_RATE) placeholder="no limit";
+                }
                 button type="submit" name="action" value="redrive_selected" id="redrive-selected" {
                     "Redrive selected"
                 }
@@ -378,19 +503,35 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         "/dlq?queue={}",
         query_value(fields.get("queue").unwrap_or_default())
     );
-    let options = MoveOptions::default().with_filter(filter);
+    let rate = fields.number("rate").map(|rate| {
+        u32::try_from(rate)
+            .unwrap_or(MAX_MOVE_RATE)
+            .clamp(1, MAX_MOVE_RATE)
+    });
+    let options = MoveOptions::default().with_filter(filter).with_rate(rate);
     let client = state.sqs.clone();
     let dlq = pair.dlq.clone();
     if action == "delete_selected" {
         if fields.get("confirm") != Some("yes") {
-            return confirm_delete(&state, &fields, &pair, &what);
+            let question = html! {
+                "Delete " strong { (what) } " from " code { (pair.dlq.name()) } " for good? They are not sent \
+                 anywhere; this cannot be undone."
+            };
+            return confirm(
+                &state,
+                &fields,
+                "Delete dead letters?",
+                question,
+                "Yes, delete them",
+            );
         }
         tracing::warn!(dlq = %dlq.url, count = selected.len(), "console: delete dead letters");
         state.peeks.forget(&dlq.url);
         let title = format!("Delete {what} from {}", dlq.name());
         let id = state
             .tasks
-            .spawn(title, "Deleted", back, move |mut progress| async move {
+            .spawn(title, "Deleted", back, move |mut progress, stop| async move {
+                let options = options.with_stop(Some(stop));
                 delete_messages(&client, &dlq, &options, &mut *progress).await
             });
         return Redirect::to(&format!("/tasks/{id}")).into_response();
@@ -420,35 +561,69 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         Destinations::One(queue) => queue.name().to_owned(),
         Destinations::BySource(_) => "their source queues".to_owned(),
     };
+    if action == "redrive_filter" && fields.get("confirm") != Some("yes") {
+        let question = html! {
+            "Redrive every message of " code { (pair.dlq.name()) } " matching the filter to " strong { (target) }
+            @if let Some(rate) = rate { ", at most " (rate) " per second" }
+            "? " (matching_in_peek(&state, &pair, &options.filter))
+        };
+        return confirm(
+            &state,
+            &fields,
+            "Redrive all matching?",
+            question,
+            "Yes, redrive them",
+        );
+    }
     tracing::warn!(dlq = %dlq.url, to = %target, "console: redrive dead letters");
     state.peeks.forget(&dlq.url);
     let title = format!("Redrive {what} of {} to {target}", dlq.name());
     let id = state
         .tasks
-        .spawn(title, "Moved", back, move |mut progress| async move {
+        .spawn(title, "Moved", back, move |mut progress, stop| async move {
+            let options = options.with_stop(Some(stop));
             move_messages(&client, &dlq, &destinations, &options, &mut *progress).await
         });
     Redirect::to(&format!("/tasks/{id}")).into_response()
 }
 
-fn confirm_delete(state: &AppState, fields: &Fields, pair: &DeadLetterPair, what: &str) -> Response {
+/// The page that asks before a delete or a "redrive all matching": `question` says what would happen.
+fn confirm(state: &AppState, fields: &Fields, title: &str, question: Markup, yes: &str) -> Response {
     let cancel = format!(
         "/dlq?queue={}",
         query_value(fields.get("queue").unwrap_or_default())
     );
     let body = html! {
-        p {
-            "Delete " strong { (what) } " from " code { (pair.dlq.name()) } " for good? They are not sent \
-             anywhere; this cannot be undone."
-        }
+        p { (question) }
         form method="post" action="/dlq/act" {
             (csrf_field(state))
             @for (name, value) in fields.carried() { (hidden(name, value)) }
             (hidden("confirm", "yes"))
-            button class="danger" type="submit" id="confirm" { "Yes, delete them" }
+            button class="danger" type="submit" id="confirm" { (yes) }
             " "
             a href=(cancel) { "Cancel" }
         }
     };
-    page("Delete dead letters?", Nav::Queues, body).into_response()
+    page(title, Nav::Queues, body).into_response()
+}
+
+/// What the kept peek says a "redrive all matching" would move: the count it saw, or that none was taken.
+fn matching_in_peek(state: &AppState, pair: &DeadLetterPair, filter: &MoveFilter) -> Markup {
+    match state.peeks.get(&pair.dlq.url) {
+        Some(peek) => {
+            let matching = peek
+                .messages
+                .iter()
+                .filter(|received| filter.matches(received))
+                .count();
+            html! {
+                "The last peek (" (format_time(peek.at)) ") saw " strong id="confirm-count" { (matching) }
+                " matching of " (peek.messages.len()) " messages; the redrive moves every matching message, \
+                 including any the peek did not reach."
+            }
+        }
+        None => {
+            html! { "No peek was taken, so how many match is not known; the redrive moves every matching message." }
+        }
+    }
 }

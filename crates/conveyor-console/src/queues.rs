@@ -150,7 +150,8 @@ fn render(state: &AppState, snapshot: &Snapshot) -> Markup {
         }
         p class="muted" id="refresh-cost" {
             "This refresh: " span id="refresh-requests" { (snapshot.requests) } " AWS requests for "
-            (snapshot.queues.len()) " queues, " (snapshot.millis) " ms."
+            (snapshot.queues.len()) " queues, " (snapshot.millis) " ms. "
+            a href="/tasks" id="tasks-link" { "Redrives and deletes started here" }
         }
     }
 }

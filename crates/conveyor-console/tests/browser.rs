@@ -427,6 +427,75 @@ async fn scenario(
     assert_eq!(delayed, 1);
     assert_eq!(delivered.load(Ordering::SeqCst), 3, "the delayed job did not run");
 
+    // Long moves can be stopped. Thirty more dead letters, redriven "all matching" at 1 per second:
+    // the confirmation counts them from the peek, and the task stops after its first batch of ten.
+    for n in 0..30 {
+        sqs.send_message()
+            .queue_url(&dlq_url)
+            .message_body(json!({ "id": n }).to_string())
+            .send()
+            .await?;
+    }
+    browser
+        .goto(&format!("{base}/dlq?queue={}", query(&queue.url)))
+        .await?;
+    click(browser, "#peek").await?;
+    wait_text(browser, "#dlq-peeked", "32", false).await?;
+    browser
+        .form(Locator::Css("#dead-letters"))
+        .await?
+        .set_by_name("rate", "1")
+        .await?;
+    click(browser, "#redrive-filter").await?;
+    wait_text(browser, "#confirm-count", "32", false).await?;
+    click(browser, "#confirm").await?;
+    click(browser, "#stop-task").await?;
+    let stopped = wait_contains(browser, "#task-status[data-finished=\"true\"]", "stopped").await?;
+    let moved: u64 = text(browser, "#task-moved").await.unwrap_or_default().parse()?;
+    assert!(moved < 32, "a stopped redrive moved {moved} of 32: {stopped}");
+    browser.goto(&format!("{base}/tasks")).await?;
+    let listed = wait_contains(browser, "#tasks", "stopped").await?;
+    assert!(
+        listed.contains("done"),
+        "the earlier redrive is listed too: {listed}"
+    );
+
+    // SQS's own move tasks are listed on the dead-letter page, and a running one is cancelled there.
+    let dlq_arn = queue.dlq_arn.clone().context("the test queue has a DLQ")?;
+    let (_, left, _) = (
+        0,
+        conveyor_sqs::admin::describe(sqs, &dlq_url).await?.depth.visible,
+        0,
+    );
+    conveyor_sqs::admin::start_move_task(sqs, &dlq_arn, Some(&elsewhere.arn), Some(1)).await?;
+    browser
+        .goto(&format!("{base}/dlq?queue={}", query(&queue.url)))
+        .await?;
+    wait_for(Duration::from_secs(30), Duration::from_millis(300), async || {
+        browser.refresh().await.ok()?;
+        browser.find(Locator::Css(".cancel-task")).await.ok()
+    })
+    .await
+    .context("the running SQS move task has a Cancel button")?
+    .click()
+    .await?;
+    wait_for(Duration::from_secs(30), Duration::from_millis(300), async || {
+        browser.refresh().await.ok()?;
+        text(browser, ".move-task-status")
+            .await
+            .filter(|status| status.starts_with("CANCEL"))
+    })
+    .await
+    .context("the cancelled SQS move task is listed as cancelled")?;
+    let moved_away = conveyor_sqs::admin::describe(sqs, &elsewhere.url)
+        .await?
+        .depth
+        .visible;
+    assert!(
+        moved_away < left,
+        "the cancelled task moved {moved_away} of {left}"
+    );
+
     shutdown.cancel();
     running.await??;
     Ok(())
