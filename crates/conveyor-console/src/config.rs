@@ -41,6 +41,8 @@ pub struct ConsoleConfig {
     pub table: Option<String>,
     /// How often the live parts of a page refresh.
     pub refresh: Duration,
+    /// How often the queues page's charts take a sample (each costs what a refresh of the page costs).
+    pub history_every: Duration,
     /// Request deadlines and body limit.
     pub limits: Limits,
 }
@@ -58,6 +60,7 @@ impl Default for ConsoleConfig {
             job_types: Vec::new(),
             table: None,
             refresh: Duration::from_secs(3),
+            history_every: Duration::from_secs(15),
             limits: Limits::default().with_max_body(1024 * 1024 + 64 * 1024),
         }
     }

@@ -154,6 +154,10 @@ button{cursor:pointer;background:var(--card)}button.danger{border-color:var(--ba
 textarea{width:100%;min-height:10rem;font-family:ui-monospace,monospace}pre{white-space:pre-wrap;word-break:break-all;background:var(--card);padding:.5rem;border-radius:6px;margin:.3rem 0}
 .filters,.actions{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin:.5rem 0}.filters label,.actions label,.stack label{display:flex;flex-direction:column;font-size:.85rem;color:var(--muted)}
 .stack{display:grid;gap:.6rem;max-width:40rem}.note{background:var(--card);border-left:3px solid var(--accent);padding:.4rem .7rem;border-radius:4px}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:.8rem;margin:0 0 1rem}.chart{margin:0;background:var(--card);border-radius:8px;padding:.5rem .7rem}
+.chart figcaption{font-size:.85rem;color:var(--muted)}.chart svg{display:block;width:100%;height:90px;margin:.3rem 0}.chart-scale{display:flex;justify-content:space-between;font-size:.75rem}
+.axis{stroke:var(--line)}.series{stroke-width:2;vector-effect:non-scaling-stroke}.series.s1{stroke:var(--accent)}.series.s2{stroke:var(--muted)}.series.s3{stroke:var(--bad)}
+.key.s1{color:var(--accent)}.key.s2{color:var(--muted)}.key.s3{color:var(--bad)}
 @media (max-width:640px){.wide{display:none}main{padding:.6rem}.card b{font-size:1.3rem}th,td{padding:.3rem .3rem}td{overflow-wrap:anywhere}}
 "#;
 

@@ -5,6 +5,7 @@ mod config;
 mod delays;
 mod dlq;
 mod fields;
+mod history;
 mod html;
 mod jobs;
 mod peeks;
@@ -104,8 +105,9 @@ impl Console {
             .layer(axum::middleware::from_fn(auth::audit))
     }
 
-    /// Serves on `listener` until `stop` is cancelled.
+    /// Serves on `listener` until `stop` is cancelled, and samples the charts' numbers meanwhile.
     pub async fn serve(self, listener: TcpListener, stop: CancellationToken) {
+        tokio::spawn(history::sample_until(Arc::clone(&self.state), stop.clone()));
         let limits = self.state.config.limits;
         let routes = self.routes();
         conveyor_http::serve_gated(listener, routes, limits, stop, |routes| self.gate(routes)).await;

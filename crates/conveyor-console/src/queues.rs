@@ -16,12 +16,13 @@ use maud::{Markup, html};
 
 use crate::auth::refuse_without_csrf;
 use crate::fields::Fields;
+use crate::history::{Sample, Series, chart};
 use crate::html::{Nav, card, csrf_field, hidden, page, problem, query_value};
 use crate::state::AppState;
 use crate::workers::WorkerView;
 
 /// One refresh's numbers.
-struct Snapshot {
+pub(crate) struct Snapshot {
     queues: Vec<Result<Stats, String>>,
     workers: Vec<WorkerView>,
     listing_error: Option<String>,
@@ -29,7 +30,7 @@ struct Snapshot {
     millis: u128,
 }
 
-async fn snapshot(state: &AppState) -> Snapshot {
+pub(crate) async fn snapshot(state: &AppState) -> Snapshot {
     let started = Instant::now();
     let before = state.requests.total();
     let (urls, listing_error) = match state.queue_urls().await {
@@ -66,22 +67,98 @@ pub(crate) async fn live(State(state): State<Arc<AppState>>) -> Response {
     Html(render(&state, &snapshot).into_string()).into_response()
 }
 
-fn render(state: &AppState, snapshot: &Snapshot) -> Markup {
+/// The totals of `snapshot` across its queues and workers: the cards, and a chart sample.
+pub(crate) fn totals(state: &AppState, snapshot: &Snapshot) -> Sample {
     let good: Vec<&Stats> = snapshot
         .queues
         .iter()
         .filter_map(|read| read.as_ref().ok())
         .collect();
     let sum = |pick: fn(&Stats) -> u64| good.iter().map(|stats| pick(stats)).sum::<u64>();
-    let visible = sum(|stats| stats.queue.queue.depth.visible);
-    let in_flight = sum(|stats| stats.queue.queue.depth.in_flight);
-    let delayed = sum(|stats| stats.queue.queue.depth.delayed);
-    let dead = sum(|stats| {
-        stats
-            .dead_letter
-            .as_ref()
-            .map_or(0, |dlq| dlq.queue.depth.visible)
-    });
+    let rate = |pick: fn(&WorkerView) -> Option<f64>| {
+        let rates: Vec<f64> = snapshot.workers.iter().filter_map(pick).collect();
+        (!state.workers.is_empty() && !rates.is_empty()).then(|| rates.iter().sum::<f64>())
+    };
+    Sample {
+        at: Some(std::time::SystemTime::now()),
+        visible: sum(|stats| stats.queue.queue.depth.visible),
+        in_flight: sum(|stats| stats.queue.queue.depth.in_flight),
+        // In flight too: a peek holds dead letters for a moment, and they are still there.
+        dead: sum(|stats| {
+            stats
+                .dead_letter
+                .as_ref()
+                .map_or(0, |dlq| dlq.queue.depth.visible + dlq.queue.depth.in_flight)
+        }),
+        succeeded_per_second: rate(|worker| worker.per_second),
+        errors_per_second: rate(|worker| worker.errors_per_second),
+    }
+}
+
+/// The charts of the kept history: depth, dead letters and, with workers, throughput.
+fn charts(state: &AppState) -> Markup {
+    let samples = state.history.samples();
+    if samples.len() < 2 {
+        return html! {
+            p class="muted" id="charts-pending" {
+                "Charts appear after the second sample (one every " (state.config.history_every.as_secs()) " s)."
+            }
+        };
+    }
+    let values = |pick: fn(&Sample) -> Option<f64>| samples.iter().map(pick).collect::<Vec<_>>();
+    let depth = [
+        Series {
+            name: "visible",
+            class: "s1",
+            values: values(|sample| Some(sample.visible as f64)),
+        },
+        Series {
+            name: "in flight",
+            class: "s2",
+            values: values(|sample| Some(sample.in_flight as f64)),
+        },
+    ];
+    let dead = [Series {
+        name: "dead letters",
+        class: "s3",
+        values: values(|sample| Some(sample.dead as f64)),
+    }];
+    let throughput = [
+        Series {
+            name: "succeeded",
+            class: "s1",
+            values: values(|sample| sample.succeeded_per_second),
+        },
+        Series {
+            name: "errors",
+            class: "s3",
+            values: values(|sample| sample.errors_per_second),
+        },
+    ];
+    html! {
+        div class="charts" {
+            (chart("Queue depth", "chart-depth", "", &depth))
+            (chart("Dead letters", "chart-dead", "", &dead))
+            @if !state.workers.is_empty() {
+                (chart("Throughput", "chart-throughput", "/s", &throughput))
+            }
+        }
+    }
+}
+
+fn render(state: &AppState, snapshot: &Snapshot) -> Markup {
+    let Sample {
+        visible,
+        in_flight,
+        dead,
+        ..
+    } = totals(state, snapshot);
+    let delayed = snapshot
+        .queues
+        .iter()
+        .filter_map(|read| read.as_ref().ok())
+        .map(|stats| stats.queue.queue.depth.delayed)
+        .sum::<u64>();
     let mut cards = vec![
         card("Visible", visible, false, "total-visible"),
         card("In flight", in_flight, false, "total-in-flight"),
@@ -117,6 +194,7 @@ fn render(state: &AppState, snapshot: &Snapshot) -> Markup {
     }
     html! {
         div class="cards" { @for card in &cards { (card) } }
+        (charts(state))
         @if let Some(error) = &snapshot.listing_error {
             p class="bad" { "Listing queues failed: " (error) }
         }

@@ -5,6 +5,7 @@ use conveyor_schedule::TickStore;
 use conveyor_sqs::admin::{AdminError, list_queues, resolve_queue_url};
 
 use crate::config::{ConsoleConfig, ConsoleError};
+use crate::history::History;
 use crate::peeks::Peeks;
 use crate::requests::RequestCounter;
 use crate::tasks::Tasks;
@@ -29,6 +30,8 @@ pub(crate) struct AppState {
     pub(crate) workers: Workers,
     /// The dead-letter pages' last peeks.
     pub(crate) peeks: Peeks,
+    /// The queues page's chart samples.
+    pub(crate) history: History,
 }
 
 impl AppState {
@@ -73,6 +76,7 @@ impl AppState {
             tasks: Tasks::default(),
             workers,
             peeks: Peeks::default(),
+            history: History::default(),
         })
     }
 

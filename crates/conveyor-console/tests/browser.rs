@@ -125,7 +125,8 @@ async fn operators_watch_queues_and_redrive_dead_letters_in_a_browser() -> anyho
         ])
         .with_workers(vec![format!("http://{ops}")])
         .with_job_types(vec!["webhook".to_owned()])
-        .with_refresh(Duration::from_secs(1));
+        .with_refresh(Duration::from_secs(1))
+        .with_history_every(Duration::from_secs(1));
     let console = Console::new(config, sqs.clone(), localstack::dynamodb_client().await).await?;
     let stop = CancellationToken::new();
     tokio::spawn(console.clone().serve(listener, stop.clone()));
@@ -177,6 +178,19 @@ async fn scenario(
         producer.send(&NewJob::new("webhook", payload)).await?;
     }
     wait_text(browser, &format!("{row} td.visible"), "4", false).await?;
+    // The charts draw the samples taken since the start: the depth reaches 4 at its top.
+    wait_contains(browser, "#chart-depth .chart-scale", "top 4").await?;
+    let points = browser
+        .find(Locator::Css("#chart-depth polyline.s1"))
+        .await?
+        .attr("points")
+        .await?
+        .unwrap_or_default();
+    assert!(points.split(' ').count() >= 2, "{points}");
+    assert!(
+        points.ends_with(",0.0"),
+        "the newest sample (4) is at the top: {points}"
+    );
     screenshot(browser, "queues.png").await?;
 
     // Figures: a page load, and what one refresh costs.

@@ -53,6 +53,10 @@ pub(crate) struct ConsoleArgs {
     /// Seconds between live refreshes of a page.
     #[arg(long, value_name = "SECONDS", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub refresh_secs: u64,
+    /// Seconds between the samples the queues page's charts draw (an hour of them is kept); each costs
+    /// what one refresh of the page costs.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub history_secs: u64,
 }
 
 /// Runs the console until Ctrl-C.
@@ -67,7 +71,8 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws, format: Format) -> anyhow
         .with_workers(args.workers.clone())
         .with_job_types(args.job_types.clone())
         .with_table(args.table.clone())
-        .with_refresh(Duration::from_secs(args.refresh_secs));
+        .with_refresh(Duration::from_secs(args.refresh_secs))
+        .with_history_every(Duration::from_secs(args.history_secs));
     let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client()).await?;
     let listener = conveyor_http::bind(&args.listen.to_string()).await?;
     let addr = listener.local_addr().context("reading the console's address")?;
