@@ -219,6 +219,43 @@ async fn scenario(
         console.aws_requests() - before
     );
 
+    // A hidden tab stops polling (no AWS requests) and polls again once shown: its next tick parks
+    // on `visibilitychange` instead of fetching.
+    browser
+        .execute(
+            "window.__fetches = 0; window.__parked = 0; \
+             const fetch0 = window.fetch; \
+             window.fetch = function () { window.__fetches++; return fetch0.apply(this, arguments); }; \
+             const add0 = document.addEventListener.bind(document); \
+             document.addEventListener = function (type, listener, options) { \
+               if (type === 'visibilitychange') window.__parked++; return add0(type, listener, options); }; \
+             Object.defineProperty(document, 'hidden', { configurable: true, get: function () { return true; } });",
+            vec![],
+        )
+        .await?;
+    let counter = async |name: &str| -> u64 {
+        let value = browser.execute(&format!("return window.{name}"), vec![]).await;
+        value.ok().and_then(|value| value.as_u64()).unwrap_or(0)
+    };
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        (counter("__parked").await >= 1).then_some(())
+    })
+    .await
+    .context("a hidden tab's live region parks instead of polling")?;
+    let fetched_while_hidden = counter("__fetches").await;
+    browser
+        .execute(
+            "Object.defineProperty(document, 'hidden', { configurable: true, get: function () { return false; } }); \
+             document.dispatchEvent(new Event('visibilitychange'));",
+            vec![],
+        )
+        .await?;
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        (counter("__fetches").await > fetched_while_hidden).then_some(())
+    })
+    .await
+    .context("the live region polls again once the tab is shown")?;
+
     // A worker runs the jobs while the provider is down: all four are dead-lettered.
     let provider_down = Arc::new(AtomicBool::new(true));
     let delivered = Arc::new(AtomicUsize::new(0));
