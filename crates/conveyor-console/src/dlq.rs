@@ -16,6 +16,8 @@ use axum::Form;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
+use conveyor_core::message::Message;
+use conveyor_core::port::{PayloadPointer, declared_size};
 use conveyor_core::runtime::format_time;
 use conveyor_sqs::admin::{
     AdminError, DeadLetterPair, Destinations, MAX_MOVE_RATE, MoveFilter, MoveOptions, MoveTaskStatus,
@@ -444,7 +446,31 @@ fn dead_letter_rows(received: &Received, shown: bool, page_url: &dyn Fn(&str) ->
             }
         }
         @if shown {
-            tr { td {} td colspan="7" { pre class="body" { (message.body) } } }
+            tr { td {} td colspan="7" { (details(message)) pre class="body" { (message.body) } } }
+        }
+    }
+}
+
+/// What SQS and Conveyor recorded about a shown message besides its body: its key, group, trace,
+/// first send, attribute names, and the S3 object a large payload's pointer names.
+fn details(message: &Message) -> Markup {
+    let pointer = PayloadPointer::of(message).map(|pointer| match pointer {
+        Ok(pointer) => {
+            let size = declared_size(&message.attributes)
+                .map_or_else(|| "size unknown".to_owned(), |bytes| format!("{bytes} bytes"));
+            format!("{pointer} ({size}); `conveyor dlq peek --show-body --fetch-payloads` prints it")
+        }
+        Err(error) => format!("a pointer that cannot be read: {error}"),
+    });
+    let names: Vec<&str> = message.attributes.keys().map(String::as_str).collect();
+    html! {
+        dl class="details" {
+            @if let Some(key) = message.idempotency_key() { dt { "Idempotency key" } dd { code { (key) } } }
+            @if let Some(group) = &message.group_id { dt { "Message group" } dd { code { (group) } } }
+            @if let Some(trace) = &message.trace_header { dt { "Trace" } dd { code { (trace) } } }
+            @if let Some(sent) = message.sent_at { dt { "First sent" } dd { (format_time(sent)) } }
+            dt { "Attributes" } dd { (names.join(", ")) }
+            @if let Some(pointer) = pointer { dt { "Large payload" } dd { "in S3: " (pointer) } }
         }
     }
 }

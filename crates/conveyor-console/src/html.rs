@@ -158,6 +158,7 @@ textarea{width:100%;min-height:10rem;font-family:ui-monospace,monospace}pre{whit
 .chart figcaption{font-size:.85rem;color:var(--muted)}.chart svg{display:block;width:100%;height:90px;margin:.3rem 0}.chart-scale{display:flex;justify-content:space-between;font-size:.75rem}
 .axis{stroke:var(--line)}.series{stroke-width:2;vector-effect:non-scaling-stroke}.series.s1{stroke:var(--accent)}.series.s2{stroke:var(--muted)}.series.s3{stroke:var(--bad)}
 .key.s1{color:var(--accent)}.key.s2{color:var(--muted)}.key.s3{color:var(--bad)}
+dl.details{display:grid;grid-template-columns:max-content 1fr;gap:.1rem .8rem;margin:.3rem 0;font-size:.85rem}dl.details dt{color:var(--muted)}dl.details dd{margin:0;overflow-wrap:anywhere}
 @media (max-width:640px){.wide{display:none}main{padding:.6rem}.card b{font-size:1.3rem}th,td{padding:.3rem .3rem}td{overflow-wrap:anywhere}}
 "#;
 

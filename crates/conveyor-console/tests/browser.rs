@@ -295,6 +295,11 @@ async fn scenario(
     wait_contains(browser, "pre.body", "hooks.example")
         .await
         .context("the body of a dead letter is shown from the kept peek")?;
+    let details = wait_contains(browser, "dl.details", "Attributes").await?;
+    assert!(
+        details.contains("conveyor.failure"),
+        "the failure attribute is listed: {details}"
+    );
     browser.refresh().await?;
     wait_text(browser, "#dlq-matching", "2", false).await?;
     let counts_after = receive_counts(sqs, &dlq_url).await?;
