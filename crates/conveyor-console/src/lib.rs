@@ -79,6 +79,7 @@ impl Console {
             .route("/tasks/{id}/live", get(tasks::live))
             .route("/jobs", get(jobs::show))
             .route("/schedules", get(schedules::show))
+            .route("/schedules/act", post(schedules::act))
             .route("/delays", get(delays::show))
             .route("/delays/act", post(delays::act))
             .route("/send", get(send::form).post(send::submit))

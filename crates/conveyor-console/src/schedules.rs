@@ -1,25 +1,30 @@
 //! Schedules: who leads a schedule set, its run-time schedules, and one schedule's state and run
 //! history (`conveyor schedules history` prints the same), read from the idempotency table.
 //!
-//! The code's schedules live in the application, not in the table: look one up by name. Read-only:
-//! pausing, resuming and adding are the CLI's (`conveyor schedules pause|resume|add`).
+//! The code's schedules live in the application, not in the table: look one up by name. A schedule is
+//! paused or resumed from its page (`POST /schedules/act`, the store's `pause` / `resume`, as `conveyor
+//! schedules pause|resume`): a paused schedule's ticks are skipped, never replayed. Adding and
+//! triggering need the schedule's definition and stay the CLI's (`conveyor schedules add|trigger`).
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use axum::Form;
 use axum::extract::{Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
 use conveyor_core::runtime::format_time;
 use conveyor_schedule::{DEFAULT_SET, ScheduleState, ScheduleStore as _, TickStore};
 use maud::{Markup, html};
 
+use crate::auth::refuse_without_csrf;
 use crate::fields::Fields;
-use crate::html::{Nav, page, query_value};
+use crate::html::{Nav, csrf_field, hidden, page, problem, query_value};
 use crate::state::AppState;
 
 pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
     let body = match &state.schedules {
-        Some(store) => lookup(store, &fields).await,
+        Some(store) => lookup(&state, store, &fields).await,
         None => html! {
             p class="note" { "Schedules are read from the idempotency table: start the console with --table NAME." }
         },
@@ -27,7 +32,52 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
     page("Schedules", Nav::Schedules, body).into_response()
 }
 
-async fn lookup(store: &TickStore, fields: &Fields) -> Markup {
+/// `POST /schedules/act`: pauses or resumes the named schedule, then shows it.
+pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
+    if let Some(refused) = refuse_without_csrf(&state, &fields) {
+        return refused;
+    }
+    let Some(store) = &state.schedules else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "Schedules",
+            "Start the console with --table NAME.",
+        );
+    };
+    let Some(name) = fields.get("name") else {
+        return problem(StatusCode::BAD_REQUEST, "Schedules", "Which schedule?");
+    };
+    let now = SystemTime::now();
+    let result = match fields.get("action").unwrap_or_default() {
+        "pause" => store.pause(name, now).await,
+        "resume" => store.resume(name, now).await,
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Schedules",
+                "Unknown action: pause or resume.",
+            );
+        }
+    };
+    if let Err(error) = result {
+        return problem(
+            StatusCode::BAD_GATEWAY,
+            "Schedules",
+            &format!("Nothing changed: {error}"),
+        );
+    }
+    let action = fields.get("action").unwrap_or_default();
+    tracing::warn!(schedule = %name, action, "console: schedule {action}d");
+    let set = fields.get("set").unwrap_or(DEFAULT_SET);
+    Redirect::to(&format!(
+        "/schedules?name={}&set={}",
+        query_value(name),
+        query_value(set)
+    ))
+    .into_response()
+}
+
+async fn lookup(state: &AppState, store: &TickStore, fields: &Fields) -> Markup {
     let set = fields.get("set").unwrap_or(DEFAULT_SET);
     let name = fields.get("name");
     let form = html! {
@@ -40,7 +90,9 @@ async fn lookup(store: &TickStore, fields: &Fields) -> Markup {
     let set_section = set_section(store, set).await;
     let schedule = match name {
         Some(name) => match store.state(name).await {
-            Ok(schedule) => render_state(name, &schedule),
+            Ok(schedule) => {
+                html! { (render_state(name, &schedule)) (pause_form(state, name, set, &schedule)) }
+            }
             Err(error) => html! { p class="bad" { "Reading schedule " code { (name) } " failed: " (error) } },
         },
         None => html! {},
@@ -77,6 +129,27 @@ async fn set_section(store: &TickStore, set: &str) -> Markup {
             ul id="runtime-schedules" {
                 @for name in &definitions { li { a href=(link(name)) { (name) } } }
             }
+        }
+    }
+}
+
+/// The button that pauses a running schedule or resumes a paused one.
+fn pause_form(state: &AppState, name: &str, set: &str, schedule: &ScheduleState) -> Markup {
+    let (action, label) = if schedule.paused {
+        (
+            "resume",
+            "Resume (ticks from now on fire; the paused ones are not replayed)",
+        )
+    } else {
+        ("pause", "Pause (its ticks are skipped until resumed)")
+    };
+    html! {
+        form method="post" action="/schedules/act" class="inline" {
+            (csrf_field(state))
+            (hidden("name", name))
+            (hidden("set", set))
+            (hidden("action", action))
+            button type="submit" id="schedule-toggle" { (label) }
         }
     }
 }

@@ -28,6 +28,15 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(answer)
 }
 
+/// The CSRF value a page's forms carry.
+fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// A console on `table`, serving on a loopback port until `stop` is cancelled.
 async fn console(table: &str, stop: &CancellationToken) -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -70,10 +79,40 @@ async fn a_schedule_set_and_a_paused_schedule_are_shown() -> anyhow::Result<()> 
 
     let page = get(addr, "/schedules?name=nightly-report").await?;
     let set_page = get(addr, "/schedules").await?;
-    stop.cancel();
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(page.contains("paused since"), "the pause: {page}");
     assert!(page.contains("id=\"schedule-no-history\""), "no runs yet: {page}");
+
+    // Resumed and paused again from the page, as the CLI does.
+    let csrf = csrf_of(&page);
+    let toggle = async |action: &str| -> anyhow::Result<reqwest::StatusCode> {
+        let form = [
+            ("csrf", csrf.as_str()),
+            ("name", "nightly-report"),
+            ("action", action),
+        ];
+        let answer = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?
+            .post(format!("http://{addr}/schedules/act"))
+            .bearer_auth(TOKEN)
+            .form(&form)
+            .send()
+            .await?;
+        Ok(answer.status())
+    };
+    assert_eq!(toggle("resume").await?, reqwest::StatusCode::SEE_OTHER);
+    let resumed = store.state("nightly-report").await?;
+    assert!(!resumed.paused && resumed.resumed_at.is_some(), "{resumed:?}");
+    assert!(
+        get(addr, "/schedules?name=nightly-report")
+            .await?
+            .contains("Pause (its ticks")
+    );
+    assert_eq!(toggle("pause").await?, reqwest::StatusCode::SEE_OTHER);
+    assert!(store.state("nightly-report").await?.paused);
+    assert_eq!(toggle("explode").await?, reqwest::StatusCode::BAD_REQUEST);
+    stop.cancel();
     assert!(
         set_page.contains("href=\"/schedules?name=cleanup&amp;set=default\""),
         "the run-time schedule, linked: {set_page}"
@@ -186,12 +225,7 @@ async fn delayed_jobs_are_listed_run_rescheduled_and_cancelled_from_the_page() -
         assert!(page.contains(id.as_str()), "{id} is listed: {page}");
     }
     assert!(page.contains("Run now") && page.contains("1h 59m"), "{page}");
-    let csrf = page
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_default()
-        .to_owned();
+    let csrf = csrf_of(&page);
     let act = |action: &'static str, id: &str, extra: Option<(&'static str, &'static str)>| {
         let mut form = vec![
             ("csrf", csrf.clone()),
