@@ -160,7 +160,9 @@ async fn move_tasks(state: &AppState, pair: &DeadLetterPair, queue: &str) -> Mar
     html! {
         h2 { "SQS move tasks" }
         @if tasks.is_empty() {
-            p class="muted" id="no-move-tasks" { "None: SQS keeps a DLQ's last ten (started with `conveyor dlq redrive` or the AWS console)." }
+            p class="muted" id="no-move-tasks" {
+                "None: SQS keeps a DLQ's last ten (started with " code { "conveyor dlq redrive" } " or the AWS console)."
+            }
         } @else {
             div class="scroll" {
                 table id="move-tasks" {
@@ -458,7 +460,7 @@ fn details(message: &Message) -> Markup {
         Ok(pointer) => {
             let size = declared_size(&message.attributes)
                 .map_or_else(|| "size unknown".to_owned(), |bytes| format!("{bytes} bytes"));
-            format!("{pointer} ({size}); `conveyor dlq peek --show-body --fetch-payloads` prints it")
+            format!("{pointer} ({size}); conveyor dlq peek --show-body --fetch-payloads prints it")
         }
         Err(error) => format!("a pointer that cannot be read: {error}"),
     });
