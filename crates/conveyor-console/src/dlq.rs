@@ -135,14 +135,45 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
         .iter()
         .filter(|received| filter.matches(received))
         .collect();
+    let fetched = fetch_shown(&state, &fields, &matching).await;
     let body = html! {
         (summary(&pair, Some(&peek), matching.len()))
         (peek_form(&state, queue, &fields, peek.max, "Peek again"))
         (filter_form(queue, &fields))
-        (messages_form(&state, &pair, queue, &fields, &matching))
+        (messages_form(&state, &pair, queue, &fields, &matching, fetched.as_ref()))
         (move_tasks(&state, &pair, queue).await)
     };
     page(&title, Nav::Queues, body).into_response()
+}
+
+/// The shown message's large payload, read from its store when the operator asked (`fetch=1`): `None`
+/// when not asked, not a pointer, or no store was given; `Err` says why it could not be read.
+async fn fetch_shown(
+    state: &AppState,
+    fields: &Fields,
+    matching: &[&Received],
+) -> Option<Result<String, String>> {
+    if fields.get("fetch") != Some("1") {
+        return None;
+    }
+    let shown = fields.get("show")?;
+    let message = &matching
+        .iter()
+        .find(|received| received.message.id == shown)?
+        .message;
+    let pointer = match PayloadPointer::of(message)? {
+        Ok(pointer) => pointer,
+        Err(error) => return Some(Err(error.to_string())),
+    };
+    let Some(store) = state.payloads.get() else {
+        return Some(Err("this console was started without a payload store".to_owned()));
+    };
+    Some(
+        conveyor_core::port::resolve(store.as_ref(), message, &pointer)
+            .await
+            .map(|resolved| resolved.body)
+            .map_err(|error| error.to_string()),
+    )
 }
 
 /// SQS's own move tasks of the DLQ (its last ten, one `ListMessageMoveTasks`), a running one with a
@@ -349,6 +380,7 @@ fn messages_form(
     queue: &str,
     fields: &Fields,
     matching: &[&Received],
+    fetched: Option<&Result<String, String>>,
 ) -> Markup {
     let show = fields.get("show");
     let page_url = |extra: &str| page_url(queue, fields, extra);
@@ -391,7 +423,7 @@ fn messages_form(
                     }
                     tbody {
                         @for received in matching {
-                            (dead_letter_rows(received, show == Some(received.message.id.as_str()), &page_url))
+                            (dead_letter_rows(received, show == Some(received.message.id.as_str()), &page_url, fetched))
                         }
                         @if matching.is_empty() {
                             tr { td colspan="8" class="muted" { "No dead letters match." } }
@@ -405,7 +437,12 @@ fn messages_form(
 
 /// One dead letter's row, and its body's row when `shown`; `page_url` is this page's address plus a
 /// suffix.
-fn dead_letter_rows(received: &Received, shown: bool, page_url: &dyn Fn(&str) -> String) -> Markup {
+fn dead_letter_rows(
+    received: &Received,
+    shown: bool,
+    page_url: &dyn Fn(&str) -> String,
+    fetched: Option<&Result<String, String>>,
+) -> Markup {
     let message = &received.message;
     let failure = received.failure();
     let job_type = message
@@ -448,7 +485,23 @@ fn dead_letter_rows(received: &Received, shown: bool, page_url: &dyn Fn(&str) ->
             }
         }
         @if shown {
-            tr { td {} td colspan="7" { (details(message)) pre class="body" { (message.body) } } }
+            tr {
+                td {}
+                td colspan="7" {
+                    (details(message))
+                    pre class="body" { (message.body) }
+                    @match fetched {
+                        Some(Ok(payload)) => { p { "The payload, read from its store:" } pre class="payload" id="payload" { (payload) } },
+                        Some(Err(error)) => p class="bad" id="payload-error" { "The payload could not be read: " (error) },
+                        None if PayloadPointer::of(message).is_some() => {
+                            a href={ (page_url(&format!("&show={}&fetch=1", query_value(id)))) "#m-" (id) } id="fetch-payload" {
+                                "Fetch the payload (reads the object, deletes nothing)"
+                            }
+                        },
+                        None => {},
+                    }
+                }
+            }
         }
     }
 }

@@ -57,6 +57,14 @@ impl Console {
         })
     }
 
+    /// Lets the dead-letter page fetch a large payload's object (an S3 pointer's, as the SQS Extended
+    /// Client writes them) when the operator asks: `conveyor_s3::S3PayloadStore`, or any
+    /// [`PayloadStore`](conveyor_core::port::PayloadStore). Reading never deletes.
+    pub fn with_payloads(self, store: Arc<dyn conveyor_core::port::PayloadStore>) -> Self {
+        let _ = self.state.payloads.set(store);
+        self
+    }
+
     /// The token every request must carry: the configured one or the one generated at start. Print
     /// it as the address to open, `http://127.0.0.1:8025/?token=<token>`.
     pub fn token(&self) -> &str {

@@ -32,6 +32,8 @@ pub(crate) struct AppState {
     pub(crate) peeks: Peeks,
     /// The queues page's chart samples.
     pub(crate) history: History,
+    /// Where large payloads are read from ("fetch the payload" on a dead letter), when given.
+    pub(crate) payloads: std::sync::OnceLock<std::sync::Arc<dyn conveyor_core::port::PayloadStore>>,
 }
 
 impl AppState {
@@ -77,6 +79,7 @@ impl AppState {
             workers,
             peeks: Peeks::default(),
             history: History::default(),
+            payloads: std::sync::OnceLock::new(),
         })
     }
 

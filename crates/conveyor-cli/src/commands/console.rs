@@ -73,7 +73,10 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws, format: Format) -> anyhow
         .with_table(args.table.clone())
         .with_refresh(Duration::from_secs(args.refresh_secs))
         .with_history_every(Duration::from_secs(args.history_secs));
-    let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client()).await?;
+    let payloads = std::sync::Arc::new(conveyor_s3::S3PayloadStore::new(aws.s3_client()));
+    let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client())
+        .await?
+        .with_payloads(payloads);
     let listener = conveyor_http::bind(&args.listen.to_string()).await?;
     let addr = listener.local_addr().context("reading the console's address")?;
     // A token the operator chose is not echoed into logs; a generated one is the only way in.
