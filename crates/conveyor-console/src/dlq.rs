@@ -406,6 +406,9 @@ fn messages_form(
                 button type="submit" name="action" value="delete_selected" class="danger" id="delete-selected" {
                     "Delete selected…"
                 }
+                button type="submit" name="action" value="delete_filter" class="danger" id="delete-filter" {
+                    "Delete all matching…"
+                }
             }
             div class="scroll" {
                 table {
@@ -578,6 +581,17 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
             format!("{} selected messages", selected.len())
         }
         "redrive_filter" => "every message matching the filter".to_owned(),
+        "delete_filter" => {
+            if FILTER_FIELDS.iter().all(|name| fields.get(name).is_none()) {
+                return problem(
+                    StatusCode::BAD_REQUEST,
+                    "Nothing deleted",
+                    "\"Delete all matching\" needs a filter (job type, reason, time of failure); to empty the \
+                     whole DLQ, purge it from the queues page.",
+                );
+            }
+            "every message matching the filter".to_owned()
+        }
         _ => return problem(StatusCode::BAD_REQUEST, "Dead letters", "Unknown action."),
     };
     let back = format!(
@@ -592,11 +606,12 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
     let options = MoveOptions::default().with_filter(filter).with_rate(rate);
     let client = state.sqs.clone();
     let dlq = pair.dlq.clone();
-    if action == "delete_selected" {
+    if action == "delete_selected" || action == "delete_filter" {
         if fields.get("confirm") != Some("yes") {
             let question = html! {
                 "Delete " strong { (what) } " from " code { (pair.dlq.name()) } " for good? They are not sent \
                  anywhere; this cannot be undone."
+                @if action == "delete_filter" { " " (matching_in_peek(&state, &pair, &options.filter, "deletes")) }
             };
             return confirm(
                 &state,
@@ -646,7 +661,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         let question = html! {
             "Redrive every message of " code { (pair.dlq.name()) } " matching the filter to " strong { (target) }
             @if let Some(rate) = rate { ", at most " (rate) " per second" }
-            "? " (matching_in_peek(&state, &pair, &options.filter))
+            "? " (matching_in_peek(&state, &pair, &options.filter, "moves"))
         };
         return confirm(
             &state,
@@ -689,7 +704,7 @@ fn confirm(state: &AppState, fields: &Fields, title: &str, question: Markup, yes
 }
 
 /// What the kept peek says a "redrive all matching" would move: the count it saw, or that none was taken.
-fn matching_in_peek(state: &AppState, pair: &DeadLetterPair, filter: &MoveFilter) -> Markup {
+fn matching_in_peek(state: &AppState, pair: &DeadLetterPair, filter: &MoveFilter, verb: &str) -> Markup {
     match state.peeks.get(&pair.dlq.url) {
         Some(peek) => {
             let matching = peek
@@ -699,12 +714,12 @@ fn matching_in_peek(state: &AppState, pair: &DeadLetterPair, filter: &MoveFilter
                 .count();
             html! {
                 "The last peek (" (format_time(peek.at)) ") saw " strong id="confirm-count" { (matching) }
-                " matching of " (peek.messages.len()) " messages; the redrive moves every matching message, \
+                " matching of " (peek.messages.len()) " messages; it " (verb) " every matching message, \
                  including any the peek did not reach."
             }
         }
         None => {
-            html! { "No peek was taken, so how many match is not known; the redrive moves every matching message." }
+            html! { "No peek was taken, so how many match is not known; it " (verb) " every matching message." }
         }
     }
 }

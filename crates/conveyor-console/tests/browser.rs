@@ -552,6 +552,47 @@ async fn scenario(
         "the cancelled task moved {moved_away} of {left}"
     );
 
+    // Delete by filter: three dead letters of a job type nobody wants, deleted after a confirmation
+    // that counts them from the peek; the others stay. Without a filter it is refused.
+    for n in 0..3 {
+        sqs.send_message()
+            .queue_url(&dlq_url)
+            .message_body(json!({ "n": n }).to_string())
+            .message_attributes(
+                conveyor_core::message::JOB_TYPE_ATTRIBUTE,
+                aws_sdk_sqs::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value("obsolete")
+                    .build()?,
+            )
+            .send()
+            .await?;
+    }
+    let obsolete = format!("{base}/dlq?queue={}&job_type=obsolete", query(&queue.url));
+    browser.goto(&obsolete).await?;
+    click(browser, "#peek").await?;
+    wait_text(browser, "#dlq-matching", "3", false).await?;
+    click(browser, "#delete-filter").await?;
+    wait_text(browser, "#confirm-count", "3", false).await?;
+    click(browser, "#confirm").await?;
+    wait_text(browser, "#task-status[data-finished=\"true\"] .ok", "done", false).await?;
+    assert_eq!(text(browser, "#task-moved").await.as_deref(), Some("3"));
+    browser.goto(&obsolete).await?;
+    click(browser, "#peek").await?;
+    wait_text(browser, "#dlq-matching", "0", false).await?;
+    let unfiltered = http
+        .post(format!("{base}/dlq/act"))
+        .bearer_auth(TOKEN)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("queue", queue.url.as_str()),
+            ("action", "delete_filter"),
+        ])
+        .send()
+        .await?;
+    assert_eq!(unfiltered.status(), 400);
+    assert!(unfiltered.text().await?.contains("needs a filter"));
+
     shutdown.cancel();
     running.await??;
     Ok(())
