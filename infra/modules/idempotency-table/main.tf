@@ -13,7 +13,7 @@ resource "aws_dynamodb_table" "this" {
     type = "S"
   }
 
-  # Tracked jobs (HandlerSettings::tracked): `conveyor jobs list --type T [--status S]` queries this
+  # Tracked jobs (HandlerSettings::tracked): `conveyor jobs list --job-type T [--status S]` queries this
   # index. Partition key `job_shard` = "<type>#<shard>", the shard a stable hash (FNV-1a) of the record
   # key modulo 16 (conveyor_dynamodb::defaults::JOBS_INDEX_SHARDS), so one busy type's transitions
   # spread over 16 partitions (~16,000 writes/s before the index throttles, and its back-pressure
