@@ -42,7 +42,7 @@ pub const PRODUCER: &[(&str, &str)] = &[
 ];
 
 /// What an operator's commands call on a queue and its DLQ ([`crate::admin`]: `stats`, `dlq peek`,
-/// `dlq redrive` with `StartMessageMoveTask` or the filtered move loop, `purge`). Creating queues
+/// `dlq redrive` with `StartMessageMoveTask` or the filtered move loop, `dlq tasks --cancel`, `purge`). Creating queues
 /// (`conveyor local init`) is for the local emulators only and not listed.
 pub const OPERATOR: &[(&str, &str)] = &[
     ("get_queue_attributes", "sqs:GetQueueAttributes"),
@@ -54,6 +54,7 @@ pub const OPERATOR: &[(&str, &str)] = &[
     ("delete_message_batch", "sqs:DeleteMessage"),
     ("start_message_move_task", "sqs:StartMessageMoveTask"),
     ("list_message_move_tasks", "sqs:ListMessageMoveTasks"),
+    ("cancel_message_move_task", "sqs:CancelMessageMoveTask"),
     ("purge_queue", "sqs:PurgeQueue"),
 ];
 

@@ -239,10 +239,12 @@ data "aws_iam_policy_document" "producer" {
 
 data "aws_iam_policy_document" "operator" {
   # `conveyor stats`, `dlq peek` (receives and puts back at once), `dlq redrive` (StartMessageMoveTask,
-  # or the filtered move loop: receive from the DLQ, send to the queue, delete) and `purge`.
+  # or the filtered move loop: receive from the DLQ, send to the queue, delete), `dlq tasks --cancel`
+  # (CancelMessageMoveTask) and `purge`.
   statement {
     sid = "OperateQueues"
     actions = [
+      "sqs:CancelMessageMoveTask",
       "sqs:ChangeMessageVisibility",
       "sqs:DeleteMessage",
       "sqs:GetQueueAttributes",
