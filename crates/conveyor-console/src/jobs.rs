@@ -4,8 +4,8 @@
 //! ([`idempotency_key`]), or by the exact record id for tables written with another key style
 //! (Powertools-compatible keys). The stored output can carry personal data: it is shown only when asked
 //! for. A flow's parent (`conveyor:<type>#flow:<flow id>`) also shows its flow: the counts, the parent's
-//! state, and the failed and pending children, each a link to its own record (a nested flow's parent
-//! shows its own flow there).
+//! state, and the failed, pending and succeeded children (20 of each at most), each a link to its own
+//! record (a nested flow's parent shows its own flow there).
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -108,8 +108,9 @@ async fn flow_section(store: &DynamoStore, key: &str) -> Option<Markup> {
     }
 }
 
-/// A flow: its counts, policy, deadline and parent, then its failed children with their reasons and
-/// its pending ones.
+/// A flow: its counts, policy, deadline and parent, then its children by state (failed with their
+/// reasons, pending, succeeded), each a link to its record (a nested flow's parent shows its own flow):
+/// the flow's tree, one level per page.
 fn render_flow(flow: &FlowState, children: &[FlowChild]) -> Markup {
     let parent = flow.parent_state();
     let failed: Vec<(&FlowChild, &str)> = children
@@ -120,7 +121,10 @@ fn render_flow(flow: &FlowState, children: &[FlowChild]) -> Markup {
         })
         .collect();
     let pending: Vec<&FlowChild> = children.iter().filter(|child| child.end.is_none()).collect();
-    let link = |child: &FlowChild| format!("/jobs?record_id={}", query_value(&child.key));
+    let succeeded: Vec<&FlowChild> = children
+        .iter()
+        .filter(|child| matches!(child.end, Some(ChildEnd::Succeeded { .. })))
+        .collect();
     html! {
         h2 { "Flow" }
         div class="scroll" {
@@ -138,21 +142,35 @@ fn render_flow(flow: &FlowState, children: &[FlowChild]) -> Markup {
             h3 { "Failed children" }
             ul id="flow-failed" {
                 @for (child, reason) in failed.iter().take(LISTED_CHILDREN) {
-                    li { a href=(link(child)) { (child.id) } ": " (reason) }
+                    li { a href=(child_link(child)) { (child.id) } ": " (reason) }
                 }
                 @if failed.len() > LISTED_CHILDREN { li class="muted" { "… and " (failed.len() - LISTED_CHILDREN) " more" } }
             }
         }
-        @if !pending.is_empty() {
-            h3 { "Pending children" }
-            ul id="flow-pending" {
-                @for child in pending.iter().take(LISTED_CHILDREN) {
-                    li { a href=(link(child)) { (child.id) } }
-                }
-                @if pending.len() > LISTED_CHILDREN { li class="muted" { "… and " (pending.len() - LISTED_CHILDREN) " more" } }
+        (child_list("Pending children", "flow-pending", &pending))
+        (child_list("Succeeded children", "flow-succeeded", &succeeded))
+    }
+}
+
+/// Children of one state, each a link to its record: the first [`LISTED_CHILDREN`], the rest counted.
+fn child_list(title: &str, id: &str, children: &[&FlowChild]) -> Markup {
+    if children.is_empty() {
+        return html! {};
+    }
+    html! {
+        h3 { (title) }
+        ul id=(id) {
+            @for child in children.iter().take(LISTED_CHILDREN) {
+                li { a href=(child_link(child)) { (child.id) } }
             }
+            @if children.len() > LISTED_CHILDREN { li class="muted" { "… and " (children.len() - LISTED_CHILDREN) " more" } }
         }
     }
+}
+
+/// The address of a child's record.
+fn child_link(child: &FlowChild) -> String {
+    format!("/jobs?record_id={}", query_value(&child.key))
 }
 
 pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
@@ -346,8 +364,8 @@ mod tests {
             "20 pending listed, the rest counted: {html}"
         );
         assert!(
-            !html.contains(">00000<"),
-            "a succeeded child is not listed: {html}"
+            html.contains(r#"<ul id="flow-succeeded"><li><a href="/jobs?record_id=conveyor%3Areport_chunk%23flow%3Areport%3Ar-1%3A00000">00000</a></li></ul>"#),
+            "the succeeded child is listed after the failed and pending ones, linked: {html}"
         );
     }
 }
