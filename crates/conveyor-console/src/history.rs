@@ -8,7 +8,6 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
 
 use maud::{Markup, PreEscaped, html};
 use tokio_util::sync::CancellationToken;
@@ -24,7 +23,6 @@ const HEIGHT: f64 = 100.0;
 /// The totals of one refresh.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Sample {
-    pub(crate) at: Option<SystemTime>,
     pub(crate) visible: u64,
     pub(crate) in_flight: u64,
     pub(crate) dead: u64,

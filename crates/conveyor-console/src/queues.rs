@@ -80,7 +80,6 @@ pub(crate) fn totals(state: &AppState, snapshot: &Snapshot) -> Sample {
         (!state.workers.is_empty() && !rates.is_empty()).then(|| rates.iter().sum::<f64>())
     };
     Sample {
-        at: Some(std::time::SystemTime::now()),
         visible: sum(|stats| stats.queue.queue.depth.visible),
         in_flight: sum(|stats| stats.queue.queue.depth.in_flight),
         // In flight too: a peek holds dead letters for a moment, and they are still there.
