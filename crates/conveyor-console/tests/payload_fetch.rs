@@ -57,12 +57,7 @@ async fn a_large_payloads_pointer_is_shown_and_its_payload_fetched_on_request() 
         async move { http.get(url).bearer_auth(TOKEN).send().await?.text().await }
     };
     let first = page_of(String::new()).await?;
-    let csrf = first
-        .split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_default()
-        .to_owned();
+    let csrf = common::csrf_of(&first);
     let peeked = http
         .post(format!("http://{addr}/dlq/peek"))
         .bearer_auth(TOKEN)

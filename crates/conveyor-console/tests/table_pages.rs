@@ -28,15 +28,6 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
     Ok(answer)
 }
 
-/// The CSRF value a page's forms carry.
-fn csrf_of(page: &str) -> String {
-    page.split("name=\"csrf\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// A console on `table`, serving on a loopback port until `stop` is cancelled.
 async fn console(table: &str, stop: &CancellationToken) -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -84,7 +75,7 @@ async fn a_schedule_set_and_a_paused_schedule_are_shown() -> anyhow::Result<()> 
     assert!(page.contains("id=\"schedule-no-history\""), "no runs yet: {page}");
 
     // Resumed and paused again from the page, as the CLI does.
-    let csrf = csrf_of(&page);
+    let csrf = common::csrf_of(&page);
     let toggle = async |action: &str| -> anyhow::Result<reqwest::StatusCode> {
         let form = [
             ("csrf", csrf.as_str()),
@@ -225,7 +216,7 @@ async fn delayed_jobs_are_listed_run_rescheduled_and_cancelled_from_the_page() -
         assert!(page.contains(id.as_str()), "{id} is listed: {page}");
     }
     assert!(page.contains("Run now") && page.contains("1h 59m"), "{page}");
-    let csrf = csrf_of(&page);
+    let csrf = common::csrf_of(&page);
     let act = |action: &'static str, id: &str, extra: Option<(&'static str, &'static str)>| {
         let mut form = vec![
             ("csrf", csrf.clone()),
