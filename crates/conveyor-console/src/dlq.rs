@@ -222,12 +222,7 @@ fn move_task_row(state: &AppState, queue: &str, task: &MoveTaskStatus) -> Markup
         .filter(|total| *total > 0)
         .map(|total| format!(" ({}%)", task.moved.saturating_mul(100) / total))
         .unwrap_or_default();
-    let destination = task
-        .destination_arn
-        .as_deref()
-        .map_or("each message's source", |arn| {
-            arn.rsplit(':').next().unwrap_or(arn)
-        });
+    let destination = task.destination_name().unwrap_or("each message's source");
     html! {
         tr class="move-task" {
             td class="wide" { (conveyor_core::runtime::format_epoch_millis(task.started_at_ms)) }

@@ -715,10 +715,7 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
             task.moved.to_string(),
             task.to_move
                 .map_or_else(|| "-".to_owned(), |count| count.to_string()),
-            task.destination_arn
-                .as_deref()
-                .map_or("original source", |arn| arn.rsplit(':').next().unwrap_or(arn))
-                .to_owned(),
+            task.destination_name().unwrap_or("original source").to_owned(),
             task.handle.clone().unwrap_or_else(|| "-".to_owned()),
             task.failure_reason.clone().unwrap_or_default(),
         ]);

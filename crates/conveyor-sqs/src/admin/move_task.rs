@@ -54,6 +54,12 @@ pub struct MoveTaskStatus {
 }
 
 impl MoveTaskStatus {
+    /// The destination queue's name (the last part of its ARN); `None` for each message's original source.
+    pub fn destination_name(&self) -> Option<&str> {
+        let arn = self.destination_arn.as_deref()?;
+        Some(arn.rsplit(':').next().unwrap_or(arn))
+    }
+
     /// True once the task has stopped, successfully or not.
     pub fn is_finished(&self) -> bool {
         matches!(self.status.as_str(), "COMPLETED" | "FAILED" | "CANCELLED")
