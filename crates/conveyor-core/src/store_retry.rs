@@ -1,8 +1,8 @@
 //! Trying a store write again through an outage: one schedule for every caller.
 //!
 //! The waits start at `first`, double up to `longest` ([`crate::backoff::doubling`], the schedule the
-//! worker's queue calls use too) and are jittered ([`crate::backoff::equal_jitter`]). The tries end at `give_up` (a wait that would pass it is not taken) or, for a worker,
-//! when its process stops. Only an outage ([`StoreError::Unavailable`]) is worth waiting out; a
+//! worker's queue calls use too) and are jittered ([`crate::backoff::equal_jitter`]). The tries end at
+//! `give_up` (a wait that would pass it is not taken) or, for a worker, when its process stops. Only an outage ([`StoreError::Unavailable`]) is worth waiting out; a
 //! refusal is a configuration error or a lost claim, and waiting changes neither.
 
 use std::time::Duration;
