@@ -36,6 +36,7 @@ mod router;
 mod store_health;
 mod store_retry;
 mod timer;
+pub mod trace;
 mod tracking;
 mod unrun;
 

@@ -111,6 +111,8 @@ pub struct Pipeline {
     payloads: Option<Payloads>,
     /// What the store's last answered claim said about its configuration.
     store_health: StoreHealth,
+    /// How message spans relate to the producer's span (feature `otel`).
+    trace_relation: crate::trace::ProducerRelation,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -195,7 +197,22 @@ impl Pipeline {
             timers: None,
             payloads: None,
             store_health: StoreHealth::default(),
+            trace_relation: crate::trace::ProducerRelation::default(),
         }
+    }
+
+    /// Makes the span that sent a job the parent of the span each run of it is processed in, instead of
+    /// a link (OpenTelemetry's default for messaging; see [`crate::trace::ProducerRelation`]). Takes
+    /// effect with the `otel` feature.
+    pub fn with_trace_relation(mut self, relation: crate::trace::ProducerRelation) -> Self {
+        self.trace_relation = relation;
+        self
+    }
+
+    /// The span of one message in a runtime: [`crate::trace::message_span`] with this pipeline's
+    /// [`Pipeline::with_trace_relation`].
+    pub fn message_span(&self, message: &Message, queue: &str) -> tracing::Span {
+        crate::trace::message_span(message, queue, self.trace_relation)
     }
 
     /// Judges due times ([`crate::delay`]) by `clock` instead of the system clock (tests: a fast clock).

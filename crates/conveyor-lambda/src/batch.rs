@@ -873,14 +873,7 @@ impl BatchProcessor {
     /// anything else, so one message never fails the batch).
     async fn run_one(&self, lane: &Lane, item: &Item, invocation: Invocation) -> Ran {
         let message = &item.message;
-        let span = tracing::info_span!(
-            "message",
-            message_id = %message.id,
-            queue = %lane.name,
-            receive_count = message.receive_count,
-            job_type = message.job_type(),
-            trace_header = message.trace_header.as_deref(),
-        );
+        let span = self.pipeline.message_span(message, &lane.name);
         let run = AssertUnwindSafe(self.settle(lane, item, invocation, span.clone())).catch_unwind();
         match run.instrument(span).await {
             Ok(result) => result,
@@ -966,11 +959,12 @@ impl BatchProcessor {
         if message.job_type().is_none()
             && let Some(job_type) = processed.job_type
         {
-            span.record("job_type", job_type);
+            conveyor_core::trace::record_job_type(&span, job_type);
         }
         let duration = processed.handler_duration;
         let fallback = processed.fallback_delay();
         if let Outcome::Ack(reason) = &processed.outcome {
+            conveyor_core::trace::record_outcome(&span, &processed.outcome);
             tracing::debug!(?reason, "acknowledged");
             return (Settled::Acked(*reason), duration, None);
         }
@@ -993,6 +987,7 @@ impl BatchProcessor {
         } else {
             outcome
         };
+        conveyor_core::trace::record_outcome(&span, &outcome);
         let settled = match &outcome {
             Outcome::Ack(reason) => {
                 tracing::debug!(?reason, "acknowledged");

@@ -94,6 +94,12 @@ async fn handle(
         records = event.records.len(),
         xray_trace_id = context.xray_trace_id.as_deref(),
     );
+    // This invocation's own X-Ray trace (from its context: concurrent invocations of one process each
+    // have theirs) is the invocation span's parent; each record's span links to its producer.
+    #[cfg(feature = "otel")]
+    if let Some(header) = context.xray_trace_id.as_deref() {
+        conveyor_otel::parent_on_xray(&span, header);
+    }
     let budget = invocation_budget(
         context.deadline,
         SystemTime::now(),
@@ -103,7 +109,11 @@ async fn handle(
         warn_once_about_the_deadline(context.deadline, problem, *budget);
     }
     let deadline = Instant::now() + budget.time();
-    Ok(processor.process_batch(event, deadline).instrument(span).await?)
+    let response = processor.process_batch(event, deadline).instrument(span).await;
+    // Lambda freezes the process once the response is sent: the spans leave first (feature `otel`).
+    #[cfg(feature = "otel")]
+    conveyor_otel::flush_async().await;
+    Ok(response?)
 }
 
 /// Lambda's longest function timeout: a deadline further ahead is not Lambda's.
@@ -253,8 +263,10 @@ pub fn init_tracing() {
     let filter = EnvFilter::builder()
         .with_default_directive(level.into())
         .from_env_lossy();
-    let builder = lambda_runtime::tracing::subscriber::fmt()
-        .with_env_filter(filter)
+    use lambda_runtime::tracing::subscriber::Layer as _;
+    use lambda_runtime::tracing::subscriber::layer::SubscriberExt as _;
+
+    let lines = lambda_runtime::tracing::subscriber::fmt::layer()
         .with_ansi(false)
         .with_target(false)
         .without_time()
@@ -262,13 +274,51 @@ pub fn init_tracing() {
         .with_writer(conveyor_core::runtime::stdout)
         .log_internal_errors(false);
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
-    let result = if json {
-        builder.json().try_init()
+    // The level filters the log lines only: a quiet log (`warn`) still exports every record's span.
+    let registry = lambda_runtime::tracing::subscriber::registry();
+    let installed = if json {
+        install(registry.with(lines.json().with_filter(filter)))
     } else {
-        builder.try_init()
+        install(registry.with(lines.with_filter(filter)))
     };
-    if result.is_err() {
+    if !installed {
         tracing::debug!("a tracing subscriber is already set");
+    }
+}
+
+/// Sets `subscriber` as the global one, with OpenTelemetry export when the `otel` feature is on and
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see `conveyor-otel`). An `OTEL_*` value that cannot work is
+/// logged as an error and the function runs without export: telemetry's configuration never fails
+/// the jobs.
+fn install<S>(subscriber: S) -> bool
+where
+    S: tracing::Subscriber
+        + for<'span> lambda_runtime::tracing::subscriber::registry::LookupSpan<'span>
+        + Send
+        + Sync,
+{
+    use lambda_runtime::tracing::subscriber::util::SubscriberInitExt as _;
+
+    #[cfg(feature = "otel")]
+    {
+        use lambda_runtime::tracing::subscriber::Layer as _;
+        use lambda_runtime::tracing::subscriber::layer::SubscriberExt as _;
+
+        let (layer, problem) = match conveyor_otel::layer::<S>() {
+            Ok(layer) => (layer, None),
+            Err(error) => (None, Some(error)),
+        };
+        // Conveyor's spans are at `info`; the AWS SDK's own (debug, trace) stay out of the traces.
+        let layer = layer.map(|layer| layer.with_filter(tracing::level_filters::LevelFilter::INFO));
+        let installed = subscriber.with(layer).try_init().is_ok();
+        if let Some(error) = problem {
+            tracing::error!(%error, "OpenTelemetry export is off: fix the variable to export spans");
+        }
+        installed
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        subscriber.try_init().is_ok()
     }
 }
 

@@ -331,13 +331,17 @@ impl<J: Serialize> NewJob<J> {
                 limit: MAX_PRODUCER_ATTRIBUTES,
             });
         }
+        // The sending span's trace context, in the room the job's own attributes leave (feature `otel`
+        // of conveyor-core; see `conveyor_core::trace`).
+        let mut trace_header = self.trace_header.clone();
+        conveyor_core::trace::inject(&mut attributes, &mut trace_header, MAX_PRODUCER_ATTRIBUTES);
         let message = OutgoingMessage {
             body,
             attributes,
             delay: delay.map(|delay| delay.min(MAX_DELAY)),
             group_id: self.group_id.clone(),
             deduplication_id: self.deduplication_id.clone(),
-            trace_header: self.trace_header.clone(),
+            trace_header,
         };
         let fifo = queue.ends_with(".fifo");
         if let Some(delay) = delay {

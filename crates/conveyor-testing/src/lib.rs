@@ -10,6 +10,8 @@ pub mod memory_payloads;
 pub mod memory_queue;
 pub mod memory_store;
 pub mod memory_timers;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod payload_conformance;
 pub mod powertools;
 pub mod queue_conformance;

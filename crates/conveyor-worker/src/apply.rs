@@ -67,6 +67,8 @@ pub(crate) async fn apply(
     processed: Processed,
     held: Held,
 ) -> Settled {
+    // Inside the message's span (`job::run_message`): its outcome goes on it.
+    conveyor_core::trace::record_outcome(&tracing::Span::current(), &processed.outcome);
     let queue = target.queue;
     let job = runtime.metrics[queue].job(processed.job_type);
     if let Some(duration) = processed.handler_duration {

@@ -116,7 +116,16 @@ impl Runner {
         for adjust in self.configure {
             worker = adjust(worker);
         }
-        worker.run_until_signal().await
+        let report = worker.run_until_signal().await;
+        // The spans of the last jobs leave before the process does (feature `otel`).
+        #[cfg(feature = "otel")]
+        if tokio::task::spawn_blocking(conveyor_otel::shutdown)
+            .await
+            .is_err()
+        {
+            tracing::warn!("exporting the last spans panicked");
+        }
+        report
     }
 }
 

@@ -35,13 +35,9 @@ pub(crate) struct Received {
 
 /// Runs one message and applies its outcome.
 pub(crate) async fn run_message(runtime: Arc<Runtime>, queue: usize, received: Received) -> Settled {
-    let span = tracing::info_span!(
-        "message",
-        message_id = %received.message.id,
-        queue = %runtime.names[queue],
-        receive_count = received.message.receive_count,
-        job_type = tracing::field::Empty,
-    );
+    let span = runtime
+        .pipeline
+        .message_span(&received.message, &runtime.names[queue]);
     let started = Instant::now();
     let settled = run_in_span(Arc::clone(&runtime), queue, received, span.clone())
         .instrument(span)
@@ -88,7 +84,7 @@ async fn run_in_span(
     };
     let job_type = runtime.pipeline.router().job_type_for(&message);
     if let Some(job_type) = job_type {
-        span.record("job_type", job_type);
+        conveyor_core::trace::record_job_type(&span, job_type);
     }
     let fifo = runtime.queues[queue].is_fifo();
     let counters = runtime.status.counters();

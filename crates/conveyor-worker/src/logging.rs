@@ -35,14 +35,18 @@ pub fn init_logging() -> Result<bool, WorkerError> {
         }
         _ => tracing_subscriber::EnvFilter::new("info"),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(log_output::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .log_internal_errors(false);
+    // `RUST_LOG` filters the log lines only: a quiet log (`warn`) still exports every message's span.
+    let registry = tracing_subscriber::registry();
     let installed = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => install(registry.with(lines.json().with_filter(filter)))?,
+        LogFormat::Text => install(registry.with(lines.with_filter(filter)))?,
     };
     if let Some(problem) = bad_filter {
         tracing::warn!(
@@ -50,5 +54,32 @@ pub fn init_logging() -> Result<bool, WorkerError> {
         );
     }
     // Another thread may have set one between the check and here: theirs stays.
-    Ok(installed.is_ok())
+    Ok(installed)
+}
+
+/// Sets `subscriber` as the global one, with OpenTelemetry export when the `otel` feature is on and
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (see `conveyor-otel`); whether it was set.
+fn install<S>(subscriber: S) -> Result<bool, WorkerError>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span> + Send + Sync,
+{
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    #[cfg(feature = "otel")]
+    {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        let layer = conveyor_otel::layer::<S>().map_err(|error| WorkerError::Setting {
+            setting: "OTEL_*".to_owned(),
+            problem: error.to_string(),
+        })?;
+        // Conveyor's spans are at `info`; the AWS SDK's own (debug, trace) stay out of the traces.
+        let layer = layer.map(|layer| layer.with_filter(tracing::level_filters::LevelFilter::INFO));
+        Ok(subscriber.with(layer).try_init().is_ok())
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        Ok(subscriber.try_init().is_ok())
+    }
 }

@@ -43,6 +43,11 @@ pub use conveyor_outbox as outbox;
 #[cfg(feature = "testing")]
 pub use conveyor_testing as testing;
 
+/// OpenTelemetry export over OTLP/HTTP from the standard `OTEL_*` variables (`conveyor-otel`); trace
+/// propagation itself is `conveyor::core::trace`.
+#[cfg(feature = "otel")]
+pub use conveyor_otel as otel;
+
 /// The names a handler, a producer and a `main` use: `use conveyor::prelude::*;`.
 pub mod prelude {
     pub use conveyor_core::{Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router};

@@ -151,6 +151,27 @@ fn features_add_their_crates() {
         packages("outbox-postgres").contains("sqlx-postgres"),
         "outbox-postgres does not build sqlx's Postgres driver"
     );
+    let traced = packages("worker,lambda,otel");
+    for package in [
+        "conveyor-otel",
+        "opentelemetry_sdk",
+        "opentelemetry-otlp",
+        "tracing-opentelemetry",
+    ] {
+        assert!(traced.contains(package), "otel does not build {package}");
+    }
+    let untraced = packages("worker,lambda");
+    for package in [
+        "conveyor-otel",
+        "opentelemetry",
+        "opentelemetry_sdk",
+        "tracing-opentelemetry",
+    ] {
+        assert!(
+            !untraced.contains(package),
+            "a build without otel links {package}"
+        );
+    }
 }
 
 /// The SDK crates a build of conveyor-testing without its `aws` feature must not link.

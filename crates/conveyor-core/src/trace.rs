@@ -1,0 +1,273 @@
+//! Trace context across the queue, after OpenTelemetry's messaging conventions.
+//!
+//! - **Producer.** Every job Conveyor's producer encodes (single and batch sends, flows and their
+//!   parents, schedules' ticks, outbox writes) gets the current span's W3C trace context in one
+//!   message attribute, [`TRACEPARENT_ATTRIBUTE`] (plus [`TRACESTATE_ATTRIBUTE`] when the context
+//!   carries vendor state, which is rare). It counts toward SQS's 10 attributes: when the job's own
+//!   attributes leave no room, the job is sent without it (the trace loses its link, never the job).
+//!   With the X-Ray propagator configured (`OTEL_PROPAGATORS=xray`), the context also goes in
+//!   `AWSTraceHeader`, a system attribute that does not count.
+//! - **Copies keep the producer's context.** A deferred copy, a delay hop, a DLQ copy and a redrive
+//!   carry the received message's attributes as they were: the trace of every attempt leads back to
+//!   the request that sent the job, not to the attempt before it.
+//! - **Consumer.** Both runtimes open one span per message with [`message_span`]: `message_id`,
+//!   `queue`, `receive_count`, `job_type` and the outcome (`acked`, `duplicate`, `cancelled`,
+//!   `retried`, `dead_lettered`, `deferred`, recorded by [`record_outcome`]). With the `otel` feature
+//!   it is an OpenTelemetry consumer span (`process <queue>`, `messaging.system = aws_sqs`, ...) that
+//!   links to the producer's span, or has it as its parent ([`ProducerRelation`]). The producer's
+//!   context is read from the message itself, never from a process-wide variable.
+//!
+//! Without the `otel` feature nothing is injected or read, and the span is a plain `tracing` span.
+//! With it, and no propagator or tracer installed (`conveyor-otel` installs both when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set), nothing is injected either: OpenTelemetry's default
+//! propagator writes nothing.
+
+use crate::message::{Attributes, Message};
+use crate::outcome::{AckReason, Outcome};
+
+/// The message attribute holding the producer's W3C `traceparent` (the name OpenTelemetry's SQS
+/// instrumentations use in every language, so a Python or Node consumer reads it too).
+pub const TRACEPARENT_ATTRIBUTE: &str = "traceparent";
+/// The message attribute holding the producer's W3C `tracestate`, only when it is not empty.
+pub const TRACESTATE_ATTRIBUTE: &str = "tracestate";
+
+/// How a consumer span relates to the span that sent the job.
+///
+/// OpenTelemetry's messaging conventions make the producer a *link* of the consumer span: the job
+/// runs in a trace of its own (a retry an hour later is not part of the request that sent it), which
+/// the trace view joins through the link. Some teams want one trace from the request to the job:
+/// [`ProducerRelation::Parent`] makes the producer's span the consumer span's parent, and the runtime's
+/// own span (a Lambda invocation) a link.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProducerRelation {
+    /// The producer's span is a link of the consumer span (the default).
+    #[default]
+    Link,
+    /// The producer's span is the consumer span's parent.
+    Parent,
+}
+
+/// The span one message is processed in, in both runtimes. `job_type` is recorded later by the
+/// runtime when it is not known yet.
+pub fn message_span(message: &Message, queue: &str, relation: ProducerRelation) -> tracing::Span {
+    let span = new_span(message, queue);
+    #[cfg(feature = "otel")]
+    otel::relate(&span, message, queue, relation);
+    #[cfg(not(feature = "otel"))]
+    let _ = relation;
+    span
+}
+
+#[cfg(not(feature = "otel"))]
+fn new_span(message: &Message, queue: &str) -> tracing::Span {
+    tracing::info_span!(
+        "message",
+        message_id = %message.id,
+        queue = %queue,
+        receive_count = message.receive_count,
+        job_type = message.job_type(),
+        outcome = tracing::field::Empty,
+    )
+}
+
+#[cfg(feature = "otel")]
+fn new_span(message: &Message, queue: &str) -> tracing::Span {
+    tracing::info_span!(
+        "message",
+        message_id = %message.id,
+        queue = %queue,
+        receive_count = message.receive_count,
+        job_type = message.job_type(),
+        outcome = tracing::field::Empty,
+        otel.name = format!("process {queue}"),
+        otel.kind = "consumer",
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    )
+}
+
+/// Records the job type on a span from [`message_span`] once the router found it.
+pub fn record_job_type(span: &tracing::Span, job_type: &str) {
+    span.record("job_type", job_type);
+}
+
+/// Records what became of the message on its span (and marks the OpenTelemetry span an error for a
+/// failed run: retried or dead-lettered).
+pub fn record_outcome(span: &tracing::Span, outcome: &Outcome) {
+    let name = outcome_name(outcome);
+    span.record("outcome", name);
+    #[cfg(feature = "otel")]
+    if let Outcome::Retry { reason, .. } = outcome {
+        otel::record_error(span, reason);
+    } else if let Outcome::Reject(failure) = outcome {
+        otel::record_error(span, &failure.error);
+    }
+}
+
+/// The outcome's name on spans: `acked`, `duplicate`, `cancelled`, `retried`, `dead_lettered`,
+/// `deferred`.
+pub fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Ack(AckReason::Completed) => "acked",
+        Outcome::Ack(AckReason::Duplicate) => "duplicate",
+        Outcome::Ack(AckReason::Cancelled) => "cancelled",
+        Outcome::Retry { .. } => "retried",
+        Outcome::Reject(_) => "dead_lettered",
+        Outcome::Defer { .. } => "deferred",
+    }
+}
+
+/// Adds the current span's trace context to a job's attributes (see the module docs), keeping at
+/// most `max_attributes`. Does nothing when the attributes carry a context already (a copy, or a
+/// producer that set its own), when there is no valid current context, or without the `otel` feature.
+/// An X-Ray header goes in `trace_header` when the propagator writes one and none is set.
+pub fn inject(attributes: &mut Attributes, trace_header: &mut Option<String>, max_attributes: usize) {
+    #[cfg(feature = "otel")]
+    otel::inject(attributes, trace_header, max_attributes);
+    #[cfg(not(feature = "otel"))]
+    let _ = (attributes, trace_header, max_attributes);
+}
+
+#[cfg(feature = "otel")]
+mod otel {
+    //! The OpenTelemetry side of [`super`]: the carrier, injection, extraction and span relations.
+
+    use std::collections::HashMap;
+
+    use opentelemetry::propagation::{Extractor, Injector};
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    use super::{ProducerRelation, TRACEPARENT_ATTRIBUTE, TRACESTATE_ATTRIBUTE};
+    use crate::message::{AttributeValue, Attributes, Message};
+
+    /// The propagator's header for X-Ray (`opentelemetry-aws`'s `XrayPropagator`).
+    const XRAY_HEADER: &str = "x-amzn-trace-id";
+
+    /// What a propagator writes and reads: lower-case header names to values.
+    #[derive(Default)]
+    struct Carrier(HashMap<String, String>);
+
+    impl Injector for Carrier {
+        fn set(&mut self, key: &str, value: String) {
+            self.0.insert(key.to_ascii_lowercase(), value);
+        }
+    }
+
+    impl Extractor for Carrier {
+        fn get(&self, key: &str) -> Option<&str> {
+            self.0.get(&key.to_ascii_lowercase()).map(String::as_str)
+        }
+
+        fn keys(&self) -> Vec<&str> {
+            self.0.keys().map(String::as_str).collect()
+        }
+    }
+
+    /// The context to propagate: the current `tracing` span's, or else OpenTelemetry's current one
+    /// (a producer instrumented with the OpenTelemetry API directly).
+    fn current_context() -> Option<opentelemetry::Context> {
+        let from_span = tracing::Span::current().context();
+        if from_span.span().span_context().is_valid() {
+            return Some(from_span);
+        }
+        let current = opentelemetry::Context::current();
+        current.span().span_context().is_valid().then_some(current)
+    }
+
+    pub(super) fn inject(
+        attributes: &mut Attributes,
+        trace_header: &mut Option<String>,
+        max_attributes: usize,
+    ) {
+        if attributes.contains_key(TRACEPARENT_ATTRIBUTE) {
+            return;
+        }
+        let Some(context) = current_context() else {
+            return;
+        };
+        let mut carrier = Carrier::default();
+        opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.inject_context(&context, &mut carrier);
+        });
+        let mut headers = carrier.0;
+        if trace_header.is_none() {
+            *trace_header = headers.remove(XRAY_HEADER);
+        }
+        let Some(traceparent) = headers.remove(TRACEPARENT_ATTRIBUTE) else {
+            return;
+        };
+        if attributes.len() >= max_attributes {
+            tracing::debug!(
+                attributes = attributes.len(),
+                "no room for the traceparent attribute (SQS allows 10); the job is sent without it"
+            );
+            return;
+        }
+        attributes.insert(
+            TRACEPARENT_ATTRIBUTE.to_owned(),
+            AttributeValue::string(traceparent),
+        );
+        let state = headers
+            .remove(TRACESTATE_ATTRIBUTE)
+            .filter(|state| !state.is_empty());
+        if let Some(state) = state
+            && attributes.len() < max_attributes
+        {
+            attributes.insert(TRACESTATE_ATTRIBUTE.to_owned(), AttributeValue::string(state));
+        }
+    }
+
+    /// The producer's context carried by `message`, if any.
+    pub(super) fn producer_context(message: &Message) -> Option<opentelemetry::Context> {
+        let mut carrier = Carrier::default();
+        for name in [TRACEPARENT_ATTRIBUTE, TRACESTATE_ATTRIBUTE] {
+            if let Some(value) = message.string_attribute(name) {
+                carrier.0.insert(name.to_owned(), value.to_owned());
+            }
+        }
+        if let Some(header) = &message.trace_header {
+            carrier.0.insert(XRAY_HEADER.to_owned(), header.clone());
+        }
+        if carrier.0.is_empty() {
+            return None;
+        }
+        let context =
+            opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier));
+        context.span().span_context().is_valid().then_some(context)
+    }
+
+    pub(super) fn relate(span: &tracing::Span, message: &Message, queue: &str, relation: ProducerRelation) {
+        span.set_attribute("messaging.system", "aws_sqs");
+        span.set_attribute("messaging.operation.type", "process");
+        span.set_attribute("messaging.destination.name", queue.to_owned());
+        span.set_attribute("messaging.message.id", message.id.clone());
+        span.set_attribute(
+            "messaging.aws_sqs.receive_count",
+            i64::from(message.receive_count),
+        );
+        if let Some(job_type) = message.job_type() {
+            span.set_attribute("conveyor.job_type", job_type.to_owned());
+        }
+        let Some(producer) = producer_context(message) else {
+            return;
+        };
+        match relation {
+            ProducerRelation::Link => span.add_link(producer.span().span_context().clone()),
+            ProducerRelation::Parent => {
+                let runtime_parent = tracing::Span::current().context();
+                let _ = span.set_parent(producer);
+                let runtime = runtime_parent.span().span_context().clone();
+                if runtime.is_valid() {
+                    span.add_link(runtime);
+                }
+            }
+        }
+    }
+
+    pub(super) fn record_error(span: &tracing::Span, reason: &str) {
+        span.record("otel.status_code", "error");
+        span.record("otel.status_description", reason);
+    }
+}

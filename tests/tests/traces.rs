@@ -1,0 +1,385 @@
+//! Traces across the queue, end to end: a real OTLP/HTTP receiver (`conveyor_testing::otlp`, the
+//! protocol's own protobuf types) gets the spans of a producer (this process, OpenTelemetry's SDK and
+//! OTLP exporter), of the worker (in this process, on LocalStack), and of the example `bootstrap` under
+//! `conveyor lambda run` (another process, exporting because `OTEL_EXPORTER_OTLP_ENDPOINT` is set).
+//!
+//! Every run of a job, on either runtime, is a consumer span that leads back to the producer's span
+//! (a link, OpenTelemetry's messaging default): a job retried once (two runs), a job not due yet
+//! (deferred copies, one hop a second on a fast clock, then its run), a flow's child and its parent
+//! (sent later by the worker that counted the child's end), and on Lambda a job done and a job
+//! dead-lettered, each record's span inside its invocation's span.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style)
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use conveyor_core::port::{FlowSender, FlowStore, IdempotencyStore, Queue};
+use conveyor_core::runtime::Clock;
+use conveyor_core::{Context, Flows, Handler, HandlerError, Pipeline, Router};
+use conveyor_sqs::{Flow, FlowProducer, NewJob, Producer, SqsQueue};
+use conveyor_testing::localstack::{self, QueueSpec, TestQueue, unique_name};
+use conveyor_testing::otlp::{OtlpReceiver, ReceivedSpan};
+use conveyor_testing::{MemoryFlows, MemoryIdempotencyStore, QueueSender, wait_until};
+use conveyor_worker::Worker;
+use conveyor_worker::config::{QueueConfig, WorkerConfig};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+/// How long spans may take to reach the receiver.
+const SPANS_TIMEOUT: Duration = Duration::from_secs(60);
+/// Virtual seconds per real second for the job not due yet.
+const SPEED: u32 = 720;
+/// OTLP's consumer span kind.
+const CONSUMER: i32 = 5;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    id: u32,
+}
+
+/// Fails its first run (retryable), succeeds after.
+struct Flaky {
+    runs: Arc<AtomicU32>,
+}
+
+impl Handler for Flaky {
+    type Job = Order;
+    type Output = ();
+    const JOB_TYPE: &'static str = "charge";
+
+    async fn handle(&self, _job: Order, _ctx: Context) -> Result<(), HandlerError> {
+        if self.runs.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(HandlerError::retry_after(
+                "the provider timed out",
+                Duration::from_secs(1),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counts its runs per job type (the job not due yet, the flow's child and parent).
+struct Counted {
+    job_type: &'static str,
+    runs: Arc<Mutex<Vec<&'static str>>>,
+}
+
+macro_rules! counted {
+    ($name:ident, $job_type:literal) => {
+        struct $name(Counted);
+        impl Handler for $name {
+            type Job = Order;
+            type Output = u32;
+            const JOB_TYPE: &'static str = $job_type;
+
+            async fn handle(&self, job: Order, _ctx: Context) -> Result<u32, HandlerError> {
+                self.0.runs.lock().unwrap().push(self.0.job_type);
+                Ok(job.id)
+            }
+        }
+    };
+}
+counted!(Reminder, "reminder");
+counted!(Line, "invoice_line");
+counted!(Invoice, "invoice");
+
+/// A clock that runs `SPEED` times faster than the real one from now on.
+fn fast_clock() -> Clock {
+    let real_start = SystemTime::now();
+    let started = std::time::Instant::now();
+    Arc::new(move || real_start + started.elapsed() * SPEED)
+}
+
+/// The producer's side: OpenTelemetry's SDK exporting over OTLP/HTTP to `receiver`, under `tracing`,
+/// with the W3C propagator, installed for this process.
+fn install_producer_tracing(receiver: &OtlpReceiver) -> SdkTracerProvider {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(receiver.traces_url())
+        .build()
+        .unwrap();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("checkout")
+                .build(),
+        )
+        .build();
+    // The SDK's own spans (debug and trace) stay out: the producer's request and the worker's messages.
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("checkout"))
+        .with_filter(tracing_subscriber::filter::LevelFilter::INFO);
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer)).unwrap();
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    provider
+}
+
+async fn flush(provider: &SdkTracerProvider) {
+    let provider = provider.clone();
+    tokio::task::spawn_blocking(move || provider.force_flush())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+fn consumer_spans<'a>(spans: &'a [ReceivedSpan], job_type: &str) -> Vec<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .filter(|span| span.kind == CONSUMER && span.attribute("job_type") == Some(job_type))
+        .collect()
+}
+
+fn outcomes(spans: &[&ReceivedSpan]) -> Vec<String> {
+    spans
+        .iter()
+        .map(|span| span.attribute("outcome").unwrap_or("none").to_owned())
+        .collect()
+}
+
+/// The one span named `name` of `service`.
+fn the_span<'a>(spans: &'a [ReceivedSpan], service: &str, name: &str) -> &'a ReceivedSpan {
+    let found: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|span| span.service == service && span.name == name)
+        .collect();
+    assert_eq!(found.len(), 1, "one {name} span of {service}: {spans:#?}");
+    found[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_run_of_a_job_leads_back_to_the_span_that_sent_it_on_the_worker_and_on_lambda() {
+    localstack::ensure_local_aws().await.unwrap();
+    let receiver = OtlpReceiver::start().await.unwrap();
+    let provider = install_producer_tracing(&receiver);
+    worker_runs_lead_back_to_the_producer(&receiver, &provider).await;
+    lambda_runs_lead_back_to_the_producer(&receiver, &provider).await;
+}
+
+async fn worker_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider: &SdkTracerProvider) {
+    let sqs = localstack::sqs_client().await;
+    let created = localstack::create_queue(&sqs, &QueueSpec::standard("traces").max_receive_count(5))
+        .await
+        .unwrap();
+    let queue = Arc::new(SqsQueue::connect(sqs.clone(), &created.url).await.unwrap());
+    let store: Arc<dyn IdempotencyStore> = Arc::new(MemoryIdempotencyStore::new());
+    let flows: Arc<dyn FlowStore> = Arc::new(MemoryFlows::new());
+    let sender: Arc<dyn FlowSender> = Arc::new(QueueSender(Arc::clone(&queue) as Arc<dyn Queue>));
+    let clock = fast_clock();
+    let charges = Arc::new(AtomicU32::new(0));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let counted = |job_type| Counted {
+        job_type,
+        runs: Arc::clone(&runs),
+    };
+    let router = Router::new()
+        .route(Flaky {
+            runs: Arc::clone(&charges),
+        })
+        .route(Reminder(counted("reminder")))
+        .route(Line(counted("invoice_line")))
+        .route(Invoice(counted("invoice")));
+    let pipeline = Pipeline::new(router)
+        .with_store(Arc::clone(&store))
+        .with_flows(Flows {
+            store: Arc::clone(&flows),
+            sender: Arc::clone(&sender),
+        })
+        .with_clock(Arc::clone(&clock))
+        .with_max_delay_hop(Duration::from_secs(1));
+
+    // The request that sends the three jobs.
+    let request = tracing::info_span!("POST /checkout");
+    async {
+        let producer = Producer::new(sqs.clone(), &created.url);
+        producer
+            .send(&NewJob::new("charge", Order { id: 1 }))
+            .await
+            .unwrap();
+        // Due in two (virtual) hours: hops of 1 s on the fast clock, each a deferred copy.
+        let reminder =
+            NewJob::new("reminder", Order { id: 2 }).deliver_at(clock() + Duration::from_secs(2 * 3600));
+        let mut message = reminder.to_message(&created.url).unwrap();
+        message.delay = Some(Duration::from_secs(1));
+        queue.send(message).await.unwrap();
+        let flow = Flow::new("invoice:3", NewJob::new("invoice", Order { id: 3 }), &created.url)
+            .child(NewJob::new("invoice_line", Order { id: 31 }), &created.url);
+        FlowProducer::with_sender(Arc::clone(&sender), Arc::clone(&flows))
+            .send(&flow)
+            .await
+            .unwrap();
+    }
+    .instrument(request)
+    .await;
+
+    let config = WorkerConfig::default()
+        .with_queues(vec![QueueConfig::new(&created.url)])
+        .with_listen_addr(None)
+        .with_drain_deadline(Some(Duration::from_secs(10)));
+    let worker = Worker::new(config, pipeline, vec![Arc::clone(&queue) as Arc<dyn Queue>]).unwrap();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    wait_until(Duration::from_secs(90), Duration::from_millis(100), async || {
+        let runs = runs.lock().unwrap();
+        charges.load(Ordering::SeqCst) >= 2 && runs.contains(&"reminder") && runs.contains(&"invoice")
+    })
+    .await
+    .expect("the charge to run twice, the reminder once due, and the invoice after its line");
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    flush(provider).await;
+
+    let spans = receiver
+        .wait_for(SPANS_TIMEOUT, |spans| {
+            ["charge", "reminder", "invoice_line", "invoice"]
+                .iter()
+                .all(|job_type| !consumer_spans(spans, job_type).is_empty())
+                && consumer_spans(spans, "charge").len() >= 2
+        })
+        .await
+        .unwrap();
+    let producer = the_span(&spans, "checkout", "POST /checkout");
+    let charge = consumer_spans(&spans, "charge");
+    assert_eq!(outcomes(&charge), ["retried", "acked"], "{charge:#?}");
+    assert_eq!(charge[0].status_code, 2, "the failed run is an error span");
+    let reminder = consumer_spans(&spans, "reminder");
+    let reminder_outcomes = outcomes(&reminder);
+    assert!(
+        reminder_outcomes.len() >= 2
+            && reminder_outcomes[..reminder_outcomes.len() - 1]
+                .iter()
+                .all(|outcome| outcome == "deferred")
+            && reminder_outcomes.last().is_some_and(|outcome| outcome == "acked"),
+        "hops deferred, then the run: {reminder_outcomes:?}"
+    );
+    for job_type in ["charge", "reminder", "invoice_line", "invoice"] {
+        for span in consumer_spans(&spans, job_type) {
+            assert!(
+                span.follows(producer),
+                "every run of {job_type} links to the request that sent it: {span:#?}\nproducer: {producer:#?}"
+            );
+            assert_eq!(span.attribute("messaging.system"), Some("aws_sqs"));
+            assert_eq!(
+                span.attribute("messaging.destination.name"),
+                Some(created.name.as_str())
+            );
+            assert_eq!(span.name, format!("process {}", created.name));
+            assert_ne!(
+                span.trace_id, producer.trace_id,
+                "a link, not a parent: each run has its own trace"
+            );
+        }
+    }
+}
+
+async fn lambda_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider: &SdkTracerProvider) {
+    let sqs = localstack::sqs_client().await;
+    let created: TestQueue =
+        localstack::create_queue(&sqs, &QueueSpec::standard("traces-lambda").max_receive_count(3))
+            .await
+            .unwrap();
+    let request = tracing::info_span!("POST /signup");
+    async {
+        let producer = Producer::new(sqs.clone(), &created.url);
+        for (user_id, email) in [(7, "ada@example.com"), (8, "no-address")] {
+            let job = NewJob::new(
+                "welcome_email",
+                json!({"user_id": user_id, "email": email, "name": format!("User {user_id}")}),
+            );
+            producer.send(&job).await.unwrap();
+        }
+    }
+    .instrument(request)
+    .await;
+    flush(provider).await;
+
+    let table = localstack::create_table(&localstack::dynamodb_client().await, "traces")
+        .await
+        .unwrap();
+    let outbox = std::env::temp_dir().join(format!("{}.jsonl", unique_name("traces-outbox")));
+    // Quiet logs (`warn`), as in production: the level filters log lines, not the exported spans.
+    let mut env = conveyor_demo::local_app_env(&table, &outbox, "traces-secret", "warn");
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), receiver.endpoint()));
+    env.push(("OTEL_SERVICE_NAME".to_owned(), "signup-worker".to_owned()));
+    let binaries = conveyor_e2e::binaries();
+    let mut runner = tokio::process::Command::new(binaries.path("conveyor").unwrap());
+    runner
+        .args([
+            "lambda",
+            "run",
+            "--until-empty",
+            "--queue-url",
+            &created.url,
+            "--bootstrap",
+        ])
+        .arg(binaries.path("bootstrap").unwrap())
+        .envs(env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (name, value) in &env {
+        runner.arg("--env").arg(format!("{name}={value}"));
+    }
+    let output = tokio::time::timeout(Duration::from_secs(120), runner.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "conveyor lambda run failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let spans = receiver
+        .wait_for(SPANS_TIMEOUT, |spans| {
+            spans
+                .iter()
+                .filter(|span| span.service == "signup-worker" && span.kind == CONSUMER)
+                .count()
+                >= 2
+        })
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "{error}\nthe runner printed:\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let producer = the_span(&spans, "checkout", "POST /signup");
+    let records: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|span| span.service == "signup-worker" && span.kind == CONSUMER)
+        .collect();
+    let mut seen = outcomes(&records);
+    seen.sort();
+    assert_eq!(seen, ["acked", "dead_lettered"], "{records:#?}");
+    for record in records {
+        assert!(
+            record.follows(producer),
+            "each record's span links to the request: {record:#?}"
+        );
+        let invocation = spans
+            .iter()
+            .find(|span| span.span_id == record.parent_span_id)
+            .unwrap_or_else(|| panic!("the record's parent span was exported: {record:#?}"));
+        assert_eq!(
+            invocation.name, "invocation",
+            "records run inside their invocation's span"
+        );
+        assert_eq!(invocation.service, "signup-worker");
+    }
+}
