@@ -28,6 +28,8 @@ mod guides {
     struct Schedules;
     #[doc = include_str!("../../docs/testing.md")]
     struct Testing;
+    #[doc = include_str!("../../docs/tracing.md")]
+    struct Tracing;
 }
 
 use std::path::PathBuf;

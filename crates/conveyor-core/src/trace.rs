@@ -271,3 +271,150 @@ mod otel {
         span.record("otel.status_description", reason);
     }
 }
+
+#[cfg(test)]
+#[cfg(feature = "otel")]
+mod tests {
+    use opentelemetry::trace::{SpanId, TraceContextExt as _, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+    use crate::message::AttributeValue;
+
+    /// Spans of this thread go to an in-memory exporter, with the W3C propagator installed.
+    fn traced() -> (
+        InMemorySpanExporter,
+        SdkTracerProvider,
+        tracing::subscriber::DefaultGuard,
+    ) {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+        let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+        (exporter, provider, guard)
+    }
+
+    fn finished(exporter: &InMemorySpanExporter, name: &str) -> SpanData {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .into_iter()
+            .find(|span| span.name == name)
+            .unwrap_or_else(|| panic!("no span {name}"))
+    }
+
+    #[test]
+    fn the_sending_span_goes_in_traceparent_unless_a_context_is_there_or_room_is_not() {
+        let (exporter, _provider, _guard) = traced();
+        let request = tracing::info_span!("request");
+        let (fresh, kept, full) = request.in_scope(|| {
+            let mut fresh = Attributes::new();
+            let mut header = None;
+            inject(&mut fresh, &mut header, 9);
+            assert_eq!(header, None, "no X-Ray propagator, no AWSTraceHeader");
+
+            let mut kept = Attributes::new();
+            kept.insert(TRACEPARENT_ATTRIBUTE.into(), AttributeValue::string("00-copy-01"));
+            inject(&mut kept, &mut None, 9);
+
+            let mut full: Attributes = (0..9)
+                .map(|n| (format!("a{n}"), AttributeValue::string("x")))
+                .collect();
+            inject(&mut full, &mut None, 9);
+            (fresh, kept, full)
+        });
+        drop(request);
+        let sent = finished(&exporter, "request").span_context;
+        let expected = format!("00-{}-{}-01", sent.trace_id(), sent.span_id());
+        assert_eq!(
+            fresh[TRACEPARENT_ATTRIBUTE].string_value.as_deref(),
+            Some(expected.as_str())
+        );
+        assert!(
+            !fresh.contains_key(TRACESTATE_ATTRIBUTE),
+            "an empty tracestate is not sent"
+        );
+        assert_eq!(
+            kept[TRACEPARENT_ATTRIBUTE].string_value.as_deref(),
+            Some("00-copy-01"),
+            "a copy keeps its producer's context"
+        );
+        assert!(
+            !full.contains_key(TRACEPARENT_ATTRIBUTE),
+            "no room: the job goes without it"
+        );
+        let mut outside = Attributes::new();
+        inject(&mut outside, &mut None, 9);
+        assert!(outside.is_empty(), "no current span, nothing injected");
+    }
+
+    #[test]
+    fn a_message_span_links_to_its_producer_or_has_it_as_parent_and_carries_the_outcome() {
+        let (exporter, _provider, _guard) = traced();
+        let mut message = Message::new("m-1", "{}");
+        tracing::info_span!("producer").in_scope(|| inject(&mut message.attributes, &mut None, 9));
+        let producer = finished(&exporter, "producer").span_context;
+
+        let linked = message_span(&message, "orders", ProducerRelation::Link);
+        record_outcome(
+            &linked,
+            &Outcome::Retry {
+                delay: std::time::Duration::ZERO,
+                reason: "timeout".into(),
+            },
+        );
+        drop(linked);
+        let runtime = tracing::info_span!("invocation");
+        let parented = runtime.in_scope(|| message_span(&message, "orders", ProducerRelation::Parent));
+        let invocation = runtime.context().span().span_context().clone();
+        record_outcome(&parented, &Outcome::Ack(AckReason::Completed));
+        drop(parented);
+        drop(runtime);
+
+        let spans = exporter.get_finished_spans().unwrap();
+        let consumers: Vec<&SpanData> = spans
+            .iter()
+            .filter(|span| span.name == "process orders")
+            .collect();
+        assert_eq!(consumers.len(), 2);
+        let (linked, parented) = (consumers[0], consumers[1]);
+        assert_eq!(linked.span_kind, opentelemetry::trace::SpanKind::Consumer);
+        assert_ne!(
+            linked.span_context.trace_id(),
+            producer.trace_id(),
+            "a link starts its own trace"
+        );
+        assert_eq!(linked.links.links.len(), 1);
+        assert_eq!(linked.links.links[0].span_context.span_id(), producer.span_id());
+        assert_eq!(linked.status, opentelemetry::trace::Status::error("timeout"));
+        let attribute = |span: &SpanData, key: &str| {
+            span.attributes
+                .iter()
+                .find(|pair| pair.key.as_str() == key)
+                .map(|pair| pair.value.to_string())
+        };
+        assert_eq!(attribute(linked, "outcome").as_deref(), Some("retried"));
+        assert_eq!(attribute(linked, "messaging.system").as_deref(), Some("aws_sqs"));
+        assert_eq!(attribute(linked, "messaging.message.id").as_deref(), Some("m-1"));
+
+        assert_eq!(
+            parented.span_context.trace_id(),
+            producer.trace_id(),
+            "one trace with the producer"
+        );
+        assert_eq!(parented.parent_span_id, producer.span_id());
+        assert_ne!(parented.parent_span_id, SpanId::INVALID);
+        assert_eq!(parented.links.links.len(), 1, "the runtime's span becomes a link");
+        assert_eq!(
+            parented.links.links[0].span_context.span_id(),
+            invocation.span_id()
+        );
+        assert_eq!(attribute(parented, "outcome").as_deref(), Some("acked"));
+    }
+}
