@@ -68,6 +68,7 @@ bench: local-aws
 	$(CARGO) run --release -p conveyor-lambda --example overhead
 	$(CARGO) run --release -p conveyor-sqs --example send_bench
 	$(CARGO) run --release -p conveyor-outbox --example backlog_bench -- 10000
+	$(CARGO) run --release -p conveyor-otel --example trace_cost
 	$(CARGO) build --profile dist -p conveyor-examples --bin bootstrap --bin worker
 	@for binary in bootstrap worker; do \
 		stat -c '%s' target/dist/$$binary | awk -v name=$$binary '{ printf "stripped dist-profile %s: %.2f MiB (%d bytes)\n", name, $$1 / 1048576, $$1 }'; \

@@ -80,10 +80,10 @@ fn new_span(message: &Message, queue: &str) -> tracing::Span {
         receive_count = message.receive_count,
         job_type = message.job_type(),
         outcome = tracing::field::Empty,
-        otel.name = format!("process {queue}"),
-        otel.kind = "consumer",
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty,
+        // Recorded only when an OpenTelemetry layer is installed (`otel::relate`): log lines without
+        // one do not carry them.
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
     )
 }
 
@@ -239,6 +239,21 @@ mod otel {
     }
 
     pub(super) fn relate(span: &tracing::Span, message: &Message, queue: &str, relation: ProducerRelation) {
+        // The span's parent is set before it starts: the producer's span when asked for, else the one it
+        // has anyway (the runtime's span, or none). An error means no OpenTelemetry layer sees this span
+        // (none installed, or the span filtered out): nothing more to do, and the log lines carry no
+        // OpenTelemetry fields.
+        let runtime = tracing::Span::current().context();
+        let producer = producer_context(message);
+        let parent = match (relation, &producer) {
+            (ProducerRelation::Parent, Some(producer)) => producer.clone(),
+            _ => runtime.clone(),
+        };
+        if span.set_parent(parent).is_err() {
+            return;
+        }
+        span.record("otel.name", format!("process {queue}"));
+        span.record("otel.kind", "consumer");
         span.set_attribute("messaging.system", "aws_sqs");
         span.set_attribute("messaging.operation.type", "process");
         span.set_attribute("messaging.destination.name", queue.to_owned());
@@ -250,25 +265,17 @@ mod otel {
         if let Some(job_type) = message.job_type() {
             span.set_attribute("conveyor.job_type", job_type.to_owned());
         }
-        let Some(producer) = producer_context(message) else {
+        let Some(producer) = producer else {
             return;
         };
         match relation {
             ProducerRelation::Link => span.add_link(producer.span().span_context().clone()),
-            ProducerRelation::Parent => {
-                let runtime_parent = tracing::Span::current().context();
-                let _ = span.set_parent(producer);
-                let runtime = runtime_parent.span().span_context().clone();
-                if runtime.is_valid() {
-                    span.add_link(runtime);
-                }
-            }
+            ProducerRelation::Parent => span.add_link(runtime.span().span_context().clone()),
         }
     }
 
     pub(super) fn record_error(span: &tracing::Span, reason: &str) {
-        span.record("otel.status_code", "error");
-        span.record("otel.status_description", reason);
+        span.set_status(opentelemetry::trace::Status::error(reason.to_owned()));
     }
 }
 
@@ -416,5 +423,40 @@ mod tests {
             invocation.span_id()
         );
         assert_eq!(attribute(parented, "outcome").as_deref(), Some("acked"));
+    }
+
+    #[test]
+    fn without_an_opentelemetry_layer_log_lines_carry_no_opentelemetry_fields() {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut message = Message::new("m-2", "{}");
+        message.attributes.insert(
+            TRACEPARENT_ATTRIBUTE.into(),
+            AttributeValue::string("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        );
+        let span = message_span(&message, "orders", ProducerRelation::Link);
+        span.in_scope(|| tracing::info!("job succeeded"));
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("message_id=m-2") && text.contains("job succeeded"),
+            "{text}"
+        );
+        assert!(!text.contains("otel."), "{text}");
     }
 }
