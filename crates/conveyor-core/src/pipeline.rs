@@ -470,7 +470,7 @@ impl Pipeline {
         // before anything else (see `crate::events`).
         let (message, envelopes) = match self.router.open(&message) {
             Ok(Opening::Plain) => (message, None),
-            Ok(Opening::Opened { message, envelopes }) => (Arc::new(message), Some(envelopes)),
+            Ok(Opening::Opened { message, envelopes }) => (Arc::from(message), Some(envelopes)),
             Ok(Opening::Ignored(what)) => {
                 tracing::info!(what, "a notice without a job: acknowledged, nothing run");
                 return Processed::not_run(Outcome::Ack(AckReason::Ignored), None);

@@ -58,7 +58,7 @@ pub(crate) enum Opening {
     /// Opened: route this message (its `conveyor.type` names the handler of an event route).
     Opened {
         /// The job's message.
-        message: Message,
+        message: Box<Message>,
         /// The envelopes it came in, outermost first.
         envelopes: Arc<[Envelope]>,
     },
@@ -207,7 +207,7 @@ impl Router {
                 .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(job_type));
         }
         Ok(Opening::Opened {
-            message,
+            message: Box::new(message),
             envelopes: unwrapped.envelopes.into(),
         })
     }
@@ -215,7 +215,7 @@ impl Router {
     /// `message` opened when it has envelopes, else `None`: for the lookups outside the pipeline's run.
     pub(crate) fn opened(&self, message: &Message) -> Option<Message> {
         match self.open(message) {
-            Ok(Opening::Opened { message, .. }) => Some(message),
+            Ok(Opening::Opened { message, .. }) => Some(*message),
             _ => None,
         }
     }
