@@ -110,33 +110,26 @@ impl Handler for SendWelcome {
     }
 }
 
-/// An EventBridge event's detail.
-struct PlaceOrder(Log);
+/// A handler whose job is any JSON (an EventBridge event's detail, a CloudEvent's data).
+macro_rules! json_handler {
+    ($name:ident, $job_type:literal) => {
+        struct $name(Log);
 
-impl Handler for PlaceOrder {
-    type Job = Value;
-    type Output = ();
-    const JOB_TYPE: &'static str = "place_order";
+        impl Handler for $name {
+            type Job = Value;
+            type Output = ();
+            const JOB_TYPE: &'static str = $job_type;
 
-    async fn handle(&self, job: Value, ctx: Context) -> Result<(), HandlerError> {
-        record(&self.0, Self::JOB_TYPE, job.to_string(), &ctx);
-        Ok(())
-    }
+            async fn handle(&self, job: Value, ctx: Context) -> Result<(), HandlerError> {
+                record(&self.0, Self::JOB_TYPE, job.to_string(), &ctx);
+                Ok(())
+            }
+        }
+    };
 }
 
-/// A CloudEvent's data.
-struct OrderCreated(Log);
-
-impl Handler for OrderCreated {
-    type Job = Value;
-    type Output = ();
-    const JOB_TYPE: &'static str = "order_created";
-
-    async fn handle(&self, job: Value, ctx: Context) -> Result<(), HandlerError> {
-        record(&self.0, Self::JOB_TYPE, job.to_string(), &ctx);
-        Ok(())
-    }
-}
+json_handler!(PlaceOrder, "place_order");
+json_handler!(OrderCreated, "order_created");
 
 /// S3 event notifications.
 struct Thumbnail(Log);
@@ -195,33 +188,8 @@ async fn wire(name: &str) -> anyhow::Result<Wiring> {
     )
     .await?;
 
-    let topic = sns
-        .create_topic()
-        .name(unique_name(&format!("{name}-topic")))
-        .send()
-        .await?
-        .topic_arn
-        .context("no topic ARN")?;
-    sns.subscribe()
-        .topic_arn(&topic)
-        .protocol("sqs")
-        .endpoint(&queue.arn)
-        .send()
-        .await?;
-    let raw_topic = sns
-        .create_topic()
-        .name(unique_name(&format!("{name}-raw")))
-        .send()
-        .await?
-        .topic_arn
-        .context("no topic ARN")?;
-    sns.subscribe()
-        .topic_arn(&raw_topic)
-        .protocol("sqs")
-        .endpoint(&queue.arn)
-        .attributes("RawMessageDelivery", "true")
-        .send()
-        .await?;
+    let topic = subscribed_topic(&sns, &format!("{name}-topic"), &queue.arn, false).await?;
+    let raw_topic = subscribed_topic(&sns, &format!("{name}-raw"), &queue.arn, true).await?;
 
     let source = format!("my.app.{name}");
     let rule = unique_name(&format!("{name}-rule"));
@@ -290,6 +258,30 @@ async fn wire(name: &str) -> anyhow::Result<Wiring> {
         bucket,
         via_sns_bucket,
     })
+}
+
+/// A new topic whose SQS subscription delivers to `queue_arn`, raw or in SNS's JSON envelope.
+async fn subscribed_topic(
+    sns: &aws_sdk_sns::Client,
+    prefix: &str,
+    queue_arn: &str,
+    raw: bool,
+) -> anyhow::Result<String> {
+    let topic = sns
+        .create_topic()
+        .name(unique_name(prefix))
+        .send()
+        .await?
+        .topic_arn
+        .context("no topic ARN")?;
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(queue_arn)
+        .attributes("RawMessageDelivery", raw.to_string())
+        .send()
+        .await?;
+    Ok(topic)
 }
 
 fn bucket_name(prefix: &str) -> String {
@@ -511,7 +503,9 @@ impl Wiring {
         let s3_jobs = 2;
         let dlq = self.queue.dlq_url.clone().unwrap();
         wait_until(TIMEOUT, Duration::from_millis(200), async || {
-            log.lock().unwrap().len() >= expected.len() + s3_jobs
+            // Not held across the awaits: the handlers record on this runtime's thread.
+            let seen = log.lock().unwrap().len();
+            seen >= expected.len() + s3_jobs
                 && self.depth(&dlq).await == reasons.len()
                 && self.depth(&self.queue.url).await == 0
         })
@@ -612,10 +606,8 @@ async fn aws_events_run_unwrapped_in_the_lambda_adapter() -> anyhow::Result<()> 
                 if messages.is_empty() {
                     continue;
                 }
-                let event = SqsEvent {
-                    records: messages.iter().map(|message| to_record(message, &arn)).collect(),
-                    ..SqsEvent::default()
-                };
+                let mut event = SqsEvent::default();
+                event.records = messages.iter().map(|message| to_record(message, &arn)).collect();
                 let response = processor
                     .process_batch(event, Instant::now() + Duration::from_secs(30))
                     .await
@@ -623,7 +615,7 @@ async fn aws_events_run_unwrapped_in_the_lambda_adapter() -> anyhow::Result<()> 
                 let failed: Vec<String> = response
                     .batch_item_failures
                     .iter()
-                    .filter_map(|failure| failure.item_identifier.clone())
+                    .map(|failure| failure.item_identifier.clone())
                     .collect();
                 let done: Vec<_> = messages
                     .iter()
