@@ -30,6 +30,8 @@ mod guides {
     struct Testing;
     #[doc = include_str!("../../docs/tracing.md")]
     struct Tracing;
+    #[doc = include_str!("../../docs/events.md")]
+    struct Events;
 }
 
 use std::path::PathBuf;

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::HandlerError;
+use crate::events::{CloudEvent, Envelope, EventBridgeEvent, SnsNotification};
 use crate::flow::ChildResult;
 use crate::message::{Attributes, Message};
 use crate::progress::ProgressReporter;
@@ -25,6 +26,7 @@ pub struct Context {
     fencing_token: Option<u64>,
     progress: Option<Arc<ProgressReporter>>,
     flow_children: Option<Arc<Vec<ChildResult>>>,
+    envelopes: Option<Arc<[Envelope]>>,
 }
 
 impl Context {
@@ -45,6 +47,7 @@ impl Context {
             fencing_token: None,
             progress: None,
             flow_children: None,
+            envelopes: None,
         }
     }
 
@@ -68,6 +71,42 @@ impl Context {
         if let Some(reporter) = &self.progress {
             reporter.report(percent, message.into());
         }
+    }
+
+    /// The same context carrying the envelopes the message came in (outermost first).
+    pub fn with_envelopes(mut self, envelopes: Option<Arc<[Envelope]>>) -> Self {
+        self.envelopes = envelopes;
+        self
+    }
+
+    /// The envelopes the message came in, outermost first: an SNS notification, then the event it
+    /// carried, say (see [`crate::events`]). Empty for a message sent straight to the queue.
+    pub fn envelopes(&self) -> &[Envelope] {
+        self.envelopes.as_deref().unwrap_or_default()
+    }
+
+    /// The SNS notification the message came in, when it was published to a topic (raw delivery off).
+    pub fn sns(&self) -> Option<&SnsNotification> {
+        self.envelopes().iter().find_map(|envelope| match envelope {
+            Envelope::Sns(notification) => Some(notification),
+            _ => None,
+        })
+    }
+
+    /// The EventBridge event whose `detail` is the job, when it is one.
+    pub fn event(&self) -> Option<&EventBridgeEvent> {
+        self.envelopes().iter().find_map(|envelope| match envelope {
+            Envelope::EventBridge(event) => Some(event),
+            _ => None,
+        })
+    }
+
+    /// The CloudEvent whose data is the job, when it is one.
+    pub fn cloud_event(&self) -> Option<&CloudEvent> {
+        self.envelopes().iter().find_map(|envelope| match envelope {
+            Envelope::CloudEvent(event) => Some(event),
+            _ => None,
+        })
     }
 
     /// The same context carrying a flow parent's children's results.

@@ -124,9 +124,11 @@ pub(crate) async fn after_child(
         return outcome;
     };
     let end = match &outcome {
-        Outcome::Ack(AckReason::Completed | AckReason::Duplicate) => ChildEnd::Succeeded {
-            output: output.map(str::to_owned),
-        },
+        Outcome::Ack(AckReason::Completed | AckReason::Duplicate | AckReason::Ignored) => {
+            ChildEnd::Succeeded {
+                output: output.map(str::to_owned),
+            }
+        }
         Outcome::Reject(failure) => ChildEnd::Failed(failure.error.clone()),
         Outcome::Ack(AckReason::Cancelled) => ChildEnd::Failed("cancelled by its producer".to_owned()),
         Outcome::Retry { .. } | Outcome::Defer { .. } => return outcome,

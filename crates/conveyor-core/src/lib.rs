@@ -1,7 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 // The modules are private; what a user writes is at the root, and the rest is in four public modules
-// with one job each: `message` (the message model), `port` (what an adapter implements), `runtime`
+// with one job each: `message` (the message model), `events` (what AWS services put on a queue), `port` (what an adapter implements), `runtime`
 // (what the worker and the Lambda adapter call), `limits`, `config` and `metric_names` (shared names and
 // numbers). Every public item has exactly one path.
 mod background;
@@ -16,6 +16,7 @@ mod display;
 mod disposition;
 mod envelope;
 mod error;
+pub mod events;
 mod flow;
 mod flow_step;
 mod flow_sweep;

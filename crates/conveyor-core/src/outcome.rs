@@ -42,6 +42,9 @@ pub enum AckReason {
     Duplicate,
     /// The producer cancelled the job before it ran ([`crate::delay::cancel`]): dropped without running.
     Cancelled,
+    /// A notice that carries no job (S3's test event, sent when a bucket's notification is
+    /// configured, [`crate::events`]): acknowledged without running anything.
+    Ignored,
 }
 
 /// A permanent failure, as recorded on the dead-lettered message (`conveyor.failure` attribute, JSON).

@@ -29,6 +29,10 @@
 //! | job succeeded and its message was deleted | the runtime deletes the object ([`Pipeline::discard_payload`]) when the claim completed (idempotent handler with a store), unless kept; never for a duplicate or a cancel | never before the delete; a redelivery of any copy finds the completed record |
 //! | a copy of a pointer message is about to be made (hop, deferral, DLQ) | the object is touched first (lifecycle restarts), a failed touch logged | the object outlives every copy ([`crate::payload`]) |
 //! | body is a Conveyor envelope without attributes ([`crate::envelope`]) | opened: header → attributes, payload → body, then as any message | plain bodies are left alone |
+//! | an SNS notification, EventBridge event, S3 notification or CloudEvent ([`crate::events`]) | opened (SNS's message opened again), routed by its own route, keyed by its id | plain bodies are left alone; detection asks for each envelope's whole shape |
+//! | such an envelope, malformed (an SNS `Message` not a string, an event without `detail-type`, a CloudEvent without `type`) | `Reject` naming the field | poison input: the message will not change; nothing ran |
+//! | an event no route takes | `Retry` (backoff); `Reject` with the reason on the last allowed attempt | as an unknown job type: a consumer deploy with the route and a redrive run it |
+//! | S3's test event | `Ack(Ignored)`, nothing run | it carries no job |
 //! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
 //! | delayed job cancelled ([`crate::delay::cancel`]): first sent before the key's cancel marker | `Ack(Cancelled)` without running, logged, checked before the due check (so it stops hopping) | the producer asked for it; a job sent after the cancel runs |
 //! | cancel marker unreadable | a hop goes on; a due job `Defer`s | nothing runs unchecked |
@@ -81,7 +85,7 @@ use crate::message::Message;
 use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
 use crate::payload::{PayloadError, PayloadPointer, Payloads, ResolveError};
 use crate::progress::{ProgressReporter, ProgressWriter};
-use crate::router::Router;
+use crate::router::{Opening, Router};
 use crate::store_health::StoreHealth;
 use crate::store_retry::StoreRetry;
 use crate::tracking::{JobChange, JobStatus, status_after};
@@ -462,8 +466,26 @@ impl Pipeline {
             max_attempts,
             settle_deadline,
         } = budget;
-        // A body envelope (EventBridge Scheduler cannot set attributes) is opened before anything else.
-        let message = crate::envelope::open(&message).map_or(message, Arc::new);
+        // Envelopes (Conveyor's body envelope, SNS notifications, events from AWS services) are opened
+        // before anything else (see `crate::events`).
+        let (message, envelopes) = match self.router.open(&message) {
+            Ok(Opening::Plain) => (message, None),
+            Ok(Opening::Opened { message, envelopes }) => (Arc::from(message), Some(envelopes)),
+            Ok(Opening::Ignored(what)) => {
+                tracing::info!(what, "a notice without a job: acknowledged, nothing run");
+                return Processed::not_run(Outcome::Ack(AckReason::Ignored), None);
+            }
+            Err(error) => {
+                let origin = Origin {
+                    queue: &queue,
+                    handler: "",
+                    attempt: message.attempt(),
+                    max_attempts,
+                };
+                let backoff = self.retry_budget.unwrap_or_default();
+                return Processed::not_run(classify(RunResult::Failed(error), origin, &backoff), None);
+            }
+        };
         // A cancelled delayed job stops here, at its next hop or when due (see `crate::delay`).
         if let Some(processed) = self.cancelled(&message).await {
             return processed;
@@ -593,7 +615,8 @@ impl Pipeline {
         )
         .with_fencing_token(claim.as_ref().map(|claim| claim.token))
         .with_progress(reporter.clone())
-        .with_flow_children(flow_children);
+        .with_flow_children(flow_children)
+        .with_envelopes(envelopes);
         // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
         // invocation's) comes first, so a timeout's reason names the real limit.
         let allowed = deadline.saturating_duration_since(started);

@@ -4,24 +4,73 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::HandlerError;
+use crate::events::{self, Envelope, Route};
 use crate::handler::{ErasedHandler, Handler, HandlerSettings, Typed};
-use crate::message::{JOB_TYPE_ATTRIBUTE, Message};
+use crate::message::{AttributeValue, JOB_TYPE_ATTRIBUTE, Message};
 
 /// Several job types on one queue: dispatches on the `conveyor.type` attribute.
 ///
 /// Messages without that attribute (plain JSON from the AWS CLI, boto3 or an SNS raw delivery) go to
 /// the default handler when one is set. An unknown type, or an untyped message without a default,
 /// is a permanent failure that names what was expected: it goes to the DLQ, it never panics.
+///
+/// What AWS services put on a queue is opened first ([`crate::events`]): an SNS notification's
+/// message routes like any message, and events route by what they are:
+///
+/// ```
+/// # use conveyor_core::{Context, Handler, HandlerError, Router, events::S3Event};
+/// # macro_rules! handler { ($name:ident, $job:ty, $type:literal) => {
+/// #     struct $name;
+/// #     impl Handler for $name {
+/// #         type Job = $job;
+/// #         type Output = ();
+/// #         const JOB_TYPE: &'static str = $type;
+/// #         async fn handle(&self, _job: $job, _ctx: Context) -> Result<(), HandlerError> { Ok(()) }
+/// #     }
+/// # } }
+/// # handler!(SendEmail, serde_json::Value, "send_email");
+/// # handler!(OrderPlaced, serde_json::Value, "order_placed");
+/// # handler!(OrderCreated, serde_json::Value, "order_created");
+/// # handler!(Thumbnail, S3Event, "thumbnail");
+/// let router = Router::new()
+///     .route(SendEmail)                                 // conveyor.type = "send_email"
+///     .event("my.app", "Order Placed", OrderPlaced)     // EventBridge: source, detail-type
+///     .cloud_event("com.example.order.created", OrderCreated) // CloudEvents: type
+///     .s3_events(Thumbnail);                            // S3 event notifications
+/// ```
 #[derive(Clone, Default)]
 pub struct Router {
     routes: HashMap<&'static str, Arc<dyn ErasedHandler>>,
     default_route: Option<Arc<dyn ErasedHandler>>,
+    /// EventBridge routes by `(source, detail-type)`.
+    events: HashMap<(String, String), &'static str>,
+    /// CloudEvents routes by `type`.
+    cloud_events: HashMap<String, &'static str>,
+    /// The S3 event notifications route.
+    s3_events: Option<&'static str>,
+}
+
+/// A message as the router opened it ([`Router::open`]).
+#[derive(Debug)]
+pub(crate) enum Opening {
+    /// Nothing to open: route the message as it is.
+    Plain,
+    /// Opened: route this message (its `conveyor.type` names the handler of an event route).
+    Opened {
+        /// The job's message.
+        message: Box<Message>,
+        /// The envelopes it came in, outermost first.
+        envelopes: Arc<[Envelope]>,
+    },
+    /// A notice without a job (S3's test event): acknowledge it, run nothing.
+    Ignored(&'static str),
 }
 
 impl std::fmt::Debug for Router {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Router")
             .field("job_types", &self.job_types())
+            .field("events", &self.event_routes())
             .field(
                 "default",
                 &self.default_route.as_ref().map(|route| route.job_type()),
@@ -50,6 +99,35 @@ impl Router {
     pub fn route<H: Handler>(mut self, handler: H) -> Self {
         self.routes.insert(H::JOB_TYPE, Arc::new(Typed::new(handler)));
         self
+    }
+
+    /// Routes EventBridge events with this `source` and `detail-type` to `handler` (a rule's SQS
+    /// target); the handler's job is the event's `detail`, and [`Context::envelopes`](crate::Context::envelopes)
+    /// has the rest. `H::JOB_TYPE` still names the handler (metrics, idempotency keys, logs), and
+    /// messages with that `conveyor.type` reach it too.
+    pub fn event<H: Handler>(
+        mut self,
+        source: impl Into<String>,
+        detail_type: impl Into<String>,
+        handler: H,
+    ) -> Self {
+        self.events
+            .insert((source.into(), detail_type.into()), H::JOB_TYPE);
+        self.route(handler)
+    }
+
+    /// Routes CloudEvents of this `type` to `handler`; the handler's job is the event's data.
+    pub fn cloud_event<H: Handler>(mut self, event_type: impl Into<String>, handler: H) -> Self {
+        self.cloud_events.insert(event_type.into(), H::JOB_TYPE);
+        self.route(handler)
+    }
+
+    /// Routes S3 event notifications to `handler`, whose job is the notification
+    /// ([`S3Event`](crate::events::S3Event), every record of it). S3's test event is acknowledged
+    /// without running anything.
+    pub fn s3_events<H: Handler>(mut self, handler: H) -> Self {
+        self.s3_events = Some(H::JOB_TYPE);
+        self.route(handler)
     }
 
     /// Routes messages without a `conveyor.type` attribute to `handler`.
@@ -81,7 +159,94 @@ impl Router {
     /// The job type that would handle `message`, if any: a cheap lookup for logs and admission control
     /// (no error is built; [`Router::handler_for`] says why there is none).
     pub fn job_type_for(&self, message: &Message) -> Option<&'static str> {
-        self.route_for(message).map(|handler| handler.job_type())
+        let route = match self.open(message) {
+            Ok(Opening::Plain) => self.route_for(message),
+            Ok(Opening::Opened { message, .. }) => self.route_for(&message),
+            Ok(Opening::Ignored(_)) | Err(_) => None,
+        };
+        route.map(|handler| handler.job_type())
+    }
+
+    /// `message` with its envelopes opened (see [`crate::events`]), an event's handler named in its
+    /// `conveyor.type`; `Err` for a malformed envelope (permanent) or an event no route takes
+    /// (retryable, as an unknown job type).
+    pub(crate) fn open(&self, message: &Message) -> Result<Opening, HandlerError> {
+        let unwrapped = match events::open(message) {
+            Ok(Some(unwrapped)) => unwrapped,
+            Ok(None) => return Ok(Opening::Plain),
+            Err(reason) => return Err(HandlerError::permanent(reason)),
+        };
+        let job_type = match &unwrapped.route {
+            Route::Attributes => None,
+            Route::TestEvent => return Ok(Opening::Ignored("S3 test event")),
+            Route::EventBridge { source, detail_type } => Some(
+                self.events
+                    .get(&(source.clone(), detail_type.clone()))
+                    .copied()
+                    .ok_or_else(|| {
+                        self.unrouted(format!(
+                            "EventBridge event (source {source:?}, detail-type {detail_type:?})"
+                        ))
+                    })?,
+            ),
+            Route::CloudEvent { event_type } => Some(
+                self.cloud_events
+                    .get(event_type)
+                    .copied()
+                    .ok_or_else(|| self.unrouted(format!("CloudEvent of type {event_type:?}")))?,
+            ),
+            Route::S3 => Some(
+                self.s3_events
+                    .ok_or_else(|| self.unrouted("S3 event notification".to_owned()))?,
+            ),
+        };
+        let mut message = unwrapped.message;
+        if let Some(job_type) = job_type {
+            message
+                .attributes
+                .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string(job_type));
+        }
+        Ok(Opening::Opened {
+            message: Box::new(message),
+            envelopes: unwrapped.envelopes.into(),
+        })
+    }
+
+    /// `message` opened when it has envelopes, else `None`: for the lookups outside the pipeline's run.
+    pub(crate) fn opened(&self, message: &Message) -> Option<Message> {
+        match self.open(message) {
+            Ok(Opening::Opened { message, .. }) => Some(*message),
+            _ => None,
+        }
+    }
+
+    /// The error for an event no route takes: retryable, like an unknown job type.
+    fn unrouted(&self, what: String) -> HandlerError {
+        HandlerError::retryable(format!(
+            "no route for this {what}; this consumer routes {}; add the route (Router::event, \
+             Router::cloud_event, Router::s3_events), deploy, then redrive",
+            self.event_routes()
+        ))
+    }
+
+    /// The event routes, for error messages.
+    fn event_routes(&self) -> String {
+        let mut routes: Vec<String> = self
+            .events
+            .keys()
+            .map(|(source, detail_type)| format!("event {source:?}/{detail_type:?}"))
+            .chain(
+                self.cloud_events
+                    .keys()
+                    .map(|event_type| format!("cloud event {event_type:?}")),
+            )
+            .chain(self.s3_events.map(|_| "S3 events".to_owned()))
+            .collect();
+        if routes.is_empty() {
+            return "no events".to_owned();
+        }
+        routes.sort();
+        routes.join(", ")
     }
 
     fn route_for(&self, message: &Message) -> Option<&Arc<dyn ErasedHandler>> {

@@ -105,13 +105,14 @@ pub fn record_outcome(span: &tracing::Span, outcome: &Outcome) {
     }
 }
 
-/// The outcome's name on spans: `acked`, `duplicate`, `cancelled`, `retried`, `dead_lettered`,
-/// `deferred`.
+/// The outcome's name on spans: `acked`, `duplicate`, `cancelled`, `ignored`, `retried`,
+/// `dead_lettered`, `deferred`.
 pub fn outcome_name(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Ack(AckReason::Completed) => "acked",
         Outcome::Ack(AckReason::Duplicate) => "duplicate",
         Outcome::Ack(AckReason::Cancelled) => "cancelled",
+        Outcome::Ack(AckReason::Ignored) => "ignored",
         Outcome::Retry { .. } => "retried",
         Outcome::Reject(_) => "dead_lettered",
         Outcome::Defer { .. } => "deferred",

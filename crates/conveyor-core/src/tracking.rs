@@ -150,7 +150,9 @@ impl JobChange {
 /// The status a run's outcome leaves the job in, with the error that goes with it.
 pub(crate) fn status_after(outcome: &Outcome) -> (JobStatus, Option<String>) {
     match outcome {
-        Outcome::Ack(AckReason::Completed | AckReason::Duplicate) => (JobStatus::Succeeded, None),
+        Outcome::Ack(AckReason::Completed | AckReason::Duplicate | AckReason::Ignored) => {
+            (JobStatus::Succeeded, None)
+        }
         Outcome::Ack(AckReason::Cancelled) => (JobStatus::Cancelled, None),
         Outcome::Retry { reason, .. } | Outcome::Defer { reason, .. } => {
             (JobStatus::Retrying, Some(reason.clone()))

@@ -77,6 +77,9 @@ impl Pipeline {
         let Some(store) = self.store() else {
             return UnrunJob::DeadLetter;
         };
+        // An event is keyed by its envelope (see `crate::events`).
+        let opened = self.router().opened(message);
+        let message = opened.as_ref().unwrap_or(message);
         let Ok(handler) = self.router().handler_for(message) else {
             return UnrunJob::DeadLetter;
         };

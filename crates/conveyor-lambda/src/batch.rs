@@ -629,6 +629,7 @@ impl BatchProcessor {
                     Settled::Acked(AckReason::Completed) => metrics.succeeded += 1,
                     Settled::Acked(AckReason::Duplicate) => metrics.duplicates += 1,
                     Settled::Acked(AckReason::Cancelled) => metrics.cancelled += 1,
+                    Settled::Acked(AckReason::Ignored) => {}
                     Settled::DeadLettered => metrics.dead_lettered += 1,
                     Settled::Deferred => metrics.deferred += 1,
                     Settled::Retry { .. } | Settled::Untouched | Settled::NotStarted => {

@@ -93,6 +93,7 @@ pub(crate) async fn apply(
                     job.cancelled.increment(1);
                     tracing::info!("cancelled job dropped without running");
                 }
+                AckReason::Ignored => tracing::info!("notice without a job acknowledged"),
             }
             // A large payload's object goes only once the message's delete is confirmed: a redelivery
             // before that must still find it.

@@ -6,6 +6,11 @@ pub use conveyor_core::{
     PowertoolsFlavor, PowertoolsKey, Progress, RejectMode, Router, TimerChange, TimerRelay, Timers,
 };
 
+/// What AWS services put on a queue (SNS notifications, EventBridge events, S3 notifications,
+/// CloudEvents): the types a handler of a [`Router::event`], [`Router::cloud_event`] or
+/// [`Router::s3_events`] route reads, and [`events::Envelope`] from [`Context::envelopes`].
+pub use conveyor_core::events;
+
 /// The rest of the core, for adapters and runtimes: `core::message` (the message model), `core::port`
 /// (`Queue`, `IdempotencyStore`, `PayloadStore`, `FlowStore`, `TimerStore`), `core::runtime`, `core::limits`.
 pub use conveyor_core as core;
