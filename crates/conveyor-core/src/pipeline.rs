@@ -216,6 +216,18 @@ impl Pipeline {
     /// The span of one message in a runtime: [`crate::trace::message_span`] with this pipeline's
     /// [`Pipeline::with_trace_relation`].
     pub fn message_span(&self, message: &Message, queue: &str) -> tracing::Span {
+        // An SNS notification (raw delivery off) carries the publisher's context inside its body's
+        // `MessageAttributes`: the span reads it from the opened message (with `otel` only: opening
+        // parses the body).
+        if cfg!(feature = "otel")
+            && message.job_type().is_none()
+            && message
+                .string_attribute(crate::trace::TRACEPARENT_ATTRIBUTE)
+                .is_none()
+            && let Some(opened) = self.router.opened(message)
+        {
+            return crate::trace::message_span(&opened, queue, self.trace_relation);
+        }
         crate::trace::message_span(message, queue, self.trace_relation)
     }
 

@@ -460,4 +460,30 @@ mod tests {
         );
         assert!(!text.contains("otel."), "{text}");
     }
+
+    #[test]
+    fn an_sns_notification_links_to_the_publisher_whose_context_is_in_its_body() {
+        let (exporter, _provider, _guard) = traced();
+        let mut published = Attributes::new();
+        tracing::info_span!("publish").in_scope(|| inject(&mut published, &mut None, 9));
+        let publisher = finished(&exporter, "publish").span_context;
+        let traceparent = published[TRACEPARENT_ATTRIBUTE].string_value.clone().unwrap();
+        let body = serde_json::json!({
+            "Type": "Notification",
+            "MessageId": "sns-1",
+            "TopicArn": "arn:aws:sns:us-east-1:000000000000:orders",
+            "Message": "{}",
+            "Timestamp": "2026-12-05T03:00:00.000Z",
+            "MessageAttributes": {"traceparent": {"Type": "String", "Value": traceparent}}
+        });
+        let pipeline = crate::Pipeline::new(crate::Router::new());
+        let span = pipeline.message_span(&Message::new("m-3", body.to_string()), "orders");
+        drop(span);
+        let consumer = finished(&exporter, "process orders");
+        assert_eq!(consumer.links.links.len(), 1, "{consumer:?}");
+        assert_eq!(
+            consumer.links.links[0].span_context.span_id(),
+            publisher.span_id()
+        );
+    }
 }
