@@ -146,7 +146,41 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
 }
 
 # Both queues refuse requests that do not use TLS, whoever sends them.
+# The queue's policy: TLS only, and the AWS services that may put messages on it (an SNS topic's
+# subscription, an EventBridge rule's target, an S3 bucket's notifications; see docs/events.md), each only
+# for the topics, rules and buckets named.
+locals {
+  service_senders = [
+    for sender in [
+      { sid = "SnsTopicsSend", service = "sns.amazonaws.com", arns = var.sns_topic_arns },
+      { sid = "EventBridgeRulesSend", service = "events.amazonaws.com", arns = var.eventbridge_rule_arns },
+      { sid = "S3BucketsSend", service = "s3.amazonaws.com", arns = var.s3_bucket_arns },
+    ] : sender if length(sender.arns) > 0
+  ]
+}
+
 data "aws_iam_policy_document" "queue_tls_only" {
+  dynamic "statement" {
+    for_each = local.service_senders
+
+    content {
+      sid       = statement.value.sid
+      actions   = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.this.arn]
+
+      principals {
+        type        = "Service"
+        identifiers = [statement.value.service]
+      }
+
+      condition {
+        test     = "ArnEquals"
+        variable = "aws:SourceArn"
+        values   = statement.value.arns
+      }
+    }
+  }
+
   statement {
     sid       = "DenyInsecureTransport"
     effect    = "Deny"

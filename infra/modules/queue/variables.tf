@@ -146,3 +146,36 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "sns_topic_arns" {
+  description = "SNS topics whose subscriptions deliver to the queue (the queue policy lets sns.amazonaws.com send for these topics only)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for arn in var.sns_topic_arns : can(regex("^arn:[a-z-]+:sns:[a-z0-9-]+:[0-9]{12}:[^*]+$", arn))])
+    error_message = "sns_topic_arns must list SNS topic ARNs without wildcards."
+  }
+}
+
+variable "eventbridge_rule_arns" {
+  description = "EventBridge rules with the queue as a target (the queue policy lets events.amazonaws.com send for these rules only)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for arn in var.eventbridge_rule_arns : can(regex("^arn:[a-z-]+:events:[a-z0-9-]+:[0-9]{12}:rule/[^*]+$", arn))])
+    error_message = "eventbridge_rule_arns must list EventBridge rule ARNs (arn:aws:events:<region>:<account>:rule/<name>) without wildcards."
+  }
+}
+
+variable "s3_bucket_arns" {
+  description = "S3 buckets whose event notifications go to the queue (the queue policy lets s3.amazonaws.com send for these buckets only)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for arn in var.s3_bucket_arns : can(regex("^arn:[a-z-]+:s3:::[a-z0-9.-]+$", arn))])
+    error_message = "s3_bucket_arns must list bucket ARNs (arn:aws:s3:::<bucket>) without wildcards."
+  }
+}
