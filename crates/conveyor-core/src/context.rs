@@ -186,6 +186,12 @@ impl Context {
         self.message.group_id.as_deref()
     }
 
+    /// The job's tenant (`NewJob::tenant`), when the producer set one: the `MessageGroupId` on a
+    /// standard queue, the `conveyor.tenant` attribute (else the group) on a FIFO queue.
+    pub fn tenant(&self) -> Option<&str> {
+        self.message.tenant()
+    }
+
     /// The X-Ray trace header the producer propagated, if any.
     pub fn trace_header(&self) -> Option<&str> {
         self.message.trace_header.as_deref()

@@ -164,10 +164,19 @@ pub fn dead_letter_copy(message: &Message, failure: &Failure, dlq_fifo: bool) ->
         body: message.body.clone(),
         attributes,
         delay: None,
-        group_id: dlq_fifo.then(|| message.group_id.clone().unwrap_or_else(|| message.id.clone())),
+        group_id: dead_letter_group(message, dlq_fifo),
         deduplication_id: dlq_fifo.then(|| message.id.clone()),
         trace_header: message.trace_header.clone(),
     }
+}
+
+/// The copy's `MessageGroupId`: on a FIFO DLQ the message's group (or its id); on a standard DLQ its
+/// tenant, so a fair DLQ keeps the tenants apart.
+fn dead_letter_group(message: &Message, dlq_fifo: bool) -> Option<String> {
+    if dlq_fifo {
+        return Some(message.group_id.clone().unwrap_or_else(|| message.id.clone()));
+    }
+    message.tenant().map(str::to_owned)
 }
 
 fn bounded(failure: &Failure) -> Failure {

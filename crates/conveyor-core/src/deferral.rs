@@ -11,7 +11,8 @@
 //! The copy keeps what identifies the job and its history, in one attribute, `conveyor.deferral`
 //! (JSON, see [`DeferralRecord`](crate::message::DeferralRecord)): the original message id (so the idempotency key of a job without a
 //! producer key stays the same), the first-sent time, the runs so far and the deferrals so far. Body,
-//! attributes, the trace header and the FIFO group are copied as they are.
+//! attributes, the trace header and the `MessageGroupId` (on a standard queue the tenant) are copied as
+//! they are.
 //!
 //! Costs: one `SendMessage` per deferral (the delete rides in the batched deletes), and a new message
 //! id on each copy. When the copy cannot be built (11 attributes, over 1 MiB, a FIFO queue, whose
@@ -104,7 +105,8 @@ fn copy_with_history(
         body: message.body.clone(),
         attributes,
         delay: Some(delay.min(MAX_DELAY)),
-        group_id: None,
+        // A standard queue's MessageGroupId is the tenant (fair queues): the copy stays in its share.
+        group_id: message.group_id.clone(),
         deduplication_id: None,
         trace_header: message.trace_header.clone(),
     })

@@ -141,7 +141,7 @@ pub struct ParentMessage {
     /// Its string and number attributes (type, version, key, flow attributes): name → (data type,
     /// value).
     pub attributes: BTreeMap<String, (String, String)>,
-    /// FIFO message group, on a FIFO queue.
+    /// `MessageGroupId`: the FIFO group on a FIFO queue, the tenant on a standard one.
     pub group_id: Option<String>,
 }
 
@@ -184,7 +184,9 @@ impl ParentMessage {
         attributes.insert(FLOW_PARENT_ATTRIBUTE.to_owned(), AttributeValue::string(flow_id));
         // A FIFO queue needs a deduplication id; the flow's own id makes SQS drop a second send too. A
         // failure notice has its own, so a resumed flow's parent is not dropped as the notice's copy.
-        let deduplication_id = self.group_id.as_ref().map(|_| {
+        // On a standard queue the group is the tenant (fair queues), which takes no deduplication id.
+        let fifo = self.queue_url.ends_with(".fifo");
+        let deduplication_id = self.group_id.as_ref().filter(|_| fifo).map(|_| {
             let seed = match failure {
                 Some(_) => format!("{flow_id}#failed"),
                 None => flow_id.to_owned(),

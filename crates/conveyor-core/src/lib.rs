@@ -32,10 +32,14 @@ mod payload;
 mod pipeline;
 mod progress;
 mod queue;
+mod rate;
 mod record_key;
 mod router;
 mod store_health;
 mod store_retry;
+pub mod tenant;
+mod tenant_limits;
+mod tenant_metrics;
 mod timer;
 pub mod trace;
 mod tracking;
@@ -120,6 +124,11 @@ pub mod runtime {
     };
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;
+    pub use crate::rate::TokenBucket;
     pub use crate::store_health::StoreHealth;
+    pub use crate::tenant_limits::{
+        TenantAdmission, TenantGuards, TenantLimit, TenantLimitError, TenantLimits, TenantSlot,
+    };
+    pub use crate::tenant_metrics::TenantMetrics;
     pub use crate::unrun::UnrunJob;
 }

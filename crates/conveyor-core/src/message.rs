@@ -11,6 +11,9 @@ pub const SCHEMA_VERSION_ATTRIBUTE: &str = "conveyor.version";
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "conveyor.key";
 /// Message attribute added to dead-lettered messages: the failure as JSON.
 pub const FAILURE_ATTRIBUTE: &str = "conveyor.failure";
+/// Message attribute holding the job's tenant on a FIFO queue, where `MessageGroupId` is the FIFO group
+/// (on a standard queue the tenant is the `MessageGroupId`; see `src/tenant.rs`).
+pub const TENANT_ATTRIBUTE: &str = "conveyor.tenant";
 /// Message attribute of a deferred copy: its history as JSON ([`DeferralRecord`]).
 pub const DEFERRAL_ATTRIBUTE: &str = "conveyor.deferral";
 
@@ -91,7 +94,7 @@ pub struct Message {
     pub sent_at: Option<SystemTime>,
     /// `ApproximateFirstReceiveTimestamp`: when the message was first received.
     pub first_received_at: Option<SystemTime>,
-    /// `MessageGroupId` on FIFO queues.
+    /// `MessageGroupId`: the FIFO group on FIFO queues, the tenant (fair queues) on standard ones.
     pub group_id: Option<String>,
     /// `MessageDeduplicationId` on FIFO queues.
     pub deduplication_id: Option<String>,

@@ -41,3 +41,11 @@ pub const DLQ_MESSAGES: &str = "conveyor_dlq_messages";
 /// Log lines dropped because the log output failed (a closed pipe, a full disk): logging never
 /// changes what happens to a job, so a failed write is counted here instead.
 pub const LOG_WRITE_ERRORS: &str = "conveyor_log_write_errors_total";
+/// Jobs started, by tenant (label `tenant`: one of the top tenants, `other` or `none`; see
+/// `src/tenant_metrics.rs`).
+pub const TENANT_JOBS_STARTED: &str = "conveyor_tenant_jobs_started_total";
+/// Jobs deferred unrun because their tenant was at its limit (labels `tenant`, `limit`:
+/// `concurrency` or `rate`).
+pub const TENANT_DEFERRALS: &str = "conveyor_tenant_deferrals_total";
+/// A job's dwell time when it starts, from its first send (label `tenant`).
+pub const TENANT_DWELL: &str = "conveyor_tenant_dwell_seconds";

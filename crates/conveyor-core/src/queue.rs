@@ -16,7 +16,8 @@ pub struct OutgoingMessage {
     pub attributes: Attributes,
     /// Delivery delay (standard queues only; at most 15 minutes).
     pub delay: Option<Duration>,
-    /// FIFO message group (required on FIFO queues).
+    /// `MessageGroupId`: the FIFO group (required on FIFO queues), or the tenant on a standard queue
+    /// (SQS's fair queues).
     pub group_id: Option<String>,
     /// FIFO deduplication id (required on FIFO queues without content-based deduplication).
     pub deduplication_id: Option<String>,

@@ -115,14 +115,21 @@ pub struct JobTemplate {
     pub version: u32,
     /// The payload as JSON.
     pub payload: serde_json::Value,
+    /// The tenant every tick's job belongs to (`NewJob::tenant`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 impl JobTemplate {
     /// The job to send for one tick, keyed by schedule and tick (see [`tick_key`]).
     pub fn job(&self, key: String) -> NewJob<serde_json::Value> {
-        NewJob::new(self.job_type.clone(), self.payload.clone())
+        let job = NewJob::new(self.job_type.clone(), self.payload.clone())
             .version(self.version)
-            .key(key)
+            .key(key);
+        match &self.tenant {
+            Some(tenant) => job.tenant(tenant.clone()),
+            None => job,
+        }
     }
 }
 
@@ -229,6 +236,7 @@ impl Schedule {
                 job_type: String::new(),
                 version: 1,
                 payload: serde_json::Value::Null,
+                tenant: None,
             },
             start: None,
             end: None,
@@ -264,7 +272,19 @@ impl Schedule {
             job_type: job_type.to_owned(),
             version,
             payload,
+            tenant: self.job.tenant.take(),
         };
+        self.checked()
+    }
+
+    /// Every tick's job belongs to `tenant` (`NewJob::tenant`); checked against SQS's rules.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Result<Schedule, DefinitionError> {
+        self.job.tenant = Some(tenant.into());
+        self.checked()
+    }
+
+    /// The schedule, once its job passes SQS's limits.
+    fn checked(self) -> Result<Schedule, DefinitionError> {
         let probe = self.job.job(tick_key(&self.name, SystemTime::UNIX_EPOCH));
         probe
             .to_message("schedule")

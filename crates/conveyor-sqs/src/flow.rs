@@ -126,12 +126,14 @@ pub struct Flow {
     children: Vec<Child>,
     policy: ChildFailurePolicy,
     deadline: Duration,
+    tenant: Option<String>,
 }
 
 impl Flow {
     /// A flow `id` (a business id such as `report:r-1`: sending the same id again is settled as a
     /// duplicate) whose `parent` goes to `queue_url` once every child succeeded. The parent's
-    /// idempotency key is its own (`NewJob::key`) or `flow:<id>`.
+    /// idempotency key is its own (`NewJob::key`) or `flow:<id>`. The parent's tenant (`NewJob::tenant`)
+    /// is every child's that has none of its own.
     pub fn new<J: Serialize>(id: impl Into<String>, parent: NewJob<J>, queue_url: impl Into<String>) -> Self {
         Self {
             id: id.into(),
@@ -139,12 +141,17 @@ impl Flow {
             children: Vec::new(),
             policy: ChildFailurePolicy::default(),
             deadline: conveyor_core::DEFAULT_FLOW_DEADLINE,
+            tenant: parent.tenant_id().map(str::to_owned),
         }
     }
 
     /// Adds a child sent to `queue_url` now. Its idempotency key is its own (`NewJob::key`) or
     /// `flow:<flow id>:<child id>`; its handler must be idempotent (its output is read from its record).
     pub fn child<J: Serialize>(mut self, job: NewJob<J>, queue_url: impl Into<String>) -> Self {
+        let job = match (&self.tenant, job.tenant_id()) {
+            (Some(tenant), None) => job.tenant(tenant.clone()),
+            _ => job,
+        };
         self.children
             .push(Child::Job(FlowJob::new(&job, queue_url.into())));
         self

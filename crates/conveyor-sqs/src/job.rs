@@ -3,7 +3,9 @@
 use std::time::{Duration, SystemTime};
 
 use conveyor_core::limits::{MAX_DELAY, MAX_MESSAGE_BYTES, MAX_PRODUCER_ATTRIBUTES};
-use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE};
+use conveyor_core::message::{
+    IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE, TENANT_ATTRIBUTE,
+};
 use conveyor_core::runtime::{DUE_ATTRIBUTE, MAX_TOTAL_DELAY, due_value};
 use conveyor_core::{
     Handler,
@@ -118,6 +120,30 @@ pub enum ProduceError {
         /// The queue's name.
         queue: String,
     },
+    /// A tenant SQS would refuse as a `MessageGroupId`.
+    #[error("job {job_type}: tenant {tenant:?} cannot be sent: {error}")]
+    InvalidTenant {
+        /// The job type.
+        job_type: String,
+        /// The tenant as given (at most its first 140 characters).
+        tenant: String,
+        /// What is wrong with it.
+        error: conveyor_core::tenant::TenantError,
+    },
+    /// A standard queue's message group is the tenant; a different group id was set too.
+    #[error(
+        "job {job_type}: on standard queue {queue} the MessageGroupId is the tenant ({tenant:?}), and a          different group id ({group_id:?}) was set; set only the tenant (message groups order jobs on FIFO          queues only)"
+    )]
+    GroupIsTheTenant {
+        /// The job type.
+        job_type: String,
+        /// The queue's name.
+        queue: String,
+        /// The tenant.
+        tenant: String,
+        /// The group id set besides.
+        group_id: String,
+    },
     /// SQS refused this one entry of a batch.
     #[error("SQS refused the job ({code}): {message}")]
     Rejected {
@@ -165,6 +191,7 @@ pub struct NewJob<J> {
     delay: Option<Duration>,
     deliver_at: Option<SystemTime>,
     group_id: Option<String>,
+    tenant: Option<String>,
     deduplication_id: Option<String>,
     attributes: Attributes,
     trace_header: Option<String>,
@@ -181,6 +208,7 @@ impl<J: Serialize> NewJob<J> {
             delay: None,
             deliver_at: None,
             group_id: None,
+            tenant: None,
             deduplication_id: None,
             attributes: Attributes::new(),
             trace_header: None,
@@ -238,6 +266,21 @@ impl<J: Serialize> NewJob<J> {
     pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
         self.group_id = Some(group_id.into());
         self
+    }
+
+    /// The tenant the job belongs to (a customer, an account): sent as `MessageGroupId` on a standard
+    /// queue, which SQS fair queues use to keep quiet tenants' jobs moving while one tenant floods the
+    /// queue, and as the `conveyor.tenant` attribute on a FIFO queue, whose group stays the FIFO group.
+    /// The handler reads it with `Context::tenant`; the worker's per-tenant limits key on it. SQS's
+    /// rules apply: 1 to 128 ASCII letters, digits and punctuation, checked at send.
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// The tenant, when set.
+    pub fn tenant_id(&self) -> Option<&str> {
+        self.tenant.as_deref()
     }
 
     /// The FIFO deduplication id (needed unless the queue has content-based deduplication).
@@ -324,6 +367,8 @@ impl<J: Serialize> NewJob<J> {
                 AttributeValue::number(due_value(now + delay)),
             );
         }
+        let fifo = queue.ends_with(".fifo");
+        let group_id = self.tenant_and_group(queue, fifo, &mut attributes)?;
         if attributes.len() > MAX_PRODUCER_ATTRIBUTES {
             return Err(ProduceError::TooManyAttributes {
                 job_type: job_type(),
@@ -339,11 +384,10 @@ impl<J: Serialize> NewJob<J> {
             body,
             attributes,
             delay: delay.map(|delay| delay.min(MAX_DELAY)),
-            group_id: self.group_id.clone(),
+            group_id,
             deduplication_id: self.deduplication_id.clone(),
             trace_header,
         };
-        let fifo = queue.ends_with(".fifo");
         if let Some(delay) = delay {
             if fifo {
                 return Err(ProduceError::DelayOnFifo { job_type: job_type() });
@@ -363,6 +407,43 @@ impl<J: Serialize> NewJob<J> {
             });
         }
         Ok(message)
+    }
+}
+
+impl<J> NewJob<J> {
+    /// The `MessageGroupId` to send, after checking the tenant: on a standard queue the tenant, on a
+    /// FIFO queue the group (the tenant then goes in `conveyor.tenant` unless it is the group).
+    fn tenant_and_group(
+        &self,
+        queue: &str,
+        fifo: bool,
+        attributes: &mut Attributes,
+    ) -> Result<Option<String>, ProduceError> {
+        let Some(tenant) = &self.tenant else {
+            return Ok(self.group_id.clone());
+        };
+        if let Err(error) = conveyor_core::tenant::check_tenant(tenant) {
+            return Err(ProduceError::InvalidTenant {
+                job_type: self.job_type.clone(),
+                tenant: tenant.chars().take(140).collect(),
+                error,
+            });
+        }
+        if fifo {
+            if self.group_id.as_deref() != Some(tenant) {
+                attributes.insert(TENANT_ATTRIBUTE.to_owned(), AttributeValue::string(tenant));
+            }
+            return Ok(self.group_id.clone());
+        }
+        if let Some(group_id) = self.group_id.as_ref().filter(|group_id| *group_id != tenant) {
+            return Err(ProduceError::GroupIsTheTenant {
+                job_type: self.job_type.clone(),
+                queue: queue.to_owned(),
+                tenant: tenant.clone(),
+                group_id: group_id.clone(),
+            });
+        }
+        Ok(Some(tenant.clone()))
     }
 }
 
@@ -555,6 +636,52 @@ mod tests {
         let no_group = NewJob::new("t", 1).to_message("jobs.fifo").unwrap_err();
         assert!(matches!(no_group, ProduceError::MissingGroupId { ref queue, .. } if queue == "jobs.fifo"));
         assert!(NewJob::new("t", 1).group_id("g").to_message("jobs.fifo").is_ok());
+    }
+
+    #[test]
+    fn the_tenant_is_the_group_on_standard_queues_and_an_attribute_on_fifo() {
+        let standard = NewJob::new("t", 1).tenant("acme").to_message("jobs").unwrap();
+        assert_eq!(standard.group_id.as_deref(), Some("acme"));
+        assert!(
+            !standard.attributes.contains_key(TENANT_ATTRIBUTE),
+            "no attribute spent on a standard queue"
+        );
+        let fifo = NewJob::new("t", 1)
+            .group_id("order-7")
+            .tenant("acme")
+            .to_message("jobs.fifo")
+            .unwrap();
+        assert_eq!(fifo.group_id.as_deref(), Some("order-7"), "the FIFO group stays");
+        assert_eq!(fifo.attributes[TENANT_ATTRIBUTE], AttributeValue::string("acme"));
+        let same = NewJob::new("t", 1)
+            .group_id("acme")
+            .tenant("acme")
+            .to_message("jobs.fifo")
+            .unwrap();
+        assert!(
+            !same.attributes.contains_key(TENANT_ATTRIBUTE),
+            "the group says it already"
+        );
+        let both = NewJob::new("t", 1)
+            .group_id("g")
+            .tenant("acme")
+            .to_message("jobs")
+            .unwrap_err();
+        assert!(matches!(both, ProduceError::GroupIsTheTenant { .. }), "{both:?}");
+        let bad = NewJob::new("t", 1)
+            .tenant("acme corp")
+            .to_message("jobs")
+            .unwrap_err();
+        let text = bad.to_string();
+        assert!(
+            text.contains("\"acme corp\"") && text.contains("' '") && text.contains("position 4"),
+            "{text}"
+        );
+        let long = NewJob::new("t", 1)
+            .tenant("x".repeat(129))
+            .to_message("jobs")
+            .unwrap_err();
+        assert!(long.to_string().contains("129 characters"), "{long}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! `CONVEYOR_*` variable the worker reads is one entry of [`WORKER_VARIABLES`], which says which field it
 //! overrides and in what form: that one list feeds both the overrides and the typo warning.
 
-pub use crate::settings::{PriorityMode, QueueConfig, WorkerConfig};
+pub use crate::settings::{PriorityMode, QueueConfig, TenantOverride, WorkerConfig};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,6 +34,12 @@ pub(crate) const ENV_MAX_PROCESSING_SECS: &str = "CONVEYOR_MAX_PROCESSING_SECS";
 /// `CONVEYOR_STOP_TIMEOUT_SECS`: the platform's stop timeout (SIGTERM to SIGKILL), in seconds; shutdown
 /// fits inside it, and the drain deadline defaults to what fits.
 pub const ENV_STOP_TIMEOUT_SECS: &str = "CONVEYOR_STOP_TIMEOUT_SECS";
+/// `CONVEYOR_TENANT_MAX_CONCURRENT`: at most this many jobs of one tenant at once in this worker.
+pub const ENV_TENANT_MAX_CONCURRENT: &str = "CONVEYOR_TENANT_MAX_CONCURRENT";
+/// `CONVEYOR_TENANT_PER_SECOND`: at most this many jobs of one tenant start a second in this worker.
+pub const ENV_TENANT_PER_SECOND: &str = "CONVEYOR_TENANT_PER_SECOND";
+/// `CONVEYOR_TENANT_METRICS_TOP`: how many tenants the per-tenant metrics name (the rest are `other`).
+pub const ENV_TENANT_METRICS_TOP: &str = "CONVEYOR_TENANT_METRICS_TOP";
 /// `CONVEYOR_CONFIG`: the config file (the binaries' `--config`).
 pub(crate) const ENV_CONFIG: &str = "CONVEYOR_CONFIG";
 
@@ -54,6 +60,8 @@ pub enum Form {
     Whole(&'static str),
     /// Seconds (fractions allowed, not negative), for this field.
     Seconds(&'static str),
+    /// A number (fractions allowed), for this field.
+    Decimal(&'static str),
     /// `url[=weight][,url[=weight]...]`, for `queues`.
     QueueUrls,
     /// An address, or `off` for none, for `listen_addr`.
@@ -72,7 +80,7 @@ impl Form {
     /// The [`WorkerConfig`] field a variable of this form overrides.
     pub fn field(self) -> Option<&'static str> {
         match self {
-            Form::Whole(field) | Form::Seconds(field) => Some(field),
+            Form::Whole(field) | Form::Seconds(field) | Form::Decimal(field) => Some(field),
             Form::QueueUrls => Some("queues"),
             Form::AddressOrOff => Some("listen_addr"),
             Form::ConfigPath => None,
@@ -92,6 +100,9 @@ pub const WORKER_VARIABLES: &[Variable] = &[
     Variable::new(ENV_LISTEN_ADDR, Form::AddressOrOff),
     Variable::new(ENV_MAX_PROCESSING_SECS, Form::Seconds("max_processing_time")),
     Variable::new(ENV_STOP_TIMEOUT_SECS, Form::Seconds("stop_timeout")),
+    Variable::new(ENV_TENANT_MAX_CONCURRENT, Form::Whole("tenant_max_concurrent")),
+    Variable::new(ENV_TENANT_PER_SECOND, Form::Decimal("tenant_per_second")),
+    Variable::new(ENV_TENANT_METRICS_TOP, Form::Whole("tenant_metrics_top")),
     Variable::new(ENV_CONFIG, Form::ConfigPath),
 ];
 
@@ -267,7 +278,7 @@ fn overrides(env: &BTreeMap<String, String>) -> Result<Dict, WorkerError> {
             Form::Whole(_) => value
                 .parse::<u64>()
                 .map_or_else(|_| Value::from(value), Value::from),
-            Form::Seconds(_) => value
+            Form::Seconds(_) | Form::Decimal(_) => value
                 .parse::<f64>()
                 .map_or_else(|_| Value::from(value), Value::from),
             Form::AddressOrOff | Form::ConfigPath => Value::from(value),
@@ -292,6 +303,7 @@ fn explain(error: figment::Error, env: &BTreeMap<String, String>) -> WorkerError
         (Form::Whole(_), _) => format!("{value:?} is not a whole number"),
         (Form::Seconds(_), Kind::InvalidType(..)) => format!("{value:?} is not a number of seconds"),
         (Form::Seconds(_), _) => format!("{value:?} is not a non-negative number of seconds"),
+        (Form::Decimal(_), _) => format!("{value:?} is not a number"),
         _ => format!("{value:?}: {}", error.kind),
     };
     WorkerError::Setting {

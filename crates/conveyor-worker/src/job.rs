@@ -2,10 +2,13 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
-use conveyor_core::runtime::{AckReason, NotRun, UnrunJob, added_jitter, not_run_at_the_last_receive};
+use conveyor_core::runtime::{
+    AckReason, NotRun, TenantAdmission, TenantSlot, UnrunJob, added_jitter, first_sent,
+    not_run_at_the_last_receive,
+};
 use conveyor_core::{
     message::Message,
     runtime::{Budget, Lease, Outcome, Processed},
@@ -95,7 +98,7 @@ async fn run_in_span(
     // Whether the pipeline saw the message at this receive (it may wait in flight and go again).
     let mut processed_once = false;
     loop {
-        let admitted = match admit(&runtime, job_type).await {
+        let admitted = match admit(&runtime, job_type, message.tenant()).await {
             Admit::Run(admitted) => admitted,
             Admit::Shutdown => {
                 // At the last receive the redrive policy allows, a message put back would reach the DLQ
@@ -119,6 +122,31 @@ async fn run_in_span(
                 set_visibility(&runtime, &target, Duration::ZERO).await;
                 return Settled::Returned;
             }
+            Admit::TenantLimit { delay, limit } => {
+                let tenant = message.tenant().unwrap_or_default();
+                runtime.tenant_metrics.deferred(Some(tenant), limit);
+                if fifo {
+                    tracing::debug!(
+                        tenant,
+                        limit,
+                        ?delay,
+                        "tenant at its limit; the FIFO message waits in flight"
+                    );
+                    if let Wait::Again = wait_in_flight(&runtime, &lease, delay).await {
+                        continue;
+                    }
+                }
+                tracing::debug!(
+                    tenant,
+                    limit,
+                    ?delay,
+                    "tenant at its limit; the message goes back unrun"
+                );
+                let reason = format!("tenant {tenant} at its {limit} limit");
+                let processed = Processed::not_run(Outcome::Defer { delay, reason }, job_type);
+                runtime.pipeline.before_unrun_copy(&message).await;
+                return apply(&runtime, target, processed, held).await;
+            }
             Admit::Defer { delay, downstream } => {
                 add(&counters.circuit_deferred, 1);
                 record_deferral(&downstream);
@@ -136,6 +164,7 @@ async fn run_in_span(
             }
         };
 
+        record_tenant_start(&runtime, &message);
         if lease.cancellation().is_cancelled() {
             // The lease ended (lost, or the processing limit passed) while the message waited to start.
             // The first time, on a FIFO queue, it waited behind its group (SQS's 12 hours from the first
@@ -166,8 +195,13 @@ async fn run_in_span(
             )
             .await;
         processed_once = true;
-        let Admitted { slot, breaker } = admitted;
+        let Admitted {
+            slot,
+            breaker,
+            tenant,
+        } = admitted;
         drop(slot);
+        drop(tenant);
         if let Some(ticket) = breaker {
             let verdict = (processed.ran() && !lease.cancellation().is_cancelled())
                 .then_some(!matches!(processed.outcome, Outcome::Retry { .. }));
@@ -444,26 +478,40 @@ async fn unrun_at_the_last_receive(
 enum Admit {
     Run(Admitted),
     Shutdown,
-    Defer { delay: Duration, downstream: Arc<str> },
+    Defer {
+        delay: Duration,
+        downstream: Arc<str>,
+    },
+    /// The tenant is at its concurrency or rate `limit`.
+    TenantLimit {
+        delay: Duration,
+        limit: &'static str,
+    },
 }
 
 struct Admitted {
     slot: Option<OwnedSemaphorePermit>,
     breaker: Option<BreakerTicket>,
+    tenant: TenantSlot,
 }
 
-/// Waits for the job type's slot and rate token, then asks its downstream's breaker.
-async fn admit(runtime: &Runtime, job_type: Option<&'static str>) -> Admit {
+/// Asks the tenant's limits (which never wait: an over-limit tenant is deferred), then waits for the
+/// job type's slot and rate token, then asks its downstream's breaker.
+async fn admit(runtime: &Runtime, job_type: Option<&'static str>, tenant: Option<&str>) -> Admit {
     let stop = &runtime.stop_receiving;
     if stop.is_cancelled() {
         return Admit::Shutdown;
     }
-    let nothing = Admit::Run(Admitted {
-        slot: None,
-        breaker: None,
-    });
+    let tenant_slot = match runtime.tenants.admit(tenant) {
+        TenantAdmission::Run(slot) => slot,
+        TenantAdmission::Defer { delay, limit } => return Admit::TenantLimit { delay, limit },
+    };
     let Some(job_type) = job_type.filter(|_| !runtime.guards.is_empty()) else {
-        return nothing;
+        return Admit::Run(Admitted {
+            slot: None,
+            breaker: None,
+            tenant: tenant_slot,
+        });
     };
     let slot = match runtime.guards.concurrency(job_type) {
         None => None,
@@ -497,7 +545,20 @@ async fn admit(runtime: &Runtime, job_type: Option<&'static str>) -> Admit {
             }
         },
     };
-    Admit::Run(Admitted { slot, breaker })
+    Admit::Run(Admitted {
+        slot,
+        breaker,
+        tenant: tenant_slot,
+    })
+}
+
+/// Counts a job of a tenant starting, with its dwell time since it was first sent.
+fn record_tenant_start(runtime: &Runtime, message: &Message) {
+    let Some(tenant) = message.tenant() else {
+        return;
+    };
+    let dwell = first_sent(message).and_then(|sent| SystemTime::now().duration_since(sent).ok());
+    runtime.tenant_metrics.started(Some(tenant), dwell);
 }
 
 /// Spreads deferred messages so they do not all come back in the same second.

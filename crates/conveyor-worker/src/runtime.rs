@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::WorkerConfig;
+use conveyor_core::runtime::{TenantGuards, TenantMetrics};
 use conveyor_core::{Pipeline, port::Queue};
 use metrics::Gauge;
 use tokio_util::sync::CancellationToken;
@@ -32,6 +33,10 @@ pub(crate) struct Runtime {
     pub(crate) heartbeats: Heartbeats,
     pub(crate) deleter: Deleter,
     pub(crate) guards: Guards,
+    /// The per-tenant limits (`Worker::limit_tenants`).
+    pub(crate) tenants: Arc<TenantGuards>,
+    /// Metrics by tenant, the top tenants named.
+    pub(crate) tenant_metrics: TenantMetrics,
     pub(crate) status: WorkerStatus,
     pub(crate) in_flight_gauge: Gauge,
     /// Cancelled at shutdown: no new receive, no new job start.

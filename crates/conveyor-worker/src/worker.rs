@@ -43,6 +43,7 @@ use crate::report::{WorkerReport, WorkerStatus};
 use crate::runtime::Runtime;
 use crate::telemetry::{QueueMetrics, in_flight_gauge};
 use crate::{deleter, ops, signals, stats};
+use conveyor_core::runtime::{TenantGuards, TenantLimits, TenantMetrics};
 
 /// How long cancelled jobs get to apply their outcome after the pipeline's grace period.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -74,6 +75,7 @@ pub struct Worker {
     visibility: Vec<Duration>,
     dead_letter_queues: Vec<Arc<dyn Queue>>,
     protections: Protections,
+    tenant_limits: TenantLimits,
     status: WorkerStatus,
     background: Vec<Box<dyn BackgroundTask>>,
 }
@@ -108,6 +110,7 @@ impl Worker {
             });
         }
         let visibility = check_queues(&config, &queues)?;
+        let tenant_limits = config.tenant_limits();
         check_record_lifetimes(&config, &pipeline)?;
         let status = WorkerStatus::new(queues.len(), pipeline.store_health());
         Ok(Worker {
@@ -117,6 +120,7 @@ impl Worker {
             visibility,
             dead_letter_queues: Vec::new(),
             protections: Protections::default(),
+            tenant_limits,
             status,
             background: Vec::new(),
         })
@@ -137,6 +141,19 @@ impl Worker {
             .rates
             .insert(job_type.to_owned(), (per_second, burst.max(1)));
         self
+    }
+
+    /// Limits every tenant's jobs (`NewJob::tenant`) in this worker, in place of the configured
+    /// `tenant_*` settings: a job whose tenant is at its limit goes back unrun as a deferred copy,
+    /// without spending a receive, so one noisy tenant cannot take every slot (see
+    /// `conveyor_core`'s `src/tenant_limits.rs`). Checked here: a mistake is an error at start.
+    pub fn limit_tenants(mut self, limits: TenantLimits) -> Result<Self, WorkerError> {
+        limits.validate().map_err(|error| WorkerError::Setting {
+            setting: "tenant limits".to_owned(),
+            problem: error.to_string(),
+        })?;
+        self.tenant_limits = limits;
+        Ok(self)
     }
 
     /// A circuit breaker for the downstream `downstream`, called by the handlers of `job_types`. After
@@ -290,6 +307,8 @@ impl Worker {
             poll_wait_announced: std::sync::atomic::AtomicBool::new(false),
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
+            tenants: TenantGuards::new(self.tenant_limits),
+            tenant_metrics: TenantMetrics::new(config.tenant_metrics_top),
             pipeline: self.pipeline,
             queues: self.queues,
             names,

@@ -504,6 +504,9 @@ pub fn moved_copy(received: &Received, fifo_destination: bool) -> OutgoingMessag
     if fifo_destination {
         copy.group_id = Some(message.group_id.clone().unwrap_or_else(|| message.id.clone()));
         copy.deduplication_id = Some(format!("redrive-{}", message.id));
+    } else {
+        // A standard destination's MessageGroupId is the tenant (fair queues).
+        copy.group_id = message.tenant().map(str::to_owned);
     }
     copy
 }
@@ -623,7 +626,11 @@ mod tests {
             Some(&AttributeValue::string("email"))
         );
         assert_eq!(copy.trace_header.as_deref(), Some("Root=1-abc"));
-        assert_eq!(copy.group_id, None);
+        assert_eq!(
+            copy.group_id.as_deref(),
+            Some("g"),
+            "a standard destination keeps the tenant"
+        );
         let fifo = moved_copy(&original, true);
         assert_eq!(fifo.group_id.as_deref(), Some("g"));
         assert_eq!(fifo.deduplication_id.as_deref(), Some("redrive-m1"));
