@@ -10,3 +10,4 @@ mod memory_flows;
 mod ops;
 mod payloads;
 mod readiness;
+mod tenants;
