@@ -568,6 +568,18 @@ impl MemoryQueue {
         if self.fifo && message.group_id.is_none() {
             return invalid(format!("queue {} is FIFO: MessageGroupId is required", self.name));
         }
+        // SQS takes a MessageGroupId on standard queues too (the tenant of fair queues), by the same rules.
+        if let Some(group) = &message.group_id
+            && let Err(error) = conveyor_core::tenant::check_tenant(group)
+        {
+            return invalid(format!("MessageGroupId {group:?} is invalid: {error}"));
+        }
+        if !self.fifo && message.deduplication_id.is_some() {
+            return invalid(format!(
+                "queue {} is standard: MessageDeduplicationId is not valid for this queue type",
+                self.name
+            ));
+        }
         if self.fifo && !delay.is_zero() {
             return invalid(format!(
                 "queue {} is FIFO: per-message delays are not supported (DelaySeconds)",

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
     message::{AttributeValue, Attributes, Message, ReceiptHandle},
-    port::{DeadLetter, OutgoingMessage, Queue, VisibilityChange},
+    port::{DeadLetter, OutgoingMessage, Queue, QueueError, VisibilityChange},
     runtime::Failure,
 };
 use tokio::time::Instant;
@@ -108,6 +108,7 @@ pub const CASES: &[&str] = &[
     "attribute_round_trip",
     "long_poll_returns_when_a_message_arrives",
     "depth_counts",
+    "standard_queue_carries_a_tenant_group",
 ];
 
 /// Runs every case against queues from `factory`; returns every failed case.
@@ -171,6 +172,10 @@ pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
             Box::pin(long_poll_returns_when_a_message_arrives(factory)),
         ),
         ("depth_counts", Box::pin(depth_counts(factory))),
+        (
+            "standard_queue_carries_a_tenant_group",
+            Box::pin(standard_queue_carries_a_tenant_group(factory)),
+        ),
     ];
     run_cases("queue", cases).await
 }
@@ -1070,6 +1075,45 @@ pub async fn attribute_round_trip(factory: &dyn QueueFactory) -> CaseResult {
         received.group_id.is_none(),
         "a standard queue's message has a group {:?}",
         received.group_id
+    );
+    Ok(())
+}
+
+/// A standard queue takes a `MessageGroupId` (the tenant of SQS's fair queues) and returns it on
+/// receive; a group SQS's rules refuse (a space) and a deduplication id (FIFO only) are refused.
+pub async fn standard_queue_carries_a_tenant_group(factory: &dyn QueueFactory) -> CaseResult {
+    let case = "standard_queue_carries_a_tenant_group";
+    let under = create(case, factory, spec(case, 30)).await?;
+    let queue = under.queue.as_ref();
+    let tenant = OutgoingMessage {
+        group_id: Some("tenant-42:eu/acme".to_owned()),
+        ..body(case, 1)
+    };
+    let id = send(case, queue, tenant).await?;
+    let received = receive_id(case, queue, &id, "the tenant's message").await?;
+    ensure!(
+        case,
+        received.group_id.as_deref() == Some("tenant-42:eu/acme"),
+        "the MessageGroupId came back as {:?}",
+        received.group_id
+    );
+    let spaced = OutgoingMessage {
+        group_id: Some("acme corp".to_owned()),
+        ..body(case, 2)
+    };
+    ensure!(
+        case,
+        matches!(queue.send(spaced).await, Err(QueueError::Invalid { .. })),
+        "a MessageGroupId with a space was not refused as invalid"
+    );
+    let deduplicated = OutgoingMessage {
+        deduplication_id: Some("d-1".to_owned()),
+        ..body(case, 3)
+    };
+    ensure!(
+        case,
+        matches!(queue.send(deduplicated).await, Err(QueueError::Invalid { .. })),
+        "a MessageDeduplicationId on a standard queue was not refused as invalid"
     );
     Ok(())
 }
