@@ -127,7 +127,8 @@ pub mod runtime {
     pub use crate::rate::TokenBucket;
     pub use crate::store_health::StoreHealth;
     pub use crate::tenant_limits::{
-        TenantAdmission, TenantGuards, TenantLimit, TenantLimitError, TenantLimits, TenantSlot,
+        TenantAdmission, TenantGuards, TenantLimit, TenantLimitError, TenantLimits, TenantOverride,
+        TenantSettings, TenantSlot,
     };
     pub use crate::tenant_metrics::TenantMetrics;
     pub use crate::unrun::UnrunJob;

@@ -15,7 +15,7 @@
 //!
 //! Jobs without a tenant are not limited.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -148,6 +148,77 @@ impl TenantLimits {
 
     fn limit(&self, tenant: &str) -> TenantLimit {
         self.overrides.get(tenant).copied().unwrap_or(self.default)
+    }
+}
+
+/// The per-tenant settings of a runtime's configuration (the worker's `[tenants]` table and
+/// `CONVEYOR_TENANT_*` variables, the Lambda adapter's `CONVEYOR_TENANT_*` variables).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct TenantSettings {
+    /// At most this many jobs of one tenant run at once in this process; none: no limit.
+    pub max_concurrent: Option<usize>,
+    /// At most this many jobs of one tenant start a second in this process; none: no limit.
+    pub per_second: Option<f64>,
+    /// The burst of `per_second`.
+    pub burst: u32,
+    /// How long a job over its tenant's limit is deferred (jittered up to twice this).
+    #[serde(with = "crate::config::millis")]
+    pub defer: Duration,
+    /// How many tenants the per-tenant metrics name (the rest are `other`).
+    pub metrics_top: usize,
+    /// Named tenants' own limits (`[tenants.overrides.acme] max_concurrent = 20`).
+    pub overrides: BTreeMap<String, TenantOverride>,
+}
+
+/// One named tenant's own limits in [`TenantSettings`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct TenantOverride {
+    /// At most this many of its jobs at once.
+    pub max_concurrent: Option<usize>,
+    /// At most this many of its jobs start a second.
+    pub per_second: Option<f64>,
+    /// The burst of `per_second` (default: the settings' `burst`).
+    pub burst: Option<u32>,
+}
+
+/// The default number of tenants the per-tenant metrics name.
+pub(crate) const DEFAULT_METRICS_TOP: usize = 20;
+
+impl Default for TenantSettings {
+    fn default() -> Self {
+        Self {
+            max_concurrent: None,
+            per_second: None,
+            burst: 10,
+            defer: Duration::from_secs(2),
+            metrics_top: DEFAULT_METRICS_TOP,
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+impl TenantSettings {
+    /// The limits these settings describe.
+    pub fn limits(&self) -> TenantLimits {
+        let limit = |max: Option<usize>, per_second: Option<f64>, burst: u32| {
+            let limit = TenantLimit::default().with_max_concurrent(max);
+            match per_second {
+                Some(rate) => limit.with_rate(rate, burst),
+                None => limit,
+            }
+        };
+        let default = limit(self.max_concurrent, self.per_second, self.burst);
+        self.overrides
+            .iter()
+            .fold(TenantLimits::new(default), |limits, (tenant, own)| {
+                let burst = own.burst.unwrap_or(self.burst);
+                limits.with_override(tenant.clone(), limit(own.max_concurrent, own.per_second, burst))
+            })
+            .with_defer_for(self.defer)
     }
 }
 

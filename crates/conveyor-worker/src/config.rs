@@ -6,7 +6,7 @@
 //! `CONVEYOR_*` variable the worker reads is one entry of [`WORKER_VARIABLES`], which says which field it
 //! overrides and in what form: that one list feeds both the overrides and the typo warning.
 
-pub use crate::settings::{PriorityMode, QueueConfig, TenantOverride, WorkerConfig};
+pub use crate::settings::{PriorityMode, QueueConfig, WorkerConfig};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -100,9 +100,9 @@ pub const WORKER_VARIABLES: &[Variable] = &[
     Variable::new(ENV_LISTEN_ADDR, Form::AddressOrOff),
     Variable::new(ENV_MAX_PROCESSING_SECS, Form::Seconds("max_processing_time")),
     Variable::new(ENV_STOP_TIMEOUT_SECS, Form::Seconds("stop_timeout")),
-    Variable::new(ENV_TENANT_MAX_CONCURRENT, Form::Whole("tenant_max_concurrent")),
-    Variable::new(ENV_TENANT_PER_SECOND, Form::Decimal("tenant_per_second")),
-    Variable::new(ENV_TENANT_METRICS_TOP, Form::Whole("tenant_metrics_top")),
+    Variable::new(ENV_TENANT_MAX_CONCURRENT, Form::Whole("tenants.max_concurrent")),
+    Variable::new(ENV_TENANT_PER_SECOND, Form::Decimal("tenants.per_second")),
+    Variable::new(ENV_TENANT_METRICS_TOP, Form::Whole("tenants.metrics_top")),
     Variable::new(ENV_CONFIG, Form::ConfigPath),
 ];
 
@@ -283,17 +283,35 @@ fn overrides(env: &BTreeMap<String, String>) -> Result<Dict, WorkerError> {
                 .map_or_else(|_| Value::from(value), Value::from),
             Form::AddressOrOff | Form::ConfigPath => Value::from(value),
         };
-        fields.insert(field.to_owned(), parsed);
+        insert_at(&mut fields, field, parsed);
     }
     Ok(fields)
+}
+
+/// Inserts `value` at the dotted `path` (`tenants.max_concurrent` is `max_concurrent` in `tenants`).
+fn insert_at(fields: &mut Dict, path: &str, value: Value) {
+    let Some((table, rest)) = path.split_once('.') else {
+        fields.insert(path.to_owned(), value);
+        return;
+    };
+    let entry = fields
+        .entry(table.to_owned())
+        .or_insert_with(|| Value::from(Dict::new()));
+    if let Value::Dict(_, inner) = entry {
+        insert_at(inner, rest, value);
+    }
 }
 
 /// `error` from reading the layers back, naming the variable whose value it is about (the file's values
 /// were read by `toml` already).
 fn explain(error: figment::Error, env: &BTreeMap<String, String>) -> WorkerError {
-    let field = error.path.first().map(String::as_str);
-    let Some((variable, value)) = set_variables(env).find(|(variable, _)| variable.form.field() == field)
-    else {
+    let path = error.path.join(".");
+    let Some((variable, value)) = set_variables(env).find(|(variable, _)| {
+        variable
+            .form
+            .field()
+            .is_some_and(|field| field == path || error.path.first().is_some_and(|first| first == field))
+    }) else {
         return WorkerError::Setting {
             setting: error.path.join("."),
             problem: error.kind.to_string(),
@@ -499,6 +517,57 @@ mod tests {
         assert_eq!(config.priority, crate::config::PriorityMode::Strict);
         assert_eq!(config.listen_addr.as_deref(), Some("0.0.0.0:9100"));
         std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn tenant_limits_from_the_file_and_the_environment() {
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "[[queues]]\nurl = \"{URL}\"\n\n[tenants]\nmax_concurrent = 4\ndefer = 750\n\n\
+             [tenants.overrides.acme]\nmax_concurrent = 20\nper_second = 5.0\n"
+        )
+        .unwrap();
+        let config = load(
+            Some(&file.0),
+            env(&[(ENV_TENANT_PER_SECOND, "2.5"), (ENV_TENANT_METRICS_TOP, "5")]),
+        )
+        .unwrap();
+        std::fs::remove_file(&file.0).unwrap();
+        let tenants = &config.tenants;
+        assert_eq!(
+            tenants.max_concurrent,
+            Some(4),
+            "the file's, kept beside the variables"
+        );
+        assert_eq!(tenants.per_second, Some(2.5));
+        assert_eq!(tenants.metrics_top, 5);
+        assert_eq!(tenants.defer, Duration::from_millis(750));
+        let limits = tenants.limits();
+        assert_eq!(limits.default.max_concurrent, Some(4));
+        assert_eq!(limits.overrides["acme"].max_concurrent, Some(20));
+        assert_eq!(limits.overrides["acme"].per_second, Some((5.0, 10)));
+
+        let error = load(
+            None,
+            env(&[(ENV_QUEUE_URL, URL), (ENV_TENANT_MAX_CONCURRENT, "0")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("tenants") && error.contains("limit of 0"),
+            "{error}"
+        );
+        let error = load(
+            None,
+            env(&[(ENV_QUEUE_URL, URL), (ENV_TENANT_PER_SECOND, "fast")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with(ENV_TENANT_PER_SECOND) && error.contains("not a number"),
+            "{error}"
+        );
     }
 
     /// A value is read as its variable's form or refused: never coerced (`off` is not 0 seconds, `yes`

@@ -1,13 +1,12 @@
 //! The worker's settings, validated at start-up with errors that say what to change.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use conveyor_core::RejectMode;
 use conveyor_core::config::{ConfigError, Problems, millis, optional_seconds, seconds};
 use conveyor_core::limits::{MAX_VISIBILITY_TIMEOUT, MAX_WAIT_TIME};
 use conveyor_core::runtime;
-use conveyor_core::runtime::{TenantLimit, TenantLimits};
+use conveyor_core::runtime::TenantSettings;
 use serde::{Deserialize, Serialize};
 
 /// How a worker with several queues shares its capacity between them.
@@ -89,33 +88,8 @@ pub struct WorkerConfig {
     /// How often queue depth is read for metrics.
     #[serde(with = "seconds")]
     pub stats_interval: Duration,
-    /// At most this many jobs of one tenant run at once in this worker (`NewJob::tenant`); a job over
-    /// it is deferred unrun without spending a receive. None: no limit.
-    pub tenant_max_concurrent: Option<usize>,
-    /// At most this many jobs of one tenant start a second in this worker; a job over it is deferred.
-    pub tenant_per_second: Option<f64>,
-    /// The burst of `tenant_per_second`.
-    pub tenant_burst: u32,
-    /// How long a job over its tenant's limit is deferred (jittered up to twice this).
-    #[serde(with = "millis")]
-    pub tenant_defer: Duration,
-    /// Named tenants' own limits (`[tenant_limits.acme] max_concurrent = 20`), in place of the above.
-    pub tenant_limits: BTreeMap<String, TenantOverride>,
-    /// How many tenants get a label of their own in the per-tenant metrics (the rest are `other`).
-    pub tenant_metrics_top: usize,
-}
-
-/// One named tenant's limits in the config file.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-#[non_exhaustive]
-pub struct TenantOverride {
-    /// At most this many of its jobs at once.
-    pub max_concurrent: Option<usize>,
-    /// At most this many of its jobs start a second.
-    pub per_second: Option<f64>,
-    /// The burst of `per_second` (default: the worker's `tenant_burst`).
-    pub burst: Option<u32>,
+    /// Per-tenant limits and metrics (`[tenants]`; `CONVEYOR_TENANT_*`): see `NewJob::tenant`.
+    pub tenants: TenantSettings,
 }
 
 impl Default for WorkerConfig {
@@ -133,47 +107,12 @@ impl Default for WorkerConfig {
             reject_mode: RejectMode::default(),
             listen_addr: Some("127.0.0.1:9090".to_owned()),
             stats_interval: Duration::from_secs(30),
-            tenant_max_concurrent: None,
-            tenant_per_second: None,
-            tenant_burst: 10,
-            tenant_defer: Duration::from_secs(2),
-            tenant_limits: BTreeMap::new(),
-            tenant_metrics_top: 20,
+            tenants: TenantSettings::default(),
         }
     }
 }
 
 impl WorkerConfig {
-    /// The per-tenant limits these settings describe.
-    pub fn tenant_limits(&self) -> TenantLimits {
-        let limit = |max_concurrent: Option<usize>, per_second: Option<f64>, burst: u32| {
-            let limit = TenantLimit::default().with_max_concurrent(max_concurrent);
-            match per_second {
-                Some(rate) => limit.with_rate(rate, burst),
-                None => limit,
-            }
-        };
-        let overrides: Vec<(String, TenantLimit)> = self
-            .tenant_limits
-            .iter()
-            .map(|(tenant, own)| {
-                let burst = own.burst.unwrap_or(self.tenant_burst);
-                (tenant.clone(), limit(own.max_concurrent, own.per_second, burst))
-            })
-            .collect();
-        let default = limit(
-            self.tenant_max_concurrent,
-            self.tenant_per_second,
-            self.tenant_burst,
-        );
-        overrides
-            .into_iter()
-            .fold(TenantLimits::new(default), |limits, (tenant, own)| {
-                limits.with_override(tenant, own)
-            })
-            .with_defer_for(self.tenant_defer)
-    }
-
     /// The drain deadline in force: the configured one, or what fits in the stop timeout.
     pub fn drain_deadline(&self) -> Duration {
         self.drain_deadline
@@ -255,8 +194,8 @@ impl WorkerConfig {
         problems.check(flush_ok, "delete_flush_interval", || {
             format!("{:?} is outside (0, 5 s)", self.delete_flush_interval)
         });
-        if let Err(error) = self.tenant_limits().validate() {
-            problems.check(false, "tenant_limits", || error.to_string());
+        if let Err(error) = self.tenants.limits().validate() {
+            problems.check(false, "tenants", || error.to_string());
         }
         problems.finish()
     }

@@ -110,7 +110,7 @@ impl Worker {
             });
         }
         let visibility = check_queues(&config, &queues)?;
-        let tenant_limits = config.tenant_limits();
+        let tenant_limits = config.tenants.limits();
         check_record_lifetimes(&config, &pipeline)?;
         let status = WorkerStatus::new(queues.len(), pipeline.store_health());
         Ok(Worker {
@@ -308,7 +308,7 @@ impl Worker {
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
             tenants: TenantGuards::new(self.tenant_limits),
-            tenant_metrics: TenantMetrics::new(config.tenant_metrics_top),
+            tenant_metrics: TenantMetrics::new(config.tenants.metrics_top),
             pipeline: self.pipeline,
             queues: self.queues,
             names,
