@@ -66,6 +66,7 @@ use tracing::Instrument;
 use crate::metrics::BatchMetrics;
 use crate::queues::{QueueResolver, queue_name};
 use crate::record::{self, RecordError};
+use crate::tenants::Tenants;
 
 /// Runs SQS batches through the pipeline. Build one per cold start; cheap to share.
 pub struct BatchProcessor {
@@ -73,6 +74,8 @@ pub struct BatchProcessor {
     config: LambdaConfig,
     queues: Arc<dyn QueueResolver>,
     emit_metrics: bool,
+    /// Per-tenant limits and metrics ([`LambdaConfig::tenants`]).
+    tenants: Arc<Tenants>,
     /// Source queues whose visibility timeout was checked against the function's time.
     checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
@@ -461,6 +464,7 @@ impl BatchProcessor {
     /// Prints EMF metrics to stdout after each batch (see [`BatchProcessor::without_metrics`]).
     pub fn new(pipeline: Pipeline, config: LambdaConfig, queues: Arc<dyn QueueResolver>) -> Self {
         Self {
+            tenants: Arc::new(Tenants::new(&config.tenants)),
             pipeline,
             config,
             queues,
@@ -921,9 +925,12 @@ impl BatchProcessor {
             .with_run_deadline(Some(invocation.cutoff))
             .with_max_attempts(max_attempts)
             .with_settle_deadline(Some(invocation.settle_by));
+        let job_type = self.pipeline.router().job_type_for(message);
         let process = || {
-            self.pipeline
-                .process(Arc::clone(message), Arc::clone(&lane.name), &lease, budget)
+            let run = self
+                .pipeline
+                .process(Arc::clone(message), Arc::clone(&lane.name), &lease, budget);
+            self.tenants.run(message, job_type, run)
         };
         let mut processed = process().await;
         // A FIFO message cannot be deferred with a copy (it would break its group's order), so a

@@ -11,6 +11,7 @@ mod queues;
 mod record;
 mod runtime;
 mod settings;
+mod tenants;
 mod timer_relay;
 
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
@@ -23,7 +24,8 @@ pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name}
 pub use record::{RecordError, to_message, to_record};
 pub use runtime::{
     BATCH_CONCURRENCY_ENV, DEADLINE_MARGIN_ENV, FAIL_WHEN_ALL_FAIL_ENV, FIFO_FAILURE_ENV, REJECT_MODE_ENV,
-    config_from_env, init_tracing, instant_at, run, run_with_config,
+    TENANT_MAX_CONCURRENT_ENV, TENANT_METRICS_TOP_ENV, TENANT_PER_SECOND_ENV, config_from_env, init_tracing,
+    instant_at, run, run_with_config,
 };
 pub use settings::{FifoFailure, LambdaConfig};
 pub use timer_relay::{TIMER_RELAY_EVENT, is_timer_relay};

@@ -25,6 +25,12 @@ pub const FAIL_WHEN_ALL_FAIL_ENV: &str = "CONVEYOR_FAIL_WHEN_ALL_FAIL";
 pub const DEADLINE_MARGIN_ENV: &str = "CONVEYOR_DEADLINE_MARGIN_MS";
 /// Environment variable: `send_to_dlq` (default) or `leave_to_redrive`.
 pub const REJECT_MODE_ENV: &str = "CONVEYOR_REJECT_MODE";
+/// `CONVEYOR_TENANT_MAX_CONCURRENT`: at most this many records of one tenant at once per environment.
+pub const TENANT_MAX_CONCURRENT_ENV: &str = "CONVEYOR_TENANT_MAX_CONCURRENT";
+/// `CONVEYOR_TENANT_PER_SECOND`: at most this many records of one tenant start a second per environment.
+pub const TENANT_PER_SECOND_ENV: &str = "CONVEYOR_TENANT_PER_SECOND";
+/// `CONVEYOR_TENANT_METRICS_TOP`: how many tenants the per-tenant metrics name.
+pub const TENANT_METRICS_TOP_ENV: &str = "CONVEYOR_TENANT_METRICS_TOP";
 
 /// Runs the function with the configuration its environment gives ([`config_from_env`]): receives SQS
 /// batches from the Lambda Runtime API until the environment is shut down. The same shape as
@@ -184,7 +190,8 @@ pub fn instant_at(at: SystemTime) -> Instant {
 }
 
 /// The default [`LambdaConfig`] with the `CONVEYOR_*` overrides a function's environment may set:
-/// [`BATCH_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`].
+/// [`BATCH_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`], [`FIFO_FAILURE_ENV`],
+/// [`FAIL_WHEN_ALL_FAIL_ENV`] and the `CONVEYOR_TENANT_*` limits.
 pub fn config_from_env() -> Result<LambdaConfig, LambdaError> {
     config_from(|name| std::env::var(name).ok())
 }
@@ -223,6 +230,15 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
             &[("group", FifoFailure::Group), ("batch", FifoFailure::Batch)],
         )?;
     }
+    if let Some(value) = var(TENANT_MAX_CONCURRENT_ENV) {
+        config.tenants.max_concurrent = Some(parsed(TENANT_MAX_CONCURRENT_ENV, value, "a positive integer")?);
+    }
+    if let Some(value) = var(TENANT_PER_SECOND_ENV) {
+        config.tenants.per_second = Some(parsed(TENANT_PER_SECOND_ENV, value, "a number of jobs a second")?);
+    }
+    if let Some(value) = var(TENANT_METRICS_TOP_ENV) {
+        config.tenants.metrics_top = parsed(TENANT_METRICS_TOP_ENV, value, "a whole number")?;
+    }
     if let Some(value) = var(FAIL_WHEN_ALL_FAIL_ENV) {
         config.fail_invocation_when_all_fail = choice(
             FAIL_WHEN_ALL_FAIL_ENV,
@@ -231,6 +247,15 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
         )?;
     }
     Ok(config)
+}
+
+/// `value` of `name` parsed as a `T`, or an error saying what was `expected`.
+fn parsed<T: std::str::FromStr>(name: &'static str, value: String, expected: &str) -> Result<T, LambdaError> {
+    value.trim().parse().map_err(|_| LambdaError::Environment {
+        name,
+        value: value.clone(),
+        problem: format!("expected {expected}"),
+    })
 }
 
 /// The value of `name` among `choices`, or an error that lists them.
@@ -366,6 +391,28 @@ mod tests {
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
             .collect();
         config_from(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn tenant_limits_from_the_environment() {
+        let config = config(&[
+            (TENANT_MAX_CONCURRENT_ENV, "3"),
+            (TENANT_PER_SECOND_ENV, "1.5"),
+            (TENANT_METRICS_TOP_ENV, "7"),
+        ])
+        .unwrap();
+        assert_eq!(config.tenants.max_concurrent, Some(3));
+        assert_eq!(config.tenants.per_second, Some(1.5));
+        assert_eq!(config.tenants.metrics_top, 7);
+        let error = super::config(&[(TENANT_PER_SECOND_ENV, "fast")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(TENANT_PER_SECOND_ENV) && error.contains("jobs a second"),
+            "{error}"
+        );
+        let zero = super::config(&[(TENANT_MAX_CONCURRENT_ENV, "0")]).unwrap();
+        assert!(zero.validate().unwrap_err().to_string().contains("limit of 0"));
     }
 
     #[test]

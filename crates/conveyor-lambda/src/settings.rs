@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use conveyor_core::RejectMode;
 use conveyor_core::config::{ConfigError, Problems, millis, seconds};
+use conveyor_core::runtime::TenantSettings;
 use serde::{Deserialize, Serialize};
 
 /// The default [`LambdaConfig::fifo_last_receive_wait`]: a group's last receive comes 2.5 to 5 minutes after
@@ -46,6 +47,9 @@ pub struct LambdaConfig {
     /// shorter than this never dead-letters a group unrun.
     #[serde(with = "seconds")]
     pub fifo_last_receive_wait: Duration,
+    /// Per-tenant limits and metrics (`NewJob::tenant`): a record whose tenant is at its limit in this
+    /// execution environment is deferred unrun (`CONVEYOR_TENANT_*`, as the worker's).
+    pub tenants: TenantSettings,
 }
 
 /// What a failed record holds back in a Lambda batch from a FIFO queue.
@@ -72,6 +76,7 @@ impl Default for LambdaConfig {
             fail_invocation_when_all_fail: false,
             fifo_failure: FifoFailure::default(),
             fifo_last_receive_wait: FIFO_LAST_RECEIVE_WAIT,
+            tenants: TenantSettings::default(),
         }
     }
 }
@@ -95,6 +100,9 @@ impl LambdaConfig {
             "batch_concurrency",
             || format!("{} is outside 1..=10000", self.batch_concurrency),
         );
+        if let Err(error) = self.tenants.limits().validate() {
+            problems.check(false, "tenants", || error.to_string());
+        }
         problems.finish()
     }
 }

@@ -1052,3 +1052,59 @@ async fn a_fifo_group_saves_its_last_receive_for_after_a_store_outage() {
     assert_eq!(harness.ran(), vec!["a1", "a2"]);
     assert!(dlq.snapshot().is_empty(), "nothing dead-lettered");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tenant_over_its_limit_is_deferred_with_a_copy_that_keeps_the_tenant() {
+    let mut config = LambdaConfig::default().with_batch_concurrency(10);
+    config.tenants.max_concurrent = Some(2);
+    let harness = Harness::new(slow_queue("tenants"), config);
+    let noisy: Vec<String> = (0..6)
+        .map(|n| {
+            harness.push_step(
+                json!({"name": format!("noisy-{n}"), "sleep_ms": 500}),
+                Some("noisy"),
+            )
+        })
+        .collect();
+    let quiet = harness.push_step(json!({"name": "quiet", "sleep_ms": 500}), Some("quiet"));
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 7);
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert!(
+        listed(&report).is_empty(),
+        "deferred, not listed: {:?}",
+        listed(&report)
+    );
+    let mut ran = harness.ran();
+    ran.sort();
+    assert_eq!(
+        ran,
+        vec!["noisy-0", "noisy-1", "quiet"],
+        "two of the noisy tenant, and the quiet one"
+    );
+    assert_eq!(report.metrics[0].deferred, 4);
+    let copies = deferred_copies(&harness);
+    assert_eq!(copies.len(), 4);
+    assert!(
+        copies
+            .iter()
+            .all(|(original, receives, _)| noisy.contains(original) && *receives == 0),
+        "copies of the noisy tenant's jobs, no receive spent: {copies:?}"
+    );
+    assert!(!copies.iter().any(|(original, _, _)| *original == quiet));
+    let groups: Vec<Option<String>> = harness
+        .queue
+        .snapshot()
+        .into_iter()
+        .filter(|message| {
+            message
+                .attributes
+                .contains_key(conveyor_core::message::DEFERRAL_ATTRIBUTE)
+        })
+        .map(|message| message.group_id)
+        .collect();
+    assert!(
+        groups.iter().all(|group| group.as_deref() == Some("noisy")),
+        "each copy keeps its tenant as its MessageGroupId: {groups:?}"
+    );
+}
