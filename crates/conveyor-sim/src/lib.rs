@@ -12,6 +12,7 @@ pub mod run;
 pub mod scenario;
 pub mod schedule;
 pub mod sink;
+pub mod tenants;
 pub mod timers;
 pub mod trace;
 

@@ -7,4 +7,5 @@ mod flows;
 mod outbox;
 mod schedule;
 mod seeds;
+mod tenants;
 mod timers;
