@@ -22,6 +22,10 @@ use std::time::Duration;
 use crate::backoff::added_jitter;
 use crate::rate::TokenBucket;
 
+/// The most times a tenant deferral doubles.
+const MAX_DOUBLINGS: u32 = 5;
+/// The longest tenant deferral.
+const MAX_DEFERRAL: Duration = Duration::from_secs(300);
 /// How many tenants' rate buckets are kept before the full (idle) ones are forgotten.
 const MAX_BUCKETS: usize = 10_000;
 
@@ -296,6 +300,13 @@ impl TenantGuards {
 
     /// Asks to start a job of `tenant` now: a slot, or how long to defer it.
     pub fn admit(self: &Arc<Self>, tenant: Option<&str>) -> TenantAdmission {
+        self.admit_after(tenant, 0)
+    }
+
+    /// [`TenantGuards::admit`] for a job deferred `deferrals` times before: each deferral doubles the
+    /// next (up to 32 times `defer_for`, at most 5 minutes), so a tenant's backlog far over its limit
+    /// does not come round every `defer_for`, each time a send and a delete.
+    pub fn admit_after(self: &Arc<Self>, tenant: Option<&str>, deferrals: u32) -> TenantAdmission {
         let Some(tenant) = tenant.filter(|_| !self.is_empty()) else {
             return TenantAdmission::Run(TenantSlot::unlimited());
         };
@@ -303,14 +314,14 @@ impl TenantGuards {
         let mut state = self.lock();
         let running = state.running.get(tenant).copied().unwrap_or(0);
         if limit.max_concurrent.is_some_and(|max| running >= max) {
-            return self.defer(Duration::ZERO, "concurrency");
+            return self.defer(Duration::ZERO, deferrals, "concurrency");
         }
         if let Some((per_second, burst)) = limit.per_second {
             let bucket = bucket(&mut state.buckets, tenant, per_second, burst);
             let wait = bucket.reserve();
             if !wait.is_zero() {
                 bucket.give_back();
-                return self.defer(wait, "rate");
+                return self.defer(wait, deferrals, "rate");
             }
         }
         if limit.max_concurrent.is_none() {
@@ -322,10 +333,13 @@ impl TenantGuards {
         })
     }
 
-    fn defer(&self, wait: Duration, limit: &'static str) -> TenantAdmission {
-        let delay = wait.max(self.limits.defer_for);
+    fn defer(&self, wait: Duration, deferrals: u32, limit: &'static str) -> TenantAdmission {
+        let base = self.limits.defer_for;
+        let backed_off = base
+            .saturating_mul(1 << deferrals.min(MAX_DOUBLINGS))
+            .min(MAX_DEFERRAL);
         TenantAdmission::Defer {
-            delay: added_jitter(delay, self.limits.defer_for),
+            delay: added_jitter(wait.max(backed_off), base).min(MAX_DEFERRAL),
             limit,
         }
     }
@@ -405,6 +419,22 @@ mod tests {
         drop(first);
         assert_eq!(guards.running("acme"), 0);
         assert!(matches!(guards.admit(Some("acme")), TenantAdmission::Run(_)));
+    }
+
+    #[test]
+    fn each_deferral_doubles_the_next_up_to_a_cap() {
+        let guards = TenantGuards::new(limits(TenantLimit::concurrent(1)));
+        let _running = guards.admit(Some("acme"));
+        let delay = |deferrals| match guards.admit_after(Some("acme"), deferrals) {
+            TenantAdmission::Defer { delay, .. } => delay,
+            TenantAdmission::Run(_) => panic!("over the limit"),
+        };
+        assert!((Duration::from_secs(2)..=Duration::from_secs(4)).contains(&delay(0)));
+        assert!((Duration::from_secs(16)..=Duration::from_secs(18)).contains(&delay(3)));
+        assert!(
+            (Duration::from_secs(64)..=Duration::from_secs(66)).contains(&delay(9)),
+            "32 × 2 s"
+        );
     }
 
     #[tokio::test(start_paused = true)]

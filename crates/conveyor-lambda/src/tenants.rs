@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use conveyor_core::message::Message;
+use conveyor_core::message::{DeferralRecord, Message};
 use conveyor_core::runtime::{
     Outcome, Processed, TenantAdmission, TenantGuards, TenantMetrics, TenantSettings, first_sent,
 };
@@ -38,7 +38,8 @@ impl Tenants {
         process: impl Future<Output = Processed>,
     ) -> Processed {
         let tenant = message.tenant();
-        match self.guards.admit(tenant) {
+        let deferrals = DeferralRecord::of(message).map_or(0, |record| record.deferrals);
+        match self.guards.admit_after(tenant, deferrals) {
             TenantAdmission::Run(slot) => {
                 if tenant.is_some() {
                     let dwell =

@@ -10,7 +10,7 @@ use conveyor_core::runtime::{
     not_run_at_the_last_receive,
 };
 use conveyor_core::{
-    message::Message,
+    message::{DeferralRecord, Message},
     runtime::{Budget, Lease, Outcome, Processed},
 };
 use tokio::sync::OwnedSemaphorePermit;
@@ -98,7 +98,8 @@ async fn run_in_span(
     // Whether the pipeline saw the message at this receive (it may wait in flight and go again).
     let mut processed_once = false;
     loop {
-        let admitted = match admit(&runtime, job_type, message.tenant()).await {
+        let deferrals = DeferralRecord::of(&message).map_or(0, |record| record.deferrals);
+        let admitted = match admit(&runtime, job_type, message.tenant(), deferrals).await {
             Admit::Run(admitted) => admitted,
             Admit::Shutdown => {
                 // At the last receive the redrive policy allows, a message put back would reach the DLQ
@@ -497,12 +498,17 @@ struct Admitted {
 
 /// Asks the tenant's limits (which never wait: an over-limit tenant is deferred), then waits for the
 /// job type's slot and rate token, then asks its downstream's breaker.
-async fn admit(runtime: &Runtime, job_type: Option<&'static str>, tenant: Option<&str>) -> Admit {
+async fn admit(
+    runtime: &Runtime,
+    job_type: Option<&'static str>,
+    tenant: Option<&str>,
+    deferrals: u32,
+) -> Admit {
     let stop = &runtime.stop_receiving;
     if stop.is_cancelled() {
         return Admit::Shutdown;
     }
-    let tenant_slot = match runtime.tenants.admit(tenant) {
+    let tenant_slot = match runtime.tenants.admit_after(tenant, deferrals) {
         TenantAdmission::Run(slot) => slot,
         TenantAdmission::Defer { delay, limit } => return Admit::TenantLimit { delay, limit },
     };
