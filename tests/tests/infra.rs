@@ -11,7 +11,9 @@
 //!   `conveyor_dynamodb::iam`, and those lists cover every SDK call the code makes;
 //! - the environment variables the modules set are ones the worker and the Lambda adapter read;
 //! - the Lambda example keeps the queue's visibility timeout at least 6x the function timeout;
-//! - the Lambda consumer reports batch item failures.
+//! - the Lambda consumer reports batch item failures;
+//! - the queue's fair-queue alarms and dashboard name the CloudWatch metrics SQS emits for fair queues
+//!   (`conveyor_core::metric_names::FAIR_QUEUE_METRICS`).
 //!
 //! Run it with `cargo test -p conveyor-e2e --test infra`; it needs no AWS and no emulator.
 
@@ -206,6 +208,68 @@ fn queue_defaults_match_the_code() -> Result<()> {
         "queue visibility_timeout_seconds defaults to {visibility}, the code to {}",
         runtime::QUEUE_VISIBILITY_TIMEOUT_SECS
     );
+    Ok(())
+}
+
+/// The `resource "<kind>" "<name>"` block of a module.
+fn resource<'a>(bodies: &'a [Body], kind: &str, name: &str) -> Result<&'a Block> {
+    blocks_in(bodies, "resource")
+        .find(|block| {
+            let labels: Vec<&str> = block.labels().iter().map(|label| label.as_str()).collect();
+            labels == [kind, name]
+        })
+        .with_context(|| format!("no resource {kind}.{name}"))
+}
+
+/// Every string literal in a block's attributes, nested blocks included.
+fn body_strings(body: &Body, out: &mut Vec<String>) {
+    for attribute in body.attributes() {
+        string_literals(attribute.expr(), out);
+    }
+    for block in body.blocks() {
+        body_strings(block.body(), out);
+    }
+}
+
+#[test]
+fn the_fair_queue_alarms_and_dashboard_use_the_metric_names_sqs_emits() -> Result<()> {
+    use conveyor_core::metric_names::FAIR_QUEUE_METRICS;
+    let bodies = parse_module(&module_dir("queue"))?;
+    let fair = |name: &str| name.ends_with("InQuietGroups") || name.ends_with("NoisyGroups");
+    let mut named = Vec::new();
+    for block in blocks_in(&bodies, "resource") {
+        body_strings(block.body(), &mut named);
+    }
+    for name in named.iter().filter(|name| fair(name)) {
+        ensure!(
+            FAIR_QUEUE_METRICS.contains(&name.as_str()),
+            "the queue module names {name}, which is not a fair-queue metric SQS emits ({FAIR_QUEUE_METRICS:?})"
+        );
+    }
+    let mut dashboard = Vec::new();
+    body_strings(
+        resource(&bodies, "aws_cloudwatch_dashboard", "this")?.body(),
+        &mut dashboard,
+    );
+    for metric in FAIR_QUEUE_METRICS {
+        ensure!(
+            dashboard.iter().any(|name| name == metric),
+            "the tenants dashboard has no widget for {metric}"
+        );
+    }
+    for (alarm, metric) in [
+        ("noisy_groups", "ApproximateNumberOfNoisyGroups"),
+        (
+            "quiet_groups_oldest_message_age",
+            "ApproximateAgeOfOldestMessageInQuietGroups",
+        ),
+    ] {
+        let body = resource(&bodies, "aws_cloudwatch_metric_alarm", alarm)?.body();
+        ensure!(
+            string_attr(body, "metric_name")? == metric && string_attr(body, "namespace")? == "AWS/SQS",
+            "alarm {alarm} must watch AWS/SQS {metric}"
+        );
+    }
     Ok(())
 }
 

@@ -49,3 +49,15 @@ pub const TENANT_JOBS_STARTED: &str = "conveyor_tenant_jobs_started_total";
 pub const TENANT_DEFERRALS: &str = "conveyor_tenant_deferrals_total";
 /// A job's dwell time when it starts, from its first send (label `tenant`).
 pub const TENANT_DWELL: &str = "conveyor_tenant_dwell_seconds";
+
+/// The CloudWatch metrics SQS emits for a fair queue (a standard queue whose messages carry a
+/// `MessageGroupId`, Conveyor's tenant), in namespace `AWS/SQS`: the alarms and the dashboard of
+/// `infra/modules/queue` use exactly these names (`tests/tests/infra.rs` holds them to it). A noisy
+/// group is a tenant SQS holds back; the quiet groups are the others.
+pub const FAIR_QUEUE_METRICS: [&str; 5] = [
+    "ApproximateNumberOfNoisyGroups",
+    "ApproximateNumberOfMessagesVisibleInQuietGroups",
+    "ApproximateNumberOfMessagesNotVisibleInQuietGroups",
+    "ApproximateNumberOfMessagesDelayedInQuietGroups",
+    "ApproximateAgeOfOldestMessageInQuietGroups",
+];

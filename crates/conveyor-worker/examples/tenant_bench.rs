@@ -162,12 +162,24 @@ async fn send_quiet(load: Load, clock: Clock, send: impl AsyncFn(String, u64)) {
 }
 
 async fn run_on_localstack(client: &aws_sdk_sqs::Client, load: Load, limited: bool) -> Figures {
-    let name = if limited { "tenant-bench-on" } else { "tenant-bench-off" };
+    let name = if limited {
+        "tenant-bench-on"
+    } else {
+        "tenant-bench-off"
+    };
     let created = create_queue(client, &QueueSpec::standard(name)).await.unwrap();
     let producer = Producer::new(client.clone(), &created.url);
     let clock = Clock::Wall;
     let jobs: Vec<NewJob<Job>> = (0..load.noisy)
-        .map(|_| NewJob::new("timed", Job { sent_ms: clock.now_ms() }).tenant("noisy"))
+        .map(|_| {
+            NewJob::new(
+                "timed",
+                Job {
+                    sent_ms: clock.now_ms(),
+                },
+            )
+            .tenant("noisy")
+        })
         .collect();
     for chunk in jobs.chunks(500) {
         assert!(producer.send_batch(chunk).await.all_sent());
@@ -237,9 +249,11 @@ fn run_in_memory(load: Load, limited: bool) -> Figures {
         })
         .await;
         let total = load.total() as u64;
-        conveyor_testing::wait_until(Duration::from_secs(36_000), Duration::from_millis(20), async || {
-            status.report().succeeded >= total
-        })
+        conveyor_testing::wait_until(
+            Duration::from_secs(36_000),
+            Duration::from_millis(20),
+            async || status.report().succeeded >= total,
+        )
         .await
         .unwrap();
         let elapsed = started.elapsed();
@@ -253,7 +267,9 @@ fn run_in_memory(load: Load, limited: bool) -> Figures {
 
 /// What LocalStack does with `MessageGroupId` on a standard queue.
 async fn probe(client: &aws_sdk_sqs::Client) {
-    let created = create_queue(client, &QueueSpec::standard("tenant-probe")).await.unwrap();
+    let created = create_queue(client, &QueueSpec::standard("tenant-probe"))
+        .await
+        .unwrap();
     let queue = SqsQueue::connect(client.clone(), &created.url).await.unwrap();
     let message = |group: &str| OutgoingMessage {
         group_id: Some(group.to_owned()),

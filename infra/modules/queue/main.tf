@@ -145,6 +145,116 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
   tags          = var.tags
 }
 
+# Fair queues (a standard queue whose producers set a MessageGroupId, Conveyor's `NewJob::tenant`):
+# SQS emits five more metrics, named in conveyor_core::metric_names::FAIR_QUEUE_METRICS. A noisy group
+# is a tenant SQS holds back (over 10% of the in-flight messages and at least 30 of them, or over 10%
+# of the consumers' processing time); the quiet groups are everyone else, whose dwell time fair queues
+# keep low. Created when fair_queue_alarms is true (the default); without tenants the metrics stay 0.
+locals {
+  # The queue's region, from its ARN (the provider's aws_region attribute changed name in 6.x).
+  region = split(":", aws_sqs_queue.this.arn)[3]
+}
+
+# A tenant flooding the queue: SQS is holding it back. Informational (its own jobs wait); the quiet
+# tenants' age alarm below is the one that says fairness is not enough.
+resource "aws_cloudwatch_metric_alarm" "noisy_groups" {
+  count             = var.fair_queue_alarms ? 1 : 0
+  alarm_name        = "${var.name}-noisy-tenants"
+  alarm_description = "More than ${var.noisy_groups_alarm_threshold} tenants (message groups) of ${local.queue_name} are noisy: SQS is holding them back so the quiet tenants keep moving."
+
+  namespace   = "AWS/SQS"
+  metric_name = "ApproximateNumberOfNoisyGroups"
+  dimensions = {
+    QueueName = aws_sqs_queue.this.name
+  }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = var.fair_queue_alarm_evaluation_periods
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.noisy_groups_alarm_threshold
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}
+
+# The quiet tenants are waiting: the consumers are short of capacity even for them, or their in-flight
+# share is inflated (heartbeats, slow deletes; see docs/tenants.md).
+resource "aws_cloudwatch_metric_alarm" "quiet_groups_oldest_message_age" {
+  count             = var.fair_queue_alarms ? 1 : 0
+  alarm_name        = "${var.name}-quiet-tenants-oldest-message-age"
+  alarm_description = "The oldest message of a quiet tenant in ${local.queue_name} is older than ${var.quiet_groups_age_alarm_threshold_seconds} s: tenants that are not flooding the queue are waiting."
+
+  namespace   = "AWS/SQS"
+  metric_name = "ApproximateAgeOfOldestMessageInQuietGroups"
+  dimensions = {
+    QueueName = aws_sqs_queue.this.name
+  }
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = var.fair_queue_alarm_evaluation_periods
+  comparison_operator = "GreaterThanThreshold"
+  threshold           = var.quiet_groups_age_alarm_threshold_seconds
+  treat_missing_data  = "notBreaching"
+
+  alarm_actions = var.alarm_actions
+  ok_actions    = var.ok_actions
+  tags          = var.tags
+}
+
+# One dashboard per queue: depth and age, and the fair-queue metrics beside them.
+resource "aws_cloudwatch_dashboard" "this" {
+  count          = var.fair_queue_alarms ? 1 : 0
+  dashboard_name = "${var.name}-tenants"
+  dashboard_body = jsonencode({
+    widgets = [
+      {
+        type   = "metric"
+        x      = 0
+        y      = 0
+        width  = 12
+        height = 6
+        properties = {
+          title   = "${local.queue_name}: messages, all tenants and quiet tenants"
+          region  = local.region
+          stat    = "Maximum"
+          period  = 60
+          metrics = [for name in ["ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesVisibleInQuietGroups", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesNotVisibleInQuietGroups", "ApproximateNumberOfMessagesDelayedInQuietGroups"] : ["AWS/SQS", name, "QueueName", aws_sqs_queue.this.name]]
+        }
+      },
+      {
+        type   = "metric"
+        x      = 12
+        y      = 0
+        width  = 12
+        height = 6
+        properties = {
+          title   = "${local.queue_name}: oldest message age (s), all tenants and quiet tenants"
+          region  = local.region
+          stat    = "Maximum"
+          period  = 60
+          metrics = [for name in ["ApproximateAgeOfOldestMessage", "ApproximateAgeOfOldestMessageInQuietGroups"] : ["AWS/SQS", name, "QueueName", aws_sqs_queue.this.name]]
+        }
+      },
+      {
+        type   = "metric"
+        x      = 0
+        y      = 6
+        width  = 12
+        height = 6
+        properties = {
+          title   = "${local.queue_name}: noisy tenants (message groups SQS holds back)"
+          region  = local.region
+          stat    = "Maximum"
+          period  = 60
+          metrics = [["AWS/SQS", "ApproximateNumberOfNoisyGroups", "QueueName", aws_sqs_queue.this.name]]
+        }
+      },
+    ]
+  })
+}
+
 # Both queues refuse requests that do not use TLS, whoever sends them.
 # The queue's policy: TLS only, and the AWS services that may put messages on it (an SNS topic's
 # subscription, an EventBridge rule's target, an S3 bucket's notifications; see docs/events.md), each only

@@ -62,3 +62,18 @@ output "operator_policy_json" {
   description = "An IAM policy for operators running `conveyor stats`, `dlq peek`, `dlq redrive` (StartMessageMoveTask and the filtered move loop) and `purge` on both queues."
   value       = data.aws_iam_policy_document.operator.json
 }
+
+output "noisy_tenants_alarm_arn" {
+  description = "ARN of the noisy-tenants alarm (ApproximateNumberOfNoisyGroups), or null when fair_queue_alarms is false."
+  value       = one(aws_cloudwatch_metric_alarm.noisy_groups[*].arn)
+}
+
+output "quiet_tenants_age_alarm_arn" {
+  description = "ARN of the quiet tenants' oldest-message-age alarm (ApproximateAgeOfOldestMessageInQuietGroups), or null when fair_queue_alarms is false."
+  value       = one(aws_cloudwatch_metric_alarm.quiet_groups_oldest_message_age[*].arn)
+}
+
+output "tenants_dashboard_name" {
+  description = "Name of the CloudWatch dashboard with the queue's depth and the fair-queue metrics, or null when fair_queue_alarms is false."
+  value       = one(aws_cloudwatch_dashboard.this[*].dashboard_name)
+}

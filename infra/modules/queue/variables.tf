@@ -179,3 +179,42 @@ variable "s3_bucket_arns" {
     error_message = "s3_bucket_arns must list bucket ARNs (arn:aws:s3:::<bucket>) without wildcards."
   }
 }
+
+variable "fair_queue_alarms" {
+  description = "Create the fair-queue alarms (noisy tenants, quiet tenants' oldest message age) and the tenants dashboard. The metrics exist for standard queues whose producers set a tenant (MessageGroupId)."
+  type        = bool
+  default     = true
+}
+
+variable "noisy_groups_alarm_threshold" {
+  description = "Alarm when more than this many tenants (message groups) are noisy: SQS holds them back."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.noisy_groups_alarm_threshold >= 0
+    error_message = "noisy_groups_alarm_threshold must be 0 or more."
+  }
+}
+
+variable "quiet_groups_age_alarm_threshold_seconds" {
+  description = "Alarm when the oldest message of a quiet tenant is older than this many seconds: tenants that are not flooding the queue are waiting."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.quiet_groups_age_alarm_threshold_seconds > 0
+    error_message = "quiet_groups_age_alarm_threshold_seconds must be positive."
+  }
+}
+
+variable "fair_queue_alarm_evaluation_periods" {
+  description = "Consecutive one-minute periods over a fair-queue threshold before its alarm fires."
+  type        = number
+  default     = 5
+
+  validation {
+    condition     = var.fair_queue_alarm_evaluation_periods >= 1
+    error_message = "fair_queue_alarm_evaluation_periods must be at least 1."
+  }
+}
