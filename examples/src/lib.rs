@@ -32,6 +32,8 @@ mod guides {
     struct Tracing;
     #[doc = include_str!("../../docs/events.md")]
     struct Events;
+    #[doc = include_str!("../../docs/tenants.md")]
+    struct Tenants;
 }
 
 use std::path::PathBuf;
