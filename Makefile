@@ -29,7 +29,8 @@ test-setup:
 ## doubles and their conformance suites, both runtimes on them, the small examples, doctests, and the
 ## simulator's fixed seeds (a fifth of each simulation's seeds here, every once-failed seed; `make test` runs
 ## them all). `make test` runs all of this and everything that needs LocalStack.
-CHECK_SEEDS = FIXED_SEEDS=300 DELAY_SEEDS=40 TIMER_SEEDS=60 OUTBOX_SEEDS=80 SCHEDULE_SEEDS=60 FLOW_SEEDS=8
+CHECK_SEEDS = FIXED_SEEDS=300 DELAY_SEEDS=40 TIMER_SEEDS=60 OUTBOX_SEEDS=80 SCHEDULE_SEEDS=60 FLOW_SEEDS=8 \
+	TENANT_SEEDS=40
 CHECK_TESTS = --test memory --test batch --test request_shape --test http --test skip_while_running \
 	--test doubles --test simulations
 check: lint

@@ -299,6 +299,41 @@ async fn messages_round_trip_with_their_attributes() {
     database.remove().await;
 }
 
+/// A tenant needs no column of its own: on a standard queue it is the `MessageGroupId`, kept in the
+/// `group_id` column (rows written before tenants have none and relay as they did); on a FIFO queue,
+/// whose group is the aggregate, it is the `conveyor.tenant` attribute.
+#[tokio::test]
+async fn a_tenant_is_kept_as_the_message_group_or_its_attribute() {
+    let database = Database::new("tenant").await;
+    let mut conn = database.pool.acquire().await.unwrap();
+    let job = NewJob::new("invoice", json!({ "id": 1 })).tenant("acme-42");
+    database.outbox().put(&mut conn, job, "order-1").await.unwrap();
+    let fifo = PostgresOutbox::with_tables(
+        "http://localhost/000000000000/orders.fifo",
+        database.tables.clone(),
+    );
+    let job = NewJob::new("invoice", json!({ "id": 2 })).tenant("acme-42");
+    fifo.put(&mut conn, job, "order-2").await.unwrap();
+    drop(conn);
+    let standard = &database.store().jobs("order-1", 10).await.unwrap()[0].message;
+    assert_eq!(standard.group_id.as_deref(), Some("acme-42"));
+    assert_eq!(
+        standard.deduplication_id, None,
+        "SQS refuses one on a standard queue"
+    );
+    let fifo = &database.store().jobs("order-2", 10).await.unwrap()[0].message;
+    assert_eq!(
+        fifo.group_id.as_deref(),
+        Some("order-2"),
+        "the aggregate stays the FIFO group"
+    );
+    assert_eq!(
+        fifo.attributes.get(conveyor_core::message::TENANT_ATTRIBUTE),
+        Some(&AttributeValue::string("acme-42"))
+    );
+    database.remove().await;
+}
+
 #[tokio::test]
 async fn a_newer_format_is_refused_not_skipped() {
     let database = Database::new("format").await;

@@ -560,20 +560,15 @@ impl PayloadStore for ExpiringPayloads {
 /// Runs `seed`'s scenario and checks its invariants.
 pub fn simulate_delays(seed: u64) -> DelayReport {
     let scenario = DelayScenario::generate(seed);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-    {
+    let runtime = match crate::seeded_paused_runtime(seed) {
         Ok(runtime) => runtime,
         Err(error) => {
             return DelayReport {
-                violations: vec![format!("could not build the runtime: {error}")],
+                violations: vec![error],
                 ..DelayReport::default()
             };
         }
     };
-    fastrand::seed(seed);
     runtime.block_on(run(&scenario))
 }
 

@@ -61,6 +61,18 @@ pub fn map_seeds<R: Send>(
     results
 }
 
+/// One seed's world: a current-thread runtime on a paused clock, with the global `fastrand` (the
+/// runtimes' jitter) seeded by `seed`; `Err` says why the runtime could not be built.
+pub fn seeded_paused_runtime(seed: u64) -> Result<tokio::runtime::Runtime, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(|error| format!("could not build the runtime: {error}"))?;
+    fastrand::seed(seed);
+    Ok(runtime)
+}
+
 /// The one seed to replay that environment variable `var` names, when it is set (`TIMER_SEED=S`).
 pub fn seed_from_env(var: &str) -> Option<u64> {
     std::env::var(var).ok().and_then(|seed| seed.trim().parse().ok())

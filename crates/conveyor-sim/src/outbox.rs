@@ -369,20 +369,15 @@ pub struct OutboxReport {
 /// Runs `seed`'s outbox scenario and checks its invariants.
 pub fn simulate_outbox(seed: u64) -> OutboxReport {
     let scenario = OutboxScenario::generate(seed);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-    {
+    let runtime = match crate::seeded_paused_runtime(seed) {
         Ok(runtime) => runtime,
         Err(error) => {
             return OutboxReport {
-                violations: vec![format!("could not build the runtime: {error}")],
+                violations: vec![error],
                 ..OutboxReport::default()
             };
         }
     };
-    fastrand::seed(seed);
     let log = runtime.block_on(run(&scenario));
     check(&scenario, &log)
 }

@@ -263,20 +263,15 @@ impl Handler for Recorder {
 /// Runs `seed`'s scenario and checks its invariants.
 pub fn simulate_tenants(seed: u64) -> TenantReport {
     let scenario = TenantScenario::generate(seed);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-    {
+    let runtime = match crate::seeded_paused_runtime(seed) {
         Ok(runtime) => runtime,
         Err(error) => {
             return TenantReport {
-                violations: vec![format!("could not build the runtime: {error}")],
+                violations: vec![error],
                 ..TenantReport::default()
             };
         }
     };
-    fastrand::seed(seed);
     runtime.block_on(run(&scenario))
 }
 

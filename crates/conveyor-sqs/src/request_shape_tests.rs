@@ -299,6 +299,32 @@ async fn receives_send_their_visibility_timeout_and_fifo_receives_an_attempt_id(
     assert_ne!(first, second, "each receive its own attempt id");
 }
 
+/// A tenant on a standard queue is the `MessageGroupId` of the send, with no deduplication id (SQS
+/// refuses one there) and no attribute.
+#[tokio::test]
+async fn a_tenant_is_sent_as_the_message_group_of_a_standard_queue() {
+    let seen = recorder::<SendMessageInput>();
+    let record = Arc::clone(&seen);
+    let send = mock!(Client::send_message).then_compute_output(move |input| {
+        record.lock().unwrap().push(input.clone());
+        SendMessageOutput::builder().message_id("m-1").build()
+    });
+    let client = mock_sqs([&send]);
+    crate::Producer::new(client, URL)
+        .send(&crate::NewJob::new("invoice", 7).tenant("acme-42"))
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].message_group_id(), Some("acme-42"));
+    assert_eq!(seen[0].message_deduplication_id(), None);
+    let names: Vec<&String> = seen[0].message_attributes().unwrap().keys().collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "conveyor.type and conveyor.version only: {names:?}"
+    );
+}
+
 #[tokio::test]
 async fn fifo_dead_letters_keep_the_group_and_deduplicate_on_the_message_id() {
     let attributes = attributes_rule(Some(&redrive_policy("jobs-dlq.fifo")), "jobs.fifo");

@@ -449,3 +449,52 @@ async fn fifo_expired_receipt_handle_on_delete_is_lease_lost() -> anyhow::Result
     );
     Ok(())
 }
+
+/// A job's tenant on a standard queue travels as `MessageGroupId` (no attribute spent), comes back on
+/// receive, and stays on the deferred copy and on the dead-letter copy; an invalid tenant is refused
+/// before it is sent, naming what is wrong.
+#[tokio::test]
+async fn a_tenant_travels_as_the_message_group_on_a_standard_queue() -> anyhow::Result<()> {
+    let client = client().await?;
+    let created = create_queue(&client, &QueueSpec::standard("sqs-tenant").max_receive_count(5)).await?;
+    let queue = SqsQueue::connect(client.clone(), &created.url).await?;
+    let producer = Producer::new(client.clone(), &created.url);
+    producer
+        .send(&NewJob::new("invoice", 7).key("invoice:7").tenant("acme-42"))
+        .await?;
+    let message = receive_one(&queue).await?;
+    assert_eq!(message.group_id.as_deref(), Some("acme-42"));
+    assert_eq!(message.tenant(), Some("acme-42"));
+    assert_eq!(
+        message.attributes.len(),
+        3,
+        "type, version and key: the tenant spends no attribute"
+    );
+
+    let copy = conveyor_core::runtime::deferred_copy(&message, Duration::ZERO, false)?;
+    queue.send(copy).await?;
+    queue.delete_batch(&[message.receipt_handle.clone()]).await?;
+    let deferred = receive_one(&queue).await?;
+    assert_eq!(
+        deferred.tenant(),
+        Some("acme-42"),
+        "the deferred copy keeps its tenant"
+    );
+    assert_eq!(deferred.original_id(), message.id);
+
+    let failure = Failure::now("no such invoice", 1, queue.name(), "invoice");
+    queue.dead_letter(&deferred, &failure).await?;
+    let dlq = SqsQueue::connect(client.clone(), created.dlq_url.clone().context("dlq url")?).await?;
+    let dead = receive_one(&dlq).await?;
+    assert_eq!(dead.tenant(), Some("acme-42"), "the DLQ copy keeps its tenant");
+
+    let refused = producer
+        .send(&NewJob::new("invoice", 8).tenant("acme corp"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ProduceError::InvalidTenant { .. }) && refused.to_string().contains("position 4"),
+        "{refused}"
+    );
+    Ok(())
+}

@@ -150,10 +150,6 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message_age" {
 # is a tenant SQS holds back (over 10% of the in-flight messages and at least 30 of them, or over 10%
 # of the consumers' processing time); the quiet groups are everyone else, whose dwell time fair queues
 # keep low. Created when fair_queue_alarms is true (the default); without tenants the metrics stay 0.
-locals {
-  # The queue's region, from its ARN (the provider's aws_region attribute changed name in 6.x).
-  region = split(":", aws_sqs_queue.this.arn)[3]
-}
 
 # A tenant flooding the queue: SQS is holding it back. Informational (its own jobs wait); the quiet
 # tenants' age alarm below is the one that says fairness is not enough.
