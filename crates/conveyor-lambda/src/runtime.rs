@@ -395,23 +395,23 @@ mod tests {
 
     #[test]
     fn tenant_limits_from_the_environment() {
-        let config = config(&[
+        let read = config(&[
             (TENANT_MAX_CONCURRENT_ENV, "3"),
             (TENANT_PER_SECOND_ENV, "1.5"),
             (TENANT_METRICS_TOP_ENV, "7"),
         ])
         .unwrap();
-        assert_eq!(config.tenants.max_concurrent, Some(3));
-        assert_eq!(config.tenants.per_second, Some(1.5));
-        assert_eq!(config.tenants.metrics_top, 7);
-        let error = super::config(&[(TENANT_PER_SECOND_ENV, "fast")])
+        assert_eq!(read.tenants.max_concurrent, Some(3));
+        assert_eq!(read.tenants.per_second, Some(1.5));
+        assert_eq!(read.tenants.metrics_top, 7);
+        let error = config(&[(TENANT_PER_SECOND_ENV, "fast")])
             .unwrap_err()
             .to_string();
         assert!(
             error.contains(TENANT_PER_SECOND_ENV) && error.contains("jobs a second"),
             "{error}"
         );
-        let zero = super::config(&[(TENANT_MAX_CONCURRENT_ENV, "0")]).unwrap();
+        let zero = config(&[(TENANT_MAX_CONCURRENT_ENV, "0")]).unwrap();
         assert!(zero.validate().unwrap_err().to_string().contains("limit of 0"));
     }
 
