@@ -304,8 +304,9 @@ impl TenantGuards {
     }
 
     /// [`TenantGuards::admit`] for a job deferred `deferrals` times before: each deferral doubles the
-    /// next (up to 32 times `defer_for`, at most 5 minutes), so a tenant's backlog far over its limit
-    /// does not come round every `defer_for`, each time a send and a delete.
+    /// window the next is drawn from (up to 32 times `defer_for`, at most 5 minutes), so a tenant's
+    /// backlog far over its limit spreads out instead of coming round every `defer_for`, each time a
+    /// send and a delete.
     pub fn admit_after(self: &Arc<Self>, tenant: Option<&str>, deferrals: u32) -> TenantAdmission {
         let Some(tenant) = tenant.filter(|_| !self.is_empty()) else {
             return TenantAdmission::Run(TenantSlot::unlimited());
@@ -333,13 +334,17 @@ impl TenantGuards {
         })
     }
 
+    /// The deferral: at least `wait` (a rate's) and `defer_for`, plus a jitter over the doubled
+    /// window. Spread over the whole window, not around its end: a backlog deferred together would
+    /// otherwise come back together, fill the tenant's slots in an instant and be deferred again, all
+    /// but a few of it, at every round.
     fn defer(&self, wait: Duration, deferrals: u32, limit: &'static str) -> TenantAdmission {
         let base = self.limits.defer_for;
-        let backed_off = base
+        let window = base
             .saturating_mul(1 << deferrals.min(MAX_DOUBLINGS))
             .min(MAX_DEFERRAL);
         TenantAdmission::Defer {
-            delay: added_jitter(wait.max(backed_off), base).min(MAX_DEFERRAL),
+            delay: added_jitter(wait.max(base), window).min(MAX_DEFERRAL),
             limit,
         }
     }
@@ -430,11 +435,20 @@ mod tests {
             TenantAdmission::Run(_) => panic!("over the limit"),
         };
         assert!((Duration::from_secs(2)..=Duration::from_secs(4)).contains(&delay(0)));
-        assert!((Duration::from_secs(16)..=Duration::from_secs(18)).contains(&delay(3)));
+        let third: Vec<Duration> = (0..200).map(|_| delay(3)).collect();
+        let (low, high) = (Duration::from_secs(2), Duration::from_secs(18));
+        assert!(third.iter().all(|delay| (low..=high).contains(delay)));
         assert!(
-            (Duration::from_secs(64)..=Duration::from_secs(66)).contains(&delay(9)),
-            "32 × 2 s"
+            third.iter().any(|delay| *delay < Duration::from_secs(6))
+                && third.iter().any(|delay| *delay > Duration::from_secs(14)),
+            "spread over the whole doubled window: {third:?}"
         );
+        let ninth: Vec<Duration> = (0..200).map(|_| delay(9)).collect();
+        assert!(
+            ninth.iter().all(|delay| *delay <= Duration::from_secs(66)),
+            "at most 32 × 2 s after the base"
+        );
+        assert!(ninth.iter().any(|delay| *delay > Duration::from_secs(50)));
     }
 
     #[tokio::test(start_paused = true)]
