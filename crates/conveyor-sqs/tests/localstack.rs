@@ -473,7 +473,9 @@ async fn a_tenant_travels_as_the_message_group_on_a_standard_queue() -> anyhow::
 
     let copy = conveyor_core::runtime::deferred_copy(&message, Duration::ZERO, false)?;
     queue.send(copy).await?;
-    queue.delete_batch(&[message.receipt_handle.clone()]).await?;
+    queue
+        .delete_batch(std::slice::from_ref(&message.receipt_handle))
+        .await?;
     let deferred = receive_one(&queue).await?;
     assert_eq!(
         deferred.tenant(),
