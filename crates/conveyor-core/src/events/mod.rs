@@ -3,7 +3,7 @@
 //!
 //! # Design note: opening
 //!
-//! A message is opened step by step, at most [`MAX_DEPTH`] steps (S3 → SNS → SQS is two). A message
+//! A message is opened step by step, at most `MAX_DEPTH` (three) steps (S3 → SNS → SQS is two). A message
 //! that carries `conveyor.type` is Conveyor's own and is never opened. Otherwise, in this order:
 //!
 //! | what | detected by | the job (body) | key (when the message has no `conveyor.key`) |
