@@ -59,7 +59,6 @@ pub fn message_span(message: &Message, queue: &str, relation: ProducerRelation) 
     span
 }
 
-#[cfg(not(feature = "otel"))]
 fn new_span(message: &Message, queue: &str) -> tracing::Span {
     tracing::info_span!(
         "message",
@@ -68,20 +67,8 @@ fn new_span(message: &Message, queue: &str) -> tracing::Span {
         receive_count = message.receive_count,
         job_type = message.job_type(),
         outcome = tracing::field::Empty,
-    )
-}
-
-#[cfg(feature = "otel")]
-fn new_span(message: &Message, queue: &str) -> tracing::Span {
-    tracing::info_span!(
-        "message",
-        message_id = %message.id,
-        queue = %queue,
-        receive_count = message.receive_count,
-        job_type = message.job_type(),
-        outcome = tracing::field::Empty,
-        // Recorded only when an OpenTelemetry layer is installed (`otel::relate`): log lines without
-        // one do not carry them.
+        // Recorded only when an OpenTelemetry layer sees the span (`otel::relate`); an empty field is
+        // not written, so log lines never carry them otherwise.
         otel.name = tracing::field::Empty,
         otel.kind = tracing::field::Empty,
     )

@@ -117,21 +117,20 @@ impl OtlpReceiver {
         timeout: Duration,
         done: impl Fn(&[ReceivedSpan]) -> bool,
     ) -> anyhow::Result<Vec<ReceivedSpan>> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let poll = Duration::from_millis(100);
+        let arrived = crate::wait::wait_for(timeout, poll, async || {
             let spans = self.spans();
-            if done(&spans) {
-                return Ok(spans);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                let names: Vec<String> = spans
-                    .iter()
-                    .map(|span| format!("{}:{} ({})", span.service, span.name, span.span_id))
-                    .collect();
-                anyhow::bail!("the spans awaited did not arrive within {timeout:?}; received: {names:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            done(&spans).then_some(spans)
+        })
+        .await;
+        arrived.map_err(|_| {
+            let names: Vec<String> = self
+                .spans()
+                .iter()
+                .map(|span| format!("{}:{} ({})", span.service, span.name, span.span_id))
+                .collect();
+            anyhow::anyhow!("the spans awaited did not arrive within {timeout:?}; received: {names:?}")
+        })
     }
 }
 
