@@ -93,8 +93,15 @@ async fn receive_counts(
         .collect())
 }
 
+/// Clicks the element `css` once it is on the page (10 s at most): a click that submitted a form or
+/// followed a link returns before the next page has loaded.
 async fn click(browser: &Client, css: &str) -> anyhow::Result<()> {
-    browser.find(Locator::Css(css)).await?.click().await?;
+    let element = wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        browser.find(Locator::Css(css)).await.ok()
+    })
+    .await
+    .with_context(|| format!("{css} never appeared"))?;
+    element.click().await?;
     Ok(())
 }
 
