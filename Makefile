@@ -68,7 +68,7 @@ bench: local-aws
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead
 	$(CARGO) run --release -p conveyor-sqs --example send_bench
-	$(CARGO) run --release -p conveyor-worker --example tenant_bench
+	$(CARGO) run --release -p conveyor-sim --example tenant_bench
 	$(CARGO) run --release -p conveyor-outbox --example backlog_bench -- 10000
 	$(CARGO) run --release -p conveyor-otel --example trace_cost
 	$(CARGO) build --profile dist -p conveyor-examples --bin bootstrap --bin worker

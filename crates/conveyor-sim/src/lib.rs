@@ -3,6 +3,7 @@
 pub mod check;
 pub mod clock;
 pub mod delays;
+pub mod dwell;
 pub mod flows;
 pub mod handler;
 pub mod io;

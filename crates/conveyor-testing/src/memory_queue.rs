@@ -16,6 +16,10 @@
 //! (`promote_due`), with the queue's lock held, so no background task is needed and the queue works
 //! under `tokio::time::pause()` (all deadlines are `tokio::time::Instant`).
 //!
+//! Standard queues behave as SQS fair queues when messages carry a `MessageGroupId` (see [`fair`]): a
+//! receive takes the quiet groups' messages first while one group holds a large share of the messages
+//! in flight. Every group's in-flight count is kept on both kinds of queue.
+//!
 //! FIFO queues scan `fifo_order` (all live messages in send order) and take the first visible messages
 //! of groups with nothing in flight, several of one group in order when possible, as SQS does. The scan
 //! stops at the batch size; it is O(n) at worst, fine for tests.
@@ -51,6 +55,8 @@ use conveyor_core::{
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+pub mod fair;
 
 /// How many deleted messages' last receipts are remembered, so a repeated delete succeeds as on SQS.
 pub const TOMBSTONES: usize = 65_536;
@@ -217,9 +223,7 @@ impl State {
                 Status::Delayed => self.delayed -= 1,
                 Status::InFlight => {
                     self.in_flight -= 1;
-                    if fifo {
-                        release_group(&mut self.group_in_flight, message.group_id.as_deref());
-                    }
+                    release_group(&mut self.group_in_flight, message.group_id.as_deref());
                 }
             }
             message.status = Status::Visible;
@@ -250,9 +254,7 @@ impl State {
             Status::Delayed => self.delayed -= 1,
             Status::InFlight => {
                 self.in_flight -= 1;
-                if fifo {
-                    release_group(&mut self.group_in_flight, message.group_id.as_deref());
-                }
+                release_group(&mut self.group_in_flight, message.group_id.as_deref());
             }
             Status::Visible => {}
         }
@@ -331,7 +333,9 @@ struct Redrive {
 
 /// An in-memory queue with SQS's semantics: visibility timeouts, redelivery with a higher receive
 /// count and a new receipt handle, redrive to a DLQ after `maxReceiveCount` receives, FIFO groups,
-/// delays, long polling, and per-entry batch failures.
+/// delays, long polling, and per-entry batch failures. Standard queues are fair queues, as on SQS: while
+/// one `MessageGroupId` holds a large share of the messages in flight, receives take the other groups'
+/// messages first ([`fair`]; [`MemoryQueue::without_fair_queues`] turns that off).
 ///
 /// Differences from SQS, all on the strict side: only the latest receipt handle of an in-flight message
 /// is valid (SQS accepts some stale deletes without deleting; here they fail with
@@ -359,6 +363,8 @@ struct Redrive {
 pub struct MemoryQueue {
     name: String,
     fifo: bool,
+    /// Standard queues only: receives favour quiet groups, as SQS fair queues do.
+    fair: bool,
     nonce: u32,
     visibility_timeout: Duration,
     redrive: Option<Redrive>,
@@ -374,6 +380,7 @@ impl MemoryQueue {
         let name = name.into();
         Self {
             fifo: name.ends_with(".fifo"),
+            fair: true,
             name,
             nonce: uuid::Uuid::new_v4().as_u128() as u32,
             visibility_timeout: DEFAULT_VISIBILITY_TIMEOUT,
@@ -396,6 +403,14 @@ impl MemoryQueue {
             return Self::new(name);
         }
         Self::new(format!("{name}.fifo"))
+    }
+
+    /// Turns the fair-queue ordering of a standard queue off (on by default, as on SQS, where every
+    /// standard queue is a fair queue for messages with a `MessageGroupId`): receives then take visible
+    /// messages oldest first whatever their group, as LocalStack 4.8 does. For comparisons; see [`fair`].
+    pub fn without_fair_queues(mut self) -> Self {
+        self.fair = false;
+        self
     }
 
     /// Sets the queue's visibility timeout (default 30 s, as on SQS).
@@ -682,6 +697,9 @@ impl MemoryQueue {
         batch: &mut Vec<Message>,
         moved: &mut Vec<Stored>,
     ) {
+        if self.fair {
+            self.take_fair(state, max, lease, batch, moved);
+        }
         while batch.len() < max {
             let Some((seq, version)) = state.ready.pop_front() else {
                 break;
@@ -692,11 +710,56 @@ impl MemoryQueue {
             if message.version != version || message.status != Status::Visible {
                 continue;
             }
-            if self.redrives(message) {
-                moved.extend(state.remove(seq, false));
-                continue;
+            self.deliver_or_redrive(state, seq, lease, batch, moved);
+        }
+    }
+
+    /// Delivers a visible message of a standard queue, or moves it toward the DLQ when its receives
+    /// are spent.
+    fn deliver_or_redrive(
+        &self,
+        state: &mut State,
+        seq: u64,
+        lease: Lease,
+        batch: &mut Vec<Message>,
+        moved: &mut Vec<Stored>,
+    ) {
+        if state
+            .messages
+            .get(&seq)
+            .is_some_and(|message| self.redrives(message))
+        {
+            moved.extend(state.remove(seq, false));
+            return;
+        }
+        batch.extend(self.deliver(state, seq, lease));
+    }
+
+    /// While some group is noisy, takes the messages [`fair::pick`] orders; leaves the rest of the batch
+    /// (none, unless nothing is noisy) to the oldest-first loop.
+    fn take_fair(
+        &self,
+        state: &mut State,
+        max: usize,
+        lease: Lease,
+        batch: &mut Vec<Message>,
+        moved: &mut Vec<Stored>,
+    ) {
+        loop {
+            let noisy = fair::noisy_groups(&state.group_in_flight, state.in_flight);
+            let room = max.saturating_sub(batch.len());
+            if noisy.is_empty() || room == 0 {
+                return;
             }
-            batch.extend(self.deliver(state, seq, lease));
+            let picked = fair::pick(&state.ready, &state.messages, &noisy, room);
+            if picked.is_empty() {
+                return;
+            }
+            // Each picked message is delivered or redriven, so the loop ends; a redriven one leaves room
+            // that the next round (with the counts it changed) fills.
+            for seq in picked {
+                self.deliver_or_redrive(state, seq, lease, batch, moved);
+            }
         }
     }
 
@@ -742,7 +805,6 @@ impl MemoryQueue {
         let Lease { now, visibility } = lease;
         let version = state.version();
         let deadline = now + visibility;
-        let fifo = self.fifo;
         let State {
             messages,
             group_in_flight,
@@ -753,7 +815,7 @@ impl MemoryQueue {
         let message = messages.get_mut(&seq)?;
         *in_flight += 1;
         timers.push(Reverse((deadline, seq, version)));
-        if fifo && let Some(group) = &message.group_id {
+        if let Some(group) = &message.group_id {
             *group_in_flight.entry(group.clone()).or_insert(0) += 1;
         }
         message.receive_count += 1;
@@ -845,9 +907,8 @@ impl MemoryQueue {
             message.status = Status::Visible;
             message.visible_at = now;
             *in_flight -= 1;
-            if fifo {
-                release_group(group_in_flight, message.group_id.as_deref());
-            } else {
+            release_group(group_in_flight, message.group_id.as_deref());
+            if !fifo {
                 ready.push_back((receipt.seq, version));
             }
             return Ok(());
@@ -1182,13 +1243,7 @@ mod tests {
     async fn fifo_blocks_a_group_while_one_of_its_messages_is_in_flight() {
         let queue = MemoryQueue::fifo("q");
         for (group, body) in [("a", "a1"), ("a", "a2"), ("b", "b1")] {
-            queue
-                .push_message(OutgoingMessage {
-                    body: body.to_owned(),
-                    group_id: Some(group.to_owned()),
-                    ..OutgoingMessage::default()
-                })
-                .unwrap();
+            grouped(&queue, group, body);
         }
         let first = queue.receive(1, Duration::ZERO).await.unwrap();
         assert_eq!(first[0].body, "a1");
@@ -1280,5 +1335,105 @@ mod tests {
         let failures = two.delete_batch(&receipts(&received)).await.unwrap();
         assert_eq!(failures.len(), 1);
         assert_eq!(two.len(), 1);
+    }
+
+    fn grouped(queue: &MemoryQueue, group: &str, body: &str) {
+        queue
+            .push_message(OutgoingMessage {
+                body: body.to_owned(),
+                group_id: Some(group.to_owned()),
+                ..OutgoingMessage::default()
+            })
+            .unwrap();
+    }
+
+    fn bodies(messages: &[Message]) -> Vec<&str> {
+        messages.iter().map(|message| message.body.as_str()).collect()
+    }
+
+    /// 30 of the noisy group's messages in flight (30, and more than 10% of 30), 110 more waiting, then
+    /// two quiet tenants' messages and one without a group: the receive takes the quiet ones first,
+    /// then the noisy group's oldest. With fairness off, oldest first.
+    #[tokio::test(start_paused = true)]
+    async fn a_noisy_group_waits_behind_quiet_ones() {
+        for fair in [true, false] {
+            let mut queue = MemoryQueue::standard("q");
+            if !fair {
+                queue = queue.without_fair_queues();
+            }
+            for n in 0..140 {
+                grouped(&queue, "noisy", &format!("n{n}"));
+            }
+            grouped(&queue, "quiet-a", "a");
+            grouped(&queue, "quiet-b", "b");
+            queue.push("ungrouped").unwrap();
+            for _ in 0..3 {
+                queue.receive(10, Duration::ZERO).await.unwrap();
+            }
+            let next = queue.receive(5, Duration::ZERO).await.unwrap();
+            let expected = if fair {
+                ["a", "b", "ungrouped", "n30", "n31"]
+            } else {
+                ["n30", "n31", "n32", "n33", "n34"]
+            };
+            assert_eq!(bodies(&next), expected, "fair queues {fair}");
+        }
+    }
+
+    /// Below 30 in flight a group is never noisy, whatever its share; and a group stops being noisy
+    /// once its in-flight count falls, so its backlog is served in order again.
+    #[tokio::test(start_paused = true)]
+    async fn a_group_is_noisy_only_with_30_in_flight_and_over_a_tenth() {
+        let queue = MemoryQueue::standard("q");
+        for n in 0..60 {
+            grouped(&queue, "noisy", &format!("n{n}"));
+        }
+        grouped(&queue, "quiet", "q1");
+        let first = queue.receive(10, Duration::ZERO).await.unwrap();
+        let second = queue.receive(10, Duration::ZERO).await.unwrap();
+        let third = queue.receive(9, Duration::ZERO).await.unwrap();
+        assert_eq!(bodies(&third)[8], "n28", "29 in flight: not noisy yet");
+        let fourth = queue.receive(2, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            bodies(&fourth),
+            ["n29", "n30"],
+            "29 in flight is below the threshold"
+        );
+        grouped(&queue, "quiet", "q2");
+        let fifth = queue.receive(2, Duration::ZERO).await.unwrap();
+        assert_eq!(
+            bodies(&fifth),
+            ["q1", "q2"],
+            "31 in flight: the quiet group goes first"
+        );
+        for done in [&first, &second] {
+            queue.delete_batch(&receipts(done)).await.unwrap();
+        }
+        grouped(&queue, "quiet", "q3");
+        let sixth = queue.receive(1, Duration::ZERO).await.unwrap();
+        assert_eq!(bodies(&sixth), ["n31"], "11 in flight: not noisy any more");
+    }
+
+    /// Two noisy groups: the one with fewer in flight is served first, even when the other's backlog is
+    /// older.
+    #[tokio::test(start_paused = true)]
+    async fn the_least_busy_noisy_group_goes_first() {
+        let queue = MemoryQueue::standard("q");
+        let sends = [
+            ("big", 0..40),
+            ("small", 0..30),
+            ("big", 40..50),
+            ("small", 30..40),
+        ];
+        for (group, numbers) in sends {
+            for n in numbers {
+                grouped(&queue, group, &format!("{group}{n}"));
+            }
+        }
+        for _ in 0..7 {
+            queue.receive(10, Duration::ZERO).await.unwrap();
+        }
+        let next = queue.receive(3, Duration::ZERO).await.unwrap();
+        assert_eq!(bodies(&next), ["small30", "small31", "small32"]);
     }
 }
