@@ -104,7 +104,7 @@ pub fn router(settings: &AppSettings) -> anyhow::Result<Router> {
     let outbox = Arc::new(Outbox::new(&settings.outbox));
     let webhook = DeliverWebhook::new(settings.webhook_secret.clone(), settings.webhook_timeout)
         .context("building the webhook HTTP client")?;
-    Ok(Router::new()
+    let router = Router::new()
         .route(SendWelcomeEmail {
             outbox: Arc::clone(&outbox),
         })
@@ -115,8 +115,11 @@ pub fn router(settings: &AppSettings) -> anyhow::Result<Router> {
         .route(ImportContacts {
             outbox: Arc::clone(&outbox),
         })
-        .route(AssembleReportHandler { outbox })
-        .route(webhook))
+        .route(AssembleReportHandler {
+            outbox: Arc::clone(&outbox),
+        })
+        .route(webhook);
+    Ok(crate::jobs::events::routes(router, &outbox))
 }
 
 /// The router, configured from the environment.

@@ -2,6 +2,8 @@
 //! processes against LocalStack and DynamoDB Local.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use conveyor_demo::Binaries;
@@ -72,4 +74,58 @@ pub fn receive_count(line: &serde_json::Value) -> Option<u64> {
             .iter()
             .find_map(|span| span["receive_count"].as_u64())
     })
+}
+
+/// Variables of the test process that would point a child elsewhere, or change what it does, when its
+/// `env` does not name them.
+const INHERITED: &[&str] = &[
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_SQS",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "CONVEYOR_IDEMPOTENCY_TABLE",
+    "CONVEYOR_PAYLOAD_CLEANUP",
+];
+
+/// Runs `conveyor lambda run --until-empty` on `queue_url` with the example `bootstrap`, as a user
+/// would: `env` is the runner's environment and is passed to the bootstrap with `--env`. Returns what
+/// the runner printed; fails with that output when it exits unsuccessfully or runs past `timeout`.
+pub async fn lambda_run_until_empty(
+    queue_url: &str,
+    env: &[(String, String)],
+    timeout: Duration,
+) -> anyhow::Result<std::process::Output> {
+    let binaries = binaries();
+    let mut runner = tokio::process::Command::new(binaries.path("conveyor")?);
+    for name in INHERITED {
+        runner.env_remove(name);
+    }
+    runner
+        .args([
+            "lambda",
+            "run",
+            "--until-empty",
+            "--queue-url",
+            queue_url,
+            "--bootstrap",
+        ])
+        .arg(binaries.path("bootstrap")?)
+        .envs(env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        runner.arg("--env").arg(format!("{name}={value}"));
+    }
+    let output = tokio::time::timeout(timeout, runner.output())
+        .await
+        .with_context(|| format!("conveyor lambda run took more than {timeout:?}"))??;
+    anyhow::ensure!(
+        output.status.success(),
+        "conveyor lambda run failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output)
 }

@@ -4,7 +4,9 @@
 //! through SNS (structured, and binary mode through message attributes), and malformed envelopes. Each
 //! runs through both runtimes: the long-poll `Worker`, and the Lambda adapter's `BatchProcessor` fed
 //! the way an event source mapping feeds it (received from the real queue, records converted with
-//! `to_record`, the records not reported as failures deleted afterwards).
+//! `to_record`, the records not reported as failures deleted afterwards). A third test runs the example
+//! application's own event routes in its `bootstrap`, a process of its own under `conveyor lambda
+//! run`, as `cargo lambda` would run it.
 //!
 //! Measured on LocalStack 4.8.1 (host mode, offline): every one of these deliveries arrives, with the
 //! bodies AWS documents (SNS's JSON envelope with `MessageAttributes` and signature fields, the
@@ -174,6 +176,11 @@ struct Wiring {
 }
 
 async fn wire(name: &str) -> anyhow::Result<Wiring> {
+    wire_for(name, &format!("my.app.{name}")).await
+}
+
+/// [`wire`], with the EventBridge rule matching `source`.
+async fn wire_for(name: &str, source: &str) -> anyhow::Result<Wiring> {
     let emulator = emulator().await;
     let config = sdk_config(&emulator.endpoint());
     let sqs = emulator.sqs_client();
@@ -191,7 +198,7 @@ async fn wire(name: &str) -> anyhow::Result<Wiring> {
     let topic = subscribed_topic(&sns, &format!("{name}-topic"), &queue.arn, false).await?;
     let raw_topic = subscribed_topic(&sns, &format!("{name}-raw"), &queue.arn, true).await?;
 
-    let source = format!("my.app.{name}");
+    let source = source.to_owned();
     let rule = unique_name(&format!("{name}-rule"));
     events
         .put_rule()
@@ -632,4 +639,108 @@ async fn aws_events_run_unwrapped_in_the_lambda_adapter() -> anyhow::Result<()> 
     stop.cancel();
     mapping.await??;
     settled
+}
+
+/// The example application's `bootstrap` under `conveyor lambda run` (another process, the runner
+/// playing the event source mapping): a `welcome_email` job published to SNS, an EventBridge billing
+/// event, an S3 upload (and both buckets' test events), a CloudEvent through SNS, and a billing event
+/// whose detail does not decode. The example's outbox file says what each handler did.
+#[tokio::test]
+async fn aws_events_run_in_the_example_bootstrap() -> anyhow::Result<()> {
+    use conveyor_examples::jobs::events::{BILLING_SOURCE, INVOICE_PAID, USER_SIGNED_UP};
+    let wiring = wire_for("events-bootstrap", BILLING_SOURCE).await?;
+    let welcome = r#"{"user_id": 41, "email": "ada@example.com", "name": "Ada"}"#;
+    let sns_id = wiring
+        .publish(&wiring.topic, welcome, &[("conveyor.type", "welcome_email")])
+        .await?;
+    let put_event = async |detail: &str| -> anyhow::Result<String> {
+        let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+            .source(BILLING_SOURCE)
+            .detail_type(INVOICE_PAID)
+            .detail(detail)
+            .build();
+        let put = wiring.events.put_events().entries(entry).send().await?;
+        put.entries()[0].event_id.clone().context("no event id")
+    };
+    let paid = put_event(r#"{"invoice_id": "inv-1", "amount_cents": 1200}"#).await?;
+    put_event(r#"{"amount_cents": 5}"#).await?;
+    wiring
+        .s3
+        .put_object()
+        .bucket(&wiring.bucket)
+        .key("uploads/contacts.csv")
+        .body(b"email\nada@example.com\n".to_vec().into())
+        .send()
+        .await?;
+    let signed_up = json!({
+        "specversion": "1.0", "type": USER_SIGNED_UP, "source": "/identity", "id": "ce-41",
+        "datacontenttype": "application/json", "data": {"user_id": 41}
+    });
+    wiring.publish(&wiring.topic, &signed_up.to_string(), &[]).await?;
+    // SNS, two billing events, the upload and both buckets' test events (one through SNS), the
+    // CloudEvent: all delivered before the runner starts, so `--until-empty` cannot stop early.
+    let delivered = 7;
+    wait_until(TIMEOUT, Duration::from_millis(200), async || {
+        wiring.depth(&wiring.queue.url).await == delivered
+    })
+    .await
+    .context("the services did not deliver the 7 messages")?;
+
+    let emulator = emulator().await;
+    let table = localstack::create_table(&localstack::dynamodb_client().await, "events-bootstrap").await?;
+    let outbox = conveyor_e2e::outbox_path("events-bootstrap");
+    let mut env = conveyor_e2e::app_env(&table, &outbox);
+    env.retain(|(name, _)| name != "AWS_ENDPOINT_URL_SQS");
+    env.push(("AWS_ENDPOINT_URL_SQS".to_owned(), emulator.endpoint()));
+    let output = conveyor_e2e::lambda_run_until_empty(&wiring.queue.url, &env, TIMEOUT).await?;
+    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+
+    let mut effects: Vec<String> = conveyor_examples::outbox::Outbox::read_all(&outbox)?
+        .iter()
+        .map(|effect| match effect["effect"].as_str().unwrap_or_default() {
+            "email_sent" => format!("email_sent to_user={}", effect["to_user"]),
+            "payment_recorded" => format!(
+                "payment_recorded {} {} event={} key={}",
+                effect["invoice_id"], effect["amount_cents"], effect["event_id"], effect["key"]
+            ),
+            "upload_indexed" => format!(
+                "upload_indexed {} {}/{} size={}",
+                effect["event"], effect["bucket"], effect["object"], effect["size"]
+            ),
+            "onboarding_started" => format!(
+                "onboarding_started user={} {} key={}",
+                effect["user_id"], effect["cloud_event"], effect["key"]
+            ),
+            other => format!("unexpected effect {other}: {effect}"),
+        })
+        .collect();
+    effects.sort();
+    let mut expected = vec![
+        "email_sent to_user=41".to_owned(),
+        format!(r#"payment_recorded "inv-1" 1200 event="{paid}" key="conveyor:record_payment#eventbridge:{paid}""#),
+        format!(
+            r#"upload_indexed "ObjectCreated:Put" "{}"/"uploads/contacts.csv" size=22"#,
+            wiring.bucket
+        ),
+        r#"onboarding_started user=41 "/identity ce-41" key="conveyor:start_onboarding#cloudevents:/identity ce-41""#
+            .to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(
+        effects, expected,
+        "SNS message {sns_id}; the runner printed:\n{printed}"
+    );
+
+    let dead = wiring.dead_letter_reasons().await;
+    assert_eq!(
+        dead.len(),
+        1,
+        "only the undecodable billing event: {dead:?}\n{printed}"
+    );
+    assert!(
+        dead[0].contains("invoice_id"),
+        "the reason names the missing field: {dead:?}"
+    );
+    assert_eq!(wiring.depth(&wiring.queue.url).await, 0, "{printed}");
+    Ok(())
 }

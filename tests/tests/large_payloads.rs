@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use aws_sdk_sqs::types::{Message as SqsMessage, MessageAttributeValue, MessageSystemAttributeName};
 use conveyor_core::port::{PayloadError, PayloadStore, Queue};
 use conveyor_core::port::{PayloadPointer, SIZE_ATTRIBUTE};
@@ -486,30 +486,14 @@ async fn a_lambda_function_runs_a_large_job_and_deletes_its_object() -> anyhow::
         "only the large job's body is in S3"
     );
 
-    let mut runner = command(&binary("conveyor"), &setup.env());
-    runner
-        .args([
-            "lambda",
-            "run",
-            "--until-empty",
-            "--queue-url",
-            &setup.queue.url,
-            "--bootstrap",
-        ])
-        .arg(binary("bootstrap"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (name, value) in setup.env() {
-        runner.arg("--env").arg(format!("{name}={value}"));
-    }
-    let output = tokio::time::timeout(Duration::from_secs(120), runner.output()).await??;
+    let env: Vec<(String, String)> = setup
+        .env()
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect();
+    let output =
+        conveyor_e2e::lambda_run_until_empty(&setup.queue.url, &env, Duration::from_secs(120)).await?;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        bail!(
-            "conveyor lambda run failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
     let imported = setup.wait_for_import("list-lambda").await;
     assert_eq!(imported["rows"], rows);
     assert_eq!(imported["csv_sha256"], sha256(&job.csv));

@@ -10,7 +10,6 @@
 //! dead-lettered, each record's span inside its invocation's span.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style)
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -312,36 +311,9 @@ async fn lambda_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider
     let mut env = conveyor_demo::local_app_env(&table, &outbox, "traces-secret", "warn");
     env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), receiver.endpoint()));
     env.push(("OTEL_SERVICE_NAME".to_owned(), "signup-worker".to_owned()));
-    let binaries = conveyor_e2e::binaries();
-    let mut runner = tokio::process::Command::new(binaries.path("conveyor").unwrap());
-    runner
-        .args([
-            "lambda",
-            "run",
-            "--until-empty",
-            "--queue-url",
-            &created.url,
-            "--bootstrap",
-        ])
-        .arg(binaries.path("bootstrap").unwrap())
-        .envs(env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (name, value) in &env {
-        runner.arg("--env").arg(format!("{name}={value}"));
-    }
-    let output = tokio::time::timeout(Duration::from_secs(120), runner.output())
+    let output = conveyor_e2e::lambda_run_until_empty(&created.url, &env, Duration::from_secs(120))
         .await
-        .unwrap()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "conveyor lambda run failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 
     let spans = receiver
         .wait_for(SPANS_TIMEOUT, |spans| {
