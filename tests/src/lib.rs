@@ -78,7 +78,7 @@ pub fn receive_count(line: &serde_json::Value) -> Option<u64> {
 
 /// Variables of the test process that would point a child elsewhere, or change what it does, when its
 /// `env` does not name them.
-const INHERITED: &[&str] = &[
+pub const INHERITED: &[&str] = &[
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_SQS",
     "AWS_ENDPOINT_URL_S3",

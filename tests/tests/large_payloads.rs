@@ -218,19 +218,9 @@ fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// Variables of the test process that would point a child elsewhere.
-const INHERITED: &[&str] = &[
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_SQS",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_ENDPOINT_URL_DYNAMODB",
-    "CONVEYOR_IDEMPOTENCY_TABLE",
-    "CONVEYOR_PAYLOAD_CLEANUP",
-];
-
 fn command(program: &Path, env: &[(&'static str, String)]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
-    for name in INHERITED {
+    for name in conveyor_e2e::INHERITED {
         command.env_remove(name);
     }
     command
