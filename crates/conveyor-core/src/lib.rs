@@ -130,6 +130,6 @@ pub mod runtime {
         TenantAdmission, TenantGuards, TenantLimit, TenantLimitError, TenantLimits, TenantOverride,
         TenantSettings, TenantSlot,
     };
-    pub use crate::tenant_metrics::TenantMetrics;
+    pub use crate::tenant_metrics::{NONE as NO_TENANT, OTHER as OTHER_TENANTS, TenantMetrics};
     pub use crate::unrun::UnrunJob;
 }
