@@ -40,6 +40,8 @@ mod store_retry;
 pub mod tenant;
 mod tenant_limits;
 mod tenant_metrics;
+#[cfg(test)]
+mod test_logs;
 mod timer;
 pub mod trace;
 mod tracking;
