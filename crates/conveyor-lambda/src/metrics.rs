@@ -9,9 +9,13 @@
 //! label it (`conveyor_core::runtime::TenantMetrics`): one of the `metrics_top` busiest tenants by
 //! name, everyone else `other`, jobs without a tenant `none`. So a queue has at most
 //! `metrics_top + 2` tenant series per metric in CloudWatch, whatever the number of tenants (each is a
-//! custom metric, billed as one). A label that is not a valid dimension value (a `conveyor.tenant`
-//! attribute set by a foreign producer with spaces or non-ASCII; CloudWatch takes 1 to 1,024 ASCII
-//! characters, not only whitespace, no control characters) counts as `other`.
+//! custom metric, billed as one). The bound is per execution environment, each with its own sketch:
+//! environments label the tenants busy in their own traffic, so across a fleet and over time the
+//! named series are the tenants that were among the busiest somewhere (at any moment at most
+//! `2 × metrics_top` tenants can hold the `1 / (2 × metrics_top)` share a label needs). A label that
+//! is not a valid dimension value (a `conveyor.tenant` attribute from a foreign producer: non-ASCII,
+//! a control character, blank, over 1,024 characters; CloudWatch takes 1 to 1,024 ASCII characters,
+//! not only whitespace, no control characters) counts as `other`.
 //!
 //! EMF's limits hold by construction: a directive declares at most 8 metrics (100 allowed), its
 //! dimension set has at most 2 dimensions (30 allowed), a metric carries at most
