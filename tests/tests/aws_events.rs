@@ -1,7 +1,8 @@
 //! What AWS services put on a queue, end to end on a LocalStack of this file's own (SQS, SNS,
 //! EventBridge and S3): an SNS topic's SQS subscription with raw delivery off and on, an EventBridge
 //! rule's SQS target, S3 bucket notifications straight to SQS and through SNS, CloudEvents published
-//! through SNS (structured, and binary mode through message attributes), and malformed envelopes. Each
+//! through SNS (structured, and binary mode through message attributes), malformed envelopes, and SNS
+//! subscription confirmations (`confirmations.rs`). Each
 //! runs through both runtimes: the long-poll `Worker`, and the Lambda adapter's `BatchProcessor` fed
 //! the way an event source mapping feeds it (received from the real queue, records converted with
 //! `to_record`, the records not reported as failures deleted afterwards). A third test runs the example
@@ -13,6 +14,9 @@
 //! EventBridge event, S3's `Records` and `s3:TestEvent`). LocalStack does not check the queue
 //! policies AWS would require for SNS, EventBridge and S3 to send to the queue.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style)
+
+#[path = "aws_events/confirmations.rs"]
+mod confirmations;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -452,30 +456,6 @@ impl Wiring {
         Ok((expected, reasons))
     }
 
-    /// Messages in the queue, visible or in flight.
-    async fn depth(&self, url: &str) -> usize {
-        let Ok(output) = self
-            .sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await
-        else {
-            return usize::MAX;
-        };
-        output
-            .attributes()
-            .map(|attributes| {
-                attributes
-                    .values()
-                    .filter_map(|count| count.parse::<usize>().ok())
-                    .sum()
-            })
-            .unwrap_or(usize::MAX)
-    }
-
     /// The `conveyor.failure` reasons of every message in the DLQ (read without deleting).
     async fn dead_letter_reasons(&self) -> Vec<String> {
         let url = self.queue.dlq_url.clone().unwrap();
@@ -513,8 +493,8 @@ impl Wiring {
             // Not held across the awaits: the handlers record on this runtime's thread.
             let seen = log.lock().unwrap().len();
             seen >= expected.len() + s3_jobs
-                && self.depth(&dlq).await == reasons.len()
-                && self.depth(&self.queue.url).await == 0
+                && depth(&self.sqs, &dlq).await == reasons.len()
+                && depth(&self.sqs, &self.queue.url).await == 0
         })
         .await
         .with_context(|| format!("not settled; the handlers saw {:#?}", log.lock().unwrap()))?;
@@ -572,18 +552,7 @@ async fn aws_events_run_unwrapped_in_the_worker() -> anyhow::Result<()> {
     let wiring = wire("events-worker").await?;
     let (expected, reasons) = wiring.send_all().await?;
     let log: Log = Arc::default();
-    let queue = Arc::new(SqsQueue::connect(wiring.sqs.clone(), &wiring.queue.url).await?);
-    let config = WorkerConfig::default()
-        .with_queues(vec![QueueConfig::new(&wiring.queue.url)])
-        .with_listen_addr(None)
-        .with_drain_deadline(Some(Duration::from_secs(10)));
-    let worker = Worker::new(
-        config,
-        Pipeline::new(wiring.router(&log)),
-        vec![queue as Arc<dyn Queue>],
-    )?;
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let (shutdown, running) = start_worker(&wiring.sqs, &wiring.queue.url, wiring.router(&log)).await?;
     let settled = wiring.settled(&log, &expected, &reasons).await;
     shutdown.cancel();
     running.await??;
@@ -602,38 +571,8 @@ async fn aws_events_run_unwrapped_in_the_lambda_adapter() -> anyhow::Result<()> 
     )
     .without_metrics();
     let queue = SqsQueue::connect(wiring.sqs.clone(), &wiring.queue.url).await?;
-    // The event source mapping: receive, invoke, delete what the response does not list as failed.
     let stop = CancellationToken::new();
-    let mapping = {
-        let stop = stop.clone();
-        let arn = wiring.queue.arn.clone();
-        async move {
-            while !stop.is_cancelled() {
-                let messages = queue.receive(10, Duration::from_secs(1)).await?;
-                if messages.is_empty() {
-                    continue;
-                }
-                let mut event = SqsEvent::default();
-                event.records = messages.iter().map(|message| to_record(message, &arn)).collect();
-                let response = processor
-                    .process_batch(event, Instant::now() + Duration::from_secs(30))
-                    .await
-                    .map_err(|error| anyhow::anyhow!("invocation failed: {error:?}"))?;
-                let failed: Vec<String> = response
-                    .batch_item_failures
-                    .iter()
-                    .map(|failure| failure.item_identifier.clone())
-                    .collect();
-                let done: Vec<_> = messages
-                    .iter()
-                    .filter(|message| !failed.contains(&message.id))
-                    .map(|message| message.receipt_handle.clone())
-                    .collect();
-                queue.delete_batch(&done).await?;
-            }
-            anyhow::Ok(())
-        }
-    };
+    let mapping = event_source_mapping(processor, queue, wiring.queue.arn.clone(), stop.clone());
     let mapping = tokio::spawn(mapping);
     let settled = wiring.settled(&log, &expected, &reasons).await;
     stop.cancel();
@@ -681,7 +620,7 @@ async fn aws_events_run_in_the_example_bootstrap() -> anyhow::Result<()> {
     // CloudEvent: all delivered before the runner starts, so `--until-empty` cannot stop early.
     let delivered = 7;
     wait_until(TIMEOUT, Duration::from_millis(200), async || {
-        wiring.depth(&wiring.queue.url).await == delivered
+        depth(&wiring.sqs, &wiring.queue.url).await == delivered
     })
     .await
     .context("the services did not deliver the 7 messages")?;
@@ -741,6 +680,83 @@ async fn aws_events_run_in_the_example_bootstrap() -> anyhow::Result<()> {
         dead[0].contains("invoice_id"),
         "the reason names the missing field: {dead:?}"
     );
-    assert_eq!(wiring.depth(&wiring.queue.url).await, 0, "{printed}");
+    assert_eq!(depth(&wiring.sqs, &wiring.queue.url).await, 0, "{printed}");
+    Ok(())
+}
+
+/// Messages in the queue at `url`, visible or in flight.
+async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> usize {
+    let Ok(output) = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+    else {
+        return usize::MAX;
+    };
+    output
+        .attributes()
+        .map(|attributes| {
+            attributes
+                .values()
+                .filter_map(|count| count.parse::<usize>().ok())
+                .sum()
+        })
+        .unwrap_or(usize::MAX)
+}
+
+/// A worker consuming `url` with `router`, until its token is cancelled.
+async fn start_worker(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    router: Router,
+) -> anyhow::Result<(
+    CancellationToken,
+    tokio::task::JoinHandle<Result<conveyor_worker::WorkerReport, conveyor_worker::WorkerError>>,
+)> {
+    let queue = Arc::new(SqsQueue::connect(sqs.clone(), url).await?);
+    let config = WorkerConfig::default()
+        .with_queues(vec![QueueConfig::new(url)])
+        .with_listen_addr(None)
+        .with_drain_deadline(Some(Duration::from_secs(10)));
+    let worker = Worker::new(config, Pipeline::new(router), vec![queue as Arc<dyn Queue>])?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    Ok((shutdown, running))
+}
+
+/// The event source mapping: receive, invoke, delete what the response does not list as failed, until
+/// `stop`.
+async fn event_source_mapping(
+    processor: BatchProcessor,
+    queue: SqsQueue,
+    arn: String,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    while !stop.is_cancelled() {
+        let messages = queue.receive(10, Duration::from_secs(1)).await?;
+        if messages.is_empty() {
+            continue;
+        }
+        let mut event = SqsEvent::default();
+        event.records = messages.iter().map(|message| to_record(message, &arn)).collect();
+        let response = processor
+            .process_batch(event, Instant::now() + Duration::from_secs(30))
+            .await
+            .map_err(|error| anyhow::anyhow!("invocation failed: {error:?}"))?;
+        let failed: Vec<String> = response
+            .batch_item_failures
+            .iter()
+            .map(|failure| failure.item_identifier.clone())
+            .collect();
+        let done: Vec<_> = messages
+            .iter()
+            .filter(|message| !failed.contains(&message.id))
+            .map(|message| message.receipt_handle.clone())
+            .collect();
+        queue.delete_batch(&done).await?;
+    }
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use conveyor_core::message::{
     FAILURE_ATTRIBUTE, IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, SCHEMA_VERSION_ATTRIBUTE,
 };
@@ -35,6 +35,14 @@ async fn send(url: &str, job_type: &str, payload: &str, extra: &[&str]) -> Run {
         "--payload",
         payload,
     ];
+    args.extend_from_slice(extra);
+    conveyor(&args).await
+}
+
+/// `conveyor send` of the jobs in `file` to `url`, plus `extra` arguments.
+async fn send_file(url: &str, file: &std::path::Path, extra: &[&str]) -> Run {
+    let file = file.to_str().unwrap();
+    let mut args = vec!["send", "--queue-url", url, "--file", file];
     args.extend_from_slice(extra);
     conveyor(&args).await
 }
@@ -138,6 +146,7 @@ async fn drain(client: &Client, url: &str, expected: usize) -> Vec<aws_sdk_sqs::
             .max_number_of_messages(10)
             .visibility_timeout(300)
             .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
             .send()
             .await
             .unwrap();
@@ -396,18 +405,7 @@ async fn send_from_a_file_sends_one_job_or_a_batch_with_per_job_results() {
         })
         .collect();
     let batch = temp_file("batch.json", &serde_json::to_string_pretty(&jobs).unwrap());
-    let run = conveyor(&[
-        "send",
-        "--queue-url",
-        &queue.url,
-        "--job-type",
-        "even",
-        "--file",
-        batch.to_str().unwrap(),
-        "--output",
-        "json",
-    ])
-    .await;
+    let run = send_file(&queue.url, &batch, &["--job-type", "even", "--output", "json"]).await;
     run.assert_ok();
     let output = run.json();
     assert_eq!(output["sent"], 12);
@@ -457,6 +455,115 @@ async fn send_from_a_file_sends_one_job_or_a_batch_with_per_job_results() {
             .contains(&format!("sent 2 of 2 jobs to {}", queue.name)),
         "{}",
         text.stdout
+    );
+}
+
+/// Each message's `MessageGroupId` (`-` when it has none) and its `conveyor.tenant` attribute, by body.
+fn tenants_by_body(messages: &[aws_sdk_sqs::types::Message]) -> Vec<(String, String, Option<String>)> {
+    let mut tenants: Vec<(String, String, Option<String>)> = messages
+        .iter()
+        .map(|message| {
+            let group = message
+                .attributes()
+                .and_then(|attributes| attributes.get(&MessageSystemAttributeName::MessageGroupId))
+                .cloned()
+                .unwrap_or_else(|| "-".to_owned());
+            let attribute = message
+                .message_attributes()
+                .and_then(|attributes| attributes.get(conveyor_core::message::TENANT_ATTRIBUTE))
+                .and_then(|value| value.string_value())
+                .map(str::to_owned);
+            (message.body().unwrap().to_owned(), group, attribute)
+        })
+        .collect();
+    tenants.sort();
+    tenants
+}
+
+#[tokio::test]
+async fn a_tenant_is_sent_from_arguments_and_per_job_from_a_file_and_a_bad_one_is_refused() {
+    let client = setup().await;
+    let queue = standard_queue(&client, "cli-tenant").await;
+    let run = send(&queue.url, "invoice", r#"{"id":1}"#, &["--tenant", "acme-42"]).await;
+    run.assert_ok();
+    assert!(
+        run.stdout.starts_with(&format!(
+            "sent invoice job for tenant acme-42 to {}: message id ",
+            queue.name
+        )),
+        "{}",
+        run.stdout
+    );
+    // A file: a job's own tenant wins over --tenant, which the others take.
+    let jobs = json!([
+        { "payload": {"id": 2}, "tenant": "globex" },
+        { "payload": {"id": 3} },
+    ]);
+    let file = temp_file("tenants.json", &jobs.to_string());
+    let extra = ["--job-type", "invoice", "--tenant", "initech", "--output", "json"];
+    let run = send_file(&queue.url, &file, &extra).await;
+    run.assert_ok();
+    let results = run.json()["results"].clone();
+    assert_eq!(results[0]["tenant"], "globex");
+    assert_eq!(results[1]["tenant"], "initech");
+    // On a standard queue the tenant is the MessageGroupId (SQS fair queues), and no attribute.
+    let messages = drain(&client, &queue.url, 3).await;
+    assert_eq!(
+        tenants_by_body(&messages),
+        [
+            (r#"{"id":1}"#.to_owned(), "acme-42".to_owned(), None),
+            (r#"{"id":2}"#.to_owned(), "globex".to_owned(), None),
+            (r#"{"id":3}"#.to_owned(), "initech".to_owned(), None),
+        ]
+    );
+
+    // A tenant SQS would refuse gets NewJob::tenant's words, and nothing is sent.
+    send(&queue.url, "invoice", "{}", &["--tenant", "acme corp"])
+        .await
+        .assert_failed_with(
+            1,
+            &[
+                r#"tenant "acme corp" cannot be sent"#,
+                "' ' at position 4",
+                "ASCII letters, digits and punctuation",
+            ],
+        );
+    let bad = temp_file(
+        "bad-tenant.json",
+        &json!([{ "payload": {}, "tenant": "ok" }, { "payload": {}, "tenant": "é" }]).to_string(),
+    );
+    send_file(&queue.url, &bad, &["--job-type", "t"])
+        .await
+        .assert_failed_with(1, &["1 of 2 jobs", "nothing was sent", "job #1", r#"tenant "é""#]);
+    wait_for_depth(&client, &queue.url, (0, 3, 0)).await;
+
+    // On a FIFO queue the group stays the FIFO group; a different tenant rides in conveyor.tenant.
+    let fifo_url = client
+        .create_queue()
+        .queue_name(format!("{}.fifo", unique_name("cli-tenant")))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::ContentBasedDeduplication, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    send(
+        &fifo_url,
+        "t",
+        r#"{"id":4}"#,
+        &["--group-id", "g", "--tenant", "acme-42"],
+    )
+    .await
+    .assert_ok();
+    let messages = drain(&client, &fifo_url, 1).await;
+    assert_eq!(
+        tenants_by_body(&messages),
+        [(
+            r#"{"id":4}"#.to_owned(),
+            "g".to_owned(),
+            Some("acme-42".to_owned())
+        )]
     );
 }
 

@@ -1,6 +1,8 @@
 //! Sending a job of a registered type (`--job-type`) with a JSON body, checked before anything is sent:
 //! the JSON must parse (the error says where it breaks), the type must be registered, the queue shown
-//! here and not the dead-letter queue of one shown here (nothing runs jobs sent there), and the producer checks SQS's limits (size, attributes, FIFO group) before its one request.
+//! here and not the dead-letter queue of one shown here (nothing runs jobs sent there), and the
+//! producer checks SQS's limits (size, attributes, FIFO group) and the tenant (with `NewJob::tenant`'s
+//! words) before its one request.
 
 use std::sync::Arc;
 
@@ -61,6 +63,9 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
     if let Some(key) = fields.get("key") {
         job = job.key(key);
     }
+    if let Some(tenant) = fields.get("tenant") {
+        job = job.tenant(tenant);
+    }
     if let Some(group) = fields.get("group_id") {
         job = job.group_id(group);
     }
@@ -76,7 +81,8 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
         .send(&job)
         .await
         .map_err(|error| format!("{error}; nothing was sent"))?;
-    tracing::warn!(queue = %url, job_type, message_id = %id, "console: job sent");
+    let tenant = fields.get("tenant");
+    tracing::warn!(queue = %url, job_type, tenant, message_id = %id, "console: job sent");
     Ok(id)
 }
 
@@ -163,6 +169,10 @@ async fn render(state: &AppState, fields: &Fields, outcome: Option<Markup>) -> M
                 textarea name="payload" spellcheck="false" { (value("payload")) }
             }
             label { "Idempotency key (optional)" input name="key" value=(value("key")); }
+            label {
+                "Tenant (optional; its MessageGroupId on a standard queue, for SQS fair queues)"
+                input name="tenant" value=(value("tenant"));
+            }
             label { "Message group (FIFO queues)" input name="group_id" value=(value("group_id")); }
             label {
                 "Delay in seconds (optional; standard queues, longer than 15 minutes kept as a due time)"

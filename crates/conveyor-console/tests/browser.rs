@@ -1,7 +1,8 @@
 //! The console in a real browser (headless Chromium through chromedriver) against LocalStack and a real
 //! worker: the queues page follows a queue's depth; the dead letters of poison jobs are filtered by
 //! reason, a selection is redriven and the worker processes it; requests without the token or the CSRF
-//! value are refused; the send form refuses a body that is not JSON and sends one that is. Screenshots go to
+//! value are refused; the send form refuses a body that is not JSON and sends one that is, and a tenant
+//! SQS would refuse, and sends a job's tenant as its `MessageGroupId`. Screenshots go to
 //! `target/console-screenshots/`. Prints the page load time and the
 //! AWS requests one refresh costs (README figures).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -34,6 +35,8 @@ const TOKEN: &str = "browser-test-token-0123456789";
 struct Webhook {
     provider_down: Arc<AtomicBool>,
     delivered: Arc<AtomicUsize>,
+    /// The tenant of each delivered job.
+    tenants: Arc<std::sync::Mutex<Vec<Option<String>>>>,
 }
 
 impl Handler for Webhook {
@@ -41,13 +44,14 @@ impl Handler for Webhook {
     type Output = ();
     const JOB_TYPE: &'static str = "webhook";
 
-    async fn handle(&self, job: Value, _ctx: Context) -> Result<(), HandlerError> {
+    async fn handle(&self, job: Value, ctx: Context) -> Result<(), HandlerError> {
         if job.get("url").is_none() {
             return Err(HandlerError::permanent("invalid payload: no url"));
         }
         if self.provider_down.load(Ordering::SeqCst) {
             return Err(HandlerError::permanent("provider answered 410 Gone"));
         }
+        self.tenants.lock().unwrap().push(ctx.tenant().map(str::to_owned));
         self.delivered.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -103,6 +107,20 @@ async fn click(browser: &Client, css: &str) -> anyhow::Result<()> {
     .with_context(|| format!("{css} never appeared"))?;
     element.click().await?;
     Ok(())
+}
+
+/// Sets the send form's `field` to `value`, submits it, and waits (10 s at most) for the element
+/// `answer` (`#send-error` or `#sent-id`) of the page that answers; returns its text. Each answer is a
+/// new page: alternate the two, so the wait cannot read the page being replaced.
+async fn send_form(browser: &Client, field: &str, value: &str, answer: &str) -> anyhow::Result<String> {
+    let form = browser.form(Locator::Css("#send")).await?;
+    form.set_by_name(field, value).await?;
+    form.submit().await?;
+    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
+        text(browser, answer).await.filter(|text| !text.is_empty())
+    })
+    .await
+    .with_context(|| format!("no {answer} after sending with {field} = {value:?}"))
 }
 
 async fn screenshot(browser: &Client, name: &str) -> anyhow::Result<()> {
@@ -266,9 +284,11 @@ async fn scenario(
     // A worker runs the jobs while the provider is down: all four are dead-lettered.
     let provider_down = Arc::new(AtomicBool::new(true));
     let delivered = Arc::new(AtomicUsize::new(0));
+    let tenants = Arc::default();
     let pipeline = Pipeline::new(Router::new().route(Webhook {
         provider_down: Arc::clone(&provider_down),
         delivered: Arc::clone(&delivered),
+        tenants: Arc::clone(&tenants),
     }));
     let config = WorkerConfig::default()
         .with_queues(vec![QueueConfig::new(queue.url.clone()).with_weight(1)])
@@ -437,50 +457,49 @@ async fn scenario(
     browser.goto(&format!("{base}/send")).await?;
 
     // The send form checks the JSON before sending anything, then sends.
-    let form = browser.form(Locator::Css("#send")).await?;
-    form.set_by_name("payload", "{\"url\": ").await?;
-    form.submit().await?;
-    // Each answer is a new page: wait for it rather than read the one it replaces.
-    let refused = wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
-        text(browser, "#send-error").await
-    })
-    .await?;
+    let refused = send_form(browser, "payload", "{\"url\": ", "#send-error").await?;
     assert!(
         refused.contains("not valid JSON") && refused.contains("nothing was sent"),
         "{refused}"
     );
-    let form = browser.form(Locator::Css("#send")).await?;
-    form.set_by_name("payload", "{\"url\": \"https://hooks.example/sent\"}")
-        .await?;
-    form.submit().await?;
-    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
-        text(browser, "#sent-id").await.filter(|id| !id.is_empty())
-    })
-    .await
-    .context("no message id after sending")?;
+    let sent = r#"{"url": "https://hooks.example/sent"}"#;
+    send_form(browser, "payload", sent, "#sent-id").await?;
     wait_for(Duration::from_secs(30), Duration::from_millis(200), async || {
         (delivered.load(Ordering::SeqCst) == 3).then_some(())
     })
     .await
     .context("the worker never delivered the job sent from the console")?;
 
-    // A delay: a bad one is refused with nothing sent, a good one leaves the job delayed in the queue.
-    let form = browser.form(Locator::Css("#send")).await?;
-    form.set_by_name("delay_secs", "soon").await?;
-    form.submit().await?;
-    let refused = wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
-        text(browser, "#send-error").await
-    })
-    .await?;
-    assert!(refused.contains("not a whole number of seconds"), "{refused}");
-    let form = browser.form(Locator::Css("#send")).await?;
-    form.set_by_name("delay_secs", "600").await?;
-    form.submit().await?;
-    wait_for(Duration::from_secs(10), Duration::from_millis(100), async || {
-        text(browser, "#sent-id").await.filter(|id| !id.is_empty())
+    // A tenant: one SQS would refuse gets NewJob::tenant's words with nothing sent; a good one reaches
+    // the handler (its MessageGroupId on this standard queue).
+    let refused = send_form(browser, "tenant", "acme corp", "#send-error").await?;
+    assert!(
+        refused.contains(r#"tenant "acme corp" cannot be sent"#)
+            && refused.contains("' ' at position 4")
+            && refused.contains("nothing was sent"),
+        "{refused}"
+    );
+    send_form(browser, "tenant", "acme-42", "#sent-id").await?;
+    wait_for(Duration::from_secs(30), Duration::from_millis(200), async || {
+        (delivered.load(Ordering::SeqCst) == 4).then_some(())
     })
     .await
-    .context("no message id after sending a delayed job")?;
+    .context("the worker never delivered the job sent with a tenant")?;
+    assert_eq!(
+        *tenants.lock().unwrap(),
+        [None, None, None, Some("acme-42".to_owned())],
+        "only the last job had a tenant"
+    );
+    browser
+        .form(Locator::Css("#send"))
+        .await?
+        .set_by_name("tenant", "")
+        .await?;
+
+    // A delay: a bad one is refused with nothing sent, a good one leaves the job delayed in the queue.
+    let refused = send_form(browser, "delay_secs", "soon", "#send-error").await?;
+    assert!(refused.contains("not a whole number of seconds"), "{refused}");
+    send_form(browser, "delay_secs", "600", "#sent-id").await?;
     let delayed = wait_for(Duration::from_secs(10), Duration::from_millis(200), async || {
         let depth = conveyor_sqs::admin::describe(sqs, &queue.url).await.ok()?.depth;
         (depth.delayed == 1).then_some(depth.delayed)
@@ -488,7 +507,7 @@ async fn scenario(
     .await
     .context("the job sent with a 600 s delay is not delayed in the queue")?;
     assert_eq!(delayed, 1);
-    assert_eq!(delivered.load(Ordering::SeqCst), 3, "the delayed job did not run");
+    assert_eq!(delivered.load(Ordering::SeqCst), 4, "the delayed job did not run");
 
     // Long moves can be stopped. Thirty more dead letters, redriven "all matching" at 1 per second:
     // the confirmation counts them from the peek, and the task stops after its first batch of ten.

@@ -40,6 +40,8 @@ mod store_retry;
 pub mod tenant;
 mod tenant_limits;
 mod tenant_metrics;
+#[cfg(test)]
+mod test_logs;
 mod timer;
 pub mod trace;
 mod tracking;
@@ -130,6 +132,6 @@ pub mod runtime {
         TenantAdmission, TenantGuards, TenantLimit, TenantLimitError, TenantLimits, TenantOverride,
         TenantSettings, TenantSlot,
     };
-    pub use crate::tenant_metrics::TenantMetrics;
+    pub use crate::tenant_metrics::{NONE as NO_TENANT, OTHER as OTHER_TENANTS, TenantMetrics};
     pub use crate::unrun::UnrunJob;
 }

@@ -33,6 +33,7 @@
 //! | such an envelope, malformed (an SNS `Message` not a string, an event without `detail-type`, a CloudEvent without `type`) | `Reject` naming the field | poison input: the message will not change; nothing ran |
 //! | an event no route takes | `Retry` (backoff); `Reject` with the reason on the last allowed attempt | as an unknown job type: a consumer deploy with the route and a redrive run it |
 //! | S3's test event | `Ack(Ignored)`, nothing run | it carries no job |
+//! | an SNS `SubscriptionConfirmation` / `UnsubscribeConfirmation` without `Router::sns_subscription` | `Ack(Ignored)`, nothing run, a warning naming the topic and what to do (never the token or URL) | it carries no job; left in the queue it would only reach the DLQ |
 //! | not due yet (a delay past 15 minutes, [`crate::delay`]) | `Defer` by the rest of the delay, at most 15 minutes (no receive spent), before anything else | nothing ran; the copy keeps key, attributes and first-sent time |
 //! | delayed job cancelled ([`crate::delay::cancel`]): first sent before the key's cancel marker | `Ack(Cancelled)` without running, logged, checked before the due check (so it stops hopping) | the producer asked for it; a job sent after the cancel runs |
 //! | cancel marker unreadable | a hop goes on; a due job `Defer`s | nothing runs unchecked |
@@ -483,8 +484,8 @@ impl Pipeline {
         let (message, envelopes) = match self.router.open(&message) {
             Ok(Opening::Plain) => (message, None),
             Ok(Opening::Opened { message, envelopes }) => (Arc::from(message), Some(envelopes)),
-            Ok(Opening::Ignored(what)) => {
-                tracing::info!(what, "a notice without a job: acknowledged, nothing run");
+            Ok(Opening::Ignored(notice)) => {
+                notice.log_acknowledged();
                 return Processed::not_run(Outcome::Ack(AckReason::Ignored), None);
             }
             Err(error) => {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::error::HandlerError;
-use crate::events::{self, Envelope, Route};
+use crate::events::{self, Envelope, Notice, Route};
 use crate::handler::{ErasedHandler, Handler, HandlerSettings, Typed};
 use crate::message::{AttributeValue, JOB_TYPE_ATTRIBUTE, Message};
 
@@ -48,6 +48,8 @@ pub struct Router {
     cloud_events: HashMap<String, &'static str>,
     /// The S3 event notifications route.
     s3_events: Option<&'static str>,
+    /// The SNS subscription confirmations route.
+    sns_subscription: Option<&'static str>,
 }
 
 /// A message as the router opened it ([`Router::open`]).
@@ -62,8 +64,9 @@ pub(crate) enum Opening {
         /// The envelopes it came in, outermost first.
         envelopes: Arc<[Envelope]>,
     },
-    /// A notice without a job (S3's test event): acknowledge it, run nothing.
-    Ignored(&'static str),
+    /// A notice without a job (S3's test event, an SNS confirmation no route takes): acknowledge it,
+    /// run nothing.
+    Ignored(Notice),
 }
 
 impl std::fmt::Debug for Router {
@@ -130,6 +133,42 @@ impl Router {
         self.route(handler)
     }
 
+    /// Routes SNS `SubscriptionConfirmation` and `UnsubscribeConfirmation` messages to `handler`, whose
+    /// job is the confirmation ([`SubscriptionConfirmation`](crate::events::SubscriptionConfirmation):
+    /// topic ARN, token, subscribe URL). Without this route they are acknowledged without running
+    /// anything, with a warning naming the topic. A handler confirms with SNS's `ConfirmSubscription`;
+    /// check the topic first (anyone allowed to send to the queue can send a confirmation):
+    ///
+    /// ```
+    /// # use conveyor_core::{Context, Handler, HandlerError, Router};
+    /// use conveyor_core::events::{ConfirmationKind, SubscriptionConfirmation};
+    ///
+    /// struct ConfirmOrders;
+    ///
+    /// impl Handler for ConfirmOrders {
+    ///     type Job = SubscriptionConfirmation;
+    ///     type Output = ();
+    ///     const JOB_TYPE: &'static str = "sns_subscription";
+    ///
+    ///     async fn handle(&self, job: SubscriptionConfirmation, _ctx: Context) -> Result<(), HandlerError> {
+    ///         if job.kind != ConfirmationKind::Subscribe
+    ///             || job.topic_arn != "arn:aws:sns:eu-west-1:111122223333:orders"
+    ///         {
+    ///             return Ok(()); // not ours to confirm: acknowledged, nothing done
+    ///         }
+    ///         // sns.confirm_subscription().topic_arn(&job.topic_arn).token(&job.token).send().await?;
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let router = Router::new().sns_subscription(ConfirmOrders);
+    /// # let _ = router;
+    /// ```
+    pub fn sns_subscription<H: Handler>(mut self, handler: H) -> Self {
+        self.sns_subscription = Some(H::JOB_TYPE);
+        self.route(handler)
+    }
+
     /// Routes messages without a `conveyor.type` attribute to `handler`.
     pub fn default_route<H: Handler>(mut self, handler: H) -> Self {
         self.default_route = Some(Arc::new(Typed::new(handler)));
@@ -178,7 +217,11 @@ impl Router {
         };
         let job_type = match &unwrapped.route {
             Route::Attributes => None,
-            Route::TestEvent => return Ok(Opening::Ignored("S3 test event")),
+            Route::TestEvent => return Ok(Opening::Ignored(Notice::S3TestEvent)),
+            Route::SnsConfirmation(notice) => match self.sns_subscription {
+                Some(job_type) => Some(job_type),
+                None => return Ok(Opening::Ignored(notice.clone())),
+            },
             Route::EventBridge { source, detail_type } => Some(
                 self.events
                     .get(&(source.clone(), detail_type.clone()))
@@ -241,6 +284,10 @@ impl Router {
                     .map(|event_type| format!("cloud event {event_type:?}")),
             )
             .chain(self.s3_events.map(|_| "S3 events".to_owned()))
+            .chain(
+                self.sns_subscription
+                    .map(|_| "SNS subscription confirmations".to_owned()),
+            )
             .collect();
         if routes.is_empty() {
             return "no events".to_owned();

@@ -415,24 +415,7 @@ mod tests {
 
     #[test]
     fn without_an_opentelemetry_layer_log_lines_carry_no_opentelemetry_fields() {
-        #[derive(Clone, Default)]
-        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (lines, _guard) = crate::test_logs::capture();
         let mut message = Message::new("m-2", "{}");
         message.attributes.insert(
             TRACEPARENT_ATTRIBUTE.into(),
@@ -440,7 +423,7 @@ mod tests {
         );
         let span = message_span(&message, "orders", ProducerRelation::Link);
         span.in_scope(|| tracing::info!("job succeeded"));
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let text = lines.text();
         assert!(
             text.contains("message_id=m-2") && text.contains("job succeeded"),
             "{text}"

@@ -641,6 +641,7 @@ impl BatchProcessor {
                         failures.push((result.index, result.message.id.clone()));
                     }
                 }
+                count_for_tenant(metrics, &self.tenants.label(&result.message), result);
             }
         }
         failures.sort_unstable_by_key(|(index, _)| *index);
@@ -1285,6 +1286,22 @@ struct Backoffs<'a> {
     queue: Arc<dyn Queue>,
     changes: Vec<VisibilityChange>,
     ids: Vec<&'a str>,
+}
+
+/// One record's result in its tenant label's figures (see `crate::metrics`).
+fn count_for_tenant(metrics: &mut BatchMetrics, label: &str, result: &ItemResult) {
+    let tenant = metrics.tenant(label);
+    tenant.received += 1;
+    if let Some(duration) = result.handler_duration {
+        tenant.handler_durations.push(duration);
+    }
+    match result.settled {
+        Settled::Acked(AckReason::Completed) => tenant.succeeded += 1,
+        Settled::DeadLettered => tenant.dead_lettered += 1,
+        Settled::Deferred => tenant.deferred += 1,
+        Settled::Retry { .. } | Settled::Untouched | Settled::NotStarted => tenant.retried += 1,
+        Settled::Acked(_) => {}
+    }
 }
 
 /// The index of the source for `arn`, added when new.

@@ -19,7 +19,7 @@ pub use batch::{BatchFailed, BatchProcessor, BatchReport, visibility_advice};
 pub use error::{EventError, InvocationError, LambdaError};
 pub use event::{SQS_EVENT_SOURCE, parse_event};
 pub use flow_sweep::{FLOW_SWEEP_EVENT, is_flow_sweep};
-pub use metrics::{BatchMetrics, NAMESPACE};
+pub use metrics::{BatchMetrics, NAMESPACE, TenantBatchMetrics};
 pub use queues::{FixedQueue, QueueResolver, ResolveError, SqsQueues, queue_name};
 pub use record::{RecordError, to_message, to_record};
 pub use runtime::{

@@ -1,11 +1,34 @@
 //! Per-batch metrics, printed as CloudWatch Embedded Metric Format: one JSON line per source queue
 //! per batch on stdout, which Lambda ships to CloudWatch Logs and CloudWatch turns into metrics
-//! without an API call (and without the latency of one).
+//! without an API call (and without the latency of one), and one per tenant of the batch.
+//!
+//! # Design note: per-tenant documents and EMF's limits
+//!
+//! A queue's document has dimension `queue`. Each tenant seen in the batch gets a document of its
+//! own with dimensions `queue` and `tenant`, the tenant labelled as the worker's Prometheus metrics
+//! label it (`conveyor_core::runtime::TenantMetrics`): one of the `metrics_top` busiest tenants by
+//! name, everyone else `other`, jobs without a tenant `none`. So a queue has at most
+//! `metrics_top + 2` tenant series per metric in CloudWatch, whatever the number of tenants (each is a
+//! custom metric, billed as one). The bound is per execution environment, each with its own sketch:
+//! environments label the tenants busy in their own traffic, so across a fleet and over time the
+//! named series are the tenants that were among the busiest somewhere (at any moment at most
+//! `2 × metrics_top` tenants can hold the `1 / (2 × metrics_top)` share a label needs). A label that
+//! is not a valid dimension value (a `conveyor.tenant` attribute from a foreign producer: non-ASCII,
+//! a control character, blank, over 1,024 characters; CloudWatch takes 1 to 1,024 ASCII characters,
+//! not only whitespace, no control characters) counts as `other`.
+//!
+//! EMF's limits hold by construction: a directive declares at most 8 metrics (100 allowed), its
+//! dimension set has at most 2 dimensions (30 allowed), a metric carries at most
+//! [`MAX_EMF_VALUES`] values (100 allowed; more durations go to further documents), and the largest
+//! document (a 128-character tenant, an 80-character queue name, 100 durations) is under 3 KB, far
+//! below the 256 KB of a CloudWatch Logs event (EMF documents may reach 1 MB). The unit tests check
+//! each, on the worst case.
 
 use std::time::{Duration, SystemTime};
 
-use conveyor_core::runtime::epoch_millis;
+use conveyor_core::runtime::{OTHER_TENANTS, epoch_millis};
 use serde::Serialize;
+use serde::ser::Serializer;
 
 /// The CloudWatch namespace.
 pub const NAMESPACE: &str = "Conveyor";
@@ -31,6 +54,30 @@ pub struct BatchMetrics {
     pub deferred: u64,
     /// How long each handler run took.
     pub handler_durations: Vec<Duration>,
+    /// The same by tenant label (see the module's design note), in the order first seen. Records
+    /// that could not be converted (no receipt handle or source, which a real event source mapping
+    /// never sends) are counted per queue only.
+    pub tenants: Vec<TenantBatchMetrics>,
+}
+
+/// What one batch did with one tenant label's records of one queue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantBatchMetrics {
+    /// The label (the `tenant` dimension): a tenant, `other` or `none`.
+    pub tenant: String,
+    /// Records in the batch.
+    pub received: u64,
+    /// Handled and acknowledged.
+    pub succeeded: u64,
+    /// Reported in `batchItemFailures`.
+    pub retried: u64,
+    /// Sent to the DLQ by the adapter.
+    pub dead_lettered: u64,
+    /// Put back without running as a delayed copy (a tenant limit, a key in progress elsewhere, the
+    /// store unreachable).
+    pub deferred: u64,
+    /// How long each handler run took.
+    pub handler_durations: Vec<Duration>,
 }
 
 impl BatchMetrics {
@@ -42,62 +89,65 @@ impl BatchMetrics {
         }
     }
 
-    /// The documents [`to_emf_lines`](Self::to_emf_lines) writes.
+    /// The figures of tenant label `label`, added when new; a label that is not a valid CloudWatch
+    /// dimension value is `other`.
+    pub fn tenant(&mut self, label: &str) -> &mut TenantBatchMetrics {
+        let label = if is_dimension_value(label) {
+            label
+        } else {
+            OTHER_TENANTS
+        };
+        let position = match self.tenants.iter().position(|tenant| tenant.tenant == label) {
+            Some(position) => position,
+            None => {
+                self.tenants.push(TenantBatchMetrics {
+                    tenant: label.to_owned(),
+                    ..TenantBatchMetrics::default()
+                });
+                self.tenants.len() - 1
+            }
+        };
+        &mut self.tenants[position]
+    }
+
+    /// The documents [`to_emf_lines`](Self::to_emf_lines) writes: the queue's, then each tenant's.
     fn to_emf(&self, at: SystemTime) -> Vec<EmfDocument<'_>> {
-        let mut chunks = self.handler_durations.chunks(MAX_EMF_VALUES);
-        let mut documents = vec![self.document(at, chunks.next().unwrap_or_default(), Some(self.counts()))];
-        documents.extend(chunks.map(|chunk| self.document(at, chunk, None)));
-        documents
-    }
-
-    fn counts(&self) -> Counts {
-        Counts {
-            received: self.received,
-            succeeded: self.succeeded,
-            retried: self.retried,
-            dead_lettered: self.dead_lettered,
-            duplicates: self.duplicates,
-            cancelled: self.cancelled,
-            deferred: self.deferred,
-        }
-    }
-
-    fn document(&self, at: SystemTime, durations: &[Duration], counts: Option<Counts>) -> EmfDocument<'_> {
-        let mut metrics: Vec<MetricDefinition> = Vec::new();
-        if counts.is_some() {
-            metrics.extend(Counts::NAMES.map(|name| MetricDefinition {
-                name,
-                unit: Unit::Count,
-            }));
-        }
-        // An empty array is invalid EMF, so the metric is left out when no handler ran.
-        if !durations.is_empty() {
-            metrics.push(MetricDefinition {
-                name: HANDLER_DURATION,
-                unit: Unit::Milliseconds,
-            });
-        }
-        EmfDocument {
+        let queue = Series {
             queue: &self.queue,
-            counts,
-            handler_duration_ms: durations
-                .iter()
-                .map(|duration| (duration.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0)
-                .collect(),
-            aws: Metadata {
-                timestamp: epoch_millis(at),
-                cloud_watch_metrics: [Directive {
-                    namespace: NAMESPACE,
-                    dimensions: [[DIMENSION]],
-                    metrics,
-                }],
-            },
-        }
+            tenant: None,
+            counts: Counts(vec![
+                ("Received", self.received),
+                ("Succeeded", self.succeeded),
+                ("Retried", self.retried),
+                ("DeadLettered", self.dead_lettered),
+                ("Duplicates", self.duplicates),
+                ("Cancelled", self.cancelled),
+                ("Deferred", self.deferred),
+            ]),
+            durations: &self.handler_durations,
+        };
+        let tenants = self.tenants.iter().map(|tenant| Series {
+            queue: &self.queue,
+            tenant: Some(&tenant.tenant),
+            counts: Counts(vec![
+                ("Received", tenant.received),
+                ("Succeeded", tenant.succeeded),
+                ("Retried", tenant.retried),
+                ("DeadLettered", tenant.dead_lettered),
+                ("Deferred", tenant.deferred),
+            ]),
+            durations: &tenant.handler_durations,
+        });
+        std::iter::once(queue)
+            .chain(tenants)
+            .flat_map(|series| series.documents(at))
+            .collect()
     }
 
-    /// The EMF documents, stamped `at`, one JSON line each: the counts and the first 100 handler
-    /// durations in the first, further durations 100 per document (EMF takes at most 100 values per
-    /// metric, and a batch may hold up to 10,000 records).
+    /// The EMF documents, stamped `at`, one JSON line each: the queue's counts and its first 100
+    /// handler durations in the first, further durations 100 per document (EMF takes at most 100
+    /// values per metric, and a batch may hold up to 10,000 records); then the same for each tenant
+    /// label, with dimensions `queue` and `tenant`.
     pub fn to_emf_lines(&self, at: SystemTime) -> Vec<String> {
         self.to_emf(at)
             .iter()
@@ -114,20 +164,92 @@ impl BatchMetrics {
     }
 }
 
+/// CloudWatch's rule for a dimension value: 1 to 1,024 ASCII characters, at least one of them not
+/// whitespace, no control characters.
+fn is_dimension_value(value: &str) -> bool {
+    (1..=1024).contains(&value.len())
+        && value.is_ascii()
+        && !value.chars().any(|c| c.is_ascii_control())
+        && !value.trim().is_empty()
+}
+
+/// One series of documents: a queue's, or a tenant label's of that queue.
+struct Series<'a> {
+    queue: &'a str,
+    tenant: Option<&'a str>,
+    counts: Counts,
+    durations: &'a [Duration],
+}
+
+impl<'a> Series<'a> {
+    /// The counts and the first [`MAX_EMF_VALUES`] durations, then the further durations.
+    fn documents(self, at: SystemTime) -> Vec<EmfDocument<'a>> {
+        let mut chunks = self.durations.chunks(MAX_EMF_VALUES);
+        let first = chunks.next().unwrap_or_default();
+        let mut documents = vec![self.document(at, first, Some(self.counts.clone()))];
+        documents.extend(chunks.map(|chunk| self.document(at, chunk, None)));
+        documents
+    }
+
+    fn document(&self, at: SystemTime, durations: &[Duration], counts: Option<Counts>) -> EmfDocument<'a> {
+        let mut metrics: Vec<MetricDefinition> = counts
+            .iter()
+            .flat_map(|counts| counts.0.iter())
+            .map(|&(name, _)| MetricDefinition {
+                name,
+                unit: Unit::Count,
+            })
+            .collect();
+        // An empty array is invalid EMF, so the metric is left out when no handler ran.
+        if !durations.is_empty() {
+            metrics.push(MetricDefinition {
+                name: HANDLER_DURATION,
+                unit: Unit::Milliseconds,
+            });
+        }
+        let dimensions = match self.tenant {
+            Some(_) => vec![QUEUE_DIMENSION, TENANT_DIMENSION],
+            None => vec![QUEUE_DIMENSION],
+        };
+        EmfDocument {
+            queue: self.queue,
+            tenant: self.tenant,
+            counts,
+            handler_duration_ms: durations
+                .iter()
+                .map(|duration| (duration.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0)
+                .collect(),
+            aws: Metadata {
+                timestamp: epoch_millis(at),
+                cloud_watch_metrics: [Directive {
+                    namespace: NAMESPACE,
+                    dimensions: [dimensions],
+                    metrics,
+                }],
+            },
+        }
+    }
+}
+
 /// The most values one EMF metric may carry in one document.
 const MAX_EMF_VALUES: usize = 100;
-/// The one dimension: the source queue's name ([`EmfDocument::queue`]).
-const DIMENSION: &str = "queue";
+/// The queue dimension: the source queue's name ([`EmfDocument::queue`]).
+const QUEUE_DIMENSION: &str = "queue";
+/// The tenant dimension of the per-tenant documents ([`EmfDocument::tenant`]).
+const TENANT_DIMENSION: &str = "tenant";
 /// The handler duration metric's name.
 const HANDLER_DURATION: &str = "HandlerDurationMs";
 
-/// One Embedded Metric Format document: the dimension's value, the metric values, and the `_aws`
+/// One Embedded Metric Format document: the dimensions' values, the metric values, and the `_aws`
 /// metadata declaring them (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>).
 #[derive(Debug, Serialize)]
 struct EmfDocument<'a> {
     /// The `queue` dimension.
     queue: &'a str,
-    /// In the first document of a batch only.
+    /// The `tenant` dimension, in a tenant's documents only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant: Option<&'a str>,
+    /// In the first document of a series only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     counts: Option<Counts>,
     /// Milliseconds, at most [`MAX_EMF_VALUES`]; left out when empty.
@@ -137,30 +259,15 @@ struct EmfDocument<'a> {
     aws: Metadata,
 }
 
-/// A batch's counts, one metric each (declared in [`Counts::NAMES`]'s order).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct Counts {
-    received: u64,
-    succeeded: u64,
-    retried: u64,
-    dead_lettered: u64,
-    duplicates: u64,
-    cancelled: u64,
-    deferred: u64,
-}
+/// A series' counts, one metric each, in this order: each is declared from the same list, so a
+/// document declares exactly the counts it carries.
+#[derive(Debug, Clone)]
+struct Counts(Vec<(&'static str, u64)>);
 
-impl Counts {
-    /// The serialized names of the fields, in order.
-    const NAMES: [&'static str; 7] = [
-        "Received",
-        "Succeeded",
-        "Retried",
-        "DeadLettered",
-        "Duplicates",
-        "Cancelled",
-        "Deferred",
-    ];
+impl Serialize for Counts {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().copied())
+    }
 }
 
 /// The `_aws` member: when, and which members are metrics.
@@ -177,7 +284,7 @@ struct Metadata {
 #[serde(rename_all = "PascalCase")]
 struct Directive {
     namespace: &'static str,
-    dimensions: [[&'static str; 1]; 1],
+    dimensions: [Vec<&'static str>; 1],
     metrics: Vec<MetricDefinition>,
 }
 
@@ -225,6 +332,7 @@ mod tests {
             cancelled: 1,
             deferred: 1,
             handler_durations: vec![Duration::from_micros(1500), Duration::from_nanos(2_000_400)],
+            tenants: Vec::new(),
         };
         let lines = metrics.to_emf_lines(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         assert_eq!(lines.len(), 1, "{lines:?}");
@@ -315,6 +423,7 @@ mod tests {
             cancelled: 0,
             deferred: 0,
             handler_durations: vec![Duration::from_micros(1500), Duration::from_millis(2)],
+            tenants: Vec::new(),
         };
         let documents = documents(&metrics, UNIX_EPOCH + Duration::from_millis(1_700_000_000_123));
         assert_eq!(documents.len(), 1);
@@ -381,5 +490,161 @@ mod tests {
             .map(|metric| metric["Name"].as_str().unwrap())
             .collect();
         assert!(!names.contains(&"HandlerDurationMs"));
+    }
+
+    /// Every document's declared metrics are exactly the members it carries besides its dimensions,
+    /// and each dimension it declares is a member.
+    fn assert_declared_exactly(document: &Value) {
+        let directive = &document["_aws"]["CloudWatchMetrics"][0];
+        let dimensions: Vec<&str> = directive["Dimensions"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|dimension| dimension.as_str().unwrap())
+            .collect();
+        for dimension in &dimensions {
+            assert!(document[dimension].is_string(), "{dimension} missing: {document}");
+        }
+        let mut declared: Vec<&str> = directive["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|metric| metric["Name"].as_str().unwrap())
+            .collect();
+        let mut carried: Vec<&str> = document
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|key| *key != "_aws" && !dimensions.contains(key))
+            .collect();
+        declared.sort_unstable();
+        carried.sort_unstable();
+        assert_eq!(declared, carried, "{document}");
+    }
+
+    #[test]
+    fn each_tenant_label_gets_an_exact_document_with_queue_and_tenant() {
+        let mut metrics = BatchMetrics {
+            received: 3,
+            succeeded: 2,
+            retried: 1,
+            handler_durations: vec![Duration::from_millis(4); 3],
+            ..BatchMetrics::new("jobs")
+        };
+        let acme = metrics.tenant("acme-42");
+        acme.received = 2;
+        acme.succeeded = 1;
+        acme.retried = 1;
+        acme.handler_durations = vec![Duration::from_millis(4); 2];
+        let none = metrics.tenant("none");
+        none.received = 1;
+        none.succeeded = 1;
+        none.handler_durations = vec![Duration::from_millis(4)];
+        let documents = documents(&metrics, UNIX_EPOCH + Duration::from_millis(7));
+        assert_eq!(documents.len(), 3);
+        let count = |name: &str| json!({"Name": name, "Unit": "Count"});
+        assert_eq!(
+            documents[1],
+            json!({
+                "queue": "jobs",
+                "tenant": "acme-42",
+                "Received": 2,
+                "Succeeded": 1,
+                "Retried": 1,
+                "DeadLettered": 0,
+                "Deferred": 0,
+                "HandlerDurationMs": [4.0, 4.0],
+                "_aws": {
+                    "Timestamp": 7,
+                    "CloudWatchMetrics": [{
+                        "Namespace": "Conveyor",
+                        "Dimensions": [["queue", "tenant"]],
+                        "Metrics": [
+                            count("Received"),
+                            count("Succeeded"),
+                            count("Retried"),
+                            count("DeadLettered"),
+                            count("Deferred"),
+                            {"Name": "HandlerDurationMs", "Unit": "Milliseconds"},
+                        ],
+                    }],
+                },
+            })
+        );
+        assert_eq!(documents[2]["tenant"], "none");
+        assert_eq!(
+            documents[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["queue"]]),
+            "the queue's own document keeps its one dimension"
+        );
+        for document in &documents {
+            assert_declared_exactly(document);
+        }
+    }
+
+    #[test]
+    fn a_label_cloudwatch_would_refuse_as_a_dimension_value_is_other() {
+        let mut metrics = BatchMetrics::new("jobs");
+        for bad in ["acme corp\u{7}", "café", "   ", ""] {
+            metrics.tenant(bad).received += 1;
+        }
+        metrics.tenant(&"x".repeat(1025)).received += 1;
+        metrics.tenant("acme corp").received += 1;
+        let labels: Vec<(&str, u64)> = metrics
+            .tenants
+            .iter()
+            .map(|tenant| (tenant.tenant.as_str(), tenant.received))
+            .collect();
+        assert_eq!(labels, [("other", 5), ("acme corp", 1)]);
+    }
+
+    #[test]
+    fn the_worst_case_stays_inside_emf_limits() {
+        // The longest queue name, the longest tenant (all of it escaped in JSON), a full batch of
+        // 10,000 records of the slowest handlers, every count at its largest, and `metrics_top` 20
+        // tenants plus `other` and `none`.
+        let queue = "q".repeat(80);
+        let mut metrics = BatchMetrics {
+            received: u64::MAX,
+            succeeded: u64::MAX,
+            retried: u64::MAX,
+            dead_lettered: u64::MAX,
+            duplicates: u64::MAX,
+            cancelled: u64::MAX,
+            deferred: u64::MAX,
+            handler_durations: vec![Duration::from_nanos(899_999_999_999); 10_000],
+            ..BatchMetrics::new(queue)
+        };
+        let mut labels: Vec<String> = (0..20).map(|n| format!("{n:\\>128}")).collect();
+        labels.extend(["other".to_owned(), "none".to_owned()]);
+        for label in &labels {
+            assert!(conveyor_core::tenant::check_tenant(label).is_ok(), "{label}");
+            let tenant = metrics.tenant(label);
+            tenant.received = u64::MAX;
+            tenant.handler_durations = vec![Duration::from_nanos(899_999_999_999); 500];
+        }
+        let lines = metrics.to_emf_lines(UNIX_EPOCH + Duration::from_secs(4_000_000_000));
+        // The queue's 10,000 durations in 100 documents, each label's 500 in 5.
+        assert_eq!(lines.len(), 100 + 22 * 5);
+        let longest = lines.iter().map(String::len).max().unwrap();
+        assert!(longest < 3 * 1024, "a line of {longest} bytes");
+        assert!(longest < 256 * 1024, "CloudWatch Logs takes events up to 256 KB");
+        for line in &lines {
+            let document: Value = serde_json::from_str(line).unwrap();
+            let directive = &document["_aws"]["CloudWatchMetrics"][0];
+            assert!(directive["Metrics"].as_array().unwrap().len() <= 100);
+            assert!(directive["Dimensions"][0].as_array().unwrap().len() <= 30);
+            if let Some(values) = document.get("HandlerDurationMs") {
+                assert!(values.as_array().unwrap().len() <= 100);
+            }
+            assert_declared_exactly(&document);
+        }
+        let tenants: std::collections::HashSet<&str> = lines
+            .iter()
+            .filter_map(|line| line.split("\"tenant\":").nth(1))
+            .map(|rest| rest.split(",\"").next().unwrap())
+            .collect();
+        assert_eq!(tenants.len(), 22, "one series per label, no more");
     }
 }

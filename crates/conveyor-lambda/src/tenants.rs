@@ -29,6 +29,12 @@ impl Tenants {
         }
     }
 
+    /// The tenant label `message`'s figures go under in the per-tenant EMF documents (the label its
+    /// run or deferral was counted under, or `other` / `none`), without counting it again.
+    pub(crate) fn label(&self, message: &Message) -> String {
+        self.metrics.label_of(message.tenant())
+    }
+
     /// Runs `process` when `message`'s tenant is within its limits (holding its slot meanwhile);
     /// otherwise the deferral, unrun.
     pub(crate) async fn run(

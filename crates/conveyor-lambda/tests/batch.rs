@@ -1108,3 +1108,86 @@ async fn a_tenant_over_its_limit_is_deferred_with_a_copy_that_keeps_the_tenant()
         "each copy keeps its tenant as its MessageGroupId: {groups:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn per_tenant_emf_documents_name_only_the_busiest_tenants() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let mut config = LambdaConfig::default();
+    config.tenants.metrics_top = 1;
+    let harness = Harness::new(queue, config);
+    // 50 jobs earn "big" the one label of its own (`TenantMetrics`: at least 50 jobs).
+    for batch in 0..5 {
+        for n in 0..10 {
+            harness.push_step(json!({"name": format!("big-{batch}-{n}")}), Some("big"));
+        }
+        let received = harness.receive().await;
+        let report = harness.run(&received, in_ten_seconds()).await;
+        assert!(listed(&report).is_empty(), "{report:?}");
+    }
+    harness.push_step(json!({"name": "big-ok"}), Some("big"));
+    harness.push_step(json!({"name": "big-busy", "action": "retry"}), Some("big"));
+    harness.push_step(json!({"name": "a-ok"}), Some("small-a"));
+    harness.push_step(
+        json!({"name": "a-doomed", "action": "permanent"}),
+        Some("small-a"),
+    );
+    harness.push_step(json!({"name": "b-ok"}), Some("small-b"));
+    harness.push_step(json!({"name": "no-tenant"}), None);
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 6);
+    let report = harness.run(&received, in_ten_seconds()).await;
+
+    let metrics = &report.metrics[0];
+    let figures = |label: &str| {
+        let tenant = metrics
+            .tenants
+            .iter()
+            .find(|tenant| tenant.tenant == label)
+            .unwrap_or_else(|| panic!("no {label} figures in {:?}", metrics.tenants));
+        (
+            tenant.received,
+            tenant.succeeded,
+            tenant.retried,
+            tenant.dead_lettered,
+            tenant.deferred,
+            tenant.handler_durations.len(),
+        )
+    };
+    let mut labels: Vec<&str> = metrics
+        .tenants
+        .iter()
+        .map(|tenant| tenant.tenant.as_str())
+        .collect();
+    labels.sort_unstable();
+    assert_eq!(
+        labels,
+        ["big", "none", "other"],
+        "small-a and small-b are `other`"
+    );
+    assert_eq!(figures("big"), (2, 1, 1, 0, 0, 2));
+    assert_eq!(figures("other"), (3, 2, 0, 1, 0, 3));
+    assert_eq!(figures("none"), (1, 1, 0, 0, 0, 1));
+
+    // One document for the queue, then one per label with both dimensions (`src/metrics.rs` checks
+    // that each declares exactly what it carries).
+    let series: Vec<(Value, Value)> = metrics
+        .to_emf_lines(SystemTime::now())
+        .iter()
+        .map(|line| {
+            let document: Value = serde_json::from_str(line).unwrap();
+            let dimensions = document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].clone();
+            (document["tenant"].clone(), dimensions)
+        })
+        .collect();
+    let both = json!([["queue", "tenant"]]);
+    assert_eq!(
+        series,
+        [
+            (Value::Null, json!([["queue"]])),
+            (json!(metrics.tenants[0].tenant), both.clone()),
+            (json!(metrics.tenants[1].tenant), both.clone()),
+            (json!(metrics.tenants[2].tenant), both),
+        ]
+    );
+}

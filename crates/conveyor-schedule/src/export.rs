@@ -7,6 +7,9 @@
 //!   "input": "{\"conveyor\":{...},\"payload\":{...}}"}]}
 //! ```
 //!
+//! A schedule with a tenant adds `"tenant"` and `"message_body_json"`, and the file is then format 2
+//! (see the design note below).
+//!
 //! EventBridge Scheduler's cron has six fields (minute hour day-of-month month day-of-week year), no
 //! seconds, days of the week 1-7 from Sunday, and `?` in one of the two day fields; rates are whole
 //! minutes. What cannot be said there is refused with the reason and what to do instead:
@@ -21,6 +24,24 @@
 //! - a missed-tick policy other than [`MissedTicks::All`]: EventBridge delivers every tick and retries
 //!   each failed delivery up to the module's `maximum_event_age_seconds`; it neither collapses missed
 //!   ticks into one (`LatestOnce`) nor drops them (`Skip`).
+//!
+//! # Design note: a schedule's tenant
+//!
+//! On a standard queue a job's tenant is its `MessageGroupId` (SQS fair queues). EventBridge
+//! Scheduler's *templated* SQS target has `SqsParameters.MessageGroupId`, but its documentation (API
+//! reference and CloudFormation, as of December 2026) gives it only "when the target is a FIFO queue",
+//! whereas EventBridge rules' `SqsParameters` says "fair or FIFO queue": that a schedule's templated
+//! target sends it to a standard queue is nowhere promised, and without AWS it cannot be tried here.
+//! A *universal* target calls the SQS API itself (`arn:aws:scheduler:::aws-sdk:sqs:sendMessage`, its
+//! input holding `SendMessage`'s parameters; AWS's "context attributes" guide uses exactly this target
+//! with `<aws.scheduler.scheduled-time>` in the body), and SQS's `SendMessage` takes `MessageGroupId` on a
+//! standard queue. So a schedule with a tenant is exported with `tenant` and `message_body_json` (its
+//! `input` written as a JSON string, whose `<` and `>` Terraform's `jsonencode` would escape into
+//! `\u003c`, hiding the placeholder from Scheduler), and `infra/modules/schedules` gives it a
+//! universal target whose input is `{"QueueUrl", "MessageGroupId", "MessageBody"}`; schedules without
+//! a tenant keep the templated target. A file with a tenant is format 2, which a module that does
+//! not know tenants refuses at plan instead of dropping them; a file without one stays format 1. A
+//! tenant SQS would refuse is refused here with `NewJob::tenant`'s words.
 
 use std::time::SystemTime;
 
@@ -31,6 +52,8 @@ use crate::definition::{JobTemplate, MissedTicks, Schedule, Timing, format_tick}
 
 /// The file format's version.
 pub(crate) const FORMAT: u32 = 1;
+/// The version of a file with a tenant in it (see the design note); readers take both.
+pub(crate) const FORMAT_WITH_TENANTS: u32 = 2;
 
 /// A schedule that EventBridge Scheduler cannot express.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +111,13 @@ pub(crate) struct Exported {
     pub job_type: String,
     /// The message body: the envelope, its key templated on the scheduled time.
     pub input: String,
+    /// The job's tenant: the universal target's `MessageGroupId` (see the design note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// With a tenant: `input` as a JSON string (quoted and escaped, `<` and `>` kept), for the
+    /// universal target's `MessageBody`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_body_json: Option<String>,
     /// The definition, for the `conveyor schedules` commands.
     pub definition: Definition,
 }
@@ -111,8 +141,13 @@ pub fn export(schedules: &[Schedule]) -> Result<String, ExportError> {
     for schedule in schedules {
         exported.push(export_one(schedule)?);
     }
+    let format = if exported.iter().any(|schedule| schedule.tenant.is_some()) {
+        FORMAT_WITH_TENANTS
+    } else {
+        FORMAT
+    };
     let file = ExportFile {
-        format: FORMAT,
+        format,
         schedules: exported,
     };
     serde_json::to_string_pretty(&file).map_err(|error| ExportError {
@@ -187,6 +222,14 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
             Some(interval.as_secs()),
         ),
     };
+    // The tenant, checked as `NewJob::tenant` checks it (a `Schedule` built by hand or loaded from a
+    // file skips `Schedule::tenant`).
+    let key = crate::definition::tick_key(&schedule.name, SystemTime::UNIX_EPOCH);
+    schedule
+        .job
+        .job(key)
+        .to_message("schedule")
+        .map_err(|error| refuse(error.to_string()))?;
     let header = Header {
         job_type: schedule.job.job_type.clone(),
         version: Some(schedule.job.version),
@@ -208,6 +251,12 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         skip_while_running_secs: None,
         missed_after_secs: missed_after_secs(schedule),
     };
+    let input = seal(&header, &schedule.job.payload);
+    let tenant = schedule.job.tenant.clone();
+    let message_body_json = match &tenant {
+        Some(_) => Some(serde_json::to_string(&input).map_err(|error| refuse(error.to_string()))?),
+        None => None,
+    };
     Ok(Exported {
         definition,
         name: schedule.name.clone(),
@@ -216,7 +265,9 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
         start_date: date(schedule.start),
         end_date: date(schedule.end),
         job_type: schedule.job.job_type.clone(),
-        input: seal(&header, &schedule.job.payload),
+        input,
+        tenant,
+        message_body_json,
     })
 }
 
@@ -232,10 +283,13 @@ pub fn load(text: &str) -> Result<Vec<Schedule>, ExportError> {
             format!("not a file from `conveyor schedules export`: {error}"),
         )
     })?;
-    if file.format != FORMAT {
+    if ![FORMAT, FORMAT_WITH_TENANTS].contains(&file.format) {
         return Err(invalid(
             "",
-            format!("format {} is not {FORMAT}: export it again", file.format),
+            format!(
+                "format {} is neither {FORMAT} nor {FORMAT_WITH_TENANTS}: export it again",
+                file.format
+            ),
         ));
     }
     file.schedules
@@ -472,7 +526,11 @@ mod tests {
     }
 
     fn hourly() -> Schedule {
-        Schedule::every("hourly", Duration::from_secs(3600))
+        hourly_named("hourly")
+    }
+
+    fn hourly_named(name: &str) -> Schedule {
+        Schedule::every(name, Duration::from_secs(3600))
             .unwrap()
             .job_of("t", 1, &1)
             .unwrap()
@@ -535,5 +593,51 @@ mod tests {
         assert_eq!(loaded.missed_after, Duration::from_secs(5));
         assert_eq!(loaded.start, schedule.start);
         assert_eq!(loaded.job, schedule.job);
+    }
+
+    #[test]
+    fn a_tenant_is_kept_for_the_universal_target_in_a_format_2_file() {
+        let schedule = hourly().tenant("acme-42").unwrap();
+        let text = export(&[schedule.clone(), hourly_named("plain")]).unwrap();
+        let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(file["format"], FORMAT_WITH_TENANTS);
+        let tenanted = &file["schedules"][0];
+        assert_eq!(tenanted["tenant"], "acme-42");
+        // The body as a JSON string, its placeholder as Scheduler must see it (not `\u003c...`).
+        let body_json = tenanted["message_body_json"].as_str().unwrap();
+        assert!(
+            body_json.contains("<aws.scheduler.scheduled-time>"),
+            "{body_json}"
+        );
+        let body: String = serde_json::from_str(body_json).unwrap();
+        assert_eq!(body, tenanted["input"].as_str().unwrap());
+        // A schedule without a tenant is written as before.
+        let plain = file["schedules"][1].as_object().unwrap();
+        assert!(!plain.contains_key("tenant") && !plain.contains_key("message_body_json"));
+        // `conveyor schedules list` and `trigger` rebuild it with its tenant.
+        let loaded = load(&text).unwrap();
+        assert_eq!(loaded[0].job.tenant.as_deref(), Some("acme-42"));
+        assert_eq!(loaded[0].job, schedule.job);
+    }
+
+    #[test]
+    fn a_file_without_tenants_stays_format_1() {
+        let file: serde_json::Value = serde_json::from_str(&export(&[hourly()]).unwrap()).unwrap();
+        assert_eq!(file["format"], FORMAT);
+        let wrong = r#"{"format": 3, "schedules": []}"#;
+        assert!(load(wrong).unwrap_err().to_string().contains("neither 1 nor 2"));
+    }
+
+    #[test]
+    fn a_tenant_sqs_would_refuse_is_refused_with_new_job_tenants_words() {
+        let mut schedule = hourly();
+        schedule.job.tenant = Some("acme corp".to_owned());
+        let refused = refusal(schedule);
+        assert!(
+            refused.contains("schedule hourly cannot be exported")
+                && refused.contains(r#"tenant "acme corp" cannot be sent"#)
+                && refused.contains("' ' at position 4"),
+            "{refused}"
+        );
     }
 }

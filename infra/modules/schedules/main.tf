@@ -5,6 +5,13 @@
 # envelope ({"conveyor": {"type", "version", "key"}, "payload": ...}, opened by every Conveyor consumer
 # before routing). Its key is `schedule:<name>@<aws.scheduler.scheduled-time>`, which Scheduler fills
 # in per tick: a tick delivered twice is settled as a duplicate by the consumer's idempotency claim.
+#
+# A schedule with a tenant (format 2) gets a universal target instead: Scheduler calls SQS's SendMessage
+# with {"QueueUrl", "MessageGroupId": tenant, "MessageBody": input}, because the templated target's
+# MessageGroupId is documented for FIFO queues only, and a standard queue's tenant is its MessageGroupId
+# (SQS fair queues; see conveyor-schedule's src/export.rs). The body comes as the file wrote it
+# (`message_body_json`), not through jsonencode, which would escape the <aws.scheduler.scheduled-time>
+# placeholder's < and > and hide it from Scheduler.
 
 locals {
   file = jsondecode(file(var.schedules_file))
@@ -18,8 +25,8 @@ resource "aws_scheduler_schedule_group" "this" {
 
   lifecycle {
     precondition {
-      condition     = try(local.file.format, 0) == 1
-      error_message = "schedules_file is not a format-1 file from `conveyor schedules export`: write it again with this version of Conveyor."
+      condition     = contains([1, 2], try(local.file.format, 0))
+      error_message = "schedules_file is not a format-1 or format-2 file from `conveyor schedules export`: write it again with this version of Conveyor."
     }
     precondition {
       condition     = length(local.schedules) == length(local.file.schedules)
@@ -48,7 +55,22 @@ data "aws_iam_policy_document" "assume" {
 
 locals {
   # arn:<partition>:sqs:<region>:<account>:<name>
-  account_id = split(":", var.queue_arn)[4]
+  arn_parts  = split(":", var.queue_arn)
+  partition  = local.arn_parts[1]
+  account_id = local.arn_parts[4]
+  # The queue's URL for the universal target, from its ARN unless given.
+  queue_url = coalesce(
+    var.queue_url,
+    format(
+      "https://sqs.%s.%s/%s/%s",
+      local.arn_parts[3],
+      local.partition == "aws-cn" ? "amazonaws.com.cn" : "amazonaws.com",
+      local.account_id,
+      local.arn_parts[5],
+    ),
+  )
+  # Scheduler's universal target for SQS SendMessage.
+  send_message_arn = "arn:${local.partition}:scheduler:::aws-sdk:sqs:sendMessage"
 }
 
 resource "aws_iam_role" "scheduler" {
@@ -100,9 +122,15 @@ resource "aws_scheduler_schedule" "this" {
   }
 
   target {
-    arn      = var.queue_arn
+    # Templated target without a tenant; with one, the universal SendMessage target (see the top).
+    arn      = try(each.value.tenant, null) == null ? var.queue_arn : local.send_message_arn
     role_arn = aws_iam_role.scheduler.arn
-    input    = each.value.input
+    input = try(each.value.tenant, null) == null ? each.value.input : format(
+      "{\"QueueUrl\":%s,\"MessageGroupId\":%s,\"MessageBody\":%s}",
+      jsonencode(local.queue_url),
+      jsonencode(each.value.tenant),
+      each.value.message_body_json,
+    )
 
     retry_policy {
       maximum_event_age_in_seconds = var.maximum_event_age_seconds

@@ -13,6 +13,12 @@ variable "queue_arn" {
   }
 }
 
+variable "queue_url" {
+  description = "URL of the queue, for the schedules with a tenant (their universal target calls SendMessage with it). Derived from queue_arn when null (https://sqs.<region>.amazonaws.com[.cn]/<account>/<name>); set it in other partitions."
+  type        = string
+  default     = null
+}
+
 variable "name_prefix" {
   description = "Names the schedule group and the scheduler's IAM role."
   type        = string

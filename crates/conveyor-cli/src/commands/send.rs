@@ -28,10 +28,12 @@ const PROGRESS_EVERY: usize = 100;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   conveyor send --queue-url $URL --job-type welcome_email --payload '{\"user_id\":42}' --key welcome_email:user:42
+  conveyor send --queue-url $URL --job-type invoice --payload '{\"id\":7}' --tenant acme-42
   conveyor send --queue-url $URL --file jobs.json        # one job object, or an array sent in batches of 10
 
 A job in a file: {\"job_type\": \"...\", \"payload\": {...}, \"key\": \"...\", \"version\": 1, \"delay_secs\": 0,
-\"group_id\": \"...\", \"dedup_id\": \"...\", \"attributes\": {\"name\": \"value\"}}; only payload is required.
+\"tenant\": \"...\", \"group_id\": \"...\", \"dedup_id\": \"...\", \"attributes\": {\"name\": \"value\"}}; only payload is
+required.
 Options given on the command line apply to every job of the file that does not set that field.
 With CONVEYOR_PAYLOAD_BUCKET set, a job too large for the queue is stored in that S3 bucket and sent as a
 pointer (the SQS Extended Client Library's format; the consumers need the same variable).")]
@@ -64,7 +66,13 @@ pub(crate) struct SendArgs {
     /// as a due time and the consumers re-send it every 15 minutes until due).
     #[arg(long, value_name = "SECONDS")]
     pub delay_secs: Option<u64>,
-    /// FIFO message group id (required on FIFO queues, refused on standard queues).
+    /// The tenant the job belongs to (`NewJob::tenant`): sent as `MessageGroupId` on a standard queue
+    /// (SQS fair queues), as the `conveyor.tenant` attribute on a FIFO queue unless it is the group.
+    /// 1 to 128 ASCII letters, digits and punctuation.
+    #[arg(long, value_name = "TENANT")]
+    pub tenant: Option<String>,
+    /// FIFO message group id (required on FIFO queues, refused on standard queues: there the tenant is
+    /// the group, see --tenant).
     #[arg(long, value_name = "GROUP")]
     pub group_id: Option<String>,
     /// FIFO deduplication id (required on FIFO queues without content-based deduplication).
@@ -92,6 +100,7 @@ struct FileJob {
     key: Option<String>,
     version: Option<u32>,
     delay_secs: Option<u64>,
+    tenant: Option<String>,
     group_id: Option<String>,
     #[serde(alias = "deduplication_id")]
     dedup_id: Option<String>,
@@ -107,6 +116,7 @@ struct JobSpec {
     version: Option<u32>,
     key: Option<String>,
     delay: Option<Duration>,
+    tenant: Option<String>,
     group_id: Option<String>,
     dedup_id: Option<String>,
     attributes: Vec<(String, AttributeValue)>,
@@ -125,6 +135,9 @@ impl JobSpec {
         if let Some(delay) = self.delay {
             job = job.delay(delay);
         }
+        if let Some(tenant) = &self.tenant {
+            job = job.tenant(tenant.clone());
+        }
         if let Some(group) = &self.group_id {
             job = job.group_id(group.clone());
         }
@@ -141,7 +154,7 @@ impl JobSpec {
 /// What the user asked to send.
 enum Request {
     /// One job (from arguments, or a file holding one object): sent with `send`.
-    One(JobSpec),
+    One(Box<JobSpec>),
     /// An array from a file: sent with `send_batch`.
     Many(Vec<JobSpec>),
 }
@@ -149,7 +162,7 @@ enum Request {
 impl Request {
     fn jobs(&self) -> &[JobSpec] {
         match self {
-            Request::One(job) => std::slice::from_ref(job),
+            Request::One(job) => std::slice::from_ref(job.as_ref()),
             Request::Many(jobs) => jobs,
         }
     }
@@ -233,7 +246,7 @@ fn read_request(args: &SendArgs) -> anyhow::Result<Request> {
             },
         )
         .map_err(UsageError)?;
-        return Ok(Request::One(job));
+        return Ok(Request::One(Box::new(job)));
     }
     let Some(path) = &args.file else {
         return Err(UsageError("give the job with --payload JSON or --file PATH".to_owned()).into());
@@ -260,9 +273,9 @@ fn read_request(args: &SendArgs) -> anyhow::Result<Request> {
         Value::Object(_) => {
             let file_job: FileJob =
                 serde_json::from_value(document).map_err(|error| anyhow!("{name}: {error}"))?;
-            Ok(Request::One(
+            Ok(Request::One(Box::new(
                 to_job(args, file_job).map_err(|message| anyhow!("{name}: {message}"))?,
-            ))
+            )))
         }
         _ => bail!("{name} must hold a job object or an array of job objects"),
     }
@@ -319,6 +332,7 @@ fn to_job(args: &SendArgs, file_job: FileJob) -> Result<JobSpec, String> {
         version: file_job.version.or(args.schema_version),
         key: file_job.key.or_else(|| args.key.clone()),
         delay: file_job.delay_secs.or(args.delay_secs).map(Duration::from_secs),
+        tenant: file_job.tenant.or_else(|| args.tenant.clone()),
         group_id: file_job.group_id.or_else(|| args.group_id.clone()),
         dedup_id: file_job.dedup_id.or_else(|| args.dedup_id.clone()),
         attributes,
@@ -390,7 +404,8 @@ fn check_job(queue: &QueueInfo, job: &JobSpec) -> Result<(), String> {
         if job.group_id.is_some() {
             return Err(format!(
                 "queue {name} is a standard queue: --group-id / \"group_id\" is only for FIFO queues (names \
-                 ending in .fifo)"
+                 ending in .fifo); to send the job's tenant as its MessageGroupId (SQS fair queues), use \
+                 --tenant / \"tenant\""
             ));
         }
         if job.dedup_id.is_some() {
@@ -440,6 +455,9 @@ fn print_results(
             .enumerate()
             .map(|(index, (job, result))| {
                 let mut entry = json!({ "index": index, "job_type": job.job_type, "key": job.key });
+                if let Some(tenant) = &job.tenant {
+                    entry["tenant"] = json!(tenant);
+                }
                 match result {
                     Ok(id) if kept(job) => entry["timer_id"] = json!(id),
                     Ok(id) => entry["message_id"] = json!(id),
@@ -464,7 +482,16 @@ fn print_results(
                 queue.name()
             );
         } else {
-            crate::outln!("sent {} job to {}: message id {id}", job.job_type, queue.name());
+            let tenant = job
+                .tenant
+                .as_ref()
+                .map(|tenant| format!(" for tenant {tenant}"))
+                .unwrap_or_default();
+            crate::outln!(
+                "sent {} job{tenant} to {}: message id {id}",
+                job.job_type,
+                queue.name()
+            );
         }
         return Ok(());
     }
@@ -513,6 +540,7 @@ mod tests {
             version: None,
             key: None,
             delay: None,
+            tenant: None,
             group_id: None,
             dedup_id: None,
             attributes: Vec::new(),
@@ -567,6 +595,34 @@ mod tests {
                 .unwrap_err()
                 .contains("1209600s")
         );
+    }
+
+    #[test]
+    fn a_tenant_is_checked_as_new_job_tenant_checks_it() {
+        let standard = queue("jobs", false);
+        let tenanted = |tenant: &str| JobSpec {
+            tenant: Some(tenant.to_owned()),
+            ..spec(json!({}))
+        };
+        assert_eq!(check_job(&standard, &tenanted("acme-42")), Ok(()));
+        let refused = check_job(&standard, &tenanted("acme corp")).unwrap_err();
+        let expected = NewJob::new("t", json!({}))
+            .tenant("acme corp")
+            .to_message("jobs")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(refused, expected);
+        assert!(
+            refused.contains("tenant \"acme corp\" cannot be sent") && refused.contains("' ' at position 4"),
+            "{refused}"
+        );
+        // On a FIFO queue the tenant rides beside the group.
+        let fifo = queue("jobs.fifo", true);
+        let grouped = JobSpec {
+            group_id: Some("g".to_owned()),
+            ..tenanted("acme-42")
+        };
+        assert_eq!(check_job(&fifo, &grouped), Ok(()));
     }
 
     #[test]

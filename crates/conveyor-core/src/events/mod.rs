@@ -11,6 +11,7 @@
 //! | CloudEvent, binary mode | attribute `ce_specversion` (or `ce-specversion`) | the body | `cloudevents:<source> <id>` |
 //! | Conveyor's body envelope | exactly `conveyor` and `payload` | `payload` | the header's `key` |
 //! | SNS notification (raw delivery off) | `Type: Notification`, `MessageId`, `TopicArn`, `Message`, `Timestamp` | `Message`, opened again; SNS's attributes become attributes | `sns:<MessageId>` |
+//! | SNS subscription confirmation | `Type: SubscriptionConfirmation` or `UnsubscribeConfirmation`, `MessageId`, `Token`, `TopicArn`, `Message`, `SubscribeURL`, `Timestamp` | none: acknowledged with a warning naming the topic; with `Router::sns_subscription`, the whole message ([`SubscriptionConfirmation`]) | `sns:<MessageId>` |
 //! | S3 test event | `Service: Amazon S3`, `Event: s3:TestEvent` | none: acknowledged, nothing runs | |
 //! | S3 event notification | `Records[0].eventSource` is `aws:s3` | the whole notification ([`S3Event`]) | `s3:<bucket>/<key>@<sequencer>` per record |
 //! | EventBridge event | all of `id`, `source`, `account`, `time`, `region`, `resources`, `detail` | `detail` | `eventbridge:<id>` |
@@ -33,7 +34,7 @@ use serde_json::Value;
 pub use cloudevents::CloudEvent;
 pub use eventbridge::EventBridgeEvent;
 pub use s3::{S3Event, S3Record};
-pub use sns::SnsNotification;
+pub use sns::{ConfirmationKind, SnsNotification, SubscriptionConfirmation};
 
 use crate::message::{AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE, Message};
 
@@ -53,6 +54,9 @@ pub enum Envelope {
     CloudEvent(CloudEvent),
     /// An S3 event notification.
     S3(S3Event),
+    /// An SNS subscription or unsubscribe confirmation (a [`Router::sns_subscription`](crate::Router::sns_subscription)
+    /// handler's job).
+    SnsConfirmation(SubscriptionConfirmation),
 }
 
 /// How an opened message is routed.
@@ -68,6 +72,61 @@ pub(crate) enum Route {
     S3,
     /// Nothing to run (S3's test event).
     TestEvent,
+    /// An SNS confirmation: to the confirmations route, else acknowledged with a warning.
+    SnsConfirmation(Notice),
+}
+
+/// A message that carries no job: acknowledged without running anything (unless a route takes it,
+/// which only SNS confirmations may have), and logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// S3's `s3:TestEvent`, sent when a bucket's notification configuration is saved.
+    S3TestEvent,
+    /// An SNS confirmation, with what the log may name (never its token or URL).
+    SnsConfirmation {
+        kind: ConfirmationKind,
+        topic_arn: String,
+        message_id: String,
+    },
+}
+
+impl Notice {
+    /// Logs the notice as it is acknowledged: what happened and what to do.
+    pub(crate) fn log_acknowledged(&self) {
+        match self {
+            Notice::S3TestEvent => {
+                tracing::info!(
+                    what = "S3 test event",
+                    "a notice without a job: acknowledged, nothing run"
+                );
+            }
+            Notice::SnsConfirmation {
+                kind: ConfirmationKind::Unsubscribe,
+                topic_arn,
+                message_id,
+            } => tracing::warn!(
+                topic_arn = %topic_arn,
+                sns_message_id = %message_id,
+                "SNS UnsubscribeConfirmation acknowledged: this queue's subscription to the topic was \
+                 deleted and delivers nothing more; if that was not intended, subscribe the queue again"
+            ),
+            Notice::SnsConfirmation {
+                topic_arn,
+                message_id,
+                ..
+            } => tracing::warn!(
+                topic_arn = %topic_arn,
+                sns_message_id = %message_id,
+                "SNS SubscriptionConfirmation acknowledged without confirming: the topic's subscription \
+                 of this queue stays pending and delivers nothing. To take it, subscribe the queue from \
+                 its own account (aws sns subscribe --topic-arn <topic> --protocol sqs \
+                 --notification-endpoint <queue arn>, with the queue owner's credentials and sns:Subscribe \
+                 allowed by the topic's policy: no confirmation needed), or route confirmations to a \
+                 handler that calls ConfirmSubscription (Router::sns_subscription), deploy it and have \
+                 the topic's owner subscribe the queue again"
+            ),
+        }
+    }
 }
 
 /// A message with its envelopes opened.
@@ -133,6 +192,20 @@ fn step(message: &Message) -> Result<Step, String> {
     if let Some(opened) = crate::envelope::open(message) {
         return Ok(Step::Done(opened, None, Route::Attributes));
     }
+    if let Some(kind) = sns::confirmation_kind(&body) {
+        let confirmation = sns::open_confirmation(Value::Object(body))?;
+        let notice = Notice::SnsConfirmation {
+            kind,
+            topic_arn: confirmation.topic_arn.clone(),
+            message_id: confirmation.message_id.clone(),
+        };
+        let envelope = Envelope::SnsConfirmation(confirmation);
+        return Ok(Step::Done(
+            message.clone(),
+            Some(envelope),
+            Route::SnsConfirmation(notice),
+        ));
+    }
     if sns::is_notification(&body) {
         let (notification, text, attributes) = sns::open(Value::Object(body))?;
         let mut inner = message.clone();
@@ -190,6 +263,7 @@ impl Envelope {
     fn key(&self) -> String {
         match self {
             Envelope::Sns(notification) => format!("sns:{}", notification.message_id),
+            Envelope::SnsConfirmation(confirmation) => format!("sns:{}", confirmation.message_id),
             Envelope::EventBridge(event) => format!("eventbridge:{}", event.id),
             Envelope::CloudEvent(event) => event.key(),
             Envelope::S3(event) => event.key(),
@@ -197,5 +271,7 @@ impl Envelope {
     }
 }
 
+#[cfg(test)]
+mod confirmation_tests;
 #[cfg(test)]
 mod tests;

@@ -369,8 +369,13 @@ fn router() -> Router {
 }
 
 async fn process(body: &str) -> crate::pipeline::Processed {
+    process_with(router(), body).await
+}
+
+/// `body` through a pipeline with `router`, as the runtimes call it.
+pub(super) async fn process_with(router: Router, body: &str) -> crate::pipeline::Processed {
     let lease = Lease::new(Instant::now() + Duration::from_secs(30));
-    Pipeline::new(router())
+    Pipeline::new(router)
         .process(
             Arc::new(Message::new("sqs-1", body)),
             Arc::from("jobs"),
