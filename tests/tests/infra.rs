@@ -414,10 +414,12 @@ fn statement_wildcards(statement: &Body) -> Vec<String> {
         return Vec::new();
     }
     let actions = statement_strings(statement, "actions");
+    // X-Ray's actions and CloudWatch's GetMetricData have no resource-level permissions: AWS grants
+    // them on "*" only.
     let xray_only = !actions.is_empty()
-        && actions
-            .iter()
-            .all(|action| action.starts_with("xray:") && !action.contains('*'));
+        && actions.iter().all(|action| {
+            (action.starts_with("xray:") && !action.contains('*')) || action == "cloudwatch:GetMetricData"
+        });
     let mut strings = Vec::new();
     for key in ["actions", "resources", "not_actions", "not_resources"] {
         if key == "resources" && xray_only {
@@ -737,6 +739,9 @@ const DYNAMODB_OPERATIONS: [&str; 13] = [
     "update_item",
 ];
 
+/// The `aws_sdk_cloudwatch::Client` metric reads the console could call.
+const CLOUDWATCH_OPERATIONS: [&str; 3] = ["get_metric_data", "get_metric_statistics", "list_metrics"];
+
 /// The `aws_sdk_s3::Client` object operations a payload store could call.
 const S3_OPERATIONS: [&str; 6] = [
     "copy_object",
@@ -841,7 +846,7 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
 
     let mut payload_calls = operations(conveyor_s3::iam::CONSUMER);
     payload_calls.extend(operations(conveyor_s3::iam::PRODUCER));
-    let groups: [CallGroup; 5] = [
+    let groups: [CallGroup; 6] = [
         ("consumer (SQS)", &consumer_files, &SQS_OPERATIONS, consumer),
         ("producer", &producer_files, &SQS_OPERATIONS, operations(PRODUCER)),
         (
@@ -870,6 +875,12 @@ fn the_code_lists_every_sdk_call_it_makes() -> Result<()> {
             &["conveyor-s3/src/store.rs"],
             &S3_OPERATIONS,
             payload_calls,
+        ),
+        (
+            "console (CloudWatch)",
+            &["conveyor-console/src/fair_queues.rs"],
+            &CLOUDWATCH_OPERATIONS,
+            operations(conveyor_console::iam::CLOUDWATCH),
         ),
     ];
     let mut problems = Vec::new();
@@ -900,7 +911,7 @@ fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
     let queue = parse_module(&module_dir("queue"))?;
     let table = parse_module(&module_dir("idempotency-table"))?;
     let payload_bucket = parse_module(&module_dir("payload-bucket"))?;
-    let checks: [PolicyCheck; 9] = [
+    let checks: [PolicyCheck; 10] = [
         (&permissions, "this", "ConsumeQueue", CONSUMER_QUEUE),
         (
             &permissions,
@@ -911,6 +922,12 @@ fn the_policies_grant_exactly_the_listed_actions() -> Result<()> {
         (&permissions, "this", "IdempotencyRecords", CONSUMER_TABLE),
         (&queue, "producer", "SendJobs", PRODUCER),
         (&queue, "operator", "OperateQueues", OPERATOR),
+        (
+            &queue,
+            "operator",
+            "ReadFairQueueMetrics",
+            conveyor_console::iam::CLOUDWATCH,
+        ),
         (&table, "producer", "TrackJobs", PRODUCER_TABLE),
         (&table, "operator", "OperateJobs", OPERATOR_TABLE),
         (

@@ -25,8 +25,9 @@ pub(crate) struct AwsArgs {
     /// AWS region (instead of AWS_REGION or the profile's region).
     #[arg(long, global = true, value_name = "REGION")]
     pub region: Option<String>,
-    /// Endpoint of every AWS service the command calls (SQS, DynamoDB, S3), e.g. http://127.0.0.1:4566
-    /// for LocalStack; beats AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>, as in the AWS CLI.
+    /// Endpoint of every AWS service the command calls (SQS, DynamoDB, S3, CloudWatch), e.g.
+    /// http://127.0.0.1:4566 for LocalStack; beats AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE>, as in
+    /// the AWS CLI.
     #[arg(long, global = true, value_name = "URL")]
     pub endpoint_url: Option<String>,
     /// DynamoDB's endpoint, when it differs from --endpoint-url (DynamoDB Local: http://127.0.0.1:8000).
@@ -43,6 +44,9 @@ struct Endpoints {
     sqs: Option<String>,
     dynamodb: Option<String>,
     s3: Option<String>,
+    /// `--endpoint-url`, else `AWS_ENDPOINT_URL_CLOUDWATCH` (the SDK's own). An emulator must speak
+    /// CloudWatch's current protocol (Smithy RPC v2 CBOR): moto 5.2 does, LocalStack 4.8.1 does not.
+    cloudwatch: Option<String>,
 }
 
 impl Endpoints {
@@ -52,6 +56,7 @@ impl Endpoints {
             sqs: args.endpoint_url.clone(),
             dynamodb: or_all(&args.dynamodb_endpoint_url),
             s3: or_all(&args.s3_endpoint_url),
+            cloudwatch: args.endpoint_url.clone(),
         }
     }
 }
@@ -155,6 +160,15 @@ impl Aws {
         aws_sdk_dynamodb::Client::from_conf(dynamodb.build())
     }
 
+    /// A CloudWatch client (the console's fair-queue metrics) with `--endpoint-url` applied.
+    pub(crate) fn cloudwatch_client(&self) -> aws_sdk_cloudwatch::Client {
+        let mut cloudwatch = aws_sdk_cloudwatch::config::Builder::from(&self.config);
+        if let Some(endpoint) = &self.endpoints.cloudwatch {
+            cloudwatch = cloudwatch.endpoint_url(endpoint);
+        }
+        aws_sdk_cloudwatch::Client::from_conf(cloudwatch.build())
+    }
+
     /// An S3 client with `--s3-endpoint-url` or `--endpoint-url` applied (else `AWS_ENDPOINT_URL_S3`),
     /// with the profile and region of the other clients and the payload store's deadlines.
     pub(crate) fn s3_client(&self) -> aws_sdk_s3::Client {
@@ -180,6 +194,16 @@ impl Aws {
     /// The DynamoDB endpoint when it is not AWS's own (an emulator).
     pub(crate) fn local_dynamodb_endpoint(&self) -> Option<String> {
         Some(self.dynamodb_endpoint()).filter(|endpoint| !is_aws(endpoint))
+    }
+
+    /// The endpoint set for CloudWatch: `--endpoint-url`, else `AWS_ENDPOINT_URL_CLOUDWATCH`, else
+    /// `AWS_ENDPOINT_URL`; `None`: AWS's own.
+    pub(crate) fn cloudwatch_endpoint(&self) -> Option<String> {
+        self.endpoints
+            .cloudwatch
+            .clone()
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL_CLOUDWATCH"))
+            .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
     }
 
     /// The SQS endpoint the client calls, as a person would write it: `--endpoint-url`, else
@@ -231,6 +255,7 @@ mod tests {
         assert_eq!(endpoints.sqs.as_deref(), Some("http://127.0.0.1:4566"));
         assert_eq!(endpoints.dynamodb.as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!(endpoints.s3.as_deref(), Some("http://127.0.0.1:4566"));
+        assert_eq!(endpoints.cloudwatch.as_deref(), Some("http://127.0.0.1:4566"));
         let none = Endpoints::from_args(&AwsArgs::default());
         assert!(none.sqs.is_none() && none.dynamodb.is_none() && none.s3.is_none());
     }

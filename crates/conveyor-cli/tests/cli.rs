@@ -1680,6 +1680,88 @@ async fn console_with_output_json_prints_the_address_to_open() {
     console.kill().await.unwrap();
 }
 
+/// `conveyor console --endpoint-url` reads the fair-queue metrics from that endpoint's CloudWatch: a
+/// moto server of the test's own serves the queue and the metrics (LocalStack 4.8.1 does not speak the
+/// CloudWatch SDK's protocol), and the queues page shows them.
+#[tokio::test]
+async fn console_reads_the_fair_queue_metrics_at_the_endpoint_url() {
+    use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
+    use conveyor_core::metric_names::FAIR_QUEUE_METRICS;
+    use tokio::io::AsyncBufReadExt as _;
+
+    const TOKEN: &str = "0123456789abcdef0123";
+    let moto = conveyor_testing::localstack::OwnMoto::start().await.unwrap();
+    let queue = create_queue(&moto.sqs_client(), &QueueSpec::standard("cli-fair"))
+        .await
+        .unwrap();
+    let cloudwatch = aws_sdk_cloudwatch::Client::from_conf(
+        aws_sdk_cloudwatch::Config::builder()
+            .behavior_version(aws_sdk_cloudwatch::config::BehaviorVersion::latest())
+            .region(aws_sdk_cloudwatch::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_cloudwatch::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .endpoint_url(moto.endpoint())
+            .build(),
+    );
+    let mut put = cloudwatch.put_metric_data().namespace("AWS/SQS");
+    for (metric, value) in FAIR_QUEUE_METRICS.iter().zip([4.0, 9.0, 1.0, 0.0, 17.0]) {
+        put = put.metric_data(
+            MetricDatum::builder()
+                .metric_name(*metric)
+                .dimensions(Dimension::builder().name("QueueName").value(&queue.name).build())
+                .value(value)
+                .build(),
+        );
+    }
+    put.send().await.unwrap();
+
+    let mut console = common::conveyor_command(&[
+        "console",
+        "--endpoint-url",
+        &moto.endpoint(),
+        "--listen",
+        "127.0.0.1:0",
+        "--queue-url",
+        &queue.url,
+        "--token",
+        TOKEN,
+        "--output",
+        "json",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut lines = tokio::io::BufReader::new(console.stdout.take().unwrap()).lines();
+    let started = next_json(&mut lines).await;
+    let addr = started["listening"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let page = conveyor_http::testing::raw_request(
+        addr.parse().unwrap(),
+        &format!(
+            "GET / HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await
+    .unwrap();
+    console.kill().await.unwrap();
+    let table = page
+        .split("id=\"fair-queues\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no fair-queue table:\n{page}"));
+    let row = table
+        .split("<tr")
+        .find(|row| row.contains(&queue.name))
+        .unwrap_or_else(|| panic!("no row for {}:\n{table}", queue.name));
+    for value in [">4<", ">9<", ">1<", ">0<", ">17<"] {
+        assert!(row.contains(value), "{value} in {row}");
+    }
+}
+
 /// `dlq peek`, `dlq redrive --dry-run` and `dlq delete` take the same filter and touch the same
 /// messages: the peek shows them, the dry run counts them and moves nothing, the delete (only with a
 /// filter or --all, and --yes) removes exactly them.

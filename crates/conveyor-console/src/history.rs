@@ -67,7 +67,7 @@ pub(crate) async fn sample_until(state: Arc<AppState>, stop: CancellationToken) 
             _ = every.tick() => {}
             () = stop.cancelled() => return,
         }
-        let snapshot = crate::queues::snapshot(&state).await;
+        let snapshot = crate::queues::snapshot(&state, false).await;
         state.history.push(crate::queues::totals(&state, &snapshot));
     }
 }

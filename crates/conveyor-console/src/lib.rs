@@ -4,6 +4,7 @@ mod auth;
 mod config;
 mod delays;
 mod dlq;
+mod fair_queues;
 mod fields;
 mod history;
 mod html;
@@ -25,6 +26,15 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{ConsoleConfig, ConsoleError, TOKEN_ENV};
+
+/// The IAM actions behind the console's own AWS calls beyond the operator's SQS and DynamoDB ones
+/// (`conveyor_sqs::iam::OPERATOR`, `conveyor_dynamodb::iam::OPERATOR_TABLE`), as those lists are
+/// written: each `aws_sdk_cloudwatch::Client` method and its action. `infra/modules/queue`'s operator
+/// policy grants them (`tests/tests/infra.rs` holds both sides to this list).
+pub mod iam {
+    /// The fair-queue view ([`Console::with_cloudwatch`](crate::Console::with_cloudwatch)).
+    pub const CLOUDWATCH: &[(&str, &str)] = &[("get_metric_data", "cloudwatch:GetMetricData")];
+}
 pub use workers::parse_metrics;
 
 use crate::state::AppState;
@@ -62,6 +72,25 @@ impl Console {
     /// [`PayloadStore`](conveyor_core::port::PayloadStore). Reading never deletes.
     pub fn with_payloads(self, store: Arc<dyn conveyor_core::port::PayloadStore>) -> Self {
         let _ = self.state.payloads.set(store);
+        self
+    }
+
+    /// Shows SQS's fair-queue metrics of the standard queues on the queues page (noisy tenants, the
+    /// quiet tenants' backlog and oldest message), read from CloudWatch when the page is open, at most
+    /// once a minute; needs `cloudwatch:GetMetricData` ([`iam::CLOUDWATCH`]). The console's own
+    /// deadlines replace the client's (5 s a read at most), and a read that fails says on the page
+    /// whether CloudWatch denied it (a permission to grant) or is unavailable (an outage).
+    pub fn with_cloudwatch(self, cloudwatch: aws_sdk_cloudwatch::Client) -> Self {
+        let config = cloudwatch
+            .config()
+            .to_builder()
+            .timeout_config(fair_queues::deadlines())
+            .interceptor(self.state.requests.clone())
+            .build();
+        let _ = self
+            .state
+            .cloudwatch
+            .set(aws_sdk_cloudwatch::Client::from_conf(config));
         self
     }
 
@@ -122,7 +151,7 @@ impl Console {
         conveyor_http::serve_gated(listener, routes, limits, stop, |routes| self.gate(routes)).await;
     }
 
-    /// AWS requests made so far (SQS and DynamoDB, retries included).
+    /// AWS requests made so far (SQS, DynamoDB and CloudWatch, retries included).
     pub fn aws_requests(&self) -> u64 {
         self.state.requests.total()
     }

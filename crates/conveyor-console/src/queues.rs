@@ -26,18 +26,32 @@ pub(crate) struct Snapshot {
     queues: Vec<Result<Stats, String>>,
     workers: Vec<WorkerView>,
     listing_error: Option<String>,
+    /// The fair-queue metrics, when the console reads CloudWatch and shows a standard queue.
+    fair_queues: Option<crate::fair_queues::FairQueueRead>,
     requests: u64,
     millis: u128,
 }
 
-pub(crate) async fn snapshot(state: &AppState) -> Snapshot {
+/// Reads the queues and workers, and with `fair_queues` the fair-queue metrics (the page shows them; the
+/// chart sampler does not ask: CloudWatch bills each metric read, and the sampler runs with no one
+/// watching).
+pub(crate) async fn snapshot(state: &AppState, fair_queues: bool) -> Snapshot {
     let started = Instant::now();
     let before = state.requests.total();
     let (urls, listing_error) = match state.queue_urls().await {
         Ok(urls) => (urls, None),
         Err(error) => (state.fixed_urls.clone(), Some(display_chain(&error))),
     };
-    let (queues, workers) = tokio::join!(stats_of(&state.sqs, &urls), state.workers.scrape());
+    // CloudWatch is read beside SQS, under its own deadlines (`fair_queues::deadlines`): a CloudWatch
+    // that does not answer delays a refresh by that much at most, once per `RETRY_AFTER`.
+    let fair_queues = async {
+        match state.cloudwatch.get() {
+            Some(cloudwatch) if fair_queues => state.fair_queues.read(cloudwatch, &urls).await,
+            _ => None,
+        }
+    };
+    let (queues, workers, fair_queues) =
+        tokio::join!(stats_of(&state.sqs, &urls), state.workers.scrape(), fair_queues);
     let queues = queues
         .into_iter()
         .map(|read| read.map_err(|(url, error)| format!("{url}: {}", display_chain(&error))))
@@ -45,6 +59,7 @@ pub(crate) async fn snapshot(state: &AppState) -> Snapshot {
     Snapshot {
         queues,
         workers,
+        fair_queues,
         listing_error,
         requests: state.requests.total() - before,
         millis: started.elapsed().as_millis(),
@@ -52,7 +67,7 @@ pub(crate) async fn snapshot(state: &AppState) -> Snapshot {
 }
 
 pub(crate) async fn overview(State(state): State<Arc<AppState>>) -> Response {
-    let snapshot = snapshot(&state).await;
+    let snapshot = snapshot(&state, true).await;
     let every = state.config.refresh.as_millis();
     let body = html! {
         div id="live" data-live="/live" data-every=(every) { (render(&state, &snapshot)) }
@@ -63,7 +78,7 @@ pub(crate) async fn overview(State(state): State<Arc<AppState>>) -> Response {
 
 /// The live part of the queues page (fetched by the page's script every refresh).
 pub(crate) async fn live(State(state): State<Arc<AppState>>) -> Response {
-    let snapshot = snapshot(&state).await;
+    let snapshot = snapshot(&state, true).await;
     Html(render(&state, &snapshot).into_string()).into_response()
 }
 
@@ -221,6 +236,9 @@ fn render(state: &AppState, snapshot: &Snapshot) -> Markup {
                     }
                 }
             }
+        }
+        @if let Some(read) = &snapshot.fair_queues {
+            (crate::fair_queues::render(read))
         }
         @if !snapshot.workers.is_empty() {
             (workers_table(&snapshot.workers))

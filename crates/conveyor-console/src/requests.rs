@@ -1,5 +1,5 @@
-//! Counting the AWS requests the console makes: an SDK interceptor on its SQS and DynamoDB clients,
-//! so each page can say what a refresh cost (retries count: each attempt is a request).
+//! Counting the AWS requests the console makes: an SDK interceptor on its SQS, DynamoDB and CloudWatch
+//! clients, so each page can say what a refresh cost (retries count: each attempt is a request).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -34,6 +34,10 @@ pub(crate) struct AppState {
     pub(crate) history: History,
     /// Where large payloads are read from ("fetch the payload" on a dead letter), when given.
     pub(crate) payloads: std::sync::OnceLock<std::sync::Arc<dyn conveyor_core::port::PayloadStore>>,
+    /// Where the fair-queue metrics are read from, when given.
+    pub(crate) cloudwatch: std::sync::OnceLock<aws_sdk_cloudwatch::Client>,
+    /// The last read of the fair-queue metrics, reused for a minute.
+    pub(crate) fair_queues: crate::fair_queues::FairQueueCache,
 }
 
 impl AppState {
@@ -80,6 +84,8 @@ impl AppState {
             peeks: Peeks::default(),
             history: History::default(),
             payloads: std::sync::OnceLock::new(),
+            cloudwatch: std::sync::OnceLock::new(),
+            fair_queues: crate::fair_queues::FairQueueCache::default(),
         })
     }
 

@@ -10,8 +10,9 @@
 //!
 //! What needs no SDK is always here: [`ensure_local_aws`], the endpoints, [`aws_env`], [`unique_name`],
 //! [`repo_root`], [`QueueSpec`] (the conformance suites' input) and [`TestQueue`]. The clients
-//! (`sqs_client`, `sqs_client_at`, `dynamodb_client`), `create_queue`, `queue_arn`, `create_table`,
-//! `create_idempotency_table` and `OwnLocalStack` need the feature `aws`.
+//! (`sqs_client`, `sqs_client_at`, `dynamodb_client`, `dynamodb_client_at`), `create_queue`,
+//! `queue_arn`, `create_table`, `create_idempotency_table`, `OwnLocalStack` and `OwnMoto` (a moto server
+//! of a test's own, for the CloudWatch protocol LocalStack 4.8.1 does not speak) need the feature `aws`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,17 +22,23 @@ use tokio::sync::OnceCell;
 pub use crate::wait::{wait_for, wait_until};
 
 #[cfg(feature = "aws")]
+mod guard;
+#[cfg(feature = "aws")]
+mod moto;
+#[cfg(feature = "aws")]
 mod own;
 #[cfg(feature = "aws")]
 mod sdk;
+#[cfg(feature = "aws")]
+pub use moto::{MotoUser, OwnMoto};
 #[cfg(feature = "aws")]
 pub use own::{OwnLocalStack, Services};
 #[cfg(feature = "aws")]
 pub(crate) use sdk::s3_client_at;
 #[cfg(feature = "aws")]
 pub use sdk::{
-    create_idempotency_table, create_queue, create_table, dynamodb_client, queue_arn, sqs_client,
-    sqs_client_at,
+    create_idempotency_table, create_queue, create_table, dynamodb_client, dynamodb_client_at, queue_arn,
+    sqs_client, sqs_client_at,
 };
 
 /// The region every client and every child process uses (as `localstack/env.sh` sets it).

@@ -399,6 +399,14 @@ data "aws_iam_policy_document" "operator" {
     resources = [aws_sqs_queue.this.arn, aws_sqs_queue.dlq.arn]
   }
 
+  # The console's fair-queue view (conveyor_console::iam::CLOUDWATCH). GetMetricData has no resource-level
+  # permission: AWS grants it on "*" only, and it reads metrics, never messages.
+  statement {
+    sid       = "ReadFairQueueMetrics"
+    actions   = ["cloudwatch:GetMetricData"]
+    resources = ["*"]
+  }
+
   dynamic "statement" {
     for_each = length(local.kms_key_arns) > 0 ? [local.kms_key_arns] : []
 

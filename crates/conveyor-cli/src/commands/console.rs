@@ -57,6 +57,10 @@ pub(crate) struct ConsoleArgs {
     /// what one refresh of the page costs.
     #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub history_secs: u64,
+    /// Do not read SQS's fair-queue metrics from CloudWatch: the queues page leaves that view out and
+    /// the console needs no cloudwatch:GetMetricData.
+    #[arg(long)]
+    pub no_fair_queues: bool,
 }
 
 /// Runs the console until Ctrl-C.
@@ -74,9 +78,20 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws, format: Format) -> anyhow
         .with_refresh(Duration::from_secs(args.refresh_secs))
         .with_history_every(Duration::from_secs(args.history_secs));
     let payloads = std::sync::Arc::new(conveyor_s3::S3PayloadStore::new(aws.s3_client()));
-    let console = Console::new(config, aws.sqs_client(), aws.dynamodb_client())
+    let mut console = Console::new(config, aws.sqs_client(), aws.dynamodb_client())
         .await?
         .with_payloads(payloads);
+    // Queues on an emulator have no metrics in AWS's CloudWatch: it is read when SQS is AWS's, or when
+    // an endpoint is set for CloudWatch too (an emulator that speaks its protocol, such as moto).
+    let emulated_queues = aws.local_sqs_endpoint().is_some() && aws.cloudwatch_endpoint().is_none();
+    if emulated_queues && !args.no_fair_queues {
+        crate::errln!(
+            "the queues are on an emulator and no CloudWatch endpoint is set: the fair-queue view is off \
+             (--endpoint-url or AWS_ENDPOINT_URL_CLOUDWATCH turns it on)"
+        );
+    } else if !args.no_fair_queues {
+        console = console.with_cloudwatch(aws.cloudwatch_client());
+    }
     let listener = conveyor_http::bind(&args.listen.to_string()).await?;
     let addr = listener.local_addr().context("reading the console's address")?;
     // A token the operator chose is not echoed into logs; a generated one is the only way in.

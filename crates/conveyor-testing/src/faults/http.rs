@@ -91,10 +91,17 @@ struct FaultyConnector {
 }
 
 /// The service and operation of a request, from `X-Amz-Target` (`AmazonSQS.SendMessage`,
-/// `DynamoDB_20120810.PutItem`); both services speak the AWS JSON 1.0 protocol.
+/// `DynamoDB_20120810.PutItem`; both services speak the AWS JSON 1.0 protocol), else from a Smithy RPC v2
+/// path (`/service/GraniteServiceVersion20100801/operation/GetMetricData`: CloudWatch, whose calls can
+/// be counted, delayed and hung; the error answers are JSON 1.0, which its SDK cannot read).
 fn target(request: &HttpRequest) -> (Service, String) {
     let Some(target) = request.headers().get("x-amz-target") else {
-        return (Service::Other, String::new());
+        let operation = request
+            .uri()
+            .split_once("/operation/")
+            .and_then(|(_, rest)| rest.split(['/', '?']).next())
+            .unwrap_or_default();
+        return (Service::Other, operation.to_owned());
     };
     let (prefix, operation) = target.rsplit_once('.').unwrap_or(("", target));
     let service = if prefix.starts_with("AmazonSQS") {

@@ -7,20 +7,19 @@
 //! `CONFIG_DIR`; with `SERVICES=sqs` and `DNS_ADDRESS=0` neither opens any other port (`ss -ltnp` shows
 //! one listener each), and their queues are separate. Start-up takes 2–5 s.
 //!
-//! The emulator runs under a small `bash` guard in a process group of its own. The guard holds a pipe
-//! from the test process and kills the emulator when the pipe closes, so the emulator dies with the test
-//! process even on `kill -9` (where no `Drop` runs), and removes the state folder; on a panic, `Drop`
-//! kills the whole group and removes the folder.
+//! The emulator runs under the guard of `localstack::guard`: it dies with the test process even on
+//! `kill -9`, and the guard removes its state folder; on a panic, `Drop` kills the whole group and
+//! removes the folder.
 
 use std::fs::File;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use super::{repo_root, tail, unique_name};
+use super::guard::{free_port, group_alive, guarded, kill_through_guard, signal_group, wait_answering};
+use super::{repo_root, unique_name};
 
 /// How long a start (or restart) may take before it fails with the emulator's log.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -173,16 +172,7 @@ impl OwnLocalStack {
             .with_context(|| format!("cannot open {}", self.log_path.display()))?;
         let log_err = log.try_clone()?;
         let listen = format!("127.0.0.1:{}", self.port);
-        // The guard starts the emulator, then blocks reading its stdin (our pipe): EOF means the test
-        // process is gone, and the emulator goes with it.
-        let guard = Command::new("bash")
-            .arg("-c")
-            .arg(concat!(
-                r#""$@" </dev/null & pid=$!; read -r _; kill -KILL "$pid" 2>/dev/null; wait "$pid"; "#,
-                r#"rm -rf "$CONVEYOR_OWN_STATE_DIR""#
-            ))
-            .arg("conveyor-own-localstack")
-            .arg(&python)
+        let guard = guarded("conveyor-own-localstack", &python)
             .args(["-m", "localstack.runtime.main"])
             .current_dir(&self.state_dir)
             .env("CONVEYOR_OWN_STATE_DIR", &self.state_dir)
@@ -198,10 +188,8 @@ impl OwnLocalStack {
             .env("PERSISTENCE", "0")
             .env("FILESYSTEM_ROOT", &self.state_dir)
             .env("CONFIG_DIR", self.state_dir.join("config"))
-            .stdin(Stdio::piped())
             .stdout(log)
             .stderr(log_err)
-            .process_group(0)
             .spawn()
             .with_context(|| format!("cannot start {} -m localstack.runtime.main", python.display()))?;
         self.guard = Some(guard);
@@ -210,32 +198,19 @@ impl OwnLocalStack {
 
     async fn wait_healthy(&mut self) -> anyhow::Result<()> {
         let client = self.sqs_client();
-        let started = Instant::now();
-        loop {
-            let answered = tokio::time::timeout(Duration::from_secs(2), client.list_queues().send()).await;
-            if matches!(answered, Ok(Ok(_))) {
-                return Ok(());
-            }
-            let exited = match self.guard.as_mut() {
-                Some(guard) => guard.try_wait()?.is_some(),
-                None => true,
-            };
-            if exited || started.elapsed() > START_TIMEOUT {
-                let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-                let what = if exited {
-                    "exited"
-                } else {
-                    "did not answer in time"
-                };
-                bail!(
-                    "LocalStack on port {} {what}; {}:\n{}",
-                    self.port,
-                    self.log_path.display(),
-                    tail(&log, 40)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!("LocalStack on port {}", self.port);
+        wait_answering(
+            &what,
+            &mut self.guard,
+            &self.log_path,
+            START_TIMEOUT,
+            async || {
+                let answered =
+                    tokio::time::timeout(Duration::from_secs(2), client.list_queues().send()).await;
+                matches!(answered, Ok(Ok(_)))
+            },
+        )
+        .await
     }
 }
 
@@ -269,38 +244,4 @@ async fn install() -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// A port nothing listens on now (the gateway binds 0.0.0.0, so that is what is probed).
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).context("no free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Closes the guard's stdin: it SIGKILLs the emulator, waits for it and exits, so once the guard is
-/// reaped the emulator is gone and its port closed. The group is then killed too, for anything left.
-fn kill_through_guard(mut guard: Child) {
-    drop(guard.stdin.take());
-    let _ = guard.wait();
-    signal_group(guard.id(), "KILL");
-}
-
-fn signal_group(pgid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// True while any process of the group `pgid` lives (`kill -0` on the group).
-fn group_alive(pgid: u32) -> bool {
-    Command::new("kill")
-        .args(["-0", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
 }

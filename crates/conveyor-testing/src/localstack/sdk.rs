@@ -51,11 +51,16 @@ pub(crate) fn s3_client_at(endpoint: &str) -> aws_sdk_s3::Client {
 
 /// A DynamoDB client for DynamoDB Local (no I/O; call [`ensure_local_aws`](super::ensure_local_aws) first).
 pub async fn dynamodb_client() -> aws_sdk_dynamodb::Client {
+    dynamodb_client_at(&dynamodb_endpoint())
+}
+
+/// A DynamoDB client for the emulator at `endpoint` (no I/O; dummy credentials, `us-east-1`).
+pub fn dynamodb_client_at(endpoint: &str) -> aws_sdk_dynamodb::Client {
     use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(REGION))
-        .endpoint_url(dynamodb_endpoint())
+        .endpoint_url(endpoint)
         .credentials_provider(Credentials::new(
             DUMMY_CREDENTIAL,
             DUMMY_CREDENTIAL,

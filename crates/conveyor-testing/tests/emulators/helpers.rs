@@ -113,6 +113,25 @@ async fn an_own_localstack_runs_beside_the_shared_one_and_goes_away_on_drop() ->
     Ok(())
 }
 
+/// An `OwnMoto` serves on a port of its own and is gone when dropped (its process group killed through
+/// the guard); its log stays under `.local/logs`.
+#[tokio::test]
+async fn an_own_moto_answers_on_its_port_and_goes_away_on_drop() -> anyhow::Result<()> {
+    use conveyor_testing::localstack::OwnMoto;
+
+    let moto = OwnMoto::start().await?;
+    let queue = create_queue(&moto.sqs_client(), &QueueSpec::standard("own-moto")).await?;
+    assert!(queue.url.contains(&format!(":{}/", moto.port())), "{}", queue.url);
+    let (port, log) = (moto.port(), moto.log_path().to_owned());
+    drop(moto);
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "port {port} still answers after drop"
+    );
+    assert!(log.is_file(), "{} is gone", log.display());
+    Ok(())
+}
+
 async fn queue_names(client: &aws_sdk_sqs::Client) -> anyhow::Result<Vec<String>> {
     let urls = client
         .list_queues()
