@@ -8,6 +8,7 @@
 //! cardinality too). Everyone else is `other`; jobs without a tenant are `none`. So there are at most
 //! `top + 2` tenant series per metric.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -68,16 +69,17 @@ impl TenantMetrics {
 
     /// The label `tenant`'s jobs are recorded under now, without counting a job: its own when it has
     /// one, else `other` (`none` without a tenant). For figures about jobs [`label`](Self::label)
-    /// counted already (the Lambda adapter's per-tenant EMF documents).
-    pub fn label_of(&self, tenant: Option<&str>) -> String {
+    /// counted already (the Lambda adapter's per-tenant EMF documents). It runs for every record of a
+    /// Lambda batch, so it allocates only for a labelled tenant.
+    pub fn label_of(&self, tenant: Option<&str>) -> Cow<'static, str> {
         let Some(tenant) = tenant else {
-            return NONE.to_owned();
+            return Cow::Borrowed(NONE);
         };
         let sketch = self.sketch.lock().unwrap_or_else(PoisonError::into_inner);
         if sketch.labelled.contains(tenant) {
-            tenant.to_owned()
+            Cow::Owned(tenant.to_owned())
         } else {
-            OTHER.to_owned()
+            Cow::Borrowed(OTHER)
         }
     }
 

@@ -31,7 +31,7 @@ impl Tenants {
 
     /// The tenant label `message`'s figures go under in the per-tenant EMF documents (the label its
     /// run or deferral was counted under, or `other` / `none`), without counting it again.
-    pub(crate) fn label(&self, message: &Message) -> String {
+    pub(crate) fn label(&self, message: &Message) -> std::borrow::Cow<'static, str> {
         self.metrics.label_of(message.tenant())
     }
 
