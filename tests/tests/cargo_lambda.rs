@@ -18,7 +18,7 @@ use conveyor_e2e::{app_env, binaries, outbox_path};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec, repo_root};
-use conveyor_testing::wait_until;
+use conveyor_testing::{free_port, wait_until};
 use serde_json::Value;
 use tokio::process::Command;
 
@@ -35,11 +35,6 @@ fn cargo_lambda() -> anyhow::Result<PathBuf> {
         );
     }
     Ok(PathBuf::from(String::from_utf8(output.stdout)?.trim()))
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

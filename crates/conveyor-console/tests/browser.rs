@@ -140,7 +140,8 @@ async fn operators_watch_queues_and_redrive_dead_letters_in_a_browser() -> anyho
     // The console, with a token although it listens on loopback, and the worker's metrics.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let ops = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    // The worker's operations endpoint, started later: a port no outgoing connection can take meanwhile.
+    let ops = std::net::SocketAddr::from(([127, 0, 0, 1], conveyor_testing::free_port()?));
     let config = ConsoleConfig::default()
         .with_listen(listener.local_addr()?)
         .with_token(Some(TOKEN.to_owned()))
@@ -298,8 +299,12 @@ async fn scenario(
         Arc::new(SqsQueue::connect(sqs.clone(), &queue.url).await?);
     let worker = Worker::new(config, pipeline, vec![worker_queue])?;
     let shutdown = CancellationToken::new();
-    let running = tokio::spawn(worker.run(shutdown.clone()));
-    wait_text(browser, &format!("{row} td.dlq-depth"), "4", false).await?;
+    let mut running = tokio::spawn(worker.run(shutdown.clone()));
+    // A worker that stops (it could not listen, say) says why, instead of the DLQ staying empty.
+    tokio::select! {
+        waited = wait_text(browser, &format!("{row} td.dlq-depth"), "4", false) => waited?,
+        ended = &mut running => anyhow::bail!("the worker stopped before dead-lettering the jobs: {ended:?}"),
+    }
     provider_down.store(false, Ordering::SeqCst);
 
     // Dead letters: nothing is received until the operator peeks; then filter by reason, see only the

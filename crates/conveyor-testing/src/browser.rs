@@ -14,6 +14,7 @@ use anyhow::Context as _;
 use tokio::process::{Child, Command};
 
 use crate::localstack::repo_root;
+use crate::ports::free_port;
 use crate::wait::wait_for;
 
 /// A running chromedriver; killed when dropped, with the browsers it started (its process group), so a
@@ -125,11 +126,6 @@ async fn ensure_installed() -> anyhow::Result<()> {
         .await
         .clone()
         .map_err(anyhow::Error::msg)
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 /// A plain GET of a loopback URL (no client dependency for one health probe).

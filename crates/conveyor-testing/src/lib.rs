@@ -13,6 +13,7 @@ pub mod memory_timers;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod payload_conformance;
+pub mod ports;
 pub mod powertools;
 pub mod queue_conformance;
 pub mod scripted_queue;
@@ -31,6 +32,7 @@ pub use memory_payloads::{MemoryPayloadStore, PayloadRequests};
 pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage};
 pub use memory_store::{MemoryIdempotencyStore, StoreRequests};
 pub use memory_timers::MemoryTimers;
+pub use ports::free_port;
 pub use queue_conformance::{MemoryQueueFactory, QueueFactory, QueueUnderTest};
 pub use scripted_queue::ScriptedQueue;
 pub use suite::{CaseResult, SuiteFailure, SuiteFailures};

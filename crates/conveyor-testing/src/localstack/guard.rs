@@ -71,12 +71,6 @@ where
     })
 }
 
-/// A port nothing listens on now (LocalStack's gateway binds 0.0.0.0, so that is what is probed).
-pub(super) fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).context("no free port")?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// Closes the guard's stdin: it SIGKILLs the emulator, waits for it and exits, so once the guard is
 /// reaped the emulator is gone and its port closed. The group is then killed too, for anything left.
 pub(super) fn kill_through_guard(mut guard: Child) {

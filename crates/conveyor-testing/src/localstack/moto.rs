@@ -23,8 +23,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use tokio::sync::OnceCell;
 
-use super::guard::{free_port, guarded, kill_through_guard, wait_answering};
+use super::guard::{guarded, kill_through_guard, wait_answering};
 use super::{REGION, repo_root};
+use crate::ports::free_port;
 
 /// How long a start may take before it fails with the server's log.
 const START_TIMEOUT: Duration = Duration::from_secs(60);

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use super::guard::{free_port, group_alive, guarded, kill_through_guard, signal_group, wait_answering};
+use super::guard::{group_alive, guarded, kill_through_guard, signal_group, wait_answering};
 use super::{repo_root, unique_name};
+use crate::ports::free_port;
 
 /// How long a start (or restart) may take before it fails with the emulator's log.
 const START_TIMEOUT: Duration = Duration::from_secs(90);

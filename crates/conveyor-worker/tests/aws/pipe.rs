@@ -45,15 +45,6 @@ fn worker_binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// A free local port for the worker's operations endpoint.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `GET path` on the operations endpoint: (status code, body), or `None` when it does not answer.
 async fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
@@ -117,7 +108,7 @@ async fn a_closed_log_pipe_changes_nothing_a_job_does_and_sigterm_still_stops_th
     let queue = SqsQueue::connect(sqs.clone(), &created.url).await?;
     let dlq = SqsQueue::connect(sqs.clone(), created.dlq_url.as_deref().unwrap()).await?;
     let outbox = std::env::temp_dir().join(format!("{}.jsonl", localstack::unique_name("pipe-outbox")));
-    let port = free_port();
+    let port = conveyor_testing::free_port().unwrap();
 
     let mut worker = Command::new(&binary)
         .envs(localstack::aws_env())
