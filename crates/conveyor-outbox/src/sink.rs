@@ -100,6 +100,11 @@ fn classify(error: &ProduceError) -> SendFailure {
             message: error.to_string(),
             retryable: !sender_fault,
         },
+        // Held back behind an earlier job of its group: sent again with that one.
+        ProduceError::GroupHeld { .. } => SendFailure {
+            message: error.to_string(),
+            retryable: true,
+        },
         _ => SendFailure {
             message: error.to_string(),
             retryable: false,

@@ -166,6 +166,30 @@ pub enum ProduceError {
         /// What the store said.
         error: conveyor_core::port::StoreError,
     },
+    /// On a FIFO queue, an earlier job of the same message group was not sent in this batch (or
+    /// buffer): this one was held back rather than overtake it.
+    #[error(
+        "not sent: an earlier job of message group {group:?} was not sent, and this one would have \
+         overtaken it; send the group's jobs again from the first that failed, in order"
+    )]
+    GroupHeld {
+        /// The message group.
+        group: String,
+    },
+    /// The [`BatchingProducer`](crate::BatchingProducer) was shut down before it took the job: it was
+    /// not sent.
+    #[error(
+        "not sent: the batching producer was shut down before it took the job; send it before \
+         BatchingProducer::shutdown, or with another producer"
+    )]
+    ShutDown,
+    /// The [`BatchingProducer`](crate::BatchingProducer)'s sending task ended without an answer for the
+    /// job (its runtime is shutting down): it may or may not have been sent.
+    #[error(
+        "the batching producer's task ended before SQS answered for the job (is the runtime shutting \
+         down?): it may or may not have been sent; consumers are idempotent, so sending it again is safe"
+    )]
+    Unanswered,
 }
 
 /// A job to send: a serialisable payload plus the attributes Conveyor's consumers read.

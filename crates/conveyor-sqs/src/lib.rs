@@ -2,9 +2,11 @@
 
 pub mod admin;
 mod batch;
+mod batching;
 mod client;
 mod convert;
 mod errors;
+mod fifo_order;
 mod flow;
 pub mod iam;
 mod job;
@@ -19,6 +21,7 @@ mod request_shape_tests;
 mod send;
 mod tracked;
 
+pub use batching::{BatchingConfig, BatchingError, BatchingProducer, MAX_LINGER};
 pub use client::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, INITIAL_BACKOFF, MAX_ATTEMPTS, MAX_BACKOFF, OPERATION_TIMEOUT,
     RECEIVE_MARGIN, lease_timeout_config, receive_timeout_config, retry_config, sqs_client_from_env,

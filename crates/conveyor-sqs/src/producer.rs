@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::convert::queue_name;
 use crate::errors::{classify, classify_entry};
+use crate::fifo_order::{self, HeldGroups};
 use crate::job::{NewJob, ProduceError};
 use crate::large::{LargePayloads, offload};
 use crate::send::{batch_entry, check_outgoing, send_message};
@@ -124,10 +125,20 @@ fn long_delay(message: &OutgoingMessage) -> Option<(SystemTime, Duration)> {
 }
 
 /// One encoded job waiting to be sent.
-struct Pending {
-    index: usize,
-    message: OutgoingMessage,
-    size: usize,
+pub(crate) struct Pending {
+    /// Its place in the caller's results.
+    pub(crate) index: usize,
+    pub(crate) message: OutgoingMessage,
+    /// Body plus attributes, as SQS counts them against the 1 MiB of a call.
+    pub(crate) size: usize,
+}
+
+/// A job checked and ready: its message, or the id of the timer that keeps it for later.
+pub(crate) enum Prepared {
+    /// Kept in the timer table; nothing to send now.
+    Kept(String),
+    /// To be sent.
+    Ready(OutgoingMessage),
 }
 
 impl Producer {
@@ -253,12 +264,10 @@ impl Producer {
     /// With [`Producer::with_timers`], a job due later than 15 minutes is kept in the timer table and
     /// the timer's id is returned instead.
     pub async fn send<J: Serialize>(&self, job: &NewJob<J>) -> Result<String, ProduceError> {
-        let message = job.encode(&self.name)?;
-        if let Some(id) = self.keep_for_later(job.job_type(), &message).await? {
-            return Ok(id);
-        }
-        self.check_retention(job.job_type(), &message).await?;
-        let message = self.fit(job.job_type(), message).await?;
+        let message = match self.prepare(job).await? {
+            Prepared::Kept(id) => return Ok(id),
+            Prepared::Ready(message) => message,
+        };
         self.requests.fetch_add(1, Ordering::Relaxed);
         let id = send_message(&self.client, &self.url, &message).await?;
         tracing::debug!(queue = %self.name, job_type = %job.job_type(), message_id = %id, "job sent");
@@ -278,22 +287,9 @@ impl Producer {
         let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; jobs.len()];
         let mut pending = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
-            let checked = match job.encode(&self.name) {
-                Ok(message) => match self.keep_for_later(job.job_type(), &message).await {
-                    Ok(Some(id)) => {
-                        results[index] = Some(Ok(id));
-                        continue;
-                    }
-                    Ok(None) => match self.check_retention(job.job_type(), &message).await {
-                        Ok(()) => self.fit(job.job_type(), message).await,
-                        Err(error) => Err(error),
-                    },
-                    Err(error) => Err(error),
-                },
-                Err(error) => Err(error),
-            };
-            match checked {
-                Ok(message) => {
+            match self.prepare(job).await {
+                Ok(Prepared::Kept(id)) => results[index] = Some(Ok(id)),
+                Ok(Prepared::Ready(message)) => {
                     let size = message.size();
                     pending.push(Pending { index, message, size });
                 }
@@ -330,6 +326,8 @@ impl Producer {
         mut results: Vec<Option<Result<String, ProduceError>>>,
     ) -> BatchReport {
         let mut fatal: Option<QueueError> = None;
+        // FIFO: the groups with a job not sent; their later jobs are held back (see `fifo_order`).
+        let mut held = HeldGroups::default();
         for chunk in pack(pending) {
             if let Some(error) = &fatal {
                 for entry in chunk {
@@ -337,28 +335,50 @@ impl Producer {
                 }
                 continue;
             }
+            let chunk = if self.is_fifo() {
+                held.hold_back(chunk, &mut results)
+            } else {
+                chunk
+            };
+            let groups = fifo_order::groups_of(&chunk);
             if let Err(error) = self.send_chunk(chunk, &mut results).await {
                 fatal = Some(error);
+            }
+            if self.is_fifo() {
+                held.note_failures(&groups, &results);
             }
         }
         let results = results
             .into_iter()
-            .map(|result| {
-                result.unwrap_or_else(|| {
-                    Err(ProduceError::Rejected {
-                        code: "NoResult".to_owned(),
-                        message: "the job was never answered for".to_owned(),
-                        sender_fault: false,
-                    })
-                })
-            })
+            .map(|result| result.unwrap_or_else(|| Err(no_result())))
             .collect();
         BatchReport { results }
     }
 
+    /// A job as it goes to SQS, checked against every limit first: encoded, kept in the timer table
+    /// when due later than 15 minutes (with timers on), checked against the queue's retention, and its
+    /// large body offloaded. No `SendMessage` is made here.
+    pub(crate) async fn prepare<J: Serialize>(&self, job: &NewJob<J>) -> Result<Prepared, ProduceError> {
+        let message = job.encode(&self.name)?;
+        if let Some(id) = self.keep_for_later(job.job_type(), &message).await? {
+            return Ok(Prepared::Kept(id));
+        }
+        self.check_retention(job.job_type(), &message).await?;
+        Ok(Prepared::Ready(self.fit(job.job_type(), message).await?))
+    }
+
+    /// True for a FIFO queue (its name ends in `.fifo`).
+    pub(crate) fn is_fifo(&self) -> bool {
+        self.name.ends_with(".fifo")
+    }
+
     /// The message as it goes to SQS: a large body offloaded when large payloads are on, else the size
     /// checked against SQS's 1 MiB.
-    async fn fit(&self, job_type: &str, message: OutgoingMessage) -> Result<OutgoingMessage, ProduceError> {
+    pub(crate) async fn fit(
+        &self,
+        job_type: &str,
+        message: OutgoingMessage,
+    ) -> Result<OutgoingMessage, ProduceError> {
         let Some(large) = &self.large else {
             return offload(None, job_type, message, MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES).await;
         };
@@ -458,11 +478,12 @@ impl Producer {
 
     /// Sends one chunk, retrying what may be retried; fills `results` for every entry of the chunk.
     /// Returns `Err` when the queue is missing or access is denied (later chunks would fail the same way).
-    async fn send_chunk(
+    pub(crate) async fn send_chunk(
         &self,
         mut chunk: Vec<Pending>,
         results: &mut [Option<Result<String, ProduceError>>],
     ) -> Result<(), QueueError> {
+        let fifo = self.is_fifo();
         for attempt in 1..=BATCH_ATTEMPTS {
             let last = attempt == BATCH_ATTEMPTS;
             let mut entries = Vec::with_capacity(chunk.len());
@@ -517,6 +538,19 @@ impl Producer {
                     continue;
                 };
                 if !entry.sender_fault && !last {
+                    // FIFO: a later job of its group went through in this call; a resend would put
+                    // this one after it, so the caller is told instead.
+                    let overtaken = fifo
+                        .then(|| fifo_order::sent_after(&chunk, index, results))
+                        .flatten();
+                    if let Some(group) = overtaken {
+                        results[index] = Some(Err(fifo_order::overtaken(
+                            &entry.code,
+                            entry.message.as_deref(),
+                            group,
+                        )));
+                        continue;
+                    }
                     retry.push(index);
                     continue;
                 }
@@ -538,6 +572,15 @@ impl Producer {
             tokio::time::sleep(backoff(attempt)).await;
         }
         Ok(())
+    }
+}
+
+/// The error of an entry no call answered for (never expected: every path fills its result).
+pub(crate) fn no_result() -> ProduceError {
+    ProduceError::Rejected {
+        code: "NoResult".to_owned(),
+        message: "the job was never answered for".to_owned(),
+        sender_fault: false,
     }
 }
 
