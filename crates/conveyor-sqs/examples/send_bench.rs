@@ -1,5 +1,6 @@
-//! Jobs sent per second with `Producer::send_batch` against one `Producer::send` per job, in the same run,
-//! against LocalStack (started through `localstack/start.sh` if it is not running).
+//! Jobs sent per second with `Producer::send_batch` against one `Producer::send` per job, and many tasks
+//! each sending single jobs with `Producer::send` against the same tasks sharing a `BatchingProducer`, in
+//! the same run, against LocalStack (started through `localstack/start.sh` if it is not running).
 //!
 //! ```text
 //! cargo run --release -p conveyor-sqs --example send_bench            # N = 2000 jobs per mode
@@ -13,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use conveyor_core::port::Queue;
-use conveyor_sqs::{NewJob, Producer, SqsQueue};
+use std::sync::Arc;
+
+use conveyor_sqs::{BatchingConfig, BatchingProducer, NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{QueueSpec, create_queue, ensure_local_aws, sqs_client};
 use serde::Serialize;
 
@@ -22,6 +25,9 @@ struct Payload {
     user_id: u64,
     template: &'static str,
 }
+
+/// Tasks sending single jobs at once in the concurrent modes (a web service's request handlers).
+const TASKS: usize = 100;
 
 struct Row {
     mode: &'static str,
@@ -45,6 +51,34 @@ fn jobs(n: usize) -> Vec<NewJob<Payload>> {
         .collect()
 }
 
+/// Sends `jobs` from [`TASKS`] tasks at once, each sending its share one job after another.
+async fn in_tasks<F, R>(jobs: Vec<NewJob<Payload>>, send: F) -> anyhow::Result<()>
+where
+    F: Fn(NewJob<Payload>) -> R + Clone + Send + 'static,
+    R: std::future::Future<Output = Result<String, conveyor_sqs::ProduceError>> + Send,
+{
+    let mut shares: Vec<Vec<NewJob<Payload>>> = (0..TASKS).map(|_| Vec::new()).collect();
+    for (i, job) in jobs.into_iter().enumerate() {
+        shares[i % TASKS].push(job);
+    }
+    let tasks: Vec<_> = shares
+        .into_iter()
+        .map(|share| {
+            let send = send.clone();
+            tokio::spawn(async move {
+                for job in share {
+                    send(job).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let n: usize = match std::env::args().nth(1) {
@@ -57,19 +91,54 @@ async fn main() -> anyhow::Result<()> {
     let client = sqs_client().await;
     let mut rows = Vec::new();
 
-    for mode in ["send_batch", "send"] {
-        let created = create_queue(&client, &QueueSpec::standard(&format!("bench-{mode}"))).await?;
+    for mode in [
+        "send_batch",
+        "send",
+        "send, 100 tasks",
+        "BatchingProducer, 100 tasks",
+    ] {
+        let created = create_queue(&client, &QueueSpec::standard("bench-send")).await?;
         let producer = Producer::new(client.clone(), &created.url);
         let jobs = jobs(n);
         let started = Instant::now();
-        if mode == "send_batch" {
-            let report = producer.send_batch(&jobs).await;
-            anyhow::ensure!(report.all_sent(), "{} jobs were not sent", n - report.sent());
-        } else {
-            for job in &jobs {
-                producer.send(job).await?;
+        let requests = match mode {
+            "send_batch" => {
+                let report = producer.send_batch(&jobs).await;
+                anyhow::ensure!(report.all_sent(), "{} jobs were not sent", n - report.sent());
+                producer.requests()
             }
-        }
+            "send" => {
+                for job in &jobs {
+                    producer.send(job).await?;
+                }
+                producer.requests()
+            }
+            "send, 100 tasks" => {
+                let producer = Arc::new(producer);
+                in_tasks(jobs, {
+                    let producer = Arc::clone(&producer);
+                    move |job| {
+                        let producer = Arc::clone(&producer);
+                        async move { producer.send(&job).await }
+                    }
+                })
+                .await?;
+                producer.requests()
+            }
+            _ => {
+                let batching = BatchingProducer::new(producer, BatchingConfig::default())?;
+                in_tasks(jobs, {
+                    let batching = batching.clone();
+                    move |job| {
+                        let batching = batching.clone();
+                        async move { batching.send(&job).await }
+                    }
+                })
+                .await?;
+                batching.shutdown().await;
+                batching.producer().requests()
+            }
+        };
         let elapsed = started.elapsed();
         let queue = SqsQueue::connect(client.clone(), &created.url).await?;
         let depth = queue.depth().await?;
@@ -81,7 +150,7 @@ async fn main() -> anyhow::Result<()> {
         rows.push(Row {
             mode,
             jobs: n,
-            requests: producer.requests(),
+            requests,
             elapsed,
         });
         client.delete_queue().queue_url(&created.url).send().await?;

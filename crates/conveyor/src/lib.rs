@@ -57,7 +57,7 @@ pub use conveyor_otel as otel;
 pub mod prelude {
     pub use conveyor_core::{Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router};
     #[cfg(feature = "sqs")]
-    pub use conveyor_sqs::{NewJob, Producer};
+    pub use conveyor_sqs::{BatchingConfig, BatchingProducer, NewJob, Producer};
 
     #[cfg(feature = "worker")]
     pub use conveyor_worker::{Runner, Worker};

@@ -4,17 +4,18 @@
 //! attribute limits, the schema version): if one is wrong, the command names each wrong job and sends
 //! nothing, so fixing the file and running it again does not send the good jobs twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Read as _;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 use conveyor_core::message::AttributeValue;
 use conveyor_sqs::admin::{QueueInfo, QueueRef, describe, resolve_queue_url};
-use conveyor_sqs::{NewJob, Producer};
+use conveyor_sqs::{BatchingConfig, BatchingProducer, NewJob, ProduceError, Producer};
+use futures_util::{StreamExt as _, stream};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -155,7 +156,7 @@ impl JobSpec {
 enum Request {
     /// One job (from arguments, or a file holding one object): sent with `send`.
     One(Box<JobSpec>),
-    /// An array from a file: sent with `send_batch`.
+    /// An array from a file: sent through a `BatchingProducer`.
     Many(Vec<JobSpec>),
 }
 
@@ -194,7 +195,7 @@ pub(crate) async fn run(args: &SendArgs, aws: &crate::aws::Aws, format: Format) 
                 .await
                 .map_err(|error| error.to_string()),
         ],
-        Request::Many(jobs) => send_many(&producer, jobs).await,
+        Request::Many(jobs) => send_many(producer, jobs).await?,
     };
     print_results(&queue, request.jobs(), &results, args.timers, format)?;
     let failed = results.iter().filter(|result| result.is_err()).count();
@@ -208,20 +209,31 @@ pub(crate) async fn run(args: &SendArgs, aws: &crate::aws::Aws, format: Format) 
     Ok(())
 }
 
-/// Sends an array of jobs with `send_batch`, [`PROGRESS_EVERY`] jobs per call so a long file shows
-/// progress on stderr. Order is kept: the calls go one after another, in the file's order.
-async fn send_many(producer: &Producer, jobs: &[JobSpec]) -> Vec<Result<String, String>> {
+/// Sends an array of jobs through a [`BatchingProducer`]: [`PROGRESS_EVERY`] jobs handed over at once,
+/// in the file's order, so several `SendMessageBatch` calls run together and a long file shows progress
+/// on stderr. On a FIFO queue a group's jobs are stored in the file's order, and none after one of its
+/// jobs that was not sent (the producer holds back what it had taken; this holds back the rest).
+async fn send_many(producer: Producer, jobs: &[JobSpec]) -> anyhow::Result<Vec<Result<String, String>>> {
+    let fifo = producer.name().ends_with(".fifo");
+    let batching = BatchingProducer::new(producer, BatchingConfig::default())?;
+    let failed_groups: Mutex<HashSet<String>> = Mutex::default();
+    let send_one = async |spec: &JobSpec| {
+        let group = spec.group_id.as_ref().or(spec.tenant.as_ref()).filter(|_| fifo);
+        let held = group.filter(|group| lock(&failed_groups).contains(*group));
+        if let Some(group) = held {
+            return Err(ProduceError::GroupHeld { group: group.clone() }.to_string());
+        }
+        let result = batching.send(&spec.to_job()).await;
+        if let (Err(_), Some(group)) = (&result, group) {
+            lock(&failed_groups).insert(group.clone());
+        }
+        result.map_err(|error| error.to_string())
+    };
+    let mut sending = stream::iter(jobs).map(send_one).buffered(PROGRESS_EVERY);
     let mut results = Vec::with_capacity(jobs.len());
-    for chunk in jobs.chunks(PROGRESS_EVERY) {
-        let batch: Vec<NewJob<Value>> = chunk.iter().map(JobSpec::to_job).collect();
-        let report = producer.send_batch(&batch).await;
-        results.extend(
-            report
-                .results
-                .into_iter()
-                .map(|result| result.map_err(|error| error.to_string())),
-        );
-        if jobs.len() > PROGRESS_EVERY {
+    while let Some(result) = sending.next().await {
+        results.push(result);
+        if jobs.len() > PROGRESS_EVERY && results.len() % PROGRESS_EVERY == 0 {
             let sent = results.iter().filter(|result| result.is_ok()).count();
             progress(&format!(
                 "sent {sent} of {} jobs ({} done)",
@@ -230,7 +242,13 @@ async fn send_many(producer: &Producer, jobs: &[JobSpec]) -> Vec<Result<String, 
             ));
         }
     }
-    results
+    drop(sending);
+    batching.shutdown().await;
+    Ok(results)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The jobs to send, from `--payload` or `--file`, with the command-line options applied.

@@ -327,3 +327,6 @@ impl BatchingProducer {
         &self.shared.producer
     }
 }
+
+#[cfg(test)]
+mod tests;
