@@ -233,7 +233,8 @@ async fn send_many(producer: Producer, jobs: &[JobSpec]) -> anyhow::Result<Vec<R
     let mut results = Vec::with_capacity(jobs.len());
     while let Some(result) = sending.next().await {
         results.push(result);
-        if jobs.len() > PROGRESS_EVERY && results.len() % PROGRESS_EVERY == 0 {
+        let step = results.len() % PROGRESS_EVERY == 0 || results.len() == jobs.len();
+        if jobs.len() > PROGRESS_EVERY && step {
             let sent = results.iter().filter(|result| result.is_ok()).count();
             progress(&format!(
                 "sent {sent} of {} jobs ({} done)",
