@@ -4,8 +4,9 @@
 #   .local/powertools/venv/          Python venv: aws-lambda-powertools + boto3, pins in powertools/requirements.txt
 #   .local/powertools/node/          npm: @aws-lambda-powertools/idempotency + AWS SDK v3, pins in
 #                                    powertools/package.json and package-lock.json (npm ci)
-# Needs: python3 (3.9+) with venv, npm/node 18+. Called by the interop tests (tests/tests/powertools_interop.rs)
-# and by start.sh, so a fresh clone's `make test` installs it.
+# Needs: python3 (3.9+) with venv, npm/node 18+. Called on first need by the interop tests
+# (tests/tests/powertools_interop.rs, through conveyor_testing::powertools::ensure_installed), so a fresh
+# clone's `make test` installs it.
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
