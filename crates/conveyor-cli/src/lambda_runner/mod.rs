@@ -15,6 +15,12 @@
 //! stop polling when a receive comes back empty. On a FIFO queue a message group is in at most one
 //! invocation at a time ([`fifo`]). An event over 6 MB is cut ([`poller::Poller::cut_to_payload`]).
 //!
+//! With `--concurrency N` one execution environment serves N invocations at once, as on Lambda Managed
+//! Instances: the bootstrap gets `AWS_LAMBDA_MAX_CONCURRENCY=N`, its Runtime API holds up to N `next`
+//! requests open, and each invocation carries its own request id and deadline header. The
+//! `--maximum-concurrency` invocations of the run then share ⌈max / N⌉ environments (invocation
+//! slots 1..=N in environment 1, N+1..=2N in environment 2, ...).
+//!
 //! Nothing here is specific to Conveyor's adapter: any bootstrap built on `lambda_runtime` (or any
 //! other custom runtime) runs under it.
 
@@ -114,6 +120,12 @@ pub(crate) struct RunArgs {
     /// receive comes back empty.
     #[arg(long, default_value_t = 2)]
     pub maximum_concurrency: usize,
+    /// Invocations one execution environment serves at once, as Lambda Managed Instances' per-environment
+    /// maximum concurrency: the bootstrap gets AWS_LAMBDA_MAX_CONCURRENCY=N and up to N invocations are
+    /// outstanding on its Runtime API, each with its own deadline. Unset: one at a time, and the variable
+    /// unset, as on classic Lambda. At most --maximum-concurrency.
+    #[arg(long)]
+    pub concurrency: Option<usize>,
     /// Stop when a receive returns nothing and the queue holds no message (visible, in flight or delayed).
     #[arg(long)]
     pub until_empty: bool,
@@ -169,6 +181,15 @@ impl RunArgs {
         if !(1..=1000).contains(&self.maximum_concurrency) {
             bail!(
                 "--maximum-concurrency {} is outside 1..=1000 (AWS takes 2..=1000)",
+                self.maximum_concurrency
+            );
+        }
+        if let Some(concurrency) = self.concurrency
+            && !(1..=self.maximum_concurrency).contains(&concurrency)
+        {
+            bail!(
+                "--concurrency {concurrency} is outside 1..=--maximum-concurrency ({}): one environment cannot \
+                 serve more invocations than the run makes at once; raise --maximum-concurrency",
                 self.maximum_concurrency
             );
         }
@@ -338,6 +359,7 @@ pub(crate) async fn run(
         memory_mb: args.memory_mb,
         region: region.clone(),
         env: args.env.clone(),
+        max_concurrency: args.concurrency,
     });
     let function_arn = format!(
         "arn:aws:lambda:{region}:{account}:function:{}",
@@ -365,12 +387,20 @@ pub(crate) async fn run(
         last_message: Mutex::new(Instant::now()),
         busy: Mutex::new(None),
     });
+    let per_environment = args.concurrency.unwrap_or(1);
+    let mut environments = Vec::new();
     let mut lanes = JoinSet::new();
     for number in 1..=args.maximum_concurrency {
-        let environment = Environment::bind(number, Arc::clone(&settings))
-            .await
-            .context("cannot bind the Runtime API on 127.0.0.1")?;
-        lanes.spawn(lane(Arc::clone(&shared), environment));
+        if (number - 1) % per_environment == 0 {
+            let environment = Environment::bind(environments.len() + 1, Arc::clone(&settings))
+                .await
+                .context("cannot bind the Runtime API on 127.0.0.1")?;
+            environments.push(Arc::new(environment));
+        }
+        let Some(environment) = environments.last() else {
+            bail!("no execution environment for invocation slot {number}");
+        };
+        lanes.spawn(lane(Arc::clone(&shared), number, Arc::clone(environment)));
     }
     let outcome = tokio::select! {
         outcome = join_lanes(&mut lanes, &shared) => outcome,
@@ -379,8 +409,10 @@ pub(crate) async fn run(
             Ok(())
         }
     };
-    // Dropping a lane drops its environment, whose bootstrap is killed with it.
     lanes.shutdown().await;
+    for environment in &environments {
+        environment.shut_down().await;
+    }
     let held = lock(&shared.groups).drain();
     shared.change_visibility(&held, Duration::ZERO).await;
     outcome?;
@@ -538,18 +570,17 @@ impl Shared {
     }
 }
 
-/// One environment's loop: poll (or take held FIFO messages), invoke, settle, while it is wanted.
-async fn lane(shared: Arc<Shared>, mut environment: Environment) -> anyhow::Result<()> {
-    let result = lane_loop(&shared, &mut environment).await;
-    environment.shut_down().await;
+/// One invocation slot's loop (slot `number` of the run, in `environment`): poll (or take held FIFO
+/// messages), invoke, settle, while it is wanted.
+async fn lane(shared: Arc<Shared>, number: usize, environment: Arc<Environment>) -> anyhow::Result<()> {
+    let result = lane_loop(&shared, number, &environment).await;
     if result.is_err() {
         shared.stop.send_replace(true);
     }
     result
 }
 
-async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Result<()> {
-    let number = environment.number();
+async fn lane_loop(shared: &Shared, number: usize, environment: &Environment) -> anyhow::Result<()> {
     let mut wanted = shared.scale.subscribe();
     let mut stop = shared.stop.subscribe();
     loop {
@@ -575,7 +606,7 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
         if !held.is_empty() {
             // SQS would hand these out now: give them a fresh visibility timeout, as a receive does.
             shared.change_visibility(&held, shared.visibility).await;
-            invoke(shared, environment, held).await?;
+            invoke(shared, number, environment, held).await?;
             continue;
         }
         let messages = shared.poller.next_batch().await?;
@@ -597,8 +628,9 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
             shared.change_visibility(&rest, Duration::ZERO).await;
             lock(&shared.summary).cut += rest.len() as u64;
             shared.say(format_args!(
-                "environment {number}: batch cut to {} records to fit the 6 MB invocation payload limit; \
+                "environment {}: batch cut to {} records to fit the 6 MB invocation payload limit; \
                  {} returned to the queue (visible again at once)",
+                environment.number(),
                 messages.len(),
                 rest.len()
             ));
@@ -607,8 +639,9 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
             let (run, held) = lock(&shared.groups).admit(number, messages);
             if held > 0 {
                 shared.say(format_args!(
-                    "environment {number}: {held} records held: their message group is in flight in another \
-                     invocation (SQS would not have delivered them yet)"
+                    "environment {}: {held} records held: their message group is in flight in another \
+                     invocation (SQS would not have delivered them yet)",
+                    environment.number()
                 ));
             }
             run
@@ -619,14 +652,15 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
             shared.unreserve_batch();
             continue;
         }
-        invoke(shared, environment, messages).await?;
+        invoke(shared, number, environment, messages).await?;
     }
 }
 
 /// One invocation with `messages`, then its settlement: deletes what succeeded, leaves the rest.
 async fn invoke(
     shared: &Shared,
-    environment: &mut Environment,
+    lane: usize,
+    environment: &Environment,
     messages: Vec<Message>,
 ) -> anyhow::Result<()> {
     let number = environment.number();
@@ -757,7 +791,7 @@ async fn invoke(
         *busy = Some((first, Instant::now()));
     }
     if shared.fifo {
-        let released = lock(&shared.groups).finish(number, &messages, &deleted);
+        let released = lock(&shared.groups).finish(lane, &messages, &deleted);
         if released > 0 {
             shared.say(format_args!(
                 "environment {number}: {released} held records of a group with failed records stay in flight and \
@@ -890,6 +924,13 @@ mod tests {
         assert!(args(&["--maximum-concurrency", "0"]).validate(false).is_err());
         assert!(args(&["--maximum-concurrency", "1001"]).validate(false).is_err());
         assert!(args(&["--function-timeout-secs", "901"]).validate(false).is_err());
+        assert!(args(&["--concurrency", "2"]).validate(false).is_ok());
+        let refused = args(&["--concurrency", "3"])
+            .validate(false)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("raise --maximum-concurrency"), "{refused}");
+        assert!(args(&["--concurrency", "0"]).validate(false).is_err());
     }
 
     #[test]
