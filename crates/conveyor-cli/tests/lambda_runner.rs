@@ -616,41 +616,42 @@ async fn assert_each_job_ran_once(
     assert!(drain(client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
 }
 
+/// Sends each job twice ([`send_each_job_twice`]) to a new queue (a short visibility timeout: a deferred
+/// duplicate waits for the other claim's lease, this long) with an idempotency table on DynamoDB Local,
+/// runs the function with batches of one, two invocations at once and `extra` arguments, and checks
+/// that each job ran once ([`assert_each_job_ran_once`]). Returns the run.
+async fn each_job_sent_twice_runs_once(prefix: &str, extra: &[&str]) -> RunOutput {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let table = create_table(&dynamodb_client().await, prefix).await.unwrap();
+    let spec = QueueSpec::standard(prefix)
+        .visibility_timeout_secs(4)
+        .max_receive_count(5);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path(prefix);
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
+    send_each_job_twice(&client, &queue).await;
+    let mut args = vec![
+        "--batch-size",
+        "1",
+        "--maximum-concurrency",
+        "2",
+        "--function-timeout-secs",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    let run = run_lambda(&queue.url, &args, &env).await.unwrap();
+    assert_each_job_ran_once(&client, &queue, &outbox, &run).await;
+    run
+}
+
 /// Two invocations at once (batches of one), each job sent twice back to back with its business key: the
 /// copies land in different invocations at the same time (one finds the other's claim in progress and defers), and
 /// every effect happens once.
 #[tokio::test]
 async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() {
-    ensure_local_aws().await.unwrap();
-    let client = sqs_client().await;
-    let table = create_table(&dynamodb_client().await, "lambda-conc")
-        .await
-        .unwrap();
-    // A short visibility timeout: a deferred duplicate waits for the other claim's lease (this long).
-    let spec = QueueSpec::standard("lambda-conc")
-        .visibility_timeout_secs(4)
-        .max_receive_count(5);
-    let queue = create_queue(&client, &spec).await.unwrap();
-    let outbox = outbox_path("conc");
-    let mut env = app_env(&outbox);
-    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
-    send_each_job_twice(&client, &queue).await;
-
-    let run = run_lambda(
-        &queue.url,
-        &[
-            "--batch-size",
-            "1",
-            "--maximum-concurrency",
-            "2",
-            "--function-timeout-secs",
-            "3",
-        ],
-        &env,
-    )
-    .await
-    .unwrap();
-    assert_each_job_ran_once(&client, &queue, &outbox, &run).await;
+    let run = each_job_sent_twice_runs_once("lambda-conc", &[]).await;
     assert!(
         run.stdout.contains("(environment 2)"),
         "a second environment invoked:\n{}",
@@ -663,37 +664,7 @@ async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() 
 /// in one process, on DynamoDB Local's idempotency table, and every effect still happens once.
 #[tokio::test]
 async fn one_process_serving_concurrent_invocations_runs_each_duplicate_once() {
-    ensure_local_aws().await.unwrap();
-    let client = sqs_client().await;
-    let table = create_table(&dynamodb_client().await, "lambda-lmi")
-        .await
-        .unwrap();
-    let spec = QueueSpec::standard("lambda-lmi")
-        .visibility_timeout_secs(4)
-        .max_receive_count(5);
-    let queue = create_queue(&client, &spec).await.unwrap();
-    let outbox = outbox_path("lmi");
-    let mut env = app_env(&outbox);
-    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
-    send_each_job_twice(&client, &queue).await;
-
-    let run = run_lambda(
-        &queue.url,
-        &[
-            "--batch-size",
-            "1",
-            "--maximum-concurrency",
-            "2",
-            "--concurrency",
-            "2",
-            "--function-timeout-secs",
-            "3",
-        ],
-        &env,
-    )
-    .await
-    .unwrap();
-    assert_each_job_ran_once(&client, &queue, &outbox, &run).await;
+    let run = each_job_sent_twice_runs_once("lambda-lmi", &["--concurrency", "2"]).await;
     assert!(
         !run.stdout.contains("(environment 2)"),
         "one environment served both:\n{}",
