@@ -8,9 +8,13 @@
 //! process (64 invocations of batches of 10: 640), each with its own connections, buffers and memory.
 //! So the process also holds one semaphore of *record slots*, shared by every invocation:
 //!
-//! - its size is [`LambdaConfig::process_concurrency`] (`CONVEYOR_PROCESS_CONCURRENCY`), by default the
-//!   larger of B and N: a lone invocation still runs B records at once, and N invocations in flight
-//!   each get at least one slot, so no invocation can be starved by the others for its whole time;
+//! - its size is [`LambdaConfig::process_concurrency`] (`CONVEYOR_PROCESS_CONCURRENCY`), by default
+//!   N × B capped at 100 per vCPU of the environment (the long-poll worker's default `max_in_flight` for
+//!   each vCPU), and never below B or N: at AWS's default for Rust (8 invocations per vCPU) and the
+//!   default B of 10 nothing waits, every invocation runs its batch as on classic Lambda; a function
+//!   configured for many more invocations per environment (up to 1,600) is held to the cap instead of
+//!   thousands of handlers; a lone invocation still runs B records at once, and N invocations in flight
+//!   each get at least one slot, so none can be starved by the others for its whole time;
 //! - a record takes a slot just before it runs (claim, handler, completion) and gives it back before
 //!   its settlement's SQS calls, and while a FIFO record waits in the invocation between tries;
 //! - a record waits for a slot at most until its own invocation's cutoff: past that it is not started
@@ -43,6 +47,13 @@ pub const MAX_CONCURRENCY_ENV: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
 
 /// The most record slots a process may have.
 const MAX_PROCESS_CONCURRENCY: usize = 10_000;
+/// The default's cap: record slots per vCPU (the long-poll worker's default `max_in_flight`, per vCPU).
+const DEFAULT_SLOTS_PER_VCPU: usize = 100;
+
+/// The vCPUs this process may use (its cgroup's quota included); 1 when unknown.
+pub(crate) fn vcpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
 
 /// The invocations one execution environment runs at once: `AWS_LAMBDA_MAX_CONCURRENCY` (read from
 /// `var`), 1 when unset. A value that is not a positive integer is an error that names it (the Rust
@@ -63,13 +74,23 @@ pub(crate) fn invocations_at_once(var: impl Fn(&str) -> Option<String>) -> Resul
     }
 }
 
-/// The record slots of a process serving `invocations` at once with `config`: the configured
-/// [`LambdaConfig::process_concurrency`], else the larger of `batch_concurrency` and `invocations`
-/// (see the module's design note). Refused when below `invocations` or outside 1..=10000.
-pub(crate) fn record_slots(config: &LambdaConfig, invocations: usize) -> Result<usize, ConfigError> {
-    let slots = config
-        .process_concurrency
-        .unwrap_or_else(|| config.batch_concurrency.max(invocations));
+/// The record slots of a process serving `invocations` at once on `vcpus` with `config`: the configured
+/// [`LambdaConfig::process_concurrency`], else `invocations` × `batch_concurrency` capped at 100 per
+/// vCPU, never below either (see the module's design note). Refused when below `invocations` or
+/// outside 1..=10000.
+pub(crate) fn record_slots(
+    config: &LambdaConfig,
+    invocations: usize,
+    vcpus: usize,
+) -> Result<usize, ConfigError> {
+    let batch = config.batch_concurrency;
+    let slots = config.process_concurrency.unwrap_or_else(|| {
+        let cap = (DEFAULT_SLOTS_PER_VCPU * vcpus).max(batch).max(invocations);
+        invocations
+            .saturating_mul(batch)
+            .min(cap)
+            .min(MAX_PROCESS_CONCURRENCY)
+    });
     let mut problems = Problems::default();
     problems.check(
         (1..=MAX_PROCESS_CONCURRENCY).contains(&slots),

@@ -61,12 +61,13 @@ pub async fn run_with_config(pipeline: Pipeline, mut config: LambdaConfig) -> Re
     init_tracing();
     config.validate()?;
     let invocations = crate::concurrency::invocations_at_once(|name| std::env::var(name).ok())?;
-    let slots = crate::concurrency::record_slots(&config, invocations)?;
+    let slots = crate::concurrency::record_slots(&config, invocations, crate::concurrency::vcpus())?;
     config.process_concurrency = Some(slots);
     if invocations > 1 {
         tracing::info!(
             invocations,
             record_slots = slots,
+            vcpus = crate::concurrency::vcpus(),
             batch_concurrency = config.batch_concurrency,
             "serving concurrent invocations in one process (Lambda Managed Instances)"
         );

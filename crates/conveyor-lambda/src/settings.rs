@@ -33,8 +33,9 @@ pub struct LambdaConfig {
     pub batch_concurrency: usize,
     /// Records processed at once by the whole execution environment, across the invocations it runs
     /// concurrently on Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY`): one process-wide pool of
-    /// record slots. `None` (the default): the larger of `batch_concurrency` and the invocations at
-    /// once. Start-up refuses fewer slots than invocations (see `src/concurrency.rs`).
+    /// record slots. `None` (the default): the invocations at once times `batch_concurrency`, capped at
+    /// 100 per vCPU (never below either). Start-up refuses fewer slots than invocations (see
+    /// `src/concurrency.rs`).
     pub process_concurrency: Option<usize>,
     /// Where permanent failures go.
     pub reject_mode: RejectMode,

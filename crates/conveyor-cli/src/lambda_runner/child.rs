@@ -116,6 +116,15 @@ impl Bootstrap {
         self.child.wait().await
     }
 
+    /// The process's peak resident memory so far (`VmHWM`, Linux only), in KiB.
+    pub(crate) fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()?)).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
     /// Kills the process and reaps it.
     pub(crate) async fn kill(&mut self) {
         if let Err(error) = self.child.kill().await {

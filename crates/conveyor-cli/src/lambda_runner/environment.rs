@@ -87,8 +87,9 @@ struct Process {
     exited: watch::Receiver<Option<String>>,
     /// Kills the process.
     kill: CancellationToken,
-    /// The watching task; done once the process is reaped.
-    reaped: tokio::task::JoinHandle<()>,
+    /// The watching task; done once the process is reaped, with its peak resident memory (KiB) when
+    /// it was killed.
+    reaped: tokio::task::JoinHandle<Option<u64>>,
 }
 
 impl Process {
@@ -98,14 +99,18 @@ impl Process {
         let kill = CancellationToken::new();
         let killed = kill.clone();
         let reaped = tokio::spawn(async move {
-            let ended = tokio::select! {
-                status = bootstrap.wait() => status.map_or_else(|error| error.to_string(), |status| status.to_string()),
+            let (ended, peak) = tokio::select! {
+                status = bootstrap.wait() => {
+                    (status.map_or_else(|error| error.to_string(), |status| status.to_string()), None)
+                }
                 () = killed.cancelled() => {
+                    let peak = bootstrap.peak_rss_kib();
                     bootstrap.kill().await;
-                    "killed".to_owned()
+                    ("killed".to_owned(), peak)
                 }
             };
             exit.send_replace(Some(ended));
+            peak
         });
         Self {
             generation,
@@ -119,11 +124,15 @@ impl Process {
         self.exited.borrow().is_some()
     }
 
-    /// Kills the process and waits until it is reaped.
-    async fn stop(mut self) {
+    /// Kills the process and waits until it is reaped; its peak resident memory (KiB), when known.
+    async fn stop(mut self) -> Option<u64> {
         self.kill.cancel();
-        if let Err(error) = (&mut self.reaped).await {
-            tracing::debug!(%error, "the bootstrap's watcher ended abnormally");
+        match (&mut self.reaped).await {
+            Ok(peak) => peak,
+            Err(error) => {
+                tracing::debug!(%error, "the bootstrap's watcher ended abnormally");
+                None
+            }
         }
     }
 }
@@ -215,18 +224,16 @@ impl Environment {
         }
     }
 
-    /// Kills the process, if any.
-    pub(crate) async fn shut_down(&self) {
+    /// Kills the process, if any: its peak resident memory (KiB, Linux), when known.
+    pub(crate) async fn shut_down(&self) -> Option<u64> {
         let mut process = self.process.lock().await;
-        self.discard(&mut process).await;
+        self.discard(&mut process).await
     }
 
-    /// Kills the process and ends every invocation still in it.
-    async fn discard(&self, process: &mut Option<Process>) {
+    /// Kills the process and ends every invocation still in it; the process's peak resident memory.
+    async fn discard(&self, process: &mut Option<Process>) -> Option<u64> {
         self.api.withdraw_all();
-        if let Some(running) = process.take() {
-            running.stop().await;
-        }
+        process.take()?.stop().await
     }
 
     /// Prints the init errors a running bootstrap reported since the last invocation.
