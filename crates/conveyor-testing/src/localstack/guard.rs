@@ -13,7 +13,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::Context as _;
 
 use super::tail;
 
