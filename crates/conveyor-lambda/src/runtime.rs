@@ -214,8 +214,8 @@ pub fn instant_at(at: SystemTime) -> Instant {
 }
 
 /// The default [`LambdaConfig`] with the `CONVEYOR_*` overrides a function's environment may set:
-/// [`BATCH_CONCURRENCY_ENV`], [`PROCESS_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`], [`FIFO_FAILURE_ENV`],
-/// [`FAIL_WHEN_ALL_FAIL_ENV`] and the `CONVEYOR_TENANT_*` limits.
+/// [`BATCH_CONCURRENCY_ENV`], [`PROCESS_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`],
+/// [`FIFO_FAILURE_ENV`], [`FAIL_WHEN_ALL_FAIL_ENV`] and the `CONVEYOR_TENANT_*` limits.
 pub fn config_from_env() -> Result<LambdaConfig, LambdaError> {
     config_from(|name| std::env::var(name).ok())
 }
