@@ -131,21 +131,26 @@ mod tests {
     }
 
     #[test]
-    fn the_default_slots_are_the_larger_limit_and_fewer_than_the_invocations_are_refused() {
+    fn the_default_slots_are_every_batch_capped_per_vcpu_and_fewer_than_the_invocations_are_refused() {
         let config = LambdaConfig::default().with_batch_concurrency(10);
-        assert_eq!(record_slots(&config, 1).unwrap(), 10);
-        assert_eq!(record_slots(&config, 4).unwrap(), 10);
-        assert_eq!(record_slots(&config, 64).unwrap(), 64);
+        // Classic Lambda: one invocation, its batch concurrency.
+        assert_eq!(record_slots(&config, 1, 2).unwrap(), 10);
+        // AWS's default for Rust, 8 invocations per vCPU: every batch at full speed.
+        assert_eq!(record_slots(&config, 16, 2).unwrap(), 160);
+        // Many more invocations per environment: 100 per vCPU, but never fewer than the invocations.
+        assert_eq!(record_slots(&config, 64, 2).unwrap(), 200);
+        assert_eq!(record_slots(&config, 400, 2).unwrap(), 400);
+        assert_eq!(record_slots(&config, 1600, 1000).unwrap(), 10_000);
         let set = config.clone().with_process_concurrency(Some(16));
-        assert_eq!(record_slots(&set, 4).unwrap(), 16);
-        let error = record_slots(&set, 32).unwrap_err().to_string();
+        assert_eq!(record_slots(&set, 4, 2).unwrap(), 16);
+        let error = record_slots(&set, 32, 2).unwrap_err().to_string();
         assert!(
             error.contains("process_concurrency") && error.contains("at least 32"),
             "{error}"
         );
         let zero = config.with_process_concurrency(Some(0));
         assert!(
-            record_slots(&zero, 1)
+            record_slots(&zero, 1, 2)
                 .unwrap_err()
                 .to_string()
                 .contains("outside")
