@@ -66,6 +66,14 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
             ));
         }
     }
+    // The adapter answers before its invocation's deadline, whatever the faults (every call is cut at
+    // `settle_by`), and whatever the other invocations of its process do (Managed Instances): each
+    // has its own deadline. One that overran was cut by Lambda, its deletes lost.
+    for (instance, at) in &log.overran {
+        violations.push(format!(
+            "an invocation of {instance} ran past its deadline (stopped at {at} ms): the adapter answers before it"
+        ));
+    }
     check_visibility_refusals(scenario, log, &mut violations);
     if observed.fifo {
         check_fifo_order(scenario, log, &mut violations);

@@ -119,10 +119,7 @@ impl Function {
             {
                 Ok(report) => report,
                 Err(_) => {
-                    self.sink.step(format!(
-                        "{}: invocation ran past its deadline and was stopped; nothing deleted",
-                        self.name
-                    ));
+                    self.sink.overran(&self.name);
                     return;
                 }
             };
