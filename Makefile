@@ -72,6 +72,7 @@ bench: local-aws
 	$(CARGO) run --release -p conveyor-worker --example bench_idempotent
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead
+	$(CARGO) run --release -p conveyor-lambda --example managed_instances
 	$(CARGO) run --release -p conveyor-sqs --example send_bench
 	$(CARGO) run --release -p conveyor-sim --example tenant_bench
 	$(CARGO) run --release -p conveyor-outbox --example backlog_bench -- 10000

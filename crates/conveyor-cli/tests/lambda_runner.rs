@@ -537,6 +537,11 @@ fn summary_count(run: &RunOutput, before: &str) -> u64 {
         .unwrap_or_else(|| panic!("no number after {before:?} in {summary}"))
 }
 
+/// The summary's `N failures reported` (the number after `M deleted,`).
+fn failures_reported(run: &RunOutput) -> u64 {
+    summary_count(run, "deleted,")
+}
+
 fn reports_built(effects: &[Value]) -> Vec<String> {
     effects
         .iter()
@@ -545,35 +550,19 @@ fn reports_built(effects: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// Two invocations at once (batches of one), each job sent twice back to back with its business key: the
-/// copies land in different invocations at the same time (one finds the other's claim in progress and defers), and
-/// every effect happens once.
-#[tokio::test]
-async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() {
-    ensure_local_aws().await.unwrap();
-    let client = sqs_client().await;
-    let table = create_table(&dynamodb_client().await, "lambda-conc")
-        .await
-        .unwrap();
-    // A short visibility timeout: a deferred duplicate waits for the other claim's lease (this long).
-    let spec = QueueSpec::standard("lambda-conc")
-        .visibility_timeout_secs(4)
-        .max_receive_count(5);
-    let queue = create_queue(&client, &spec).await.unwrap();
-    let outbox = outbox_path("conc");
-    let mut env = app_env(&outbox);
-    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
+/// Sends four reports and four welcome emails, each twice back to back with its business key.
+async fn send_each_job_twice(client: &aws_sdk_sqs::Client, queue: &TestQueue) {
     for n in 1..=4u64 {
         let report = json!({"report_id": format!("r-{n}"), "sections": 2, "section_millis": 150});
         let key = format!("report:r-{n}");
         for _ in 0..2 {
-            send_job(&client, &queue, "report", report.clone(), Some(&key), None).await;
+            send_job(client, queue, "report", report.clone(), Some(&key), None).await;
         }
         let key = format!("welcome_email:user:{n}");
         for _ in 0..2 {
             send_job(
-                &client,
-                &queue,
+                client,
+                queue,
                 "welcome_email",
                 welcome(n, "u@example.com"),
                 Some(&key),
@@ -582,22 +571,18 @@ async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() 
             .await;
         }
     }
+}
 
-    let run = run_lambda(
-        &queue.url,
-        &[
-            "--batch-size",
-            "1",
-            "--maximum-concurrency",
-            "2",
-            "--function-timeout-secs",
-            "3",
-        ],
-        &env,
-    )
-    .await
-    .unwrap();
-    let effects = effects(&outbox);
+/// Each of [`send_each_job_twice`]'s jobs ran once, with two invocations at once, no failure
+/// reported, the queue and its DLQ empty, and (more than 16 batches) a copy met its twin's claim in
+/// progress in the other invocation and was deferred as a delayed copy rather than run.
+async fn assert_each_job_ran_once(
+    client: &aws_sdk_sqs::Client,
+    queue: &TestQueue,
+    outbox: &Path,
+    run: &RunOutput,
+) {
+    let effects = effects(outbox);
     let mut reports = reports_built(&effects);
     reports.sort_unstable();
     assert_eq!(
@@ -610,26 +595,183 @@ async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() 
     users.sort_unstable();
     assert_eq!(users, [1, 2, 3, 4], "each email once:\n{}", run.stdout);
     assert_eq!(
-        summary_count(&run, "at most"),
+        summary_count(run, "at most"),
         2,
         "two invocations ran at once:\n{}",
         run.stdout
     );
+    assert_eq!(failures_reported(run), 0, "{}", run.stdout);
+    assert_eq!(
+        summary_count(run, "failures reported,"),
+        0,
+        "no invocation error: {}",
+        run.stdout
+    );
+    assert!(
+        summary_count(run, "batches,") > 16,
+        "no duplicate met its twin in flight:\n{}",
+        run.stdout
+    );
+    assert_eq!(depth(client, &queue.url).await, 0);
+    assert!(drain(client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
+}
+
+/// Sends each job twice ([`send_each_job_twice`]) to a new queue (a short visibility timeout: a deferred
+/// duplicate waits for the other claim's lease, this long) with an idempotency table on DynamoDB Local,
+/// runs the function with batches of one, two invocations at once and `extra` arguments, and checks
+/// that each job ran once ([`assert_each_job_ran_once`]). Returns the run.
+async fn each_job_sent_twice_runs_once(prefix: &str, extra: &[&str]) -> RunOutput {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let table = create_table(&dynamodb_client().await, prefix).await.unwrap();
+    let spec = QueueSpec::standard(prefix)
+        .visibility_timeout_secs(4)
+        .max_receive_count(5);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path(prefix);
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
+    send_each_job_twice(&client, &queue).await;
+    let mut args = vec![
+        "--batch-size",
+        "1",
+        "--maximum-concurrency",
+        "2",
+        "--function-timeout-secs",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    let run = run_lambda(&queue.url, &args, &env).await.unwrap();
+    assert_each_job_ran_once(&client, &queue, &outbox, &run).await;
+    run
+}
+
+/// Two invocations at once (batches of one), each job sent twice back to back with its business key: the
+/// copies land in different invocations at the same time (one finds the other's claim in progress and defers), and
+/// every effect happens once.
+#[tokio::test]
+async fn concurrent_invocations_with_duplicates_across_them_run_each_job_once() {
+    let run = each_job_sent_twice_runs_once("lambda-conc", &[]).await;
     assert!(
         run.stdout.contains("(environment 2)"),
         "a second environment invoked:\n{}",
         run.stdout
     );
-    assert_eq!(summary_count(&run, "failures reported,"), 0, "{}", run.stdout);
-    // A copy that found its twin's claim in progress in the other invocation was deferred (a delayed
-    // copy, one more record) rather than run: the contention really happened across invocations.
+}
+
+/// The same with both invocations in one process (Lambda Managed Instances: `--concurrency 2`, so the
+/// bootstrap gets AWS_LAMBDA_MAX_CONCURRENCY=2 and serves them with `run_concurrent`): the twins meet
+/// in one process, on DynamoDB Local's idempotency table, and every effect still happens once.
+#[tokio::test]
+async fn one_process_serving_concurrent_invocations_runs_each_duplicate_once() {
+    let run = each_job_sent_twice_runs_once("lambda-lmi", &["--concurrency", "2"]).await;
     assert!(
-        summary_count(&run, "batches,") > 16,
-        "no duplicate met its twin in flight:\n{}",
+        !run.stdout.contains("(environment 2)"),
+        "one environment served both:\n{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr
+            .contains("serving concurrent invocations in one process"),
+        "the bootstrap ran its invocations concurrently:\n{}",
+        run.stderr
+    );
+}
+
+/// One process, two invocations in flight with different deadlines (they started 3 s apart, with a 6 s
+/// function timeout): the first holds a report too long for its time, the second one that ends after the
+/// first invocation's deadline. The second's report completes at its first delivery; the first's is
+/// told to stop at its own cutoff, reported as a failure, comes back, and (at its last allowed receive)
+/// reaches the DLQ. The idempotency store is DynamoDB Local's.
+#[tokio::test]
+async fn one_invocations_deadline_never_cuts_another_in_the_same_process() {
+    ensure_local_aws().await.unwrap();
+    let client = sqs_client().await;
+    let table = create_table(&dynamodb_client().await, "lambda-lmi-deadline")
+        .await
+        .unwrap();
+    let spec = QueueSpec::standard("lambda-lmi-deadline")
+        .visibility_timeout_secs(40)
+        .max_receive_count(2);
+    let queue = create_queue(&client, &spec).await.unwrap();
+    let outbox = outbox_path("lmi-deadline");
+    // 8 s of work in a 6 s invocation, and 3 s that fit (it keeps the second invocation slot busy
+    // until the third report becomes visible).
+    let too_long = json!({"report_id": "r-too-long", "sections": 16, "section_millis": 500});
+    let fits = json!({"report_id": "r-fits", "sections": 6, "section_millis": 500});
+    send_job(&client, &queue, "report", too_long, None, None).await;
+    send_job(&client, &queue, "report", fits, None, None).await;
+    // 4 s of work, visible 3 s later: it starts while the first invocation runs, and ends after its
+    // deadline, inside its own.
+    let later = json!({"report_id": "r-later", "sections": 8, "section_millis": 500});
+    client
+        .send_message()
+        .queue_url(&queue.url)
+        .message_body(later.to_string())
+        .message_attributes(
+            "conveyor.type",
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("report")
+                .build()
+                .unwrap(),
+        )
+        .delay_seconds(3)
+        .send()
+        .await
+        .unwrap();
+    let mut env = app_env(&outbox);
+    env.push(("CONVEYOR_IDEMPOTENCY_TABLE", table));
+    env.push(("CONVEYOR_RETRY_BUDGET_SECS", "1".to_owned()));
+    let run = run_lambda(
+        &queue.url,
+        &[
+            "--batch-size",
+            "1",
+            "--maximum-concurrency",
+            "2",
+            "--concurrency",
+            "2",
+            "--function-timeout-secs",
+            "6",
+        ],
+        &env,
+    )
+    .await
+    .unwrap();
+
+    assert!(run.summary().contains("0 timeouts"), "{}", run.stdout);
+    assert_eq!(summary_count(&run, "at most"), 2, "{}", run.stdout);
+    assert!(!run.stdout.contains("(environment 2)"), "{}", run.stdout);
+    let effects = effects(&outbox);
+    let built: Vec<(&str, u64)> = effects
+        .iter()
+        .filter(|effect| effect["effect"] == "report_built")
+        .map(|effect| {
+            (
+                effect["report_id"].as_str().unwrap(),
+                effect["receive_count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut sorted = built.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        [("r-fits", 1), ("r-later", 1)],
+        "each fitting report once, at its first delivery, none cut by the other invocation's deadline:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    let dead = drain(&client, queue.dlq_url.as_ref().unwrap()).await;
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert!(dead[0].body.as_deref().unwrap().contains("r-too-long"));
+    assert!(
+        failures_reported(&run) >= 1,
+        "the cut report was listed:\n{}",
         run.stdout
     );
     assert_eq!(depth(&client, &queue.url).await, 0);
-    assert!(drain(&client, queue.dlq_url.as_ref().unwrap()).await.is_empty());
 }
 
 /// A FIFO group whose head fails for good, with two invocations at once and batches of two: the head

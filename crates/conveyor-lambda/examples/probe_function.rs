@@ -1,7 +1,8 @@
 //! A Lambda function for latency figures, run by `conveyor lambda run` in the worker's
 //! `bench_idempotent` (part e): each job carries its send time (`{"sent_us": …}`, microseconds since
 //! the epoch) and the handler appends `send → start` in microseconds, one line per first run, to the
-//! file named by `CONVEYOR_PROBE_LOG`. Idempotency on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE` is set,
+//! file named by `CONVEYOR_PROBE_LOG`; a job with `"work_ms": n` then waits n ms, as a handler waiting on a
+//! call (`managed_instances`). Idempotency on DynamoDB when `CONVEYOR_IDEMPOTENCY_TABLE` is set,
 //! as the example application's function.
 //!
 //! ```text
@@ -19,6 +20,9 @@ use conveyor_dynamodb::{DynamoStore, dynamodb_client_from_env};
 #[derive(serde::Deserialize)]
 struct Probe {
     sent_us: u64,
+    /// Milliseconds of waiting (an I/O-bound handler's call) before the job is done; none by default.
+    #[serde(default)]
+    work_ms: u64,
 }
 
 /// Appends each first run's wait to the log.
@@ -40,6 +44,9 @@ impl Handler for RecordWait {
             let mut log = self.log.lock().unwrap();
             writeln!(log, "{}", now_us.saturating_sub(job.sent_us))
                 .map_err(|error| HandlerError::retryable(format!("probe log: {error}")))?;
+        }
+        if job.work_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(job.work_ms)).await;
         }
         Ok(())
     }

@@ -78,6 +78,9 @@ pub struct BatchProcessor {
     tenants: Arc<Tenants>,
     /// Source queues whose visibility timeout was checked against the function's time.
     checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// The process's record slots, shared by every invocation it runs at once (see
+    /// `src/concurrency.rs`'s design note).
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for BatchProcessor {
@@ -462,8 +465,16 @@ type Ran = (Settled, Option<Duration>, Option<String>);
 impl BatchProcessor {
     /// A processor running `pipeline` with `config`, finding each record's queue through `queues`.
     /// Prints EMF metrics to stdout after each batch (see [`BatchProcessor::without_metrics`]).
+    ///
+    /// Share one processor between the invocations a process runs at once: its record slots
+    /// ([`LambdaConfig::process_concurrency`], else `batch_concurrency`) bound them all together.
     pub fn new(pipeline: Pipeline, config: LambdaConfig, queues: Arc<dyn QueueResolver>) -> Self {
+        let slots = config
+            .process_concurrency
+            .unwrap_or(config.batch_concurrency)
+            .max(1);
         Self {
+            slots: Arc::new(tokio::sync::Semaphore::new(slots)),
             tenants: Arc::new(Tenants::new(&config.tenants)),
             pipeline,
             config,
@@ -505,18 +516,29 @@ impl BatchProcessor {
         event: SqsEvent,
         deadline: Instant,
     ) -> Result<SqsBatchResponse, BatchFailed> {
+        self.process_invocation(event, deadline, None).await
+    }
+
+    /// [`BatchProcessor::process_batch`] for the invocation `request_id`: its EMF lines carry it
+    /// (`requestId`), so the lines of invocations that run at once in one process stay apart.
+    pub(crate) async fn process_invocation(
+        &self,
+        event: SqsEvent,
+        deadline: Instant,
+        request_id: Option<&str>,
+    ) -> Result<SqsBatchResponse, BatchFailed> {
         let report = self.process_batch_report(event, deadline).await;
         if self.emit_metrics {
             let now = SystemTime::now();
-            // A closed stdout must not fail the invocation: the line is dropped (and counted).
-            let mut out = conveyor_core::runtime::stdout();
-            for line in report
+            let lines: String = report
                 .metrics
                 .iter()
-                .flat_map(|metrics| metrics.to_emf_lines(now))
-            {
-                let _ = writeln!(out, "{line}");
-            }
+                .flat_map(|metrics| metrics.emf_lines_of(now, request_id))
+                .map(|line| line + "\n")
+                .collect();
+            // One write for the batch's lines, so they never interleave with another invocation's;
+            // a closed stdout must not fail the invocation: the lines are dropped (and counted).
+            let _ = conveyor_core::runtime::stdout().write_all(lines.as_bytes());
         }
         match report.invocation_error {
             Some(reason) => {
@@ -890,8 +912,25 @@ impl BatchProcessor {
         }
     }
 
+    /// A record slot of the process (see `src/concurrency.rs`), waited for until `cutoff`: `None` when
+    /// the invocation's time to start records ran out first.
+    async fn record_slot(&self, cutoff: Instant) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let waiting = Arc::clone(&self.slots).acquire_owned();
+        match tokio::time::timeout_at(cutoff, waiting).await {
+            Ok(Ok(permit)) => Some(permit),
+            // The semaphore is never closed; the cutoff passed while the process's slots were busy.
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
     async fn settle(&self, lane: &Lane, item: &Item, invocation: Invocation, span: tracing::Span) -> Ran {
         let message = &item.message;
+        // The slot first, then the start: a record still waiting for a slot at the cutoff is pending,
+        // so the late deferrer takes it like any record its lane did not reach.
+        let Some(slot) = self.record_slot(invocation.cutoff).await else {
+            tracing::info!("not started: the process's record slots were busy until the cutoff");
+            return (Settled::NotStarted, None, None);
+        };
         let started = item
             .taken
             .compare_exchange(PENDING, STARTED, Ordering::AcqRel, Ordering::Acquire)
@@ -934,6 +973,8 @@ impl BatchProcessor {
             self.tenants.run(message, job_type, run)
         };
         let mut processed = process().await;
+        // The settlement's SQS calls and a FIFO record's waits below hold no slot.
+        drop(slot);
         // A FIFO message cannot be deferred with a copy (it would break its group's order), so a
         // deferral (the store unreachable, its key in progress elsewhere) waits here while the
         // invocation has time, as the worker waits in flight: listing it would spend a receive of it
@@ -961,6 +1002,9 @@ impl BatchProcessor {
                 }
                 tracing::info!(%reason, wait_ms = wait.as_millis() as u64, "the FIFO message waits in the invocation, then tries again");
                 tokio::time::sleep(wait).await;
+                let Some(_slot) = self.record_slot(invocation.cutoff).await else {
+                    break;
+                };
                 processed = process().await;
             }
         }

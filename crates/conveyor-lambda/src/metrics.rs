@@ -149,7 +149,19 @@ impl BatchMetrics {
     /// values per metric, and a batch may hold up to 10,000 records); then the same for each tenant
     /// label, with dimensions `queue` and `tenant`.
     pub fn to_emf_lines(&self, at: SystemTime) -> Vec<String> {
+        self.emf_lines_of(at, None)
+    }
+
+    /// [`BatchMetrics::to_emf_lines`], each document carrying the invocation's `requestId` (a property,
+    /// not a dimension: it costs no metric, and Logs Insights finds an invocation's lines by it).
+    pub(crate) fn emf_lines_of(&self, at: SystemTime, request_id: Option<&str>) -> Vec<String> {
         self.to_emf(at)
+            .into_iter()
+            .map(|document| EmfDocument {
+                request_id,
+                ..document
+            })
+            .collect::<Vec<_>>()
             .iter()
             .filter_map(|document| match serde_json::to_string(document) {
                 Ok(line) => Some(line),
@@ -215,6 +227,7 @@ impl<'a> Series<'a> {
             queue: self.queue,
             tenant: self.tenant,
             counts,
+            request_id: None,
             handler_duration_ms: durations
                 .iter()
                 .map(|duration| (duration.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0)
@@ -252,6 +265,9 @@ struct EmfDocument<'a> {
     /// In the first document of a series only.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     counts: Option<Counts>,
+    /// The invocation's request id, when known.
+    #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
     /// Milliseconds, at most [`MAX_EMF_VALUES`]; left out when empty.
     #[serde(rename = "HandlerDurationMs", skip_serializing_if = "Vec::is_empty")]
     handler_duration_ms: Vec<f64>,
@@ -318,6 +334,31 @@ mod tests {
             .iter()
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn an_invocations_lines_carry_its_request_id_and_no_more_metrics() {
+        let mut metrics = BatchMetrics::new("jobs");
+        metrics.received = 2;
+        metrics.tenant("acme").received = 2;
+        let at = SystemTime::UNIX_EPOCH;
+        let lines = metrics.emf_lines_of(at, Some("req-7"));
+        assert_eq!(lines.len(), 2);
+        for line in &lines {
+            let document: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(document["requestId"], "req-7", "{line}");
+            let declared = document["_aws"]["CloudWatchMetrics"][0].to_string();
+            assert!(
+                !declared.contains("requestId"),
+                "a property, not a metric or dimension: {line}"
+            );
+        }
+        assert!(
+            metrics
+                .to_emf_lines(at)
+                .iter()
+                .all(|line| !line.contains("requestId"))
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@ use crate::queues::SqsQueues;
 
 /// Environment variable: records of one batch processed at once.
 pub const BATCH_CONCURRENCY_ENV: &str = "CONVEYOR_BATCH_CONCURRENCY";
+/// Environment variable: records processed at once by the whole execution environment, across its
+/// concurrent invocations (Lambda Managed Instances); see [`LambdaConfig::process_concurrency`].
+pub const PROCESS_CONCURRENCY_ENV: &str = "CONVEYOR_PROCESS_CONCURRENCY";
 /// Environment variable: `group` (default) or `batch`: what a failed record holds back on a FIFO queue.
 pub const FIFO_FAILURE_ENV: &str = "CONVEYOR_FIFO_FAILURE";
 /// Environment variable: `true` fails the invocation when every record of a batch failed.
@@ -48,10 +51,27 @@ pub async fn run(pipeline: Pipeline) -> Result<(), LambdaError> {
 
 /// [`run`] with `config` instead of the environment's. Clients are built once here (the cold start);
 /// queues are resolved on first use.
-pub async fn run_with_config(pipeline: Pipeline, config: LambdaConfig) -> Result<(), LambdaError> {
+///
+/// On Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY` above 1) the process serves that many
+/// invocations at once (`lambda_runtime::run_concurrent`), each with its own deadline, request id and
+/// X-Ray trace, sharing the clients, the store and one pool of record slots
+/// ([`LambdaConfig::process_concurrency`]); unset or 1, one invocation at a time, as on classic Lambda.
+pub async fn run_with_config(pipeline: Pipeline, mut config: LambdaConfig) -> Result<(), LambdaError> {
     // Logging unless the function set up its own: a function written from the README logs too.
     init_tracing();
     config.validate()?;
+    let invocations = crate::concurrency::invocations_at_once(|name| std::env::var(name).ok())?;
+    let slots = crate::concurrency::record_slots(&config, invocations, crate::concurrency::vcpus())?;
+    config.process_concurrency = Some(slots);
+    if invocations > 1 {
+        tracing::info!(
+            invocations,
+            record_slots = slots,
+            vcpus = crate::concurrency::vcpus(),
+            batch_concurrency = config.batch_concurrency,
+            "serving concurrent invocations in one process (Lambda Managed Instances)"
+        );
+    }
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(
         pipeline,
@@ -64,7 +84,8 @@ pub async fn run_with_config(pipeline: Pipeline, config: LambdaConfig) -> Result
         let processor = Arc::clone(&processor);
         async move { handle(&processor, event).await }
     });
-    lambda_runtime::run(handler)
+    // Sequential (and the same as `lambda_runtime::run`) when AWS_LAMBDA_MAX_CONCURRENCY is unset or 1.
+    lambda_runtime::run_concurrent(handler)
         .await
         .map_err(|error| LambdaError::Runtime(error.to_string()))
 }
@@ -115,7 +136,10 @@ async fn handle(
         warn_once_about_the_deadline(context.deadline, problem, *budget);
     }
     let deadline = Instant::now() + budget.time();
-    let response = processor.process_batch(event, deadline).instrument(span).await;
+    let response = processor
+        .process_invocation(event, deadline, Some(&context.request_id))
+        .instrument(span)
+        .await;
     // Lambda freezes the process once the response is sent: the spans leave first (feature `otel`).
     #[cfg(feature = "otel")]
     conveyor_otel::flush_async().await;
@@ -190,8 +214,8 @@ pub fn instant_at(at: SystemTime) -> Instant {
 }
 
 /// The default [`LambdaConfig`] with the `CONVEYOR_*` overrides a function's environment may set:
-/// [`BATCH_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`], [`FIFO_FAILURE_ENV`],
-/// [`FAIL_WHEN_ALL_FAIL_ENV`] and the `CONVEYOR_TENANT_*` limits.
+/// [`BATCH_CONCURRENCY_ENV`], [`PROCESS_CONCURRENCY_ENV`], [`DEADLINE_MARGIN_ENV`], [`REJECT_MODE_ENV`],
+/// [`FIFO_FAILURE_ENV`], [`FAIL_WHEN_ALL_FAIL_ENV`] and the `CONVEYOR_TENANT_*` limits.
 pub fn config_from_env() -> Result<LambdaConfig, LambdaError> {
     config_from(|name| std::env::var(name).ok())
 }
@@ -204,6 +228,9 @@ fn config_from(var: impl Fn(&str) -> Option<String>) -> Result<LambdaConfig, Lam
             value: value.clone(),
             problem: "expected a positive integer".to_owned(),
         })?;
+    }
+    if let Some(value) = var(PROCESS_CONCURRENCY_ENV) {
+        config.process_concurrency = Some(parsed(PROCESS_CONCURRENCY_ENV, value, "a positive integer")?);
     }
     if let Some(value) = var(DEADLINE_MARGIN_ENV) {
         let millis: u64 = value.trim().parse().map_err(|_| LambdaError::Environment {
@@ -420,11 +447,13 @@ mod tests {
         assert_eq!(config(&[]).unwrap(), LambdaConfig::default());
         let config = config(&[
             (BATCH_CONCURRENCY_ENV, "3"),
+            (PROCESS_CONCURRENCY_ENV, "12"),
             (DEADLINE_MARGIN_ENV, "250"),
             (REJECT_MODE_ENV, "leave_to_redrive"),
         ])
         .unwrap();
         assert_eq!(config.batch_concurrency, 3);
+        assert_eq!(config.process_concurrency, Some(12));
         assert_eq!(config.deadline_margin, Duration::from_millis(250));
         assert_eq!(config.reject_mode, RejectMode::LeaveToRedrive);
     }

@@ -31,6 +31,12 @@ pub struct LambdaConfig {
     pub deadline_margin: Duration,
     /// Records of one batch processed at once (FIFO groups still run in order).
     pub batch_concurrency: usize,
+    /// Records processed at once by the whole execution environment, across the invocations it runs
+    /// concurrently on Lambda Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY`): one process-wide pool of
+    /// record slots. `None` (the default): the invocations at once times `batch_concurrency`, capped at
+    /// 100 per vCPU (never below either). Start-up refuses fewer slots than invocations (see
+    /// `src/concurrency.rs`).
+    pub process_concurrency: Option<usize>,
     /// Where permanent failures go.
     pub reject_mode: RejectMode,
     /// When every record of a batch failed, fail the invocation too (after settling every record), so
@@ -72,6 +78,7 @@ impl Default for LambdaConfig {
             function_timeout: Duration::from_secs(10),
             deadline_margin: Duration::from_millis(500),
             batch_concurrency: 10,
+            process_concurrency: None,
             reject_mode: RejectMode::default(),
             fail_invocation_when_all_fail: false,
             fifo_failure: FifoFailure::default(),
@@ -100,6 +107,11 @@ impl LambdaConfig {
             "batch_concurrency",
             || format!("{} is outside 1..=10000", self.batch_concurrency),
         );
+        if let Some(slots) = self.process_concurrency {
+            problems.check((1..=10_000).contains(&slots), "process_concurrency", || {
+                format!("{slots} is outside 1..=10000")
+            });
+        }
         if let Err(error) = self.tenants.limits().validate() {
             problems.check(false, "tenants", || error.to_string());
         }

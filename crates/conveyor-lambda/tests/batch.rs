@@ -1,6 +1,7 @@
 //! The batch function on AWS's documented events, against `MemoryQueue` (no runtime, no AWS).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (house style); helpers here are test code too
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -36,6 +37,8 @@ struct Step {
 /// Runs steps and logs each run's name, in order.
 struct Scripted {
     log: Arc<Mutex<Vec<String>>>,
+    /// Handlers running now, and the most at once.
+    running: Arc<(AtomicUsize, AtomicUsize)>,
     store: Option<Arc<MemoryIdempotencyStore>>,
     leases: Arc<Mutex<Vec<SystemTime>>>,
 }
@@ -63,7 +66,10 @@ impl Handler for Scripted {
             self.leases.lock().unwrap().extend(leases);
         }
         if step.sleep_ms > 0 {
+            let now = self.running.0.fetch_add(1, Ordering::SeqCst) + 1;
+            self.running.1.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(step.sleep_ms)).await;
+            self.running.0.fetch_sub(1, Ordering::SeqCst);
         }
         let runs = self
             .log
@@ -91,6 +97,7 @@ impl Handler for Scripted {
 struct Harness {
     queue: Arc<MemoryQueue>,
     log: Arc<Mutex<Vec<String>>>,
+    running: Arc<(AtomicUsize, AtomicUsize)>,
     leases: Arc<Mutex<Vec<SystemTime>>>,
     processor: BatchProcessor,
 }
@@ -117,8 +124,10 @@ impl Harness {
         let queue = Arc::new(queue);
         let log = Arc::new(Mutex::new(Vec::new()));
         let leases = Arc::new(Mutex::new(Vec::new()));
+        let running = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
         let handler = Scripted {
             log: Arc::clone(&log),
+            running: Arc::clone(&running),
             store: store.clone(),
             leases: Arc::clone(&leases),
         };
@@ -131,6 +140,7 @@ impl Harness {
         Self {
             queue,
             log,
+            running,
             leases,
             processor,
         }
@@ -847,6 +857,7 @@ async fn the_success_path_needs_no_sqs_call_and_an_unresolvable_queue_fails_only
         });
         let handler = Scripted {
             log: Arc::clone(&harness.log),
+            running: Arc::clone(&harness.running),
             store: None,
             leases: Arc::clone(&harness.leases),
         };
@@ -1189,5 +1200,144 @@ async fn per_tenant_emf_documents_name_only_the_busiest_tenants() {
             (json!(metrics.tenants[1].tenant), both.clone()),
             (json!(metrics.tenants[2].tenant), both),
         ]
+    );
+}
+
+/// Two invocations of one process at once against one processor (Lambda Managed Instances), with
+/// different deadlines: the short one's cutoff stops only its own handler (listed, back after its
+/// backoff, its claim released), and the long one's job runs past the short one's deadline to completion.
+#[tokio::test(start_paused = true)]
+async fn two_invocations_at_once_each_keep_their_own_deadline() {
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let harness = Harness::build(
+        slow_queue("jobs"),
+        LambdaConfig::default(),
+        Some(Arc::clone(&store)),
+    );
+    let short = harness.push("short", "until_cancelled");
+    let short_batch = harness.receive().await;
+    harness.push_step(json!({"name": "long", "sleep_ms": 3000}), None);
+    harness.push("quick", "ok");
+    let long_batch = harness.receive().await;
+    let short_deadline = Instant::now() + Duration::from_secs(2);
+    let long_deadline = Instant::now() + Duration::from_secs(10);
+
+    let short_run = async {
+        let report = harness.run(&short_batch, short_deadline).await;
+        (report, Instant::now())
+    };
+    let ((short_report, short_answered), long_report) =
+        tokio::join!(short_run, harness.run(&long_batch, long_deadline));
+
+    assert!(
+        short_answered < short_deadline,
+        "the short invocation answered in its own time"
+    );
+    assert!(
+        Instant::now() >= short_deadline && Instant::now() < long_deadline,
+        "the long job ran past the short invocation's deadline, within its own"
+    );
+    assert_eq!(listed(&short_report), vec![short.clone()]);
+    assert!(listed(&long_report).is_empty(), "{long_report:?}");
+    assert_eq!(long_report.metrics[0].succeeded, 2, "{long_report:?}");
+    let ran = harness.ran();
+    for name in ["short", "short: told to stop", "long", "quick"] {
+        assert_eq!(
+            ran.iter().filter(|run| *run == name).count(),
+            1,
+            "{name} once: {ran:?}"
+        );
+    }
+    // The long job's claim completed; the short one's was released, so its retry can run.
+    let records = store.records();
+    assert_eq!(
+        records
+            .iter()
+            .filter(|record| record.status == RecordStatus::Completed)
+            .count(),
+        2,
+        "{records:?}"
+    );
+    let released = |record: &&conveyor_core::port::IdempotencyRecord| {
+        record.status == RecordStatus::Completed
+            || record.lease_until.is_some_and(|until| until <= SystemTime::now())
+    };
+    assert!(
+        records.iter().all(|record| released(&record)),
+        "no claim left held: {records:?}"
+    );
+    tokio::time::advance(conveyor_core::Backoff::default().ceiling(1, None)).await;
+    assert_eq!(
+        harness.state_of(&short),
+        Some(MessageState::Visible),
+        "back after its backoff"
+    );
+}
+
+/// The process's record slots bound the handlers of every invocation together: two invocations of
+/// three records each, four at once per batch but two slots in the process, never run more than two
+/// handlers at once; and a third invocation that finds the slots busy until its own cutoff starts
+/// nothing and defers its record with a copy (no receive spent), answering before its deadline.
+#[tokio::test(start_paused = true)]
+async fn the_process_record_slots_bound_concurrent_invocations_together() {
+    let config = LambdaConfig::default()
+        .with_batch_concurrency(4)
+        .with_process_concurrency(Some(2));
+    let harness = Harness::new(slow_queue("jobs"), config);
+    for name in ["a1", "a2", "a3"] {
+        harness.push_step(json!({"name": name, "sleep_ms": 500}), None);
+    }
+    let first = harness.receive().await;
+    for name in ["b1", "b2", "b3"] {
+        harness.push_step(json!({"name": name, "sleep_ms": 500}), None);
+    }
+    let second = harness.receive().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (one, two) = tokio::join!(harness.run(&first, deadline), harness.run(&second, deadline));
+    assert_eq!(
+        one.metrics[0].succeeded + two.metrics[0].succeeded,
+        6,
+        "{one:?} {two:?}"
+    );
+    assert_eq!(
+        harness.running.1.load(Ordering::SeqCst),
+        2,
+        "two handlers at once, never more"
+    );
+
+    harness.log.lock().unwrap().clear();
+    harness.push("busy1", "until_cancelled");
+    harness.push("busy2", "until_cancelled");
+    let busy = harness.receive().await;
+    let waiting = harness.push("waiting", "ok");
+    let starved = harness.receive().await;
+    let short_deadline = Instant::now() + Duration::from_secs(2);
+    let short_run = async {
+        let report = harness.run(&starved, short_deadline).await;
+        (report, Instant::now())
+    };
+    let (busy_report, (starved_report, answered)) = tokio::join!(
+        harness.run(&busy, Instant::now() + Duration::from_secs(6)),
+        short_run
+    );
+    assert!(answered < short_deadline, "answered in its own time");
+    assert!(
+        !harness.ran().contains(&"waiting".to_owned()),
+        "{:?}",
+        harness.ran()
+    );
+    assert_eq!(starved_report.metrics[0].deferred, 1, "{starved_report:?}");
+    assert!(listed(&starved_report).is_empty());
+    assert_eq!(
+        listed(&busy_report).len(),
+        2,
+        "the busy ones stop at their own cutoff"
+    );
+    let copies = deferred_copies(&harness);
+    assert!(
+        copies
+            .iter()
+            .any(|(id, receives, _)| *id == waiting && *receives == 0),
+        "a copy of the waiting record, no receive spent: {copies:?}"
     );
 }

@@ -66,6 +66,14 @@ pub fn check(scenario: &Scenario, observed: &Observation) -> Vec<String> {
             ));
         }
     }
+    // The adapter answers before its invocation's deadline, whatever the faults (every call is cut at
+    // `settle_by`), and whatever the other invocations of its process do (Managed Instances): each
+    // has its own deadline. One that overran was cut by Lambda, its deletes lost.
+    for (instance, at) in &log.overran {
+        violations.push(format!(
+            "an invocation of {instance} ran past its deadline (stopped at {at} ms): the adapter answers before it"
+        ));
+    }
     check_visibility_refusals(scenario, log, &mut violations);
     if observed.fifo {
         check_fifo_order(scenario, log, &mut violations);
@@ -432,6 +440,28 @@ fn check_status(
                 })
     });
     if unrun_in_a_store_outage {
+        return;
+    }
+    // Its Lambda twin: the last run ended (rejected to the DLQ, with its reason) and the store went down
+    // before its settlement could write the status, and stayed down past the invocation's deadline;
+    // a function cannot write after its invocation ends (seed 1077, found with Managed Instances' timings).
+    let longest_invocation = scenario
+        .lambdas
+        .iter()
+        .map(|lambda| lambda.function_timeout.as_millis())
+        .max()
+        .unwrap_or(0);
+    let settled_in_a_store_outage = dead > 0
+        && runs.last().is_some_and(|last| {
+            let ended = last.ended_ms.unwrap_or(last.started_ms);
+            last.instance.starts_with("lambda-")
+                && observed
+                    .log
+                    .store_outages
+                    .iter()
+                    .any(|(from, to)| *from <= ended + longest_invocation && *to >= ended)
+        });
+    if settled_in_a_store_outage {
         return;
     }
     let completed = |key: &str| observed.completed_tokens.iter().any(|(done, _)| done == key);

@@ -189,6 +189,8 @@ impl DelayScenario {
                 function_timeout: Duration::from_secs(rng.u64(20..=60)),
                 batch_size: rng.usize(1..=10),
                 batch_concurrency: rng.usize(1..=3),
+                invocations: 1,
+                process_concurrency: None,
             },
         });
         // Half the Lambda seeds get a backlog of slow jobs that keeps one function at its cutoff for up
@@ -202,6 +204,8 @@ impl DelayScenario {
                     function_timeout: Duration::from_secs(rng.u64(20..=40)),
                     batch_size: rng.usize(6..=10),
                     batch_concurrency: 1,
+                    invocations: 1,
+                    process_concurrency: None,
                 },
             });
             let at = Duration::from_secs(rng.u64(0..20 * 60));
@@ -744,7 +748,7 @@ fn start_consumers(
                 name: format!("function-{index}"),
                 spec: lambda.spec,
                 queue: Arc::clone(queue) as Arc<dyn Queue>,
-                processor,
+                processor: Arc::new(processor),
                 sink: Arc::clone(&sink),
             };
             tokio::spawn(function.run(stop.clone()))

@@ -4,6 +4,10 @@
 //!
 //! An invocation that runs past its deadline is cut there, as Lambda does: its future is dropped,
 //! nothing is deleted, and its messages come back when their visibility timeout ends.
+//!
+//! On Lambda Managed Instances ([`LambdaSpec::invocations`] above 1) one process runs several
+//! invocations at once: that many mapping loops share the function's one `BatchProcessor` (its
+//! clients, its store, its record slots), each invocation with its own deadline.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -29,8 +33,8 @@ pub struct Function {
     pub spec: LambdaSpec,
     /// The queue as this function reaches it.
     pub queue: Arc<dyn Queue>,
-    /// The real batch processor.
-    pub processor: BatchProcessor,
+    /// The real batch processor, shared by the process's invocations.
+    pub processor: Arc<BatchProcessor>,
     /// The log.
     pub sink: Arc<Sink>,
 }
@@ -49,11 +53,28 @@ pub fn config(spec: &LambdaSpec) -> LambdaConfig {
     LambdaConfig::default()
         .with_function_timeout(spec.function_timeout)
         .with_batch_concurrency(spec.batch_concurrency)
+        .with_process_concurrency(spec.process_concurrency)
 }
 
 impl Function {
-    /// Polls and invokes until `stop` is cancelled.
+    /// Runs the process's invocations ([`LambdaSpec::invocations`] mapping loops at once) until `stop`
+    /// is cancelled.
     pub async fn run(self, stop: CancellationToken) {
+        let function = Arc::new(self);
+        let loops: Vec<_> = (0..function.spec.invocations.max(1))
+            .map(|_| {
+                let function = Arc::clone(&function);
+                let stop = stop.clone();
+                tokio::spawn(async move { function.poll(stop).await })
+            })
+            .collect();
+        for running in loops {
+            let _ = running.await;
+        }
+    }
+
+    /// One mapping loop: polls and invokes until `stop` is cancelled.
+    async fn poll(&self, stop: CancellationToken) {
         // Lambda initialises an execution environment before its first invocation, and again after
         // an initialisation that failed; the mapping has received the batch by then.
         let mut initialised = false;
@@ -98,10 +119,7 @@ impl Function {
             {
                 Ok(report) => report,
                 Err(_) => {
-                    self.sink.step(format!(
-                        "{}: invocation ran past its deadline and was stopped; nothing deleted",
-                        self.name
-                    ));
+                    self.sink.overran(&self.name);
                     return;
                 }
             };

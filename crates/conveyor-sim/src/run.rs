@@ -176,12 +176,14 @@ impl Shared<'_> {
         let instance = self.instance(format!("lambda-{index}"), 1000 + index as u64);
         let queue = self.queue_for(&instance);
         let config = lambda::config(&spec);
-        let processor = BatchProcessor::new(
-            self.pipeline(&instance),
-            config,
-            Arc::new(FixedQueue(Arc::clone(&queue))),
-        )
-        .without_metrics();
+        let processor = Arc::new(
+            BatchProcessor::new(
+                self.pipeline(&instance),
+                config,
+                Arc::new(FixedQueue(Arc::clone(&queue))),
+            )
+            .without_metrics(),
+        );
         let function = Function {
             name: instance.name().to_owned(),
             spec,

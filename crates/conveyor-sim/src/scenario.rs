@@ -113,6 +113,11 @@ pub struct LambdaSpec {
     pub batch_size: usize,
     /// Records of one batch run at once.
     pub batch_concurrency: usize,
+    /// Invocations one process runs at once (Lambda Managed Instances' `AWS_LAMBDA_MAX_CONCURRENCY`;
+    /// 1 on classic Lambda): that many mapping loops invoke one shared `BatchProcessor`.
+    pub invocations: usize,
+    /// The process's record slots (`LambdaConfig::process_concurrency`), shared by its invocations.
+    pub process_concurrency: Option<usize>,
 }
 
 /// Everything one seed runs.
@@ -194,6 +199,9 @@ fn millis(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
     Duration::from_millis(rng.u64(range))
 }
 
+/// Seeds the generator of the Lambda Managed Instances draws (`seed ^` this).
+const MANAGED_INSTANCES_SALT: u64 = 0x4c4d_4920_6c61_6d62;
+
 fn chance(rng: &mut Rng, percent: u8) -> bool {
     rng.u8(0..100) < percent
 }
@@ -215,11 +223,28 @@ impl Scenario {
         } else {
             rng.usize(0..=1)
         };
+        // Managed Instances from a generator of their own, so the draws above and below (and every
+        // earlier seed's scenario) stay as they were.
+        let mut managed = Rng::with_seed(seed ^ MANAGED_INSTANCES_SALT);
         let lambdas: Vec<LambdaSpec> = (0..lambda_count)
-            .map(|_| LambdaSpec {
-                function_timeout: millis(&mut rng, 2_000..=(visibility.as_millis() as u64 * 2 / 3)),
-                batch_size: rng.usize(1..=10),
-                batch_concurrency: rng.usize(1..=10),
+            .map(|_| {
+                let batch_concurrency = rng.usize(1..=10);
+                let spec = LambdaSpec {
+                    function_timeout: millis(&mut rng, 2_000..=(visibility.as_millis() as u64 * 2 / 3)),
+                    batch_size: rng.usize(1..=10),
+                    batch_concurrency,
+                    invocations: 1,
+                    process_concurrency: None,
+                };
+                if !chance(&mut managed, 40) {
+                    return spec;
+                }
+                let invocations = managed.usize(2..=4);
+                LambdaSpec {
+                    invocations,
+                    process_concurrency: Some(managed.usize(invocations..=invocations * batch_concurrency)),
+                    ..spec
+                }
             })
             .collect();
         let worker_capacity = (0..8).map(|_| rng.usize(1..=12)).collect();

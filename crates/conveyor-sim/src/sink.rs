@@ -127,6 +127,8 @@ pub struct Log {
     /// Consumers that refused to start, or Lambda cold starts that failed, on a misconfigured store:
     /// (instance, virtual ms).
     pub refused_starts: Vec<(String, u128)>,
+    /// Lambda invocations that ran past their deadline and were stopped there: (instance, virtual ms).
+    pub overran: Vec<(String, u128)>,
     /// Lambda invocations that processed their records: (instance, virtual ms).
     pub invocations: Vec<(String, u128)>,
 }
@@ -243,6 +245,15 @@ impl Sink {
         let at = self.trace.elapsed_ms();
         self.trace.step(format!("{instance} refused to start: {why}"));
         self.lock().refused_starts.push((instance.to_owned(), at));
+    }
+
+    /// A Lambda invocation of `instance` ran past its deadline and was stopped there.
+    pub fn overran(&self, instance: &str) {
+        let at = self.trace.elapsed_ms();
+        self.trace.step(format!(
+            "{instance}: invocation ran past its deadline and was stopped; nothing deleted"
+        ));
+        self.lock().overran.push((instance.to_owned(), at));
     }
 
     /// A Lambda invocation of `instance` processes its records.

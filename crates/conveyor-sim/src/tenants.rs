@@ -133,6 +133,8 @@ impl TenantScenario {
                 function_timeout: Duration::from_secs(rng.u64(20..=60)),
                 batch_size: rng.usize(1..=10),
                 batch_concurrency: rng.usize(1..=4),
+                invocations: 1,
+                process_concurrency: None,
             })
             .collect();
         if workers.is_empty() && functions.is_empty() {
@@ -351,7 +353,7 @@ async fn run(scenario: &TenantScenario) -> TenantReport {
                 name: format!("function-{index}"),
                 spec: *spec,
                 queue: Arc::clone(&queue) as Arc<dyn Queue>,
-                processor,
+                processor: Arc::new(processor),
                 sink: Arc::clone(&sink),
             };
             tokio::spawn(function.run(stop_functions.clone()))

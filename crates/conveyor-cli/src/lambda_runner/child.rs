@@ -22,6 +22,9 @@ pub(crate) struct FunctionSettings {
     pub region: String,
     /// `--env K=V` pairs, applied last.
     pub env: Vec<(String, String)>,
+    /// `AWS_LAMBDA_MAX_CONCURRENCY` (`--concurrency`): the invocations the process is sent at once, as on
+    /// Lambda Managed Instances; unset as on classic Lambda.
+    pub max_concurrency: Option<usize>,
 }
 
 /// Variables Lambda reserves for itself (a function's configuration cannot set them): the runner sets
@@ -113,9 +116,13 @@ impl Bootstrap {
         self.child.wait().await
     }
 
-    /// True when the process has exited (a runtime that gave up after an error).
-    pub(crate) fn has_exited(&mut self) -> bool {
-        !matches!(self.child.try_wait(), Ok(None))
+    /// The process's peak resident memory so far (`VmHWM`, Linux only), in KiB.
+    pub(crate) fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()?)).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
     /// Kills the process and reaps it.
@@ -132,7 +139,7 @@ fn lambda_environment(settings: &FunctionSettings, api: SocketAddr) -> Vec<(&'st
         .bootstrap
         .parent()
         .map_or_else(|| ".".to_owned(), |dir| dir.display().to_string());
-    vec![
+    let mut variables = vec![
         ("AWS_LAMBDA_RUNTIME_API", api.to_string()),
         ("AWS_LAMBDA_FUNCTION_NAME", settings.function_name.clone()),
         ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", settings.memory_mb.to_string()),
@@ -147,7 +154,11 @@ fn lambda_environment(settings: &FunctionSettings, api: SocketAddr) -> Vec<(&'st
         ("AWS_EXECUTION_ENV", "AWS_Lambda_provided.al2023".to_owned()),
         ("_HANDLER", handler_name(&settings.bootstrap)),
         ("LAMBDA_TASK_ROOT", task_root),
-    ]
+    ];
+    if let Some(invocations) = settings.max_concurrency {
+        variables.push(("AWS_LAMBDA_MAX_CONCURRENCY", invocations.to_string()));
+    }
+    variables
 }
 
 fn handler_name(bootstrap: &Path) -> String {
@@ -176,6 +187,7 @@ mod tests {
             memory_mb: 256,
             region: "eu-west-1".to_owned(),
             env: Vec::new(),
+            max_concurrency: None,
         };
         let env = lambda_environment(&settings, "127.0.0.1:9001".parse().unwrap());
         let get = |name: &str| {
@@ -190,6 +202,13 @@ mod tests {
         assert_eq!(get("AWS_REGION"), Some("eu-west-1"));
         assert_eq!(get("_HANDLER"), Some("bootstrap"));
         assert_eq!(get("LAMBDA_TASK_ROOT"), Some("/opt/fn"));
+        assert_eq!(get("AWS_LAMBDA_MAX_CONCURRENCY"), None, "classic Lambda");
+        let managed = FunctionSettings {
+            max_concurrency: Some(4),
+            ..settings
+        };
+        let env = lambda_environment(&managed, "127.0.0.1:9001".parse().unwrap());
+        assert!(env.contains(&("AWS_LAMBDA_MAX_CONCURRENCY", "4".to_owned())));
     }
 
     #[test]

@@ -15,6 +15,12 @@
 //! stop polling when a receive comes back empty. On a FIFO queue a message group is in at most one
 //! invocation at a time ([`fifo`]). An event over 6 MB is cut ([`poller::Poller::cut_to_payload`]).
 //!
+//! With `--concurrency N` one execution environment serves N invocations at once, as on Lambda Managed
+//! Instances: the bootstrap gets `AWS_LAMBDA_MAX_CONCURRENCY=N`, its Runtime API holds up to N `next`
+//! requests open, and each invocation carries its own request id and deadline header. The
+//! `--maximum-concurrency` invocations of the run then share ⌈max / N⌉ environments (invocation
+//! slots 1..=N in environment 1, N+1..=2N in environment 2, ...).
+//!
 //! Nothing here is specific to Conveyor's adapter: any bootstrap built on `lambda_runtime` (or any
 //! other custom runtime) runs under it.
 
@@ -114,6 +120,12 @@ pub(crate) struct RunArgs {
     /// receive comes back empty.
     #[arg(long, default_value_t = 2)]
     pub maximum_concurrency: usize,
+    /// Invocations one execution environment serves at once, as Lambda Managed Instances' per-environment
+    /// maximum concurrency: the bootstrap gets AWS_LAMBDA_MAX_CONCURRENCY=N and up to N invocations are
+    /// outstanding on its Runtime API, each with its own deadline. Unset: one at a time, and the variable
+    /// unset, as on classic Lambda. At most --maximum-concurrency.
+    #[arg(long)]
+    pub concurrency: Option<usize>,
     /// Stop when a receive returns nothing and the queue holds no message (visible, in flight or delayed).
     #[arg(long)]
     pub until_empty: bool,
@@ -172,6 +184,15 @@ impl RunArgs {
                 self.maximum_concurrency
             );
         }
+        if let Some(concurrency) = self.concurrency
+            && !(1..=self.maximum_concurrency).contains(&concurrency)
+        {
+            bail!(
+                "--concurrency {concurrency} is outside 1..=--maximum-concurrency ({}): one environment cannot \
+                 serve more invocations than the run makes at once; raise --maximum-concurrency",
+                self.maximum_concurrency
+            );
+        }
         if self.batching_window_ms > 300_000 {
             bail!(
                 "--batching-window-ms {} is over the 300 s maximum",
@@ -223,6 +244,8 @@ pub(crate) struct Summary {
     pub cold_starts: Vec<Duration>,
     /// From the first invocation's start to the last one's settlement.
     pub busy: Duration,
+    /// The largest peak resident memory of the bootstrap processes running at the end (KiB; Linux).
+    pub peak_rss_kib: Option<u64>,
 }
 
 impl Summary {
@@ -242,6 +265,7 @@ impl Summary {
             "longest_failure_streak": self.longest_failure_streak,
             "cold_starts_ms": self.cold_starts.iter().map(|start| millis(*start)).collect::<Vec<_>>(),
             "busy_ms": millis(self.busy),
+            "bootstrap_peak_rss_kib": self.peak_rss_kib,
         })
     }
 }
@@ -278,6 +302,9 @@ impl std::fmt::Display for Summary {
         }
         if let Some(first) = self.cold_starts.first() {
             write!(f, "; cold start {:.1} ms (spawn to first /next)", millis(*first))?;
+        }
+        if let Some(kib) = self.peak_rss_kib {
+            write!(f, "; bootstrap peak RSS {:.1} MiB", kib as f64 / 1024.0)?;
         }
         if !self.busy.is_zero() {
             write!(
@@ -338,6 +365,7 @@ pub(crate) async fn run(
         memory_mb: args.memory_mb,
         region: region.clone(),
         env: args.env.clone(),
+        max_concurrency: args.concurrency,
     });
     let function_arn = format!(
         "arn:aws:lambda:{region}:{account}:function:{}",
@@ -365,12 +393,20 @@ pub(crate) async fn run(
         last_message: Mutex::new(Instant::now()),
         busy: Mutex::new(None),
     });
+    let per_environment = args.concurrency.unwrap_or(1);
+    let mut environments = Vec::new();
     let mut lanes = JoinSet::new();
     for number in 1..=args.maximum_concurrency {
-        let environment = Environment::bind(number, Arc::clone(&settings))
-            .await
-            .context("cannot bind the Runtime API on 127.0.0.1")?;
-        lanes.spawn(lane(Arc::clone(&shared), environment));
+        if (number - 1) % per_environment == 0 {
+            let environment = Environment::bind(environments.len() + 1, Arc::clone(&settings))
+                .await
+                .context("cannot bind the Runtime API on 127.0.0.1")?;
+            environments.push(Arc::new(environment));
+        }
+        let Some(environment) = environments.last() else {
+            bail!("no execution environment for invocation slot {number}");
+        };
+        lanes.spawn(lane(Arc::clone(&shared), number, Arc::clone(environment)));
     }
     let outcome = tokio::select! {
         outcome = join_lanes(&mut lanes, &shared) => outcome,
@@ -379,12 +415,16 @@ pub(crate) async fn run(
             Ok(())
         }
     };
-    // Dropping a lane drops its environment, whose bootstrap is killed with it.
     lanes.shutdown().await;
+    let mut peak_rss_kib = None;
+    for environment in &environments {
+        peak_rss_kib = peak_rss_kib.max(environment.shut_down().await);
+    }
     let held = lock(&shared.groups).drain();
     shared.change_visibility(&held, Duration::ZERO).await;
     outcome?;
     let mut summary = lock(&shared.summary).clone();
+    summary.peak_rss_kib = peak_rss_kib;
     if let Some((first, last)) = *lock(&shared.busy) {
         summary.busy = last - first;
     }
@@ -538,18 +578,17 @@ impl Shared {
     }
 }
 
-/// One environment's loop: poll (or take held FIFO messages), invoke, settle, while it is wanted.
-async fn lane(shared: Arc<Shared>, mut environment: Environment) -> anyhow::Result<()> {
-    let result = lane_loop(&shared, &mut environment).await;
-    environment.shut_down().await;
+/// One invocation slot's loop (slot `number` of the run, in `environment`): poll (or take held FIFO
+/// messages), invoke, settle, while it is wanted.
+async fn lane(shared: Arc<Shared>, number: usize, environment: Arc<Environment>) -> anyhow::Result<()> {
+    let result = lane_loop(&shared, number, &environment).await;
     if result.is_err() {
         shared.stop.send_replace(true);
     }
     result
 }
 
-async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Result<()> {
-    let number = environment.number();
+async fn lane_loop(shared: &Shared, number: usize, environment: &Environment) -> anyhow::Result<()> {
     let mut wanted = shared.scale.subscribe();
     let mut stop = shared.stop.subscribe();
     loop {
@@ -575,7 +614,7 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
         if !held.is_empty() {
             // SQS would hand these out now: give them a fresh visibility timeout, as a receive does.
             shared.change_visibility(&held, shared.visibility).await;
-            invoke(shared, environment, held).await?;
+            invoke(shared, number, environment, held).await?;
             continue;
         }
         let messages = shared.poller.next_batch().await?;
@@ -597,8 +636,9 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
             shared.change_visibility(&rest, Duration::ZERO).await;
             lock(&shared.summary).cut += rest.len() as u64;
             shared.say(format_args!(
-                "environment {number}: batch cut to {} records to fit the 6 MB invocation payload limit; \
+                "environment {}: batch cut to {} records to fit the 6 MB invocation payload limit; \
                  {} returned to the queue (visible again at once)",
+                environment.number(),
                 messages.len(),
                 rest.len()
             ));
@@ -607,8 +647,9 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
             let (run, held) = lock(&shared.groups).admit(number, messages);
             if held > 0 {
                 shared.say(format_args!(
-                    "environment {number}: {held} records held: their message group is in flight in another \
-                     invocation (SQS would not have delivered them yet)"
+                    "environment {}: {held} records held: their message group is in flight in another \
+                     invocation (SQS would not have delivered them yet)",
+                    environment.number()
                 ));
             }
             run
@@ -619,14 +660,15 @@ async fn lane_loop(shared: &Shared, environment: &mut Environment) -> anyhow::Re
             shared.unreserve_batch();
             continue;
         }
-        invoke(shared, environment, messages).await?;
+        invoke(shared, number, environment, messages).await?;
     }
 }
 
 /// One invocation with `messages`, then its settlement: deletes what succeeded, leaves the rest.
 async fn invoke(
     shared: &Shared,
-    environment: &mut Environment,
+    lane: usize,
+    environment: &Environment,
     messages: Vec<Message>,
 ) -> anyhow::Result<()> {
     let number = environment.number();
@@ -757,7 +799,7 @@ async fn invoke(
         *busy = Some((first, Instant::now()));
     }
     if shared.fifo {
-        let released = lock(&shared.groups).finish(number, &messages, &deleted);
+        let released = lock(&shared.groups).finish(lane, &messages, &deleted);
         if released > 0 {
             shared.say(format_args!(
                 "environment {number}: {released} held records of a group with failed records stay in flight and \
@@ -890,6 +932,13 @@ mod tests {
         assert!(args(&["--maximum-concurrency", "0"]).validate(false).is_err());
         assert!(args(&["--maximum-concurrency", "1001"]).validate(false).is_err());
         assert!(args(&["--function-timeout-secs", "901"]).validate(false).is_err());
+        assert!(args(&["--concurrency", "2"]).validate(false).is_ok());
+        let refused = args(&["--concurrency", "3"])
+            .validate(false)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("raise --maximum-concurrency"), "{refused}");
+        assert!(args(&["--concurrency", "0"]).validate(false).is_err());
     }
 
     #[test]
@@ -924,6 +973,7 @@ mod tests {
             longest_failure_streak: 4,
             cold_starts: vec![Duration::from_micros(12_300)],
             busy: Duration::from_millis(500),
+            peak_rss_kib: Some(9728),
             ..Summary::default()
         };
         assert_eq!(
@@ -931,7 +981,7 @@ mod tests {
             "summary: 2 batches, 11 records, 10 deleted, 1 failures reported, 0 invocation errors, 0 timeouts, \
              0 init errors, 0 restarts; at most 2 invocations at once; 3 records over the 6 MB payload limit \
              returned unrun; crash loop: 4 failed invocations in a row; cold start 12.3 ms (spawn to first /next); \
-             11 records in 0.50 s (22 records/s)"
+             bootstrap peak RSS 9.5 MiB; 11 records in 0.50 s (22 records/s)"
         );
     }
 }

@@ -17,18 +17,26 @@
 //! The routes are an axum router served by [`conveyor_http::serve`] (hyper's HTTP/1.1 server with
 //! keep-alive, as `lambda_runtime`'s client expects), with its header and body deadlines.
 //!
-//! # Design note: handing out an invocation
+//! # Design note: handing out invocations
 //!
-//! The runner puts one invocation in a slot and wakes the waiters; a `next` handler registers for the
-//! wake-up *before* looking at the slot, so no wake-up is lost. The handler marks the invocation open
-//! when it takes it (the answer can only come after the client read it). A bootstrap killed mid-wait
-//! closes its connection; hyper notices the end of stream while the handler is pending and drops the
-//! handler, so it never takes the next invocation meant for the process that replaces it. The event
-//! goes out as a response body ([`Delivery`]) that reports `Started` when hyper takes its bytes, and
-//! `Undelivered` (closing the invocation) when it is dropped before that: the connection died between
-//! the take and the write. The runner withdraws an event nobody took (a crashed bootstrap) so it is
-//! never delivered late.
+//! The runner queues invocations and wakes the waiters; a `next` handler registers for the wake-up
+//! *before* looking at the queue, so no wake-up is lost, and takes the first queued invocation. Several
+//! may be outstanding at once: a bootstrap that serves concurrent invocations (Lambda Managed
+//! Instances, `AWS_LAMBDA_MAX_CONCURRENCY`) holds that many `next` requests open, and each takes its
+//! own invocation, with its own request id and deadline header. The handler marks the invocation open
+//! when it takes it (the answer can only come after the client read it); an answer is accepted once,
+//! for an open id. Everything that happens to one invocation (started, undelivered, answered) goes to
+//! the receiver [`RuntimeApi::submit`] returned for it, so concurrent invocations never read each
+//! other's events; the rest (`next` requested, init errors) goes to [`RuntimeApi::next_event`]. A
+//! bootstrap killed mid-wait closes its connection; hyper notices the end of stream while the handler
+//! is pending and drops the handler, so it never takes an invocation meant for the process that
+//! replaces it. The event goes out as a response body ([`Delivery`]) that reports `Started` when hyper
+//! takes its bytes, and `Undelivered` (closing the invocation) when it is dropped before that: the
+//! connection died between the take and the write. The runner withdraws an invocation nobody took (a
+//! crashed bootstrap) so it is never delivered late; withdrawing all of them (the environment is
+//! replaced) ends every receiver.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -130,9 +138,14 @@ pub(crate) enum ApiEvent {
 }
 
 struct Shared {
-    slot: Mutex<Option<Invocation>>,
+    /// Invocations submitted and not taken yet, first come first served.
+    queued: Mutex<VecDeque<Invocation>>,
     ready: Notify,
-    open: Mutex<Option<String>>,
+    /// Invocations taken and not answered yet.
+    open: Mutex<HashSet<String>>,
+    /// Where each submitted invocation's events go.
+    routes: Mutex<HashMap<String, mpsc::UnboundedSender<ApiEvent>>>,
+    /// Events of no invocation (`next` requested, init errors).
     events: mpsc::UnboundedSender<ApiEvent>,
 }
 
@@ -141,10 +154,30 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl ApiEvent {
+    /// The invocation the event belongs to, if any.
+    fn invocation(&self) -> Option<&str> {
+        match self {
+            ApiEvent::Started { id, .. }
+            | ApiEvent::Undelivered { id }
+            | ApiEvent::Response { id, .. }
+            | ApiEvent::Error { id, .. } => Some(id),
+            ApiEvent::NextRequested { .. } | ApiEvent::InitError { .. } => None,
+        }
+    }
+}
+
 impl Shared {
+    /// Sends `event` to its invocation's receiver, or to the API's own.
     fn emit(&self, event: ApiEvent) {
-        // The receiver lives as long as the server; a send can only fail during shutdown.
-        let _ = self.events.send(event);
+        let route = event
+            .invocation()
+            .and_then(|id| lock(&self.routes).get(id).cloned());
+        // A receiver gone (its invocation withdrawn, the server stopping) needs the event no more.
+        let _ = match route {
+            Some(route) => route.send(event),
+            None => self.events.send(event),
+        };
     }
 }
 
@@ -152,7 +185,7 @@ impl Shared {
 pub(crate) struct RuntimeApi {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    events: mpsc::UnboundedReceiver<ApiEvent>,
+    events: tokio::sync::Mutex<mpsc::UnboundedReceiver<ApiEvent>>,
     stop: CancellationToken,
 }
 
@@ -174,9 +207,10 @@ impl RuntimeApi {
         let addr = listener.local_addr()?;
         let (sender, events) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
-            slot: Mutex::new(None),
+            queued: Mutex::new(VecDeque::new()),
             ready: Notify::new(),
-            open: Mutex::new(None),
+            open: Mutex::new(HashSet::new()),
+            routes: Mutex::new(HashMap::new()),
             events: sender,
         });
         let stop = CancellationToken::new();
@@ -189,7 +223,7 @@ impl RuntimeApi {
         Ok(Self {
             addr,
             shared,
-            events,
+            events: tokio::sync::Mutex::new(events),
             stop,
         })
     }
@@ -199,21 +233,39 @@ impl RuntimeApi {
         self.addr
     }
 
-    /// Offers an invocation to the next (or a waiting) `next` request.
-    pub(crate) fn submit(&self, invocation: Invocation) {
-        *lock(&self.shared.slot) = Some(invocation);
+    /// Offers an invocation to the next (or a waiting) `next` request; its events come on the receiver
+    /// returned, until it is withdrawn.
+    pub(crate) fn submit(&self, invocation: Invocation) -> mpsc::UnboundedReceiver<ApiEvent> {
+        let (route, events) = mpsc::unbounded_channel();
+        lock(&self.shared.routes).insert(invocation.id.clone(), route);
+        lock(&self.shared.queued).push_back(invocation);
         self.shared.ready.notify_waiters();
+        events
     }
 
-    /// Withdraws an invocation nobody took and closes the open one: late answers get 400.
-    pub(crate) fn withdraw(&self) {
-        lock(&self.shared.slot).take();
-        lock(&self.shared.open).take();
+    /// Withdraws invocation `id`: not delivered if nobody took it, closed if open (a late answer gets
+    /// 400), and its receiver ends.
+    pub(crate) fn withdraw(&self, id: &str) {
+        lock(&self.shared.queued).retain(|queued| queued.id != id);
+        lock(&self.shared.open).remove(id);
+        lock(&self.shared.routes).remove(id);
     }
 
-    /// The next API event.
-    pub(crate) async fn next_event(&mut self) -> Option<ApiEvent> {
-        self.events.recv().await
+    /// Withdraws every invocation (the environment is replaced).
+    pub(crate) fn withdraw_all(&self) {
+        lock(&self.shared.queued).clear();
+        lock(&self.shared.open).clear();
+        lock(&self.shared.routes).clear();
+    }
+
+    /// The next event of no invocation (`next` requested, an init error).
+    pub(crate) async fn next_event(&self) -> Option<ApiEvent> {
+        self.events.lock().await.recv().await
+    }
+
+    /// An event of no invocation already there, without waiting.
+    pub(crate) fn try_next_event(&self) -> Option<ApiEvent> {
+        self.events.try_lock().ok()?.try_recv().ok()
     }
 }
 
@@ -304,14 +356,11 @@ fn accepted() -> Response {
         .into_response()
 }
 
-/// A response or error for `id`: accepted only for the open invocation.
+/// A response or error for `id`: accepted once, only for an open invocation.
 fn answer(shared: &Shared, id: &str, event: impl FnOnce(String) -> ApiEvent) -> Response {
-    let mut open = lock(&shared.open);
-    if open.as_deref() != Some(id) {
+    if !lock(&shared.open).remove(id) {
         return json_reply(StatusCode::BAD_REQUEST, "InvalidRequestID", "Invalid request ID");
     }
-    open.take();
-    drop(open);
     shared.emit(event(id.to_owned()));
     accepted()
 }
@@ -323,8 +372,8 @@ async fn next(State(shared): State<Arc<Shared>>) -> Response {
         let notified = shared.ready.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if let Some(invocation) = lock(&shared.slot).take() {
-            *lock(&shared.open) = Some(invocation.id.clone());
+        if let Some(invocation) = lock(&shared.queued).pop_front() {
+            lock(&shared.open).insert(invocation.id.clone());
             break invocation;
         }
         notified.await;
@@ -406,11 +455,7 @@ impl Drop for Delivery {
         if self.started {
             return;
         }
-        let mut open = lock(&self.shared.open);
-        if open.as_deref() == Some(self.id.as_str()) {
-            open.take();
-        }
-        drop(open);
+        lock(&self.shared.open).remove(&self.id);
         self.shared.emit(ApiEvent::Undelivered {
             id: std::mem::take(&mut self.id),
         });
@@ -475,7 +520,7 @@ mod tests {
     }
 
     /// Asks for the next invocation on `client` and waits until the API has the request.
-    async fn ask_next(api: &mut RuntimeApi, client: &mut BufReader<TcpStream>) {
+    async fn ask_next(api: &RuntimeApi, client: &mut BufReader<TcpStream>) {
         send(
             client,
             b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n",
@@ -484,30 +529,38 @@ mod tests {
         assert!(matches!(event(api).await, ApiEvent::NextRequested { .. }));
     }
 
-    async fn event(api: &mut RuntimeApi) -> ApiEvent {
+    async fn event(api: &RuntimeApi) -> ApiEvent {
         tokio::time::timeout(Duration::from_secs(5), api.next_event())
             .await
             .expect("an API event within 5 s")
             .unwrap()
     }
 
+    /// The next event of one invocation.
+    async fn routed(events: &mut mpsc::UnboundedReceiver<ApiEvent>) -> ApiEvent {
+        tokio::time::timeout(Duration::from_secs(5), events.recv())
+            .await
+            .expect("an invocation event within 5 s")
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn next_is_held_until_an_event_then_answers_flow_on_one_connection() {
-        let mut api = RuntimeApi::bind().await.unwrap();
+        let api = RuntimeApi::bind().await.unwrap();
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
         send(
             &mut client,
             b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: x\r\n\r\n",
         )
         .await;
-        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        assert!(matches!(event(&api).await, ApiEvent::NextRequested { .. }));
 
         // Nothing is written before an invocation is submitted.
         let mut probe = [0u8; 1];
         let early = tokio::time::timeout(Duration::from_millis(100), client.get_mut().peek(&mut probe)).await;
         assert!(early.is_err(), "next answered before an event existed");
 
-        api.submit(invocation("req-1"));
+        let mut first = api.submit(invocation("req-1"));
         let (head, body) = read_response(&mut client).await;
         assert!(head.starts_with("http/1.1 200"), "{head}");
         assert!(head.contains("lambda-runtime-aws-request-id: req-1"), "{head}");
@@ -518,7 +571,7 @@ mod tests {
         );
         assert!(head.contains("lambda-runtime-trace-id: root="), "{head}");
         assert_eq!(body, br#"{"Records":[]}"#);
-        assert!(matches!(event(&mut api).await, ApiEvent::Started { id, .. } if id == "req-1"));
+        assert!(matches!(routed(&mut first).await, ApiEvent::Started { id, .. } if id == "req-1"));
 
         // The answer comes on the same (kept-alive) connection.
         let response = br#"{"batchItemFailures":[]}"#;
@@ -531,7 +584,7 @@ mod tests {
         let (head, _) = read_response(&mut client).await;
         assert!(head.starts_with("http/1.1 202"), "{head}");
         assert_eq!(
-            event(&mut api).await,
+            routed(&mut first).await,
             ApiEvent::Response {
                 id: "req-1".to_owned(),
                 body: response.to_vec()
@@ -549,14 +602,90 @@ mod tests {
         assert!(String::from_utf8(body).unwrap().contains("InvalidRequestID"));
     }
 
+    /// Two `next` requests outstanding at once (a bootstrap serving concurrent invocations): each takes
+    /// its own invocation with its own request id and deadline, and each answer reaches only its own
+    /// invocation's receiver, whatever the order.
+    #[tokio::test]
+    async fn concurrent_invocations_each_get_their_own_id_deadline_and_answer() {
+        let api = RuntimeApi::bind().await.unwrap();
+        let mut one = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
+        let mut two = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
+        ask_next(&api, &mut one).await;
+        ask_next(&api, &mut two).await;
+        let mut short = invocation("req-short");
+        short.timeout = Duration::from_secs(2);
+        let mut long = invocation("req-long");
+        long.timeout = Duration::from_secs(60);
+        let mut short_events = api.submit(short);
+        let mut long_events = api.submit(long);
+        let (head_one, _) = read_response(&mut one).await;
+        let (head_two, _) = read_response(&mut two).await;
+        let header = |head: &str, name: &str| {
+            head.lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(|value| value.trim().to_owned())
+                .unwrap()
+        };
+        let ids = [
+            header(&head_one, "lambda-runtime-aws-request-id:"),
+            header(&head_two, "lambda-runtime-aws-request-id:"),
+        ];
+        assert!(
+            ids.contains(&"req-short".to_owned()) && ids.contains(&"req-long".to_owned()),
+            "{ids:?}"
+        );
+        let deadline_of = |id: &str| {
+            let head = if ids[0] == id { &head_one } else { &head_two };
+            header(head, "lambda-runtime-deadline-ms:")
+                .parse::<u64>()
+                .unwrap()
+        };
+        let apart = deadline_of("req-long") - deadline_of("req-short");
+        assert!(
+            (57_000..=59_000).contains(&apart),
+            "each its own deadline: {apart} ms apart"
+        );
+        assert!(matches!(routed(&mut short_events).await, ApiEvent::Started { id, .. } if id == "req-short"));
+        assert!(matches!(routed(&mut long_events).await, ApiEvent::Started { id, .. } if id == "req-long"));
+
+        // The long one answers first, on whichever connection took it.
+        let (long_client, short_client) = if ids[0] == "req-long" {
+            (&mut one, &mut two)
+        } else {
+            (&mut two, &mut one)
+        };
+        for (client, id) in [(long_client, "req-long"), (short_client, "req-short")] {
+            let request = format!(
+                "POST /2018-06-01/runtime/invocation/{id}/response HTTP/1.1\r\nContent-Length: 2\r\n\r\n{{}}"
+            );
+            send(client, request.as_bytes()).await;
+            let (head, _) = read_response(client).await;
+            assert!(head.starts_with("http/1.1 202"), "{head}");
+        }
+        assert_eq!(
+            routed(&mut long_events).await,
+            ApiEvent::Response {
+                id: "req-long".to_owned(),
+                body: b"{}".to_vec()
+            }
+        );
+        assert_eq!(
+            routed(&mut short_events).await,
+            ApiEvent::Response {
+                id: "req-short".to_owned(),
+                body: b"{}".to_vec()
+            }
+        );
+    }
+
     #[tokio::test]
     async fn a_response_over_the_limit_is_a_function_error() {
-        let mut api = RuntimeApi::bind().await.unwrap();
+        let api = RuntimeApi::bind().await.unwrap();
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        ask_next(&mut api, &mut client).await;
-        api.submit(invocation("req-big"));
+        ask_next(&api, &mut client).await;
+        let mut big = api.submit(invocation("req-big"));
         let _ = read_response(&mut client).await;
-        assert!(matches!(event(&mut api).await, ApiEvent::Started { .. }));
+        assert!(matches!(routed(&mut big).await, ApiEvent::Started { .. }));
         let length = MAX_BODY_BYTES + 10;
         let head = format!(
             "POST /2018-06-01/runtime/invocation/req-big/response HTTP/1.1\r\nContent-Length: {length}\r\n\r\n"
@@ -566,7 +695,7 @@ mod tests {
         let (head, body) = read_response(&mut client).await;
         assert!(head.starts_with("http/1.1 413"), "{head}");
         assert!(String::from_utf8(body).unwrap().contains(RESPONSE_TOO_LARGE));
-        match event(&mut api).await {
+        match routed(&mut big).await {
             ApiEvent::Error { id, error_type, body } => {
                 assert_eq!(id, "req-big");
                 assert_eq!(error_type.as_deref(), Some(RESPONSE_TOO_LARGE));
@@ -579,35 +708,35 @@ mod tests {
             other => panic!("expected a function error, got {other:?}"),
         }
         // The connection still works: the runtime asks for the next event.
-        ask_next(&mut api, &mut client).await;
+        ask_next(&api, &mut client).await;
     }
 
     #[tokio::test]
     async fn a_waiter_whose_client_left_does_not_take_the_next_event() {
-        let mut api = RuntimeApi::bind().await.unwrap();
+        let api = RuntimeApi::bind().await.unwrap();
         let mut gone = TcpStream::connect(api.addr()).await.unwrap();
         gone.write_all(b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\n\r\n")
             .await
             .unwrap();
-        assert!(matches!(event(&mut api).await, ApiEvent::NextRequested { .. }));
+        assert!(matches!(event(&api).await, ApiEvent::NextRequested { .. }));
         drop(gone);
 
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
-        ask_next(&mut api, &mut client).await;
-        api.submit(invocation("req-2"));
+        ask_next(&api, &mut client).await;
+        let _events = api.submit(invocation("req-2"));
         let (head, _) = read_response(&mut client).await;
         assert!(head.contains("lambda-runtime-aws-request-id: req-2"), "{head}");
     }
 
     #[tokio::test]
     async fn init_errors_invocation_errors_and_unknown_routes() {
-        let mut api = RuntimeApi::bind().await.unwrap();
+        let api = RuntimeApi::bind().await.unwrap();
         let mut client = BufReader::new(TcpStream::connect(api.addr()).await.unwrap());
         send(&mut client, b"POST /2018-06-01/runtime/init/error HTTP/1.1\r\nLambda-Runtime-Function-Error-Type: Runtime.Boom\r\nContent-Length: 2\r\n\r\n{}").await;
         let (head, _) = read_response(&mut client).await;
         assert!(head.starts_with("http/1.1 202"), "{head}");
         assert_eq!(
-            event(&mut api).await,
+            event(&api).await,
             ApiEvent::InitError {
                 error_type: Some("Runtime.Boom".to_owned()),
                 body: b"{}".to_vec()
@@ -625,9 +754,9 @@ mod tests {
         assert!(head.starts_with("http/1.1 405"), "{head}");
 
         // An invocation withdrawn before anyone took it is never delivered.
-        api.submit(invocation("req-3"));
-        api.withdraw();
-        ask_next(&mut api, &mut client).await;
+        let _events = api.submit(invocation("req-3"));
+        api.withdraw("req-3");
+        ask_next(&api, &mut client).await;
         let mut probe = [0u8; 1];
         let early = tokio::time::timeout(Duration::from_millis(100), client.get_mut().peek(&mut probe)).await;
         assert!(early.is_err(), "a withdrawn invocation was delivered");
