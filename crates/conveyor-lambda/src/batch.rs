@@ -442,6 +442,23 @@ struct Invocation {
     settle_by: Instant,
 }
 
+/// A batch handler's call fills only when that many of its records run at once: warns when
+/// `batch_concurrency` is below its batch size. (The event source mapping's batch size, which this
+/// cannot see, must be at least as large too.)
+fn warn_unfillable_batches(pipeline: &Pipeline, config: &LambdaConfig) {
+    for (job_type, max_jobs) in pipeline.router().batch_sizes() {
+        if max_jobs > config.batch_concurrency {
+            tracing::warn!(
+                job_type,
+                max_jobs,
+                batch_concurrency = config.batch_concurrency,
+                "a batch handler takes more jobs per call than batch_concurrency runs at once: its batches never \
+                 fill; raise CONVEYOR_BATCH_CONCURRENCY or lower BatchSettings::max_jobs"
+            );
+        }
+    }
+}
+
 /// One record's result.
 struct ItemResult {
     index: usize,
@@ -463,6 +480,7 @@ impl BatchProcessor {
     /// A processor running `pipeline` with `config`, finding each record's queue through `queues`.
     /// Prints EMF metrics to stdout after each batch (see [`BatchProcessor::without_metrics`]).
     pub fn new(pipeline: Pipeline, config: LambdaConfig, queues: Arc<dyn QueueResolver>) -> Self {
+        warn_unfillable_batches(&pipeline, &config);
         Self {
             tenants: Arc::new(Tenants::new(&config.tenants)),
             pipeline,
