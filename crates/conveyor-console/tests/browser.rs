@@ -301,8 +301,9 @@ async fn scenario(
     let shutdown = CancellationToken::new();
     let mut running = tokio::spawn(worker.run(shutdown.clone()));
     // A worker that stops (it could not listen, say) says why, instead of the DLQ staying empty.
+    let dlq_depth = format!("{row} td.dlq-depth");
     tokio::select! {
-        waited = wait_text(browser, &format!("{row} td.dlq-depth"), "4", false) => waited?,
+        waited = wait_text(browser, &dlq_depth, "4", false) => waited?,
         ended = &mut running => anyhow::bail!("the worker stopped before dead-lettering the jobs: {ended:?}"),
     }
     provider_down.store(false, Ordering::SeqCst);

@@ -13,8 +13,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::Context as _;
-
 use super::tail;
 
 /// The guard: starts the emulator, then blocks reading its stdin (the test's pipe); EOF means the test
