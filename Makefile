@@ -70,6 +70,7 @@ bench: local-aws
 	$(CARGO) build --release -p conveyor-cli --bin conveyor
 	$(CARGO) build --release -p conveyor-lambda --example probe_function
 	$(CARGO) run --release -p conveyor-worker --example bench_idempotent
+	$(CARGO) run --release -p conveyor-worker --example batch_bench
 	$(CARGO) run --release -p conveyor-dynamodb --example claim_bench
 	$(CARGO) run --release -p conveyor-lambda --example overhead
 	$(CARGO) run --release -p conveyor-lambda --example managed_instances

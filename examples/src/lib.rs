@@ -34,6 +34,8 @@ mod guides {
     struct Events;
     #[doc = include_str!("../../docs/tenants.md")]
     struct Tenants;
+    #[doc = include_str!("../../docs/batch-handlers.md")]
+    struct BatchHandlers;
 }
 
 use std::path::PathBuf;

@@ -147,6 +147,11 @@ pub trait ErasedHandler: Send + Sync {
     fn settings(&self) -> &HandlerSettings;
     /// Decodes the message into a job ready to run; a permanent error when it cannot.
     fn prepare(&self, message: &Message) -> Result<PreparedJob, HandlerError>;
+    /// The most jobs one call takes, for a batch handler ([`crate::BatchHandler`]); `None` for a
+    /// handler that takes one job at a time.
+    fn batch_size(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Wraps a typed [`Handler`] as an [`ErasedHandler`].
@@ -165,24 +170,35 @@ impl<H: Handler> Typed<H> {
     }
 
     fn decode(&self, message: &Message) -> Result<H::Job, HandlerError> {
-        let version = schema_version(message)?.unwrap_or(H::VERSION);
-        if version > H::VERSION {
-            // Retryable: the producer deployed first; the consumer's deploy usually follows within the
-            // retry budget. Past it, the job reaches the DLQ with this reason.
-            return Err(HandlerError::retryable(format!(
-                "job {} has schema version {version}, newer than the {} this consumer decodes: deploy the \
-                 newer consumer (a job still failing when its retries run out waits in the DLQ for a redrive)",
-                H::JOB_TYPE,
-                H::VERSION
-            )));
-        }
-        if version == H::VERSION {
-            return serde_json::from_str(&message.body).map_err(|error| body_error(H::JOB_TYPE, &error));
-        }
-        let payload: serde_json::Value =
-            serde_json::from_str(&message.body).map_err(|error| body_error(H::JOB_TYPE, &error))?;
-        self.handler.upgrade(version, payload)
+        decode(H::JOB_TYPE, H::VERSION, message, |version, payload| {
+            self.handler.upgrade(version, payload)
+        })
     }
+}
+
+/// Decodes `message`'s body as a job of `job_type` at schema `version`, an older version through
+/// `upgrade`: what a [`Handler`] and a [`BatchHandler`](crate::BatchHandler) share.
+pub(crate) fn decode<J: DeserializeOwned>(
+    job_type: &str,
+    current: u32,
+    message: &Message,
+    upgrade: impl FnOnce(u32, serde_json::Value) -> Result<J, HandlerError>,
+) -> Result<J, HandlerError> {
+    let version = schema_version(message)?.unwrap_or(current);
+    if version > current {
+        // Retryable: the producer deployed first; the consumer's deploy usually follows within the
+        // retry budget. Past it, the job reaches the DLQ with this reason.
+        return Err(HandlerError::retryable(format!(
+            "job {job_type} has schema version {version}, newer than the {current} this consumer decodes: deploy \
+             the newer consumer (a job still failing when its retries run out waits in the DLQ for a redrive)"
+        )));
+    }
+    if version == current {
+        return serde_json::from_str(&message.body).map_err(|error| body_error(job_type, &error));
+    }
+    let payload: serde_json::Value =
+        serde_json::from_str(&message.body).map_err(|error| body_error(job_type, &error))?;
+    upgrade(version, payload)
 }
 
 fn body_error(job_type: &str, error: &serde_json::Error) -> HandlerError {
@@ -224,7 +240,7 @@ impl<H: Handler> ErasedHandler for Typed<H> {
 
 /// The output as JSON, or `None` (logged) when it does not serialise: the work is done either way, so
 /// a serialisation bug must not turn a success into a retry.
-fn encode_output<T: Serialize>(output: &T) -> Option<String> {
+pub(crate) fn encode_output<T: Serialize>(output: &T) -> Option<String> {
     match serde_json::to_string(output) {
         Ok(json) => Some(json),
         Err(error) => {

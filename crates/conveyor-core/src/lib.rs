@@ -6,6 +6,7 @@
 // numbers). Every public item has exactly one path.
 mod background;
 mod backoff;
+mod batch;
 pub mod config;
 mod context;
 mod dead_letter;
@@ -49,6 +50,7 @@ mod unrun;
 
 pub use background::BackgroundTask;
 pub use backoff::Backoff;
+pub use batch::{Batch, BatchHandler, BatchJob, BatchResult, BatchSettings};
 pub use context::Context;
 pub use delay::{CancelError, Cancelled};
 pub use disposition::RejectMode;

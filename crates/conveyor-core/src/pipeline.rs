@@ -1003,7 +1003,8 @@ async fn run(
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// What a caught panic said.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(text) = payload.downcast_ref::<&str>() {
         return (*text).to_owned();
     }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::batch::{BatchHandler, Gathered};
 use crate::error::HandlerError;
 use crate::events::{self, Envelope, Notice, Route};
 use crate::handler::{ErasedHandler, Handler, HandlerSettings, Typed};
@@ -102,6 +103,27 @@ impl Router {
     pub fn route<H: Handler>(mut self, handler: H) -> Self {
         self.routes.insert(H::JOB_TYPE, Arc::new(Typed::new(handler)));
         self
+    }
+
+    /// Routes messages whose `conveyor.type` is `B::JOB_TYPE` to the batch handler `handler`: their
+    /// jobs are gathered into calls of up to [`BatchSettings::max_jobs`](crate::BatchSettings::max_jobs)
+    /// (see [`BatchHandler`](crate::BatchHandler) and `docs/batch-handlers.md`). A later route for the
+    /// same type replaces the earlier one.
+    pub fn batch_route<B: BatchHandler>(mut self, handler: B) -> Self {
+        self.routes.insert(B::JOB_TYPE, Arc::new(Gathered::new(handler)));
+        self
+    }
+
+    /// Each batch route's job type and most jobs per call, sorted: a runtime checks at start-up that
+    /// it lets that many messages run at once.
+    pub fn batch_sizes(&self) -> Vec<(&'static str, usize)> {
+        let mut sizes: Vec<(&'static str, usize)> = self
+            .routes
+            .values()
+            .filter_map(|handler| Some((handler.job_type(), handler.batch_size()?)))
+            .collect();
+        sizes.sort_unstable();
+        sizes
     }
 
     /// Routes EventBridge events with this `source` and `detail-type` to `handler` (a rule's SQS

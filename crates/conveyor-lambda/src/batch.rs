@@ -445,6 +445,23 @@ struct Invocation {
     settle_by: Instant,
 }
 
+/// A batch handler's call fills only when that many of its records run at once: warns when
+/// `batch_concurrency` is below its batch size. (The event source mapping's batch size, which this
+/// cannot see, must be at least as large too.)
+fn warn_unfillable_batches(pipeline: &Pipeline, config: &LambdaConfig) {
+    for (job_type, max_jobs) in pipeline.router().batch_sizes() {
+        if max_jobs > config.batch_concurrency {
+            tracing::warn!(
+                job_type,
+                max_jobs,
+                batch_concurrency = config.batch_concurrency,
+                "a batch handler takes more jobs per call than batch_concurrency runs at once: its batches never \
+                 fill; raise CONVEYOR_BATCH_CONCURRENCY or lower BatchSettings::max_jobs"
+            );
+        }
+    }
+}
+
 /// One record's result.
 struct ItemResult {
     index: usize,
@@ -469,6 +486,7 @@ impl BatchProcessor {
     /// Share one processor between the invocations a process runs at once: its record slots
     /// ([`LambdaConfig::process_concurrency`], else `batch_concurrency`) bound them all together.
     pub fn new(pipeline: Pipeline, config: LambdaConfig, queues: Arc<dyn QueueResolver>) -> Self {
+        warn_unfillable_batches(&pipeline, &config);
         let slots = config
             .process_concurrency
             .unwrap_or(config.batch_concurrency)

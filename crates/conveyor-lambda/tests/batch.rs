@@ -19,6 +19,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+/// Batch handlers on the Lambda adapter.
+#[path = "batch/handlers.rs"]
+mod handlers;
+
 fn fixture(name: &str) -> Value {
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -173,28 +177,9 @@ impl Harness {
         self.queue.receive(10, Duration::ZERO).await.unwrap()
     }
 
-    /// The event the mapping would send for `messages`: AWS's documented record, filled in.
+    /// The event the mapping would send for `messages`.
     fn event(&self, messages: &[Message]) -> SqsEvent {
-        let template = fixture("sqs-standard-event.json")["Records"][0].clone();
-        let arn = format!("arn:aws:sqs:us-east-2:123456789012:{}", self.queue.name());
-        let records: Vec<Value> = messages
-            .iter()
-            .map(|message| {
-                let mut record = template.clone();
-                record["messageId"] = json!(message.id);
-                record["receiptHandle"] = json!(message.receipt_handle.as_str());
-                record["body"] = json!(message.body);
-                record["eventSourceARN"] = json!(arn);
-                record["attributes"]["ApproximateReceiveCount"] = json!(message.receive_count.to_string());
-                if let Some(group) = &message.group_id {
-                    record["attributes"]["MessageGroupId"] = json!(group);
-                }
-                let attributes = conveyor_lambda::to_record(message, &arn).message_attributes;
-                record["messageAttributes"] = serde_json::to_value(attributes).unwrap();
-                record
-            })
-            .collect();
-        parse_event(json!({ "Records": records })).unwrap()
+        event_of(&self.queue, messages)
     }
 
     async fn run(&self, messages: &[Message], deadline: Instant) -> BatchReport {
@@ -214,6 +199,30 @@ impl Harness {
             .find(|message| message.id == id)
             .map(|message| message.state)
     }
+}
+
+/// The event the mapping would send for `messages`: AWS's documented record, filled in.
+fn event_of(queue: &MemoryQueue, messages: &[Message]) -> SqsEvent {
+    let template = fixture("sqs-standard-event.json")["Records"][0].clone();
+    let arn = format!("arn:aws:sqs:us-east-2:123456789012:{}", queue.name());
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|message| {
+            let mut record = template.clone();
+            record["messageId"] = json!(message.id);
+            record["receiptHandle"] = json!(message.receipt_handle.as_str());
+            record["body"] = json!(message.body);
+            record["eventSourceARN"] = json!(arn);
+            record["attributes"]["ApproximateReceiveCount"] = json!(message.receive_count.to_string());
+            if let Some(group) = &message.group_id {
+                record["attributes"]["MessageGroupId"] = json!(group);
+            }
+            let attributes = conveyor_lambda::to_record(message, &arn).message_attributes;
+            record["messageAttributes"] = serde_json::to_value(attributes).unwrap();
+            record
+        })
+        .collect();
+    parse_event(json!({ "Records": records })).unwrap()
 }
 
 fn listed(report: &BatchReport) -> Vec<String> {

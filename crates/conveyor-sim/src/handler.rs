@@ -4,11 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::{Context, Handler, HandlerError, HandlerSettings};
+use conveyor_core::{
+    Batch, BatchHandler, BatchResult, BatchSettings, Context, Handler, HandlerError, HandlerSettings,
+};
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::io::Instance;
-use crate::scenario::{Behavior, JobSpec};
+use crate::scenario::{Behavior, JobSpec, Step};
 use crate::sink::{RunEnd, Sink};
 
 /// The body of a simulated job.
@@ -45,74 +48,8 @@ impl Handler for SimHandler {
 
     async fn handle(&self, job: SimJob, ctx: Context) -> Result<u32, HandlerError> {
         self.instance.alive().await;
-        let (run, index) = self.sink.start_run(
-            job.job,
-            self.instance.name(),
-            ctx.message_id(),
-            ctx.receive_count(),
-            ctx.idempotency_key(),
-            ctx.fencing_token(),
-        );
-        let Some(step) = self.jobs.get(job.job as usize).and_then(|spec| spec.step(index)) else {
-            self.sink.end_run(run, RunEnd::Permanent);
-            return Err(HandlerError::permanent(format!("sim: no job {}", job.job)));
-        };
-        let worked = if self.ignores_cancellation {
-            tokio::time::sleep(step.duration).await;
-            true
-        } else {
-            tokio::select! {
-                () = tokio::time::sleep(step.duration) => true,
-                () = ctx.cancelled() => false,
-            }
-        };
-        self.instance.alive().await;
-        if !worked || ctx.is_cancelled() {
-            self.sink.end_run(run, cancelled(&ctx));
-            return Err(HandlerError::retryable("sim: cancelled while working"));
-        }
-        match step.behavior {
-            Behavior::Succeed => {
-                match self
-                    .sink
-                    .apply(job.job, run, ctx.idempotency_key(), ctx.fencing_token())
-                {
-                    Ok(()) => {
-                        self.sink.end_run(run, RunEnd::Succeeded);
-                        Ok(job.job)
-                    }
-                    Err(reason) => {
-                        self.sink.end_run(run, RunEnd::Stopped);
-                        Err(HandlerError::retryable(format!(
-                            "sim: downstream refused: {reason}"
-                        )))
-                    }
-                }
-            }
-            Behavior::Retry => {
-                self.sink.end_run(run, RunEnd::Failed);
-                Err(HandlerError::retryable("sim: transient failure"))
-            }
-            Behavior::Permanent => {
-                self.sink.end_run(run, RunEnd::Permanent);
-                Err(HandlerError::permanent("sim: permanent failure"))
-            }
-            Behavior::Panic => {
-                self.sink.end_run(run, RunEnd::Failed);
-                std::panic::panic_any(PANIC_MESSAGE.to_owned())
-            }
-            Behavior::Hang => {
-                if self.ignores_cancellation {
-                    // Never returns: the pipeline drops it at the end of its grace.
-                    std::future::pending::<()>().await;
-                } else {
-                    ctx.cancelled().await;
-                }
-                self.instance.alive().await;
-                self.sink.end_run(run, cancelled(&ctx));
-                Err(HandlerError::retryable("sim: hung until cancelled"))
-            }
-        }
+        let (run, step) = self.begin(&job, &ctx)?;
+        self.work(job, &ctx, run, step).await
     }
 
     fn settings(&self) -> HandlerSettings {
@@ -126,12 +63,185 @@ impl Handler for SimHandler {
     }
 }
 
+impl SimHandler {
+    /// Records the run's start; its step, or the failure when its job has no script.
+    fn begin(&self, job: &SimJob, ctx: &Context) -> Result<(usize, Step), HandlerError> {
+        let (run, index) = self.sink.start_run(
+            job.job,
+            self.instance.name(),
+            ctx.message_id(),
+            ctx.receive_count(),
+            ctx.idempotency_key(),
+            ctx.fencing_token(),
+        );
+        let Some(step) = self.jobs.get(job.job as usize).and_then(|spec| spec.step(index)) else {
+            self.sink.end_run(run, RunEnd::Permanent);
+            return Err(HandlerError::permanent(format!("sim: no job {}", job.job)));
+        };
+        Ok((run, step))
+    }
+
+    /// Works the step's duration, then does what it says.
+    async fn work(&self, job: SimJob, ctx: &Context, run: usize, step: Step) -> Result<u32, HandlerError> {
+        let worked = work_for(step.duration, ctx.cancellation(), self.ignores_cancellation).await;
+        self.instance.alive().await;
+        if !worked || ctx.is_cancelled() {
+            self.sink.end_run(run, cancelled(ctx, None));
+            return Err(HandlerError::retryable("sim: cancelled while working"));
+        }
+        match step.behavior {
+            Behavior::Succeed | Behavior::Retry | Behavior::Permanent => {
+                self.act(job.job, ctx, run, step.behavior)
+            }
+            Behavior::Panic => {
+                self.sink.end_run(run, RunEnd::Failed);
+                std::panic::panic_any(PANIC_MESSAGE.to_owned())
+            }
+            Behavior::Hang => {
+                if self.ignores_cancellation {
+                    // Never returns: the pipeline drops it at the end of its grace.
+                    std::future::pending::<()>().await;
+                } else {
+                    ctx.cancelled().await;
+                }
+                self.instance.alive().await;
+                self.sink.end_run(run, cancelled(ctx, None));
+                Err(HandlerError::retryable("sim: hung until cancelled"))
+            }
+        }
+    }
+
+    /// Applies the effect (through the fenced sink), or fails as the step says.
+    fn act(&self, job: u32, ctx: &Context, run: usize, behavior: Behavior) -> Result<u32, HandlerError> {
+        match behavior {
+            Behavior::Succeed => {
+                match self
+                    .sink
+                    .apply(job, run, ctx.idempotency_key(), ctx.fencing_token())
+                {
+                    Ok(()) => {
+                        self.sink.end_run(run, RunEnd::Succeeded);
+                        Ok(job)
+                    }
+                    Err(reason) => {
+                        self.sink.end_run(run, RunEnd::Stopped);
+                        Err(HandlerError::retryable(format!(
+                            "sim: downstream refused: {reason}"
+                        )))
+                    }
+                }
+            }
+            Behavior::Permanent => {
+                self.sink.end_run(run, RunEnd::Permanent);
+                Err(HandlerError::permanent("sim: permanent failure"))
+            }
+            Behavior::Retry | Behavior::Panic | Behavior::Hang => {
+                self.sink.end_run(run, RunEnd::Failed);
+                Err(HandlerError::retryable("sim: transient failure"))
+            }
+        }
+    }
+}
+
+/// The simulated handler as a batch handler: one call for up to `max_jobs` jobs, a bulk operation as
+/// long as its longest job's step, after which each job does what its step says (its effect, a
+/// retryable or a permanent failure). A job scripted to panic panics the whole call and one scripted
+/// to hang hangs it, before any effect (every run of the call ends failed or stopped).
+#[derive(Debug)]
+pub struct SimBatchHandler {
+    /// The per-job logic.
+    pub handler: SimHandler,
+    /// The most jobs per call.
+    pub max_jobs: usize,
+}
+
+impl BatchHandler for SimBatchHandler {
+    type Job = SimJob;
+    type Output = u32;
+    const JOB_TYPE: &'static str = "sim";
+
+    async fn handle_batch(&self, batch: Batch<SimJob>) -> BatchResult<u32> {
+        let handler = &self.handler;
+        handler.instance.alive().await;
+        let cancel = batch.cancellation().clone();
+        let begun: Vec<_> = batch
+            .into_jobs()
+            .into_iter()
+            .map(|job| {
+                let started = handler.begin(&job.job, &job.ctx);
+                (job, started)
+            })
+            .collect();
+        let steps: Vec<Step> = begun
+            .iter()
+            .filter_map(|(_, started)| started.as_ref().ok().map(|(_, step)| *step))
+            .collect();
+        let has = |behavior| steps.iter().any(|step| step.behavior == behavior);
+        // One bulk call: it works as long as its longest job, and every effect lands at its end.
+        let longest = steps.iter().map(|step| step.duration).max().unwrap_or_default();
+        let mut worked = work_for(longest, &cancel, handler.ignores_cancellation).await;
+        handler.instance.alive().await;
+        if worked && has(Behavior::Hang) {
+            // A hung job hangs the call: until its timeout (the batch's token), or forever when it
+            // ignores cancellation (the gatherer drops it after its grace).
+            if handler.ignores_cancellation {
+                std::future::pending::<()>().await;
+            }
+            cancel.cancelled().await;
+            handler.instance.alive().await;
+            worked = false;
+        }
+        if worked && !cancel.is_cancelled() && has(Behavior::Panic) {
+            for (_, started) in &begun {
+                if let Ok((run, _)) = started {
+                    handler.sink.end_run(*run, RunEnd::Failed);
+                }
+            }
+            std::panic::panic_any(PANIC_MESSAGE.to_owned())
+        }
+        let results = begun
+            .into_iter()
+            .map(|(job, started)| {
+                let (run, step) = started?;
+                if !worked || cancel.is_cancelled() || job.ctx.is_cancelled() {
+                    handler.sink.end_run(run, cancelled(&job.ctx, Some(&cancel)));
+                    return Err(HandlerError::retryable("sim: cancelled while working"));
+                }
+                handler.act(job.job.job, &job.ctx, run, step.behavior)
+            })
+            .collect();
+        Ok(results)
+    }
+
+    fn settings(&self) -> HandlerSettings {
+        Handler::settings(&self.handler)
+    }
+
+    fn batch_settings(&self) -> BatchSettings {
+        BatchSettings::default().with_max_jobs(self.max_jobs)
+    }
+}
+
+/// Works `duration`; false when `stop` fired first (never, for a handler ignoring cancellation).
+async fn work_for(duration: Duration, stop: &CancellationToken, ignores_cancellation: bool) -> bool {
+    if ignores_cancellation {
+        tokio::time::sleep(duration).await;
+        return true;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(duration) => true,
+        () = stop.cancelled() => false,
+    }
+}
+
 /// What a scripted panic says (the panic hook keeps these quiet).
 pub const PANIC_MESSAGE: &str = "sim: scripted handler panic";
 
-/// How a cancelled run ended: at its deadline (the pipeline stops a handler there), or before it.
-fn cancelled(ctx: &Context) -> RunEnd {
-    if tokio::time::Instant::now() < ctx.deadline() {
+/// How a cancelled run ended: at its deadline (the pipeline stops a handler there; a batch call's
+/// token fires at the call's timeout), or before it.
+fn cancelled(ctx: &Context, batch: Option<&CancellationToken>) -> RunEnd {
+    let batch_stopped = batch.is_some_and(CancellationToken::is_cancelled) && !ctx.is_cancelled();
+    if !batch_stopped && tokio::time::Instant::now() < ctx.deadline() {
         RunEnd::Cancelled
     } else {
         RunEnd::Stopped

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+use conveyor_core::message::{IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE};
 use conveyor_core::{
     message::AttributeValue,
     port::{IdempotencyStore, OutgoingMessage, Queue},
@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{SkewedStore, VirtualStore};
-use crate::handler::{PANIC_MESSAGE, SimHandler};
+use crate::handler::{PANIC_MESSAGE, SimBatchHandler, SimHandler};
 use crate::io::{Instance, InstanceQueue, InstanceStore};
 use crate::lambda::{self, Function};
 use crate::scenario::{Event, JobSpec, Scenario, job_of_body};
@@ -132,7 +132,11 @@ impl Shared<'_> {
             ignores_cancellation: self.scenario.handlers_ignore_cancellation,
             tracked: self.scenario.tracked,
         };
-        Pipeline::new(Router::single(handler))
+        let router = match self.scenario.batch {
+            Some(max_jobs) => Router::new().batch_route(SimBatchHandler { handler, max_jobs }),
+            None => Router::single(handler),
+        };
+        Pipeline::new(router)
             .with_store(store)
             .with_retry_budget(self.scenario.retry_budget)
     }
@@ -206,6 +210,12 @@ impl Shared<'_> {
             message
                 .attributes
                 .insert(IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(), AttributeValue::string(key));
+        }
+        if self.scenario.batch.is_some() {
+            // A batch route is not a default route: the job names its type.
+            message
+                .attributes
+                .insert(JOB_TYPE_ATTRIBUTE.to_owned(), AttributeValue::string("sim"));
         }
         message
     }

@@ -112,6 +112,7 @@ impl Worker {
         let visibility = check_queues(&config, &queues)?;
         let tenant_limits = config.tenants.limits();
         check_record_lifetimes(&config, &pipeline)?;
+        warn_unfillable_batches(&config, &pipeline);
         let status = WorkerStatus::new(queues.len(), pipeline.store_health());
         Ok(Worker {
             config,
@@ -448,6 +449,22 @@ fn check_record_lifetimes(config: &WorkerConfig, pipeline: &Pipeline) -> Result<
         }
     }
     Ok(())
+}
+
+/// A batch handler's call fills only when that many of its messages run at once: warns when
+/// `max_in_flight` is below its batch size (the batch then always waits its linger, half full).
+fn warn_unfillable_batches(config: &WorkerConfig, pipeline: &Pipeline) {
+    for (job_type, max_jobs) in pipeline.router().batch_sizes() {
+        if max_jobs > config.max_in_flight {
+            tracing::warn!(
+                job_type,
+                max_jobs,
+                max_in_flight = config.max_in_flight,
+                "a batch handler takes more jobs per call than max_in_flight lets run at once: its batches never \
+                 fill; raise max_in_flight (CONVEYOR_MAX_IN_FLIGHT) or lower BatchSettings::max_jobs"
+            );
+        }
+    }
 }
 
 /// Steps 1–3 of the shutdown sequence, within the drain deadline (and the reserve after it).

@@ -1,9 +1,10 @@
 #![doc = include_str!("../README.md")]
 
 pub use conveyor_core::{
-    BackgroundTask, Backoff, Cancelled, ChildFailurePolicy, ChildResult, Context, ErrorKind, Flows, Handler,
-    HandlerError, HandlerSettings, JobQuery, JobRecord, JobStatus, KeySource, KeyStyle, Payloads, Pipeline,
-    PowertoolsFlavor, PowertoolsKey, Progress, RejectMode, Router, TimerChange, TimerRelay, Timers,
+    BackgroundTask, Backoff, Batch, BatchHandler, BatchJob, BatchResult, BatchSettings, Cancelled,
+    ChildFailurePolicy, ChildResult, Context, ErrorKind, Flows, Handler, HandlerError, HandlerSettings,
+    JobQuery, JobRecord, JobStatus, KeySource, KeyStyle, Payloads, Pipeline, PowertoolsFlavor, PowertoolsKey,
+    Progress, RejectMode, Router, TimerChange, TimerRelay, Timers,
 };
 
 /// What AWS services put on a queue (SNS notifications, EventBridge events, S3 notifications,
@@ -55,7 +56,10 @@ pub use conveyor_otel as otel;
 
 /// The names a handler, a producer and a `main` use: `use conveyor::prelude::*;`.
 pub mod prelude {
-    pub use conveyor_core::{Backoff, Context, Handler, HandlerError, HandlerSettings, Pipeline, Router};
+    pub use conveyor_core::{
+        Backoff, Batch, BatchHandler, BatchResult, BatchSettings, Context, Handler, HandlerError,
+        HandlerSettings, Pipeline, Router,
+    };
     #[cfg(feature = "sqs")]
     pub use conveyor_sqs::{BatchingConfig, BatchingProducer, NewJob, Producer};
 

@@ -3,7 +3,10 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/rows.rs"]
+mod rows;
 
+mod batch_rows;
 mod faults;
 mod localstack;
 mod long_delay;

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batch;
 mod budgets;
 mod memory;
 mod memory_flows;
