@@ -78,9 +78,9 @@ impl<B: BatchHandler> ErasedHandler for Gathered<B> {
                 // handler is: its result stands if the call answers within the pipeline's grace (an
                 // `Ok` completes the claim, fenced if another holder took it over, so the work done
                 // is not run again), and it is cancelled if the call does not.
-                reply
-                    .await
-                    .unwrap_or_else(|_| Err(HandlerError::retryable("its batch ended without a result for it")))
+                reply.await.unwrap_or_else(|_| {
+                    Err(HandlerError::retryable("its batch ended without a result for it"))
+                })
             })
         }))
     }

@@ -24,8 +24,10 @@ struct Job {
 /// What the test handler does with a whole call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
-    /// Each job as its `fail` says.
+    /// Each job as its `fail` says; a cancelled job is skipped (a retryable error).
     PerJob,
+    /// As `PerJob`, without looking at the jobs' tokens.
+    Blind,
     /// Returns one result fewer than jobs.
     Short,
     Panic,
@@ -56,7 +58,7 @@ impl BatchHandler for Recorder {
                 batch.cancellation().cancelled().await;
                 return Err(HandlerError::retryable("stopped"));
             }
-            Mode::PerJob | Mode::Short => {}
+            Mode::PerJob | Mode::Blind | Mode::Short => {}
         }
         // Works a little, watching each job's token, as a real bulk write would.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -64,6 +66,9 @@ impl BatchHandler for Recorder {
             .jobs()
             .iter()
             .map(|job| match job.job.fail.as_deref() {
+                _ if self.mode == Mode::PerJob && job.ctx.is_cancelled() => {
+                    Err(HandlerError::retryable("cancelled: skipped"))
+                }
                 Some("retry") => Err(HandlerError::retryable("throttled")),
                 Some("permanent") => Err(HandlerError::permanent("no such row")),
                 _ => Ok(job.job.n * 10),
@@ -258,6 +263,26 @@ async fn a_job_whose_lease_is_lost_while_its_batch_runs_is_cancelled_and_the_res
     assert_eq!(processed[0].outcome, Outcome::Ack(AckReason::Completed));
     assert_eq!(retry_reason(&processed[1]), crate::outcome::CANCELLED);
     assert_eq!(processed[1].output, None, "the lost job's result is dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_whose_lease_is_lost_keeps_the_result_its_batch_returns_within_the_grace() {
+    // As a cancelled single handler that still returns `Ok` in its grace: the work is done, so the
+    // claim completes and the job does not run again.
+    let run = pipeline(Mode::Blind, 2);
+    let leases = leases(2);
+    let lost = leases[1].cancellation().clone();
+    let losing = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        lost.cancel();
+    };
+    let (processed, ()) = tokio::join!(
+        run.process(vec![message(1, None), message(2, None)], &leases),
+        losing
+    );
+    assert_eq!(processed[0].outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(processed[1].outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(processed[1].output.as_deref(), Some("20"));
 }
 
 #[tokio::test(start_paused = true)]
