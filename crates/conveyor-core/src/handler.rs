@@ -63,18 +63,27 @@ pub trait Handler: Send + Sync + 'static {
     /// Decodes a job written with an older schema version (`version < Self::VERSION`).
     /// The default refuses, which sends such messages to the DLQ with the reason.
     fn upgrade(&self, version: u32, _payload: serde_json::Value) -> Result<Self::Job, HandlerError> {
-        Err(HandlerError::permanent(format!(
-            "job {} has schema version {version}, this handler decodes version {} and defines no upgrade \
-             from it: implement Handler::upgrade",
+        Err(no_upgrade(
             Self::JOB_TYPE,
-            Self::VERSION
-        )))
+            version,
+            Self::VERSION,
+            "Handler::upgrade",
+        ))
     }
 
     /// Timeout, backoff and idempotency settings.
     fn settings(&self) -> HandlerSettings {
         HandlerSettings::default()
     }
+}
+
+/// The error of a job written with an older schema version than its handler decodes, when the handler
+/// defines no upgrade (`upgrade`, the method named by `method`): permanent, it goes to the DLQ.
+pub(crate) fn no_upgrade(job_type: &str, version: u32, decodes: u32, method: &str) -> HandlerError {
+    HandlerError::permanent(format!(
+        "job {job_type} has schema version {version}, this handler decodes version {decodes} and defines no \
+         upgrade from it: implement {method}"
+    ))
 }
 
 /// Per-handler settings: `HandlerSettings::default()` and a `with_*` setter per field.

@@ -111,12 +111,12 @@ pub trait BatchHandler: Send + Sync + 'static {
 
     /// Decodes a job written with an older schema version, as [`Handler::upgrade`](crate::Handler::upgrade).
     fn upgrade(&self, version: u32, _payload: serde_json::Value) -> Result<Self::Job, HandlerError> {
-        Err(HandlerError::permanent(format!(
-            "job {} has schema version {version}, this handler decodes version {} and defines no upgrade \
-             from it: implement BatchHandler::upgrade",
+        Err(crate::handler::no_upgrade(
             Self::JOB_TYPE,
-            Self::VERSION
-        )))
+            version,
+            Self::VERSION,
+            "BatchHandler::upgrade",
+        ))
     }
 
     /// Timeout (of one call), backoff and idempotency settings, as for a [`Handler`](crate::Handler).
