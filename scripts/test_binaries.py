@@ -32,7 +32,7 @@ import time
 # Started first (measured on 2 cores, seconds): the long ones must not start last.
 LONGEST = [
     "fifo_brownout",  # 322: two real two-minute DynamoDB outages
-    "simulations",  # ~150: the simulator's seeds, on every core
+    "simulations",  # ~150 alone, 690 niced in a fresh run (2026-12-05): the simulator's seeds, on every core
     "flows",  # 177 (conveyor-e2e)
     "terraform",  # 162
     "lambda_runner",  # 131
