@@ -328,6 +328,7 @@ impl Producer {
         let mut fatal: Option<QueueError> = None;
         // FIFO: the groups with a job not sent; their later jobs are held back (see `fifo_order`).
         let mut held = HeldGroups::default();
+        let fifo = self.is_fifo();
         for chunk in pack(pending) {
             if let Some(error) = &fatal {
                 for entry in chunk {
@@ -335,18 +336,18 @@ impl Producer {
                 }
                 continue;
             }
-            let chunk = if self.is_fifo() {
-                held.hold_back(chunk, &mut results)
-            } else {
-                chunk
-            };
+            if !fifo {
+                if let Err(error) = self.send_chunk(chunk, &mut results).await {
+                    fatal = Some(error);
+                }
+                continue;
+            }
+            let chunk = held.hold_back(chunk, &mut results);
             let groups = fifo_order::groups_of(&chunk);
             if let Err(error) = self.send_chunk(chunk, &mut results).await {
                 fatal = Some(error);
             }
-            if self.is_fifo() {
-                held.note_failures(&groups, &results);
-            }
+            held.note_failures(&groups, &results);
         }
         let results = results
             .into_iter()

@@ -191,11 +191,7 @@ impl<B: BatchHandler> Gatherer<B> {
         let mut handling =
             Box::pin(AssertUnwindSafe(async move { handler.handle_batch(batch).await }).catch_unwind());
         let ended = {
-            let all_gone = async {
-                for reply in &mut replies {
-                    reply.closed().await;
-                }
-            };
+            let all_gone = all_closed(&mut replies);
             let all_cancelled = {
                 let cancel = cancel.clone();
                 async move {
@@ -218,11 +214,7 @@ impl<B: BatchHandler> Gatherer<B> {
             // As a single handler's timeout: tell it, let it wind down within the grace, then drop it,
             // before any job hears of it (and its claim is released).
             cancel.cancel();
-            let all_gone = async {
-                for reply in &mut replies {
-                    reply.closed().await;
-                }
-            };
+            let all_gone = all_closed(&mut replies);
             tokio::select! {
                 biased;
                 () = all_gone => {}
@@ -264,6 +256,13 @@ impl<B: BatchHandler> Gatherer<B> {
             // A job that stopped waiting (cancelled, its grace over) has already ended.
             let _ = reply.send(result);
         }
+    }
+}
+
+/// Ends once no job waits for its reply any more (each one's run ended).
+async fn all_closed(replies: &mut [oneshot::Sender<Reply>]) {
+    for reply in replies {
+        reply.closed().await;
     }
 }
 

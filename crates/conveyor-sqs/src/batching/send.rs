@@ -28,7 +28,13 @@ pub(super) async fn call(shared: Arc<Shared>, entries: Vec<Entry>, held: Held) {
             });
         }
     }
-    let groups = fifo_order::groups_of(&pending);
+    // FIFO only: the groups whose failures hold back their later jobs (a standard queue's group ids
+    // are tenants, with no order to keep).
+    let groups = if shared.fifo {
+        fifo_order::groups_of(&pending)
+    } else {
+        Vec::new()
+    };
     let count = pending.len();
     if !pending.is_empty() {
         // A fatal error (queue missing, access denied) has answered every entry of the call too.
