@@ -62,18 +62,26 @@ pub struct IdempotencyRecord {
     pub last_attempt: bool,
 }
 
-/// What a job record says when SQS's redrive policy moved a run's message to the DLQ.
-pub const REDRIVE_REASON: &str = "the last attempt did not finish (crash, out of memory or timeout); SQS's \
-                                  redrive policy moved the message to the DLQ";
+/// What a job record says when its last allowed run never reported how it ended: SQS's redrive
+/// policy moved its message to the DLQ, unless that run finished its work and only its record was lost.
+pub const REDRIVE_REASON: &str = "the last attempt allowed did not report how it ended before its lease ran out \
+                                  (a crash, out of memory, a timeout, or the idempotency store unreachable when \
+                                  it ended); SQS's redrive policy moved the message to the DLQ. If it is not \
+                                  there, that attempt finished and only its record was lost";
 
 impl IdempotencyRecord {
-    /// True when the record can only mean that SQS's redrive policy moved the job's message to its
-    /// DLQ: a claim on the last receive the redrive policy allows ([`Self::last_attempt`]), not
+    /// True when the record means that SQS's redrive policy moved the job's message to its DLQ
+    /// (but for the at-least-once window below): a claim on the last receive the redrive policy allows ([`Self::last_attempt`]), not
     /// completed, with its lease over at `now` (lapsed, or ended by a release that put the message
     /// back: a cancelled last run whose deferred copy could not be sent). The lease is the message's
     /// visibility deadline, so the message became visible again with its receives spent: SQS moves
     /// it on its next receive instead of delivering it. Any later claim (a deferred copy, a redrive
     /// back from the DLQ) clears this. A job record already final is not changed by it.
+    ///
+    /// The one other way to this record is the at-least-once window: the run finished its work but
+    /// its completion could not be written before its lease ended (the store down), and its consumer
+    /// deleted the message (running it again would repeat the work). No reader can tell the two
+    /// apart, so [`REDRIVE_REASON`] says both.
     pub fn dead_lettered_by_redrive(&self, now: SystemTime) -> bool {
         self.last_attempt
             && self.status == RecordStatus::InProgress

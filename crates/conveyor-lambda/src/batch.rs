@@ -63,6 +63,7 @@ use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::cover;
 use crate::metrics::BatchMetrics;
 use crate::queues::{QueueResolver, queue_name};
 use crate::record::{self, RecordError};
@@ -291,9 +292,9 @@ struct Source {
     metrics: BatchMetrics,
 }
 
-/// A source's queue, resolved on first need: a batch whose records all succeed makes no SQS call, and
-/// a queue that cannot be resolved (an SQS brownout, a missing `sqs:GetQueueUrl` permission) fails only
-/// the records that need it.
+/// A source's queue, resolved once per invocation (the resolver keeps it for the execution
+/// environment: [`crate::SqsQueues`] calls SQS once per cold start): a queue that cannot be resolved
+/// (an SQS brownout, a missing `sqs:GetQueueUrl` permission) fails only the records that need it.
 struct SourceQueue {
     arn: String,
     resolver: Arc<dyn QueueResolver>,
@@ -330,6 +331,29 @@ impl SourceQueue {
             })
             .await
             .clone()
+    }
+
+    /// The queue for the visibility cover before the lanes start (`src/cover.rs`): resolved now, but
+    /// a failure is not kept (the records that need the queue later try again; the cover is skipped).
+    async fn try_get(&self) -> Option<Arc<dyn Queue>> {
+        if let Some(resolved) = self.resolved.get() {
+            return resolved.clone();
+        }
+        match self.resolver.resolve(&self.arn).await {
+            Ok(queue) => Some(
+                self.resolved
+                    .get_or_init(|| async {
+                        self.check_visibility(queue.as_ref());
+                        Some(queue)
+                    })
+                    .await
+                    .clone()?,
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "cannot resolve the source queue to renew its records' visibility");
+                None
+            }
+        }
     }
 
     /// Warns once per queue when its visibility timeout is too short for the function (see
@@ -380,6 +404,46 @@ struct Lane {
     name: Arc<str>,
     fifo: bool,
     items: Vec<Item>,
+}
+
+/// Renews the visibility of every record not known to be fresh, per source queue, before any lane
+/// starts (see `src/cover.rs`'s design note).
+async fn cover_stale_records(lanes: &[Lane], deadline: Instant) {
+    let wait_until = (Instant::now() + cover::COVER_WAIT).min(deadline);
+    // One entry per source queue: its queue and its records (lanes of one source share the queue).
+    let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<Arc<Message>>)> = Vec::new();
+    for lane in lanes {
+        let messages = lane.items.iter().map(|item| Arc::clone(&item.message));
+        match per_source
+            .iter_mut()
+            .find(|(source, _, _)| *source == lane.source)
+        {
+            Some((_, _, records)) => records.extend(messages),
+            None => per_source.push((lane.source, Arc::clone(&lane.queue), messages.collect())),
+        }
+    }
+    let covers = per_source
+        .into_iter()
+        .map(|(_, source_queue, records)| async move {
+            let now = SystemTime::now();
+            if records.iter().all(|message| cover::prompt(message, now)) {
+                return;
+            }
+            let Some(queue) = source_queue.try_get().await else {
+                return;
+            };
+            let needed = cover::needed_until(deadline, Instant::now());
+            let now = SystemTime::now();
+            let visibility = queue.visibility_timeout();
+            let mut stale: Vec<&Message> = Vec::new();
+            for message in &records {
+                if !cover::known_fresh(message, visibility, needed, now) {
+                    stale.push(message);
+                }
+            }
+            cover::cover(queue.as_ref(), &stale, needed, wait_until).await;
+        });
+    futures_util::future::join_all(covers).await;
 }
 
 /// What the invocation keeps after its last call to build and return the response.
@@ -608,6 +672,7 @@ impl BatchProcessor {
 
         let invocation_time = deadline.saturating_duration_since(Instant::now());
         let lanes = self.lanes(&mut sources, invocation_time);
+        cover_stale_records(&lanes, deadline).await;
         let concurrency = self.config.batch_concurrency.max(1);
         let invocation = Invocation {
             deadline,

@@ -2,6 +2,7 @@
 
 mod batch;
 mod concurrency;
+mod cover;
 mod error;
 mod event;
 mod flow_sweep;

@@ -214,6 +214,10 @@ fn event_of(queue: &MemoryQueue, messages: &[Message]) -> SqsEvent {
             record["body"] = json!(message.body);
             record["eventSourceARN"] = json!(arn);
             record["attributes"]["ApproximateReceiveCount"] = json!(message.receive_count.to_string());
+            // SQS's first-receive time, as the queue recorded it (the template's is from 2019).
+            let attributes = conveyor_lambda::to_record(message, &arn).attributes;
+            record["attributes"]["ApproximateFirstReceiveTimestamp"] =
+                json!(attributes.get("ApproximateFirstReceiveTimestamp"));
             if let Some(group) = &message.group_id {
                 record["attributes"]["MessageGroupId"] = json!(group);
             }
@@ -301,6 +305,59 @@ async fn a_documented_event_that_succeeds_lists_nothing() {
             "2e1424d4-f796-459a-8184-9c92662be6da"
         ]
     );
+}
+
+/// A Lambda function has no heartbeat: a record handed to it long after the receive that took it (the
+/// mapping's batching window, a slow cold start, a receive answered late) has its visibility renewed
+/// before it runs, or SQS hands it to another consumer mid-run (simulator seed 2450). A prompt first
+/// receive costs no call.
+#[tokio::test(start_paused = true)]
+async fn a_record_received_long_before_its_invocation_stays_invisible_while_it_runs() {
+    let queue = MemoryQueue::standard("jobs").with_visibility_timeout(Duration::from_secs(60));
+    let harness = Harness::new(queue, LambdaConfig::default());
+    let prompt = harness.push("prompt", "ok");
+    let received = harness.receive().await;
+    let report = harness
+        .run(&received, Instant::now() + Duration::from_secs(30))
+        .await;
+    assert!(listed(&report).is_empty());
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        0,
+        "a prompt first receive: no call"
+    );
+    harness
+        .queue
+        .delete_batch(&[received[0].receipt_handle.clone()])
+        .await
+        .unwrap();
+    assert_eq!(harness.state_of(&prompt), None);
+
+    let slow = harness.push_step(json!({"name": "slow", "sleep_ms": 20_000}), None);
+    // Its first receive's run died; the second receive was held 50 s before the invocation: 10 s of
+    // its visibility are left, for a 20 s run.
+    harness.receive().await;
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let received = harness.receive().await;
+    assert_eq!(received[0].receive_count, 2);
+    tokio::time::advance(Duration::from_secs(50)).await;
+    let another_consumer = async {
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        harness.queue.receive(10, Duration::ZERO).await.unwrap()
+    };
+    let (report, taken) = tokio::join!(
+        harness.run(&received, Instant::now() + Duration::from_secs(30)),
+        another_consumer
+    );
+    assert!(listed(&report).is_empty(), "{report:?}");
+    assert!(taken.is_empty(), "handed out again while it ran: {taken:?}");
+    assert_eq!(harness.ran(), vec!["prompt", "slow"]);
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        1,
+        "one batch call renewed it"
+    );
+    assert_eq!(harness.state_of(&slow), Some(MessageState::InFlight));
 }
 
 #[tokio::test(start_paused = true)]

@@ -482,6 +482,16 @@ fn check_status(
                     completed(key)
                 )
             }),
+            // The same window at the last allowed receive: its lapsed claim reads as redriven, and
+            // the reason says that the run may have finished instead (`REDRIVE_REASON`).
+            JobStatus::DeadLettered
+                if dead == 0
+                    && effects > 0
+                    && record.last_error.as_deref() == Some(conveyor_core::port::REDRIVE_REASON)
+                    && completion_lost_in_the_window(job.id, observed) =>
+            {
+                None
+            }
             JobStatus::DeadLettered => {
                 (dead == 0).then(|| "says dead_lettered but no copy is in the DLQ".to_owned())
             }

@@ -191,6 +191,7 @@ impl DelayScenario {
                 batch_concurrency: rng.usize(1..=3),
                 invocations: 1,
                 process_concurrency: None,
+                invoke_delay: Duration::ZERO,
             },
         });
         // Half the Lambda seeds get a backlog of slow jobs that keeps one function at its cutoff for up
@@ -206,6 +207,7 @@ impl DelayScenario {
                     batch_concurrency: 1,
                     invocations: 1,
                     process_concurrency: None,
+                    invoke_delay: Duration::ZERO,
                 },
             });
             let at = Duration::from_secs(rng.u64(0..20 * 60));

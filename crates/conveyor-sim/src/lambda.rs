@@ -83,7 +83,7 @@ impl Function {
                 received = self.queue.receive(self.spec.batch_size, Duration::from_secs(20)) => received,
                 () = stop.cancelled() => return,
             };
-            let messages = match received {
+            let mut messages = match received {
                 Ok(messages) if messages.is_empty() => continue,
                 Ok(messages) => messages,
                 Err(error) => {
@@ -94,6 +94,21 @@ impl Function {
                     }
                 }
             };
+            // The batching window, or a throttled invocation the mapping retries: the records'
+            // visibility timeout runs from the receive.
+            if !self.spec.invoke_delay.is_zero() {
+                tokio::select! {
+                    () = tokio::time::sleep(self.spec.invoke_delay) => {}
+                    () = stop.cancelled() => return,
+                }
+                // The first-receive times were read off the wall clock, which stands still under the
+                // paused clock: as the function's clock reads them now, they are that much older.
+                for message in &mut messages {
+                    message.first_received_at = message
+                        .first_received_at
+                        .and_then(|first| first.checked_sub(self.spec.invoke_delay));
+                }
+            }
             if !initialised {
                 if let Err(error) = self.processor.check_store().await {
                     // The invocation fails: nothing is deleted, the batch comes back at the visibility

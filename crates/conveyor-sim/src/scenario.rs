@@ -118,6 +118,9 @@ pub struct LambdaSpec {
     pub invocations: usize,
     /// The process's record slots (`LambdaConfig::process_concurrency`), shared by its invocations.
     pub process_concurrency: Option<usize>,
+    /// How long the mapping holds a batch between the receive and the invocation: its batching window,
+    /// or an invocation it retries after a throttle. SQS's visibility timeout runs meanwhile.
+    pub invoke_delay: Duration,
 }
 
 /// Everything one seed runs.
@@ -205,6 +208,9 @@ fn millis(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
 /// Seeds the generator of the Lambda Managed Instances draws (`seed ^` this).
 const MANAGED_INSTANCES_SALT: u64 = 0x4c4d_4920_6c61_6d62;
 
+/// Seeds the generator of the mappings' invoke delays (`seed ^` this).
+const INVOKE_DELAY_SALT: u64 = 0x696e_766f_6b65_646c;
+
 fn chance(rng: &mut Rng, percent: u8) -> bool {
     rng.u8(0..100) < percent
 }
@@ -229,15 +235,24 @@ impl Scenario {
         // Managed Instances from a generator of their own, so the draws above and below (and every
         // earlier seed's scenario) stay as they were.
         let mut managed = Rng::with_seed(seed ^ MANAGED_INSTANCES_SALT);
+        // The mapping holds a third of the functions' batches before invoking: up to just under the
+        // visibility timeout (a record never comes back while held, but may run out while it runs).
+        let mut delays = Rng::with_seed(seed ^ INVOKE_DELAY_SALT);
         let lambdas: Vec<LambdaSpec> = (0..lambda_count)
             .map(|_| {
                 let batch_concurrency = rng.usize(1..=10);
+                let invoke_delay = if chance(&mut delays, 33) {
+                    millis(&mut delays, 0..=(visibility.as_millis() as u64 - 1_000))
+                } else {
+                    Duration::ZERO
+                };
                 let spec = LambdaSpec {
                     function_timeout: millis(&mut rng, 2_000..=(visibility.as_millis() as u64 * 2 / 3)),
                     batch_size: rng.usize(1..=10),
                     batch_concurrency,
                     invocations: 1,
                     process_concurrency: None,
+                    invoke_delay,
                 };
                 if !chance(&mut managed, 40) {
                     return spec;

@@ -135,6 +135,7 @@ impl TenantScenario {
                 batch_concurrency: rng.usize(1..=4),
                 invocations: 1,
                 process_concurrency: None,
+                invoke_delay: Duration::ZERO,
             })
             .collect();
         if workers.is_empty() && functions.is_empty() {

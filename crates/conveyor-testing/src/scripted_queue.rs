@@ -108,12 +108,23 @@ impl Queue for ScriptedQueue {
         visibility: Duration,
     ) -> Result<Vec<Message>, QueueError> {
         self.receiving.notify_one();
-        let messages = self
+        let mut messages = self
             .inner
             .receive_with_visibility(max_messages, wait, visibility)
             .await?;
         if self.hold_receives.load(Ordering::SeqCst) {
+            let (answered, wall) = (Instant::now(), std::time::SystemTime::now());
             self.release_receives.notified().await;
+            // SQS's first-receive time was taken when the receive was answered, `answered.elapsed()`
+            // ago; under tokio's paused clock the wall clock did not move that much meanwhile, so
+            // the time is moved back by the difference (none on a real clock).
+            let wall_moved = wall.elapsed().unwrap_or(Duration::ZERO);
+            let held = answered.elapsed().saturating_sub(wall_moved);
+            for message in &mut messages {
+                message.first_received_at = message
+                    .first_received_at
+                    .and_then(|first| first.checked_sub(held));
+            }
         }
         Ok(messages)
     }
