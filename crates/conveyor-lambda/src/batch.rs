@@ -303,6 +303,9 @@ struct SourceQueue {
     invocation_time: Duration,
     /// The ARNs already checked in this execution environment.
     checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// True once the visibility cover of this source's records is over (landed, refused or given
+    /// up): a later visibility change of a record waits for it, so the cover never overwrites it.
+    covered: tokio::sync::watch::Sender<bool>,
 }
 
 impl SourceQueue {
@@ -333,7 +336,18 @@ impl SourceQueue {
             .clone()
     }
 
-    /// The queue for the visibility cover before the lanes start (`src/cover.rs`): resolved now, but
+    /// Marks the visibility cover of this source's records over.
+    fn cover_done(&self) {
+        self.covered.send_replace(true);
+    }
+
+    /// Waits until the visibility cover of this source's records is over, at most until `until`.
+    async fn cover_over(&self, until: Instant) {
+        let mut covered = self.covered.subscribe();
+        let _ = tokio::time::timeout_at(until, covered.wait_for(|done| *done)).await;
+    }
+
+    /// The queue for the visibility cover as the lanes start (`src/cover.rs`): resolved now, but
     /// a failure is not kept (the records that need the queue later try again; the cover is skipped).
     async fn try_get(&self) -> Option<Arc<dyn Queue>> {
         if let Some(resolved) = self.resolved.get() {
@@ -406,11 +420,47 @@ struct Lane {
     items: Vec<Item>,
 }
 
-/// Renews the visibility of every record not known to be fresh, per source queue, before any lane
-/// starts (see `src/cover.rs`'s design note).
-async fn cover_stale_records(lanes: &[Lane], deadline: Instant) {
-    let wait_until = (Instant::now() + cover::COVER_WAIT).min(deadline);
-    // One entry per source queue: its queue and its records (lanes of one source share the queue).
+/// Renews the visibility of every record not known to be fresh, per source queue, while the lanes
+/// start (see `src/cover.rs`'s design note); each source's later visibility changes wait for it.
+async fn cover_stale_records(
+    sources: Vec<(Arc<SourceQueue>, Vec<Arc<Message>>)>,
+    deadline: Instant,
+    wait_until: Instant,
+) {
+    let covers = sources.into_iter().map(|(source_queue, records)| async move {
+        cover_source(&source_queue, &records, deadline, wait_until).await;
+        source_queue.cover_done();
+    });
+    futures_util::future::join_all(covers).await;
+}
+
+/// [`cover_stale_records`] for one source queue's records.
+async fn cover_source(
+    source_queue: &SourceQueue,
+    records: &[Arc<Message>],
+    deadline: Instant,
+    wait_until: Instant,
+) {
+    let now = SystemTime::now();
+    if records.iter().all(|message| cover::prompt(message, now)) {
+        return;
+    }
+    let Some(queue) = source_queue.try_get().await else {
+        return;
+    };
+    let needed = cover::needed_until(deadline, Instant::now());
+    let now = SystemTime::now();
+    let visibility = queue.visibility_timeout();
+    let stale: Vec<&Message> = records
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|message| !cover::known_fresh(message, visibility, needed, now))
+        .collect();
+    cover::cover(queue.as_ref(), &stale, needed, wait_until).await;
+}
+
+/// Each source queue of `lanes` with its records (lanes of one source share its queue).
+fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Arc<Message>>)> {
     let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<Arc<Message>>)> = Vec::new();
     for lane in lanes {
         let messages = lane.items.iter().map(|item| Arc::clone(&item.message));
@@ -422,28 +472,10 @@ async fn cover_stale_records(lanes: &[Lane], deadline: Instant) {
             None => per_source.push((lane.source, Arc::clone(&lane.queue), messages.collect())),
         }
     }
-    let covers = per_source
+    per_source
         .into_iter()
-        .map(|(_, source_queue, records)| async move {
-            let now = SystemTime::now();
-            if records.iter().all(|message| cover::prompt(message, now)) {
-                return;
-            }
-            let Some(queue) = source_queue.try_get().await else {
-                return;
-            };
-            let needed = cover::needed_until(deadline, Instant::now());
-            let now = SystemTime::now();
-            let visibility = queue.visibility_timeout();
-            let mut stale: Vec<&Message> = Vec::new();
-            for message in &records {
-                if !cover::known_fresh(message, visibility, needed, now) {
-                    stale.push(message);
-                }
-            }
-            cover::cover(queue.as_ref(), &stale, needed, wait_until).await;
-        });
-    futures_util::future::join_all(covers).await;
+        .map(|(_, queue, records)| (queue, records))
+        .collect()
 }
 
 /// What the invocation keeps after its last call to build and return the response.
@@ -672,7 +704,7 @@ impl BatchProcessor {
 
         let invocation_time = deadline.saturating_duration_since(Instant::now());
         let lanes = self.lanes(&mut sources, invocation_time);
-        cover_stale_records(&lanes, deadline).await;
+        let to_cover = records_per_source(&lanes);
         let concurrency = self.config.batch_concurrency.max(1);
         let invocation = Invocation {
             deadline,
@@ -710,9 +742,10 @@ impl BatchProcessor {
             lanes_done.notify_one();
             results
         };
-        let (mut results, deferred_late) = tokio::join!(
+        let (mut results, deferred_late, ()) = tokio::join!(
             running,
-            late.run(invocation.cutoff, invocation.settle_by, &lanes_done)
+            late.run(invocation.cutoff, invocation.settle_by, &lanes_done),
+            cover_stale_records(to_cover, deadline, invocation.cutoff)
         );
         for (lane_results_index, settled) in deferred_late {
             let found = results
@@ -816,6 +849,7 @@ impl BatchProcessor {
                 resolved: tokio::sync::OnceCell::new(),
                 invocation_time,
                 checked: Arc::clone(&self.checked),
+                covered: tokio::sync::watch::channel(false).0,
             });
             // FIFO queue names (and so their ARNs) end in `.fifo`.
             let fifo = source.arn.ends_with(".fifo");
@@ -1299,6 +1333,7 @@ impl BatchProcessor {
                         };
                         per_source.push(Backoffs {
                             source: lane.source,
+                            source_queue: Arc::clone(&lane.queue),
                             queue,
                             changes: Vec::new(),
                             ids: Vec::new(),
@@ -1315,6 +1350,7 @@ impl BatchProcessor {
             }
         }
         for group in per_source {
+            group.source_queue.cover_over(settle_by).await;
             set_backoffs(group.queue.as_ref(), &group.changes, &group.ids, settle_by).await;
         }
     }
@@ -1354,6 +1390,9 @@ impl BatchProcessor {
                 timeout: delay,
             });
             ids.push(result.message.id.as_str());
+        }
+        if !changes.is_empty() {
+            lane.queue.cover_over(settle_by).await;
         }
         if changes.is_empty() || !set_backoffs(queue.as_ref(), &changes, &ids, settle_by).await {
             // Nothing to set, or not answered: the end of the invocation tries them with the others.
@@ -1410,6 +1449,8 @@ async fn set_backoffs(
 /// The visibility changes for one source queue's retries, with their message ids for logs.
 struct Backoffs<'a> {
     source: usize,
+    /// The source's queue as the invocation holds it (for the visibility cover's end).
+    source_queue: Arc<SourceQueue>,
     queue: Arc<dyn Queue>,
     changes: Vec<VisibilityChange>,
     ids: Vec<&'a str>,

@@ -1,6 +1,6 @@
-//! Before a batch runs: the visibility of the records whose receive may be older than the invocation.
+//! As a batch starts: the visibility of the records whose receive may be older than the invocation.
 //!
-//! # Design note: why, and why before the lanes start
+//! # Design note: why, and how it is ordered
 //!
 //! A Lambda function has no heartbeat. It trusts that each record stays invisible until the invocation
 //! is over: SQS counts the queue's visibility timeout from the receive that took the record, and the
@@ -12,7 +12,7 @@
 //! (no copy can defer it there) it goes to the DLQ unrun while the first run still goes (simulator
 //! seed 2450: a receive's answer held 55 s, a record started with 5 s of its 60 s left).
 //!
-//! So before any lane starts, every record that cannot be shown fresh gets its visibility set again:
+//! So as the lanes start, every record that cannot be shown fresh gets its visibility set again:
 //! to the queue's visibility timeout, and never less than the invocation's time left and the clock
 //! skew allowance, so that it behaves as if received now. A record is shown fresh when this is its
 //! first receive (`ApproximateReceiveCount` 1, so `ApproximateFirstReceiveTimestamp` is this receive's
@@ -23,11 +23,11 @@
 //! even to resolve the queue; a record received again (a retry, a redelivery) or held before the
 //! invocation costs a share of one `ChangeMessageVisibilityBatch` (ten records per call, per queue).
 //!
-//! Ordering: the lanes wait for the call (at most [`COVER_WAIT`]), so every later change of the same
-//! receipt (a retry's backoff, a FIFO group's wait) lands after it and is not overwritten. A call that
-//! does not answer in that time is not awaited further; if it lands later it can only make a retried
-//! record come back later than its backoff (never sooner, never lost). A change SQS refuses leaves the
-//! record as it was.
+//! Ordering: the call goes out as the lanes start, so a slow SQS does not hold the records back; a
+//! later visibility change of the same source's records (a retry's backoff, a FIFO group's wait)
+//! waits until the cover is over, so the cover never overwrites it. The cover is given up at the
+//! invocation's cutoff (the records left then are settled without it). A change SQS refuses leaves
+//! the record as it was; a delete that lands first makes the cover's change fail, harmlessly.
 
 use std::time::{Duration, SystemTime};
 
@@ -35,9 +35,6 @@ use conveyor_core::message::Message;
 use conveyor_core::port::{Queue, VisibilityChange};
 use conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
 use tokio::time::Instant;
-
-/// The longest the lanes wait for the cover call before they start anyway.
-pub(crate) const COVER_WAIT: Duration = Duration::from_secs(1);
 
 /// How recent a first receive must be to count as prompt without the queue's visibility timeout.
 pub(crate) const PROMPT: Duration = CLOCK_SKEW_ALLOWANCE;
@@ -120,7 +117,7 @@ pub(crate) async fn cover(queue: &dyn Queue, messages: &[&Message], needed: Dura
         Err(_) => tracing::warn!(
             queue = %queue.name(),
             records = messages.len(),
-            "renewing the visibility of records received earlier did not answer in time; starting them anyway"
+            "renewing the visibility of records received earlier did not answer before the cutoff"
         ),
     }
 }

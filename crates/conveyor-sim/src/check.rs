@@ -812,7 +812,10 @@ fn ahead_unfinished_at(scenario: &Scenario, job: &JobSpec, at: u128, log: &Log) 
     })
 }
 
-/// SQS failed (down, or its visibility calls hanging) while `copy` was held after its last receive.
+/// SQS failed (down, or its visibility calls hanging) while `copy` was held after its last receive,
+/// in the last visibility timeout of that hold: the time its consumer had to extend or settle it. The
+/// hold lasts one visibility timeout, or until the queue's redrive log says it ended when a worker's
+/// heartbeat extended it.
 fn settled_in_a_queue_fault(copy: &QueuedMessage, observed: &Observation, visibility: Duration) -> bool {
     let log = &observed.log;
     let Some(last) = log
@@ -824,9 +827,16 @@ fn settled_in_a_queue_fault(copy: &QueuedMessage, observed: &Observation, visibi
     else {
         return false;
     };
+    let held_until = observed
+        .redriven_held_until
+        .get(&copy.id)
+        .copied()
+        .unwrap_or(0)
+        .max(last + visibility.as_millis());
+    let settling_from = last.max(held_until.saturating_sub(visibility.as_millis()));
     log.queue_faults
         .iter()
-        .any(|(from, to)| *from <= last + visibility.as_millis() && last <= *to)
+        .any(|(from, to)| *from <= held_until && settling_from <= *to)
 }
 
 /// Another copy of `job` is in the DLQ with a reason, and a consumer that received `copy` was shut

@@ -1,7 +1,7 @@
 //! One seed's run: the shared queue and store, the consumers, the producer, the faults, then the
 //! calm phase until everything settles, on a paused current-thread runtime.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
@@ -52,6 +52,8 @@ pub struct Observation {
     pub fifo: bool,
     /// The longest function timeout of the scenario's Lambda functions (zero without any).
     pub longest_invocation: Duration,
+    /// Each message SQS's redrive policy moved, with when its last hold ended (ms from the start).
+    pub redriven_held_until: HashMap<String, u128>,
     /// The claims (key, fencing token) that were completed in the store.
     pub completed_tokens: HashSet<(String, u64)>,
     /// Tracked seeds: each job's records (one per key its copies claim), as `conveyor jobs show` reads
@@ -481,6 +483,11 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     Observation {
         log: sink.log(),
         dead_lettered: dlq.snapshot(),
+        redriven_held_until: main
+            .redriven()
+            .into_iter()
+            .map(|(id, held_until)| (id, held_until.saturating_duration_since(start).as_millis()))
+            .collect(),
         left: main.snapshot(),
         settled,
         virtual_time,

@@ -372,6 +372,8 @@ pub struct MemoryQueue {
     arrivals: Notify,
     counters: Counters,
     unavailable: AtomicBool,
+    /// Each message the redrive policy moved: its id and when its last hold ended.
+    redriven: std::sync::Mutex<Vec<(String, Instant)>>,
 }
 
 impl MemoryQueue {
@@ -388,6 +390,7 @@ impl MemoryQueue {
             state: Mutex::new(State::default()),
             arrivals: Notify::new(),
             counters: Counters::default(),
+            redriven: std::sync::Mutex::new(Vec::new()),
             unavailable: AtomicBool::new(false),
         }
     }
@@ -918,12 +921,29 @@ impl MemoryQueue {
         Ok(())
     }
 
+    /// Each message the redrive policy moved to the DLQ, with the moment its last receive's hold
+    /// ended (its visibility timeout, as last extended, ran out), on tokio's clock.
+    pub fn redriven(&self) -> Vec<(String, Instant)> {
+        self.redriven
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Moves redriven messages to the DLQ (outside this queue's lock).
     fn redrive(&self, moved: Vec<Stored>) {
         if moved.is_empty() {
             return;
         }
         bump(&self.counters.redriven, moved.len() as u64);
+        self.redriven
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(
+                moved
+                    .iter()
+                    .map(|message| (message.id.clone(), message.visible_at)),
+            );
         if let Some(redrive) = &self.redrive {
             tracing::debug!(queue = %self.name, count = moved.len(), "messages moved to the DLQ by the redrive policy");
             redrive.dead_letter_queue.accept_redriven(moved);
