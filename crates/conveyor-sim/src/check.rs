@@ -10,7 +10,7 @@ use conveyor_testing::QueuedMessage;
 
 use crate::run::Observation;
 use crate::scenario::{JobSpec, Scenario, job_of_body};
-use crate::sink::{Log, Received, Run, RunEnd};
+use crate::sink::{Invocation, Log, Received, Run, RunEnd};
 use conveyor_core::JobStatus;
 
 /// The broken invariants of one run, each in words (empty: the run kept them all).
@@ -182,10 +182,15 @@ fn check_misconfigured_store(scenario: &Scenario, log: &Log, violations: &mut Ve
             received.instance, received.message_id, received.at_ms
         ));
     }
-    if let Some((instance, at)) = log.invocations.iter().find(|(_, at)| *at < until) {
+    if let Some(invocation) = log
+        .invocations
+        .iter()
+        .find(|invocation| invocation.processed && invocation.at_ms < until)
+    {
         violations.push(format!(
-            "{instance} processed an invocation at {at} ms while the store was misconfigured (until {until} ms): \
-             its cold start must fail"
+            "{} processed an invocation at {} ms while the store was misconfigured (until {until} ms): \
+             its cold start must fail",
+            invocation.instance, invocation.at_ms
         ));
     }
     for index in 0..scenario.initial_workers {
@@ -731,15 +736,15 @@ fn cause_happened(
     }
 }
 
-/// The store was down at one of `last` (the unrun last receives), and the Lambda adapter's promise
-/// held (`LambdaConfig::fifo_last_receive_wait`): when the receive before it was kept from running by
-/// the store too, the last one came at least half that wait later, so that a short outage is waited
-/// out rather than spending the last receive. A visibility change that SQS failed or hung on is the
-/// exception (the message then comes back at the queue's visibility timeout).
+/// The store was down when the consumer of one of `last` (the unrun last receives) tried it
+/// ([`tried_the_store`]), and the Lambda adapter's promise held (`LambdaConfig::fifo_last_receive_wait`):
+/// when the receive before it was kept from running by the store too, the last one came at least half
+/// that wait later, so that a short outage is waited out rather than spending the last receive. A
+/// visibility change that SQS failed or hung on is the exception (the message then comes back at the
+/// queue's visibility timeout).
 fn store_blocked_last_receive(last: &[&Received], observed: &Observation) -> Result<(), String> {
     let log = &observed.log;
-    let invocation = observed.longest_invocation.as_millis();
-    let store_down = |from: u128, to: u128| {
+    let store_down = |(from, to): (u128, u128)| {
         log.store_outages
             .iter()
             .any(|(down, up)| *down <= to && from <= *up)
@@ -747,10 +752,17 @@ fn store_blocked_last_receive(last: &[&Received], observed: &Observation) -> Res
     let wait = (LambdaConfig::default().fifo_last_receive_wait / 2).as_millis();
     let mut reasons = Vec::new();
     for received in last {
-        if !store_down(received.at_ms, received.at_ms + invocation) {
+        let Some(tried) = tried_the_store(received, observed) else {
             reasons.push(format!(
-                "the store was up at its last receive ({} ms)",
+                "no invocation had it after its last receive ({} ms)",
                 received.at_ms
+            ));
+            continue;
+        };
+        if !store_down(tried) {
+            reasons.push(format!(
+                "the store was up from its last receive ({} ms) through its consumer's tries ({} to {} ms)",
+                received.at_ms, tried.0, tried.1
             ));
             continue;
         }
@@ -761,31 +773,59 @@ fn store_blocked_last_receive(last: &[&Received], observed: &Observation) -> Res
                 earlier.message_id == received.message_id
                     && earlier.receive_count + 1 == received.receive_count
             })
-            .map(|earlier| earlier.at_ms)
-            .max();
+            .max_by_key(|earlier| earlier.at_ms);
         let Some(previous) = previous else {
             return Ok(());
         };
         let ran_then = log.runs.iter().any(|run| {
             run.message_id == received.message_id && run.receive_count + 1 == received.receive_count
         });
-        // Kept from running by the store: down when it was received (an outage starting later in
-        // that invocation may have met a message behind its group, or out of time).
-        let blocked_then = !ran_then && store_down(previous, previous);
-        let visibility_failed = log
-            .queue_faults
-            .iter()
-            .any(|(from, to)| *from <= previous + invocation && previous <= *to);
-        if !blocked_then || visibility_failed || received.at_ms - previous >= wait {
+        // Kept from running by the store: down when its consumer first tried (an outage starting later
+        // in that invocation may have met a message behind its group, or out of time).
+        let tried_then = tried_the_store(previous, observed);
+        let blocked_then = !ran_then && tried_then.is_some_and(|(first, _)| store_down((first, first)));
+        let visibility_failed = tried_then.is_some_and(|(from, to)| {
+            log.queue_faults
+                .iter()
+                .any(|(down, up)| *down <= to && from <= *up)
+        });
+        if !blocked_then || visibility_failed || received.at_ms - previous.at_ms >= wait {
             return Ok(());
         }
         reasons.push(format!(
-            "its receive before the last ({previous} ms) was kept from running by the store too, and the last came \
+            "its receive before the last ({} ms) was kept from running by the store too, and the last came \
              {} ms later, not the {wait} ms the adapter waits before a last receive",
-            received.at_ms - previous
+            previous.at_ms,
+            received.at_ms - previous.at_ms
         ));
     }
     Err(reasons.join("; "))
+}
+
+/// When the consumer of `received` could try the store for it (virtual ms, both ends included). A
+/// function tries only while it has the batch: from the invocation the mapping hands it to, after
+/// holding it ([`LambdaSpec::invoke_delay`](crate::scenario::LambdaSpec::invoke_delay)), or the cold
+/// start that failed, until it is done with the batch; `None` when no invocation had it. A worker tries
+/// from the receive on, for as long as the scenario's longest invocation.
+fn tried_the_store(received: &Received, observed: &Observation) -> Option<(u128, u128)> {
+    if !received.instance.starts_with("lambda-") {
+        return Some((
+            received.at_ms,
+            received.at_ms + observed.longest_invocation.as_millis(),
+        ));
+    }
+    observed
+        .log
+        .invocations
+        .iter()
+        .filter(|invocation| invocation.instance == received.instance && invocation.at_ms >= received.at_ms)
+        .find(|invocation| {
+            invocation
+                .records
+                .iter()
+                .any(|(id, count)| *id == received.message_id && *count == received.receive_count)
+        })
+        .map(Invocation::window)
 }
 
 /// A message of `job`'s group sent before `job`'s first send had not applied its effect by `at`

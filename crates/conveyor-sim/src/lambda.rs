@@ -110,10 +110,12 @@ impl Function {
                 }
             }
             if !initialised {
+                let since_ms = self.sink.now_ms();
                 if let Err(error) = self.processor.check_store().await {
                     // The invocation fails: nothing is deleted, the batch comes back at the visibility
                     // timeout (each receive counted), as an init error does on AWS.
-                    self.sink.refused_start(&self.name, error);
+                    self.sink
+                        .cold_start_failed(&self.name, &messages, since_ms, error);
                     continue;
                 }
                 initialised = true;
@@ -125,19 +127,16 @@ impl Function {
     async fn invoke(&self, messages: Vec<Message>) {
         let deadline = Instant::now() + self.spec.function_timeout;
         let event = event(&messages, self.queue.name());
-        self.sink
-            .step(format!("{} invoked with {} records", self.name, messages.len()));
-        self.sink.invoked(&self.name);
-        let report =
-            match tokio::time::timeout_at(deadline, self.processor.process_batch_report(event, deadline))
-                .await
-            {
-                Ok(report) => report,
-                Err(_) => {
-                    self.sink.overran(&self.name);
-                    return;
-                }
-            };
+        let invocation = self
+            .sink
+            .invoked(&self.name, &messages, self.spec.function_timeout);
+        let processed =
+            tokio::time::timeout_at(deadline, self.processor.process_batch_report(event, deadline)).await;
+        self.sink.invocation_over(invocation);
+        let Ok(report) = processed else {
+            self.sink.overran(&self.name);
+            return;
+        };
         let failed: HashSet<&str> = report
             .response
             .batch_item_failures

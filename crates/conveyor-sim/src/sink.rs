@@ -2,7 +2,7 @@
 //! invariants are checked against: sends, receives, runs, effects and refused effects.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
 use conveyor_core::{message::Message, port::RecordStatus};
@@ -129,8 +129,35 @@ pub struct Log {
     pub refused_starts: Vec<(String, u128)>,
     /// Lambda invocations that ran past their deadline and were stopped there: (instance, virtual ms).
     pub overran: Vec<(String, u128)>,
-    /// Lambda invocations that processed their records: (instance, virtual ms).
-    pub invocations: Vec<(String, u128)>,
+    /// The batches the event source mappings handed to their functions, in order.
+    pub invocations: Vec<Invocation>,
+}
+
+/// A batch an event source mapping handed to its function, after holding it
+/// ([`LambdaSpec::invoke_delay`](crate::scenario::LambdaSpec::invoke_delay)): from then until it was
+/// done with them, and only then, the function tries the store for its records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The function.
+    pub instance: String,
+    /// Its records: (message id, receive count).
+    pub records: Vec<(String, u32)>,
+    /// When the mapping handed it the batch (virtual ms).
+    pub at_ms: u128,
+    /// When the function was done with the batch (virtual ms): it answered, it was cut at its deadline,
+    /// or its cold start failed. `None` when the run ended first.
+    pub ended_ms: Option<u128>,
+    /// Its deadline (virtual ms).
+    pub deadline_ms: u128,
+    /// False when its cold start failed: nothing processed the records.
+    pub processed: bool,
+}
+
+impl Invocation {
+    /// When the function may have tried the store for its records (virtual ms, both ends included).
+    pub fn window(&self) -> (u128, u128) {
+        (self.at_ms, self.ended_ms.unwrap_or(self.deadline_ms))
+    }
 }
 
 /// The fenced sink.
@@ -158,6 +185,11 @@ impl Sink {
     /// A copy of the log.
     pub fn log(&self) -> Log {
         self.lock().clone()
+    }
+
+    /// Virtual milliseconds since the run began.
+    pub fn now_ms(&self) -> u128 {
+        self.trace.elapsed_ms()
     }
 
     /// Records a step in the trace.
@@ -256,10 +288,62 @@ impl Sink {
         self.lock().overran.push((instance.to_owned(), at));
     }
 
-    /// A Lambda invocation of `instance` processes its records.
-    pub fn invoked(&self, instance: &str) {
+    /// A Lambda invocation of `instance` processes `messages`, until `timeout` at the latest; returns
+    /// its index in [`Log::invocations`] for [`Sink::invocation_over`].
+    pub fn invoked(&self, instance: &str, messages: &[Message], timeout: Duration) -> usize {
+        self.trace
+            .step(format!("{instance} invoked with {} records", messages.len()));
+        self.push_invocation(instance, messages, timeout, true)
+    }
+
+    /// The cold start of `instance`'s invocation with `messages`, begun at `since_ms` (virtual ms),
+    /// failed (`why`): nothing processes them.
+    pub fn cold_start_failed(
+        &self,
+        instance: &str,
+        messages: &[Message],
+        since_ms: u128,
+        why: impl std::fmt::Display,
+    ) {
+        self.refused_start(instance, why);
+        let at_ms = self.trace.elapsed_ms();
+        let index = self.push_invocation(instance, messages, Duration::ZERO, false);
+        if let Some(invocation) = self.lock().invocations.get_mut(index) {
+            invocation.at_ms = since_ms.min(at_ms);
+            invocation.ended_ms = Some(at_ms);
+        }
+    }
+
+    /// Invocation `index` (from [`Sink::invoked`]) is done with its records.
+    pub fn invocation_over(&self, index: usize) {
         let at = self.trace.elapsed_ms();
-        self.lock().invocations.push((instance.to_owned(), at));
+        if let Some(invocation) = self.lock().invocations.get_mut(index) {
+            invocation.ended_ms = Some(at);
+        }
+    }
+
+    fn push_invocation(
+        &self,
+        instance: &str,
+        messages: &[Message],
+        timeout: Duration,
+        processed: bool,
+    ) -> usize {
+        let at_ms = self.trace.elapsed_ms();
+        let records = messages
+            .iter()
+            .map(|message| (message.id.clone(), message.receive_count))
+            .collect();
+        let mut log = self.lock();
+        log.invocations.push(Invocation {
+            instance: instance.to_owned(),
+            records,
+            at_ms,
+            ended_ms: None,
+            deadline_ms: at_ms + timeout.as_millis(),
+            processed,
+        });
+        log.invocations.len() - 1
     }
 
     /// `instance` was asked to shut down now.
