@@ -970,24 +970,27 @@ fn completion_lost_in_the_window(job: u32, observed: &Observation) -> bool {
             observed.dead_instances.contains(&run.instance)
                 || (run.instance.starts_with("lambda-")
                     && store_down_after_the_effect(run, log, observed.longest_invocation))
-                || second.is_some_and(|second| claimed_first_at_recovery(run, second, log))
+                || second
+                    .is_some_and(|second| claimed_first_at_recovery(run, second, log, observed.store_latency))
                 || stopped_in_a_store_outage(run, log)
         })
         .and_then(|run| Some((run.key.clone()?, run.token?)))
         .is_some_and(|claim| !observed.completed_tokens.contains(&claim))
 }
 
-/// The store was down when `first` applied its effect, and `second` claimed the job within a second
-/// after the store came back: before `first`'s completion, tried every half second, could land.
-fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log) -> bool {
+/// The store was down when `first`'s completion reached it (a call reaches the store up to the store
+/// latency after it is made), and `second` claimed the job within a second and that latency after the
+/// store came back: before `first`'s completion, tried every half second, could land.
+fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log, store_latency: Duration) -> bool {
     let Some(effect) = first.ended_ms else {
         return false;
     };
+    let latency = store_latency.as_millis();
     log.store_outages.iter().any(|(from, to)| {
-        *from <= effect
+        *from <= effect + latency
             && effect <= *to
             && second.started_ms >= *to
-            && second.started_ms <= to + RECOVERY_RACE_MS
+            && second.started_ms <= to + RECOVERY_RACE_MS + latency
     })
 }
 

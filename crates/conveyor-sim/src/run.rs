@@ -52,6 +52,8 @@ pub struct Observation {
     pub fifo: bool,
     /// The longest function timeout of the scenario's Lambda functions (zero without any).
     pub longest_invocation: Duration,
+    /// The longest a store call waits before it reaches the store (the scenario's store latency).
+    pub store_latency: Duration,
     /// Each message SQS's redrive policy moved, with when its last hold ended (ms from the start).
     pub redriven_held_until: HashMap<String, u128>,
     /// The claims (key, fencing token) that were completed in the store.
@@ -500,6 +502,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             .map(|lambda| lambda.function_timeout)
             .max()
             .unwrap_or_default(),
+        store_latency: scenario.store_latency,
         completed_tokens: shared.store.completed_tokens(),
         statuses: statuses(scenario, &shared.store, &sink).await,
     }
