@@ -675,22 +675,31 @@ fn cause_happened(
         NotRun::StoreUnreachable => store_blocked_last_receive(&last, observed),
         NotRun::KeyInProgress => {
             // Another run of the job (another message, or this one under an older receipt, its holder
-            // perhaps dead with its lease not yet lapsed) held the key then.
+            // perhaps dead with its lease not yet lapsed) held the key while the consumer tried it for
+            // the last receive: a worker at the receive; a Lambda in the invocation the mapping handed
+            // the batch to, which can come long after the receive (a held batch), so a run that
+            // started in between counts ([`tried_the_claim`]).
             let held = last.iter().any(|received| {
+                let Some((from, to)) = tried_the_claim(received, observed) else {
+                    return false;
+                };
                 log.runs.iter().any(|run| {
                     run.job == job.id
                         && (run.message_id != received.message_id
                             || run.receive_count < received.receive_count)
-                        && run.started_ms <= received.at_ms
+                        && run.started_ms <= to
                         && run
                             .ended_ms
-                            .is_none_or(|ended| ended + scenario.visibility.as_millis() >= received.at_ms)
+                            .is_none_or(|ended| ended + scenario.visibility.as_millis() >= from)
                 })
             });
             if held {
                 return Ok(());
             }
-            Err("no other run of the job held its key at its last receive".to_owned())
+            Err(
+                "no other run of the job held its key while its consumer tried it at its last receive"
+                    .to_owned(),
+            )
         }
         NotRun::BehindItsGroup => {
             // A message sent before it in its group had not applied its effect by that receive, or the
@@ -826,6 +835,17 @@ fn tried_the_store(received: &Received, observed: &Observation) -> Option<(u128,
                 .any(|(id, count)| *id == received.message_id && *count == received.receive_count)
         })
         .map(Invocation::window)
+}
+
+/// When the consumer of `received` tried the idempotency claim for it (virtual ms, both ends
+/// included): a worker claims at the receive; a function only while it has the batch, the window of
+/// [`tried_the_store`]. `None` when no invocation had it.
+fn tried_the_claim(received: &Received, observed: &Observation) -> Option<(u128, u128)> {
+    if received.instance.starts_with("lambda-") {
+        tried_the_store(received, observed)
+    } else {
+        Some((received.at_ms, received.at_ms))
+    }
 }
 
 /// A message of `job`'s group sent before `job`'s first send had not applied its effect by `at`
