@@ -12,7 +12,10 @@
 //! 4. **Settle the claim before the runtime applies the outcome.** Complete (on success) or release (on
 //!    failure) happens here; the runtime deletes or re-times the message afterwards. A crash between the
 //!    two leaves a completed record and a message that comes back: the next delivery is acknowledged as
-//!    a duplicate without running.
+//!    a duplicate without running. A release that dead-letters is tried again in a store outage, but
+//!    never into the time the runtime's DLQ send needs after it ([`Budget::release_retries_until`]):
+//!    given up, the DLQ copy still goes out; cut, neither would, and the message would come back
+//!    and run again.
 //! 5. The claim is taken out of the [`Lease`] before it is settled, so the heartbeat can no longer extend
 //!    a record that is being completed or released.
 //!
@@ -143,6 +146,11 @@ pub struct Budget {
     /// Store calls (claim, complete, release) and a cancelled handler's grace end by this (the Lambda
     /// invocation's deadline less a reserve for the response); `None`: only the clients' own deadlines.
     pub settle_deadline: Option<Instant>,
+    /// A release that dead-letters (a rejected run's) is tried again in a store outage until this at
+    /// most, then given up: the runtime still has to send the message to the DLQ after it (the Lambda:
+    /// its handlers' cutoff, which keeps the settle reserve for that send). Its first try is bounded by
+    /// `settle_deadline` only. `None`: until [`COMPLETE_RETRY_LIMIT`] or the process stops.
+    pub release_retries_until: Option<Instant>,
 }
 
 /// What the pipeline did with one message.
@@ -478,6 +486,7 @@ impl Pipeline {
             run_deadline,
             max_attempts,
             settle_deadline,
+            release_retries_until,
         } = budget;
         // Envelopes (Conveyor's body envelope, SNS notifications, events from AWS services) are opened
         // before anything else (see `crate::events`).
@@ -652,15 +661,14 @@ impl Pipeline {
             // A tracked job's new status (and its last progress report) rides on the settling write.
             let change = reporter
                 .map(|reporter| settled_change(job_type, &outcome, reporter.take(), origin, settings));
-            let settling = settle(
-                store.as_ref(),
-                &claim,
-                &outcome,
-                output.as_deref(),
-                settings,
-                change.as_ref(),
-                lease,
-            );
+            let (store, change) = (store.as_ref(), change.as_ref());
+            let settling = async {
+                if matches!(outcome, Outcome::Ack(AckReason::Completed)) {
+                    complete(store, &claim, output.as_deref(), settings, change, lease).await;
+                } else {
+                    release(store, &claim, change, lease, release_retries_until).await;
+                }
+            };
             if bounded(settle_deadline, settling).await.is_err() {
                 tracing::warn!(key = %claim.key, "settling the claim did not finish before the deadline; it lapses with its lease");
             }
@@ -1131,8 +1139,8 @@ fn came_back_from_a_dlq(message: &Message) -> bool {
 /// the record in progress until its lease lapses).
 pub const COMPLETE_RETRY_LIMIT: Duration = Duration::from_secs(15 * 60);
 
-/// Completes or releases the claim according to the outcome (recording a tracked job's `change` in
-/// the same write). Never changes the outcome.
+/// Completes the claim of a run that succeeded (recording a tracked job's `change` in the same
+/// write); any other outcome releases it ([`release`]). Never changes the outcome.
 ///
 /// A completion the store does not answer (`Unavailable`) is tried again, for up to
 /// [`COMPLETE_RETRY_LIMIT`]: until the process stops ([`Lease::process_stop`], the worker's hard
@@ -1142,19 +1150,14 @@ pub const COMPLETE_RETRY_LIMIT: Duration = Duration::from_secs(15 * 60);
 /// completion that lands before its next delivery claims makes that delivery a duplicate (one that
 /// lands after a takeover is fenced, harmlessly). What stays is the at-least-once window: the process
 /// dies, or the Lambda invocation ends, in a store outage between the effect and the completion.
-async fn settle(
+async fn complete(
     store: &dyn IdempotencyStore,
     claim: &Claim,
-    outcome: &Outcome,
     output: Option<&str>,
     settings: &HandlerSettings,
     change: Option<&JobChange>,
     lease: &Lease,
 ) {
-    if !matches!(outcome, Outcome::Ack(AckReason::Completed)) {
-        release(store, claim, change, lease).await;
-        return;
-    }
     let expires_at = SystemTime::now() + settings.settled_record_ttl();
     let complete = |output| async move {
         match change {
@@ -1163,7 +1166,7 @@ async fn settle(
         }
     };
     let mut output = output;
-    let mut retry = completion_retry(lease);
+    let mut retry = completion_retry(lease, None);
     let result = loop {
         match complete(output).await {
             Err(StoreError::OutputTooLarge { size, limit, .. }) if output.is_some() => {
@@ -1197,14 +1200,26 @@ async fn settle(
 /// job is tried again while the store is unavailable, as a completion is: its message leaves for the
 /// DLQ, and a status left `running` would say so until the record expired. Any other release is tried
 /// once: the claim lapses with its lease, and the job's next run writes its status.
-async fn release(store: &dyn IdempotencyStore, claim: &Claim, change: Option<&JobChange>, lease: &Lease) {
+///
+/// The tries of a release that dead-letters end by `retries_until` too ([`Budget::release_retries_until`]):
+/// the DLQ send comes after the release (the design note's point 4), and a release that took the time
+/// the send needs would leave both undone: the message listed, back in the queue, its claim lapsed
+/// without the spent runs that stop a comeback, so the rejected job ran again (seed 9324). Given up, the
+/// DLQ copy still goes out with its reason; only the status stays what the run's claim wrote.
+async fn release(
+    store: &dyn IdempotencyStore,
+    claim: &Claim,
+    change: Option<&JobChange>,
+    lease: &Lease,
+    retries_until: Option<Instant>,
+) {
     let Some(change) = change else {
         if let Err(error) = store.release(claim).await {
             tracing::warn!(%error, key = %claim.key, "could not release the claim; it lapses with its lease");
         }
         return;
     };
-    let mut retry = completion_retry(lease);
+    let mut retry = completion_retry(lease, retries_until);
     loop {
         let error = match store.release_tracked(claim, change).await {
             Ok(()) => return,
@@ -1220,12 +1235,13 @@ async fn release(store: &dyn IdempotencyStore, claim: &Claim, change: Option<&Jo
 }
 
 /// The tries of a completion (or a final release): [`COMPLETE_RETRY_LIMIT`] at most, until the
-/// process stops.
-fn completion_retry(lease: &Lease) -> StoreRetry<'_> {
+/// process stops, and by `until` when given.
+fn completion_retry(lease: &Lease, until: Option<Instant>) -> StoreRetry<'_> {
+    let limit = Instant::now() + COMPLETE_RETRY_LIMIT;
     StoreRetry::new(
         COMPLETE_RETRY_FIRST,
         COMPLETE_RETRY_LONGEST,
-        Instant::now() + COMPLETE_RETRY_LIMIT,
+        until.map_or(limit, |until| until.min(limit)),
     )
     .until_stopped(lease.process_stop())
 }

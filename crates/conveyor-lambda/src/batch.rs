@@ -1081,7 +1081,10 @@ impl BatchProcessor {
         let budget = Budget::default()
             .with_run_deadline(Some(invocation.cutoff))
             .with_max_attempts(max_attempts)
-            .with_settle_deadline(Some(invocation.settle_by));
+            .with_settle_deadline(Some(invocation.settle_by))
+            // A rejected run's release gives up its tries at the cutoff: the settle reserve after it is
+            // the DLQ send's (see `release` in conveyor-core's pipeline).
+            .with_release_retries_until(Some(invocation.cutoff));
         let job_type = self.pipeline.router().job_type_for(message);
         let process = || {
             let run = self

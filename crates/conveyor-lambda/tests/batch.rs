@@ -1407,3 +1407,70 @@ async fn the_process_record_slots_bound_concurrent_invocations_together() {
         "a copy of the waiting record, no receive spent: {copies:?}"
     );
 }
+
+/// A tracked job that takes the store down while it runs, then fails for good: its release (the
+/// `dead_lettered` status and the spent runs) cannot land.
+struct RejectedInAStoreOutage {
+    store: Arc<MemoryIdempotencyStore>,
+}
+
+impl Handler for RejectedInAStoreOutage {
+    type Job = Value;
+    type Output = ();
+    const JOB_TYPE: &'static str = "report";
+
+    async fn handle(&self, _job: Value, _ctx: Context) -> Result<(), HandlerError> {
+        self.store.set_unavailable(true);
+        Err(HandlerError::permanent("report 404: no such account"))
+    }
+
+    fn settings(&self) -> conveyor_core::HandlerSettings {
+        conveyor_core::HandlerSettings::default().with_tracked(true)
+    }
+}
+
+/// Seed 9324: the release of a rejected run was tried again until the invocation's settle deadline,
+/// which left the DLQ send after it no time: listed, the message came back with its claim lapsed
+/// (the spent runs never written) and ran again. The release's tries end at the handlers' cutoff, so
+/// the DLQ send has the settle reserve.
+#[tokio::test(start_paused = true)]
+async fn a_rejection_whose_release_cannot_land_still_reaches_the_dlq() {
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let source = Arc::new(slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5));
+    let queue = conveyor_testing::ScriptedQueue::new(Arc::clone(&source));
+    queue.slow_dead_letters(Duration::from_millis(500));
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let handler = RejectedInAStoreOutage {
+        store: Arc::clone(&store),
+    };
+    let pipeline =
+        Pipeline::new(Router::single(handler)).with_store(Arc::clone(&store) as Arc<dyn IdempotencyStore>);
+    let resolver = FixedQueue(Arc::clone(&queue) as Arc<dyn Queue>);
+    let processor =
+        BatchProcessor::new(pipeline, LambdaConfig::default(), Arc::new(resolver)).without_metrics();
+    source
+        .push_message(OutgoingMessage {
+            body: json!({"account": 7}).to_string(),
+            ..OutgoingMessage::default()
+        })
+        .unwrap();
+    let received = source.receive(10, Duration::ZERO).await.unwrap();
+
+    let deadline = in_ten_seconds();
+    let report = processor
+        .process_batch_report(event_of(&source, &received), deadline)
+        .await;
+    assert!(Instant::now() < deadline, "answered after the deadline");
+    assert!(
+        listed(&report).is_empty(),
+        "the rejected message was listed: {report:?}"
+    );
+    let dead = dlq.snapshot();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let failure = dead[0].attributes[FAILURE_ATTRIBUTE]
+        .string_value
+        .clone()
+        .unwrap();
+    assert!(failure.contains("no such account"), "{failure}");
+    assert_eq!(report.metrics[0].dead_lettered, 1);
+}

@@ -412,11 +412,14 @@ fn check_status(
     // its status would go dead_lettered → running (the DLQ send failed and the message came back).
     let runs: Vec<&Run> = observed.log.runs.iter().filter(|run| run.job == job.id).collect();
     // The rejected run's release wrote dead_lettered before the later run claimed, unless its process
-    // was killed first (the rejection never recorded: the job runs again, at least once), or the later
-    // claim landed before the release could (the rejected run's lease had lapsed: a takeover, which
-    // fenced the release out).
+    // was killed first (the rejection never recorded: the job runs again, at least once), its Lambda
+    // invocation was over before the store came back and another message of the job ran (the same: no
+    // function writes after its invocation), or the later claim landed before the release could (the
+    // rejected run's lease had lapsed: a takeover, which fenced the release out).
     let released_before = |rejected: &Run, again: &Run| {
         !observed.dead_instances.contains(&rejected.instance)
+            && (again.message_id == rejected.message_id
+                || !release_outlived_by_a_store_outage(rejected, observed))
             && rejected
                 .ended_ms
                 .is_some_and(|ended| ended + scenario.store_latency.as_millis() <= again.started_ms)
@@ -967,6 +970,46 @@ pub fn in_the_window(scenario: &Scenario, observed: &Observation) -> usize {
         })
         .filter(|job| completion_lost_in_the_window(job.id, observed))
         .count()
+}
+
+/// `rejected` ran on a Lambda, and the store was down from the run's end (when its release is made)
+/// until the function was done with the invocation that had the message, plus the store latency (a
+/// call made before the end reaches the store up to that much later): the release (the
+/// `dead_lettered` status and the spent runs) was tried only in the outage and never landed.
+/// The claim lapses with its lease, and another message of the job (a duplicate send, or its deferred
+/// copy) takes it over and runs, as after a killed worker (seed 5842). The caller never lets this
+/// excuse the rejected message itself coming back: its DLQ send goes out even when the release is given
+/// up (seed 9324). An outage that ended while the invocation still had the message does not count, nor
+/// does any worker's run (a worker tries for up to 15 minutes, until its hard stop).
+fn release_outlived_by_a_store_outage(rejected: &Run, observed: &Observation) -> bool {
+    let Some(ended) = rejected.ended_ms else {
+        return false;
+    };
+    if !rejected.instance.starts_with("lambda-") {
+        return false;
+    }
+    let log = &observed.log;
+    let Some(invocation) = log
+        .invocations
+        .iter()
+        .filter(|invocation| {
+            invocation.instance == rejected.instance && invocation.at_ms <= rejected.started_ms
+        })
+        .filter(|invocation| {
+            invocation
+                .records
+                .iter()
+                .any(|(id, count)| *id == rejected.message_id && *count == rejected.receive_count)
+        })
+        .max_by_key(|invocation| invocation.at_ms)
+    else {
+        return false;
+    };
+    let (_, done) = invocation.window();
+    let last_reached = done + observed.store_latency.as_millis();
+    log.store_outages
+        .iter()
+        .any(|(from, to)| *from <= ended && last_reached <= *to)
 }
 
 /// The first run that applied `job`'s effect never got its claim completed, inside the window: its

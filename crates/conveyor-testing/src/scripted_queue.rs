@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::MemoryQueue;
 
 /// A [`MemoryQueue`] with switches: visibility changes that hang, deletes that fail, receives that
-/// hold their messages until released. Everything else passes through.
+/// hold their messages until released, DLQ sends that take a while. Everything else passes through.
 #[derive(Debug)]
 pub struct ScriptedQueue {
     inner: Arc<MemoryQueue>,
@@ -27,6 +27,7 @@ pub struct ScriptedQueue {
     receiving: Notify,
     release_receives: Notify,
     deleted_at: Mutex<Vec<Instant>>,
+    dead_letter_latency: Mutex<Duration>,
 }
 
 impl ScriptedQueue {
@@ -40,6 +41,7 @@ impl ScriptedQueue {
             receiving: Notify::new(),
             release_receives: Notify::new(),
             deleted_at: Mutex::new(Vec::new()),
+            dead_letter_latency: Mutex::new(Duration::ZERO),
         })
     }
 
@@ -72,6 +74,14 @@ impl ScriptedQueue {
     /// Lets one held receive return.
     pub fn release_receive(&self) {
         self.release_receives.notify_one();
+    }
+
+    /// Each DLQ send answers `latency` after it is made (zero: at once, the default).
+    pub fn slow_dead_letters(&self, latency: Duration) {
+        *self
+            .dead_letter_latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = latency;
     }
 
     /// When each successful `delete_batch` answered.
@@ -158,6 +168,13 @@ impl Queue for ScriptedQueue {
     }
 
     async fn dead_letter(&self, message: &Message, failure: &Failure) -> Result<DeadLetter, QueueError> {
+        let latency = *self
+            .dead_letter_latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         self.inner.dead_letter(message, failure).await
     }
 
