@@ -21,6 +21,11 @@
 //!    without delay; on a FIFO queue, or when the copy does not go out in time, listed and untouched:
 //!    it comes back at the queue's visibility timeout. Behind a failed message of its FIFO group: listed with that message's backoff,
 //!    so the group comes back together, in order.
+//! 6. **Lost** (the visibility renewal before the lanes, `src/cover.rs`, was refused as no longer in
+//!    flight under this receipt: received again elsewhere, deleted, or moved to the DLQ): never run and
+//!    never touched (no backoff, no DLQ copy), listed so the mapping does not delete it. On a FIFO queue
+//!    it blocks the rest of its group like a failure: another consumer may hold it, or may already have
+//!    run the messages behind it, so running it here could reorder the group.
 //!
 //! FIFO queues: each message group is a lane that runs one message at a time, in record order; lanes
 //! (groups, or single messages on a standard queue) run concurrently up to `batch_concurrency`. Once a
@@ -152,6 +157,9 @@ const PENDING: u8 = 0;
 const STARTED: u8 = 1;
 /// [`Item::taken`]: the late deferrer took it at the cutoff.
 const DEFERRED_LATE: u8 = 2;
+/// [`Item::taken`]: SQS refused its visibility cover as no longer ours before the lanes started
+/// (`src/cover.rs`): nobody runs it or touches it again; it is listed.
+const LOST: u8 = 3;
 
 /// A standard-queue record the late deferrer may take at the cutoff.
 struct LateCandidate {
@@ -407,42 +415,43 @@ struct Lane {
 }
 
 /// Renews the visibility of every record not known to be fresh, per source queue, before any lane
-/// starts (see `src/cover.rs`'s design note).
+/// starts (see `src/cover.rs`'s design note), and marks [`LOST`] the records SQS refused as no longer
+/// ours, so no lane runs them.
 async fn cover_stale_records(lanes: &[Lane], deadline: Instant) {
     let wait_until = (Instant::now() + cover::COVER_WAIT).min(deadline);
     // One entry per source queue: its queue and its records (lanes of one source share the queue).
-    let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<Arc<Message>>)> = Vec::new();
+    let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<&Item>)> = Vec::new();
     for lane in lanes {
-        let messages = lane.items.iter().map(|item| Arc::clone(&item.message));
         match per_source
             .iter_mut()
             .find(|(source, _, _)| *source == lane.source)
         {
-            Some((_, _, records)) => records.extend(messages),
-            None => per_source.push((lane.source, Arc::clone(&lane.queue), messages.collect())),
+            Some((_, _, items)) => items.extend(&lane.items),
+            None => per_source.push((lane.source, Arc::clone(&lane.queue), lane.items.iter().collect())),
         }
     }
-    let covers = per_source
-        .into_iter()
-        .map(|(_, source_queue, records)| async move {
-            let now = SystemTime::now();
-            if records.iter().all(|message| cover::prompt(message, now)) {
-                return;
+    let covers = per_source.into_iter().map(|(_, source_queue, items)| async move {
+        let now = SystemTime::now();
+        if items.iter().all(|item| cover::prompt(&item.message, now)) {
+            return;
+        }
+        let Some(queue) = source_queue.try_get().await else {
+            return;
+        };
+        let needed = cover::needed_until(deadline, Instant::now());
+        let now = SystemTime::now();
+        let visibility = queue.visibility_timeout();
+        let stale: Vec<&Item> = items
+            .into_iter()
+            .filter(|item| !cover::known_fresh(&item.message, visibility, needed, now))
+            .collect();
+        let messages: Vec<&Message> = stale.iter().map(|item| item.message.as_ref()).collect();
+        for index in cover::cover(queue.as_ref(), &messages, needed, wait_until).await {
+            if let Some(item) = stale.get(index) {
+                item.taken.store(LOST, Ordering::Release);
             }
-            let Some(queue) = source_queue.try_get().await else {
-                return;
-            };
-            let needed = cover::needed_until(deadline, Instant::now());
-            let now = SystemTime::now();
-            let visibility = queue.visibility_timeout();
-            let mut stale: Vec<&Message> = Vec::new();
-            for message in &records {
-                if !cover::known_fresh(message, visibility, needed, now) {
-                    stale.push(message);
-                }
-            }
-            cover::cover(queue.as_ref(), &stale, needed, wait_until).await;
-        });
+        }
+    });
     futures_util::future::join_all(covers).await;
 }
 
@@ -537,6 +546,8 @@ struct ItemResult {
     deferred: Option<String>,
     /// Its backoff was set when its FIFO lane ended ([`BatchProcessor::apply_lane_backoff`]).
     backoff_set: bool,
+    /// Its visibility had ended before the invocation ([`LOST`]): not ours, so never run or touched.
+    lost: bool,
 }
 
 /// How a record's run ended: its settlement, how long its handler ran (`None`: it did not run), and
@@ -855,7 +866,16 @@ impl BatchProcessor {
         let mut results = Vec::with_capacity(lane.items.len());
         let mut blocked: Option<Settled> = None;
         for (position, item) in lane.items.iter().enumerate() {
-            let (settled, handler_duration, deferred) = if let Some(head) = blocked {
+            let lost = item.taken.load(Ordering::Acquire) == LOST;
+            let (settled, handler_duration, deferred) = if lost {
+                // Not ours any more (`src/cover.rs`): listed untouched; on a FIFO queue it blocks the
+                // rest of its group, which must not run before it.
+                tracing::info!(
+                    message_id = %item.message.id,
+                    "not started: its visibility ended before the invocation; it is no longer ours"
+                );
+                (Settled::Untouched, None, None)
+            } else if let Some(head) = blocked {
                 tracing::info!(
                     message_id = %item.message.id,
                     "not started: an earlier message of its FIFO group failed; it follows that one's backoff"
@@ -895,6 +915,7 @@ impl BatchProcessor {
                 handler_duration,
                 deferred,
                 backoff_set: false,
+                lost,
             });
         }
         if lane.fifo {
@@ -1212,6 +1233,11 @@ impl BatchProcessor {
             }
             let mut ahead: Option<&str> = None;
             for (item_index, result) in lane_results.iter().enumerate() {
+                if result.lost {
+                    // Not ours: no DLQ copy of it; the messages behind it did not run because of it.
+                    ahead.get_or_insert(&result.message.id);
+                    continue;
+                }
                 let unrun = result.settled.is_failure() && result.handler_duration.is_none();
                 if !unrun {
                     if result.settled.is_failure() && ahead.is_none() {
