@@ -63,6 +63,25 @@ fn event_json(batch: usize) -> Value {
     json!({ "Records": records })
 }
 
+/// `event` as the mapping hands it over just after its receive: its records' first receive is now, so
+/// the adapter makes no visibility call for them (`src/cover.rs`), as with a prompt mapping. (The
+/// fixture's 2019 time would make each record look held past its visibility, and `MemoryQueue`, which
+/// never handed these receipts out, would refuse their renewal: not run.) Done per batch, outside the
+/// timed part.
+fn received_now(mut event: SqsEvent) -> SqsEvent {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    for record in &mut event.records {
+        record
+            .attributes
+            .insert("ApproximateFirstReceiveTimestamp".to_owned(), now.clone());
+    }
+    event
+}
+
 fn processor(store: Option<Arc<MemoryIdempotencyStore>>) -> BatchProcessor {
     let mut pipeline = Pipeline::new(Router::single(Noop));
     if let Some(store) = store {
@@ -89,14 +108,14 @@ where
 }
 
 async fn batch_overhead() {
-    let bytes = serde_json::to_vec(&event_json(BATCH)).unwrap();
+    let event: SqsEvent = parse_event(event_json(BATCH)).unwrap();
     let plain = processor(None);
     let full = measure(|_| {
         let plain = &plain;
-        let bytes = &bytes;
+        let bytes = serde_json::to_vec(&received_now(event.clone())).unwrap();
         async move {
             let started = Instant::now();
-            let payload: Value = serde_json::from_slice(bytes).unwrap();
+            let payload: Value = serde_json::from_slice(&bytes).unwrap();
             let event = parse_event(payload).unwrap();
             let deadline = Instant::now() + Duration::from_secs(10);
             let report = plain.process_batch_report(event, deadline).await;
@@ -117,10 +136,9 @@ async fn batch_overhead() {
     })
     .await;
 
-    let event: SqsEvent = parse_event(event_json(BATCH)).unwrap();
     let pipeline_only = measure(|_| {
         let plain = &plain;
-        let event = event.clone();
+        let event = received_now(event.clone());
         async move {
             let started = Instant::now();
             let report = plain
@@ -136,7 +154,7 @@ async fn batch_overhead() {
     let idempotent = processor(Some(Arc::clone(&store)));
     let with_store = measure(|iteration| {
         let idempotent = &idempotent;
-        let mut event = event.clone();
+        let mut event = received_now(event.clone());
         for (index, record) in event.records.iter_mut().enumerate() {
             record.message_id = Some(format!("{iteration}-{index}"));
         }

@@ -21,6 +21,11 @@
 //!    without delay; on a FIFO queue, or when the copy does not go out in time, listed and untouched:
 //!    it comes back at the queue's visibility timeout. Behind a failed message of its FIFO group: listed with that message's backoff,
 //!    so the group comes back together, in order.
+//! 6. **Lost** (the visibility renewal as the lanes start, `src/cover.rs`, was refused as no longer in
+//!    flight under this receipt: received again elsewhere, deleted, or moved to the DLQ): never run and
+//!    never touched (no backoff, no DLQ copy), listed so the mapping does not delete it. On a FIFO queue
+//!    it blocks the rest of its group like a failure: another consumer may hold it, or may already have
+//!    run the messages behind it, so running it here could reorder the group.
 //!
 //! FIFO queues: each message group is a lane that runs one message at a time, in record order; lanes
 //! (groups, or single messages on a standard queue) run concurrently up to `batch_concurrency`. Once a
@@ -152,6 +157,9 @@ const PENDING: u8 = 0;
 const STARTED: u8 = 1;
 /// [`Item::taken`]: the late deferrer took it at the cutoff.
 const DEFERRED_LATE: u8 = 2;
+/// [`Item::taken`]: SQS refused its visibility cover as no longer ours (`src/cover.rs`; its lane
+/// waited for that answer): nobody runs it or touches it again; it is listed.
+const LOST: u8 = 3;
 
 /// A standard-queue record the late deferrer may take at the cutoff.
 struct LateCandidate {
@@ -420,10 +428,15 @@ struct Lane {
     items: Vec<Item>,
 }
 
+/// A record to cover: its message and who took it ([`Item::taken`]).
+type Covered = (Arc<Message>, Arc<AtomicU8>);
+
 /// Renews the visibility of every record not known to be fresh, per source queue, while the lanes
-/// start (see `src/cover.rs`'s design note); each source's later visibility changes wait for it.
+/// start (see `src/cover.rs`'s design note), and marks [`LOST`] the records SQS refused as no longer
+/// ours, before the source's cover is over: a lane waits for that before it starts a record that is
+/// not prompt, and each source's later visibility changes wait for it too.
 async fn cover_stale_records(
-    sources: Vec<(Arc<SourceQueue>, Vec<Arc<Message>>)>,
+    sources: Vec<(Arc<SourceQueue>, Vec<Covered>)>,
     deadline: Instant,
     wait_until: Instant,
 ) {
@@ -437,12 +450,12 @@ async fn cover_stale_records(
 /// [`cover_stale_records`] for one source queue's records.
 async fn cover_source(
     source_queue: &SourceQueue,
-    records: &[Arc<Message>],
+    records: &[Covered],
     deadline: Instant,
     wait_until: Instant,
 ) {
     let now = SystemTime::now();
-    if records.iter().all(|message| cover::prompt(message, now)) {
+    if records.iter().all(|(message, _)| cover::prompt(message, now)) {
         return;
     }
     let Some(queue) = source_queue.try_get().await else {
@@ -451,25 +464,35 @@ async fn cover_source(
     let needed = cover::needed_until(deadline, Instant::now());
     let now = SystemTime::now();
     let visibility = queue.visibility_timeout();
-    let stale: Vec<&Message> = records
+    let stale: Vec<&Covered> = records
         .iter()
-        .map(AsRef::as_ref)
-        .filter(|message| !cover::known_fresh(message, visibility, needed, now))
+        .filter(|(message, _)| !cover::known_fresh(message, visibility, needed, now))
         .collect();
-    cover::cover(queue.as_ref(), &stale, needed, wait_until).await;
+    let messages: Vec<&Message> = stale.iter().map(|(message, _)| message.as_ref()).collect();
+    for index in cover::cover(queue.as_ref(), &messages, needed, wait_until).await {
+        let Some((_, taken)) = stale.get(index) else {
+            continue;
+        };
+        // A lane that started it already (a prompt record whose visibility was short) keeps it: its
+        // claim decides; otherwise nobody runs it.
+        let _ = taken.compare_exchange(PENDING, LOST, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 /// Each source queue of `lanes` with its records (lanes of one source share its queue).
-fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Arc<Message>>)> {
-    let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<Arc<Message>>)> = Vec::new();
+fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Covered>)> {
+    let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<Covered>)> = Vec::new();
     for lane in lanes {
-        let messages = lane.items.iter().map(|item| Arc::clone(&item.message));
+        let records = lane
+            .items
+            .iter()
+            .map(|item| (Arc::clone(&item.message), Arc::clone(&item.taken)));
         match per_source
             .iter_mut()
             .find(|(source, _, _)| *source == lane.source)
         {
-            Some((_, _, records)) => records.extend(messages),
-            None => per_source.push((lane.source, Arc::clone(&lane.queue), messages.collect())),
+            Some((_, _, covered)) => covered.extend(records),
+            None => per_source.push((lane.source, Arc::clone(&lane.queue), records.collect())),
         }
     }
     per_source
@@ -569,6 +592,8 @@ struct ItemResult {
     deferred: Option<String>,
     /// Its backoff was set when its FIFO lane ended ([`BatchProcessor::apply_lane_backoff`]).
     backoff_set: bool,
+    /// Its visibility had ended before the invocation ([`LOST`]): not ours, so never run or touched.
+    lost: bool,
 }
 
 /// How a record's run ended: its settlement, how long its handler ran (`None`: it did not run), and
@@ -889,7 +914,21 @@ impl BatchProcessor {
         let mut results = Vec::with_capacity(lane.items.len());
         let mut blocked: Option<Settled> = None;
         for (position, item) in lane.items.iter().enumerate() {
-            let (settled, handler_duration, deferred) = if let Some(head) = blocked {
+            // A record that is not prompt waits for its source's cover (`src/cover.rs`): SQS may
+            // refuse its renewal as no longer ours, and then it must not run.
+            if !cover::prompt(&item.message, SystemTime::now()) {
+                lane.queue.cover_over(invocation.cutoff).await;
+            }
+            let lost = item.taken.load(Ordering::Acquire) == LOST;
+            let (settled, handler_duration, deferred) = if lost {
+                // Not ours any more (`src/cover.rs`): listed untouched; on a FIFO queue it blocks the
+                // rest of its group, which must not run before it.
+                tracing::info!(
+                    message_id = %item.message.id,
+                    "not started: its visibility ended before the invocation; it is no longer ours"
+                );
+                (Settled::Untouched, None, None)
+            } else if let Some(head) = blocked {
                 tracing::info!(
                     message_id = %item.message.id,
                     "not started: an earlier message of its FIFO group failed; it follows that one's backoff"
@@ -929,6 +968,7 @@ impl BatchProcessor {
                 handler_duration,
                 deferred,
                 backoff_set: false,
+                lost,
             });
         }
         if lane.fifo {
@@ -1249,6 +1289,11 @@ impl BatchProcessor {
             }
             let mut ahead: Option<&str> = None;
             for (item_index, result) in lane_results.iter().enumerate() {
+                if result.lost {
+                    // Not ours: no DLQ copy of it; the messages behind it did not run because of it.
+                    ahead.get_or_insert(&result.message.id);
+                    continue;
+                }
                 let unrun = result.settled.is_failure() && result.handler_duration.is_none();
                 if !unrun {
                     if result.settled.is_failure() && ahead.is_none() {

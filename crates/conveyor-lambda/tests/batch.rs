@@ -274,10 +274,28 @@ fn documented_events_convert_field_for_field() {
     assert_eq!(message.deduplication_id.as_deref(), Some("1"));
 }
 
+/// AWS's documented event, as the mapping hands it over just after its receive: the fixture's
+/// first-receive time (2019) is replaced by now. Its receipts were never handed out by the test's
+/// queue, so a record that looked held past its visibility would be refused its renewal and not run
+/// (`src/cover.rs`).
+fn documented_event_received_now() -> SqsEvent {
+    let mut event = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    for record in &mut event.records {
+        record
+            .attributes
+            .insert("ApproximateFirstReceiveTimestamp".to_owned(), now.to_string());
+    }
+    event
+}
+
 #[tokio::test]
 async fn a_documented_event_that_succeeds_lists_nothing() {
     let harness = Harness::new(MemoryQueue::standard("my-queue"), LambdaConfig::default());
-    let mut event = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    let mut event = documented_event_received_now();
     for record in &mut event.records {
         record.body = Some(json!({"name": record.message_id}).to_string());
     }
@@ -293,7 +311,7 @@ async fn a_documented_event_that_succeeds_lists_nothing() {
     assert_eq!(metrics.handler_durations.len(), 2);
     // The documented body ("Test message.") is not a job: permanent, so dead-lettered; this queue has
     // no DLQ, so it is listed and retried after the fallback delay rather than lost.
-    let raw = parse_event(fixture("sqs-standard-event.json")).unwrap();
+    let raw = documented_event_received_now();
     let report = harness
         .processor
         .process_batch_report(raw, in_ten_seconds())
@@ -358,6 +376,56 @@ async fn a_record_received_long_before_its_invocation_stays_invisible_while_it_r
         "one batch call renewed it"
     );
     assert_eq!(harness.state_of(&slow), Some(MessageState::InFlight));
+}
+
+/// A record whose visibility ended before its invocation is no longer the invocation's: SQS refuses its
+/// renewal, and it must not run. On a FIFO queue the rest of its group may have been received and run
+/// elsewhere meanwhile; running the record then reorders the group (simulator seed 2601: the head was
+/// moved to the DLQ at its next receive, a worker ran the message behind it, then the invocation ran
+/// the head). It is listed, never run and never touched (no DLQ copy of its own), and the rest of its
+/// group in the batch does not run either.
+#[tokio::test(start_paused = true)]
+async fn a_record_whose_visibility_ended_before_the_invocation_does_not_run() {
+    let dlq = Arc::new(MemoryQueue::fifo("orders-dlq"));
+    let queue = MemoryQueue::fifo("orders")
+        .with_visibility_timeout(Duration::from_secs(10))
+        .with_dead_letter_queue(Arc::clone(&dlq), 2);
+    let harness = Harness::new(queue, LambdaConfig::default());
+    let head = harness.push_step(json!({"name": "head"}), Some("g"));
+    // The head's first receive, whose invocation died.
+    assert_eq!(harness.queue.receive(1, Duration::ZERO).await.unwrap().len(), 1);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    let next = harness.push_step(json!({"name": "next"}), Some("g"));
+    // The batch this invocation gets (the head's last allowed receive), held past its visibility
+    // timeout before the invocation.
+    let held = harness.receive().await;
+    assert_eq!(held.len(), 2);
+    assert_eq!(held[0].receive_count, 2);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    // Meanwhile another consumer receives the group: the head, past maxReceiveCount, is moved to the
+    // DLQ by the redrive policy; the message behind it is handed out, run and deleted.
+    let elsewhere = harness.receive().await;
+    assert_eq!(elsewhere.len(), 1, "{elsewhere:?}");
+    assert_eq!(elsewhere[0].id, next);
+    harness
+        .queue
+        .delete_batch(&[elsewhere[0].receipt_handle.clone()])
+        .await
+        .unwrap();
+    assert_eq!(dlq.snapshot().len(), 1, "the redrive moved the head");
+
+    let report = harness.run(&held, in_ten_seconds()).await;
+    assert!(
+        harness.ran().is_empty(),
+        "ran a record no longer ours, after the message behind it: {:?}",
+        harness.ran()
+    );
+    assert_eq!(listed(&report), vec![head.clone(), next.clone()]);
+    assert_eq!(
+        dlq.snapshot().len(),
+        1,
+        "no DLQ copy of a record that is not ours"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -83,6 +83,12 @@ async fn an_in_progress_record_shorter_lived_than_its_job_stays_claimed_in_lambd
     let body = r#"{"order_id": 7}"#;
     let mut record = sqs_record(&message_id, body);
     record["eventSourceARN"] = json!("arn:aws:sqs:us-east-1:123456789012:lifetime");
+    // Received just now, as the mapping hands a record over: no visibility renewal is asked for it
+    // (the queue never handed its receipt out, so it would refuse one and the record would not run).
+    let received_ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)?
+        .as_millis();
+    record["attributes"]["ApproximateFirstReceiveTimestamp"] = json!(received_ms.to_string());
     let event = parse_event(json!({"Records": [record.clone()]}))?;
 
     let claimed_at = SystemTime::now();

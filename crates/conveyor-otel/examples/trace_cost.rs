@@ -154,6 +154,24 @@ fn event() -> SqsEvent {
     parse_event(json!({ "Records": records })).unwrap()
 }
 
+/// `event` as the mapping hands it over just after its receive: its records' first receive is now, so
+/// the adapter makes no visibility call for them (conveyor-lambda's `src/cover.rs`), as with a prompt
+/// mapping; `MemoryQueue`, which never handed these receipts out, would refuse their renewal and the
+/// records would not run. Done per batch, outside the timed part.
+fn received_now(mut event: SqsEvent) -> SqsEvent {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    for record in &mut event.records {
+        record
+            .attributes
+            .insert("ApproximateFirstReceiveTimestamp".to_owned(), now.clone());
+    }
+    event
+}
+
 async fn lambda_micros_per_batch() -> f64 {
     let queue: Arc<dyn Queue> = Arc::new(MemoryQueue::standard("trace-cost"));
     let processor = BatchProcessor::new(
@@ -165,7 +183,7 @@ async fn lambda_micros_per_batch() -> f64 {
     let event = event();
     let mut total = Duration::ZERO;
     for _ in 0..BATCHES {
-        let event = event.clone();
+        let event = received_now(event.clone());
         let started = Instant::now();
         let report = processor
             .process_batch_report(event, tokio::time::Instant::now() + Duration::from_secs(10))
