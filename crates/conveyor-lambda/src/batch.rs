@@ -149,6 +149,9 @@ struct Item {
     message: Arc<Message>,
     /// Who took the record: its lane (to run it) or the late deferrer (see [`LateDeferrer`]).
     taken: Arc<AtomicU8>,
+    /// Taken by its first receive just before the invocation ([`cover::prompt`], decided once as the
+    /// event arrives): it starts without waiting for the visibility cover, which skips it too.
+    prompt: bool,
 }
 
 /// [`Item::taken`]: nobody yet.
@@ -429,7 +432,7 @@ struct Lane {
 }
 
 /// A record to cover: its message and who took it ([`Item::taken`]).
-type Covered = (Arc<Message>, Arc<AtomicU8>);
+type Covered = (Arc<Message>, Arc<AtomicU8>, bool);
 
 /// Renews the visibility of every record not known to be fresh, per source queue, while the lanes
 /// start (see `src/cover.rs`'s design note), and marks [`LOST`] the records SQS refused as no longer
@@ -454,8 +457,7 @@ async fn cover_source(
     deadline: Instant,
     wait_until: Instant,
 ) {
-    let now = SystemTime::now();
-    if records.iter().all(|(message, _)| cover::prompt(message, now)) {
+    if records.iter().all(|(_, _, prompt)| *prompt) {
         return;
     }
     let Some(queue) = source_queue.try_get().await else {
@@ -466,11 +468,11 @@ async fn cover_source(
     let visibility = queue.visibility_timeout();
     let stale: Vec<&Covered> = records
         .iter()
-        .filter(|(message, _)| !cover::known_fresh(message, visibility, needed, now))
+        .filter(|(message, _, _)| !cover::known_fresh(message, visibility, needed, now))
         .collect();
-    let messages: Vec<&Message> = stale.iter().map(|(message, _)| message.as_ref()).collect();
+    let messages: Vec<&Message> = stale.iter().map(|(message, _, _)| message.as_ref()).collect();
     for index in cover::cover(queue.as_ref(), &messages, needed, wait_until).await {
-        let Some((_, taken)) = stale.get(index) else {
+        let Some((_, taken, _)) = stale.get(index) else {
             continue;
         };
         // A lane that started it already (a prompt record whose visibility was short) keeps it: its
@@ -486,7 +488,7 @@ fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Covered>)> {
         let records = lane
             .items
             .iter()
-            .map(|item| (Arc::clone(&item.message), Arc::clone(&item.taken)));
+            .map(|item| (Arc::clone(&item.message), Arc::clone(&item.taken), item.prompt));
         match per_source
             .iter_mut()
             .find(|(source, _, _)| *source == lane.source)
@@ -694,6 +696,7 @@ impl BatchProcessor {
         let mut failures: Vec<(usize, String)> = Vec::new();
         let mut invocation_error = None;
         let records = event.records.len();
+        let arrived = SystemTime::now();
         for (index, record) in event.records.into_iter().enumerate() {
             let source = source_for(
                 &mut sources,
@@ -707,6 +710,7 @@ impl BatchProcessor {
             match message {
                 Ok(message) => sources[source].items.push(Item {
                     index,
+                    prompt: cover::prompt(&message, arrived),
                     message: Arc::new(message),
                     taken: Arc::new(AtomicU8::new(PENDING)),
                 }),
@@ -916,7 +920,7 @@ impl BatchProcessor {
         for (position, item) in lane.items.iter().enumerate() {
             // A record that is not prompt waits for its source's cover (`src/cover.rs`): SQS may
             // refuse its renewal as no longer ours, and then it must not run.
-            if !cover::prompt(&item.message, SystemTime::now()) {
+            if !item.prompt {
                 lane.queue.cover_over(invocation.cutoff).await;
             }
             let lost = item.taken.load(Ordering::Acquire) == LOST;
