@@ -1,6 +1,6 @@
 //! What a handler knows about the message it runs for.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use tokio::time::Instant;
@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::HandlerError;
 use crate::events::{CloudEvent, Envelope, EventBridgeEvent, SnsNotification};
 use crate::flow::ChildResult;
+use crate::lease::CancelReason;
 use crate::message::{Attributes, Message};
 use crate::progress::ProgressReporter;
 
@@ -27,6 +28,7 @@ pub struct Context {
     progress: Option<Arc<ProgressReporter>>,
     flow_children: Option<Arc<Vec<ChildResult>>>,
     envelopes: Option<Arc<[Envelope]>>,
+    cancel_reasons: Option<Arc<OnceLock<CancelReason>>>,
 }
 
 impl Context {
@@ -48,7 +50,15 @@ impl Context {
             progress: None,
             flow_children: None,
             envelopes: None,
+            cancel_reasons: None,
         }
+    }
+
+    /// The same context reading why it was cancelled from `reasons` (the lease's, see
+    /// [`Lease::cancel`](crate::runtime::Lease::cancel)).
+    pub fn with_cancel_reasons(mut self, reasons: Arc<OnceLock<CancelReason>>) -> Self {
+        self.cancel_reasons = Some(reasons);
+        self
     }
 
     /// The same context carrying the fencing token of the claim the run holds.
@@ -228,5 +238,21 @@ impl Context {
     /// True once the run must stop.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Why the run must stop, once it must ([`Context::is_cancelled`]); `None` before. A
+    /// cancellation the runtime gave no reason for reads as [`CancelReason::TimedOut`] past the
+    /// deadline and [`CancelReason::Stopping`] before it.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        if !self.cancel.is_cancelled() {
+            return None;
+        }
+        if let Some(reason) = self.cancel_reasons.as_ref().and_then(|slot| slot.get()) {
+            return Some(*reason);
+        }
+        if Instant::now() >= self.deadline {
+            return Some(CancelReason::TimedOut);
+        }
+        Some(CancelReason::Stopping)
     }
 }

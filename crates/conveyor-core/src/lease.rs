@@ -1,7 +1,7 @@
 //! The state one in-flight message shares between the pipeline and the runtime's heartbeat.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 use tokio::time::Instant;
@@ -25,6 +25,12 @@ pub struct Lease {
     visible_until: Mutex<Instant>,
     latest_visible_until: Mutex<Option<Instant>>,
     claim: Mutex<Option<Claim>>,
+    /// The claim's lease end as the store last accepted it (at the claim, then at each extension):
+    /// when another consumer may take the claim over, whatever the message's visibility says.
+    claim_held_until: Mutex<Option<Instant>>,
+    /// Why the lease was cancelled, when a runtime said so ([`Lease::cancel`]); the handler's
+    /// [`Context::cancel_reason`](crate::Context::cancel_reason) reads it.
+    reason: Arc<OnceLock<CancelReason>>,
     /// A claim was held under this lease before (a run repeated in place: a FIFO head's retry).
     claimed_before: AtomicBool,
 }
@@ -59,8 +65,21 @@ impl Lease {
             visible_until: Mutex::new(visible_until),
             latest_visible_until: Mutex::new(None),
             claim: Mutex::new(None),
+            claim_held_until: Mutex::new(None),
+            reason: Arc::new(OnceLock::new()),
             claimed_before: AtomicBool::new(false),
         }
+    }
+
+    /// Cancels the handler, recording why (the first reason given stands).
+    pub fn cancel(&self, reason: CancelReason) {
+        let _ = self.reason.set(reason);
+        self.cancel.cancel();
+    }
+
+    /// The slot [`Lease::cancel`] records its reason in, shared with the run's context.
+    pub fn cancel_reasons(&self) -> Arc<OnceLock<CancelReason>> {
+        Arc::clone(&self.reason)
     }
 
     /// The token that cancels the message's handler.
@@ -109,10 +128,34 @@ impl Lease {
         lock(&self.claim).clone()
     }
 
-    /// Stores the claim just acquired.
-    pub fn hold_claim(&self, claim: Claim) {
+    /// Stores the claim just acquired, whose lease the store set to end at `lease_until`.
+    pub fn hold_claim(&self, claim: Claim, lease_until: SystemTime) {
         *lock(&self.claim) = Some(claim);
+        // Converted at once: the store's lease end is wall-clock time, this lease's deadlines are not.
+        *lock(&self.claim_held_until) = Some(to_instant(lease_until));
         self.claimed_before.store(true, Ordering::Release);
+    }
+
+    /// Records that the store accepted an extension of the claim's lease to `lease_until` (as
+    /// [`Lease::claim_lease_until_instant`] gave it when the extension was sent).
+    pub fn claim_extended(&self, lease_until: Instant) {
+        let mut held = lock(&self.claim_held_until);
+        if held.is_none_or(|held| held < lease_until) {
+            *held = Some(lease_until);
+        }
+    }
+
+    /// The earliest moment another consumer may take the claim over: its lease end as the store last
+    /// accepted it, less [`CLOCK_SKEW_ALLOWANCE`] (a consumer whose clock runs ahead of this one's by
+    /// up to that much sees the lease end that much earlier). `None` when no claim was held.
+    pub fn claim_open_to_takeover_at(&self) -> Option<Instant> {
+        let held = (*lock(&self.claim_held_until))?;
+        Some(held - CLOCK_SKEW_ALLOWANCE)
+    }
+
+    /// [`Lease::claim_lease_until`] on this process's clock.
+    pub fn claim_lease_until_instant(&self) -> Instant {
+        self.latest_visible_until() + CLOCK_SKEW_ALLOWANCE
     }
 
     /// True when a claim was held under this lease before: this delivery's run is being repeated in
@@ -124,6 +167,50 @@ impl Lease {
     /// Takes the claim back before settling it.
     pub fn take_claim(&self) -> Option<Claim> {
         lock(&self.claim).take()
+    }
+}
+
+/// Why a run's handler was cancelled, as [`Context::cancel_reason`](crate::Context::cancel_reason)
+/// tells it.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The handler reached its timeout (or the Lambda invocation's deadline).
+    TimedOut,
+    /// The message is no longer held for this run: its visibility could not be extended, or SQS
+    /// handed it to another consumer.
+    VisibilityLost,
+    /// The idempotency claim could not be renewed before it lapses: another delivery of the job could
+    /// take it over, so this run stops first.
+    ClaimNotRenewed,
+    /// The idempotency claim was taken over by another run.
+    ClaimTakenOver,
+    /// The message reached the longest time a job may hold it (the worker's `max_processing_time`, or
+    /// SQS's 12 hours).
+    ProcessingTimeLimit,
+    /// The runtime is stopping.
+    Stopping,
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::TimedOut => "the handler reached its deadline",
+            Self::VisibilityLost => "the message is no longer held for this run",
+            Self::ClaimNotRenewed => "the idempotency claim could not be renewed before it lapses",
+            Self::ClaimTakenOver => "the idempotency claim was taken over by another run",
+            Self::ProcessingTimeLimit => "the job reached the longest time it may hold its message",
+            Self::Stopping => "the runtime is stopping",
+        })
+    }
+}
+
+/// Converts wall-clock time to a (tokio) instant.
+fn to_instant(time: SystemTime) -> Instant {
+    let now = Instant::now();
+    match time.duration_since(SystemTime::now()) {
+        Ok(ahead) => now + ahead,
+        Err(behind) => now.checked_sub(behind.duration()).unwrap_or(now),
     }
 }
 

@@ -58,6 +58,7 @@ pub use error::{ErrorKind, HandlerError};
 pub use flow::{ChildFailurePolicy, ChildResult, DEFAULT_FLOW_DEADLINE, FLOW_RETENTION, Flows};
 pub use flow_sweep::{FlowSweeper, SweepReport, sweep_overdue_flows};
 pub use handler::{BoxFuture, Handler, HandlerSettings};
+pub use lease::CancelReason;
 pub use payload::Payloads;
 pub use pipeline::Pipeline;
 pub use record_key::{KeySource, KeyStyle, PowertoolsFlavor, PowertoolsKey};

@@ -638,7 +638,8 @@ impl Pipeline {
         .with_fencing_token(claim.as_ref().map(|claim| claim.token))
         .with_progress(reporter.clone())
         .with_flow_children(flow_children)
-        .with_envelopes(envelopes);
+        .with_envelopes(envelopes)
+        .with_cancel_reasons(lease.cancel_reasons());
         // The time the handler actually had: its own timeout, or less when the run deadline (a Lambda
         // invocation's) comes first, so a timeout's reason names the real limit.
         let allowed = deadline.saturating_duration_since(started);
@@ -869,7 +870,7 @@ async fn claim(
     match answer {
         Ok(ClaimOutcome::Acquired(claim)) => {
             health.set_answered();
-            lease.hold_claim(claim.clone());
+            lease.hold_claim(claim.clone(), lease_until);
             Ok(claim)
         }
         Ok(ClaimOutcome::Exists(record)) => {

@@ -56,8 +56,9 @@ use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_VISIBILITY_TIMEOUT};
 use conveyor_core::{
     message::{Message, ReceiptHandle},
     port::{EntryError, IdempotencyStore, Queue, QueueError, StoreError, VisibilityChange},
-    runtime::Lease,
+    runtime::{CANCEL_GRACE, Lease},
 };
+use conveyor_core::CancelReason;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -358,7 +359,7 @@ impl Heartbeats {
                      hours from its first receive, whichever is sooner): no more visibility extensions; \
                      cancelling its handler and leaving it to expire"
                 );
-                entry.lease.cancellation().cancel();
+                entry.lease.cancel(CancelReason::ProcessingTimeLimit);
                 continue;
             }
             entry.in_call = true;
@@ -436,7 +437,7 @@ async fn extend_batch(inner: Arc<Inner>, queue: usize, batch: Vec<Due>) {
         last_error = "an entry failed with a server fault".to_owned();
     }
     for due in &remaining {
-        if mark_lost(&inner, due.id, queue, &due.lease) {
+        if mark_lost(&inner, due.id, queue, &due.lease, CancelReason::VisibilityLost) {
             tracing::error!(
                 message_id = %due.message_id,
                 queue = %inner.name(queue),
@@ -471,7 +472,7 @@ fn settle_batch(
                 sender_fault: false, ..
             }) => retry.push(due),
             Some(error) => {
-                if mark_lost(inner, due.id, queue, &due.lease) {
+                if mark_lost(inner, due.id, queue, &due.lease, CancelReason::VisibilityLost) {
                     tracing::warn!(
                         message_id = %due.message_id,
                         queue = %inner.name(queue),
@@ -487,7 +488,7 @@ fn settle_batch(
 
 fn lose_all(inner: &Inner, queue: usize, batch: &[Due], error: &QueueError) {
     for due in batch {
-        if mark_lost(inner, due.id, queue, &due.lease) {
+        if mark_lost(inner, due.id, queue, &due.lease, CancelReason::VisibilityLost) {
             tracing::error!(
                 message_id = %due.message_id,
                 queue = %inner.name(queue),
@@ -499,7 +500,13 @@ fn lose_all(inner: &Inner, queue: usize, batch: &[Due], error: &QueueError) {
 }
 
 /// Extends the message's claim (if it holds one) to its new visibility deadline, in a task of its own,
-/// bounded by that deadline; one at a time per message.
+/// one at a time per message.
+///
+/// A run holds its claim as it holds its message: the tries go on until the claim could be taken over
+/// by another delivery of the job ([`Lease::claim_open_to_takeover_at`]), and when none has landed by
+/// [`CANCEL_GRACE`] (and a margin) before that moment the handler is cancelled
+/// ([`CancelReason::ClaimNotRenewed`]), so it has stopped before another run could start. The tries
+/// go on through the handler's grace: one that lands then keeps the claim held while it winds down.
 fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
     let Some(store) = inner.store.clone() else {
         return;
@@ -523,8 +530,17 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
     let message_id = due.message_id.clone();
     tokio::spawn(async move {
         let _slot = Arc::clone(&inner.claim_slots).acquire_owned().await;
-        let mut attempts = Attempts::until(lease.latest_visible_until());
+        let takeover = lease
+            .claim_open_to_takeover_at()
+            .unwrap_or_else(|| lease.latest_visible_until());
+        let stop_handler_at = claim_renewal_cutoff(takeover);
+        let mut attempts = Attempts::until(lease.latest_visible_until().min(takeover));
+        let mut renewed = false;
         while let Some(left) = attempts.next().await {
+            // A try that hangs is cut where the handler must be told to stop, so it is told in time.
+            let now = Instant::now();
+            let left = if now < stop_handler_at { left.min(stop_handler_at - now) } else { left };
+            let held_until = lease.claim_lease_until_instant();
             let call = store.extend_lease(&claim, lease.claim_lease_until());
             let result = match tokio::time::timeout(left, call).await {
                 Ok(result) => result,
@@ -532,27 +548,48 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
                     message: format!("no answer within {left:?}"),
                 }),
             };
+            if lease.claim().as_ref() != Some(&claim) {
+                // Completed or released meanwhile: nothing left to hold.
+                renewed = true;
+                break;
+            }
             match result {
-                Ok(()) => break,
-                Err(StoreError::Fenced { .. }) if lease.claim().as_ref() == Some(&claim) => {
-                    if mark_lost(&inner, id, queue, &lease) {
+                Ok(()) => {
+                    lease.claim_extended(held_until);
+                    renewed = true;
+                    break;
+                }
+                Err(StoreError::Fenced { .. }) => {
+                    if mark_lost(&inner, id, queue, &lease, CancelReason::ClaimTakenOver) {
                         tracing::error!(
                             %message_id,
                             key = %claim.key,
                             "idempotency claim was taken over while the job ran; cancelling the handler"
                         );
                     }
+                    renewed = true;
                     break;
                 }
-                Err(StoreError::Fenced { .. }) => break,
-                Err(error) if attempts.tries() == 1 => tracing::warn!(
-                    %error,
-                    %message_id,
-                    key = %claim.key,
-                    "could not extend the idempotency claim; retrying"
-                ),
-                Err(_) => {}
+                Err(error) => {
+                    if attempts.tries() == 1 {
+                        tracing::warn!(
+                            %error,
+                            %message_id,
+                            key = %claim.key,
+                            "could not extend the idempotency claim; retrying"
+                        );
+                    }
+                    if Instant::now() >= stop_handler_at {
+                        cancel_for_claim(&inner, queue, &lease, &message_id, &claim.key, &error);
+                    }
+                }
             }
+        }
+        if !renewed && lease.claim().as_ref() == Some(&claim) {
+            let error = StoreError::Unavailable {
+                message: "no try landed before the claim could be taken over".into(),
+            };
+            cancel_for_claim(&inner, queue, &lease, &message_id, &claim.key, &error);
         }
         if let Some(entry) = inner.lock().get_mut(&id) {
             entry.claim_in_call = false;
@@ -560,11 +597,40 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
     });
 }
 
+/// Time to let the cancellation reach the handler before its grace starts counting.
+const CLAIM_CANCEL_MARGIN: Duration = Duration::from_millis(500);
+
+/// When a handler whose claim is not renewed must be told to stop: its grace ([`CANCEL_GRACE`]) and a
+/// margin before the claim could be taken over.
+fn claim_renewal_cutoff(takeover: Instant) -> Instant {
+    takeover
+        .checked_sub(CANCEL_GRACE + CLAIM_CANCEL_MARGIN)
+        .unwrap_or(takeover)
+}
+
+/// Cancels a run whose claim could not be renewed in time (once; the message keeps being extended, so
+/// it stays invisible until the pipeline has settled it).
+fn cancel_for_claim(inner: &Inner, queue: usize, lease: &Lease, message_id: &str, key: &str, error: &StoreError) {
+    if lease.cancellation().is_cancelled() {
+        return;
+    }
+    lease.cancel(CancelReason::ClaimNotRenewed);
+    add(&inner.status.counters().leases_lost, 1);
+    inner.metrics[queue].leases_lost.increment(1);
+    tracing::error!(
+        %message_id,
+        %key,
+        %error,
+        "the idempotency claim could not be renewed before another delivery could take it over; \
+         cancelling the handler"
+    );
+}
+
 /// Stops extending entry `id`, cancels its handler and counts the lost lease; true when the caller
 /// should say why. Only stops extending when the message's delete is out (a delete that lands before
 /// an extension makes the receipt invalid: nothing is lost), and does nothing when the entry is gone
 /// (its outcome was applied meanwhile).
-fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
+fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease, reason: CancelReason) -> bool {
     {
         let mut entries = inner.lock();
         let Some(entry) = entries.get_mut(&id) else {
@@ -580,7 +646,7 @@ fn mark_lost(inner: &Inner, id: u64, queue: usize, lease: &Lease) -> bool {
         }
     }
     if !lease.cancellation().is_cancelled() {
-        lease.cancellation().cancel();
+        lease.cancel(reason);
     }
     add(&inner.status.counters().leases_lost, 1);
     inner.metrics[queue].leases_lost.increment(1);
@@ -657,7 +723,7 @@ mod tests {
         let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
             panic!("the key is free")
         };
-        lease.hold_claim(claim);
+        lease.hold_claim(claim, request.lease_until);
     }
 
     fn state(queue: &MemoryQueue) -> MessageState {
@@ -926,7 +992,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_hung_store_never_holds_up_visibility() {
+    async fn a_hung_store_never_holds_up_visibility_and_stops_the_run_before_its_claim_lapses() {
         let store = Arc::new(SlowStore(MemoryIdempotencyStore::new()));
         let setup = setup(
             Duration::from_secs(3600),
@@ -934,14 +1000,45 @@ mod tests {
         );
         let (_message, lease, _registration) = receive(&setup).await;
         hold_claim(store.as_ref(), &lease, "conveyor:test#slow").await;
-        tokio::time::sleep(Duration::from_secs(290)).await;
+        let takeover = lease.claim_open_to_takeover_at().unwrap();
+        // The claim was written until the first deadline (30 s) plus the skew allowance: another
+        // consumer may take it over from 30 s on. The extension at 15 s hangs; the handler must be
+        // told to stop with its grace and the margin to spare.
+        tokio::time::sleep_until(takeover - CANCEL_GRACE - CLAIM_CANCEL_MARGIN - Duration::from_millis(100)).await;
+        assert!(!lease.cancellation().is_cancelled(), "not before the cut-off");
+        tokio::time::sleep_until(takeover - CANCEL_GRACE).await;
+        assert!(lease.cancellation().is_cancelled(), "cancelled before the claim could be taken over");
+        assert_eq!(*lease.cancel_reasons().get().unwrap(), CancelReason::ClaimNotRenewed);
+        tokio::time::sleep(Duration::from_secs(260)).await;
         assert_eq!(
             setup.status.report().heartbeat_extensions,
             19,
-            "same pace as without a store"
+            "visibility kept its pace: the message stays held until the pipeline settles it"
         );
         assert_eq!(state(&setup.queue), MessageState::InFlight);
-        assert!(!lease.cancellation().is_cancelled());
+        setup.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_answers_again_in_time_keeps_the_run() {
+        let store = Arc::new(MemoryIdempotencyStore::new());
+        let setup = setup(
+            Duration::from_secs(3600),
+            Some(store.clone() as Arc<dyn IdempotencyStore>),
+        );
+        let (_message, lease, _registration) = receive(&setup).await;
+        hold_claim(store.as_ref(), &lease, "conveyor:test#brownout").await;
+        store.set_unavailable(true);
+        // The extension at 15 s fails; the store answers again at 20 s, before the cut-off (27.5 s).
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        store.set_unavailable(false);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert!(!lease.cancellation().is_cancelled(), "renewed in time: the run goes on");
+        let record = store.get("conveyor:test#brownout").await.unwrap().unwrap();
+        assert!(
+            record.lease_until.unwrap() > SystemTime::now() + Duration::from_secs(10),
+            "the claim follows the visibility deadline again"
+        );
         setup.stop.cancel();
     }
 }
