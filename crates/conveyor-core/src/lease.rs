@@ -128,11 +128,11 @@ impl Lease {
         lock(&self.claim).clone()
     }
 
-    /// Stores the claim just acquired, whose lease the store set to end at `lease_until`.
-    pub fn hold_claim(&self, claim: Claim, lease_until: SystemTime) {
+    /// Stores the claim just acquired, whose lease the store set to end at `lease_until` (as
+    /// [`Lease::claim_lease_until_instant`] gave it when the claim was sent).
+    pub fn hold_claim(&self, claim: Claim, lease_until: Instant) {
         *lock(&self.claim) = Some(claim);
-        // Converted at once: the store's lease end is wall-clock time, this lease's deadlines are not.
-        *lock(&self.claim_held_until) = Some(to_instant(lease_until));
+        *lock(&self.claim_held_until) = Some(lease_until);
         self.claimed_before.store(true, Ordering::Release);
     }
 
@@ -202,15 +202,6 @@ impl std::fmt::Display for CancelReason {
             Self::ProcessingTimeLimit => "the job reached the longest time it may hold its message",
             Self::Stopping => "the runtime is stopping",
         })
-    }
-}
-
-/// Converts wall-clock time to a (tokio) instant.
-fn to_instant(time: SystemTime) -> Instant {
-    let now = Instant::now();
-    match time.duration_since(SystemTime::now()) {
-        Ok(ahead) => now + ahead,
-        Err(behind) => now.checked_sub(behind.duration()).unwrap_or(now),
     }
 }
 

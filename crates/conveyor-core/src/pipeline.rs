@@ -839,6 +839,7 @@ async fn claim(
         }
     };
     let lease_until = lease.claim_lease_until();
+    let held_until = lease.claim_lease_until_instant();
     let request = ClaimRequest {
         key,
         lease_until,
@@ -870,7 +871,7 @@ async fn claim(
     match answer {
         Ok(ClaimOutcome::Acquired(claim)) => {
             health.set_answered();
-            lease.hold_claim(claim.clone(), lease_until);
+            lease.hold_claim(claim.clone(), held_until);
             Ok(claim)
         }
         Ok(ClaimOutcome::Exists(record)) => {

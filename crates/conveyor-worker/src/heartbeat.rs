@@ -52,13 +52,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use conveyor_core::CancelReason;
 use conveyor_core::limits::{MAX_BATCH_ENTRIES, MAX_VISIBILITY_TIMEOUT};
 use conveyor_core::{
     message::{Message, ReceiptHandle},
     port::{EntryError, IdempotencyStore, Queue, QueueError, StoreError, VisibilityChange},
     runtime::{CANCEL_GRACE, Lease},
 };
-use conveyor_core::CancelReason;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -314,6 +314,9 @@ impl Heartbeats {
     /// Starts an extension call for each queue's due entries; returns when to look again.
     fn dispatch_due(&self, calls: &mut JoinSet<()>) -> Instant {
         let now = Instant::now();
+        for (queue, held) in self.lagging_claims(now) {
+            extend_claim(&self.inner, queue, held);
+        }
         let (due, next) = self.collect_due(now);
         for (queue, due) in due.into_iter().enumerate() {
             let mut due = due;
@@ -324,6 +327,27 @@ impl Heartbeats {
             }
         }
         next
+    }
+
+    /// The claims that lag behind their message's visibility ([`claim_lags`]), to extend now.
+    fn lagging_claims(&self, now: Instant) -> Vec<(usize, ClaimHolder)> {
+        if self.inner.store.is_none() {
+            return Vec::new();
+        }
+        let entries = self.inner.lock();
+        entries
+            .iter()
+            .filter(|(_, entry)| entry.extending && !entry.claim_in_call)
+            .filter(|(_, entry)| claim_lags(&entry.lease, now, self.inner.queues[entry.queue].margin()))
+            .map(|(id, entry)| {
+                let held = ClaimHolder {
+                    id: *id,
+                    lease: Arc::clone(&entry.lease),
+                    message_id: entry.message_id.clone(),
+                };
+                (entry.queue, held)
+            })
+            .collect()
     }
 
     /// The entries due for an extension, by queue, marked as in a call; stops (and cancels) the ones
@@ -466,7 +490,7 @@ fn settle_batch(
                 due.lease.set_visible_until(sent_at + due.timeout);
                 add(&inner.status.counters().heartbeat_extensions, 1);
                 inner.metrics[queue].extensions.increment(1);
-                extend_claim(inner, queue, &due);
+                extend_claim(inner, queue, ClaimHolder::of(&due));
             }
             Some(EntryError::Failed {
                 sender_fault: false, ..
@@ -499,24 +523,53 @@ fn lose_all(inner: &Inner, queue: usize, batch: &[Due], error: &QueueError) {
     }
 }
 
+/// The message whose claim to extend.
+struct ClaimHolder {
+    id: u64,
+    lease: Arc<Lease>,
+    message_id: String,
+}
+
+impl ClaimHolder {
+    fn of(due: &Due) -> Self {
+        Self {
+            id: due.id,
+            lease: Arc::clone(&due.lease),
+            message_id: due.message_id.clone(),
+        }
+    }
+}
+
+/// True when `lease`'s claim lags behind its message's visibility deadline and could be taken over
+/// within `margin` of `now`: a claim acquired while a visibility extension was out (it was written
+/// to the deadline before that extension), which the next visibility extension would come too late
+/// for.
+fn claim_lags(lease: &Lease, now: Instant, margin: Duration) -> bool {
+    let Some(takeover) = lease.claim_open_to_takeover_at() else {
+        return false;
+    };
+    lease.claim().is_some() && takeover < lease.latest_visible_until() && takeover <= now + margin
+}
+
 /// Extends the message's claim (if it holds one) to its new visibility deadline, in a task of its own,
 /// one at a time per message.
 ///
-/// A run holds its claim as it holds its message: the tries go on until the claim could be taken over
-/// by another delivery of the job ([`Lease::claim_open_to_takeover_at`]), and when none has landed by
-/// [`CANCEL_GRACE`] (and a margin) before that moment the handler is cancelled
-/// ([`CancelReason::ClaimNotRenewed`]), so it has stopped before another run could start. The tries
-/// go on through the handler's grace: one that lands then keeps the claim held while it winds down.
-fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
+/// A run holds its claim as it holds its message. The tries go on until the claim could be taken over
+/// by another delivery of the job ([`Lease::claim_open_to_takeover_at`]). The handler is cancelled
+/// ([`CancelReason::ClaimNotRenewed`]) when a try fails within [`CANCEL_GRACE`] of that moment (the
+/// store is failing: the handler gets its grace before anyone could take the claim), or, when the
+/// tries are only slow, once none has landed by [`CLAIM_CANCEL_MARGIN`] before it. Tries go on through
+/// the handler's grace: one that lands then keeps the claim held while the handler winds down.
+fn extend_claim(inner: &Arc<Inner>, queue: usize, held: ClaimHolder) {
     let Some(store) = inner.store.clone() else {
         return;
     };
-    let Some(claim) = due.lease.claim() else {
+    let Some(claim) = held.lease.claim() else {
         return;
     };
     {
         let mut entries = inner.lock();
-        let Some(entry) = entries.get_mut(&due.id) else {
+        let Some(entry) = entries.get_mut(&held.id) else {
             return;
         };
         if entry.claim_in_call {
@@ -525,21 +578,43 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
         entry.claim_in_call = true;
     }
     let inner = Arc::clone(inner);
-    let id = due.id;
-    let lease = Arc::clone(&due.lease);
-    let message_id = due.message_id.clone();
+    let ClaimHolder {
+        id,
+        lease,
+        message_id,
+    } = held;
     tokio::spawn(async move {
         let _slot = Arc::clone(&inner.claim_slots).acquire_owned().await;
         let takeover = lease
             .claim_open_to_takeover_at()
             .unwrap_or_else(|| lease.latest_visible_until());
-        let stop_handler_at = claim_renewal_cutoff(takeover);
+        let cutoff = ClaimCutoff::before(takeover);
         let mut attempts = Attempts::until(lease.latest_visible_until().min(takeover));
         let mut renewed = false;
-        while let Some(left) = attempts.next().await {
-            // A try that hangs is cut where the handler must be told to stop, so it is told in time.
-            let now = Instant::now();
-            let left = if now < stop_handler_at { left.min(stop_handler_at - now) } else { left };
+        let mut last_error: Option<StoreError> = None;
+        loop {
+            // A failing store cancels the handler at `cutoff.failing` even while the tries pause.
+            let next = match &last_error {
+                Some(error) if !lease.cancellation().is_cancelled() && Instant::now() < cutoff.failing => {
+                    tokio::select! {
+                        next = attempts.next() => next,
+                        () = tokio::time::sleep_until(cutoff.failing) => {
+                            cancel_for_claim(&inner, queue, &lease, &message_id, &claim.key, error);
+                            continue;
+                        }
+                    }
+                }
+                _ => attempts.next().await,
+            };
+            let Some(left) = next else {
+                break;
+            };
+            // Until the handler is told to stop, a try that hangs is cut where it must be told.
+            let left = if lease.cancellation().is_cancelled() {
+                left
+            } else {
+                left.min(cutoff.last.saturating_duration_since(Instant::now()))
+            };
             let held_until = lease.claim_lease_until_instant();
             let call = store.extend_lease(&claim, lease.claim_lease_until());
             let result = match tokio::time::timeout(left, call).await {
@@ -579,9 +654,10 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
                             "could not extend the idempotency claim; retrying"
                         );
                     }
-                    if Instant::now() >= stop_handler_at {
+                    if Instant::now() >= cutoff.failing {
                         cancel_for_claim(&inner, queue, &lease, &message_id, &claim.key, &error);
                     }
+                    last_error = Some(error);
                 }
             }
         }
@@ -597,20 +673,37 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, due: &Due) {
     });
 }
 
-/// Time to let the cancellation reach the handler before its grace starts counting.
+/// Time for a cancellation to reach the handler.
 const CLAIM_CANCEL_MARGIN: Duration = Duration::from_millis(500);
 
-/// When a handler whose claim is not renewed must be told to stop: its grace ([`CANCEL_GRACE`]) and a
-/// margin before the claim could be taken over.
-fn claim_renewal_cutoff(takeover: Instant) -> Instant {
-    takeover
-        .checked_sub(CANCEL_GRACE + CLAIM_CANCEL_MARGIN)
-        .unwrap_or(takeover)
+/// When a run whose claim is not renewed is told to stop.
+#[derive(Debug, Clone, Copy)]
+struct ClaimCutoff {
+    /// A failed try from here on cancels the handler: its grace ([`CANCEL_GRACE`]) then ends before
+    /// the claim could be taken over.
+    failing: Instant,
+    /// No try landed by here: cancel, whatever the tries still out may answer.
+    last: Instant,
+}
+
+impl ClaimCutoff {
+    fn before(takeover: Instant) -> Self {
+        let last = takeover.checked_sub(CLAIM_CANCEL_MARGIN).unwrap_or(takeover);
+        let failing = last.checked_sub(CANCEL_GRACE).unwrap_or(last);
+        Self { failing, last }
+    }
 }
 
 /// Cancels a run whose claim could not be renewed in time (once; the message keeps being extended, so
 /// it stays invisible until the pipeline has settled it).
-fn cancel_for_claim(inner: &Inner, queue: usize, lease: &Lease, message_id: &str, key: &str, error: &StoreError) {
+fn cancel_for_claim(
+    inner: &Inner,
+    queue: usize,
+    lease: &Lease,
+    message_id: &str,
+    key: &str,
+    error: &StoreError,
+) {
     if lease.cancellation().is_cancelled() {
         return;
     }
@@ -712,6 +805,7 @@ mod tests {
     /// Claims `key` until the lease's visibility deadline and puts the claim in the lease, as the
     /// pipeline does.
     async fn hold_claim(store: &dyn IdempotencyStore, lease: &Lease, key: &str) {
+        let held_until = lease.claim_lease_until_instant();
         let request = ClaimRequest {
             key: key.into(),
             lease_until: lease.claim_lease_until(),
@@ -723,7 +817,7 @@ mod tests {
         let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
             panic!("the key is free")
         };
-        lease.hold_claim(claim, request.lease_until);
+        lease.hold_claim(claim, held_until);
     }
 
     fn state(queue: &MemoryQueue) -> MessageState {
@@ -1002,13 +1096,20 @@ mod tests {
         hold_claim(store.as_ref(), &lease, "conveyor:test#slow").await;
         let takeover = lease.claim_open_to_takeover_at().unwrap();
         // The claim was written until the first deadline (30 s) plus the skew allowance: another
-        // consumer may take it over from 30 s on. The extension at 15 s hangs; the handler must be
-        // told to stop with its grace and the margin to spare.
-        tokio::time::sleep_until(takeover - CANCEL_GRACE - CLAIM_CANCEL_MARGIN - Duration::from_millis(100)).await;
+        // consumer may take it over from 30 s on. The extension at 15 s hangs (slow, not failing):
+        // the handler is told to stop by the margin before that moment.
+        tokio::time::sleep_until(takeover - CLAIM_CANCEL_MARGIN - Duration::from_millis(100)).await;
         assert!(!lease.cancellation().is_cancelled(), "not before the cut-off");
-        tokio::time::sleep_until(takeover - CANCEL_GRACE).await;
-        assert!(lease.cancellation().is_cancelled(), "cancelled before the claim could be taken over");
-        assert_eq!(*lease.cancel_reasons().get().unwrap(), CancelReason::ClaimNotRenewed);
+        tokio::time::sleep_until(takeover - CLAIM_CANCEL_MARGIN).await;
+        tokio::task::yield_now().await;
+        assert!(
+            lease.cancellation().is_cancelled(),
+            "cancelled before the claim could be taken over"
+        );
+        assert_eq!(
+            *lease.cancel_reasons().get().unwrap(),
+            CancelReason::ClaimNotRenewed
+        );
         tokio::time::sleep(Duration::from_secs(260)).await;
         assert_eq!(
             setup.status.report().heartbeat_extensions,
@@ -1016,6 +1117,69 @@ mod tests {
             "visibility kept its pace: the message stays held until the pipeline settles it"
         );
         assert_eq!(state(&setup.queue), MessageState::InFlight);
+        setup.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_store_stops_the_run_with_its_grace_before_the_claim_lapses() {
+        let store = Arc::new(MemoryIdempotencyStore::new());
+        let setup = setup(
+            Duration::from_secs(3600),
+            Some(store.clone() as Arc<dyn IdempotencyStore>),
+        );
+        let (_message, lease, _registration) = receive(&setup).await;
+        hold_claim(store.as_ref(), &lease, "conveyor:test#outage").await;
+        let takeover = lease.claim_open_to_takeover_at().unwrap();
+        store.set_unavailable(true);
+        tokio::time::sleep_until(takeover - CLAIM_CANCEL_MARGIN - CANCEL_GRACE - Duration::from_millis(600))
+            .await;
+        assert!(
+            !lease.cancellation().is_cancelled(),
+            "retrying while the grace fits"
+        );
+        tokio::time::sleep_until(takeover - CANCEL_GRACE).await;
+        assert!(
+            lease.cancellation().is_cancelled(),
+            "the grace ends before the claim lapses"
+        );
+        assert_eq!(
+            *lease.cancel_reasons().get().unwrap(),
+            CancelReason::ClaimNotRenewed
+        );
+        setup.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_acquired_while_an_extension_was_out_catches_up() {
+        let store = Arc::new(MemoryIdempotencyStore::new());
+        let setup = setup(
+            Duration::from_secs(3600),
+            Some(store.clone() as Arc<dyn IdempotencyStore>),
+        );
+        let (_message, lease, _registration) = receive(&setup).await;
+        // The claim is sent at 0 s, to the first deadline; it is answered at 16 s, after the
+        // visibility extension at 15 s moved the deadline to 45 s.
+        let held_until = lease.claim_lease_until_instant();
+        let request = ClaimRequest {
+            key: "conveyor:test#lagging".into(),
+            lease_until: lease.claim_lease_until(),
+            expires_at: SystemTime::now() + Duration::from_secs(3600),
+            validation: None,
+            restart_runs: false,
+            last_attempt: false,
+        };
+        let ClaimOutcome::Acquired(claim) = store.claim(&request).await.unwrap() else {
+            panic!("the key is free")
+        };
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        assert_eq!(setup.status.report().heartbeat_extensions, 1);
+        lease.hold_claim(claim, held_until);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        assert!(
+            !lease.cancellation().is_cancelled(),
+            "the lagging claim was extended before it could be taken over"
+        );
+        assert!(lease.claim_open_to_takeover_at().unwrap() > Instant::now());
         setup.stop.cancel();
     }
 
@@ -1033,7 +1197,10 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(20)).await;
         store.set_unavailable(false);
         tokio::time::sleep(Duration::from_secs(100)).await;
-        assert!(!lease.cancellation().is_cancelled(), "renewed in time: the run goes on");
+        assert!(
+            !lease.cancellation().is_cancelled(),
+            "renewed in time: the run goes on"
+        );
         let record = store.get("conveyor:test#brownout").await.unwrap().unwrap();
         assert!(
             record.lease_until.unwrap() > SystemTime::now() + Duration::from_secs(10),
