@@ -72,6 +72,7 @@ pub async fn run_with_config(pipeline: Pipeline, mut config: LambdaConfig) -> Re
             "serving concurrent invocations in one process (Lambda Managed Instances)"
         );
     }
+    let pipeline = crate::store_env::with_store_from_env(pipeline).await?;
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(
         pipeline,
@@ -96,6 +97,7 @@ async fn handle(
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SqsBatchResponse, InvocationError> {
     let (payload, context) = event.into_parts();
+    crate::store_env::log_start_once(processor, &payload);
     if crate::flow_sweep::is_flow_sweep(&payload) {
         let span = tracing::info_span!("flow_sweep", request_id = %context.request_id);
         return crate::flow_sweep::sweep_flows(processor.pipeline())
