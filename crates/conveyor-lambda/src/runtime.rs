@@ -36,7 +36,8 @@ pub const TENANT_PER_SECOND_ENV: &str = "CONVEYOR_TENANT_PER_SECOND";
 pub const TENANT_METRICS_TOP_ENV: &str = "CONVEYOR_TENANT_METRICS_TOP";
 
 /// Runs the function with the configuration its environment gives ([`config_from_env`]): receives SQS
-/// batches from the Lambda Runtime API until the environment is shut down. The same shape as
+/// batches from the Lambda Runtime API until the environment is shut down. With the `dynamodb` feature,
+/// the idempotency store is built on `CONVEYOR_IDEMPOTENCY_TABLE` when the pipeline has none. The same shape as
 /// `conveyor_worker::run(pipeline)`, so one `main` line tells the two runtimes apart.
 ///
 /// ```no_run

@@ -12,8 +12,10 @@
 //! What it does, in order: installs logging unless the application set up its own
 //! ([`crate::init_logging`]: text or JSON on stderr, `RUST_LOG`); loads the TOML file named by `CONVEYOR_CONFIG` (if set) and the
 //! `CONVEYOR_*` variables ([`crate::load_config`], unknown variables are warned about with the closest
-//! known name); builds the SQS client from the environment with deadlines on every call
-//! ([`conveyor_sqs::sqs_client_from_env`]); connects each queue, reading its visibility timeout, FIFO
+//! known name); builds the DynamoDB idempotency store on `CONVEYOR_IDEMPOTENCY_TABLE` when the pipeline has
+//! none (feature `dynamodb`; set but unusable, the start is refused with the fix); builds the SQS client
+//! from the environment with deadlines on every call ([`conveyor_sqs::sqs_client_from_env`]); connects
+//! each queue (a name resolved once with `GetQueueUrl`), reading its visibility timeout, FIFO
 //! flag and redrive policy (a configuration error stops here with its fix, an outage is retried,
 //! [`crate::connect`]); watches each queue's DLQ depth; builds the [`Worker`] (which refuses a queue whose
 //! visibility timeout is too short for the heartbeat, a drain that does not fit in the stop timeout, a

@@ -230,6 +230,32 @@ mod tests {
         worker().validate().unwrap();
     }
 
+    /// A queue name is taken (the worker resolves it with GetQueueUrl when it connects); a value that
+    /// is neither a URL nor a name is refused with AWS's and LocalStack's URL forms and the local init.
+    #[test]
+    fn a_queue_name_is_taken_and_anything_else_is_refused_with_the_forms_that_work() {
+        for name in ["jobs", "orders.fifo", "greetings_2-b"] {
+            let config = WorkerConfig {
+                queues: vec![QueueConfig::new(name)],
+                ..worker()
+            };
+            config.validate().unwrap_or_else(|error| panic!("{name}: {error}"));
+        }
+        let config = WorkerConfig {
+            queues: vec![QueueConfig::new("jobs queue")],
+            ..worker()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        for expected in [
+            "\"jobs queue\" is neither a queue URL nor a queue name",
+            "https://sqs.REGION.amazonaws.com/ACCOUNT_ID/NAME",
+            "http://127.0.0.1:4566/queue/REGION/000000000000/NAME",
+            "conveyor local init --queue NAME",
+        ] {
+            assert!(error.contains(expected), "{expected} missing: {error}");
+        }
+    }
+
     #[test]
     fn every_problem_is_reported_with_what_to_change() {
         let config = WorkerConfig {
