@@ -111,7 +111,7 @@ fn configuration_problem(error: &QueueError) -> Option<String> {
         QueueError::Invalid { message } => return Some(format!("SQS refused the request: {message}")),
         QueueError::Unavailable { message } => message,
     };
-    if let Some(problem) = set_endpoint_unreachable(&message, |name| std::env::var(name).ok()) {
+    if let Some(problem) = set_endpoint_unreachable(message, |name| std::env::var(name).ok()) {
         return Some(problem);
     }
     let lower = message.to_ascii_lowercase();

@@ -239,7 +239,9 @@ mod tests {
                 queues: vec![QueueConfig::new(name)],
                 ..worker()
             };
-            config.validate().unwrap_or_else(|error| panic!("{name}: {error}"));
+            config
+                .validate()
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
         }
         let config = WorkerConfig {
             queues: vec![QueueConfig::new("jobs queue")],
