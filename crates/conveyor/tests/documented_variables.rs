@@ -53,7 +53,8 @@ fn names_in(text: &str) -> Vec<String> {
 
 /// What the guide documents: (variable, who reads it).
 fn documented() -> BTreeSet<(String, Reader)> {
-    let guide = std::fs::read_to_string(root().join("docs/configuration.md")).expect("docs/configuration.md");
+    let guide = std::fs::read_to_string(root().join("docs/configuration.md"))
+        .unwrap_or_else(|error| panic!("reading docs/configuration.md: {error}"));
     let mut documented = BTreeSet::new();
     let mut table_names = Vec::new();
     for row in guide.lines().filter(|line| line.starts_with("| `")) {
@@ -96,7 +97,10 @@ fn code_lines(folder: &Path) -> Vec<String> {
     let mut lines = Vec::new();
     let mut folders = vec![folder.to_owned()];
     while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).expect("a source folder").flatten() {
+        for entry in std::fs::read_dir(&folder)
+            .unwrap_or_else(|error| panic!("reading {}: {error}", folder.display()))
+            .flatten()
+        {
             let path = entry.path();
             if path.is_dir() {
                 folders.push(path);
@@ -105,7 +109,8 @@ fn code_lines(folder: &Path) -> Vec<String> {
             if path.extension().is_none_or(|extension| extension != "rs") {
                 continue;
             }
-            let text = std::fs::read_to_string(&path).expect("a source file");
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|error| panic!("reading {}: {error}", path.display()));
             let mut previous_is_cfg_test = false;
             for line in text.lines() {
                 let trimmed = line.trim();
