@@ -95,6 +95,16 @@ pub async fn lambda_run_until_empty(
     env: &[(String, String)],
     timeout: Duration,
 ) -> anyhow::Result<std::process::Output> {
+    lambda_run_until_empty_with(&binaries().path("bootstrap")?, queue_url, env, timeout).await
+}
+
+/// [`lambda_run_until_empty`] with another function's `bootstrap` binary than the example application's.
+pub async fn lambda_run_until_empty_with(
+    bootstrap: &Path,
+    queue_url: &str,
+    env: &[(String, String)],
+    timeout: Duration,
+) -> anyhow::Result<std::process::Output> {
     let binaries = binaries();
     let mut runner = tokio::process::Command::new(binaries.path("conveyor")?);
     for name in INHERITED {
@@ -109,7 +119,7 @@ pub async fn lambda_run_until_empty(
             queue_url,
             "--bootstrap",
         ])
-        .arg(binaries.path("bootstrap")?)
+        .arg(bootstrap)
         .envs(env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

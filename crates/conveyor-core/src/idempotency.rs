@@ -211,6 +211,13 @@ pub enum StoreError {
 ///   so a long job's record can neither be taken over as expired nor deleted by TTL while it runs.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
+    /// The table the records are in, when the store has one (DynamoDB's table name; `None` for an
+    /// in-memory store): the runtimes compare it with `CONVEYOR_IDEMPOTENCY_TABLE` and name it in their
+    /// start line. A store that wraps another returns the inner one's.
+    fn table(&self) -> Option<&str> {
+        None
+    }
+
     /// Claims a key.
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError>;
 

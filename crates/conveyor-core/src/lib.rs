@@ -36,6 +36,8 @@ mod queue;
 mod rate;
 mod record_key;
 mod router;
+mod start_line;
+mod store_env;
 mod store_health;
 mod store_retry;
 pub mod tenant;
@@ -130,6 +132,8 @@ pub mod runtime {
     pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
     pub use crate::progress::ProgressReporter;
     pub use crate::rate::TokenBucket;
+    pub use crate::start_line::{describe_store, describe_tenants, describe_tracking, on_off};
+    pub use crate::store_env::{ENV_IDEMPOTENCY_TABLE, StoreChoice, StoreEnvError, store_from_env};
     pub use crate::store_health::StoreHealth;
     pub use crate::tenant_limits::{
         TenantAdmission, TenantGuards, TenantLimit, TenantLimitError, TenantLimits, TenantOverride,

@@ -548,6 +548,10 @@ impl DynamoStore {
 
 #[async_trait]
 impl IdempotencyStore for DynamoStore {
+    fn table(&self) -> Option<&str> {
+        Some(&self.table)
+    }
+
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         self.claim_with(request, None).await
     }

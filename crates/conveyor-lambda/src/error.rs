@@ -19,6 +19,10 @@ pub enum LambdaError {
         /// What is wrong and what is expected.
         problem: String,
     },
+    /// `CONVEYOR_IDEMPOTENCY_TABLE` is set but cannot be used (no `dynamodb` feature, or the pipeline
+    /// has a store on another table): the message says what to do.
+    #[error(transparent)]
+    IdempotencyTable(#[from] conveyor_core::runtime::StoreEnvError),
     /// The Lambda runtime client failed (the Runtime API is unreachable, say).
     #[error("the Lambda runtime stopped: {0}")]
     Runtime(String),

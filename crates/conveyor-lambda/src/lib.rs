@@ -13,6 +13,7 @@ mod queues;
 mod record;
 mod runtime;
 mod settings;
+mod store_env;
 mod tenants;
 mod timer_relay;
 

@@ -36,7 +36,8 @@ pub const TENANT_PER_SECOND_ENV: &str = "CONVEYOR_TENANT_PER_SECOND";
 pub const TENANT_METRICS_TOP_ENV: &str = "CONVEYOR_TENANT_METRICS_TOP";
 
 /// Runs the function with the configuration its environment gives ([`config_from_env`]): receives SQS
-/// batches from the Lambda Runtime API until the environment is shut down. The same shape as
+/// batches from the Lambda Runtime API until the environment is shut down. With the `dynamodb` feature,
+/// the idempotency store is built on `CONVEYOR_IDEMPOTENCY_TABLE` when the pipeline has none. The same shape as
 /// `conveyor_worker::run(pipeline)`, so one `main` line tells the two runtimes apart.
 ///
 /// ```no_run
@@ -72,6 +73,7 @@ pub async fn run_with_config(pipeline: Pipeline, mut config: LambdaConfig) -> Re
             "serving concurrent invocations in one process (Lambda Managed Instances)"
         );
     }
+    let pipeline = crate::store_env::with_store_from_env(pipeline).await?;
     let client = conveyor_sqs::sqs_client_from_env().await;
     let processor = Arc::new(BatchProcessor::new(
         pipeline,
@@ -96,6 +98,7 @@ async fn handle(
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SqsBatchResponse, InvocationError> {
     let (payload, context) = event.into_parts();
+    crate::store_env::log_start_once(processor, &payload);
     if crate::flow_sweep::is_flow_sweep(&payload) {
         let span = tracing::info_span!("flow_sweep", request_id = %context.request_id);
         return crate::flow_sweep::sweep_flows(processor.pipeline())

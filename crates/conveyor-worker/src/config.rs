@@ -110,7 +110,8 @@ pub const WORKER_VARIABLES: &[Variable] = &[
 /// carry (the binaries' log format, the idempotency table, the local stack's ports): never reported.
 pub const OTHER_CONVEYOR_VARIABLES: &[&str] = &[
     conveyor_core::runtime::ENV_LOG_FORMAT,
-    "CONVEYOR_IDEMPOTENCY_TABLE",
+    // Read by `run` (the store it builds when the pipeline has none), not by the config.
+    conveyor_core::runtime::ENV_IDEMPOTENCY_TABLE,
     "CONVEYOR_PAYLOAD_BUCKET",
     "CONVEYOR_PAYLOAD_CLEANUP",
     "CONVEYOR_SQS_PORT",

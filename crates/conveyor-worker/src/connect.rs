@@ -111,6 +111,9 @@ fn configuration_problem(error: &QueueError) -> Option<String> {
         QueueError::Invalid { message } => return Some(format!("SQS refused the request: {message}")),
         QueueError::Unavailable { message } => message,
     };
+    if let Some(problem) = set_endpoint_unreachable(message, |name| std::env::var(name).ok()) {
+        return Some(problem);
+    }
     let lower = message.to_ascii_lowercase();
     if lower.contains("missing signing region") || lower.contains("no region") {
         return Some(
@@ -133,6 +136,37 @@ fn configuration_problem(error: &QueueError) -> Option<String> {
     None
 }
 
+/// The variables that set the SQS endpoint the client dials, in the SDK's order.
+const ENDPOINT_VARIABLES: [&str; 2] = ["AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL"];
+
+/// When the request never reached an endpoint that a variable set (nothing listens there, or its host
+/// does not resolve): a configuration error naming the endpoint dialled and the variable, not an outage
+/// (the queue URL's host is not what the client dials). `var` reads the environment.
+fn set_endpoint_unreachable(message: &str, var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let reason = message.strip_prefix("the request did not reach SQS: ")?;
+    let refused = reason.contains("Connection refused") || reason.contains("connection refused");
+    let unresolved = reason.contains("dns error") || reason.contains("failed to lookup address");
+    if !refused && !unresolved {
+        return None;
+    }
+    let (variable, endpoint) = ENDPOINT_VARIABLES.iter().find_map(|name| {
+        let value = var(name)?;
+        let value = value.trim();
+        (!value.is_empty()).then(|| (*name, value.to_owned()))
+    })?;
+    let what = if refused {
+        "nothing listens there (connection refused)"
+    } else {
+        "its host name does not resolve"
+    };
+    Some(format!(
+        "the SQS client dials {endpoint} (set by {variable}) and {what}: a configuration error, not an outage, so \
+         the worker stops instead of retrying; fix {variable} (LocalStack listens on http://127.0.0.1:4566; \
+         `source localstack/env.sh`), or start the emulator before the worker (a container that starts first: \
+         make it wait for the emulator's health check)"
+    ))
+}
+
 /// The pause after the `attempts`-th failure in a row: doubling from [`FIRST_PAUSE`] up to
 /// [`MAX_PAUSE`], half of it random so a fleet restarting together does not retry in step.
 fn pause_after(attempts: u32) -> Duration {
@@ -151,6 +185,32 @@ mod tests {
         QueueError::Unavailable {
             message: message.to_owned(),
         }
+    }
+
+    /// A wrong port in AWS_ENDPOINT_URL_SQS is a configuration error naming the port dialled and the
+    /// variable; without a variable (AWS's own endpoint) a refused connection stays an outage.
+    #[test]
+    fn a_refused_endpoint_that_a_variable_set_is_named_with_the_variable() {
+        let refused = "the request did not reach SQS: dispatch failure: io error: client error (Connect): tcp \
+                       connect error: Connection refused (os error 111)";
+        let set = |name: &str| (name == "AWS_ENDPOINT_URL_SQS").then(|| "http://127.0.0.1:4567".to_owned());
+        let problem = set_endpoint_unreachable(refused, set).expect("a configuration error");
+        assert!(
+            problem.contains("http://127.0.0.1:4567")
+                && problem.contains("AWS_ENDPOINT_URL_SQS")
+                && problem.contains("not an outage"),
+            "{problem}"
+        );
+        assert_eq!(set_endpoint_unreachable(refused, |_| None), None);
+        let throttled = "the request did not reach SQS: timeout";
+        assert_eq!(set_endpoint_unreachable(throttled, set), None);
+        let general = |name: &str| (name == "AWS_ENDPOINT_URL").then(|| "http://localstack:4566".to_owned());
+        let dns = "the request did not reach SQS: dispatch failure: dns error: failed to lookup address information";
+        let problem = set_endpoint_unreachable(dns, general).expect("a configuration error");
+        assert!(
+            problem.contains("AWS_ENDPOINT_URL)") && problem.contains("does not resolve"),
+            "{problem}"
+        );
     }
 
     /// A connect that fails with `errors` in turn, then succeeds; counts its calls.

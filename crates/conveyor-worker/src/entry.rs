@@ -12,8 +12,10 @@
 //! What it does, in order: installs logging unless the application set up its own
 //! ([`crate::init_logging`]: text or JSON on stderr, `RUST_LOG`); loads the TOML file named by `CONVEYOR_CONFIG` (if set) and the
 //! `CONVEYOR_*` variables ([`crate::load_config`], unknown variables are warned about with the closest
-//! known name); builds the SQS client from the environment with deadlines on every call
-//! ([`conveyor_sqs::sqs_client_from_env`]); connects each queue, reading its visibility timeout, FIFO
+//! known name); builds the DynamoDB idempotency store on `CONVEYOR_IDEMPOTENCY_TABLE` when the pipeline has
+//! none (feature `dynamodb`; set but unusable, the start is refused with the fix); builds the SQS client
+//! from the environment with deadlines on every call ([`conveyor_sqs::sqs_client_from_env`]); connects
+//! each queue (a name resolved once with `GetQueueUrl`), reading its visibility timeout, FIFO
 //! flag and redrive policy (a configuration error stops here with its fix, an outage is retried,
 //! [`crate::connect`]); watches each queue's DLQ depth; builds the [`Worker`] (which refuses a queue whose
 //! visibility timeout is too short for the heartbeat, a drain that does not fit in the stop timeout, a
@@ -88,17 +90,23 @@ impl Runner {
     /// Connects and runs until SIGTERM/SIGINT.
     pub async fn run(self) -> Result<WorkerReport, WorkerError> {
         crate::logging::init_logging()?;
-        let config = load_config_reading(self.config_path.as_deref(), &self.app_variables)?;
+        let mut config = load_config_reading(self.config_path.as_deref(), &self.app_variables)?;
+        let pipeline = crate::store_env::with_store_from_env(self.pipeline).await?;
         let client = conveyor_sqs::sqs_client_from_env().await;
         let region = client.config().region().map(ToString::to_string);
         let mut queues: Vec<Arc<dyn Queue>> = Vec::new();
         let mut dead_letter_queues: Vec<Arc<dyn Queue>> = Vec::new();
-        for queue in &config.queues {
+        for queue in &mut config.queues {
             let connected = connect_with_retry(&queue.url, DEFAULT_CONNECT_PATIENCE, || {
                 conveyor_sqs::SqsQueue::connect(client.clone(), &queue.url)
             })
             .await
             .map_err(|error| name_the_regions(error, &queue.url, region.as_deref()))?;
+            // A name was resolved once, with GetQueueUrl: from here on the worker uses the URL.
+            if queue.url != connected.url() {
+                tracing::info!(name = %queue.url, url = connected.url(), "queue name resolved");
+                connected.url().clone_into(&mut queue.url);
+            }
             if let Some(dlq_url) = connected.dead_letter_queue_url() {
                 let dlq = connect_with_retry(dlq_url, DEFAULT_CONNECT_PATIENCE, || {
                     conveyor_sqs::SqsQueue::connect(client.clone(), dlq_url)
@@ -109,7 +117,7 @@ impl Runner {
             }
             queues.push(Arc::new(connected));
         }
-        let mut worker = Worker::new(config, self.pipeline, queues)?;
+        let mut worker = Worker::new(config, pipeline, queues)?;
         for dlq in dead_letter_queues {
             worker = worker.watch_dead_letter_queue(dlq);
         }
@@ -135,6 +143,16 @@ fn name_the_regions(error: WorkerError, url: &str, client_region: Option<&str>) 
     let WorkerError::Connect { queue, problem } = error else {
         return error;
     };
+    if !url.contains("://") && problem.contains("does not exist") {
+        let region = client_region.unwrap_or("(none set)");
+        return WorkerError::Connect {
+            queue,
+            problem: format!(
+                "{problem} (the name was looked up with GetQueueUrl in the worker's region, {region}: set AWS_REGION \
+                 to the queue's region, or give its URL; `conveyor local init --queue {url}` creates a local queue)"
+            ),
+        };
+    }
     let url_region = conveyor_sqs::admin::queue_url_region(url);
     match (url_region, client_region) {
         (Some(url_region), Some(client_region))

@@ -91,6 +91,10 @@ pub enum WorkerError {
         "the idempotency store cannot be used: {0}; no message was received (fix the table or the role, then start again)"
     )]
     Store(conveyor_core::port::StoreError),
+    /// `CONVEYOR_IDEMPOTENCY_TABLE` is set but cannot be used (no `dynamodb` feature, or the pipeline
+    /// has a store on another table): the message says what to do.
+    #[error(transparent)]
+    IdempotencyTable(#[from] conveyor_core::runtime::StoreEnvError),
     /// A health check failed.
     #[error("health check of {addr} failed: {problem}")]
     Unhealthy {

@@ -20,7 +20,9 @@ mod retry;
 mod runtime;
 mod settings;
 mod signals;
+mod start_line;
 mod stats;
+mod store_env;
 pub mod telemetry;
 mod worker;
 

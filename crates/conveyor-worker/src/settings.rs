@@ -127,16 +127,9 @@ impl WorkerConfig {
         });
         for (index, queue) in self.queues.iter().enumerate() {
             let field = format!("queues[{index}].url");
-            problems.check(
-                queue.url.starts_with("http://") || queue.url.starts_with("https://"),
-                &field,
-                || {
-                    format!(
-                        "{:?} is not a queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
-                        queue.url
-                    )
-                },
-            );
+            problems.check(is_queue_url_or_name(&queue.url), &field, || {
+                not_a_queue(&queue.url)
+            });
             problems.check(queue.weight > 0, &format!("queues[{index}].weight"), || {
                 "must be at least 1".to_owned()
             });
@@ -201,6 +194,23 @@ impl WorkerConfig {
     }
 }
 
+/// A queue URL (`http://` or `https://`, used as is) or a queue name (resolved with `GetQueueUrl` when
+/// the worker connects).
+fn is_queue_url_or_name(given: &str) -> bool {
+    given.starts_with("http://") || given.starts_with("https://") || conveyor_sqs::admin::is_queue_name(given)
+}
+
+/// Why `given` is refused as a queue, with the forms that work and where a local queue's URL comes from.
+fn not_a_queue(given: &str) -> String {
+    format!(
+        "{given:?} is neither a queue URL nor a queue name: a URL looks like \
+         https://sqs.REGION.amazonaws.com/ACCOUNT_ID/NAME (LocalStack: \
+         http://127.0.0.1:4566/queue/REGION/000000000000/NAME or http://127.0.0.1:4566/000000000000/NAME); a name \
+         (letters, digits, - and _, at most 80 characters, .fifo for a FIFO queue) is looked up with GetQueueUrl in \
+         the worker's region; `conveyor local init --queue NAME` creates a local queue and prints its URL"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +228,34 @@ mod tests {
     #[test]
     fn defaults_with_a_queue_are_valid() {
         worker().validate().unwrap();
+    }
+
+    /// A queue name is taken (the worker resolves it with GetQueueUrl when it connects); a value that
+    /// is neither a URL nor a name is refused with AWS's and LocalStack's URL forms and the local init.
+    #[test]
+    fn a_queue_name_is_taken_and_anything_else_is_refused_with_the_forms_that_work() {
+        for name in ["jobs", "orders.fifo", "greetings_2-b"] {
+            let config = WorkerConfig {
+                queues: vec![QueueConfig::new(name)],
+                ..worker()
+            };
+            config
+                .validate()
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
+        }
+        let config = WorkerConfig {
+            queues: vec![QueueConfig::new("jobs queue")],
+            ..worker()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        for expected in [
+            "\"jobs queue\" is neither a queue URL nor a queue name",
+            "https://sqs.REGION.amazonaws.com/ACCOUNT_ID/NAME",
+            "http://127.0.0.1:4566/queue/REGION/000000000000/NAME",
+            "conveyor local init --queue NAME",
+        ] {
+            assert!(error.contains(expected), "{expected} missing: {error}");
+        }
     }
 
     #[test]

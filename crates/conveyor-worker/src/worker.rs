@@ -289,6 +289,8 @@ impl Worker {
         // latest, with the other background tasks); the worker waits for the tasks before it reports.
         let task_drain = background.child_token();
         let mut tasks = self.background;
+        let task_names: Vec<&'static str> = tasks.iter().map(|task| task.name()).collect();
+        let on = crate::start_line::WhatIsOn::of(&self.pipeline, &config, &task_names);
         if let Some(timers) = self.pipeline.timers() {
             tasks.push(Box::new(conveyor_core::TimerRelay::new(timers.clone())));
         }
@@ -339,6 +341,14 @@ impl Worker {
             receive_loops = plan.len(),
             max_in_flight = runtime.config.max_in_flight,
             priority = ?runtime.config.priority,
+            idempotency = %on.idempotency,
+            tracking = %on.tracking,
+            timers_relay = %on.timers_relay,
+            schedules = %on.schedules,
+            outbox_relay = %on.outbox_relay,
+            flows_sweep = %on.flows_sweep,
+            tenants = %on.tenants,
+            tracing = %on.tracing,
             "worker started"
         );
 
