@@ -567,8 +567,14 @@ async fn a_slow_or_refusing_collector_never_makes_an_invocation_late() {
         let users = [1, 2, 3];
         let (created, outbox, env) =
             welcome_emails(&format!("traces-{case}"), &users, &endpoint, "signup").await;
-        // A short function: the SDK's own flush (five seconds) would not fit.
-        let output = lambda_run(&created.url, &env, &["--function-timeout-secs", "4"]).await;
+        // A short function: the SDK's own flush (five seconds) would not fit. Active Tracing, so that
+        // spans are sampled whatever the X-Ray rule (without it a parented span would not be).
+        let output = lambda_run(
+            &created.url,
+            &env,
+            &["--function-timeout-secs", "4", "--active-tracing"],
+        )
+        .await;
         let text = printed(&output);
         assert!(
             text.contains(" 0 timeouts") && !text.contains("timed out"),

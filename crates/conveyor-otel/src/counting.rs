@@ -58,8 +58,10 @@ pub struct FlushReport {
     /// Spans lost since the previous report: their export failed (the collector refused the
     /// connection, answered with an error, or did not answer within the exporter's timeout).
     pub dropped: u64,
-    /// Spans ended but not exported when the flush's time was up: they wait for a later export (the
-    /// next invocation's flush, the exporter's timer), and are lost if the process ends first.
+    /// Spans ended (by this invocation or earlier ones) but not yet exported when the flush's time was
+    /// up: they wait for a later export (the next invocation's flush, the exporter's timer), and are
+    /// lost if the process ends first. A count of what waits, not of what happened since the last
+    /// report.
     pub unflushed: u64,
 }
 
