@@ -287,8 +287,7 @@ mod tests {
             let record = tracing::info_span!("process jobs");
             drop(record.enter());
         });
-        let spans = kept.0.lock().unwrap().clone();
-        spans
+        kept.0.lock().unwrap().clone()
     }
 
     fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {

@@ -142,10 +142,11 @@ impl Runner {
         };
         // The spans of the last jobs leave before the process does (feature `otel`), inside the stop
         // timeout whatever the collector does.
+        let budget = span_flush_budget(config_stop_timeout, since_signal);
         #[cfg(feature = "otel")]
-        export_last_spans(span_flush_budget(config_stop_timeout, since_signal)).await;
+        export_last_spans(budget).await;
         #[cfg(not(feature = "otel"))]
-        let _ = (config_stop_timeout, since_signal);
+        let _ = budget;
         report
     }
 }
