@@ -355,3 +355,248 @@ async fn lambda_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider
         assert_eq!(invocation.service, "signup-worker");
     }
 }
+
+/// Runs `conveyor lambda run --until-empty` on `queue_url` with the example `bootstrap` and `extra`
+/// arguments, as `conveyor_e2e::lambda_run_until_empty` does; its Runtime API sends Lambda's headers
+/// (an epoch `Lambda-Runtime-Deadline-Ms`, `Lambda-Runtime-Trace-Id: Root=…;Parent=…;Sampled=0|1;Lineage=…`).
+async fn lambda_run(queue_url: &str, env: &[(String, String)], extra: &[&str]) -> std::process::Output {
+    let binaries = conveyor_e2e::binaries();
+    let mut runner = tokio::process::Command::new(binaries.path("conveyor").unwrap());
+    for name in conveyor_e2e::INHERITED {
+        runner.env_remove(name);
+    }
+    runner
+        .args(["lambda", "run", "--until-empty", "--queue-url", queue_url])
+        .arg("--bootstrap")
+        .arg(binaries.path("bootstrap").unwrap())
+        .args(extra)
+        .envs(env.iter().map(|(name, value)| (name.as_str(), value.as_str())))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        runner.arg("--env").arg(format!("{name}={value}"));
+    }
+    let output = tokio::time::timeout(Duration::from_secs(120), runner.output())
+        .await
+        .expect("conveyor lambda run ends within two minutes")
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "conveyor lambda run failed:\n{}",
+        printed(&output)
+    );
+    output
+}
+
+fn printed(output: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A queue with `users` welcome emails (no sender's span: the records' spans stand alone), a table,
+/// and the example application's environment exporting to `endpoint` as `service`.
+async fn welcome_emails(
+    name: &str,
+    users: &[u32],
+    endpoint: &str,
+    service: &str,
+) -> (TestQueue, std::path::PathBuf, Vec<(String, String)>) {
+    let sqs = localstack::sqs_client().await;
+    let created = localstack::create_queue(&sqs, &QueueSpec::standard(name).max_receive_count(3))
+        .await
+        .unwrap();
+    let producer = Producer::new(sqs.clone(), &created.url);
+    for user_id in users {
+        let job = NewJob::new(
+            "welcome_email",
+            json!({"user_id": user_id, "email": format!("user{user_id}@example.com"), "name": "Ada"}),
+        );
+        producer.send(&job).await.unwrap();
+    }
+    let table = localstack::create_table(&localstack::dynamodb_client().await, name)
+        .await
+        .unwrap();
+    let outbox = std::env::temp_dir().join(format!("{}.jsonl", unique_name(name)));
+    let mut env = conveyor_demo::local_app_env(&table, &outbox, "traces-secret", "warn");
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), endpoint.to_owned()));
+    env.push(("OTEL_SERVICE_NAME".to_owned(), service.to_owned()));
+    (created, outbox, env)
+}
+
+/// How many times each user's welcome email went out (the example's outbox file).
+fn emails_per_user(outbox: &std::path::Path) -> std::collections::BTreeMap<u64, u32> {
+    let text = std::fs::read_to_string(outbox).unwrap_or_default();
+    let mut sent = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        let effect: serde_json::Value = serde_json::from_str(line).unwrap();
+        if effect["effect"] == "email_sent" {
+            *sent.entry(effect["to_user"].as_u64().unwrap()).or_insert(0) += 1;
+        }
+    }
+    sent
+}
+
+/// Without X-Ray Active Tracing (Lambda's default) Lambda sends `Sampled=0` with a `Parent=`; with it,
+/// `Sampled=1`. Under the default sampler the example `bootstrap` exports one consumer span per record
+/// either way: inside the X-Ray trace with Active Tracing, in a trace of its own (linked to X-Ray's,
+/// whose id it keeps) without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lambda_exports_a_span_per_record_with_and_without_active_tracing() {
+    localstack::ensure_local_aws().await.unwrap();
+    let receiver = OtlpReceiver::start().await.unwrap();
+    for active_tracing in [false, true] {
+        let service = format!("signup-{}", if active_tracing { "xray" } else { "default" });
+        let users = [1, 2, 3];
+        let (created, outbox, env) =
+            welcome_emails("traces-xray", &users, &receiver.endpoint(), &service).await;
+        let extra: &[&str] = if active_tracing {
+            &["--active-tracing"]
+        } else {
+            &[]
+        };
+        let output = lambda_run(&created.url, &env, extra).await;
+        assert_eq!(
+            emails_per_user(&outbox).into_values().collect::<Vec<_>>(),
+            [1, 1, 1],
+            "each job ran once\n{}",
+            printed(&output)
+        );
+        let spans = receiver
+            .wait_for(SPANS_TIMEOUT, |spans| {
+                spans
+                    .iter()
+                    .filter(|span| span.service == service && span.kind == CONSUMER)
+                    .count()
+                    >= users.len()
+            })
+            .await
+            .unwrap_or_else(|error| {
+                panic!(
+                    "{error}: one consumer span per record (Active Tracing {active_tracing})\n{}",
+                    printed(&output)
+                )
+            });
+        let records: Vec<&ReceivedSpan> = spans
+            .iter()
+            .filter(|span| span.service == service && span.kind == CONSUMER)
+            .collect();
+        assert_eq!(records.len(), users.len(), "{records:#?}");
+        for record in records {
+            assert_eq!(record.attribute("job_type"), Some("welcome_email"));
+            assert_eq!(record.attribute("messaging.system"), Some("aws_sqs"));
+            assert_eq!(record.attribute("outcome"), Some("acked"));
+            let invocation = spans
+                .iter()
+                .find(|span| span.span_id == record.parent_span_id)
+                .unwrap_or_else(|| panic!("the record's invocation span was exported: {record:#?}"));
+            assert_eq!(invocation.name, "invocation");
+            let xray = invocation
+                .attribute("aws.xray.trace_id")
+                .unwrap_or_else(|| panic!("the invocation keeps its X-Ray trace id: {invocation:#?}"));
+            // `1-5759e988-bd862e3fe1be46a994272793` is the W3C trace id 5759e988bd862e3fe1be46a994272793.
+            let xray_as_w3c = xray.trim_start_matches("1-").replace('-', "");
+            if active_tracing {
+                assert_eq!(record.trace_id, xray_as_w3c, "Active Tracing: the X-Ray trace");
+                assert!(
+                    !invocation.parent_span_id.is_empty(),
+                    "a child of Lambda's segment"
+                );
+            } else {
+                assert_ne!(record.trace_id, xray_as_w3c, "not X-Ray's unsampled trace");
+                assert!(
+                    invocation.parent_span_id.is_empty(),
+                    "the invocation starts its trace"
+                );
+                assert!(
+                    invocation
+                        .links
+                        .iter()
+                        .any(|(trace_id, _)| *trace_id == xray_as_w3c),
+                    "linked to Lambda's unsampled segment: {invocation:#?}"
+                );
+            }
+        }
+    }
+}
+
+/// An OTLP endpoint that takes every connection and never answers: each export waits out the
+/// exporter's own timeout (ten seconds), past any short function's deadline.
+async fn holding_collector() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = listener.accept().await {
+            held.push(connection);
+        }
+    });
+    format!("http://{address}")
+}
+
+/// An OTLP endpoint where nothing listens: each export is refused at once.
+async fn refusing_collector() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{address}")
+}
+
+/// The sum of an EMF metric over the lines the function printed.
+fn emf_sum(output: &std::process::Output, metric: &str) -> u64 {
+    printed(output)
+        .lines()
+        .filter_map(|line| line.find('{').map(|start| &line[start..]))
+        .filter_map(|json| serde_json::from_str::<serde_json::Value>(json).ok())
+        .filter_map(|document| document.get(metric).and_then(serde_json::Value::as_u64))
+        .sum()
+}
+
+/// A collector that holds every export past the deadline, and one that refuses connections: every
+/// response is posted before its invocation's deadline, every job runs once, and the spans that did
+/// not leave are counted (`SpansUnflushed`, `SpansDropped`) and said in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_or_refusing_collector_never_makes_an_invocation_late() {
+    localstack::ensure_local_aws().await.unwrap();
+    for (case, endpoint) in [
+        ("holding", holding_collector().await),
+        ("refusing", refusing_collector().await),
+    ] {
+        let users = [1, 2, 3];
+        let (created, outbox, env) =
+            welcome_emails(&format!("traces-{case}"), &users, &endpoint, "signup").await;
+        // A short function: the SDK's own flush (five seconds) would not fit. Active Tracing, so that
+        // spans are sampled whatever the X-Ray rule (without it a parented span would not be).
+        let output = lambda_run(
+            &created.url,
+            &env,
+            &["--function-timeout-secs", "4", "--active-tracing"],
+        )
+        .await;
+        let text = printed(&output);
+        assert!(
+            text.contains(" 0 timeouts") && !text.contains("timed out"),
+            "{case}: every response before its deadline\n{text}"
+        );
+        assert_eq!(
+            emails_per_user(&outbox).into_values().collect::<Vec<_>>(),
+            [1, 1, 1],
+            "{case}: each job ran once\n{text}"
+        );
+        let metric = if case == "holding" {
+            "SpansUnflushed"
+        } else {
+            "SpansDropped"
+        };
+        assert!(
+            emf_sum(&output, metric) > 0,
+            "{case}: the spans that did not leave are counted ({metric})\n{text}"
+        );
+        assert!(
+            text.contains("spans not exported by the end of the invocation"),
+            "{case}: and said in the log\n{text}"
+        );
+    }
+}

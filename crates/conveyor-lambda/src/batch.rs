@@ -504,7 +504,7 @@ fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Covered>)> {
 }
 
 /// What the invocation keeps after its last call to build and return the response.
-const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
+pub(crate) const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
 
 /// Which run this was: the store's count when the run was claimed (it counts runs repeated in the
 /// invocation and deferred copies), never less than the receive count.

@@ -176,6 +176,36 @@ impl BatchMetrics {
     }
 }
 
+/// The EMF line for an invocation whose spans did not all leave (see `conveyor-otel`'s
+/// `FlushReport`): `SpansDropped` (lost to a failed export) and `SpansUnflushed` (not exported when
+/// the invocation's time was up), with no dimension (one series per function's log group), the
+/// invocation's `requestId` as a property.
+#[cfg_attr(not(feature = "otel"), allow(dead_code))] // called by the runtime's span flush
+pub(crate) fn spans_emf_line(at: SystemTime, request_id: &str, dropped: u64, unflushed: u64) -> String {
+    serde_json::json!({
+        SPANS_DROPPED: dropped,
+        SPANS_UNFLUSHED: unflushed,
+        "requestId": request_id,
+        "_aws": {
+            "Timestamp": epoch_millis(at),
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [[]],
+                "Metrics": [
+                    {"Name": SPANS_DROPPED, "Unit": "Count"},
+                    {"Name": SPANS_UNFLUSHED, "Unit": "Count"},
+                ],
+            }],
+        },
+    })
+    .to_string()
+}
+
+/// Spans lost to a failed export in an invocation.
+const SPANS_DROPPED: &str = "SpansDropped";
+/// Spans not exported when an invocation's time was up.
+const SPANS_UNFLUSHED: &str = "SpansUnflushed";
+
 /// CloudWatch's rule for a dimension value: 1 to 1,024 ASCII characters, at least one of them not
 /// whitespace, no control characters.
 fn is_dimension_value(value: &str) -> bool {
@@ -358,6 +388,23 @@ mod tests {
                 .to_emf_lines(at)
                 .iter()
                 .all(|line| !line.contains("requestId"))
+        );
+    }
+
+    #[test]
+    fn the_span_line_declares_both_counts_without_dimensions() {
+        let line = spans_emf_line(UNIX_EPOCH + Duration::from_secs(1), "req-1", 3, 5);
+        let document: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(document["SpansDropped"], 3);
+        assert_eq!(document["SpansUnflushed"], 5);
+        assert_eq!(document["requestId"], "req-1");
+        assert_eq!(document["_aws"]["Timestamp"], 1000);
+        let directive = &document["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], NAMESPACE);
+        assert_eq!(directive["Dimensions"], json!([[]]));
+        assert_eq!(
+            directive["Metrics"],
+            json!([{"Name": "SpansDropped", "Unit": "Count"}, {"Name": "SpansUnflushed", "Unit": "Count"}])
         );
     }
 

@@ -125,7 +125,9 @@ async fn handle(
         xray_trace_id = context.xray_trace_id.as_deref(),
     );
     // This invocation's own X-Ray trace (from its context: concurrent invocations of one process each
-    // have theirs) is the invocation span's parent; each record's span links to its producer.
+    // have theirs): the parent of the invocation's span with Active Tracing, a link without it (an
+    // unsampled parent would have the default sampler drop every span); each record's span links to
+    // its producer.
     #[cfg(feature = "otel")]
     if let Some(header) = context.xray_trace_id.as_deref() {
         conveyor_otel::parent_on_xray(&span, header);
@@ -143,10 +145,50 @@ async fn handle(
         .process_invocation(event, deadline, Some(&context.request_id))
         .instrument(span)
         .await;
-    // Lambda freezes the process once the response is sent: the spans leave first (feature `otel`).
+    // Lambda freezes the process once the response is sent: the spans leave first (feature `otel`),
+    // in the time the invocation has left, never later.
     #[cfg(feature = "otel")]
-    conveyor_otel::flush_async().await;
+    flush_spans(deadline, &context.request_id).await;
     Ok(response?)
+}
+
+/// Exports the invocation's spans, waiting for the collector only until the response's reserve
+/// before `deadline`: a collector that is slow, down or refusing never makes the invocation late
+/// (Lambda would time it out and the event source mapping return the whole batch, jobs done
+/// included). Spans lost to a failed export or still unexported when the time is up are said in one
+/// log line and one EMF line (`SpansDropped`, `SpansUnflushed`).
+#[cfg(feature = "otel")]
+async fn flush_spans(deadline: Instant, request_id: &str) {
+    use std::io::Write as _;
+
+    let budget = flush_budget(deadline, Instant::now());
+    let report = conveyor_otel::flush_within(budget).await;
+    if report.is_clean() {
+        return;
+    }
+    tracing::warn!(
+        request_id,
+        spans_dropped = report.dropped,
+        spans_unflushed = report.unflushed,
+        spans_exported = report.exported,
+        flush_budget_ms = budget.as_millis() as u64,
+        "spans not exported by the end of the invocation: the collector refused or failed them (dropped), or had \
+         not taken them in the time left before the deadline (unflushed: they leave with a later export, or are \
+         lost if the environment ends); check OTEL_EXPORTER_OTLP_ENDPOINT and the collector"
+    );
+    let line =
+        crate::metrics::spans_emf_line(SystemTime::now(), request_id, report.dropped, report.unflushed);
+    // A closed stdout must not fail the invocation: the line is dropped (and counted).
+    let _ = conveyor_core::runtime::stdout().write_all(format!("{line}\n").as_bytes());
+}
+
+/// How long the span flush may wait: until the response's reserve before the invocation's deadline.
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+fn flush_budget(deadline: Instant, now: Instant) -> Duration {
+    deadline
+        .checked_sub(crate::batch::RESPONSE_RESERVE)
+        .unwrap_or(deadline)
+        .saturating_duration_since(now)
 }
 
 /// Lambda's longest function timeout: a deadline further ahead is not Lambda's.
@@ -406,6 +448,18 @@ mod deadline_tests {
         );
         let far = invocation_budget(at(Duration::from_secs(3600)), now, fallback);
         assert!(matches!(far, Budget::Fallback { problem, .. } if problem.contains("15-minute")));
+    }
+
+    #[test]
+    fn the_span_flush_ends_where_the_responses_reserve_begins() {
+        let now = Instant::now();
+        let reserve = crate::batch::RESPONSE_RESERVE;
+        assert_eq!(
+            flush_budget(now + Duration::from_secs(4), now),
+            Duration::from_secs(4) - reserve
+        );
+        assert_eq!(flush_budget(now + reserve / 2, now), Duration::ZERO);
+        assert_eq!(flush_budget(now, now + Duration::from_secs(1)), Duration::ZERO);
     }
 }
 

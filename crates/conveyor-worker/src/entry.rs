@@ -23,6 +23,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use conveyor_core::{Pipeline, port::Queue};
 
@@ -91,6 +95,7 @@ impl Runner {
     pub async fn run(self) -> Result<WorkerReport, WorkerError> {
         crate::logging::init_logging()?;
         let mut config = load_config_reading(self.config_path.as_deref(), &self.app_variables)?;
+        let config_stop_timeout = config.stop_timeout;
         let pipeline = crate::store_env::with_store_from_env(self.pipeline).await?;
         let client = conveyor_sqs::sqs_client_from_env().await;
         let region = client.config().region().map(ToString::to_string);
@@ -124,17 +129,69 @@ impl Runner {
         for adjust in self.configure {
             worker = adjust(worker);
         }
-        let report = worker.run_until_signal().await;
-        // The spans of the last jobs leave before the process does (feature `otel`).
+        let graceful = CancellationToken::new();
+        let immediate = CancellationToken::new();
+        let listener = crate::signals::listen(graceful.clone(), immediate.clone())?;
+        // When the platform's stop timeout started counting: the span flush below ends inside it.
+        let signalled = {
+            let graceful = graceful.clone();
+            tokio::spawn(async move {
+                graceful.cancelled().await;
+                Instant::now()
+            })
+        };
+        let report = worker.run_with(graceful, immediate).await;
+        listener.abort();
+        let since_signal = if signalled.is_finished() {
+            signalled.await.ok().map(|at| at.elapsed())
+        } else {
+            signalled.abort();
+            None
+        };
+        // The spans of the last jobs leave before the process does (feature `otel`), inside the stop
+        // timeout whatever the collector does.
+        let budget = span_flush_budget(config_stop_timeout, since_signal);
         #[cfg(feature = "otel")]
-        if tokio::task::spawn_blocking(conveyor_otel::shutdown)
-            .await
-            .is_err()
-        {
-            tracing::warn!("exporting the last spans panicked");
-        }
+        export_last_spans(budget).await;
+        #[cfg(not(feature = "otel"))]
+        let _ = budget;
         report
     }
+}
+
+/// The longest the last span export waits when the stop timeout leaves more (the SDK's own bound).
+const SPAN_FLUSH_CAP: Duration = Duration::from_secs(5);
+/// What the process keeps after the span export to exit before the platform's SIGKILL.
+const EXIT_MARGIN: Duration = Duration::from_millis(500);
+
+/// How long the last span export may wait: what is left of the stop timeout since the signal, less
+/// [`EXIT_MARGIN`], at most [`SPAN_FLUSH_CAP`] (also when the worker stopped without a signal).
+fn span_flush_budget(stop_timeout: Duration, since_signal: Option<Duration>) -> Duration {
+    let Some(elapsed) = since_signal else {
+        return SPAN_FLUSH_CAP;
+    };
+    stop_timeout
+        .saturating_sub(elapsed)
+        .saturating_sub(EXIT_MARGIN)
+        .min(SPAN_FLUSH_CAP)
+}
+
+/// Exports the last spans and stops the exporter within `budget`; says what did not leave.
+#[cfg(feature = "otel")]
+async fn export_last_spans(budget: Duration) {
+    let report = conveyor_otel::shutdown_within(budget).await;
+    if report.is_clean() {
+        return;
+    }
+    tracing::warn!(
+        spans_dropped = report.dropped,
+        spans_unflushed = report.unflushed,
+        spans_exported = report.exported,
+        flush_budget_ms = budget.as_millis() as u64,
+        "spans not exported before the stop timeout: the collector refused or failed them (dropped), or had not \
+         taken them in the time left (unflushed, lost with the process); check OTEL_EXPORTER_OTLP_ENDPOINT and the \
+         collector"
+    );
 }
 
 /// SQS answers "does not exist" for a queue of another region: when the queue URL names a region
@@ -174,6 +231,24 @@ fn name_the_regions(error: WorkerError, url: &str, client_region: Option<&str>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_span_export_ends_inside_the_stop_timeout() {
+        let stop = Duration::from_secs(30);
+        assert_eq!(span_flush_budget(stop, None), SPAN_FLUSH_CAP);
+        assert_eq!(
+            span_flush_budget(stop, Some(Duration::from_secs(1))),
+            SPAN_FLUSH_CAP
+        );
+        assert_eq!(
+            span_flush_budget(stop, Some(Duration::from_secs(28))),
+            Duration::from_secs(2) - EXIT_MARGIN
+        );
+        assert_eq!(
+            span_flush_budget(stop, Some(Duration::from_secs(40))),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn a_missing_queue_of_another_region_names_both_regions() {

@@ -144,6 +144,10 @@ pub(crate) struct RunArgs {
     /// AWS_LAMBDA_FUNCTION_MEMORY_SIZE.
     #[arg(long, default_value_t = 128)]
     pub memory_mb: u32,
+    /// Invoke as a function with X-Ray Active Tracing: the trace header says Sampled=1. Without it
+    /// Sampled=0, as Lambda sends a function without Active Tracing (its default).
+    #[arg(long)]
+    pub active_tracing: bool,
 }
 
 fn parse_env_pair(text: &str) -> Result<(String, String), String> {
@@ -692,7 +696,7 @@ async fn invoke(
             body: event,
             timeout,
             function_arn: shared.function_arn.clone(),
-            trace_id: trace_id(),
+            trace_id: trace_id(shared.args.active_tracing),
         })
         .await;
     let answered = Instant::now();
@@ -869,13 +873,22 @@ pub(crate) fn describe_error(error_type: Option<&str>, body: &[u8]) -> String {
     format!("{kind}: {message}")
 }
 
-/// An X-Ray style trace header: `Root=1-<epoch hex>-<24 hex>;Sampled=0`.
-fn trace_id() -> String {
+/// The trace header Lambda sends (`Lambda-Runtime-Trace-Id`):
+/// `Root=1-<epoch hex>-<24 hex>;Parent=<16 hex>;Sampled=0|1;Lineage=1:<8 hex>:0`, `Sampled=1` for a
+/// function with X-Ray Active Tracing.
+fn trace_id(sampled: bool) -> String {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
     let random = uuid::Uuid::new_v4().simple().to_string();
-    format!("Root=1-{seconds:08x}-{};Sampled=0", &random[..24])
+    let parent = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "Root=1-{seconds:08x}-{};Parent={};Sampled={};Lineage=1:{}:0",
+        &random[..24],
+        &parent[..16],
+        u8::from(sampled),
+        &parent[16..24]
+    )
 }
 
 #[cfg(test)]
@@ -953,12 +966,23 @@ mod tests {
     }
 
     #[test]
-    fn trace_ids_have_the_xray_shape() {
-        let id = trace_id();
-        let root = id.strip_prefix("Root=1-").unwrap();
-        let (time, rest) = root.split_once('-').unwrap();
-        assert_eq!(time.len(), 8);
-        assert!(rest.starts_with(&rest[..24]) && rest.ends_with(";Sampled=0"));
+    fn trace_headers_have_lambdas_shape() {
+        for sampled in [false, true] {
+            let header = trace_id(sampled);
+            let parts: Vec<&str> = header.split(';').collect();
+            assert_eq!(parts.len(), 4, "{header}");
+            let root = parts[0].strip_prefix("Root=1-").unwrap();
+            let (time, random) = root.split_once('-').unwrap();
+            assert_eq!((time.len(), random.len()), (8, 24), "{header}");
+            let parent = parts[1].strip_prefix("Parent=").unwrap();
+            assert!(
+                parent.len() == 16 && parent.chars().all(|c| c.is_ascii_hexdigit()),
+                "{header}"
+            );
+            let expected = if sampled { "Sampled=1" } else { "Sampled=0" };
+            assert_eq!(parts[2], expected);
+            assert!(parts[3].starts_with("Lineage=1:"), "{header}");
+        }
     }
 
     #[test]
