@@ -193,7 +193,14 @@ impl SimHandler {
                 }
             }
             Behavior::Permanent => {
-                self.sink.end_run(run, RunEnd::Permanent);
+                // An error returned after the run was told to stop is the stop's (a timeout retries,
+                // see `run` in conveyor-core's pipeline): the run ends stopped, not rejected.
+                let end = if told_to_stop {
+                    RunEnd::Stopped
+                } else {
+                    RunEnd::Permanent
+                };
+                self.sink.end_run(run, end);
                 Err(HandlerError::permanent("sim: permanent failure"))
             }
             Behavior::Retry | Behavior::Panic | Behavior::Hang => {
