@@ -59,10 +59,17 @@ pub struct VisibilityChange {
 /// Why one entry of a batch call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EntryError {
-    /// The receipt handle is no longer valid or the message is no longer in flight: the lease is lost
-    /// (it was received again elsewhere, or already deleted).
+    /// A receipt handle SQS issued that no longer holds the message: it is no longer in flight under
+    /// it (received again elsewhere, deleted, moved to the DLQ), so the lease is lost. SQS answers
+    /// `InvalidParameterValue` "… for parameter ReceiptHandle is invalid. Reason: Message does not exist
+    /// or is not available for visibility timeout change." (or "The receipt handle has expired.").
     #[error("lease lost: {0}")]
     LeaseLost(String),
+    /// A receipt handle SQS says it never issued (`ReceiptHandleIsInvalid`: malformed, or not one of
+    /// this queue's). A receive's own handle never is, nor is one in an event Lambda's event source
+    /// mapping sends: the record came from somewhere else, such as a hand-written test event.
+    #[error("receipt handle not issued by this queue: {0}")]
+    NotIssued(String),
     /// Any other per-entry failure, with SQS's code and message.
     #[error("{code}: {message}")]
     Failed {
@@ -154,7 +161,9 @@ impl QueueError {
 ///   while another message of that group is in flight. Dropping the future mid-wait is allowed; a
 ///   message received by a dropped call comes back after its visibility timeout.
 /// - `delete_batch` and `change_visibility_batch` take any number of entries (split into calls of 10),
-///   and report per-entry failures by index; a receipt that is no longer valid is `EntryError::LeaseLost`.
+///   and report per-entry failures by index; a receipt SQS issued that no longer holds the message is
+///   `EntryError::LeaseLost`, a receipt it never issued (malformed, another queue's) is
+///   `EntryError::NotIssued`.
 ///   Deleting an already deleted message with its last receipt handle succeeds, as on SQS.
 /// - `dead_letter` sends a copy (body, attributes and a `conveyor.failure` attribute) to the DLQ named
 ///   by the queue's redrive policy and does not delete the original: the caller deletes it after.

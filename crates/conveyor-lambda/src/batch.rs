@@ -26,6 +26,10 @@
 //!    never touched (no backoff, no DLQ copy), listed so the mapping does not delete it. On a FIFO queue
 //!    it blocks the rest of its group like a failure: another consumer may hold it, or may already have
 //!    run the messages behind it, so running it here could reorder the group.
+//! 7. **Handle never issued** (that renewal was refused as `ReceiptHandleIsInvalid`: the event is not
+//!    Lambda's own, say a hand-written one under `cargo lambda invoke`): run and settled as any record,
+//!    with no visibility call for it again (a retry is listed without its backoff); one warning per
+//!    invocation says so (`src/cover.rs`).
 //!
 //! FIFO queues: each message group is a lane that runs one message at a time, in record order; lanes
 //! (groups, or single messages on a standard queue) run concurrently up to `batch_concurrency`. Once a
@@ -50,7 +54,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::{FifoFailure, LambdaConfig};
@@ -152,6 +156,16 @@ struct Item {
     /// Taken by its first receive just before the invocation ([`cover::prompt`], decided once as the
     /// event arrives): it starts without waiting for the visibility cover, which skips it too.
     prompt: bool,
+    /// Set by the visibility cover when SQS says it never issued the record's receipt handle
+    /// (`src/cover.rs`): it runs, and no visibility call is made for it again.
+    not_issued: Arc<AtomicBool>,
+}
+
+impl Item {
+    /// True when SQS said it never issued the record's receipt handle (see [`Item::not_issued`]).
+    fn handle_not_issued(&self) -> bool {
+        self.not_issued.load(Ordering::Acquire)
+    }
 }
 
 /// [`Item::taken`]: nobody yet.
@@ -431,64 +445,90 @@ struct Lane {
     items: Vec<Item>,
 }
 
-/// A record to cover: its message and who took it ([`Item::taken`]).
-type Covered = (Arc<Message>, Arc<AtomicU8>, bool);
+/// A record to cover, with its [`Item`]'s flags.
+struct Covered {
+    message: Arc<Message>,
+    /// [`Item::taken`]: marked [`LOST`] when SQS refuses the renewal as no longer ours.
+    taken: Arc<AtomicU8>,
+    /// [`Item::prompt`].
+    prompt: bool,
+    /// [`Item::not_issued`]: set when SQS says it never issued the receipt handle.
+    not_issued: Arc<AtomicBool>,
+}
 
 /// Renews the visibility of every record not known to be fresh, per source queue, while the lanes
-/// start (see `src/cover.rs`'s design note), and marks [`LOST`] the records SQS refused as no longer
-/// ours, before the source's cover is over: a lane waits for that before it starts a record that is
-/// not prompt, and each source's later visibility changes wait for it too.
+/// start (see `src/cover.rs`'s design notes), and marks [`LOST`] the records SQS refused as no longer
+/// ours and [`Item::not_issued`] those whose handle it never issued, before the source's cover is
+/// over: a lane waits for that before it starts a record that is not prompt, and each source's later
+/// visibility changes wait for it too. Handles never issued are warned of once for the invocation.
 async fn cover_stale_records(
     sources: Vec<(Arc<SourceQueue>, Vec<Covered>)>,
     deadline: Instant,
     wait_until: Instant,
 ) {
     let covers = sources.into_iter().map(|(source_queue, records)| async move {
-        cover_source(&source_queue, &records, deadline, wait_until).await;
+        let not_issued = cover_source(&source_queue, &records, deadline, wait_until).await;
         source_queue.cover_done();
+        not_issued
     });
-    futures_util::future::join_all(covers).await;
+    let not_issued: Vec<String> = futures_util::future::join_all(covers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    if let Some(example) = not_issued.first() {
+        cover::warn_not_issued(not_issued.len(), example);
+    }
 }
 
-/// [`cover_stale_records`] for one source queue's records.
+/// [`cover_stale_records`] for one source queue's records; returns the message ids of those whose
+/// receipt handle SQS never issued.
 async fn cover_source(
     source_queue: &SourceQueue,
     records: &[Covered],
     deadline: Instant,
     wait_until: Instant,
-) {
-    if records.iter().all(|(_, _, prompt)| *prompt) {
-        return;
+) -> Vec<String> {
+    if records.iter().all(|record| record.prompt) {
+        return Vec::new();
     }
     let Some(queue) = source_queue.try_get().await else {
-        return;
+        return Vec::new();
     };
     let needed = cover::needed_until(deadline, Instant::now());
     let now = SystemTime::now();
     let visibility = queue.visibility_timeout();
     let stale: Vec<&Covered> = records
         .iter()
-        .filter(|(message, _, _)| !cover::known_fresh(message, visibility, needed, now))
+        .filter(|record| !cover::known_fresh(&record.message, visibility, needed, now))
         .collect();
-    let messages: Vec<&Message> = stale.iter().map(|(message, _, _)| message.as_ref()).collect();
-    for index in cover::cover(queue.as_ref(), &messages, needed, wait_until).await {
-        let Some((_, taken, _)) = stale.get(index) else {
-            continue;
-        };
+    let messages: Vec<&Message> = stale.iter().map(|record| record.message.as_ref()).collect();
+    let refused = cover::cover(queue.as_ref(), &messages, needed, wait_until).await;
+    for record in refused.lost.iter().filter_map(|index| stale.get(*index)) {
         // A lane that started it already (a prompt record whose visibility was short) keeps it: its
         // claim decides; otherwise nobody runs it.
-        let _ = taken.compare_exchange(PENDING, LOST, Ordering::AcqRel, Ordering::Acquire);
+        let _ = record
+            .taken
+            .compare_exchange(PENDING, LOST, Ordering::AcqRel, Ordering::Acquire);
     }
+    let mut not_issued = Vec::new();
+    for record in refused.not_issued.iter().filter_map(|index| stale.get(*index)) {
+        record.not_issued.store(true, Ordering::Release);
+        not_issued.push(record.message.id.clone());
+    }
+    not_issued
 }
 
 /// Each source queue of `lanes` with its records (lanes of one source share its queue).
 fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Covered>)> {
     let mut per_source: Vec<(usize, Arc<SourceQueue>, Vec<Covered>)> = Vec::new();
     for lane in lanes {
-        let records = lane
-            .items
-            .iter()
-            .map(|item| (Arc::clone(&item.message), Arc::clone(&item.taken), item.prompt));
+        let records = lane.items.iter().map(|item| Covered {
+            message: Arc::clone(&item.message),
+            taken: Arc::clone(&item.taken),
+            prompt: item.prompt,
+            not_issued: Arc::clone(&item.not_issued),
+        });
         match per_source
             .iter_mut()
             .find(|(source, _, _)| *source == lane.source)
@@ -596,6 +636,9 @@ struct ItemResult {
     backoff_set: bool,
     /// Its visibility had ended before the invocation ([`LOST`]): not ours, so never run or touched.
     lost: bool,
+    /// SQS said it never issued its receipt handle ([`Item::not_issued`]): no visibility change is
+    /// made for it (a retry is listed without its backoff).
+    not_issued: bool,
 }
 
 /// How a record's run ended: its settlement, how long its handler ran (`None`: it did not run), and
@@ -713,6 +756,7 @@ impl BatchProcessor {
                     prompt: cover::prompt(&message, arrived),
                     message: Arc::new(message),
                     taken: Arc::new(AtomicU8::new(PENDING)),
+                    not_issued: Arc::new(AtomicBool::new(false)),
                 }),
                 Err(error) => {
                     tracing::error!(index, %error, "cannot process a record");
@@ -947,10 +991,13 @@ impl BatchProcessor {
             // Past the cutoff no successor starts: the mapping's delete after the invocation suffices.
             let removed = matches!(settled, Settled::Acked(_) | Settled::DeadLettered);
             let successors = position + 1 < lane.items.len();
+            // A record whose handle SQS never issued cannot be deleted (nor be received again):
+            // its successors run without that delete.
             if lane.fifo
                 && removed
                 && successors
                 && blocked.is_none()
+                && !item.handle_not_issued()
                 && Instant::now() < invocation.cutoff
                 && !self
                     .delete_before_successors(&lane, &item.message, invocation.cutoff)
@@ -973,6 +1020,7 @@ impl BatchProcessor {
                 deferred,
                 backoff_set: false,
                 lost,
+                not_issued: item.handle_not_issued(),
             });
         }
         if lane.fifo {
@@ -1372,7 +1420,10 @@ impl BatchProcessor {
     async fn apply_backoff(&self, results: &[(Lane, Vec<ItemResult>)], settle_by: Instant) {
         let mut per_source: Vec<Backoffs<'_>> = Vec::new();
         for (lane, lane_results) in results {
-            for result in lane_results.iter().filter(|result| !result.backoff_set) {
+            for result in lane_results
+                .iter()
+                .filter(|result| !result.backoff_set && !result.not_issued)
+            {
                 let Settled::Retry { delay } = result.settled else {
                     continue;
                 };
@@ -1434,6 +1485,10 @@ impl BatchProcessor {
                 continue;
             };
             if result.handler_duration.is_none() && result.message.attempt() >= last {
+                continue;
+            }
+            if result.not_issued {
+                // SQS would refuse it: listed without its backoff.
                 continue;
             }
             positions.push(position);

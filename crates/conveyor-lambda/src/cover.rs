@@ -42,6 +42,22 @@
 //! not ours), and is listed, so the mapping does not delete it with a stale receipt; on a FIFO queue
 //! the records behind it in its group are not run either (listed as behind a failed message). This is
 //! the worker's rule too: its heartbeat cancels a run whose lease is lost.
+//!
+//! # Design note: a record whose handle SQS never issued runs
+//!
+//! A change refused as [`EntryError::NotIssued`] (SQS's `ReceiptHandleIsInvalid`: the handle is
+//! malformed, or not one of the queue's) says something else: the record never came from a receive of
+//! this queue. Lambda's own events never carry such a handle; a hand-written one does, the way
+//! `cargo lambda invoke` is used with an event in the shape of `aws_lambda_events`' fixture
+//! `example-sqs-event.json` (receipt handle `MessageReceiptHandle`, a first receive years ago). So the
+//! invocation is not Lambda's own, and it answers as Lambda would for the same records: they run, and
+//! no visibility call is made for them again (no backoff for a retry, no delete before the rest of a
+//! FIFO group: SQS would refuse each), while a retry is still listed in `batchItemFailures` as usual.
+//! One warning per invocation says so ([`warn_not_issued`]). A handle SQS did issue whose message is
+//! no longer in flight is `LeaseLost`, above: not run. Which answer says which, on SQS and on the
+//! emulators, is in `conveyor-sqs`'s `classify_entry` and pinned by `conveyor-testing`'s queue
+//! conformance case `receipt_handles_sqs_never_issued`; moto answers `ReceiptHandleIsInvalid` for a
+//! deleted message too, so on moto such a record runs (its idempotency claim still decides).
 
 use std::time::{Duration, SystemTime};
 
@@ -89,21 +105,32 @@ pub(crate) fn needed_until(deadline: Instant, now: Instant) -> Duration {
     deadline.saturating_duration_since(now) + CLOCK_SKEW_ALLOWANCE
 }
 
+/// The records SQS refused a renewal, by index in the `messages` given to [`cover`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// Refused as [`EntryError::LeaseLost`]: no longer ours, so not run (see the design note on
+    /// records refused as no longer ours).
+    pub(crate) lost: Vec<usize>,
+    /// Refused as [`EntryError::NotIssued`]: SQS never issued the handle, so the invocation is not
+    /// Lambda's own; they run, with no visibility call again (see the design note on such records).
+    pub(crate) not_issued: Vec<usize>,
+}
+
 /// Sets the visibility of `messages` (all of `queue`) to the queue's visibility timeout, at least
 /// `needed`, in one batch call (ten per request), waiting at most until `wait_until`.
 ///
-/// Returns the indexes (in `messages`) of the records SQS refused as [`EntryError::LeaseLost`]: no
-/// longer in flight under this receipt, so the invocation must not run them (see the design note on
-/// records refused as no longer ours). Any other outcome (another refusal, an error, no answer in time)
-/// lists none: those records run on what they have left.
+/// Returns the records SQS refused as no longer in flight under this receipt, or as never issued
+/// ([`Refused`]). Any other outcome (another refusal, an error, no answer in time) lists none: those
+/// records run on what they have left.
 pub(crate) async fn cover(
     queue: &dyn Queue,
     messages: &[&Message],
     needed: Duration,
     wait_until: Instant,
-) -> Vec<usize> {
+) -> Refused {
+    let mut refused = Refused::default();
     if messages.is_empty() {
-        return Vec::new();
+        return refused;
     }
     let timeout = queue.visibility_timeout().max(needed);
     let changes: Vec<VisibilityChange> = messages
@@ -113,8 +140,8 @@ pub(crate) async fn cover(
             timeout,
         })
         .collect();
-    let refused = match tokio::time::timeout_at(wait_until, queue.change_visibility_batch(&changes)).await {
-        Ok(Ok(refused)) => refused,
+    let failures = match tokio::time::timeout_at(wait_until, queue.change_visibility_batch(&changes)).await {
+        Ok(Ok(failures)) => failures,
         Ok(Err(error)) => {
             tracing::warn!(
                 queue = %queue.name(),
@@ -122,7 +149,7 @@ pub(crate) async fn cover(
                 records = messages.len(),
                 "could not renew the visibility of records received earlier; they run on what they have left"
             );
-            return Vec::new();
+            return refused;
         }
         Err(_) => {
             tracing::warn!(
@@ -130,38 +157,57 @@ pub(crate) async fn cover(
                 records = messages.len(),
                 "renewing the visibility of records received earlier did not answer in time; starting them anyway"
             );
-            return Vec::new();
+            return refused;
         }
     };
-    let mut lost = Vec::new();
-    for failure in refused {
-        let message_id = messages
-            .get(failure.index)
-            .map_or("?", |message| message.id.as_str());
-        if matches!(failure.error, EntryError::LeaseLost(_)) && failure.index < messages.len() {
-            tracing::warn!(
-                message_id,
-                error = %failure.error,
-                "a record's visibility ended before the invocation: it is no longer ours (received again \
-                 elsewhere, deleted or moved to the DLQ); not running it"
-            );
-            lost.push(failure.index);
+    for failure in failures {
+        let Some(message) = messages.get(failure.index) else {
             continue;
+        };
+        match &failure.error {
+            EntryError::LeaseLost(_) => {
+                tracing::warn!(
+                    message_id = %message.id,
+                    error = %failure.error,
+                    "a record's visibility ended before the invocation: it is no longer ours (received again \
+                     elsewhere, deleted or moved to the DLQ); not running it"
+                );
+                refused.lost.push(failure.index);
+            }
+            // Said once for the invocation ([`warn_not_issued`]).
+            EntryError::NotIssued(_) => {
+                tracing::debug!(message_id = %message.id, error = %failure.error, "a receipt handle SQS never issued");
+                refused.not_issued.push(failure.index);
+            }
+            EntryError::Failed { .. } => tracing::warn!(
+                message_id = %message.id,
+                error = %failure.error,
+                "could not renew the visibility of a record received earlier; it runs on what it has left"
+            ),
         }
-        tracing::warn!(
-            message_id,
-            error = %failure.error,
-            "could not renew the visibility of a record received earlier; it runs on what it has left"
-        );
     }
     tracing::debug!(
         queue = %queue.name(),
         records = messages.len(),
-        lost = lost.len(),
+        lost = refused.lost.len(),
+        not_issued = refused.not_issued.len(),
         timeout_s = timeout.as_secs(),
         "renewed the visibility of records that may have been received long before the invocation"
     );
-    lost
+    refused
+}
+
+/// The one warning of an invocation with `records` records whose receipt handles SQS never issued
+/// (`example`: one of their message ids).
+pub(crate) fn warn_not_issued(records: usize, example: &str) {
+    tracing::warn!(
+        records,
+        example_message_id = example,
+        "SQS says it never issued the receipt handles of records in this event (ReceiptHandleIsInvalid): \
+         the invocation is not Lambda's own (a hand-written test event, as with `cargo lambda invoke`); \
+         running them, without visibility changes for them (no backoff for their retries, which are \
+         still listed)"
+    );
 }
 
 #[cfg(test)]

@@ -428,6 +428,134 @@ async fn a_record_whose_visibility_ended_before_the_invocation_does_not_run() {
     );
 }
 
+/// Log lines at warn level and above, captured for one test (tokio's test runtime runs on one thread,
+/// so a thread-local subscriber sees the adapter's tasks).
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Warnings {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Warnings {
+    type Writer = Warnings;
+
+    fn make_writer(&'a self) -> Warnings {
+        self.clone()
+    }
+}
+
+impl Warnings {
+    /// Captures warnings on this thread until the guard drops.
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(self.clone())
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// How many captured lines contain `text`.
+    fn count(&self, text: &str) -> usize {
+        let bytes = self.0.lock().unwrap().clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|line| line.contains(text))
+            .count()
+    }
+}
+
+/// The warning an invocation gives once when SQS says it never issued its records' receipt handles.
+const NOT_ISSUED_WARNING: &str = "SQS says it never issued the receipt handles";
+
+/// `tests/fixtures/sqs-hand-written-event.json` (the shape of `aws_lambda_events`' fixture: receipt
+/// handles SQS never issued, a first receive years ago), its records made steps of the scripted
+/// handler: the first succeeds, the second fails and is retried. On a FIFO queue, both records in one group.
+fn hand_written_event(fifo: bool) -> SqsEvent {
+    let mut event = parse_event(fixture("sqs-hand-written-event.json")).unwrap();
+    for (record, action) in event.records.iter_mut().zip(["ok", "retry"]) {
+        record.body = Some(json!({"name": record.message_id, "action": action}).to_string());
+        if let Some(job_type) = record.message_attributes.get_mut("conveyor.type") {
+            job_type.string_value = Some("scripted".to_owned());
+        }
+        if fifo {
+            record.event_source_arn = Some("arn:aws:sqs:us-west-2:123456789012:SQSQueue.fifo".to_owned());
+            record
+                .attributes
+                .insert("MessageGroupId".to_owned(), "g".to_owned());
+        }
+    }
+    event
+}
+
+/// `cargo lambda invoke` with a hand-written event: SQS never issued its receipt handles, so the
+/// invocation is not Lambda's own, and it answers as Lambda would, every time: the record that
+/// succeeds is not listed, the one that fails is, and both ran. The visibility cover's call is the
+/// only visibility call (no backoff for the retry: SQS would refuse it), and one warning per
+/// invocation says why. (Before, the cover took `ReceiptHandleIsInvalid` for "no longer ours":
+/// nothing ran and every record was listed, on every invocation.)
+#[tokio::test(start_paused = true)]
+async fn a_hand_written_event_runs_its_records_on_every_invocation() {
+    let harness = Harness::new(slow_queue("SQSQueue"), LambdaConfig::default());
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    for invocation in 1..=2 {
+        let report = harness
+            .processor
+            .process_batch_report(hand_written_event(false), in_ten_seconds())
+            .await;
+        assert_eq!(
+            listed(&report),
+            vec!["MessageID_2"],
+            "invocation {invocation}: {report:?}"
+        );
+        assert_eq!(
+            warnings.count(NOT_ISSUED_WARNING),
+            invocation,
+            "one warning per invocation"
+        );
+        assert_eq!(
+            harness.queue.requests().change_visibility,
+            invocation as u64,
+            "the cover's call, and no backoff for the retry"
+        );
+    }
+    let mut ran = harness.ran();
+    ran.sort();
+    assert_eq!(ran, ["MessageID_1", "MessageID_1", "MessageID_2", "MessageID_2"]);
+    assert_eq!(warnings.count("no longer ours"), 0);
+}
+
+/// The same on a FIFO queue: the record that succeeded is not deleted before the rest of its group
+/// (SQS would refuse the delete, and the group would go back unrun), so the one behind it runs too.
+#[tokio::test(start_paused = true)]
+async fn a_hand_written_fifo_event_runs_its_group() {
+    let harness = Harness::new(
+        MemoryQueue::fifo("SQSQueue.fifo").with_visibility_timeout(Duration::from_secs(300)),
+        LambdaConfig::default(),
+    );
+    let report = harness
+        .processor
+        .process_batch_report(hand_written_event(true), in_ten_seconds())
+        .await;
+    assert_eq!(listed(&report), vec!["MessageID_2"], "{report:?}");
+    assert_eq!(harness.ran(), ["MessageID_1", "MessageID_2"]);
+    let requests = harness.queue.requests();
+    assert_eq!(
+        (requests.change_visibility, requests.delete),
+        (1, 0),
+        "{requests:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn partial_failures_are_listed_and_come_back_after_their_backoff() {
     let harness = Harness::new(slow_queue("jobs"), LambdaConfig::default());

@@ -92,7 +92,7 @@ mod tests {
         );
         assert_eq!(failures.len(), 1);
         assert_eq!(failures[0].index, 12);
-        assert!(matches!(failures[0].error, EntryError::LeaseLost(_)));
+        assert!(matches!(failures[0].error, EntryError::NotIssued(_)));
     }
 
     #[test]
@@ -100,7 +100,7 @@ mod tests {
         let failures = all_failures(10..14, ["10", "12"], &[failed("11", "ReceiptHandleIsInvalid")]);
         assert_eq!(failures.len(), 2);
         assert_eq!(failures[0].index, 11);
-        assert!(matches!(failures[0].error, EntryError::LeaseLost(_)));
+        assert!(matches!(failures[0].error, EntryError::NotIssued(_)));
         assert_eq!(failures[1].index, 13);
         assert!(matches!(failures[1].error, EntryError::Failed { ref code, .. } if code == "NoResult"));
     }

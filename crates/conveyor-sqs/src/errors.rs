@@ -123,21 +123,37 @@ pub(crate) fn entry_error(entry: &BatchResultErrorEntry) -> EntryError {
 
 /// Classifies one failed entry of a batch call by its code, message and `SenderFault`.
 ///
-/// A receipt that is no longer valid becomes [`EntryError::LeaseLost`]: `ReceiptHandleIsInvalid`,
-/// `MessageNotInflight`, and `InvalidParameterValue` whose message is about the receipt handle. LocalStack
-/// 4.8.1 answers a visibility change on a deleted message with `InvalidParameterValueException` "Value
-/// … for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for
-/// visibility timeout change." (with `SenderFault` false), so both spellings of the code are covered.
+/// | code | meaning | `EntryError` |
+/// |---|---|---|
+/// | `ReceiptHandleIsInvalid` | a handle SQS never issued (malformed, or another queue's) | `NotIssued` |
+/// | `InvalidParameterValue` about the `ReceiptHandle` | a handle SQS issued whose message is no longer in flight under it | `LeaseLost` |
+/// | `MessageNotInflight` | the message is not in flight | `LeaseLost` |
+/// | anything else | | `Failed` |
+///
+/// What says which, per backend (pinned by `conveyor-testing`'s queue conformance suite,
+/// `receipt_handles_sqs_never_issued`):
+/// - SQS (AWS's documentation, the knowledge-center article "sqs-receipt-handle-error"): an incorrect
+///   handle is `ReceiptHandleIsInvalid` "The input receipt handle '…' is not a valid receipt handle.";
+///   an expired one `InvalidParameterValue` "… Reason: The receipt handle has expired."; a deleted
+///   message's `InvalidParameterValue` "… Reason: Message does not exist or is not available for
+///   visibility timeout change." (aws/aws-sdk-net#1927). `MessageNotInflight` is documented but not
+///   seen in practice (getmoto/moto#4655, localstack/localstack#9632).
+/// - LocalStack 4.8.1: the same split; the code is spelled `InvalidParameterValueException` and
+///   `SenderFault` is false on both.
+/// - moto 5.2.6: `ReceiptHandleIsInvalid` for a malformed handle *and* for a deleted message's
+///   (`SenderFault` true): on moto a message no longer in flight looks like a handle never issued.
 pub(crate) fn classify_entry(code: &str, message: Option<&str>, sender_fault: bool) -> EntryError {
     let message = message.unwrap_or_default();
     let short = strip_prefix(code);
-    let lease_lost = match short {
-        "ReceiptHandleIsInvalid" | "InvalidReceiptHandle" | "MessageNotInflight" => true,
-        "InvalidParameterValue" | "InvalidParameterValueException" => mentions_receipt_handle(message),
-        _ => false,
-    };
-    if lease_lost {
-        return EntryError::LeaseLost(format!("{code}: {message}"));
+    match short {
+        "ReceiptHandleIsInvalid" | "InvalidReceiptHandle" => {
+            return EntryError::NotIssued(format!("{code}: {message}"));
+        }
+        "MessageNotInflight" => return EntryError::LeaseLost(format!("{code}: {message}")),
+        "InvalidParameterValue" | "InvalidParameterValueException" if mentions_receipt_handle(message) => {
+            return EntryError::LeaseLost(format!("{code}: {message}"));
+        }
+        _ => {}
     }
     EntryError::Failed {
         code: code.to_owned(),
@@ -228,10 +244,6 @@ mod tests {
     fn stale_receipts_are_lease_lost() {
         for (code, message) in [
             (
-                "ReceiptHandleIsInvalid",
-                "The input receipt handle \"x\" is not a valid receipt handle.",
-            ),
-            (
                 "AWS.SimpleQueueService.MessageNotInflight",
                 "Message not inflight.",
             ),
@@ -251,6 +263,34 @@ mod tests {
                     EntryError::LeaseLost(_)
                 ),
                 "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn handles_sqs_never_issued_are_not_issued() {
+        for (code, message, sender_fault) in [
+            (
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle \"MessageReceiptHandle\" is not a valid receipt handle.",
+                false,
+            ),
+            // moto 5.2.6's spelling, with SenderFault true.
+            (
+                "ReceiptHandleIsInvalid",
+                "The input receipt handle is invalid.",
+                true,
+            ),
+            (
+                "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+                "The specified receipt handle isn't valid.",
+                false,
+            ),
+        ] {
+            let error = classify_entry(code, Some(message), sender_fault);
+            assert!(
+                matches!(&error, EntryError::NotIssued(text) if text.contains(message)),
+                "{code}: {error:?}"
             );
         }
     }

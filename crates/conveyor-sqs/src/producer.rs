@@ -596,7 +596,8 @@ fn rejected(code: &str, message: Option<&str>, sender_fault: bool) -> ProduceErr
             message,
             sender_fault,
         },
-        conveyor_core::port::EntryError::LeaseLost(message) => ProduceError::Rejected {
+        conveyor_core::port::EntryError::LeaseLost(message)
+        | conveyor_core::port::EntryError::NotIssued(message) => ProduceError::Rejected {
             code: code.to_owned(),
             message,
             sender_fault,

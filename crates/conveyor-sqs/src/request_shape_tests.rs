@@ -162,7 +162,7 @@ async fn delete_batch_of_23_makes_calls_of_10_10_3_and_maps_failures_to_indices(
         EntryError::Failed { ref code, sender_fault: false, .. } if code == "InternalError"
     ));
     assert_eq!(failures[1].index, 21);
-    assert!(matches!(failures[1].error, EntryError::LeaseLost(_)));
+    assert!(matches!(failures[1].error, EntryError::NotIssued(_)));
     assert_eq!(queue.requests(), 1 + 3);
 }
 

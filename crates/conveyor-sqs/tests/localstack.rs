@@ -8,7 +8,7 @@
 //! - a handle of a deleted message: delete succeeds; a visibility change fails with
 //!   `InvalidParameterValueException` "... for parameter ReceiptHandle is invalid. Reason: Message does
 //!   not exist or is not available for visibility timeout change." (SenderFault false) -> `LeaseLost`;
-//! - a malformed handle: both fail with `ReceiptHandleIsInvalid` (SenderFault false) -> `LeaseLost`.
+//! - a malformed handle: both fail with `ReceiptHandleIsInvalid` (SenderFault false) -> `NotIssued`.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -161,7 +161,7 @@ async fn stale_receipt_handles() -> anyhow::Result<()> {
     let garbage = ReceiptHandle("garbage".into());
     let failures = queue.delete_batch(std::slice::from_ref(&garbage)).await?;
     assert!(
-        matches!(&failures[0].error, EntryError::LeaseLost(text) if text.contains("ReceiptHandleIsInvalid"))
+        matches!(&failures[0].error, EntryError::NotIssued(text) if text.contains("ReceiptHandleIsInvalid"))
     );
     let failures = queue
         .change_visibility_batch(&[VisibilityChange {
@@ -170,7 +170,7 @@ async fn stale_receipt_handles() -> anyhow::Result<()> {
         }])
         .await?;
     assert!(
-        matches!(&failures[0].error, EntryError::LeaseLost(text) if text.contains("ReceiptHandleIsInvalid"))
+        matches!(&failures[0].error, EntryError::NotIssued(text) if text.contains("ReceiptHandleIsInvalid"))
     );
     Ok(())
 }

@@ -339,7 +339,7 @@ struct Redrive {
 ///
 /// Differences from SQS, all on the strict side: only the latest receipt handle of an in-flight message
 /// is valid (SQS accepts some stale deletes without deleting; here they fail with
-/// [`EntryError::LeaseLost`]); receives are exact (SQS may return fewer messages than are visible).
+/// [`EntryError::LeaseLost`]); a handle it never issued is [`EntryError::NotIssued`], as on SQS; receives are exact (SQS may return fewer messages than are visible).
 /// FIFO queues deduplicate on `deduplication_id`, or on the body when none is given (as with
 /// content-based deduplication), for five minutes.
 ///
@@ -951,8 +951,9 @@ impl MemoryQueue {
     }
 }
 
+/// A handle this queue never issued (malformed, or another queue's), as SQS's `ReceiptHandleIsInvalid`.
 fn invalid_receipt() -> EntryError {
-    EntryError::LeaseLost("ReceiptHandleIsInvalid: the receipt handle is not one of this queue's".to_owned())
+    EntryError::NotIssued("ReceiptHandleIsInvalid: the receipt handle is not one of this queue's".to_owned())
 }
 
 fn lease_lost(message_exists: bool) -> EntryError {

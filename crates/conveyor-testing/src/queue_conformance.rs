@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::{
     message::{AttributeValue, Attributes, Message, ReceiptHandle},
-    port::{DeadLetter, OutgoingMessage, Queue, QueueError, VisibilityChange},
+    port::{DeadLetter, EntryError, EntryFailure, OutgoingMessage, Queue, QueueError, VisibilityChange},
     runtime::Failure,
 };
 use tokio::time::Instant;
@@ -99,6 +99,7 @@ pub const CASES: &[&str] = &[
     "change_visibility_extends_the_deadline",
     "delete_removes_for_good",
     "stale_receipt_after_redelivery",
+    "receipt_handles_sqs_never_issued",
     "redrive_moves_to_dlq_after_max_receive_count",
     "dead_letter_copy_carries_failure_and_attributes",
     "dead_letter_without_dlq",
@@ -141,6 +142,10 @@ pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
         (
             "stale_receipt_after_redelivery",
             Box::pin(stale_receipt_after_redelivery(factory)),
+        ),
+        (
+            "receipt_handles_sqs_never_issued",
+            Box::pin(receipt_handles_sqs_never_issued(factory)),
         ),
         (
             "redrive_moves_to_dlq_after_max_receive_count",
@@ -622,6 +627,112 @@ pub async fn stale_receipt_after_redelivery(factory: &dyn QueueFactory) -> CaseR
             format!("stale delete of one entry reported {other:?}"),
         )),
     }
+}
+
+/// A receipt handle the queue never issued is told apart from one it issued whose message is gone.
+///
+/// The Lambda adapter runs a record whose handle SQS never issued (a hand-written event, as
+/// `cargo lambda invoke` sends) and does not run one whose message is no longer in flight, so the two
+/// answers must differ, and the doubles must give the same ones:
+///
+/// | handle used for a visibility change | SQS (documented) | LocalStack 4.8.1 | MemoryQueue | moto 5.2.6 |
+/// |---|---|---|---|---|
+/// | malformed (`MessageReceiptHandle`) | `ReceiptHandleIsInvalid` | `ReceiptHandleIsInvalid` | `NotIssued` | `ReceiptHandleIsInvalid` |
+/// | another queue's real handle | not documented | `ReceiptHandleIsInvalid` | `NotIssued` | `ReceiptHandleIsInvalid` |
+/// | this queue's, message deleted | `InvalidParameterValue` "Message does not exist or is not available for visibility timeout change." | `InvalidParameterValueException`, same text | `LeaseLost` | **`ReceiptHandleIsInvalid`** |
+///
+/// `conveyor-sqs` maps `ReceiptHandleIsInvalid` to [`EntryError::NotIssued`] and the others to
+/// [`EntryError::LeaseLost`]. moto cannot tell a deleted message from a handle it never issued (not
+/// run by this suite; see `conveyor-testing`'s README). A delete with a handle never issued fails the
+/// same way (`NotIssued`); a delete of a deleted message succeeds (see [`delete_removes_for_good`]).
+/// Checked on a standard and on a FIFO queue.
+pub async fn receipt_handles_sqs_never_issued(factory: &dyn QueueFactory) -> CaseResult {
+    let case = "receipt_handles_sqs_never_issued";
+    for fifo in [false, true] {
+        let mut queue_spec = spec(case, 60);
+        queue_spec.fifo = fifo;
+        let under = create(case, factory, queue_spec.clone()).await?;
+        let other = create(case, factory, queue_spec).await?;
+        let queue = under.queue.as_ref();
+        let mine = send_and_receive(case, queue, fifo).await?;
+        let theirs = send_and_receive(case, other.queue.as_ref(), fifo).await?;
+
+        // The handle of `aws_lambda_events`' fixture, another queue's, and this queue's own.
+        let made_up = Message {
+            receipt_handle: ReceiptHandle("MessageReceiptHandle".to_owned()),
+            ..mine.clone()
+        };
+        let changes = [
+            change(&made_up, Duration::from_secs(60)),
+            change(&theirs, Duration::from_secs(60)),
+            change(&mine, Duration::from_secs(60)),
+        ];
+        let failures = queue
+            .change_visibility_batch(&changes)
+            .await
+            .or_fail(case, "change_visibility_batch with handles never issued")?;
+        ensure_not_issued(case, &failures, &[0, 1], "visibility change")?;
+        let failures = queue
+            .delete_batch(&[made_up.receipt_handle.clone(), theirs.receipt_handle.clone()])
+            .await
+            .or_fail(case, "delete_batch with handles never issued")?;
+        ensure_not_issued(case, &failures, &[0, 1], "delete")?;
+
+        // This queue's own handle, once its message is deleted: issued, no longer in flight.
+        delete_ok(case, queue, std::slice::from_ref(&mine.receipt_handle), "delete").await?;
+        let failures = queue
+            .change_visibility_batch(&[change(&mine, Duration::from_secs(60))])
+            .await
+            .or_fail(case, "change_visibility_batch of a deleted message")?;
+        ensure!(
+            case,
+            matches!(
+                failures.as_slice(),
+                [EntryFailure {
+                    index: 0,
+                    error: EntryError::LeaseLost(_)
+                }]
+            ),
+            "fifo {fifo}: a visibility change of a deleted message must be LeaseLost (issued, no longer in \
+             flight), got {failures:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Sends one message and receives it.
+async fn send_and_receive(
+    case: &'static str,
+    queue: &dyn Queue,
+    fifo: bool,
+) -> Result<Message, SuiteFailure> {
+    let mut message = body(case, 0);
+    if fifo {
+        message.group_id = Some("g".to_owned());
+        message.deduplication_id = Some(format!("{case}-0"));
+    }
+    let id = send(case, queue, message).await?;
+    receive_id(case, queue, &id, "delivery").await
+}
+
+/// Checks that exactly the entries `indexes` failed, each as [`EntryError::NotIssued`].
+fn ensure_not_issued(
+    case: &'static str,
+    failures: &[EntryFailure],
+    indexes: &[usize],
+    what: &str,
+) -> CaseResult {
+    let failed: Vec<usize> = failures.iter().map(|failure| failure.index).collect();
+    ensure!(
+        case,
+        failed == indexes
+            && failures
+                .iter()
+                .all(|failure| matches!(failure.error, EntryError::NotIssued(_))),
+        "{what}: entries {indexes:?} (handles the queue never issued) must fail alone as NotIssued, got \
+         {failures:?}"
+    );
+    Ok(())
 }
 
 /// A message received `max_receive_count` times moves to the DLQ with its body and attributes.

@@ -389,7 +389,7 @@ async fn change_visibility(
                 continue;
             };
             match failure.error {
-                EntryError::LeaseLost(reason) => {
+                EntryError::LeaseLost(reason) | EntryError::NotIssued(reason) => {
                     tracing::debug!(%reason, "visibility change skipped: the message is no longer ours");
                 }
                 EntryError::Failed {

@@ -269,7 +269,9 @@ fn settle(
             Some(EntryError::Failed {
                 sender_fault: false, ..
             }) => retry.push(request),
-            Some(EntryError::LeaseLost(reason)) => {
+            // A handle SQS says it never issued is one the worker received: only moto says so, for a
+            // message no longer there (see `conveyor-sqs`'s `classify_entry`). Lost either way.
+            Some(EntryError::LeaseLost(reason) | EntryError::NotIssued(reason)) => {
                 tracing::warn!(
                     message_id = %request.message_id,
                     queue = %queue.name(),
