@@ -131,9 +131,7 @@ fn cross_site(request: &Request) -> Option<&'static str> {
     // The console's own pages are served with `Referrer-Policy: same-origin`, so their forms send
     // their real origin: `Origin: null` comes from a sandboxed frame, a `data:` page or a redirect
     // across sites, never from them.
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return None;
-    };
+    let origin = headers.get(header::ORIGIN)?;
     let Some((_, origin_host)) = origin.to_str().ok().and_then(|origin| origin.split_once("://")) else {
         return Some("its Origin is null or unreadable, which the console's own pages never send");
     };

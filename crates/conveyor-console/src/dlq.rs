@@ -344,11 +344,7 @@ async fn fetch_shown(state: &AppState, query: &ShowQuery, matching: &[&Received]
 
 /// Whether the console follows `pointer`: only into the payload buckets it was started with.
 fn followed(state: &AppState, pointer: &PayloadPointer) -> bool {
-    state
-        .config
-        .payload_buckets
-        .iter()
-        .any(|bucket| *bucket == pointer.bucket)
+    state.config.payload_buckets.contains(&pointer.bucket)
 }
 
 /// SQS's own move tasks of the DLQ (its last ten, one `ListMessageMoveTasks`), a running one with a
