@@ -8,8 +8,10 @@
 //!      nothing (not even the CSRF value) and changes nothing: 421.
 //!    - Cross-site POSTs: a POST whose `Sec-Fetch-Site` says it came from another site (or, from a
 //!      browser that does not send it, whose `Origin` names another host than `Host`) is refused
-//!      before anything happens. `Origin: null` (what the console's own no-referrer pages send) and
-//!      clients that send neither header, such as curl, are judged by the token and CSRF alone.
+//!      before anything happens, and so is one with `Origin: null` (a sandboxed frame, a `data:` page,
+//!      a redirect across sites: the console's own pages, served with `Referrer-Policy: same-origin`,
+//!      send their real origin). Clients that send neither header, such as curl, are judged by the
+//!      token and CSRF alone.
 //! 2. [`require_token`]: the token, always (generated at start when none is given, and printed as
 //!    a URL, as Jupyter does): `Authorization: Bearer <token>`, or the `HttpOnly`, `SameSite=Strict`
 //!    cookie the console sets when a page is opened once with `?token=<token>` (it then redirects to
@@ -26,6 +28,8 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use conveyor_http::ClientAddr;
+use cookie::{Cookie, SameSite};
+use subtle::ConstantTimeEq as _;
 use tracing::Instrument;
 
 use crate::fields::Fields;
@@ -38,17 +42,9 @@ const COOKIE: &str = "conveyor_console_token";
 /// is `Secure`, has `Path=/` and no `Domain`, so no other host can set or shadow it.
 const SECURE_COOKIE: &str = "__Host-conveyor_console_token";
 
-/// Equal in time independent of where the first difference is.
+/// Equal in time independent of where the first difference is (`subtle`'s comparison).
 fn same(given: &str, expected: &str) -> bool {
-    let (given, expected) = (given.as_bytes(), expected.as_bytes());
-    if given.len() != expected.len() {
-        return false;
-    }
-    given
-        .iter()
-        .zip(expected)
-        .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-        == 0
+    given.as_bytes().ct_eq(expected.as_bytes()).into()
 }
 
 fn bearer(request: &Request) -> Option<&str> {
@@ -60,25 +56,32 @@ fn bearer(request: &Request) -> Option<&str> {
         .strip_prefix("Bearer ")
 }
 
-fn cookie<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+/// Every value of the cookies named `name` (parsed by the `cookie` crate): all of them, not the first,
+/// so a cookie of the same name that another page on this host set (shadowing ours) does not lock the
+/// operator out.
+fn cookies(request: &Request, name: &str) -> Vec<String> {
     request
         .headers()
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+        .flat_map(Cookie::split_parse)
+        .filter_map(Result::ok)
+        .filter(|cookie| cookie.name() == name)
+        .map(|cookie| cookie.value().to_owned())
+        .collect()
 }
 
-/// `?token=...` on a GET, and the query without it.
+/// `?token=...` on a GET (percent-decoded by `form_urlencoded`), and the query without it, its other
+/// pairs as they were written.
 fn query_token(request: &Request) -> Option<(String, String)> {
     let query = request.uri().query()?;
     let mut token = None;
     let mut rest = Vec::new();
     for pair in query.split('&') {
-        match pair.strip_prefix("token=") {
-            Some(value) => token = Some(value.to_owned()),
-            None => rest.push(pair),
+        match form_urlencoded::parse(pair.as_bytes()).next() {
+            Some((name, value)) if name == "token" => token = Some(value.into_owned()),
+            _ => rest.push(pair),
         }
     }
     Some((token?, rest.join("&")))
@@ -111,6 +114,12 @@ fn known_host(host: &str, public_names: &[String]) -> bool {
 /// Why a POST looks cross-site, if it does (see the module's notes).
 fn cross_site(request: &Request) -> Option<&'static str> {
     let headers = request.headers();
+    if headers
+        .get(header::ORIGIN)
+        .is_some_and(|origin| origin.as_bytes().eq_ignore_ascii_case(b"null"))
+    {
+        return Some("its Origin is null, which the console's own pages never send");
+    }
     let fetch_site = headers
         .get("sec-fetch-site")
         .and_then(|value| value.to_str().ok());
@@ -119,10 +128,13 @@ fn cross_site(request: &Request) -> Option<&'static str> {
         return (!matches!(site, "same-origin" | "none"))
             .then_some("the browser says it came from another site (Sec-Fetch-Site)");
     }
-    // `Origin: null` is what a browser sends from the console's own pages too (they are served with
-    // `Referrer-Policy: no-referrer`), so only an origin that names another host is refused.
-    let origin = headers.get(header::ORIGIN)?.to_str().unwrap_or("null");
-    let (_, origin_host) = origin.split_once("://")?;
+    // The console's own pages are served with `Referrer-Policy: same-origin`, so their forms send
+    // their real origin: `Origin: null` comes from a sandboxed frame, a `data:` page or a redirect
+    // across sites, never from them.
+    let origin = headers.get(header::ORIGIN)?;
+    let Some((_, origin_host)) = origin.to_str().ok().and_then(|origin| origin.split_once("://")) else {
+        return Some("its Origin is null or unreadable, which the console's own pages never send");
+    };
     let addressed = headers.get(header::HOST).and_then(|value| value.to_str().ok());
     match addressed {
         Some(addressed) if origin_host.eq_ignore_ascii_case(addressed) => None,
@@ -138,8 +150,13 @@ pub(crate) async fn audit(request: Request, next: Next) -> Response {
         .extensions()
         .get::<ClientAddr>()
         .map_or_else(|| "unknown".to_owned(), |ClientAddr(addr)| addr.to_string());
-    let span =
-        tracing::warn_span!("console", %client, method = %request.method(), path = %request.uri().path());
+    let span = tracing::warn_span!(
+        "console",
+        %client,
+        role = tracing::field::Empty,
+        method = %request.method(),
+        path = %request.uri().path()
+    );
     next.run(request).instrument(span).await
 }
 
@@ -174,24 +191,94 @@ pub(crate) async fn closed_to_other_sites(
     next.run(request).await
 }
 
-/// Refuses every request without the token; a GET with `?token=` sets the cookie and redirects to
-/// the same address without it.
+/// Who a request's token says it is: the operator (everything) or a viewer (queues, jobs and
+/// metrics: no message body, no payload, no job output, no action).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The `--token`: every page and action.
+    Operator,
+    /// The `--viewer-token`: reads without bodies, never acts.
+    Viewer,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Operator => "operator",
+            Self::Viewer => "viewer",
+        }
+    }
+}
+
+/// The role `given` is the token of, comparing it with both tokens every time.
+fn role_of(state: &AppState, given: &str) -> Option<Role> {
+    let operator = same(given, &state.token);
+    let viewer = state
+        .config
+        .viewer_token
+        .as_deref()
+        .is_some_and(|token| same(given, token));
+    match (operator, viewer) {
+        (true, _) => Some(Role::Operator),
+        (false, true) => Some(Role::Viewer),
+        (false, false) => None,
+    }
+}
+
+/// The query names that ask for a message body, a payload or a job's output.
+const BODY_READS: [&str; 3] = ["show", "fetch", "show_output"];
+
+/// What a viewer may do: GET (or HEAD) a page that shows no body ([`BODY_READS`]).
+fn viewer_may(request: &Request) -> bool {
+    if !matches!(*request.method(), Method::GET | Method::HEAD) {
+        return false;
+    }
+    let query = request.uri().query().unwrap_or_default();
+    !form_urlencoded::parse(query.as_bytes()).any(|(name, _)| BODY_READS.contains(&name.as_ref()))
+}
+
+/// Refuses every request without a token; a GET with `?token=` sets the cookie and redirects to
+/// the same address without it. A viewer's token is refused every action and every body read
+/// ([`viewer_may`]); the role is recorded on the request's audit span.
 pub(crate) async fn require_token(
     State(state): State<Arc<AppState>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let expected = state.token.as_str();
     let secure = state.config.behind_tls_proxy;
     let cookie_name = if secure { SECURE_COOKIE } else { COOKIE };
-    if bearer(&request).is_some_and(|given| same(given, expected))
-        || cookie(&request, cookie_name).is_some_and(|given| same(given, expected))
-    {
+    let presented = bearer(&request)
+        .and_then(|given| role_of(&state, given))
+        .or_else(|| {
+            let roles: Vec<Role> = cookies(&request, cookie_name)
+                .iter()
+                .filter_map(|given| role_of(&state, given))
+                .collect();
+            roles
+                .iter()
+                .find(|role| **role == Role::Operator)
+                .or(roles.first())
+                .copied()
+        });
+    if let Some(role) = presented {
+        tracing::Span::current().record("role", role.name());
+        if role == Role::Viewer && !viewer_may(&request) {
+            tracing::warn!(
+                role = role.name(),
+                "console: a viewer's action or body read was refused"
+            );
+            return problem(
+                StatusCode::FORBIDDEN,
+                "Read-only",
+                "This token is a viewer's: it shows queues, jobs and metrics, but no message body, payload \
+                 or job output, and it takes no action. Nothing was done; ask for the operator's token.",
+            );
+        }
         return next.run(request).await;
     }
     if request.method() == Method::GET
         && let Some((given, rest)) = query_token(&request)
-        && same(&given, expected)
+        && role_of(&state, &given).is_some()
     {
         let path = request.uri().path();
         let target = if rest.is_empty() {
@@ -200,9 +287,13 @@ pub(crate) async fn require_token(
             format!("{path}?{rest}")
         };
         let mut response = Redirect::to(&target).into_response();
-        let attributes = if secure { "; Secure" } else { "" };
-        let cookie = format!("{cookie_name}={expected}; HttpOnly; SameSite=Strict; Path=/{attributes}");
-        if let Ok(value) = HeaderValue::from_str(&cookie) {
+        let cookie = Cookie::build((cookie_name, given))
+            .http_only(true)
+            .same_site(SameSite::Strict)
+            .secure(secure)
+            .path("/")
+            .build();
+        if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }
         return response;
@@ -267,10 +358,18 @@ mod tests {
             None
         );
         assert!(cross_site(&post(&[local, ("origin", "http://evil.example")])).is_some());
-        assert_eq!(
-            cross_site(&post(&[local, ("origin", "null")])),
-            None,
-            "what no-referrer pages send"
+        assert!(
+            cross_site(&post(&[local, ("origin", "null")])).is_some(),
+            "a sandboxed or data: page"
+        );
+        assert!(
+            cross_site(&post(&[
+                local,
+                ("origin", "null"),
+                ("sec-fetch-site", "same-origin")
+            ]))
+            .is_some(),
+            "null whatever Sec-Fetch-Site says"
         );
         assert!(
             cross_site(&post(&[
@@ -285,6 +384,27 @@ mod tests {
         assert_eq!(
             cross_site(&post(&[local, ("sec-fetch-site", "same-origin")])),
             None
+        );
+    }
+
+    #[test]
+    fn the_query_token_is_percent_decoded_and_every_cookie_of_the_name_counts() {
+        let request = Request::builder()
+            .uri("/?token=ab%2Bcd+ef&queue=q%2F1")
+            .body(axum::body::Body::empty())
+            .unwrap_or_default();
+        assert_eq!(
+            query_token(&request),
+            Some(("ab+cd ef".to_owned(), "queue=q%2F1".to_owned()))
+        );
+        let request = Request::builder()
+            .header("cookie", "conveyor_console_token=shadow; other=1")
+            .header("cookie", "conveyor_console_token=mine")
+            .body(axum::body::Body::empty())
+            .unwrap_or_default();
+        assert_eq!(
+            cookies(&request, COOKIE),
+            vec!["shadow".to_owned(), "mine".to_owned()]
         );
     }
 

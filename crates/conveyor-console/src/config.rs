@@ -8,6 +8,10 @@ use conveyor_sqs::admin::{AdminError, QueueRef};
 
 /// The environment variable the token can come from instead of `--token`.
 pub const TOKEN_ENV: &str = "CONVEYOR_CONSOLE_TOKEN";
+/// The environment variable the viewer's token can come from instead of `--viewer-token`.
+pub const VIEWER_TOKEN_ENV: &str = "CONVEYOR_CONSOLE_VIEWER_TOKEN";
+/// The most bytes of a payload object the dead-letter page reads unless configured otherwise (1 MiB).
+pub const DEFAULT_MAX_PAYLOAD_BYTES: u64 = 1024 * 1024;
 /// The shortest token accepted.
 const MIN_TOKEN_CHARS: usize = 16;
 
@@ -21,6 +25,9 @@ pub struct ConsoleConfig {
     /// The token every request must carry (`Authorization: Bearer`, or the cookie set by opening
     /// `/?token=...` once). `None`: a random one is generated at start ([`Console::token`](crate::Console::token)).
     pub token: Option<String>,
+    /// A second token, a viewer's: it sees queues, jobs and metrics but no message body, payload or job
+    /// output, and takes no action (every POST is refused). `None`: only the operator's token.
+    pub viewer_token: Option<String>,
     /// Names besides `localhost`, `127.0.0.1` and `[::1]` the console answers to (the `Host` of a
     /// request, any port): the name of the TLS proxy in front of it. Requests addressed to any other
     /// name are refused (DNS rebinding).
@@ -39,6 +46,14 @@ pub struct ConsoleConfig {
     pub job_types: Vec<String>,
     /// The idempotency table the job lookup reads.
     pub table: Option<String>,
+    /// The buckets a dead letter's large-payload pointer may be followed into ("fetch the payload"):
+    /// the workers' `CONVEYOR_PAYLOAD_BUCKET`. A pointer into any other bucket is shown as a pointer
+    /// and never read, so a message cannot make the console read an object with the operator's
+    /// credentials from wherever it names. Empty: no payload is fetched.
+    pub payload_buckets: Vec<String>,
+    /// The most bytes of a payload object read for the page (the read stops there, and the page
+    /// says the object is larger).
+    pub max_payload_bytes: u64,
     /// How often the live parts of a page refresh.
     pub refresh: Duration,
     /// How often the queues page's charts take a sample (each costs what a refresh of the page costs).
@@ -52,6 +67,7 @@ impl Default for ConsoleConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8025)),
             token: None,
+            viewer_token: None,
             public_names: Vec::new(),
             behind_tls_proxy: false,
             queues: Vec::new(),
@@ -59,6 +75,8 @@ impl Default for ConsoleConfig {
             workers: Vec::new(),
             job_types: Vec::new(),
             table: None,
+            payload_buckets: Vec::new(),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             refresh: Duration::from_secs(3),
             history_every: Duration::from_secs(15),
             limits: Limits::default().with_max_body(1024 * 1024 + 64 * 1024),
@@ -87,6 +105,9 @@ pub enum ConsoleError {
         /// Its length.
         chars: usize,
     },
+    /// The viewer's token is the operator's.
+    #[error("the viewer token is the operator token: give the viewers a token of their own")]
+    SameTokens,
     /// Nothing to show.
     #[error("no queues to show: pass --queue-url (URL or name) or --queue-prefix, as often as needed")]
     NoQueues,
@@ -107,6 +128,16 @@ impl ConsoleConfig {
             return Err(ConsoleError::TokenTooShort {
                 chars: token.chars().count(),
             });
+        }
+        if let Some(viewer) = &self.viewer_token {
+            if viewer.chars().count() < MIN_TOKEN_CHARS {
+                return Err(ConsoleError::TokenTooShort {
+                    chars: viewer.chars().count(),
+                });
+            }
+            if self.token.as_ref() == Some(viewer) {
+                return Err(ConsoleError::SameTokens);
+            }
         }
         if self.queues.is_empty() && self.prefixes.is_empty() {
             return Err(ConsoleError::NoQueues);

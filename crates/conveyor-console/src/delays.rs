@@ -15,12 +15,60 @@ use conveyor_core::runtime::{format_age, format_time};
 use maud::{Markup, html};
 
 use crate::auth::refuse_without_csrf;
-use crate::fields::Fields;
+use crate::fields::{FieldError, Fields};
 use crate::html::{Nav, csrf_field, hidden, page, problem, query_value};
 use crate::state::AppState;
 
 /// Delayed jobs listed per page at most.
 const LISTED: usize = 200;
+/// The furthest a reschedule may move a delayed job: SQS's longest retention (14 days), as a producer's
+/// delay.
+const MAX_IN_SECS: u64 = conveyor_core::runtime::MAX_TOTAL_DELAY.as_secs();
+
+/// What `POST /delays/act` is asked to do, parsed before anything is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DelayAction {
+    /// Send the job now.
+    Run,
+    /// Move its due time to this one.
+    Reschedule(SystemTime),
+    /// Drop it.
+    Cancel,
+}
+
+impl DelayAction {
+    /// The action `fields` ask for at `now` (`in_secs` checked: a due time the clock cannot hold, or
+    /// one past [`MAX_IN_SECS`], is refused naming the field).
+    pub(crate) fn parse(fields: &Fields, now: SystemTime) -> Result<Self, FieldError> {
+        const ACTIONS: [&str; 3] = ["run", "reschedule", "cancel"];
+        match fields.choice("action", &ACTIONS)? {
+            Some("run") => Ok(Self::Run),
+            Some("cancel") => Ok(Self::Cancel),
+            Some(_) => {
+                let expected = || format!("a whole number of seconds from 0 to {MAX_IN_SECS}");
+                let secs = fields
+                    .whole("in_secs", 0, MAX_IN_SECS, "seconds")?
+                    .ok_or_else(|| FieldError::new("in_secs", "", expected()))?;
+                now.checked_add(Duration::from_secs(secs))
+                    .map(Self::Reschedule)
+                    .ok_or_else(|| FieldError::new("in_secs", &secs.to_string(), expected()))
+            }
+            None => Err(FieldError::new(
+                "action",
+                "",
+                format!("one of {}", ACTIONS.join(", ")),
+            )),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Reschedule(_) => "reschedule",
+            Self::Cancel => "cancel",
+        }
+    }
+}
 
 pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
     let Some(store) = &state.timers else {
@@ -33,6 +81,14 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
         Ok(urls) => urls,
         Err(error) => return problem(StatusCode::BAD_GATEWAY, "Delayed jobs", &error.to_string()),
     };
+    // Confined before any AWS call for it: the same answer whether or not such a queue exists.
+    if fields
+        .get("queue")
+        .is_some_and(|queue| !urls.iter().any(|url| url == queue))
+    {
+        tracing::warn!("console: a queue it does not show was asked for and refused");
+        return crate::dlq::not_shown("Delayed jobs");
+    }
     let queue = fields
         .get("queue")
         .map(str::to_owned)
@@ -128,6 +184,10 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
     if let Some(refused) = refuse_without_csrf(&state, &fields) {
         return refused;
     }
+    let action = match DelayAction::parse(&fields, SystemTime::now()) {
+        Ok(action) => action,
+        Err(error) => return error.refusal("Delayed jobs"),
+    };
     let Some(store) = &state.timers else {
         return problem(
             StatusCode::BAD_REQUEST,
@@ -147,15 +207,11 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         .await
         .map(|urls| urls.iter().any(|url| url == queue));
     if !known.unwrap_or(false) {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "Delayed jobs",
-            "That queue is not one this console shows.",
-        );
+        return crate::dlq::not_shown("Delayed jobs");
     }
     let timers = timers(&state, Arc::clone(store), queue);
-    let answer = match fields.get("action").unwrap_or_default() {
-        "run" => match timers.run_now(id).await {
+    let answer = match action {
+        DelayAction::Run => match timers.run_now(id).await {
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(format!(
                 "{}, or a relay is sending it",
@@ -163,40 +219,26 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
             )),
             Err(error) => Err(error.to_string()),
         },
-        "reschedule" => {
-            let Some(secs) = fields
-                .get("in_secs")
-                .and_then(|secs| secs.trim().parse::<u64>().ok())
-            else {
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    "Reschedule",
-                    "Give the new due time in whole seconds from now.",
-                );
-            };
-            let due = SystemTime::now() + Duration::from_secs(secs);
-            changed(
-                timers
-                    .reschedule(id, due)
-                    .await
-                    .map_err(|error| error.to_string()),
-                id,
-                "rescheduled",
-            )
-        }
-        "cancel" => changed(
+        DelayAction::Reschedule(due) => changed(
+            timers
+                .reschedule(id, due)
+                .await
+                .map_err(|error| error.to_string()),
+            id,
+            "rescheduled",
+        ),
+        DelayAction::Cancel => changed(
             timers.cancel(id).await.map_err(|error| error.to_string()),
             id,
             "cancelled",
         ),
-        _ => return problem(StatusCode::BAD_REQUEST, "Delayed jobs", "Unknown action."),
     };
     match answer {
         Ok(()) => {
             tracing::warn!(
                 queue,
                 timer = id,
-                action = fields.get("action").unwrap_or_default(),
+                action = action.name(),
                 "console: delayed job changed"
             );
             Redirect::to(&format!("/delays?queue={}", query_value(queue))).into_response()

@@ -27,7 +27,7 @@ use conveyor_sqs::admin::{
 use maud::{Markup, html};
 
 use crate::auth::refuse_without_csrf;
-use crate::fields::Fields;
+use crate::fields::{FieldError, Fields};
 use crate::html::{Nav, card, csrf_field, hidden, page, problem, query_value};
 use crate::peeks::Peek;
 use crate::state::AppState;
@@ -39,56 +39,187 @@ const MAX_PEEK: usize = 200;
 /// The filter fields, carried from the page to its actions.
 const FILTER_FIELDS: [&str; 4] = ["job_type", "reason", "newer", "older"];
 
-/// The filter the page's fields describe: job type, reason text, failed within the last `newer`
-/// minutes, failed more than `older` minutes ago.
-fn filter(fields: &Fields, now: SystemTime) -> MoveFilter {
-    let minutes_ago = |name: &str| {
-        fields
-            .number(name)
-            .map(|minutes| now - Duration::from_secs(minutes.saturating_mul(60)))
-    };
-    MoveFilter::default()
-        .with_job_type(fields.get("job_type").map(str::to_owned))
-        .with_reason_contains(fields.get("reason").map(str::to_owned))
-        .with_failed_after(minutes_ago("newer"))
-        .with_failed_before(minutes_ago("older"))
+/// The longest look-back a time filter takes, in minutes (ten years).
+const MAX_FILTER_MINUTES: u64 = 10 * 365 * 24 * 60;
+
+/// The filter fields, parsed: job type, reason text, failed within the last `newer` minutes, failed
+/// more than `older` minutes ago. A field that does not parse is an error, never "no filter".
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct FilterSpec {
+    job_type: Option<String>,
+    reason: Option<String>,
+    newer: Option<u64>,
+    older: Option<u64>,
 }
 
-/// The DLQ of `fields`' `queue`, when the console shows that queue (or one of the DLQ's sources).
-async fn resolve(state: &AppState, fields: &Fields) -> Result<DeadLetterPair, Box<Response>> {
+impl FilterSpec {
+    /// The filter `fields` describe; `Err` names the first field that is not what it must be.
+    pub(crate) fn parse(fields: &Fields) -> Result<Self, FieldError> {
+        let minutes = |name| fields.whole(name, 0, MAX_FILTER_MINUTES, "minutes");
+        Ok(Self {
+            job_type: fields.get("job_type").map(str::to_owned),
+            reason: fields.get("reason").map(str::to_owned),
+            newer: minutes("newer")?,
+            older: minutes("older")?,
+        })
+    }
+
+    /// True when it selects every message.
+    pub(crate) fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+
+    /// The [`MoveFilter`] it means at `now` (checked arithmetic: a time the clock cannot hold is an
+    /// error naming its field).
+    pub(crate) fn at(&self, now: SystemTime) -> Result<MoveFilter, FieldError> {
+        let minutes_ago = |name: &'static str, minutes: Option<u64>| {
+            let Some(minutes) = minutes else {
+                return Ok(None);
+            };
+            minutes
+                .checked_mul(60)
+                .and_then(|secs| now.checked_sub(Duration::from_secs(secs)))
+                .map(Some)
+                .ok_or_else(|| {
+                    FieldError::new(
+                        name,
+                        &minutes.to_string(),
+                        "a number of minutes this machine's clock can count back",
+                    )
+                })
+        };
+        Ok(MoveFilter::default()
+            .with_job_type(self.job_type.clone())
+            .with_reason_contains(self.reason.clone())
+            .with_failed_after(minutes_ago("newer", self.newer)?)
+            .with_failed_before(minutes_ago("older", self.older)?))
+    }
+}
+
+/// What `GET /dlq` asks for besides the queue: the filter, the message whose body is shown, and
+/// whether its large payload is fetched.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ShowQuery {
+    filter: MoveFilter,
+    show: Option<String>,
+    fetch: bool,
+}
+
+impl ShowQuery {
+    /// The query of `GET /dlq` at `now`; `Err` names the field that is wrong.
+    pub(crate) fn parse(fields: &Fields, now: SystemTime) -> Result<Self, FieldError> {
+        let filter = FilterSpec::parse(fields)?.at(now)?;
+        let fetch = fields.choice("fetch", &["1"])?.is_some();
+        Ok(Self {
+            filter,
+            show: fields.get("show").map(str::to_owned),
+            fetch,
+        })
+    }
+}
+
+/// What `POST /dlq/act` is asked to do, parsed before anything is done.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ActForm {
+    action: &'static str,
+    selected: Vec<String>,
+    spec: FilterSpec,
+    filter: MoveFilter,
+    rate: Option<u32>,
+    confirmed: bool,
+    destination: Option<String>,
+}
+
+/// The actions of `POST /dlq/act`.
+const ACTIONS: [&str; 4] = [
+    "redrive_selected",
+    "redrive_filter",
+    "delete_selected",
+    "delete_filter",
+];
+
+impl ActForm {
+    /// The form of `POST /dlq/act` at `now`; `Err` names the field that is wrong.
+    pub(crate) fn parse(fields: &Fields, now: SystemTime) -> Result<Self, FieldError> {
+        let action = fields
+            .choice("action", &ACTIONS)?
+            .ok_or_else(|| FieldError::new("action", "", format!("one of {}", ACTIONS.join(", "))))?;
+        let spec = FilterSpec::parse(fields)?;
+        let filter = spec.at(now)?;
+        let rate = fields
+            .whole("rate", 1, u64::from(MAX_MOVE_RATE), "messages per second")?
+            .map(|rate| u32::try_from(rate).unwrap_or(MAX_MOVE_RATE));
+        Ok(Self {
+            action,
+            selected: fields.all("id").into_iter().map(str::to_owned).collect(),
+            spec,
+            filter,
+            rate,
+            confirmed: fields.choice("confirm", &["yes"])?.is_some(),
+            destination: fields
+                .get("to_other")
+                .or_else(|| fields.get("to"))
+                .map(str::to_owned),
+        })
+    }
+}
+
+/// The shown queue `fields` name: refused, before any AWS call is made for it, when it is not one of
+/// the queues this console shows, with the same answer whether or not such a queue exists.
+async fn shown_queue<'a>(
+    state: &AppState,
+    fields: &'a Fields,
+    title: &str,
+) -> Result<&'a str, Box<Response>> {
     let Some(url) = fields.get("queue") else {
         return Err(Box::new(problem(
             StatusCode::BAD_REQUEST,
-            "Dead letters",
+            title,
             "No queue was given.",
         )));
     };
-    let pair = resolve_dead_letter(&state.sqs, url).await.map_err(|error| {
+    let known = state.queue_urls().await.map_err(|error| {
+        Box::new(problem(
+            StatusCode::BAD_GATEWAY,
+            title,
+            &format!(
+                "The console's queues could not be listed: {}",
+                display_chain(&error)
+            ),
+        ))
+    })?;
+    if !known.iter().any(|known| known == url) {
+        tracing::warn!("console: a queue it does not show was asked for and refused");
+        return Err(Box::new(not_shown(title)));
+    }
+    Ok(url)
+}
+
+/// The one answer for a queue this console does not show, whether or not it exists.
+pub(crate) fn not_shown(title: &str) -> Response {
+    problem(
+        StatusCode::BAD_REQUEST,
+        title,
+        "This console does not show that queue; start it with --queue-url or --queue-prefix for it.",
+    )
+}
+
+/// The DLQ of `fields`' `queue`, when the console shows that queue: confined first ([`shown_queue`]).
+async fn resolve(state: &AppState, fields: &Fields) -> Result<DeadLetterPair, Box<Response>> {
+    let url = shown_queue(state, fields, "Dead letters").await?;
+    resolve_dead_letter(&state.sqs, url).await.map_err(|error| {
         Box::new(problem(
             StatusCode::BAD_GATEWAY,
             "Dead letters",
             &display_chain(&error),
         ))
-    })?;
-    let known = state.queue_urls().await.unwrap_or_default();
-    let shown = known.iter().any(|known| known == url)
-        || pair.sources.iter().any(|source| known.contains(&source.url));
-    if !shown {
-        return Err(Box::new(problem(
-            StatusCode::BAD_REQUEST,
-            "Dead letters",
-            "This console does not show that queue; start it with --queue-url or --queue-prefix for it.",
-        )));
-    }
-    Ok(pair)
+    })
 }
 
-/// How many messages a peek asks for: the form's `max`, within 1 to [`MAX_PEEK`].
-fn peek_size(fields: &Fields) -> usize {
-    fields
-        .number("max")
-        .map_or(DEFAULT_PEEK, |max| usize::try_from(max).unwrap_or(MAX_PEEK))
-        .clamp(1, MAX_PEEK)
+/// How many messages a peek asks for: the form's `max` (1 to [`MAX_PEEK`]), else [`DEFAULT_PEEK`].
+pub(crate) fn peek_size(fields: &Fields) -> Result<usize, FieldError> {
+    let max = fields.whole("max", 1, MAX_PEEK as u64, "messages")?;
+    Ok(max.map_or(DEFAULT_PEEK, |max| usize::try_from(max).unwrap_or(MAX_PEEK)))
 }
 
 /// This page's address for `queue` with the filter of `fields`, plus `extra`.
@@ -112,6 +243,10 @@ async fn resolve_posted(state: &AppState, fields: &Fields) -> Result<DeadLetterP
 
 /// `GET /dlq`: the DLQ's kept peek, filtered; without one, the button that takes it. Never receives.
 pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Query<Fields>) -> Response {
+    let query = match ShowQuery::parse(&fields, SystemTime::now()) {
+        Ok(query) => query,
+        Err(error) => return error.refusal("Dead letters"),
+    };
     let pair = match resolve(&state, &fields).await {
         Ok(pair) => pair,
         Err(response) => return *response,
@@ -129,13 +264,18 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
         };
         return page(&title, Nav::Queues, body).into_response();
     };
-    let filter = filter(&fields, SystemTime::now());
     let matching: Vec<&Received> = peek
         .messages
         .iter()
-        .filter(|received| filter.matches(received))
+        .filter(|received| query.filter.matches(received))
         .collect();
-    let fetched = fetch_shown(&state, &fields, &matching).await;
+    if let Some(shown) = matching
+        .iter()
+        .find(|received| Some(received.message.id.as_str()) == query.show.as_deref())
+    {
+        tracing::warn!(dlq = %pair.dlq.url, message_id = %shown.message.id, "console: a dead letter's body was shown");
+    }
+    let fetched = fetch_shown(&state, &query, &matching).await;
     let body = html! {
         (summary(&pair, Some(&peek), matching.len()))
         (peek_form(&state, queue, &fields, peek.max, "Peek again"))
@@ -146,34 +286,65 @@ pub(crate) async fn show(State(state): State<Arc<AppState>>, Query(fields): Quer
     page(&title, Nav::Queues, body).into_response()
 }
 
+/// What the page shows of a shown pointer message's payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fetched {
+    /// The payload, read from its store.
+    Body(String),
+    /// Why it could not be read.
+    Failed(String),
+}
+
 /// The shown message's large payload, read from its store when the operator asked (`fetch=1`): `None`
-/// when not asked, not a pointer, or no store was given; `Err` says why it could not be read.
-async fn fetch_shown(
-    state: &AppState,
-    fields: &Fields,
-    matching: &[&Received],
-) -> Option<Result<String, String>> {
-    if fields.get("fetch") != Some("1") {
+/// when not asked, not a pointer, no store was given, or the pointer names a bucket this console does
+/// not read from (it stays a pointer: [`followed`]). The read stops at
+/// [`ConsoleConfig::max_payload_bytes`](crate::ConsoleConfig::max_payload_bytes) when the store streams
+/// (S3's does), and a larger object is refused either way.
+async fn fetch_shown(state: &AppState, query: &ShowQuery, matching: &[&Received]) -> Option<Fetched> {
+    if !query.fetch {
         return None;
     }
-    let shown = fields.get("show")?;
+    let shown = query.show.as_deref()?;
     let message = &matching
         .iter()
         .find(|received| received.message.id == shown)?
         .message;
     let pointer = match PayloadPointer::of(message)? {
         Ok(pointer) => pointer,
-        Err(error) => return Some(Err(error.to_string())),
+        Err(error) => return Some(Fetched::Failed(error.to_string())),
     };
+    if !followed(state, &pointer) {
+        tracing::warn!(bucket = %pointer.bucket, key = %pointer.key, message_id = %message.id,
+            "console: a payload pointer into a bucket it does not read from was not followed");
+        return None;
+    }
     let Some(store) = state.payloads.get() else {
-        return Some(Err("this console was started without a payload store".to_owned()));
+        return Some(Fetched::Failed(
+            "this console was started without a payload store".to_owned(),
+        ));
     };
-    Some(
-        conveyor_core::port::resolve(store.as_ref(), message, &pointer)
-            .await
-            .map(|resolved| resolved.body)
-            .map_err(|error| error.to_string()),
-    )
+    let max = state.config.max_payload_bytes;
+    let bytes = match store.get(&pointer.bucket, &pointer.key).await {
+        Ok(bytes) => bytes,
+        Err(error) => return Some(Fetched::Failed(error.to_string())),
+    };
+    tracing::warn!(bucket = %pointer.bucket, key = %pointer.key, message_id = %message.id,
+        bytes = bytes.len(), "console: a dead letter's payload was read");
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
+        return Some(Fetched::Failed(format!(
+            "{pointer} is larger than the {max} bytes this console reads (--max-payload-bytes); read it \
+             with the AWS CLI"
+        )));
+    }
+    Some(match String::from_utf8(bytes) {
+        Ok(body) => Fetched::Body(body),
+        Err(error) => Fetched::Failed(format!("{pointer} is not UTF-8 text: {}", error.utf8_error())),
+    })
+}
+
+/// Whether the console follows `pointer`: only into the payload buckets it was started with.
+fn followed(state: &AppState, pointer: &PayloadPointer) -> bool {
+    state.config.payload_buckets.contains(&pointer.bucket)
 }
 
 /// SQS's own move tasks of the DLQ (its last ten, one `ListMessageMoveTasks`), a running one with a
@@ -297,12 +468,15 @@ pub(crate) async fn take_peek(State(state): State<Arc<AppState>>, Form(fields): 
         Ok(pair) => pair,
         Err(response) => return *response,
     };
-    let max = peek_size(&fields);
+    let max = match peek_size(&fields) {
+        Ok(max) => max,
+        Err(error) => return error.refusal("Dead letters"),
+    };
     let peeked = match peek(&state.sqs, &pair.dlq.url, PeekOptions::default().with_max(max)).await {
         Ok(peeked) => peeked,
         Err(error) => return problem(StatusCode::BAD_GATEWAY, "Dead letters", &display_chain(&error)),
     };
-    tracing::info!(dlq = %pair.dlq.url, messages = peeked.messages.len(), "console: peeked at dead letters");
+    tracing::warn!(dlq = %pair.dlq.url, messages = peeked.messages.len(), "console: peeked at dead letters (their bodies were read)");
     let peek = Peek {
         at: SystemTime::now(),
         max,
@@ -375,9 +549,10 @@ fn messages_form(
     queue: &str,
     fields: &Fields,
     matching: &[&Received],
-    fetched: Option<&Result<String, String>>,
+    fetched: Option<&Fetched>,
 ) -> Markup {
     let show = fields.get("show");
+    let follows = |pointer: &PayloadPointer| followed(state, pointer);
     let page_url = |extra: &str| page_url(queue, fields, extra);
     html! {
         form method="post" action="/dlq/act" id="dead-letters" {
@@ -421,7 +596,7 @@ fn messages_form(
                     }
                     tbody {
                         @for received in matching {
-                            (dead_letter_rows(received, show == Some(received.message.id.as_str()), &page_url, fetched))
+                            (dead_letter_rows(received, show == Some(received.message.id.as_str()), &page_url, fetched, &follows))
                         }
                         @if matching.is_empty() {
                             tr { td colspan="8" class="muted" { "No dead letters match." } }
@@ -439,7 +614,8 @@ fn dead_letter_rows(
     received: &Received,
     shown: bool,
     page_url: &dyn Fn(&str) -> String,
-    fetched: Option<&Result<String, String>>,
+    fetched: Option<&Fetched>,
+    follows: &dyn Fn(&PayloadPointer) -> bool,
 ) -> Markup {
     let message = &received.message;
     let failure = received.failure();
@@ -488,15 +664,21 @@ fn dead_letter_rows(
                 td colspan="7" {
                     (details(message))
                     pre class="body" { (message.body) }
-                    @match fetched {
-                        Some(Ok(payload)) => { p { "The payload, read from its store:" } pre class="payload" id="payload" { (payload) } },
-                        Some(Err(error)) => p class="bad" id="payload-error" { "The payload could not be read: " (error) },
-                        None if PayloadPointer::of(message).is_some() => {
+                    @match (fetched, PayloadPointer::of(message)) {
+                        (Some(Fetched::Body(payload)), _) => { p { "The payload, read from its store:" } pre class="payload" id="payload" { (payload) } },
+                        (Some(Fetched::Failed(error)), _) => p class="bad" id="payload-error" { "The payload could not be read: " (error) },
+                        (None, Some(Ok(pointer))) if !follows(&pointer) => {
+                            p class="muted" id="payload-not-followed" {
+                                "Not fetched: " code { (pointer) } " is outside the payload buckets this console reads \
+                                 from (--payload-bucket, by default CONVEYOR_PAYLOAD_BUCKET), so it stays a pointer."
+                            }
+                        },
+                        (None, Some(_)) => {
                             a href={ (page_url(&format!("&show={}&fetch=1", query_value(id)))) "#m-" (id) } id="fetch-payload" {
                                 "Fetch the payload (reads the object, deletes nothing)"
                             }
                         },
-                        None => {},
+                        (None, None) => {},
                     }
                 }
             }
@@ -554,13 +736,20 @@ fn destination_select(pair: &DeadLetterPair) -> Markup {
 
 /// `POST /dlq/act`: redrive or delete, a selection or everything matching; deletes ask first.
 pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<Fields>) -> Response {
-    let pair = match resolve_posted(&state, &fields).await {
+    if let Some(refused) = refuse_without_csrf(&state, &fields) {
+        return refused;
+    }
+    let form = match ActForm::parse(&fields, SystemTime::now()) {
+        Ok(form) => form,
+        Err(error) => return error.refusal("Dead letters"),
+    };
+    let pair = match resolve(&state, &fields).await {
         Ok(pair) => pair,
         Err(response) => return *response,
     };
-    let action = fields.get("action").unwrap_or_default();
-    let selected = fields.all("id");
-    let mut filter = filter(&fields, SystemTime::now());
+    let action = form.action;
+    let selected = &form.selected;
+    let mut filter = form.filter.clone();
     let what = match action {
         "redrive_selected" | "delete_selected" => {
             if selected.is_empty() {
@@ -571,38 +760,29 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
                 );
             }
             // A selection is exact: the ids alone decide.
-            filter = MoveFilter::default()
-                .with_message_ids(Some(selected.iter().map(|id| (*id).to_owned()).collect()));
+            filter = MoveFilter::default().with_message_ids(Some(selected.iter().cloned().collect()));
             format!("{} selected messages", selected.len())
         }
-        "redrive_filter" => "every message matching the filter".to_owned(),
-        "delete_filter" => {
-            if FILTER_FIELDS.iter().all(|name| fields.get(name).is_none()) {
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    "Nothing deleted",
-                    "\"Delete all matching\" needs a filter (job type, reason, time of failure); to empty the \
-                     whole DLQ, purge it from the queues page.",
-                );
-            }
-            "every message matching the filter".to_owned()
+        "delete_filter" if form.spec.is_empty() => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Nothing deleted",
+                "\"Delete all matching\" needs a filter (job type, reason, time of failure); to empty the \
+                 whole DLQ, purge it from the queues page.",
+            );
         }
-        _ => return problem(StatusCode::BAD_REQUEST, "Dead letters", "Unknown action."),
+        _ => "every message matching the filter".to_owned(),
     };
     let back = format!(
         "/dlq?queue={}",
         query_value(fields.get("queue").unwrap_or_default())
     );
-    let rate = fields.number("rate").map(|rate| {
-        u32::try_from(rate)
-            .unwrap_or(MAX_MOVE_RATE)
-            .clamp(1, MAX_MOVE_RATE)
-    });
+    let rate = form.rate;
     let options = MoveOptions::default().with_filter(filter).with_rate(rate);
     let client = state.sqs.clone();
     let dlq = pair.dlq.clone();
     if action == "delete_selected" || action == "delete_filter" {
-        if fields.get("confirm") != Some("yes") {
+        if !form.confirmed {
             let question = html! {
                 "Delete " strong { (what) } " from " code { (pair.dlq.name()) } " for good? They are not sent \
                  anywhere; this cannot be undone."
@@ -627,23 +807,20 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
             });
         return Redirect::to(&format!("/tasks/{id}")).into_response();
     }
-    let destination = fields.get("to_other").or_else(|| fields.get("to"));
-    let destinations = match destination {
+    let destinations = match form.destination.as_deref() {
+        // Confined before any AWS call for it: the same answer whether or not such a queue exists.
+        Some(url) if !shown_here(&state, &pair, url).await => {
+            tracing::warn!(dlq = %pair.dlq.url, "console: a redrive to a queue it does not show was refused");
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "Redrive",
+                "Nothing was moved: this console redrives only to the queues it shows (by URL), and that is \
+                 not one of them. Start it with --queue-url (or --queue-prefix) for that queue.",
+            );
+        }
         Some(url) => match describe(&state.sqs, url).await {
-            Ok(queue) if shown_here(&state, &pair, &queue.url).await => Destinations::One(queue),
-            Ok(queue) => {
-                tracing::warn!(dlq = %pair.dlq.url, to = %queue.url, "console: a redrive to a queue it does not show was refused");
-                return problem(
-                    StatusCode::BAD_REQUEST,
-                    "Redrive",
-                    &format!(
-                        "Nothing was moved: this console redrives only to the queues it shows, and {} is not \
-                         one of them. Start it with --queue-url (or --queue-prefix) for that queue.",
-                        queue.name()
-                    ),
-                );
-            }
-            Err(error) => return problem(StatusCode::BAD_REQUEST, "Redrive", &display_chain(&error)),
+            Ok(queue) => Destinations::One(queue),
+            Err(error) => return problem(StatusCode::BAD_GATEWAY, "Redrive", &display_chain(&error)),
         },
         None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
         None => Destinations::BySource(pair.sources.clone()),
@@ -652,7 +829,7 @@ pub(crate) async fn act(State(state): State<Arc<AppState>>, Form(fields): Form<F
         Destinations::One(queue) => queue.name().to_owned(),
         Destinations::BySource(_) => "their source queues".to_owned(),
     };
-    if action == "redrive_filter" && fields.get("confirm") != Some("yes") {
+    if action == "redrive_filter" && !form.confirmed {
         let question = html! {
             "Redrive every message of " code { (pair.dlq.name()) } " matching the filter to " strong { (target) }
             @if let Some(rate) = rate { ", at most " (rate) " per second" }

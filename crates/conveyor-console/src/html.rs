@@ -109,8 +109,8 @@ pub(crate) async fn not_found() -> Response {
     )
 }
 
-/// Headers on every answer: no framing, scripts and styles from this origin only, no referrer (a
-/// token may be in a URL once), nothing cached (pages can carry message bodies).
+/// Headers on every answer: no framing, scripts and styles from this origin only, no referrer to other
+/// sites (a token may be in a URL once), nothing cached (pages can carry message bodies).
 pub(crate) async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -122,7 +122,9 @@ pub(crate) async fn security_headers(request: Request, next: Next) -> Response {
         ),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        // Same-origin (not no-referrer): the pages' own POSTs then carry their real `Origin`, so
+        // `Origin: null` can be refused (`auth.rs`); other sites still get no referrer.
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));

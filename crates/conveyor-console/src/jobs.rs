@@ -245,7 +245,10 @@ fn render(record: &IdempotencyRecord, fields: &Fields, now: SystemTime) -> Marku
     let time = |at: Option<SystemTime>| at.map_or("–".to_owned(), format_time);
     let output = match (&record.output, fields.get("show_output")) {
         (None, _) => html! { span class="muted" { "none stored" } },
-        (Some(output), Some(_)) => html! { pre id="job-output" { (output) } },
+        (Some(output), Some(_)) => {
+            tracing::warn!(key = %record.key, bytes = output.len(), "console: a job's output was shown");
+            html! { pre id="job-output" { (output) } }
+        }
         (Some(output), None) => {
             let mut url = String::from("/jobs?show_output=1");
             for name in ["job_type", "key", "message_id", "record_id"] {

@@ -9,6 +9,8 @@ mod fields;
 mod history;
 mod html;
 mod jobs;
+#[cfg(test)]
+mod parse_properties;
 mod peeks;
 mod queues;
 mod requests;
@@ -25,7 +27,7 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{ConsoleConfig, ConsoleError, TOKEN_ENV};
+pub use config::{ConsoleConfig, ConsoleError, DEFAULT_MAX_PAYLOAD_BYTES, TOKEN_ENV, VIEWER_TOKEN_ENV};
 
 /// The IAM actions behind the console's own AWS calls beyond the operator's SQS and DynamoDB ones
 /// (`conveyor_sqs::iam::OPERATOR`, `conveyor_dynamodb::iam::OPERATOR_TABLE`), as those lists are
@@ -68,8 +70,11 @@ impl Console {
     }
 
     /// Lets the dead-letter page fetch a large payload's object (an S3 pointer's, as the SQS Extended
-    /// Client writes them) when the operator asks: `conveyor_s3::S3PayloadStore`, or any
-    /// [`PayloadStore`](conveyor_core::port::PayloadStore). Reading never deletes.
+    /// Client writes them) when the operator asks: `conveyor_s3::S3PayloadStore` (give it
+    /// `with_max_read` so the read stops at [`ConsoleConfig::max_payload_bytes`]), or any
+    /// [`PayloadStore`](conveyor_core::port::PayloadStore). Only pointers into
+    /// [`ConsoleConfig::payload_buckets`] are followed; reading never deletes, and each read is logged
+    /// at warn with the client's address.
     pub fn with_payloads(self, store: Arc<dyn conveyor_core::port::PayloadStore>) -> Self {
         let _ = self.state.payloads.set(store);
         self

@@ -5,9 +5,11 @@
 //! words) before its one request.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Form;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use conveyor_sqs::admin::{QueueInfo, describe, display_chain};
 use conveyor_sqs::{NewJob, Producer};
@@ -15,7 +17,7 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use crate::auth::refuse_without_csrf;
-use crate::fields::Fields;
+use crate::fields::{FieldError, Fields};
 use crate::html::{Nav, csrf_field, page};
 use crate::state::AppState;
 
@@ -28,7 +30,15 @@ pub(crate) async fn submit(State(state): State<Arc<AppState>>, Form(fields): For
     if let Some(refused) = refuse_without_csrf(&state, &fields) {
         return refused;
     }
-    let outcome = match send(&state, &fields).await {
+    let delay = match delay(&fields) {
+        Ok(delay) => delay,
+        Err(error) => {
+            let outcome = html! { p class="bad" id="send-error" { "Nothing was sent: " (error) "." } };
+            let body = render(&state, &fields, Some(outcome)).await;
+            return (StatusCode::BAD_REQUEST, page("Send a job", Nav::Send, body)).into_response();
+        }
+    };
+    let outcome = match send(&state, &fields, delay).await {
         Ok(id) => html! { p class="ok" { "Sent: message id " code id="sent-id" { (id) } } },
         Err(problem) => html! { p class="bad" id="send-error" { (problem) } },
     };
@@ -36,8 +46,17 @@ pub(crate) async fn submit(State(state): State<Arc<AppState>>, Form(fields): For
     page("Send a job", Nav::Send, body).into_response()
 }
 
+/// The form's `delay_secs`: whole seconds up to SQS's longest retention (a longer delay could never be
+/// delivered), `None` when not given.
+pub(crate) fn delay(fields: &Fields) -> Result<Option<Duration>, FieldError> {
+    let max = conveyor_core::runtime::MAX_TOTAL_DELAY.as_secs();
+    Ok(fields
+        .whole("delay_secs", 0, max, "seconds")?
+        .map(Duration::from_secs))
+}
+
 /// Checks the form, then sends; the error says what to fix (nothing was sent).
-async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
+async fn send(state: &AppState, fields: &Fields, delay: Option<Duration>) -> Result<String, String> {
     let job_type = fields.get("job_type").ok_or("choose a job type")?;
     if !state.config.job_types.iter().any(|known| known == job_type) {
         return Err(format!(
@@ -69,12 +88,8 @@ async fn send(state: &AppState, fields: &Fields) -> Result<String, String> {
     if let Some(group) = fields.get("group_id") {
         job = job.group_id(group);
     }
-    if let Some(delay) = fields.get("delay_secs") {
-        let seconds: u64 = delay
-            .trim()
-            .parse()
-            .map_err(|_| format!("the delay {delay:?} is not a whole number of seconds; nothing was sent"))?;
-        job = job.delay(std::time::Duration::from_secs(seconds));
+    if let Some(delay) = delay {
+        job = job.delay(delay);
     }
     let producer = Producer::new(state.sqs.clone(), url);
     let id = producer

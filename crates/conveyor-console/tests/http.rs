@@ -105,6 +105,38 @@ async fn no_token_no_page_and_no_body_read() {
     let header = format!("Authorization: Bearer {}\r\n", console.token());
     let served = raw_request(addr, &get(&header)).await.unwrap();
     assert!(!served.starts_with("HTTP/1.1 401"), "{served}");
+    assert!(
+        served.contains("referrer-policy: same-origin\r\n"),
+        "the pages' own POSTs carry their origin: {served}"
+    );
+    // A cookie of the same name set first by a page on another local port does not lock the
+    // operator out: every cookie of the name is tried.
+    let shadowed = format!(
+        "Cookie: conveyor_console_token=shadow\r\nCookie: other=1; conveyor_console_token={}\r\n",
+        console.token()
+    );
+    let css = format!(
+        "GET /static/console.css HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{shadowed}Connection: close\r\n\r\n",
+        addr.port()
+    );
+    let served = raw_request(addr, &css).await.unwrap();
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    // The token in the address is percent-decoded: an encoded token opens the page too.
+    let encoded: String = console
+        .token()
+        .bytes()
+        .map(|byte| format!("%{byte:02X}"))
+        .collect();
+    let opened = raw_request(
+        addr,
+        &format!(
+            "GET /static/console.css?token={encoded} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n\r\n",
+            addr.port()
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(opened.starts_with("HTTP/1.1 303"), "{opened}");
 
     let head = format!(
         "POST /send HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
@@ -145,7 +177,7 @@ async fn behind_a_tls_proxy_the_cookie_is_secure() {
     assert!(opened.starts_with("HTTP/1.1 303"), "{opened}");
     assert!(
         opened.contains(&format!(
-            "__Host-conveyor_console_token={TOKEN}; HttpOnly; SameSite=Strict; Path=/; Secure\r\n"
+            "__Host-conveyor_console_token={TOKEN}; HttpOnly; SameSite=Strict; Secure; Path=/\r\n"
         )),
         "{opened}"
     );
@@ -209,6 +241,9 @@ async fn another_sites_page_can_neither_read_nor_post_through_dns_rebinding() {
         "Origin: http://rebind.evil.example\r\n",
         "Origin: null\r\nSec-Fetch-Site: cross-site\r\n",
         "Sec-Fetch-Site: same-site\r\n",
+        // A sandboxed frame or a `data:` page: the console's own pages send their real origin.
+        "Origin: null\r\n",
+        "Origin: null\r\nSec-Fetch-Site: same-origin\r\n",
     ] {
         let answer = raw_request(addr, &post(extra)).await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 403"), "{extra}: {answer}");
@@ -223,5 +258,62 @@ async fn another_sites_page_can_neither_read_nor_post_through_dns_rebinding() {
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert!(!answer.contains("Cross-site request refused"), "{answer}");
     assert!(answer.contains("CSRF"), "{answer}");
+    stop.cancel();
+}
+
+/// A viewer's token sees pages without bodies and takes no action: every POST, and every GET that
+/// asks for a body, a payload or a job's output, is refused before the handler runs; the operator's
+/// token is not.
+#[tokio::test]
+async fn a_viewer_token_is_refused_every_action_and_body_read() {
+    const VIEWER: &str = "viewer-0123456789abcdef";
+    let config = ConsoleConfig::default()
+        .with_token(Some(TOKEN.to_owned()))
+        .with_viewer_token(Some(VIEWER.to_owned()));
+    let (addr, _console, stop) = serve(config).await;
+    let host = format!("Host: 127.0.0.1:{}\r\n", addr.port());
+    let get = |path: &str, token: &str| {
+        format!("GET {path} HTTP/1.1\r\n{host}Authorization: Bearer {token}\r\nConnection: close\r\n\r\n")
+    };
+    let served = raw_request(addr, &get("/static/console.css", VIEWER))
+        .await
+        .unwrap();
+    assert!(
+        served.starts_with("HTTP/1.1 200"),
+        "a viewer reads pages: {served}"
+    );
+    for path in [
+        "/dlq?queue=q&show=m-1",
+        "/dlq?queue=q&show=m-1&fetch=1",
+        "/jobs?job_type=t&key=k&show_output=1",
+    ] {
+        let answer = raw_request(addr, &get(path, VIEWER)).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+        assert!(answer.contains("Read-only"), "{path}: {answer}");
+    }
+    for path in [
+        "/queues/purge",
+        "/dlq/peek",
+        "/dlq/act",
+        "/dlq/cancel-task",
+        "/delays/act",
+        "/schedules/act",
+        "/send",
+        "/tasks/1/stop",
+    ] {
+        let body = "queue=q&action=purge&confirm=yes&csrf=x";
+        let post = |token: &str| {
+            format!(
+                "POST {path} HTTP/1.1\r\n{host}Authorization: Bearer {token}\r\n\
+                 Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let answer = raw_request(addr, &post(VIEWER)).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+        assert!(answer.contains("Read-only"), "{path}: {answer}");
+        let operator = raw_request(addr, &post(TOKEN)).await.unwrap();
+        assert!(!operator.contains("Read-only"), "{path}: {operator}");
+    }
     stop.cancel();
 }

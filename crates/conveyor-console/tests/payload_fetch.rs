@@ -42,7 +42,8 @@ async fn a_large_payloads_pointer_is_shown_and_its_payload_fetched_on_request() 
     let config = ConsoleConfig::default()
         .with_listen(addr)
         .with_token(Some(TOKEN.to_owned()))
-        .with_queues(vec![QueueRef::parse(&queue.name)?]);
+        .with_queues(vec![QueueRef::parse(&queue.name)?])
+        .with_payload_buckets(vec!["payloads".to_owned()]);
     let console = Console::new(config, sqs.clone(), localstack::dynamodb_client().await)
         .await?
         .with_payloads(store.clone());

@@ -13,12 +13,37 @@ use crate::classify::classify;
 #[derive(Debug, Clone)]
 pub struct S3PayloadStore {
     client: Client,
+    /// The most bytes a `get` reads, when limited ([`S3PayloadStore::with_max_read`]).
+    max_read: Option<u64>,
 }
 
 impl S3PayloadStore {
     /// A store on `client` (build it with [`crate::s3_client_from_env`]).
     pub fn new(client: Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            max_read: None,
+        }
+    }
+
+    /// Reads at most `bytes` of an object: a `get` of a larger one is refused
+    /// ([`PayloadError::Misconfigured`], naming the limit) without reading past the limit (an object
+    /// whose `Content-Length` says so is not read at all; the body is streamed and the read stops at
+    /// the limit). For readers that show payloads to a person (the console, `conveyor dlq peek`), not
+    /// for the runtimes, which must read the whole job.
+    pub fn with_max_read(mut self, bytes: u64) -> Self {
+        self.max_read = Some(bytes);
+        self
+    }
+
+    /// `bucket`/`key` is larger than `limit`: nothing past it was read.
+    fn too_large(bucket: &str, key: &str, limit: u64) -> PayloadError {
+        PayloadError::Misconfigured {
+            message: format!(
+                "s3://{bucket}/{key} is larger than the {limit} bytes this reader reads at most; nothing past \
+                 them was read (read it with `aws s3 cp`, or raise the limit)"
+            ),
+        }
     }
 }
 
@@ -46,14 +71,30 @@ impl PayloadStore for S3PayloadStore {
             .send()
             .await
             .map_err(|error| classify(&error, bucket, key))?;
-        let body = output
-            .body
-            .collect()
-            .await
-            .map_err(|error| PayloadError::Unavailable {
-                message: format!("reading s3://{bucket}/{key} failed: {error}"),
-            })?;
-        Ok(body.into_bytes().to_vec())
+        let failed = |error: &dyn std::fmt::Display| PayloadError::Unavailable {
+            message: format!("reading s3://{bucket}/{key} failed: {error}"),
+        };
+        let Some(limit) = self.max_read else {
+            let body = output.body.collect().await.map_err(|error| failed(&error))?;
+            return Ok(body.into_bytes().to_vec());
+        };
+        let declared = output
+            .content_length
+            .and_then(|length| u64::try_from(length).ok());
+        if declared.is_some_and(|length| length > limit) {
+            return Err(Self::too_large(bucket, key, limit));
+        }
+        let mut body = output.body;
+        let mut read = Vec::new();
+        while let Some(chunk) = body.try_next().await.map_err(|error| failed(&error))? {
+            let total = u64::try_from(read.len().saturating_add(chunk.len())).unwrap_or(u64::MAX);
+            if total > limit {
+                // Dropping the stream closes the connection: the rest of the object is not read.
+                return Err(Self::too_large(bucket, key, limit));
+            }
+            read.extend_from_slice(&chunk);
+        }
+        Ok(read)
     }
 
     async fn touch(&self, bucket: &str, key: &str) -> Result<(), PayloadError> {

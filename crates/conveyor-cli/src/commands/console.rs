@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use conveyor_console::{Console, ConsoleConfig, TOKEN_ENV};
+use conveyor_console::{Console, ConsoleConfig, TOKEN_ENV, VIEWER_TOKEN_ENV};
 use conveyor_sqs::admin::QueueRef;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +29,10 @@ pub(crate) struct ConsoleArgs {
     /// The token every request must carry (at least 16 characters); generated when not given.
     #[arg(long, value_name = "TOKEN", env = TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
+    /// A viewer's token (at least 16 characters): it sees queues, jobs and metrics, but no message body,
+    /// payload or job output, and takes no action. For a console opened to a team.
+    #[arg(long, value_name = "TOKEN", env = VIEWER_TOKEN_ENV, hide_env_values = true)]
+    pub viewer_token: Option<String>,
     /// A name the console answers to besides localhost, 127.0.0.1 and [::1] (the TLS proxy's); repeat for more.
     #[arg(long = "public-name", value_name = "NAME")]
     pub public_names: Vec<String>,
@@ -57,6 +61,14 @@ pub(crate) struct ConsoleArgs {
     /// what one refresh of the page costs.
     #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub history_secs: u64,
+    /// A bucket the dead-letter page follows large-payload pointers into (the workers' payload bucket);
+    /// repeat for more. A pointer into any other bucket is shown as a pointer and never read.
+    #[arg(long = "payload-bucket", value_name = "BUCKET", env = conveyor_s3::BUCKET_ENV)]
+    pub payload_buckets: Vec<String>,
+    /// The most bytes of one payload the dead-letter page reads (the read stops there).
+    #[arg(long, value_name = "BYTES", default_value_t = conveyor_console::DEFAULT_MAX_PAYLOAD_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=64 * 1024 * 1024))]
+    pub max_payload_bytes: u64,
     /// Do not read SQS's fair-queue metrics from CloudWatch: the queues page leaves that view out and
     /// the console needs no cloudwatch:GetMetricData.
     #[arg(long)]
@@ -68,6 +80,7 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws, format: Format) -> anyhow
     let config = ConsoleConfig::default()
         .with_listen(args.listen)
         .with_token(args.token.clone())
+        .with_viewer_token(args.viewer_token.clone())
         .with_public_names(args.public_names.clone())
         .with_behind_tls_proxy(args.behind_tls_proxy)
         .with_queues(args.queues.clone())
@@ -75,9 +88,13 @@ pub(crate) async fn run(args: &ConsoleArgs, aws: &Aws, format: Format) -> anyhow
         .with_workers(args.workers.clone())
         .with_job_types(args.job_types.clone())
         .with_table(args.table.clone())
+        .with_payload_buckets(args.payload_buckets.clone())
+        .with_max_payload_bytes(args.max_payload_bytes)
         .with_refresh(Duration::from_secs(args.refresh_secs))
         .with_history_every(Duration::from_secs(args.history_secs));
-    let payloads = std::sync::Arc::new(conveyor_s3::S3PayloadStore::new(aws.s3_client()));
+    let payloads = std::sync::Arc::new(
+        conveyor_s3::S3PayloadStore::new(aws.s3_client()).with_max_read(args.max_payload_bytes),
+    );
     let mut console = Console::new(config, aws.sqs_client(), aws.dynamodb_client())
         .await?
         .with_payloads(payloads);

@@ -14,10 +14,24 @@ use conveyor_sqs::SqsSender;
 use conveyor_sqs::admin::{QueueRef, resolve_queue_url};
 
 use crate::aws::Aws;
+use crate::errors::UsageError;
 use crate::output::{Format, Table, format_age, format_time, print_json};
 
 /// How far ahead `delays relay` sends (the rest of the wait travels as `DelaySeconds`).
 const RELAY_LOOKAHEAD: Duration = Duration::from_secs(60);
+/// The furthest `reschedule --in-secs` moves a job: SQS's longest retention, as a producer's delay.
+const MAX_IN_SECS: u64 = conveyor_core::runtime::MAX_TOTAL_DELAY.as_secs();
+
+/// `now` plus `in_secs` (checked: a due time the clock cannot hold is a usage error naming the flag).
+pub(crate) fn due_in(now: SystemTime, in_secs: u64) -> Result<SystemTime, UsageError> {
+    now.checked_add(Duration::from_secs(in_secs))
+        .filter(|_| in_secs <= MAX_IN_SECS)
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--in-secs {in_secs}: at most {MAX_IN_SECS} seconds (14 days)"
+            ))
+        })
+}
 
 /// Arguments of `conveyor delays`.
 #[derive(Debug, Args)]
@@ -61,8 +75,8 @@ pub(crate) enum DelaysCommand {
     Reschedule {
         /// The timer's id.
         id: String,
-        /// The new due time, in seconds from now.
-        #[arg(long, value_name = "SECONDS")]
+        /// The new due time, in seconds from now (at most 1209600 = 14 days, SQS's longest retention).
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=MAX_IN_SECS))]
         in_secs: u64,
     },
     /// Cancel a delayed job: it is never sent.
@@ -104,7 +118,7 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
             ),
         },
         DelaysCommand::Reschedule { id, in_secs } => {
-            let due = SystemTime::now() + Duration::from_secs(*in_secs);
+            let due = due_in(SystemTime::now(), *in_secs)?;
             answer(format, id, timers.reschedule(id, due).await?, "rescheduled")
         }
         DelaysCommand::Cancel { id } => answer(format, id, timers.cancel(id).await?, "cancelled"),

@@ -97,9 +97,18 @@ pub(crate) struct PeekArgs {
     /// Print message bodies too (they may carry personal data).
     #[arg(long)]
     pub show_body: bool,
-    /// With --show-body, fetch large payloads from S3 and print them instead of their pointers.
+    /// With --show-body, fetch large payloads from S3 and print them instead of their pointers (only
+    /// those in a --payload-bucket; any other pointer is printed as a pointer and not read).
     #[arg(long, requires = "show_body")]
     pub fetch_payloads: bool,
+    /// A bucket --fetch-payloads reads from (the workers' payload bucket); repeat for more. A message
+    /// cannot make the CLI read an object from any other bucket with your credentials.
+    #[arg(long = "payload-bucket", value_name = "BUCKET", env = conveyor_s3::BUCKET_ENV)]
+    pub payload_buckets: Vec<String>,
+    /// The most bytes of one payload --fetch-payloads reads (the read stops there).
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1024 * 1024 * 1024))]
+    pub max_payload_bytes: u64,
     /// How long peeked messages stay hidden if the command dies before making them visible again.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=43_200))]
     pub hold_secs: u64,
@@ -202,7 +211,13 @@ async fn run_peek(
     let filter = args.filter.filter();
     peeked.messages.retain(|received| filter.matches(received));
     let payloads = if args.fetch_payloads {
-        crate::commands::payloads::fetch_all(aws, &peeked.messages).await
+        crate::commands::payloads::fetch_all(
+            aws,
+            &peeked.messages,
+            &args.payload_buckets,
+            args.max_payload_bytes,
+        )
+        .await
     } else {
         Vec::new()
     };

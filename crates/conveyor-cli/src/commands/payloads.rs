@@ -23,21 +23,35 @@ pub(crate) fn describe(message: &Message) -> Option<String> {
     }
 }
 
-/// Every pointer message's payload, in order, read through S3 with the command's AWS settings.
-pub(crate) async fn fetch_all(aws: &Aws, messages: &[Received]) -> Vec<Fetched> {
-    let store = S3PayloadStore::new(aws.s3_client());
+/// Every pointer message's payload, in order, read through S3 with the command's AWS settings: only
+/// pointers into `buckets` are followed (any other is left a pointer, `None`), and each read stops at
+/// `max_bytes`.
+pub(crate) async fn fetch_all(
+    aws: &Aws,
+    messages: &[Received],
+    buckets: &[String],
+    max_bytes: u64,
+) -> Vec<Fetched> {
+    let store = S3PayloadStore::new(aws.s3_client()).with_max_read(max_bytes);
     let mut fetched = Vec::with_capacity(messages.len());
     for received in messages {
-        fetched.push(fetch(&store, &received.message).await);
+        fetched.push(fetch(&store, &received.message, buckets).await);
     }
     fetched
 }
 
-async fn fetch(store: &dyn PayloadStore, message: &Message) -> Fetched {
+async fn fetch(store: &dyn PayloadStore, message: &Message, buckets: &[String]) -> Fetched {
     let pointer = match PayloadPointer::of(message)? {
         Ok(pointer) => pointer,
         Err(error) => return Some(Err(error.to_string())),
     };
+    if !buckets.contains(&pointer.bucket) {
+        tracing::warn!(bucket = %pointer.bucket, key = %pointer.key, message_id = %message.id,
+            "a payload pointer into a bucket not given with --payload-bucket was not followed");
+        return None;
+    }
+    tracing::warn!(bucket = %pointer.bucket, key = %pointer.key, message_id = %message.id,
+        "reading a dead letter's payload");
     Some(
         resolve(store, message, &pointer)
             .await

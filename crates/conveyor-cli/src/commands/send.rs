@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 use crate::errors::UsageError;
 use crate::output::{Format, Table, print_json, progress};
 
+/// The longest delay a job may ask for: SQS's longest retention (a longer one could never be delivered).
+const MAX_DELAY_SECS: u64 = conveyor_core::runtime::MAX_TOTAL_DELAY.as_secs();
+
 /// A file with more jobs than this shows a progress line per this many jobs.
 const PROGRESS_EVERY: usize = 100;
 
@@ -63,9 +66,9 @@ pub(crate) struct SendArgs {
     /// Payload schema version (`conveyor.version`, 1 or more).
     #[arg(long = "version", value_name = "N")]
     pub schema_version: Option<u32>,
-    /// Delivery delay in seconds (standard queues only, up to the queue's retention; past 900 it travels
-    /// as a due time and the consumers re-send it every 15 minutes until due).
-    #[arg(long, value_name = "SECONDS")]
+    /// Delivery delay in seconds (standard queues only, up to the queue's retention, at most 1209600 =
+    /// 14 days; past 900 it travels as a due time and the consumers re-send it every 15 minutes until due).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=MAX_DELAY_SECS))]
     pub delay_secs: Option<u64>,
     /// The tenant the job belongs to (`NewJob::tenant`): sent as `MessageGroupId` on a standard queue
     /// (SQS fair queues), as the `conveyor.tenant` attribute on a FIFO queue unless it is the group.
@@ -345,12 +348,18 @@ fn to_job(args: &SendArgs, file_job: FileJob) -> Result<JobSpec, String> {
         attributes.retain(|(existing, _)| *existing != name);
         attributes.push((name, value));
     }
+    let delay_secs = file_job.delay_secs.or(args.delay_secs);
+    if let Some(secs) = delay_secs.filter(|secs| *secs > MAX_DELAY_SECS) {
+        return Err(format!(
+            "\"delay_secs\" is {secs}: at most {MAX_DELAY_SECS} seconds (14 days, SQS's longest retention)"
+        ));
+    }
     Ok(JobSpec {
         job_type,
         payload: file_job.payload,
         version: file_job.version.or(args.schema_version),
         key: file_job.key.or_else(|| args.key.clone()),
-        delay: file_job.delay_secs.or(args.delay_secs).map(Duration::from_secs),
+        delay: delay_secs.map(Duration::from_secs),
         tenant: file_job.tenant.or_else(|| args.tenant.clone()),
         group_id: file_job.group_id.or_else(|| args.group_id.clone()),
         dedup_id: file_job.dedup_id.or_else(|| args.dedup_id.clone()),
@@ -658,5 +667,135 @@ mod tests {
         );
         assert!(parse_attribute("tenant").is_err());
         assert!(parse_attribute("=x").is_err());
+    }
+}
+
+/// Property tests over every numeric flag of `send`, `delays`, `dlq` and `console`, and a file job's
+/// `delay_secs`: whatever the value, parsing and what follows from it (the producer's own encoding,
+/// which adds a delay to its clock; a reschedule's due time) refuse it or use it, never panic.
+#[cfg(test)]
+mod numeric_properties {
+    use std::time::SystemTime;
+
+    use clap::Parser as _;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    /// Inputs per property.
+    const CASES: u32 = 10_000;
+
+    /// Each command line with its numeric flag's value last.
+    const COMMANDS: &[&[&str]] = &[
+        &[
+            "send",
+            "--queue-url",
+            "q",
+            "--job-type",
+            "t",
+            "--payload",
+            "{}",
+            "--delay-secs",
+        ],
+        &[
+            "send",
+            "--queue-url",
+            "q",
+            "--job-type",
+            "t",
+            "--payload",
+            "{}",
+            "--version",
+        ],
+        &["delays", "--queue-url", "q", "reschedule", "id", "--in-secs"],
+        &["delays", "--queue-url", "q", "list", "--limit"],
+        &["dlq", "peek", "--queue-url", "q", "--limit"],
+        &["dlq", "peek", "--queue-url", "q", "--hold-secs"],
+        &["dlq", "peek", "--queue-url", "q", "--max-payload-bytes"],
+        &["dlq", "redrive", "--queue-url", "q", "--rate"],
+        &["dlq", "redrive", "--queue-url", "q", "--hold-secs"],
+        &["console", "--queue-url", "q", "--refresh-secs"],
+        &["console", "--queue-url", "q", "--history-secs"],
+        &["console", "--queue-url", "q", "--max-payload-bytes"],
+    ];
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[+-]?[0-9]{1,30}",
+            (0..=u64::MAX).prop_map(|n| n.to_string()),
+            Just(u64::MAX.to_string()),
+            Just("18446744073709551616".to_owned()),
+            any::<String>(),
+        ]
+    }
+
+    /// What the command does with its parsed numbers before any AWS call.
+    fn follow(cli: &Cli) {
+        match &cli.command {
+            Command::Send(args) => {
+                if let Ok(request) = read_request(args) {
+                    for job in request.jobs() {
+                        let _ = job.to_job().to_message("q");
+                    }
+                }
+            }
+            Command::Delays(args) => {
+                if let crate::commands::delays::DelaysCommand::Reschedule { in_secs, .. } = &args.command {
+                    let _ = crate::commands::delays::due_in(SystemTime::now(), *in_secs);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: CASES, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn no_numeric_flag_panics(command in prop::sample::select(COMMANDS), value in number()) {
+            let mut argv = vec!["conveyor"];
+            argv.extend_from_slice(command);
+            argv.push(&value);
+            if let Ok(cli) = Cli::try_parse_from(&argv) {
+                follow(&cli);
+            }
+        }
+
+        #[test]
+        fn no_file_delay_panics(delay in prop_oneof![0..=u64::MAX, Just(u64::MAX), 0..=2_000_000u64]) {
+            let cli = Cli::try_parse_from(["conveyor", "send", "--queue-url", "q", "--job-type", "t", "--file", "-"])
+                .expect("parses");
+            let Command::Send(args) = &cli.command else { unreachable!("send") };
+            let file_job: FileJob = serde_json::from_value(json!({"payload": {}, "delay_secs": delay}))
+                .expect("a job");
+            match to_job(args, file_job) {
+                Ok(job) => {
+                    prop_assert!(delay <= MAX_DELAY_SECS);
+                    let _ = job.to_job().to_message("q");
+                }
+                Err(message) => prop_assert!(message.contains("delay_secs"), "{message}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_probe_is_a_usage_error_naming_the_flag() {
+        let error = Cli::try_parse_from([
+            "conveyor",
+            "send",
+            "--queue-url",
+            "q",
+            "--job-type",
+            "t",
+            "--payload",
+            "{}",
+            "--delay-secs",
+            "18446744073709551615",
+        ])
+        .map(|_| ())
+        .expect_err("refused");
+        assert_eq!(error.exit_code(), 2);
+        assert!(error.to_string().contains("--delay-secs"), "{error}");
     }
 }
