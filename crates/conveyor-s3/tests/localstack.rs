@@ -11,7 +11,7 @@ async fn s3_passes_the_payload_suite() -> anyhow::Result<()> {
     let client = emulator.s3_client();
     let bucket = unique_name("payloads").to_lowercase().replace('_', "-");
     client.create_bucket().bucket(&bucket).send().await?;
-    let store = S3PayloadStore::new(client);
+    let store = S3PayloadStore::new(client.clone());
     payload_conformance::run_all(&store, &bucket, "conveyor-no-such-bucket").await?;
 
     // A reader with a limit (the console's, `dlq peek --fetch-payloads`) reads up to it and refuses a
