@@ -2,6 +2,7 @@
 //! fixed seeds and every seed that once failed (`seeds`), and each capability's own simulation. Run
 //! one with a filter: `cargo test -p conveyor-sim --test simulations timers::`.
 
+mod claims;
 mod delays;
 mod flows;
 mod outbox;
