@@ -383,6 +383,9 @@ async fn a_worker_runs_large_jobs_and_dead_letters_their_pointers() -> anyhow::R
             &setup.queue.url,
             "--show-body",
             "--fetch-payloads",
+            // The contact list is 5 MB: past the 1 MiB a peek reads by default.
+            "--max-payload-bytes",
+            "8388608",
         ])
         .output()
         .await?;

@@ -504,7 +504,10 @@ async fn scenario(
 
     // A delay: a bad one is refused with nothing sent, a good one leaves the job delayed in the queue.
     let refused = send_form(browser, "delay_secs", "soon", "#send-error").await?;
-    assert!(refused.contains("not a whole number of seconds"), "{refused}");
+    assert!(
+        refused.contains("\"delay_secs\"") && refused.contains("whole number of seconds"),
+        "{refused}"
+    );
     send_form(browser, "delay_secs", "600", "#sent-id").await?;
     let delayed = wait_for(Duration::from_secs(10), Duration::from_millis(200), async || {
         let depth = conveyor_sqs::admin::describe(sqs, &queue.url).await.ok()?.depth;

@@ -135,14 +135,9 @@ impl Shared<'_> {
             record_ttl: self.scenario.record_ttl(),
             ignores_cancellation: self.scenario.handlers_ignore_cancellation,
             tracked: self.scenario.tracked,
-            late: self.scenario.late.clone(),
         };
         let router = match self.scenario.batch {
-            Some(max_jobs) => Router::new().batch_route(SimBatchHandler {
-                handler,
-                max_jobs,
-                short_results: self.scenario.short_results,
-            }),
+            Some(max_jobs) => Router::new().batch_route(SimBatchHandler { handler, max_jobs }),
             None => Router::single(handler),
         };
         Pipeline::new(router)
