@@ -1,10 +1,10 @@
 #![doc = include_str!("../README.md")]
 
 pub use conveyor_core::{
-    BackgroundTask, Backoff, Batch, BatchHandler, BatchJob, BatchResult, BatchSettings, Cancelled,
-    ChildFailurePolicy, ChildResult, Context, ErrorKind, Flows, Handler, HandlerError, HandlerSettings,
-    JobQuery, JobRecord, JobStatus, KeySource, KeyStyle, Payloads, Pipeline, PowertoolsFlavor, PowertoolsKey,
-    Progress, RejectMode, Router, TimerChange, TimerRelay, Timers,
+    BackgroundTask, Backoff, Batch, BatchHandler, BatchJob, BatchResult, BatchSettings, CancelReason,
+    Cancelled, ChildFailurePolicy, ChildResult, Context, ErrorKind, Flows, Handler, HandlerError,
+    HandlerSettings, JobQuery, JobRecord, JobStatus, KeySource, KeyStyle, Payloads, Pipeline,
+    PowertoolsFlavor, PowertoolsKey, Progress, RejectMode, Router, TimerChange, TimerRelay, Timers,
 };
 
 /// What AWS services put on a queue (SNS notifications, EventBridge events, S3 notifications,
