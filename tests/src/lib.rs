@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use conveyor_demo::Binaries;
 
+pub mod first_hour;
 pub mod hcl_walk;
 pub mod terraform;
 use conveyor_testing::localstack;

@@ -120,7 +120,7 @@ impl Lease {
     /// this host's wall clock, plus [`CLOCK_SKEW_ALLOWANCE`] so that a consumer whose clock runs ahead
     /// of this one's by up to that much still sees the claim held until the deadline has passed.
     pub fn claim_lease_until(&self) -> SystemTime {
-        to_wall_clock(self.latest_visible_until()) + CLOCK_SKEW_ALLOWANCE
+        to_wall_clock(self.claim_lease_until_instant())
     }
 
     /// The claim held for this message, if any.
@@ -139,15 +139,17 @@ impl Lease {
     /// Records that the store accepted an extension of the claim's lease to `lease_until` (as
     /// [`Lease::claim_lease_until_instant`] gave it when the extension was sent).
     pub fn claim_extended(&self, lease_until: Instant) {
-        let mut held = lock(&self.claim_held_until);
-        if held.is_none_or(|held| held < lease_until) {
-            *held = Some(lease_until);
+        // A claim taken back meanwhile stays taken back.
+        if let Some(held) = lock(&self.claim_held_until).as_mut()
+            && *held < lease_until
+        {
+            *held = lease_until;
         }
     }
 
     /// The earliest moment another consumer may take the claim over: its lease end as the store last
     /// accepted it, less [`CLOCK_SKEW_ALLOWANCE`] (a consumer whose clock runs ahead of this one's by
-    /// up to that much sees the lease end that much earlier). `None` when no claim was held.
+    /// up to that much sees the lease end that much earlier). `None` while no claim is held.
     pub fn claim_open_to_takeover_at(&self) -> Option<Instant> {
         let held = (*lock(&self.claim_held_until))?;
         Some(held - CLOCK_SKEW_ALLOWANCE)
@@ -164,8 +166,9 @@ impl Lease {
         self.claimed_before.load(Ordering::Acquire)
     }
 
-    /// Takes the claim back before settling it.
+    /// Takes the claim back before settling it (from then on the lease holds no claim to renew).
     pub fn take_claim(&self) -> Option<Claim> {
+        *lock(&self.claim_held_until) = None;
         lock(&self.claim).take()
     }
 }

@@ -88,19 +88,9 @@ fn event_queues(payload: &serde_json::Value) -> String {
 /// Whether spans are exported over OTLP, and where.
 fn tracing_export() -> String {
     #[cfg(feature = "otel")]
-    {
-        if conveyor_otel::export_configured() {
-            let endpoint = std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT"))
-                .unwrap_or_default();
-            return format!("otlp {endpoint}");
-        }
-        "off (OTEL_EXPORTER_OTLP_ENDPOINT unset)".to_owned()
-    }
+    return conveyor_otel::describe_export();
     #[cfg(not(feature = "otel"))]
-    {
-        "off (built without the otel feature)".to_owned()
-    }
+    return "off (built without the otel feature)".to_owned();
 }
 
 #[cfg(test)]

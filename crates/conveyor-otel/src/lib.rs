@@ -12,7 +12,7 @@ use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt as _};
 use tracing_subscriber::registry::LookupSpan;
 
 pub use counting::FlushReport;
-pub use settings::{OtelError, export_configured};
+pub use settings::{OtelError, describe_export, export_configured};
 
 /// The provider [`layer`] installed, for [`flush`] and [`shutdown`].
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();

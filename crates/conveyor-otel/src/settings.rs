@@ -64,6 +64,18 @@ pub fn export_configured() -> bool {
     variable(ENDPOINT).is_some() || variable(TRACES_ENDPOINT).is_some()
 }
 
+/// What a start line says of span export: `otlp <endpoint>` (the traces endpoint when set, else the
+/// general one), or why it is off.
+pub fn describe_export() -> String {
+    if !export_configured() {
+        return "off (OTEL_EXPORTER_OTLP_ENDPOINT unset, or export disabled)".to_owned();
+    }
+    let endpoint = variable(TRACES_ENDPOINT)
+        .or_else(|| variable(ENDPOINT))
+        .unwrap_or_default();
+    format!("otlp {endpoint}")
+}
+
 /// The propagator `OTEL_PROPAGATORS` names (default `tracecontext,baggage`).
 pub(crate) fn propagator() -> Result<TextMapCompositePropagator, OtelError> {
     let value = variable(PROPAGATORS).unwrap_or_else(|| "tracecontext,baggage".to_owned());

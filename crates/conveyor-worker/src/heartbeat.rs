@@ -545,10 +545,10 @@ impl ClaimHolder {
 /// to the deadline before that extension), which the next visibility extension would come too late
 /// for.
 fn claim_lags(lease: &Lease, now: Instant, margin: Duration) -> bool {
-    let Some(takeover) = lease.claim_open_to_takeover_at() else {
-        return false;
-    };
-    lease.claim().is_some() && takeover < lease.latest_visible_until() && takeover <= now + margin
+    // No clone of the claim: this runs for every message in flight at every look of the loop.
+    lease
+        .claim_open_to_takeover_at()
+        .is_some_and(|takeover| takeover < lease.latest_visible_until() && takeover <= now + margin)
 }
 
 /// Extends the message's claim (if it holds one) to its new visibility deadline, in a task of its own,
@@ -802,6 +802,11 @@ mod tests {
         (message, lease, registration)
     }
 
+    /// A heartbeat with no processing limit that extends claims in `store`.
+    fn setup_with_store(store: Arc<dyn IdempotencyStore>) -> Setup {
+        setup(Duration::from_secs(3600), Some(store))
+    }
+
     /// Claims `key` until the lease's visibility deadline and puts the claim in the lease, as the
     /// pipeline does.
     async fn hold_claim(store: &dyn IdempotencyStore, lease: &Lease, key: &str) {
@@ -940,10 +945,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn extends_the_claim_only_after_the_visibility() {
         let store = Arc::new(MemoryIdempotencyStore::new());
-        let setup = setup(
-            Duration::from_secs(3600),
-            Some(store.clone() as Arc<dyn IdempotencyStore>),
-        );
+        let setup = setup_with_store(store.clone());
         let (_message, lease, _registration) = receive(&setup).await;
         hold_claim(store.as_ref(), &lease, "conveyor:test#1").await;
 
@@ -1088,10 +1090,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_hung_store_never_holds_up_visibility_and_stops_the_run_before_its_claim_lapses() {
         let store = Arc::new(SlowStore(MemoryIdempotencyStore::new()));
-        let setup = setup(
-            Duration::from_secs(3600),
-            Some(store.clone() as Arc<dyn IdempotencyStore>),
-        );
+        let setup = setup_with_store(store.clone());
         let (_message, lease, _registration) = receive(&setup).await;
         hold_claim(store.as_ref(), &lease, "conveyor:test#slow").await;
         let takeover = lease.claim_open_to_takeover_at().unwrap();
@@ -1123,10 +1122,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failing_store_stops_the_run_with_its_grace_before_the_claim_lapses() {
         let store = Arc::new(MemoryIdempotencyStore::new());
-        let setup = setup(
-            Duration::from_secs(3600),
-            Some(store.clone() as Arc<dyn IdempotencyStore>),
-        );
+        let setup = setup_with_store(store.clone());
         let (_message, lease, _registration) = receive(&setup).await;
         hold_claim(store.as_ref(), &lease, "conveyor:test#outage").await;
         let takeover = lease.claim_open_to_takeover_at().unwrap();
@@ -1152,10 +1148,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_claim_acquired_while_an_extension_was_out_catches_up() {
         let store = Arc::new(MemoryIdempotencyStore::new());
-        let setup = setup(
-            Duration::from_secs(3600),
-            Some(store.clone() as Arc<dyn IdempotencyStore>),
-        );
+        let setup = setup_with_store(store.clone());
         let (_message, lease, _registration) = receive(&setup).await;
         // The claim is sent at 0 s, to the first deadline; it is answered at 16 s, after the
         // visibility extension at 15 s moved the deadline to 45 s.
@@ -1186,10 +1179,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_store_that_answers_again_in_time_keeps_the_run() {
         let store = Arc::new(MemoryIdempotencyStore::new());
-        let setup = setup(
-            Duration::from_secs(3600),
-            Some(store.clone() as Arc<dyn IdempotencyStore>),
-        );
+        let setup = setup_with_store(store.clone());
         let (_message, lease, _registration) = receive(&setup).await;
         hold_claim(store.as_ref(), &lease, "conveyor:test#brownout").await;
         store.set_unavailable(true);
