@@ -92,16 +92,6 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
             biased;
             result = &mut receive => result,
             () = stop.cancelled() => {
-                // Dropping the call could strand messages SQS already handed out (invisible for a
-                // whole visibility timeout): let it return, and release what it brings at once.
-                let first = !runtime.poll_wait_announced.swap(true, std::sync::atomic::Ordering::Relaxed);
-                if first {
-                    let left = wait.saturating_sub(requested_at.elapsed());
-                    tracing::info!(
-                        at_most = %format_args!("{:.1}s", left.as_secs_f64().min(runtime.config.drain_deadline().as_secs_f64())),
-                        "shutdown waits for the long polls in flight to return; what they bring is made visible again at once"
-                    );
-                }
                 release_late(&runtime, queue, receive, permits).await;
                 return;
             }
@@ -298,22 +288,63 @@ async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant
     )
 }
 
-/// Waits for a receive that was in flight when shutdown began (bounded by the drain deadline; the
-/// client's own deadline cuts it earlier) and makes what it brought visible again at once.
+/// How long shutdown waits, at least, for the long polls in flight (from the moment it begins; longer
+/// only while jobs still drain, which costs nothing more).
+///
+/// # Design note: shutdown abandons the long poll in flight
+///
+/// A long poll waits up to `WaitTimeSeconds` (20 s) for a message, and SQS cannot be told to end
+/// one early. Waiting for it made an idle worker's shutdown take up to 20 s. So shutdown waits for the
+/// polls in flight only while jobs still drain (free: the worker waits anyway), and at least
+/// [`POLL_GRACE`]; then it drops the request futures.
+///
+/// What SQS does with a dropped `ReceiveMessage`: it is not told. A message it hands out to that
+/// request (one already chosen as the answer was on its way, or one that arrives during the rest of
+/// the poll's wait, as SQS may keep an abandoned long poll open until its wait ends) is in flight
+/// under a receipt nobody holds: it stays invisible for the visibility timeout the receive sent, then
+/// comes back with `ApproximateReceiveCount` one higher (an idle loop asks for one message, so that is
+/// at most one message per loop). It is not lost, only late, and it spends
+/// one receive of its redrive policy without running: at the queue's `maxReceiveCount` that receive
+/// can send it to the DLQ unrun (the same as any consumer that crashes with a message in flight).
+///
+/// The grace covers the likeliest case: a poll that SQS was answering as the signal came (a long poll
+/// answers as soon as a message is there; its answer is in transit for milliseconds, a few hundred
+/// at worst). Its messages then land and are made visible again at once instead of after a visibility
+/// timeout. One second covers that with room and still lets an idle worker stop within about a
+/// second. Waiting longer buys little: only a message that arrives in the poll's remaining wait is
+/// at stake, and only the whole 20 s would cover every one.
+pub(crate) const POLL_GRACE: Duration = Duration::from_secs(1);
+
+/// How long making a late receive's messages visible again may take (from its answer).
+pub(crate) const LATE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Waits for a receive that was in flight when shutdown began, until shutdown abandons it
+/// ([`Runtime::abandon_polls`], see [`POLL_GRACE`]), and makes what it brought visible again at once.
 async fn release_late(
     runtime: &Arc<Runtime>,
     queue: usize,
     receive: impl std::future::Future<Output = Result<Vec<Message>, QueueError>>,
     permits: Vec<Permit>,
 ) {
-    let bound = runtime.config.drain_deadline();
-    let Ok(Ok(messages)) = tokio::time::timeout(bound, receive).await else {
-        return;
+    let messages = tokio::select! {
+        biased;
+        result = receive => match result {
+            Ok(messages) => messages,
+            Err(_) => return,
+        },
+        () = runtime.abandon_polls.cancelled() => {
+            tracing::debug!(
+                queue = %runtime.names[queue],
+                "shutdown abandons the long poll in flight; a message SQS hands it comes back after its \
+                 visibility timeout"
+            );
+            return;
+        }
     };
     if messages.is_empty() {
         return;
     }
-    let deadline = Instant::now() + bound.min(runtime.visibility[queue]);
+    let deadline = Instant::now() + LATE_RELEASE_TIMEOUT.min(runtime.visibility[queue]);
     let messages = settle_at_the_last_receive(runtime, queue, messages, deadline).await;
     let late: Vec<&Message> = messages.iter().collect();
     release_in_order(runtime, queue, &late, deadline).await;

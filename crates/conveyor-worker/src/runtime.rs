@@ -53,8 +53,9 @@ pub(crate) struct Runtime {
     /// Per queue: whose turn it is to gather slots for a receive (see [`crate::receiver`]: one loop at
     /// a time, so freed slots fill one batch instead of being split among loops).
     pub(crate) gathering: Vec<tokio::sync::Mutex<()>>,
-    /// Set once shutdown has said it waits for the long polls in flight (one line per worker).
-    pub(crate) poll_wait_announced: std::sync::atomic::AtomicBool,
+    /// Cancelled once shutdown stops waiting for the long polls in flight: their requests are
+    /// dropped (see `crate::receiver::POLL_GRACE`).
+    pub(crate) abandon_polls: CancellationToken,
 }
 
 impl Runtime {

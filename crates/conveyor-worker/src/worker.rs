@@ -6,8 +6,11 @@
 //! 30 s by default as on ECS): the drain deadline plus [`SHUTDOWN_RESERVE`] (cancel grace, releases,
 //! delete flush), which the config's validation enforces.
 //!
-//! 1. Stop receiving: no new long poll starts. A long poll in flight is allowed to return (SQS may
-//!    already have handed out its messages) and what it brings is made visible again at once. Messages
+//! 1. Stop receiving: no new long poll starts. A long poll in flight may return while jobs drain, and
+//!    for at least [`POLL_GRACE`] (1 s; SQS may be answering it right now): what it brings is made
+//!    visible again at once. Then it is abandoned: an idle worker stops within about a second, and a
+//!    message SQS hands the abandoned request comes back after its visibility timeout (see the design
+//!    note in `crate::receiver`). With no job in flight the drain lasts only that grace. Messages
 //!    received but not started (waiting for a FIFO predecessor, a job-type slot or a rate token) are
 //!    made visible again at once.
 //! 2. Drain: in-flight jobs may finish within the drain deadline; heartbeats keep extending them, and
@@ -16,7 +19,11 @@
 //!    the pipeline gives handlers a short grace, releases their claims, and their messages are made
 //!    visible again (`Retry` with no delay).
 //! 4. Pending deletes are flushed.
-//! 5. The heartbeat stops, last, and the run returns its report.
+//! 5. The heartbeat stops, background tasks get [`BACKGROUND_TIMEOUT`] to return, and the run
+//!    returns its report.
+//!
+//! The shutdown line logs `at_most`, the sum of these bounds ([`shutdown_bound`]): the run returns
+//! within it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +45,7 @@ use crate::error::WorkerError;
 use crate::heartbeat::{HeartbeatQueue, HeartbeatSettings, Heartbeats};
 use crate::prometheus::install_recorder;
 use crate::protect::{BreakerSettings, Guards, Protections};
-use crate::receiver::{plan_loops, receive_loop};
+use crate::receiver::{POLL_GRACE, plan_loops, receive_loop};
 use crate::report::{WorkerReport, WorkerStatus};
 use crate::runtime::Runtime;
 use crate::telemetry::{QueueMetrics, in_flight_gauge};
@@ -49,8 +56,15 @@ use conveyor_core::runtime::{TenantGuards, TenantLimits, TenantMetrics};
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the final delete flush may take.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long background tasks (told to stop when the drain began) may take to return after the flush;
+/// past it they are dropped.
+const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(1);
 const _: () = assert!(
-    CANCEL_GRACE.as_secs() + RELEASE_TIMEOUT.as_secs() + FLUSH_TIMEOUT.as_secs() < SHUTDOWN_RESERVE.as_secs(),
+    CANCEL_GRACE.as_secs()
+        + RELEASE_TIMEOUT.as_secs()
+        + FLUSH_TIMEOUT.as_secs()
+        + BACKGROUND_TIMEOUT.as_secs()
+        <= SHUTDOWN_RESERVE.as_secs(),
     "the shutdown steps after the drain must fit in SHUTDOWN_RESERVE"
 );
 
@@ -307,7 +321,7 @@ impl Worker {
         let gathering = names.iter().map(|_| tokio::sync::Mutex::new(())).collect();
         let runtime = Arc::new(Runtime {
             gathering,
-            poll_wait_announced: std::sync::atomic::AtomicBool::new(false),
+            abandon_polls: CancellationToken::new(),
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
             tenants: TenantGuards::new(self.tenant_limits),
@@ -366,7 +380,17 @@ impl Worker {
         }
         background.cancel();
         let _ = heartbeat_task.await;
-        while background_tasks.join_next().await.is_some() {}
+        let stopped = tokio::time::timeout(BACKGROUND_TIMEOUT, async {
+            while background_tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if stopped.is_err() {
+            tracing::warn!(
+                tasks = ?task_names,
+                "a background task did not stop within its time after the drain; it is dropped"
+            );
+            background_tasks.abort_all();
+        }
         let report = status.report();
         tracing::info!(
             received = report.received,
@@ -477,53 +501,131 @@ fn warn_unfillable_batches(config: &WorkerConfig, pipeline: &Pipeline) {
     }
 }
 
-/// Steps 1–3 of the shutdown sequence, within the drain deadline (and the reserve after it).
+/// Steps 1–3 of the shutdown sequence: within the jobs' deadline (the drain deadline, or
+/// [`POLL_GRACE`] when no job was in flight), then [`CANCEL_GRACE`] and [`RELEASE_TIMEOUT`].
 async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mut JoinSet<()>) {
-    let drain_deadline = runtime.config.drain_deadline();
-    let deadline = Instant::now() + drain_deadline;
+    let began = Instant::now();
     runtime.status.set_draining();
-    tracing::info!(
-        in_flight = runtime.status.in_flight(),
-        ?drain_deadline,
-        "shutting down: receiving stopped, draining in-flight jobs"
-    );
     runtime.stop_receiving.cancel();
     runtime.tracker.close();
-    // The receive loops finish their last long poll (releasing what it brings) while jobs drain.
+    // Read after receiving stopped: a message received in this instant is held to the idle bound
+    // (cancelled and released after the grace), so the estimate below holds either way.
+    let in_flight = runtime.status.in_flight();
+    let jobs_deadline = jobs_deadline(in_flight, runtime.config.drain_deadline());
+    tracing::info!(
+        in_flight,
+        drain_deadline = ?jobs_deadline,
+        at_most = %format_args!("{:.1}s", shutdown_bound(jobs_deadline).as_secs_f64()),
+        "shutting down: receiving stopped, draining in-flight jobs"
+    );
+    let deadline = began + jobs_deadline;
     let drained = !immediate.is_cancelled()
         && tokio::select! {
-            () = async {
-                while loops.join_next().await.is_some() {}
-                runtime.tracker.wait().await;
-            } => true,
+            () = runtime.tracker.wait() => true,
             () = tokio::time::sleep_until(deadline) => false,
             () = immediate.cancelled() => false,
         };
-    loops.abort_all();
+    // The long polls in flight had the drain to answer; they get at least the grace, then are dropped.
+    let grace_end = began + POLL_GRACE.min(jobs_deadline);
+    if !immediate.is_cancelled() {
+        tokio::select! {
+            () = async { while loops.join_next().await.is_some() {} } => {}
+            () = tokio::time::sleep_until(grace_end) => {}
+            () = immediate.cancelled() => {}
+        }
+    }
+    runtime.abandon_polls.cancel();
     if drained {
         tracing::info!("all in-flight jobs finished");
-        return;
-    }
-    if runtime.status.in_flight() == 0 {
-        tracing::info!(
-            ?drain_deadline,
-            "no job is running; stopping without waiting longer for the long polls in flight (what they \
-             bring stays invisible until its visibility timeout, then comes back)"
-        );
     } else {
         tracing::warn!(
             in_flight = runtime.status.in_flight(),
             "cancelling the remaining jobs; their claims are released and their messages visible again"
         );
+        runtime.hard_stop.cancel();
     }
-    runtime.hard_stop.cancel();
-    if tokio::time::timeout(CANCEL_GRACE + RELEASE_TIMEOUT, runtime.tracker.wait())
-        .await
-        .is_err()
-    {
+    // Late receives release what they brought (within `LATE_RELEASE_TIMEOUT`), cancelled jobs theirs.
+    let settled = tokio::time::timeout(CANCEL_GRACE + RELEASE_TIMEOUT, async {
+        while loops.join_next().await.is_some() {}
+        runtime.tracker.wait().await;
+    })
+    .await;
+    loops.abort_all();
+    if settled.is_err() {
         tracing::error!(
             in_flight = runtime.status.in_flight(),
             "some jobs did not stop in time; their messages come back when their visibility timeout ends"
+        );
+    }
+}
+
+/// How long in-flight jobs may drain: the drain deadline, or only the long polls' grace when none is
+/// in flight.
+fn jobs_deadline(in_flight: usize, drain_deadline: Duration) -> Duration {
+    if in_flight == 0 {
+        POLL_GRACE.min(drain_deadline)
+    } else {
+        drain_deadline
+    }
+}
+
+/// The longest a shutdown whose jobs drain for at most `jobs_deadline` takes, from its start to the
+/// run's return: every step after the drain is bounded on its own.
+pub(crate) fn shutdown_bound(jobs_deadline: Duration) -> Duration {
+    jobs_deadline + CANCEL_GRACE + RELEASE_TIMEOUT + FLUSH_TIMEOUT + BACKGROUND_TIMEOUT
+}
+
+#[cfg(test)]
+mod tests {
+    use conveyor_core::Router;
+    use conveyor_testing::{MemoryQueue, ScriptedQueue};
+
+    use super::*;
+    use crate::config::QueueConfig;
+
+    fn idle_worker(drain_deadline: Duration) -> (Worker, Arc<ScriptedQueue>) {
+        let inner = Arc::new(MemoryQueue::standard("idle").with_visibility_timeout(Duration::from_secs(30)));
+        let queue = ScriptedQueue::new(inner);
+        let config = WorkerConfig {
+            queues: vec![QueueConfig::new("http://memory.invalid/000000000000/idle")],
+            max_in_flight: 100,
+            listen_addr: None,
+            ..WorkerConfig::default()
+        }
+        .with_drain_deadline(Some(drain_deadline));
+        let pipeline = Pipeline::new(Router::new());
+        let worker = Worker::new(config, pipeline, vec![Arc::clone(&queue) as Arc<dyn Queue>]).unwrap();
+        (worker, queue)
+    }
+
+    /// Issue 55: an idle worker's shutdown waited for its 20 s long polls (19.9 s on LocalStack), past
+    /// the `at_most` it logged. Now it stops after the polls' grace, within the bound it logs.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_worker_stops_within_the_grace_and_its_logged_bound() {
+        let (worker, queue) = idle_worker(Duration::from_secs(23));
+        assert_eq!(worker.config.receive_wait, Duration::from_secs(20));
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(worker.run(shutdown.clone()));
+        queue.receive_started().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let began = Instant::now();
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+        let took = began.elapsed();
+        assert!(took <= POLL_GRACE + Duration::from_millis(100), "took {took:?}");
+        let logged = shutdown_bound(jobs_deadline(0, Duration::from_secs(23)));
+        assert!(took <= logged, "took {took:?}, logged at most {logged:?}");
+    }
+
+    #[test]
+    fn the_bound_with_jobs_in_flight_is_the_stop_timeout() {
+        let drain = WorkerConfig::default().drain_deadline();
+        assert_eq!(jobs_deadline(3, drain), drain);
+        assert!(shutdown_bound(drain) <= WorkerConfig::default().stop_timeout);
+        assert_eq!(jobs_deadline(0, drain), POLL_GRACE);
+        assert_eq!(
+            jobs_deadline(0, Duration::from_millis(300)),
+            Duration::from_millis(300)
         );
     }
 }

@@ -234,8 +234,20 @@ async fn a_fifo_successor_waits_for_its_predecessors_delete() {
     );
 }
 
-/// A long poll in flight at shutdown is allowed to return; what it brings is made visible again at
-/// once instead of being stranded invisible for a whole visibility timeout.
+/// Waits until the worker's receive has taken the queue's only message (it is in flight).
+async fn taken(inner: &MemoryQueue) {
+    eventually(5, "the receive to take the message", || {
+        inner
+            .snapshot()
+            .first()
+            .is_some_and(|m| m.state == MessageState::InFlight)
+    })
+    .await;
+}
+
+/// A long poll in flight at shutdown that answers within the grace (SQS was answering it as the signal
+/// came): what it brings is made visible again at once instead of being stranded invisible for a
+/// whole visibility timeout.
 #[tokio::test(start_paused = true)]
 async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
     let log = Log::new();
@@ -246,15 +258,9 @@ async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
     let running = start(plain_worker(config, &log, &queue));
     queue.receive_started().await;
     inner.push_message(message("plain", &job(1))).unwrap();
-    eventually(5, "the receive to take the message", || {
-        inner
-            .snapshot()
-            .first()
-            .is_some_and(|m| m.state == MessageState::InFlight)
-    })
-    .await;
+    taken(&inner).await;
     running.shutdown.cancel();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     queue.release_receive();
     let report = running.handle.await.unwrap().unwrap();
     assert_eq!(
@@ -264,6 +270,87 @@ async fn a_receive_in_flight_at_shutdown_releases_what_it_brings() {
     );
     assert_eq!(log.count(Kind::Started), 0);
     assert_eq!(report.released_at_shutdown, 1);
+}
+
+/// Issue 55: shutdown no longer waits for a long poll in flight past its grace (it waited the whole
+/// 20 s). A receive that has taken a message and answers later is abandoned: the message stays in
+/// flight for its visibility timeout, then comes back and runs once. Nothing is lost.
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_receive_loses_nothing_its_message_comes_back_after_the_visibility_timeout() {
+    let log = Log::new();
+    let inner = Arc::new(MemoryQueue::standard("gone").with_visibility_timeout(Duration::from_secs(60)));
+    let queue = ScriptedQueue::new(Arc::clone(&inner));
+    queue.hold_receives(true);
+    let settings = config(&[("gone", 1)]).with_max_in_flight(1);
+    let running = start(plain_worker(settings.clone(), &log, &queue));
+    queue.receive_started().await;
+    inner.push_message(message("plain", &job(1))).unwrap();
+    taken(&inner).await;
+    let began = Instant::now();
+    running.shutdown.cancel();
+    let report = running.handle.await.unwrap().unwrap();
+    let took = began.elapsed();
+    assert!(took <= Duration::from_secs(2), "shutdown took {took:?}");
+    assert_eq!((log.count(Kind::Started), report.released_at_shutdown), (0, 0));
+    assert_eq!(inner.snapshot()[0].state, MessageState::InFlight);
+
+    queue.hold_receives(false);
+    let next = start(plain_worker(settings, &log, &inner));
+    eventually(120, "the message to come back and run", || {
+        log.count(Kind::Succeeded) == 1
+    })
+    .await;
+    assert!(
+        began.elapsed() >= Duration::from_secs(55),
+        "came back only after its visibility timeout"
+    );
+    next.stop().await;
+    assert_eq!(log.count(Kind::Started), 1, "ran once");
+    assert_eq!(inner.counts().visible + inner.counts().in_flight, 0, "deleted");
+}
+
+/// An idle worker with its 20 s long polls in flight stops within about a second of shutdown (it
+/// waited for them: up to 20 s, or the drain deadline).
+#[tokio::test(start_paused = true)]
+async fn an_idle_worker_stops_within_a_second_of_shutdown() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("idle").with_visibility_timeout(Duration::from_secs(300)));
+    let config = config(&[("idle", 1)]).with_max_in_flight(40);
+    let running = start(plain_worker(config, &log, &queue));
+    eventually(5, "the worker to run", || running.status.is_ready()).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let began = Instant::now();
+    let report = running.stop().await;
+    let took = began.elapsed();
+    assert!(took <= Duration::from_millis(1_100), "shutdown took {took:?}");
+    assert_eq!(report.received, 0);
+}
+
+/// A message sent while an idle worker stops is received by a long poll still in its grace and made
+/// visible again at once, without running: never stranded, and the shutdown still takes about a second.
+#[tokio::test(start_paused = true)]
+async fn a_message_sent_during_the_shutdown_is_visible_again_at_once() {
+    let log = Log::new();
+    let queue = Arc::new(MemoryQueue::standard("idle").with_visibility_timeout(Duration::from_secs(300)));
+    let config = config(&[("idle", 1)]).with_max_in_flight(40);
+    let running = start(plain_worker(config, &log, &queue));
+    eventually(5, "the worker to run", || running.status.is_ready()).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let began = Instant::now();
+    running.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    queue.push_message(message("plain", &job(1))).unwrap();
+    let report = running.handle.await.unwrap().unwrap();
+    let took = began.elapsed();
+    assert!(took <= Duration::from_secs(2), "shutdown took {took:?}");
+    assert_eq!(log.count(Kind::Started), 0, "nothing runs after the shutdown");
+    // Released once per long poll that took it: a release wakes the other loop's poll, which takes
+    // and releases it again.
+    assert!(
+        report.released_at_shutdown >= 1,
+        "a long poll took it and released it: {report:?}"
+    );
+    assert_eq!(queue.counts().visible, 1, "visible again at once");
 }
 
 /// Shutdown fits in the stop timeout: a job that ignores cancellation cannot stretch it.
