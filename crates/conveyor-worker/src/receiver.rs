@@ -305,7 +305,8 @@ async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant
 /// comes back with `ApproximateReceiveCount` one higher (an idle loop asks for one message, so that is
 /// at most one message per loop). It is not lost, only late, and it spends
 /// one receive of its redrive policy without running: at the queue's `maxReceiveCount` that receive
-/// can send it to the DLQ unrun (the same as any consumer that crashes with a message in flight).
+/// can send it to the DLQ unrun (the same as any consumer that crashes with a message in flight). On
+/// a FIFO queue its group waits behind it for that visibility timeout.
 ///
 /// The grace covers the likeliest case: a poll that SQS was answering as the signal came (a long poll
 /// answers as soon as a message is there; its answer is in transit for milliseconds, a few hundred
