@@ -298,9 +298,12 @@ async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant
 /// polls in flight only while jobs still drain (free: the worker waits anyway), and at least
 /// [`POLL_GRACE`]; then it drops the request futures.
 ///
-/// What SQS does with a dropped `ReceiveMessage`: it is not told. A message it hands out to that
-/// request (one already chosen as the answer was on its way, or one that arrives during the rest of
-/// the poll's wait, as SQS may keep an abandoned long poll open until its wait ends) is in flight
+/// What SQS does with a dropped `ReceiveMessage`: it is not told. It keeps the long poll open until
+/// its wait ends (reported against SQS in aws-sdk-java-v2#1395, aws-sdk-js#2350, aws-sdk-go-v2#2068;
+/// measured on LocalStack by `an_idle_worker_stops_within_about_a_second`: a message sent just after
+/// the stop came back 31.6 s later, after the queue's 30 s visibility timeout). A message it hands
+/// that request (one already chosen as the answer was on its way, or one that arrives during the
+/// rest of the poll's wait) is in flight
 /// under a receipt nobody holds: it stays invisible for the visibility timeout the receive sent, then
 /// comes back with `ApproximateReceiveCount` one higher (an idle loop asks for one message, so that is
 /// at most one message per loop). It is not lost, only late, and it spends
@@ -312,8 +315,10 @@ async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant
 /// answers as soon as a message is there; its answer is in transit for milliseconds, a few hundred
 /// at worst). Its messages then land and are made visible again at once instead of after a visibility
 /// timeout. One second covers that with room and still lets an idle worker stop within about a
-/// second. Waiting longer buys little: only a message that arrives in the poll's remaining wait is
-/// at stake, and only the whole 20 s would cover every one.
+/// second. Waiting longer buys little: what is at stake is a message that arrives in the poll's
+/// remaining wait (at most one per idle loop, up to 4 per queue), and only the whole 20 s would cover
+/// every one. A fleet that must not delay such a message by a visibility timeout can set a shorter
+/// `receive_wait` (the exposure is that wait; each empty poll is a billed request).
 pub(crate) const POLL_GRACE: Duration = Duration::from_secs(1);
 
 /// How long making a late receive's messages visible again may take (from its answer).

@@ -336,3 +336,42 @@ async fn urgent_jobs_overtake_a_backlog() {
         "{overtaken} backlog jobs finished before the last urgent one"
     );
 }
+
+/// Issue 55: an idle worker (4 receive loops, each in a 20 s long poll) stops within about a second of
+/// shutdown on LocalStack (it took 19.9 s), within the `at_most` its shutdown line logs (8.0 s idle).
+/// Prints the figure, and when a message sent just after the stop could be received again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_stops_within_about_a_second() {
+    let client = aws::sqs().await;
+    let created = create_queue(&client, &QueueSpec::standard("idle-stop").max_receive_count(5))
+        .await
+        .unwrap();
+    let queue = connect(&client, &created.url).await;
+    let log = Log::new();
+    let config = aws::config(&[(&created.url, 1)]).with_max_in_flight(100);
+    let running = start(plain_worker(config, &log, &queue));
+    eventually(10, "the worker to run", || running.status.is_ready()).await;
+    // Every loop's long poll is in flight, well short of its 20 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let began = Instant::now();
+    let report = running.stop().await;
+    let took = began.elapsed();
+    println!("figure: idle shutdown on LocalStack took {took:?} (4 long polls of 20 s in flight)");
+    assert!(took <= Duration::from_millis(2_500), "shutdown took {took:?}");
+    assert_eq!(report.received, 0);
+
+    // SQS keeps an abandoned long poll open until its wait ends (LocalStack too): a message sent now
+    // may be taken by it, and then comes back only after its visibility timeout. Not lost.
+    send_all(&queue, vec![message("plain", &job(1))]).await;
+    let seen = visible_ids(&queue, 1, Duration::from_secs(90)).await;
+    let back = began.elapsed();
+    println!(
+        "figure: a message sent just after the stop was received again {back:?} after the stop ({})",
+        if back > Duration::from_secs(5) {
+            "an abandoned poll took it: back after the visibility timeout"
+        } else {
+            "no abandoned poll took it"
+        }
+    );
+    assert_eq!(seen.len(), 1, "not lost");
+}
