@@ -47,7 +47,8 @@
 //! | key completed before | `Ack(Duplicate)` without running | the effect already happened once |
 //! | key in progress elsewhere | `Defer` until the other lease ends (no receive spent) | the other worker finishes (the copy is acked as a duplicate) or its lease lapses (the copy takes over); a duplicate never reaches the DLQ |
 //! | same key, different payload (validation on) | `Reject` | a producer bug; running would apply the wrong payload |
-//! | handler returns a retryable error, panics or times out | release claim, `Retry` (backoff) | the retry can claim again |
+//! | handler returns a retryable error, panics or times out (still running when the grace after its timeout ends, or returning an error within it) | release claim, `Retry` (backoff) | the retry can claim again |
+//! | handler returns `Ok` after its timeout or a cancellation, within the grace | as a success: complete claim, `Ack` | the work is done; running it again would repeat an effect that cannot be taken back (`run`'s design note) |
 //! | the same, on the last attempt the redrive policy allows | release claim, `Reject` with the last error | the DLQ copy says why (SQS's own redrive would move it without a reason). Attempts count runs: the larger of the receive count and the store's run count ([`Claim::run`](crate::Claim::run)), which also counts deferred copies and runs a runtime repeats in place |
 //! | claimed with the runs already spent (the last run's reject was sent but the message came back: its delete failed) | release claim, `Reject` (retries exhausted) without running | never a run over the budget; a DLQ redrive (a message carrying the failure attribute) starts its count at 1 |
 //! | handler returns a permanent error | release claim, `Reject` | retrying cannot help |
@@ -969,9 +970,31 @@ async fn bounded<T>(
     }
 }
 
+/// Why a run was told to stop before it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// It reached its deadline.
+    TimedOut,
+    /// Its lease was lost, or the runtime is shutting down.
+    Cancelled,
+}
+
+/// What a handler's future gave: its result, or the payload of its panic.
+type Finished = std::thread::Result<Result<Option<String>, crate::HandlerError>>;
+
 /// Runs the handler with its deadline, panic catching and cancellation. A handler that is cancelled
 /// (lease lost, shutdown) or reaches its deadline sees its context cancelled first and gets a grace
 /// period ([`CANCEL_GRACE`], never past `grace_until`) to return before its future is dropped.
+///
+/// # Design note: a result that arrives before the run is dropped stands
+///
+/// A handler told to stop may already have done its work: an email API call on the wire when the
+/// deadline came cannot be taken back. What it returns within its grace is what happened, so it is
+/// judged by [`late_result`], the one place that does, on timeout as on cancellation (a batch call's
+/// results reach each job's run through this same path): `Ok` is a success (the claim completes and
+/// the job is not run again); an error is the stop's own failure (a timeout retries with the
+/// backoff, a cancellation at once); a panic is a panic. Only a handler still running when its grace
+/// ends is timed out or cancelled.
 async fn run(
     job: PreparedJob,
     ctx: Context,
@@ -981,35 +1004,60 @@ async fn run(
 ) -> (RunResult, Option<String>) {
     let cancel = lease.cancellation().clone();
     let mut handler = AssertUnwindSafe(job(ctx)).catch_unwind();
-    let finished = tokio::select! {
-        result = tokio::time::timeout_at(limits.deadline, &mut handler) => Some(result),
-        () = cancel.cancelled() => None,
+    let stopped = tokio::select! {
+        result = tokio::time::timeout_at(limits.deadline, &mut handler) => match result {
+            Ok(finished) if cancel.is_cancelled() => return late_result(finished, Stopped::Cancelled, limits),
+            Ok(finished) => return judge(finished),
+            Err(_) => Stopped::TimedOut,
+        },
+        () = cancel.cancelled() => Stopped::Cancelled,
     };
+    // Tell the handler (a cancellation reached its token already), let it wind down within the
+    // grace, then drop it.
+    handler_token.cancel();
     let grace_end = {
         let end = Instant::now() + CANCEL_GRACE;
         limits.grace_until.map_or(end, |until| end.min(until))
     };
-    let finished = match finished {
-        Some(Err(_)) => {
-            // Timed out: tell the handler, let it wind down within the grace, then drop it.
-            handler_token.cancel();
-            let _ = tokio::time::timeout_at(grace_end, &mut handler).await;
-            return (RunResult::TimedOut(limits.allowed), None);
-        }
-        Some(Ok(result)) => result,
-        None => match tokio::time::timeout_at(grace_end, &mut handler).await {
-            Ok(result) => result,
-            Err(_) => return (RunResult::Cancelled, None),
-        },
-    };
+    match tokio::time::timeout_at(grace_end, &mut handler).await {
+        Ok(finished) => late_result(finished, stopped, limits),
+        Err(_) => (stopped_result(stopped, limits), None),
+    }
+}
+
+/// A handler that returned before it was told to stop: its own result.
+fn judge(finished: Finished) -> (RunResult, Option<String>) {
     match finished {
         Err(panic) => (RunResult::Panicked(panic_message(panic.as_ref())), None),
-        Ok(Err(error)) if cancel.is_cancelled() => {
-            tracing::debug!(%error, "cancelled handler returned an error");
-            (RunResult::Cancelled, None)
-        }
         Ok(Err(error)) => (RunResult::Failed(error), None),
         Ok(Ok(output)) => (RunResult::Succeeded, output),
+    }
+}
+
+/// A handler that returned after it was told to stop (`stopped`), within its grace: its `Ok` stands
+/// (the work is done), its error is the stop's failure (it may be no more than "I was told to stop"),
+/// its panic a panic. See the design note on [`run`].
+fn late_result(finished: Finished, stopped: Stopped, limits: RunLimits) -> (RunResult, Option<String>) {
+    match finished {
+        Ok(Ok(output)) => {
+            if stopped == Stopped::TimedOut {
+                tracing::info!(allowed = ?limits.allowed, "handler returned ok after its timeout, within its grace: its result stands");
+            }
+            (RunResult::Succeeded, output)
+        }
+        Ok(Err(error)) => {
+            tracing::debug!(%error, ?stopped, "a handler told to stop returned an error");
+            (stopped_result(stopped, limits), None)
+        }
+        Err(panic) => (RunResult::Panicked(panic_message(panic.as_ref())), None),
+    }
+}
+
+/// The failure of a run that `stopped` ended.
+fn stopped_result(stopped: Stopped, limits: RunLimits) -> RunResult {
+    match stopped {
+        Stopped::TimedOut => RunResult::TimedOut(limits.allowed),
+        Stopped::Cancelled => RunResult::Cancelled,
     }
 }
 
@@ -1301,6 +1349,76 @@ mod tests {
         async fn handle(&self, _job: serde_json::Value, _ctx: Context) -> Result<(), HandlerError> {
             Ok(())
         }
+    }
+
+    /// Ignores its context: works `ms`, then returns `Ok(ms)`, or a permanent error when `fail` is set.
+    struct Late;
+
+    impl Handler for Late {
+        type Job = serde_json::Value;
+        type Output = u64;
+        const JOB_TYPE: &'static str = "late";
+
+        async fn handle(&self, job: serde_json::Value, _ctx: Context) -> Result<u64, HandlerError> {
+            let ms = job["ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            if job["fail"].as_bool() == Some(true) {
+                return Err(HandlerError::permanent("stopped"));
+            }
+            Ok(ms)
+        }
+
+        fn settings(&self) -> HandlerSettings {
+            HandlerSettings::default().with_timeout(Duration::from_secs(5))
+        }
+    }
+
+    async fn process_late(body: &str) -> (Processed, Duration) {
+        let pipeline = Pipeline::new(Router::new().route(Late));
+        let lease = Lease::new(Instant::now() + Duration::from_secs(30));
+        let started = Instant::now();
+        let processed = pipeline
+            .process(
+                message("late", None, body),
+                Arc::from("jobs"),
+                &lease,
+                Budget::default(),
+            )
+            .await;
+        (processed, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ok_returned_within_the_grace_after_the_timeout_stands() {
+        let (processed, took) = process_late(r#"{"ms": 6000}"#).await;
+        assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+        assert_eq!(processed.output.as_deref(), Some("6000"));
+        assert_eq!(took, Duration::from_secs(6), "not held to the end of the grace");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_still_running_when_the_grace_ends_times_out() {
+        let (processed, took) = process_late(r#"{"ms": 8000}"#).await;
+        let Outcome::Retry { reason, .. } = &processed.outcome else {
+            panic!("expected a retry, got {:?}", processed.outcome)
+        };
+        assert!(reason.contains("timed out after 5s"), "{reason}");
+        assert_eq!(took, Duration::from_secs(5) + CANCEL_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_returned_within_the_grace_after_the_timeout_is_the_timeouts() {
+        let (processed, _) = process_late(r#"{"ms": 6000, "fail": true}"#).await;
+        let Outcome::Retry { reason, .. } = &processed.outcome else {
+            panic!("expected a retry, got {:?}", processed.outcome)
+        };
+        assert!(reason.contains("timed out after 5s"), "{reason}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_within_the_timeout_is_the_handlers_own() {
+        let (processed, _) = process_late(r#"{"ms": 4000, "fail": true}"#).await;
+        assert!(matches!(&processed.outcome, Outcome::Reject(failure) if failure.error == "stopped"));
     }
 
     fn message(job_type: &str, version: Option<&str>, body: &str) -> Arc<Message> {

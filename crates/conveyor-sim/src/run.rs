@@ -135,9 +135,14 @@ impl Shared<'_> {
             record_ttl: self.scenario.record_ttl(),
             ignores_cancellation: self.scenario.handlers_ignore_cancellation,
             tracked: self.scenario.tracked,
+            late: self.scenario.late.clone(),
         };
         let router = match self.scenario.batch {
-            Some(max_jobs) => Router::new().batch_route(SimBatchHandler { handler, max_jobs }),
+            Some(max_jobs) => Router::new().batch_route(SimBatchHandler {
+                handler,
+                max_jobs,
+                short_results: self.scenario.short_results,
+            }),
             None => Router::single(handler),
         };
         Pipeline::new(router)

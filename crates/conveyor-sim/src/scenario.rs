@@ -176,6 +176,48 @@ pub struct Scenario {
     /// The jobs run through a batch handler (`Router::batch_route`) taking up to this many jobs per
     /// call (a third of the seeds, none listed in `failed-seeds.txt` before batch handlers existed).
     pub batch: Option<usize>,
+    /// Handlers that return after their deadline, inside the pipeline's grace, as real ones do (a
+    /// third of the seeds, none listed in `failed-seeds.txt` before them, none with long jobs).
+    pub late: Option<Late>,
+    /// The batch handler returns too few results: it leaves out the jobs it did not write (those
+    /// whose step fails) when a job after them has a result, as a handler that collects only its
+    /// writes' results does (a third of the batch seeds).
+    pub short_results: bool,
+}
+
+/// How a late job's handler misbehaves ([`Late`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateKind {
+    /// Ignores its context: its call (an email API's, on the wire when it was told to stop) answers
+    /// [`Late::by`] after it was told to stop (its deadline, or a cancellation); then it does what its
+    /// step says without looking at its token, so only the fenced sink can refuse its effect.
+    Effect,
+    /// Applies its effect as its step says (watching its token, as the others do), then waits,
+    /// ignoring its context, until [`Late::by`] after it is told to stop (its deadline, or a
+    /// cancellation) and returns `Ok` (a response it reads after the write).
+    Return,
+}
+
+/// The late handlers of a seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Late {
+    /// How long after it is told to stop a late handler returns (100–450 ms): inside its grace on either
+    /// runtime (the pipeline's 2 s, which a Lambda's settle deadline cuts to its settle reserve, at
+    /// least the 500 ms `deadline_margin`).
+    pub by: Duration,
+    /// The late jobs and how each misbehaves (about a third of the jobs).
+    pub jobs: Vec<(u32, LateKind)>,
+}
+
+impl Scenario {
+    /// How job `job`'s handler misbehaves after its deadline, if it does.
+    pub fn late_kind(&self, job: u32) -> Option<LateKind> {
+        let late = self.late.as_ref()?;
+        late.jobs
+            .iter()
+            .find(|(late_job, _)| *late_job == job)
+            .map(|(_, kind)| *kind)
+    }
 }
 
 /// The share of seeds with long jobs, in percent.
@@ -207,6 +249,16 @@ fn millis(rng: &mut Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
 
 /// Seeds the generator of the Lambda Managed Instances draws (`seed ^` this).
 const MANAGED_INSTANCES_SALT: u64 = 0x4c4d_4920_6c61_6d62;
+
+/// Seeds the generator of the late handlers and short batch results (`seed ^` this).
+const LATE_SALT: u64 = 0x1a7e_1a7e_1a7e_1a7e;
+
+/// Every seed `failed-seeds.txt` listed before late handlers existed: their scenarios stay as they were.
+const FAILED_BEFORE_LATE: [u64; 49] = [
+    88, 180, 210, 248, 263, 158, 654, 1834, 1997, 4181, 743, 17469, 12990, 9307, 10562, 10947, 15951, 1029,
+    1458, 16045, 18, 265, 2134, 15755, 16909, 4023, 2563, 905, 601, 4536, 6994, 5759, 4575, 14, 1077, 2, 46,
+    2450, 1879, 3788, 3450, 4010, 364, 1995, 8947, 5738, 5842, 9324, 2601,
+];
 
 /// Seeds the generator of the mappings' invoke delays (`seed ^` this).
 const INVOKE_DELAY_SALT: u64 = 0x696e_766f_6b65_646c;
@@ -310,7 +362,10 @@ impl Scenario {
             max_processing_time: None,
             tracked: tracked(seed),
             batch: batch(seed),
+            late: None,
+            short_results: false,
         }
+        .with_late_handlers()
         .with_long_jobs()
     }
 
@@ -329,6 +384,8 @@ impl Scenario {
         // A Lambda invocation lasts 15 minutes at most: a job of hours cannot run on one, and the
         // 12-hour limit concerns only the worker.
         self.lambdas.clear();
+        // A late handler returns after its deadline: hours here.
+        self.late = None;
         self.initial_workers = self.initial_workers.max(1);
         self.handler_timeout = LONG_HANDLER_TIMEOUT;
         self.max_processing_time = Some(MAX_VISIBILITY_TIMEOUT);
@@ -349,6 +406,34 @@ impl Scenario {
                 self.long_jobs.push(id);
             }
         }
+        self
+    }
+
+    /// A third of the seeds get late handlers ([`Late`]), and a third of the batch seeds a batch
+    /// handler that returns too few results; drawn from a generator of their own (so every other draw
+    /// is as it was), none for a seed `failed-seeds.txt` listed before them.
+    fn with_late_handlers(mut self) -> Scenario {
+        if FAILED_BEFORE_LATE.contains(&self.seed) {
+            return self;
+        }
+        let mut rng = Rng::with_seed(self.seed ^ LATE_SALT);
+        if chance(&mut rng, 33) {
+            let by = millis(&mut rng, 100..=450);
+            let mut jobs = Vec::new();
+            for job in &self.jobs {
+                if !chance(&mut rng, 33) {
+                    continue;
+                }
+                let kind = if chance(&mut rng, 50) {
+                    LateKind::Effect
+                } else {
+                    LateKind::Return
+                };
+                jobs.push((job.id, kind));
+            }
+            self.late = Some(Late { by, jobs });
+        }
+        self.short_results = self.batch.is_some() && chance(&mut rng, 33);
         self
     }
 

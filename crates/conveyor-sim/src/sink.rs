@@ -93,6 +93,18 @@ pub struct Refused {
     pub run: usize,
     /// Why.
     pub reason: String,
+    /// The run had been told to stop (its context or its batch cancelled) and acted anyway: a
+    /// handler that ignores its context, which only the fence can stop.
+    pub told_to_stop: bool,
+}
+
+/// A batch call whose handler returned fewer results than it had jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShortCall {
+    /// The runs of the call (indices into [`Log::runs`]).
+    pub runs: Vec<usize>,
+    /// How many results it returned.
+    pub results: usize,
 }
 
 /// Everything observed.
@@ -131,6 +143,8 @@ pub struct Log {
     pub overran: Vec<(String, u128)>,
     /// The batches the event source mappings handed to their functions, in order.
     pub invocations: Vec<Invocation>,
+    /// Batch calls that returned too few results.
+    pub short_calls: Vec<ShortCall>,
 }
 
 /// A batch an event source mapping handed to its function, after holding it
@@ -403,8 +417,28 @@ impl Sink {
         self.trace.step(format!("run {run} ended: {end:?}"));
     }
 
+    /// A batch call with `runs` returned `results` results, fewer than its jobs.
+    pub fn short_call(&self, runs: &[usize], results: usize) {
+        self.trace.step(format!(
+            "a batch call with runs {runs:?} returned {results} results for {} jobs",
+            runs.len()
+        ));
+        self.lock().short_calls.push(ShortCall {
+            runs: runs.to_vec(),
+            results,
+        });
+    }
+
     /// Applies run `run`'s effect for `job` if `token` is still the claim on `key`; refuses otherwise.
-    pub fn apply(&self, job: u32, run: usize, key: Option<&str>, token: Option<u64>) -> Result<(), String> {
+    /// `told_to_stop`: the run acts although its context was cancelled (recorded with a refusal).
+    pub fn apply(
+        &self,
+        job: u32,
+        run: usize,
+        key: Option<&str>,
+        token: Option<u64>,
+        told_to_stop: bool,
+    ) -> Result<(), String> {
         let refusal = match (key, token) {
             (Some(key), Some(token)) => match self.store.current(key) {
                 Some(record) if record.token == Some(token) && record.status == RecordStatus::InProgress => {
@@ -431,6 +465,7 @@ impl Sink {
                 log.refused.push(Refused {
                     run,
                     reason: reason.clone(),
+                    told_to_stop,
                 });
                 drop(log);
                 self.trace

@@ -210,18 +210,30 @@ impl<B: BatchHandler> Gatherer<B> {
                 () = all_cancelled => Ended::Abandoned,
             }
         };
-        if let Ended::TimedOut = ended {
-            // As a single handler's timeout: tell it, let it wind down within the grace, then drop it,
-            // before any job hears of it (and its claim is released).
-            cancel.cancel();
-            let all_gone = all_closed(&mut replies);
-            tokio::select! {
-                biased;
-                () = all_gone => {}
-                _ = tokio::time::timeout(CANCEL_GRACE, &mut handling) => {}
+        // As a single handler's timeout: tell it, let it wind down within the grace, then drop it,
+        // before any job hears of it (and its claim is released). What it returns within the grace
+        // stands, as a single handler's late result does (see `run` in `pipeline.rs`).
+        let (ended, late) = match ended {
+            Ended::TimedOut => {
+                cancel.cancel();
+                let all_gone = all_closed(&mut replies);
+                tokio::select! {
+                    biased;
+                    () = all_gone => (Ended::TimedOut, false),
+                    result = tokio::time::timeout(CANCEL_GRACE, &mut handling) => match result {
+                        Ok(returned) => (Ended::Returned(returned), true),
+                        Err(_) => (Ended::TimedOut, false),
+                    },
+                }
             }
-        }
+            other => (other, false),
+        };
         drop(handling);
+        let timed_out = format!(
+            "batch handler {} timed out after {:?}",
+            B::JOB_TYPE,
+            deadline.saturating_duration_since(started)
+        );
         let results: Vec<Reply> = match ended {
             Ended::Abandoned => {
                 tracing::debug!(
@@ -233,24 +245,39 @@ impl<B: BatchHandler> Gatherer<B> {
             }
             Ended::TimedOut => {
                 tracing::warn!(job_type = B::JOB_TYPE, jobs = count, timeout = ?self.timeout, "batch handler timed out");
-                let reason = format!(
-                    "batch handler timed out after {:?} (every job of the batch fails with it)",
-                    deadline.saturating_duration_since(started)
-                );
-                (0..count)
-                    .map(|_| Err(HandlerError::retryable(&reason)))
-                    .collect()
+                let reason = format!("{timed_out} (every job of the batch fails with it)");
+                every_job(count, &HandlerError::retryable(reason))
             }
             Ended::Returned(Err(panic)) => {
                 let reason = format!("batch handler panicked: {}", panic_message(panic.as_ref()));
                 // The panic hook printed the panic; this names the batch.
                 tracing::error!(job_type = B::JOB_TYPE, jobs = count, "batch handler panicked");
-                (0..count)
-                    .map(|_| Err(HandlerError::retryable(&reason)))
-                    .collect()
+                every_job(count, &HandlerError::retryable(reason))
             }
-            Ended::Returned(Ok(Err(error))) => (0..count).map(|_| Err(copy_error(&error))).collect(),
-            Ended::Returned(Ok(Ok(results))) => per_job(B::JOB_TYPE, results, count),
+            Ended::Returned(Ok(Err(error))) if late => every_job(
+                count,
+                &HandlerError::retryable(format!("{timed_out}, then returned: {error}")),
+            ),
+            Ended::Returned(Ok(Err(error))) => every_job(count, &error),
+            Ended::Returned(Ok(Ok(results))) => match per_job(B::JOB_TYPE, results, count) {
+                Ok(replies) if late => {
+                    tracing::info!(
+                        job_type = B::JOB_TYPE,
+                        jobs = count,
+                        "batch handler returned after its timeout, within its grace: its results stand"
+                    );
+                    replies
+                        .into_iter()
+                        .map(|reply| {
+                            reply.map_err(|error| {
+                                HandlerError::retryable(format!("{timed_out}, then returned: {error}"))
+                            })
+                        })
+                        .collect()
+                }
+                Ok(replies) => replies,
+                Err(mismatch) => every_job(count, &mismatch),
+            },
         };
         for (reply, result) in replies.into_iter().zip(results) {
             // A job that stopped waiting (cancelled, its grace over) has already ended.
@@ -266,33 +293,38 @@ async fn all_closed(replies: &mut [oneshot::Sender<Reply>]) {
     }
 }
 
-/// The handler's results, one per job: outputs as JSON, a missing result a retryable error.
+/// The handler's results, one per job (outputs as JSON), matched by position: the order of
+/// [`Batch::jobs`](super::Batch::jobs). A list of another length cannot be matched (which job lacks
+/// its result, or which one is extra, is unknown), so it is no job's: `Err` with the retryable error
+/// every job of the call fails with, naming the handler. No job is acknowledged for another's result.
 fn per_job<O: serde::Serialize>(
     job_type: &'static str,
     results: Vec<Result<O, HandlerError>>,
     count: usize,
-) -> Vec<Reply> {
+) -> Result<Vec<Reply>, HandlerError> {
     let returned = results.len();
-    if returned > count {
-        tracing::warn!(
+    if returned != count {
+        tracing::error!(
             job_type,
             returned,
             jobs = count,
-            "batch handler returned more results than jobs; ignoring the extra ones"
+            "batch handler returned a result list that does not match its batch; every job of the call fails"
         );
+        return Err(HandlerError::retryable(format!(
+            "batch handler {job_type} returned {returned} results for {count} jobs: results are matched to \
+             jobs by position (the order of Batch::jobs), so none is taken and every job of the call is \
+             retried; return exactly one result per job"
+        )));
     }
-    let mut replies: Vec<Reply> = results
+    Ok(results
         .into_iter()
-        .take(count)
         .map(|result| result.map(|output| encode_output(&output)))
-        .collect();
-    for position in returned..count {
-        replies.push(Err(HandlerError::retryable(format!(
-            "the batch handler returned {returned} results for {count} jobs: none for this one (position \
-             {position})"
-        ))));
-    }
-    replies
+        .collect())
+}
+
+/// `error` for each of `count` jobs.
+fn every_job(count: usize, error: &HandlerError) -> Vec<Reply> {
+    (0..count).map(|_| Err(copy_error(error))).collect()
 }
 
 /// The same error again (a whole-batch error is every job's).

@@ -14,8 +14,10 @@
 //! 2. **Per-job outcomes.** The handler returns one result per job (by position); each job's
 //!    pipeline classifies its own (ack, retry with its backoff, permanent to the DLQ with the reason)
 //!    and completes or releases its own claim. A whole-batch `Err`, a panic or the timeout is every
-//!    job's retryable (or, for an `Err`, its kind of) failure; a missing result is a retryable error
-//!    saying so.
+//!    job's retryable (or, for an `Err`, its kind of) failure. A result list of another length than
+//!    the batch cannot be matched to its jobs (which job lacks its result is unknown), so it fails
+//!    every job of the call with a retryable error naming the handler: no job is acknowledged for
+//!    another's result.
 //! 3. **Leases.** The runtimes' heartbeats and deadlines cover each message as before. A job whose
 //!    own token fires while the batch runs (its lease lost, shutdown's drain deadline) is treated as
 //!    a cancelled single handler is: if the call answers within the pipeline's cancel grace, the
@@ -36,7 +38,10 @@
 //! 7. **Timeouts.** [`HandlerSettings::timeout`] bounds the call, counted from its start. Each job's
 //!    pipeline allows the linger and the cancel grace on top, so the batch's own timeout is what a job
 //!    reports; a runtime's deadline (a Lambda invocation's) bounds the call too, through the jobs'
-//!    contexts.
+//!    contexts. At the timeout the batch's token fires and the call gets the cancel grace: results it
+//!    returns within it stand, as a single handler's late result does (an `Ok` completes its job; an
+//!    error, the job's or the batch's, is the timeout's retryable failure). Only a call still running
+//!    when the grace ends fails every job with the timeout.
 
 mod gather;
 
@@ -53,8 +58,9 @@ use crate::handler::HandlerSettings;
 
 pub(crate) use gather::Gathered;
 
-/// What a batch handler returns: a result per job, in the order of [`Batch::jobs`], or one error for
-/// the whole batch (every job fails with it).
+/// What a batch handler returns: exactly one result per job, in the order of [`Batch::jobs`], or one
+/// error for the whole batch (every job fails with it). A list of another length fails every job of
+/// the call (retryably, the error naming the handler): results are matched to jobs by position.
 pub type BatchResult<Output> = Result<Vec<Result<Output, HandlerError>>, HandlerError>;
 
 /// A handler that does up to [`BatchSettings::max_jobs`] jobs of one type in one call: a bulk insert
@@ -104,8 +110,10 @@ pub trait BatchHandler: Send + Sync + 'static {
     /// The schema version this handler decodes.
     const VERSION: u32 = 1;
 
-    /// Does the jobs. Return one result per job, in the order of [`Batch::jobs`]; a missing result
-    /// is a retryable failure of its job. `Err` fails every job of the batch with that error.
+    /// Does the jobs. Return exactly one result per job, in the order of [`Batch::jobs`]: results
+    /// are matched to jobs by position, so a list of another length cannot be matched and fails
+    /// every job of the call with a retryable error naming this handler (none is acknowledged for
+    /// another's result). `Err` fails every job of the batch with that error.
     fn handle_batch(&self, batch: Batch<Self::Job>)
     -> impl Future<Output = BatchResult<Self::Output>> + Send;
 

@@ -35,6 +35,12 @@ enum Mode {
     Whole,
     /// Never returns until cancelled.
     Hang,
+    /// Returns one result more than jobs.
+    Long,
+    /// Ignores every token: works 6 s (past its 5 s timeout, within the grace), then as `Blind`.
+    Late,
+    /// Works 6 s ignoring every token, then returns `Err` for the batch.
+    LateWhole,
 }
 
 struct Recorder {
@@ -58,7 +64,12 @@ impl BatchHandler for Recorder {
                 batch.cancellation().cancelled().await;
                 return Err(HandlerError::retryable("stopped"));
             }
-            Mode::PerJob | Mode::Blind | Mode::Short => {}
+            Mode::Late => tokio::time::sleep(Duration::from_secs(6)).await,
+            Mode::LateWhole => {
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                return Err(HandlerError::permanent("the whole batch is bad"));
+            }
+            Mode::PerJob | Mode::Blind | Mode::Short | Mode::Long => {}
         }
         // Works a little, watching each job's token, as a real bulk write would.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -76,6 +87,9 @@ impl BatchHandler for Recorder {
             .collect();
         if self.mode == Mode::Short {
             results.pop();
+        }
+        if self.mode == Mode::Long {
+            results.push(Ok(0));
         }
         Ok(results)
     }
@@ -194,17 +208,65 @@ async fn a_batch_not_full_is_called_after_the_linger_and_a_full_one_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_missing_result_is_a_retryable_failure_saying_so() {
+async fn too_few_results_fail_every_job_of_the_call_naming_the_handler() {
+    // Results are matched by position: with one missing, which job lacks its result is unknown, so no
+    // job is acknowledged for another's result (the first would otherwise complete on the second's).
     let run = pipeline(Mode::Short, 2);
     let processed = run
         .process(vec![message(1, None), message(2, None)], &leases(2))
         .await;
+    for processed in &processed {
+        let reason = retry_reason(processed);
+        assert!(
+            reason.contains("batch handler row returned 1 results for 2 jobs"),
+            "{reason}"
+        );
+        assert_eq!(processed.output, None);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_many_results_fail_every_job_of_the_call_naming_the_handler() {
+    let run = pipeline(Mode::Long, 2);
+    let processed = run
+        .process(vec![message(1, None), message(2, None)], &leases(2))
+        .await;
+    for processed in &processed {
+        let reason = retry_reason(processed);
+        assert!(
+            reason.contains("batch handler row returned 3 results for 2 jobs"),
+            "{reason}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn results_returned_within_the_grace_after_the_timeout_stand() {
+    // As a single handler's late `Ok`: the bulk write happened, so each job's result is its own (an
+    // `Ok` completes, a job's own failure retries as the timeout's).
+    let run = pipeline(Mode::Late, 2);
+    let processed = run
+        .process(vec![message(1, None), message(2, Some("permanent"))], &leases(2))
+        .await;
     assert_eq!(processed[0].outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(processed[0].output.as_deref(), Some("10"));
+    let reason = retry_reason(&processed[1]);
     assert!(
-        retry_reason(&processed[1]).contains("returned 1 results for 2 jobs"),
-        "{:?}",
-        processed[1]
+        reason.contains("timed out after 5s") && reason.contains("no such row"),
+        "{reason}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_batch_error_returned_within_the_grace_after_the_timeout_is_the_timeouts() {
+    let run = pipeline(Mode::LateWhole, 2);
+    let processed = run
+        .process(vec![message(1, None), message(2, None)], &leases(2))
+        .await;
+    for processed in &processed {
+        let reason = retry_reason(processed);
+        assert!(reason.contains("timed out after 5s"), "{reason}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -240,7 +302,7 @@ async fn the_timeout_applies_to_the_call_and_fails_every_job() {
         .await;
     for processed in &processed {
         assert!(
-            retry_reason(processed).contains("batch handler timed out after 5s"),
+            retry_reason(processed).contains("batch handler row timed out after 5s"),
             "{processed:?}"
         );
     }

@@ -38,6 +38,9 @@ enum Behaviour {
     Sleep(Duration),
     StopWhenCancelled,
     IgnoreCancellation,
+    /// Ignores its context, works this long, then fails retryably (as a handler that noticed only
+    /// after its call returned that it was told to stop).
+    SleepThenFail(Duration),
 }
 
 type Hook = Arc<dyn Fn() + Send + Sync>;
@@ -76,6 +79,10 @@ impl Handler for TestHandler {
             Behaviour::IgnoreCancellation => {
                 std::future::pending::<()>().await;
                 Ok(serde_json::Value::Null)
+            }
+            Behaviour::SleepThenFail(duration) => {
+                tokio::time::sleep(duration).await;
+                Err(HandlerError::permanent("stopped: told to"))
             }
         }
     }
@@ -439,6 +446,64 @@ async fn a_timeout_retries_and_releases_the_claim() {
         panic!("expected a retry, got {:?}", processed.outcome)
     };
     assert!(reason.contains("timed out"), "{reason}");
+    assert!(released(fixture.record(&message).await));
+}
+
+/// The worker's shape in issue 51: a 5 s handler timeout, a handler that ignores its context and
+/// returns `Ok` at 6 s (its effect cannot be taken back). The result arrived before the run was
+/// dropped: it stands, the claim completes, and a redelivery is a duplicate.
+#[tokio::test(start_paused = true)]
+async fn an_ok_returned_within_the_grace_after_the_timeout_completes_the_claim() {
+    let fixture = fixture(Behaviour::Sleep(Duration::from_secs(6)));
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    let record = fixture.record(&message).await.unwrap();
+    assert_eq!(record.status, RecordStatus::Completed);
+    let (again, _) = fixture.process(&message).await;
+    assert_eq!(again.outcome, Outcome::Ack(AckReason::Duplicate));
+    assert_eq!(fixture.runs(), 1, "run once");
+}
+
+/// The Lambda's shape in issue 51: a 10 s function, the handlers' cutoff at 8.9 s (the run deadline),
+/// every store call by 9.9 s; a handler that ignores its context and returns `Ok` at 9.3 s.
+#[tokio::test(start_paused = true)]
+async fn an_ok_returned_after_a_lambda_cutoff_within_the_settle_deadline_completes_the_claim() {
+    let fixture = fixture_with(
+        Behaviour::Sleep(Duration::from_millis(9_300)),
+        MemoryIdempotencyStore::new(),
+        settings().with_timeout(Duration::from_secs(60)),
+        |_| None,
+    );
+    let message = message("{\"n\":1}");
+    let start = Instant::now();
+    let lease = Lease::new(start + Duration::from_secs(10));
+    let budget = Budget::default()
+        .with_run_deadline(Some(start + Duration::from_millis(8_900)))
+        .with_settle_deadline(Some(start + Duration::from_millis(9_900)))
+        .with_release_retries_until(Some(start + Duration::from_millis(8_900)));
+    let processed = fixture
+        .pipeline
+        .process(Arc::new(message.clone()), Arc::from("jobs"), &lease, budget)
+        .await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    assert_eq!(
+        fixture.record(&message).await.unwrap().status,
+        RecordStatus::Completed
+    );
+}
+
+/// An error returned within the grace after the timeout is the timeout's failure, whatever its kind:
+/// the handler was told to stop, so it retries with the backoff (never a rejection for "I stopped").
+#[tokio::test(start_paused = true)]
+async fn an_error_returned_within_the_grace_after_the_timeout_retries_as_a_timeout() {
+    let fixture = fixture(Behaviour::SleepThenFail(Duration::from_secs(6)));
+    let message = message("{\"n\":1}");
+    let (processed, _) = fixture.process(&message).await;
+    assert!(
+        retry_reason(&processed).contains("timed out after 5s"),
+        "{processed:?}"
+    );
     assert!(released(fixture.record(&message).await));
 }
 
