@@ -152,6 +152,12 @@ pub struct Budget {
     /// its handlers' cutoff, which keeps the settle reserve for that send). Its first try is bounded by
     /// `settle_deadline` only. `None`: until [`COMPLETE_RETRY_LIMIT`] or the process stops.
     pub release_retries_until: Option<Instant>,
+    /// A handler told to stop (its deadline came, or its lease was lost) has until this to return a
+    /// result that stands (see the design note on `run`), never more than [`CANCEL_GRACE`] and never
+    /// past `settle_deadline`. A runtime with a hard deadline (Lambda's invocation) sets it to where
+    /// its settle reserve begins, so that a late `Ok`'s completion still lands. `None`: the whole
+    /// [`CANCEL_GRACE`], up to `settle_deadline`.
+    pub grace_until: Option<Instant>,
 }
 
 /// What the pipeline did with one message.
@@ -488,6 +494,7 @@ impl Pipeline {
             max_attempts,
             settle_deadline,
             release_retries_until,
+            grace_until,
         } = budget;
         // Envelopes (Conveyor's body envelope, SNS notifications, events from AWS services) are opened
         // before anything else (see `crate::events`).
@@ -647,7 +654,7 @@ impl Pipeline {
         let limits = RunLimits {
             deadline,
             allowed,
-            grace_until: settle_deadline,
+            grace_until: earliest(grace_until, settle_deadline),
         };
         let (result, output) = run(job, ctx, limits, &handler_token, lease).await;
         let handler_duration = Some(started.elapsed());
@@ -940,6 +947,14 @@ fn existing_record(
             let reason = crate::outcome::IN_PROGRESS_ELSEWHERE.to_owned();
             Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type))
         }
+    }
+}
+
+/// The earlier of two optional instants; `None` only when both are.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -66,7 +66,7 @@ use conveyor_core::{
     Pipeline,
     message::Message,
     port::{Queue, VisibilityChange},
-    runtime::{AckReason, Budget, Disposition, Lease, Outcome, Processed, reject},
+    runtime::{AckReason, Budget, CANCEL_GRACE, Disposition, Lease, Outcome, Processed, reject},
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -594,13 +594,34 @@ fn settle_reserve(deadline_margin: Duration, invocation_time: Duration) -> Durat
 /// The invocation's time is divided by this for the settle reserve (see [`settle_reserve`]).
 const SETTLE_SHARE: u32 = 10;
 
+/// How long a handler told to stop at the cutoff has to return a result that stands: as long as the
+/// settle reserve (a tenth of the invocation's time, at least the configured `deadline_margin`), at
+/// most [`CANCEL_GRACE`].
+///
+/// # Design note: the grace comes before the settle reserve, not out of it
+///
+/// A handler that returns `Ok` after its cutoff has done its work (an email on the wire when the
+/// cutoff came cannot be taken back), so its result stands (conveyor-core's `run`). That is only safe
+/// when its completion still lands: a record acknowledged with its claim never completed lets a
+/// duplicate of the job run again once the claim lapses. So the phases of an invocation are, in
+/// order: handlers run until the cutoff; a handler told to stop returns within the grace; settling
+/// (completions, releases, DLQ sends, copies) has the whole settle reserve; the response has
+/// [`RESPONSE_RESERVE`]. The grace never eats the settle reserve.
+fn handler_grace(deadline_margin: Duration, invocation_time: Duration) -> Duration {
+    CANCEL_GRACE.min(settle_reserve(deadline_margin, invocation_time))
+}
+
 /// The invocation's time limits, the same for every record of the batch.
 #[derive(Debug, Clone, Copy)]
 struct Invocation {
     /// When the invocation ends; the idempotency claim's lease ends here too.
     deadline: Instant,
+    /// A handler told to stop at the cutoff returns by this, or is dropped (see [`handler_grace`]):
+    /// the settle reserve begins here.
+    grace_until: Instant,
     /// The last moment a message may start, and when handlers are told to stop: the deadline less the
-    /// settle reserve (see [`settle_reserve`]) and [`RESPONSE_RESERVE`].
+    /// handlers' grace (see [`handler_grace`]), the settle reserve (see [`settle_reserve`]) and
+    /// [`RESPONSE_RESERVE`].
     cutoff: Instant,
     /// Every store and SQS call ends by this: the deadline less [`RESPONSE_RESERVE`].
     settle_by: Instant,
@@ -779,13 +800,18 @@ impl BatchProcessor {
         let lanes = self.lanes(&mut sources, invocation_time);
         let to_cover = records_per_source(&lanes);
         let concurrency = self.config.batch_concurrency.max(1);
+        // The response's reserve comes on top of the settle reserve, not out of it: settling gets its
+        // whole share (a DLQ send as slow as a tenth of the invocation still lands); the handlers'
+        // grace comes before both (see `handler_grace`).
+        let settle_from = deadline
+            .checked_sub(settle_reserve(self.config.deadline_margin, invocation_time) + RESPONSE_RESERVE)
+            .unwrap_or(deadline);
         let invocation = Invocation {
             deadline,
-            // The response's reserve comes on top of the settle reserve, not out of it: settling gets
-            // its whole share (a DLQ send as slow as a tenth of the invocation still lands).
-            cutoff: deadline
-                .checked_sub(settle_reserve(self.config.deadline_margin, invocation_time) + RESPONSE_RESERVE)
-                .unwrap_or(deadline),
+            grace_until: settle_from,
+            cutoff: settle_from
+                .checked_sub(handler_grace(self.config.deadline_margin, invocation_time))
+                .unwrap_or(settle_from),
             settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };
         let late = LateDeferrer {
@@ -1174,9 +1200,10 @@ impl BatchProcessor {
             .with_run_deadline(Some(invocation.cutoff))
             .with_max_attempts(max_attempts)
             .with_settle_deadline(Some(invocation.settle_by))
-            // A rejected run's release gives up its tries at the cutoff: the settle reserve after it is
-            // the DLQ send's (see `release` in conveyor-core's pipeline).
-            .with_release_retries_until(Some(invocation.cutoff));
+            .with_grace_until(Some(invocation.grace_until))
+            // A rejected run's release gives up its tries where the settle reserve begins: the reserve
+            // is the DLQ send's (see `release` in conveyor-core's pipeline).
+            .with_release_retries_until(Some(invocation.grace_until));
         let job_type = self.pipeline.router().job_type_for(message);
         let process = || {
             let run = self

@@ -1069,7 +1069,7 @@ fn completion_lost_in_the_window(job: u32, observed: &Observation) -> bool {
 /// latency after it is made), and `second` claimed the job within a second and that latency after the
 /// store came back: before `first`'s completion, tried every half second, could land.
 fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log, store_latency: Duration) -> bool {
-    let Some(effect) = first.ended_ms else {
+    let Some(effect) = first.settled_from_ms() else {
         return false;
     };
     let latency = store_latency.as_millis();
@@ -1082,9 +1082,10 @@ fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log, store_latency
 }
 
 /// `run`'s worker was asked to shut down after the run started, and the store was down when the run
-/// applied its effect: the completion's tries end with the worker's hard stop.
+/// settled (its effect, or its handler's later return): the completion's tries end with the worker's
+/// hard stop.
 fn stopped_in_a_store_outage(run: &Run, log: &Log) -> bool {
-    let Some(effect) = run.ended_ms else {
+    let Some(effect) = run.settled_from_ms() else {
         return false;
     };
     let stopped = log
@@ -1108,7 +1109,7 @@ const RECOVERY_RACE_MS: u128 = 1_000;
 /// A store outage covered part of the time between `run`'s end (its effect) and the end of its
 /// invocation (at most `function_timeout` later): the completion was tried in it.
 fn store_down_after_the_effect(run: &Run, log: &Log, function_timeout: Duration) -> bool {
-    let Some(ended) = run.ended_ms else {
+    let Some(ended) = run.settled_from_ms() else {
         return false;
     };
     let invocation_over = ended + function_timeout.as_millis();

@@ -61,6 +61,7 @@ impl Handler for SimHandler {
                 let result = self.work(job, &ctx, run, step).await;
                 if result.is_ok() {
                     self.wait_past(ctx.cancelled(), by).await;
+                    self.sink.returned(run);
                 }
                 result
             }
@@ -271,6 +272,9 @@ impl BatchHandler for SimBatchHandler {
                 let results = self.work(begun, &cancel).await;
                 if results.iter().any(Result::is_ok) {
                     handler.wait_past(stop, by).await;
+                    for run in &runs {
+                        handler.sink.returned(*run);
+                    }
                 }
                 results
             }

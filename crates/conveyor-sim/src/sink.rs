@@ -84,6 +84,17 @@ pub struct Run {
     pub ended_ms: Option<u128>,
     /// How it ended.
     pub end: RunEnd,
+    /// Virtual milliseconds when its handler returned, when that was after its end (a late handler
+    /// that applied its effect, then returned only after it was told to stop): the runtime settles
+    /// (completes the claim) from here, not from the effect.
+    pub returned_ms: Option<u128>,
+}
+
+impl Run {
+    /// When the runtime began settling the run: its handler's return, else its end (the effect).
+    pub fn settled_from_ms(&self) -> Option<u128> {
+        self.returned_ms.or(self.ended_ms)
+    }
 }
 
 /// An effect attempt the sink refused: its claim was no longer the record's.
@@ -395,6 +406,7 @@ impl Sink {
             started_ms: self.trace.elapsed_ms(),
             ended_ms: None,
             end: RunEnd::Unfinished,
+            returned_ms: None,
         });
         let run = log.runs.len() - 1;
         drop(log);
@@ -415,6 +427,17 @@ impl Sink {
         }
         drop(log);
         self.trace.step(format!("run {run} ended: {end:?}"));
+    }
+
+    /// Run `run`'s handler returns now, after its end (see [`Run::returned_ms`]).
+    pub fn returned(&self, run: usize) {
+        let mut log = self.lock();
+        let at = self.trace.elapsed_ms();
+        if let Some(record) = log.runs.get_mut(run) {
+            record.returned_ms = Some(at);
+        }
+        drop(log);
+        self.trace.step(format!("run {run}'s handler returned, late"));
     }
 
     /// A batch call with `runs` returned `results` results, fewer than its jobs.
