@@ -595,8 +595,9 @@ fn settle_reserve(deadline_margin: Duration, invocation_time: Duration) -> Durat
 const SETTLE_SHARE: u32 = 10;
 
 /// How long a handler told to stop at the cutoff has to return a result that stands: as long as the
-/// settle reserve (a tenth of the invocation's time, at least the configured `deadline_margin`), at
-/// most [`CANCEL_GRACE`].
+/// settle reserve (`settle`: a tenth of the invocation's time, at least the configured
+/// `deadline_margin`), at most [`CANCEL_GRACE`], and at most half of what the invocation has after the
+/// settle reserve and the response (`before_settling`), so that handlers keep the other half.
 ///
 /// # Design note: the grace comes before the settle reserve, not out of it
 ///
@@ -607,8 +608,8 @@ const SETTLE_SHARE: u32 = 10;
 /// order: handlers run until the cutoff; a handler told to stop returns within the grace; settling
 /// (completions, releases, DLQ sends, copies) has the whole settle reserve; the response has
 /// [`RESPONSE_RESERVE`]. The grace never eats the settle reserve.
-fn handler_grace(deadline_margin: Duration, invocation_time: Duration) -> Duration {
-    CANCEL_GRACE.min(settle_reserve(deadline_margin, invocation_time))
+fn handler_grace(settle: Duration, before_settling: Duration) -> Duration {
+    CANCEL_GRACE.min(settle).min(before_settling / 2)
 }
 
 /// The invocation's time limits, the same for every record of the batch.
@@ -803,14 +804,16 @@ impl BatchProcessor {
         // The response's reserve comes on top of the settle reserve, not out of it: settling gets its
         // whole share (a DLQ send as slow as a tenth of the invocation still lands); the handlers'
         // grace comes before both (see `handler_grace`).
+        let settle = settle_reserve(self.config.deadline_margin, invocation_time);
         let settle_from = deadline
-            .checked_sub(settle_reserve(self.config.deadline_margin, invocation_time) + RESPONSE_RESERVE)
+            .checked_sub(settle + RESPONSE_RESERVE)
             .unwrap_or(deadline);
+        let before_settling = settle_from.saturating_duration_since(Instant::now());
         let invocation = Invocation {
             deadline,
             grace_until: settle_from,
             cutoff: settle_from
-                .checked_sub(handler_grace(self.config.deadline_margin, invocation_time))
+                .checked_sub(handler_grace(settle, before_settling))
                 .unwrap_or(settle_from),
             settle_by: deadline.checked_sub(RESPONSE_RESERVE).unwrap_or(deadline),
         };

@@ -1670,3 +1670,88 @@ async fn a_rejection_whose_release_cannot_land_still_reaches_the_dlq() {
     assert!(failure.contains("no such account"), "{failure}");
     assert_eq!(report.metrics[0].dead_lettered, 1);
 }
+
+/// A store whose completions take 400 ms (DynamoDB under load), over a memory store.
+struct SlowCompletions(Arc<MemoryIdempotencyStore>);
+
+#[async_trait::async_trait]
+impl IdempotencyStore for SlowCompletions {
+    async fn claim(
+        &self,
+        request: &conveyor_core::port::ClaimRequest,
+    ) -> Result<conveyor_core::port::ClaimOutcome, conveyor_core::port::StoreError> {
+        self.0.claim(request).await
+    }
+    async fn complete(
+        &self,
+        claim: &conveyor_core::port::Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), conveyor_core::port::StoreError> {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.0.complete(claim, output, expires_at).await
+    }
+    async fn release(
+        &self,
+        claim: &conveyor_core::port::Claim,
+    ) -> Result<(), conveyor_core::port::StoreError> {
+        self.0.release(claim).await
+    }
+    async fn extend_lease(
+        &self,
+        claim: &conveyor_core::port::Claim,
+        lease_until: SystemTime,
+    ) -> Result<(), conveyor_core::port::StoreError> {
+        self.0.extend_lease(claim, lease_until).await
+    }
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<conveyor_core::port::IdempotencyRecord>, conveyor_core::port::StoreError> {
+        self.0.get(key).await
+    }
+}
+
+/// Issue 51, rule 1 on Lambda: a handler that ignores its context and returns `Ok` after the cutoff,
+/// within its grace, has done its work: it is acknowledged, and only with its completion landed (a
+/// record acknowledged with its claim never completed lets a duplicate run it again). One still
+/// running when the grace ends is retried. With the grace taken out of the settle reserve (the old
+/// phases), the later one returned into the reserve and was acknowledged uncompleted.
+#[tokio::test(start_paused = true)]
+async fn a_late_ok_is_acknowledged_only_with_its_completion_landed() {
+    let memory = Arc::new(MemoryIdempotencyStore::new());
+    let store: Arc<dyn IdempotencyStore> = Arc::new(SlowCompletions(Arc::clone(&memory)));
+    let config = LambdaConfig::default().with_batch_concurrency(2);
+    let harness = Harness::build_with(slow_queue("jobs"), config, None, Some(store));
+    // A 10 s invocation: the settle reserve is 1 s and the response's 100 ms, the grace 1 s, so the
+    // handlers are told to stop 7.9 s in. `in_grace` returns 0.8 s after that; `past_grace` 1.8 s
+    // after, 0.2 s before the response's reserve.
+    let in_grace = harness.push_step(json!({"name": "in_grace", "sleep_ms": 8_700}), None);
+    let past_grace = harness.push_step(json!({"name": "past_grace", "sleep_ms": 9_700}), None);
+    let received = harness.receive().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+
+    let report = harness.run(&received, deadline).await;
+    assert!(Instant::now() < deadline, "answered after the deadline");
+    let listed = listed(&report);
+    assert!(!listed.contains(&in_grace), "its work is done: {report:?}");
+    assert!(
+        listed.contains(&past_grace),
+        "dropped at the end of its grace: {report:?}"
+    );
+    let acknowledged: Vec<&Message> = received
+        .iter()
+        .filter(|message| !listed.contains(&message.id))
+        .collect();
+    let completed = memory
+        .records()
+        .into_iter()
+        .filter(|record| record.status == RecordStatus::Completed)
+        .count();
+    assert_eq!(
+        completed,
+        acknowledged.len(),
+        "every acknowledged record is completed first: {:?}",
+        memory.records()
+    );
+}
