@@ -980,7 +980,7 @@ fn check_outer(
             ));
         }
         let id = outer_id(index, level);
-        if !expect_run && !notices.iter().any(|notice| *notice == id) {
+        if !expect_run && !notices.contains(&id) {
             violations.push(format!(
                 "flow {index}, level {level}: a failed outer flow left no failure notice in the DLQ"
             ));
