@@ -123,15 +123,8 @@ pub(crate) async fn after_child(
     let Some((flow_id, child_id)) = child_of(message) else {
         return outcome;
     };
-    let end = match &outcome {
-        Outcome::Ack(AckReason::Completed | AckReason::Duplicate | AckReason::Ignored) => {
-            ChildEnd::Succeeded {
-                output: output.map(str::to_owned),
-            }
-        }
-        Outcome::Reject(failure) => ChildEnd::Failed(failure.error.clone()),
-        Outcome::Ack(AckReason::Cancelled) => ChildEnd::Failed("cancelled by its producer".to_owned()),
-        Outcome::Retry { .. } | Outcome::Defer { .. } => return outcome,
+    let Some(end) = child_end(message, &outcome, output) else {
+        return outcome;
     };
     match count_and_send(flows, flow_id, child_id, &end).await {
         Ok(()) => outcome,
@@ -139,6 +132,36 @@ pub(crate) async fn after_child(
             tracing::warn!(%error, flow_id, child_id, "flow bookkeeping failed; the child's message comes back to do it");
             deferral(format!("flow {flow_id}: {error}"))
         }
+    }
+}
+
+/// How a flow child's message ended for its flow, `None` while it has not ended for good.
+///
+/// A failure notice of a nested flow (the sub-flow's parent sent as `conveyor.flow.failed`) is a
+/// failure in the outer flow however it is settled: the first copy is rejected, but a second copy
+/// (two children failing at once), a DLQ copy redriven under a new message id, or a notice made stale
+/// by a resumed sub-flow is acknowledged as a duplicate without running, and that acknowledgement is
+/// no success of the sub-flow. A resumed sub-flow's parent counts its own success when it runs (a
+/// failed count may move to succeeded, never back).
+fn child_end(message: &Message, outcome: &Outcome, output: Option<&str>) -> Option<ChildEnd> {
+    if matches!(outcome, Outcome::Retry { .. } | Outcome::Defer { .. }) {
+        return None;
+    }
+    // Rejected or acknowledged, a notice is a failure.
+    if parent_of(message).is_some()
+        && let Some(reason) = message.string_attribute(FLOW_FAILED_ATTRIBUTE)
+    {
+        return Some(ChildEnd::Failed(reason.to_owned()));
+    }
+    match outcome {
+        Outcome::Ack(AckReason::Completed | AckReason::Duplicate | AckReason::Ignored) => {
+            Some(ChildEnd::Succeeded {
+                output: output.map(str::to_owned),
+            })
+        }
+        Outcome::Reject(failure) => Some(ChildEnd::Failed(failure.error.clone())),
+        Outcome::Ack(AckReason::Cancelled) => Some(ChildEnd::Failed("cancelled by its producer".to_owned())),
+        Outcome::Retry { .. } | Outcome::Defer { .. } => None,
     }
 }
 

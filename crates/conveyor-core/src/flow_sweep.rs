@@ -12,6 +12,7 @@
 //! Counts here race with late children harmlessly: a child counted by its own consumer first makes
 //! the sweep's count a `Before`, and a failed count is moved to succeeded by a later success.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -21,8 +22,11 @@ use crate::flow_step::{StepError, count_and_send, send_due};
 use crate::handler::BoxFuture;
 use crate::idempotency::{IdempotencyStore, RecordStatus, StoreError};
 
-/// Flows swept per pass at most.
+/// Flows listed per page.
 const PAGE: usize = 100;
+/// Flows one pass looks at, at most (closed or failed): a pass ends in bounded time however many
+/// flows are overdue or keep failing; the next pass takes the rest.
+const MAX_PER_PASS: usize = 1_000;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,30 +37,61 @@ pub struct SweepReport {
     pub recovered: usize,
     /// Children counted as failed at the deadline.
     pub counted_out: usize,
+    /// Flows whose sweep failed in this pass (each logged with its id and error; they stay overdue and
+    /// the next pass tries them again). One flow's failure never stops the sweep of the others.
+    pub failed: usize,
 }
 
-/// Sweeps the flows past their deadline at `now` (see the module's note). `records` is the
-/// children's idempotency store.
+/// Sweeps the flows past their deadline at `now` (see the module's note), at most a
+/// thousand of them. `records` is the children's idempotency store. A flow whose sweep fails
+/// (its parent's queue refuses the send, a store call fails) is logged, counted in
+/// [`SweepReport::failed`] and passed over; only a failure to list the overdue flows is an error.
 pub async fn sweep_overdue_flows(
     flows: &Flows,
     records: &dyn IdempotencyStore,
     now: SystemTime,
 ) -> Result<SweepReport, StoreError> {
     let mut report = SweepReport::default();
-    loop {
-        let overdue = flows.store.overdue(now, PAGE).await?;
-        if overdue.is_empty() {
-            return Ok(report);
+    let mut failed: HashSet<String> = HashSet::new();
+    while report.overdue + failed.len() < MAX_PER_PASS {
+        // Flows that failed in this pass are still listed: ask for as many more, so they never hide
+        // the flows behind them.
+        let limit = PAGE + failed.len();
+        let listed = flows.store.overdue(now, limit).await?;
+        let page: Vec<&String> = listed.iter().filter(|id| !failed.contains(*id)).collect();
+        if page.is_empty() {
+            break;
         }
-        for flow_id in &overdue {
-            sweep_flow(flows, records, flow_id, &mut report).await?;
-            flows.store.close(flow_id).await?;
-            report.overdue += 1;
+        for flow_id in page {
+            match sweep_and_close(flows, records, flow_id, &mut report).await {
+                Ok(()) => report.overdue += 1,
+                Err(error) => {
+                    tracing::error!(
+                        flow_id = %flow_id,
+                        %error,
+                        "sweeping a flow past its deadline failed; the sweep goes on with the others and tries it \
+                         again at the next pass"
+                    );
+                    failed.insert(flow_id.clone());
+                }
+            }
         }
-        if overdue.len() < PAGE {
-            return Ok(report);
+        if listed.len() < limit {
+            break;
         }
     }
+    report.failed = failed.len();
+    Ok(report)
+}
+
+async fn sweep_and_close(
+    flows: &Flows,
+    records: &dyn IdempotencyStore,
+    flow_id: &str,
+    report: &mut SweepReport,
+) -> Result<(), StoreError> {
+    sweep_flow(flows, records, flow_id, report).await?;
+    flows.store.close(flow_id).await
 }
 
 async fn sweep_flow(
@@ -166,13 +201,14 @@ impl BackgroundTask for FlowSweeper {
         Box::pin(async move {
             loop {
                 match self.sweep().await {
-                    Ok(report) if report.overdue > 0 => {
+                    Ok(report) if report.overdue > 0 || report.failed > 0 => {
                         let overdue = u64::try_from(report.overdue).unwrap_or(u64::MAX);
                         metrics::counter!(crate::metric_names::FLOWS_OVERDUE).increment(overdue);
                         tracing::warn!(
                             overdue = report.overdue,
                             recovered = report.recovered,
                             counted_out = report.counted_out,
+                            failed = report.failed,
                             "flows swept past their deadline"
                         );
                     }

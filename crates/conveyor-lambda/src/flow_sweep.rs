@@ -41,11 +41,12 @@ pub(crate) async fn sweep_flows(pipeline: &Pipeline) -> Result<SqsBatchResponse,
                 "the flow sweep could not read or write the store: {error}; the next scheduled sweep tries again"
             ))
         })?;
-    if report.overdue > 0 {
+    if report.overdue > 0 || report.failed > 0 {
         tracing::warn!(
             overdue = report.overdue,
             recovered = report.recovered,
             counted_out = report.counted_out,
+            failed = report.failed,
             "flows swept past their deadline"
         );
     }
@@ -89,6 +90,80 @@ mod tests {
             "the policy sent the parent: {state:?}"
         );
         assert_eq!(queue.len(), 1, "the parent is on its queue");
+        Ok(())
+    }
+
+    /// Refuses every send to one queue URL (a deleted queue, or one the role may not send to).
+    struct Refusing {
+        refused: String,
+        inner: QueueSender,
+    }
+
+    #[async_trait::async_trait]
+    impl conveyor_core::port::FlowSender for Refusing {
+        async fn send_to(
+            &self,
+            queue_url: &str,
+            message: conveyor_core::port::OutgoingMessage,
+        ) -> Result<String, conveyor_core::port::QueueError> {
+            if queue_url == self.refused {
+                return Err(conveyor_core::port::QueueError::AccessDenied {
+                    queue: queue_url.to_owned(),
+                    message: "not authorized to perform sqs:SendMessage".to_owned(),
+                });
+            }
+            self.inner.send_to(queue_url, message).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flow_whose_parent_cannot_be_sent_does_not_stop_the_sweep_of_the_others() -> anyhow::Result<()>
+    {
+        let store = Arc::new(MemoryFlows::new());
+        let queue = Arc::new(MemoryQueue::new("jobs"));
+        let now = SystemTime::now();
+        // The refused flow is the most overdue: it comes first in every listing.
+        let mut refused =
+            conveyor_testing::flow_conformance::new_flow("refused", 1, ChildFailurePolicy::Ignore);
+        refused.parent.queue_url = "http://sim.invalid/deleted".to_owned();
+        refused.deadline = now - Duration::from_secs(120);
+        store.create_flow(&refused).await?;
+        let mut others = Vec::new();
+        for _ in 0..3 {
+            let mut flow =
+                conveyor_testing::flow_conformance::new_flow("other", 1, ChildFailurePolicy::Ignore);
+            flow.deadline = now - Duration::from_secs(60);
+            store.create_flow(&flow).await?;
+            others.push(flow.id);
+        }
+        let flows = Flows {
+            store: store.clone(),
+            sender: Arc::new(Refusing {
+                refused: refused.parent.queue_url.clone(),
+                inner: QueueSender(queue.clone()),
+            }),
+        };
+
+        let report = conveyor_core::sweep_overdue_flows(&flows, &MemoryIdempotencyStore::new(), now).await?;
+
+        assert_eq!((report.overdue, report.failed), (3, 1), "{report:?}");
+        for id in &others {
+            let state = store
+                .flow(id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("flow {id} is gone"))?;
+            assert!(
+                state.parent_sent_at.is_some(),
+                "flow {id} ended by its policy: {state:?}"
+            );
+        }
+        assert_eq!(queue.len(), 3, "the three other parents are on their queue");
+        let listed = store.overdue(now, 10).await?;
+        assert_eq!(
+            listed,
+            vec![refused.id.clone()],
+            "the refused flow stays overdue for the next pass"
+        );
         Ok(())
     }
 

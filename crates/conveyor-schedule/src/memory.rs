@@ -131,6 +131,7 @@ impl ScheduleStore for MemoryScheduleStore {
         let mut inner = self.lock();
         let state = inner.states.entry(name.to_owned()).or_default();
         if state.paused {
+            state.pauses = state.pauses_after_resume(at);
             state.paused = false;
             state.resumed_at = Some(at);
         }
@@ -142,17 +143,26 @@ impl ScheduleStore for MemoryScheduleStore {
     }
 
     async fn put_definition(&self, set: &str, name: &str, definition: &str) -> Result<(), StoreError> {
-        self.lock()
+        let mut inner = self.lock();
+        let replaced = inner
             .definitions
             .entry(set.to_owned())
             .or_default()
             .insert(name.to_owned(), definition.to_owned());
+        if replaced.is_none() {
+            inner.states.remove(name);
+        }
         Ok(())
     }
 
     async fn remove_definition(&self, set: &str, name: &str) -> Result<(), StoreError> {
-        if let Some(definitions) = self.lock().definitions.get_mut(set) {
-            definitions.remove(name);
+        let mut inner = self.lock();
+        let removed = inner
+            .definitions
+            .get_mut(set)
+            .and_then(|definitions| definitions.remove(name));
+        if removed.is_some() {
+            inner.states.remove(name);
         }
         Ok(())
     }

@@ -750,6 +750,26 @@ mod tests {
     }
 
     #[test]
+    fn two_pauses_between_two_looks_skip_both_paused_periods() {
+        // Every minute; cursor at 60 s; paused 70..140, resumed, paused 150..160 with no look between
+        // (the store keeps both pauses); the leader looks again at 200 s. The 120 s tick lies in the
+        // first pause and must never fire; 180 s fires.
+        let mut state = ScheduleState {
+            last_tick: Some(at(60)),
+            paused: true,
+            paused_at: Some(at(70)),
+            ..ScheduleState::default()
+        };
+        state.pauses = state.pauses_after_resume(at(140));
+        state.paused_at = Some(at(150));
+        state.pauses = state.pauses_after_resume(at(160));
+        state.paused = false;
+        state.resumed_at = Some(at(160));
+        let plan = plan(&every_minute(MissedTicks::All), &state, at(200));
+        assert_eq!(fired(&plan), vec![at(180)], "{plan:?}");
+    }
+
+    #[test]
     fn a_schedule_that_never_fired_does_not_fire_its_past() {
         let plan = plan(
             &every_minute(MissedTicks::All),

@@ -13,8 +13,15 @@
 //!   was sent or deliberately skipped. Only the leader moves it, with a write conditional on
 //!   `last_tick_ms < :tick`, so it never moves backwards, whatever the clocks of the workers; the same
 //!   write counts the run (`runs + 1`, when the tick was sent and confirmed by SQS) and appends to the
-//!   bounded run history. `paused_at_ms` / `resumed_at_ms` record pauses (written by the CLI); the
-//!   leader skips every tick in `(paused_at, resumed_at]` by moving the cursor past it.
+//!   bounded run history. `paused_at_ms` / `resumed_at_ms` record the current or last pause (written
+//!   by the CLI), and `pauses` keeps every closed pause `(paused_at, resumed_at]` the cursor has not
+//!   passed yet (a resume appends its pause, with a write conditional on the pause it closes, and drops
+//!   the pauses behind the cursor; at most [`MAX_PAUSES`], the two oldest merged beyond that, so a
+//!   tick is skipped rather than replayed). The leader skips every tick inside any of them by moving
+//!   the cursor past it, however many pause/resume cycles happened between two of its looks.
+//!   Removing a run-time schedule deletes this state too, and adding a schedule new to the set deletes
+//!   whatever a leader that had not reloaded its definitions yet wrote meanwhile: a schedule added
+//!   again under the same name starts fresh (no cursor, no runs, no pauses).
 //!
 //! Ticks have no item of their own: the conditional cursor is the guard, and the job's idempotency key
 //! `schedule:<name>@<tick>` deduplicates the one send that can repeat (a leader that sent and died, or
@@ -31,6 +38,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 /// The most entries kept in a schedule's run history.
 pub const HISTORY_LENGTH: usize = 20;
+/// The most closed pauses kept ahead of the cursor; beyond it the two oldest merge into one.
+pub const MAX_PAUSES: usize = 20;
 
 /// A store call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -75,6 +84,9 @@ pub struct ScheduleState {
     pub paused_at: Option<SystemTime>,
     /// When the last pause ended.
     pub resumed_at: Option<SystemTime>,
+    /// Closed pauses `(paused_at, resumed_at]` the cursor may not have passed yet, oldest first (at
+    /// most [`MAX_PAUSES`]).
+    pub pauses: Vec<(SystemTime, SystemTime)>,
     /// Ticks sent (confirmed by SQS), counted toward `max_runs`.
     pub runs: u64,
     /// The cursor: the newest tick sent or skipped.
@@ -90,19 +102,40 @@ pub struct ScheduleState {
 }
 
 impl ScheduleState {
-    /// True when `tick` falls in the recorded pause: after `paused_at` and, once resumed, not after
-    /// `resumed_at`.
+    /// True when `tick` falls in a pause: after the current pause began, or inside a closed pause
+    /// (after its `paused_at` and not after its `resumed_at`).
     pub fn in_pause(&self, tick: SystemTime) -> bool {
-        let Some(paused_at) = self.paused_at else {
-            return false;
-        };
-        if tick <= paused_at {
-            return false;
+        let inside = |from: SystemTime, to: SystemTime| tick > from && tick <= to;
+        if let Some(paused_at) = self.paused_at {
+            if self.paused && tick > paused_at {
+                return true;
+            }
+            // A state written before `pauses` existed keeps its one closed pause here.
+            if !self.paused && self.resumed_at.is_some_and(|resumed| inside(paused_at, resumed)) {
+                return true;
+            }
         }
-        if self.paused {
-            return true;
+        self.pauses.iter().any(|(from, to)| inside(*from, *to))
+    }
+
+    /// The closed pauses after resuming at `at`: the current pause appended, the pauses the cursor
+    /// passed dropped, and the two oldest merged while more than [`MAX_PAUSES`] remain (skipping the
+    /// ticks between them rather than replaying any). Unchanged when not paused.
+    pub fn pauses_after_resume(&self, at: SystemTime) -> Vec<(SystemTime, SystemTime)> {
+        let mut pauses: Vec<(SystemTime, SystemTime)> = self
+            .pauses
+            .iter()
+            .copied()
+            .filter(|(_, to)| self.last_tick.is_none_or(|cursor| *to > cursor))
+            .collect();
+        if let (true, Some(paused_at)) = (self.paused, self.paused_at) {
+            pauses.push((paused_at, at.max(paused_at)));
         }
-        self.resumed_at.is_some_and(|resumed| tick <= resumed)
+        while pauses.len() > MAX_PAUSES {
+            let (from, _) = pauses.remove(0);
+            pauses[0].0 = from;
+        }
+        pauses
     }
 }
 
@@ -146,13 +179,16 @@ pub trait ScheduleStore: Send + Sync + std::fmt::Debug {
     async fn note(&self, name: &str, outcome: &str) -> Result<(), StoreError>;
     /// Pauses at `at` (no-op when already paused).
     async fn pause(&self, name: &str, at: SystemTime) -> Result<(), StoreError>;
-    /// Resumes at `at`: ticks up to `at` since the pause are skipped (no-op when not paused).
+    /// Resumes at `at`: ticks up to `at` since the pause are skipped, and stay skipped after any
+    /// number of later pauses (the pause joins [`ScheduleState::pauses`]; no-op when not paused).
     async fn resume(&self, name: &str, at: SystemTime) -> Result<(), StoreError>;
     /// Schedules added at run time to `set`: name -> definition JSON.
     async fn definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError>;
-    /// Adds or replaces a run-time schedule.
+    /// Adds or replaces a run-time schedule. A schedule new to the set starts fresh: any state left
+    /// under its name (a leader that served it once more while it was being removed) is deleted.
     async fn put_definition(&self, set: &str, name: &str, definition: &str) -> Result<(), StoreError>;
-    /// Removes a run-time schedule (no-op when absent).
+    /// Removes a run-time schedule and its state (cursor, runs, pauses, history), so a schedule added
+    /// again under the name starts fresh (no-op when absent).
     async fn remove_definition(&self, set: &str, name: &str) -> Result<(), StoreError>;
     /// Requests made so far (figures).
     fn requests(&self) -> u64;
@@ -240,6 +276,42 @@ fn history_of(value: Option<&AttributeValue>) -> Vec<HistoryEntry> {
         .collect()
 }
 
+fn pauses_value(pauses: &[(SystemTime, SystemTime)]) -> AttributeValue {
+    AttributeValue::L(
+        pauses
+            .iter()
+            .map(|(from, to)| {
+                AttributeValue::M(HashMap::from([
+                    ("from_ms".to_owned(), n(millis(*from))),
+                    ("to_ms".to_owned(), n(millis(*to))),
+                ]))
+            })
+            .collect(),
+    )
+}
+
+fn pauses_of(value: Option<&AttributeValue>) -> Vec<(SystemTime, SystemTime)> {
+    let Some(Ok(list)) = value.map(AttributeValue::as_l) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|entry| {
+            let map = entry.as_m().ok()?;
+            Some((
+                from_millis(number(map, "from_ms")?),
+                from_millis(number(map, "to_ms")?),
+            ))
+        })
+        .collect()
+}
+
+/// Every attribute of a schedule's state item but its id: removed together, the state reads as new.
+const STATE_ATTRIBUTES: &str = "paused, paused_at_ms, resumed_at_ms, pauses, runs, last_tick_ms, last_sent_ms, \
+                                last_fire_ms, last_outcome, history";
+
+/// How often a resume re-reads the state when another pause or resume changed it meanwhile.
+const RESUME_ATTEMPTS: usize = 5;
+
 fn is_condition_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(error: &E) -> bool {
     error.code() == Some("ConditionalCheckFailedException")
 }
@@ -270,34 +342,81 @@ impl TickStore {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Pauses (`paused`) or resumes at `at`, recording when; a no-op when already so.
-    async fn switch(&self, name: &str, paused: bool, at: SystemTime) -> Result<(), StoreError> {
+    /// Pauses at `at`, recording when; a no-op when already paused.
+    async fn pause_at(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
         self.count();
-        let (set, condition) = if paused {
-            (
-                "SET paused = :to, paused_at_ms = :at",
-                "attribute_not_exists(paused) OR paused = :from",
-            )
-        } else {
-            ("SET paused = :to, resumed_at_ms = :at", "paused = :from")
-        };
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("id", s(&state_id(name)))
-            .update_expression(set)
-            .condition_expression(condition)
-            .expression_attribute_values(":to", AttributeValue::Bool(paused))
-            .expression_attribute_values(":from", AttributeValue::Bool(!paused))
+            .update_expression("SET paused = :to, paused_at_ms = :at")
+            .condition_expression("attribute_not_exists(paused) OR paused = :from")
+            .expression_attribute_values(":to", AttributeValue::Bool(true))
+            .expression_attribute_values(":from", AttributeValue::Bool(false))
             .expression_attribute_values(":at", n(millis(at)))
             .send()
             .await;
+        self.conditional(result).map(|_| ())
+    }
+
+    /// Closes the pause `state` shows at `at`, if the stored pause is still that one: `Ok(false)` when
+    /// another pause or resume came first (re-read and try again).
+    async fn close_pause(
+        &self,
+        name: &str,
+        state: &ScheduleState,
+        at: SystemTime,
+    ) -> Result<bool, StoreError> {
+        let Some(paused_at) = state.paused_at else {
+            return Ok(true);
+        };
+        self.count();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&state_id(name)))
+            .update_expression("SET paused = :to, resumed_at_ms = :at, pauses = :pauses")
+            .condition_expression("paused = :from AND paused_at_ms = :paused_at")
+            .expression_attribute_values(":to", AttributeValue::Bool(false))
+            .expression_attribute_values(":from", AttributeValue::Bool(true))
+            .expression_attribute_values(":at", n(millis(at)))
+            .expression_attribute_values(":paused_at", n(millis(paused_at)))
+            .expression_attribute_values(":pauses", pauses_value(&state.pauses_after_resume(at)))
+            .send()
+            .await;
+        self.conditional(result)
+    }
+
+    /// `Ok(true)` for a write made, `Ok(false)` for a condition that failed, else the error.
+    fn conditional<T, E>(
+        &self,
+        result: Result<T, aws_sdk_dynamodb::error::SdkError<E>>,
+    ) -> Result<bool, StoreError>
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
         match result {
-            Ok(_) => Ok(()),
-            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(false),
             Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
         }
+    }
+
+    /// Deletes a schedule's state (every attribute but the id, with `UpdateItem`, which the operators'
+    /// policy grants): it reads as a schedule that never ran.
+    async fn reset_state(&self, name: &str) -> Result<(), StoreError> {
+        self.count();
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&state_id(name)))
+            .update_expression(format!("REMOVE {STATE_ATTRIBUTES}"))
+            .send()
+            .await
+            .map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
+        Ok(())
     }
 
     async fn get(&self, id: String) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
@@ -374,6 +493,7 @@ impl ScheduleStore for TickStore {
                 .unwrap_or(false),
             paused_at: number(&item, "paused_at_ms").map(from_millis),
             resumed_at: number(&item, "resumed_at_ms").map(from_millis),
+            pauses: pauses_of(item.get("pauses")),
             runs: number(&item, "runs").unwrap_or(0),
             last_tick: number(&item, "last_tick_ms").map(from_millis),
             last_sent: number(&item, "last_sent_ms").map(from_millis),
@@ -439,11 +559,20 @@ impl ScheduleStore for TickStore {
     }
 
     async fn pause(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.switch(name, true, at).await
+        self.pause_at(name, at).await
     }
 
     async fn resume(&self, name: &str, at: SystemTime) -> Result<(), StoreError> {
-        self.switch(name, false, at).await
+        for _ in 0..RESUME_ATTEMPTS {
+            let state = self.state(name).await?;
+            if !state.paused || self.close_pause(name, &state, at).await? {
+                return Ok(());
+            }
+        }
+        Err(self.error(format!(
+            "schedule {name}: its pause changed {RESUME_ATTEMPTS} times while resuming it (other operators \
+             pausing and resuming it at once); run the resume again"
+        )))
     }
 
     async fn definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError> {
@@ -472,6 +601,22 @@ impl ScheduleStore for TickStore {
             .send()
             .await;
         created.map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
+        // A schedule new to the set first, so that it starts fresh; a replacement keeps its state.
+        self.count();
+        let added = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&set_id(set)))
+            .update_expression("SET definitions.#name = :definition")
+            .condition_expression("attribute_not_exists(definitions.#name)")
+            .expression_attribute_names("#name", name)
+            .expression_attribute_values(":definition", s(definition))
+            .send()
+            .await;
+        if self.conditional(added)? {
+            return self.reset_state(name).await;
+        }
         self.count();
         self.client
             .update_item()
@@ -494,15 +639,16 @@ impl ScheduleStore for TickStore {
             .table_name(&self.table)
             .key("id", s(&set_id(set)))
             .update_expression("REMOVE definitions.#name")
-            .condition_expression("attribute_exists(definitions)")
+            .condition_expression("attribute_exists(definitions.#name)")
             .expression_attribute_names("#name", name)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(error) if error.as_service_error().is_some_and(is_condition_failure) => Ok(()),
-            Err(error) => Err(self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error))),
+        // Only a schedule that was in the set loses its state: a code schedule of the same name keeps
+        // its cursor when an operator removes a name the set does not hold.
+        if self.conditional(result)? {
+            self.reset_state(name).await?;
         }
+        Ok(())
     }
 
     fn requests(&self) -> u64 {
@@ -536,5 +682,35 @@ mod tests {
         assert!(state.in_pause(at(200)));
         assert!(!state.in_pause(at(201)));
         assert!(!ScheduleState::default().in_pause(at(5)));
+    }
+
+    #[test]
+    fn closed_pauses_are_bounded_and_merge_rather_than_replay() {
+        let mut state = ScheduleState {
+            last_tick: Some(at(50)),
+            pauses: vec![(at(10), at(40))],
+            ..ScheduleState::default()
+        };
+        for cycle in 0..(MAX_PAUSES as u64 + 5) {
+            let from = 100 + cycle * 10;
+            state.paused = true;
+            state.paused_at = Some(at(from));
+            state.pauses = state.pauses_after_resume(at(from + 5));
+            state.paused = false;
+        }
+        assert_eq!(state.pauses.len(), MAX_PAUSES, "{:?}", state.pauses);
+        assert!(
+            state.pauses.iter().all(|(_, to)| *to > at(50)),
+            "the pause behind the cursor is dropped"
+        );
+        assert!(
+            state.in_pause(at(103)),
+            "the oldest pause is still skipped (merged)"
+        );
+        assert!(
+            state.in_pause(at(103 + 10 * (MAX_PAUSES as u64 + 4))),
+            "the newest too"
+        );
+        assert!(!state.in_pause(at(500)));
     }
 }

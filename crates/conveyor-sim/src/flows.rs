@@ -9,13 +9,20 @@
 //! sends the flow again later, or never; a flow-store outage, and answers lost after the write was
 //! made; a stray message that names a flow it is not a child of; a flow whose records expire while
 //! its children run; and, after the deadline, an operator who fixes a failed child and redrives it.
+//! In about a third of the flows the flow is nested one or two deep (each outer flow, `FailParent`,
+//! has the inner flow's parent and one more child), and the operator also sends the DLQ copies of the
+//! nested flows' failure notices again (a second, stale notice under a new message id); in a quarter
+//! of the seeds one flow's parent goes to a queue that refuses every send (deleted, or not permitted),
+//! the most overdue of several flows that only the deadline sweep can end.
 //!
 //! Invariants after every run: no message is left in the queue (nothing deferred without end); a
 //! parent runs at most once (a second run only when the first one's process was killed before it
 //! completed: the at-least-once window) and never before every child it waits for succeeded; a
 //! `FailParent` flow with a failed child leaves one failure notice in the DLQ and runs its parent only
 //! when redriven to success; every other flow runs its parent once; the parent sees every succeeded
-//! child's output.
+//! child's output; an outer flow runs its parent exactly when its sub-flow's parent ran, and never
+//! when the sub-flow failed, at every depth; the flows the sweep must end do end, whatever another
+//! flow's parent queue answers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +58,8 @@ const DEADLINE: Duration = Duration::from_secs(2 * 3600);
 const REDRIVE_AT: Duration = Duration::from_secs(3 * 3600);
 const END_AT: Duration = Duration::from_secs(5 * 3600);
 const STRAY_CHILD: &str = "99999";
+/// A parent queue that refuses every send.
+const REFUSED_URL: &str = "http://sim.invalid/refused";
 
 /// What a child does when it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +85,12 @@ pub struct FlowSpec {
     pub resend_at: Option<Duration>,
     /// At the redrive, failed children are fixed and moved back from the DLQ.
     pub redriven: bool,
+    /// Outer flows around it (0: not nested).
+    pub depth: usize,
+    /// At the redrive, the DLQ copies of the nested flows' failure notices are sent again.
+    pub resend_notices: bool,
+    /// The parent's queue refuses every send.
+    pub refused: bool,
 }
 
 /// One seed's flows scenario.
@@ -129,6 +144,9 @@ impl FlowScenario {
                     partial,
                     resend_at,
                     redriven: rng.bool(),
+                    depth: 0,
+                    resend_notices: false,
+                    refused: false,
                 }
             })
             .collect();
@@ -143,6 +161,7 @@ impl FlowScenario {
                 )
             })
             .collect();
+        let flows = nest_and_refuse(flows, &mut fastrand::Rng::with_seed(seed ^ 0x4e57_ed00));
         Self {
             seed,
             flows,
@@ -154,6 +173,49 @@ impl FlowScenario {
             forget_at: (rng.u8(0..8) == 0).then(|| Duration::from_millis(rng.u64(0..300_000))),
         }
     }
+}
+
+/// Nests about a third of the flows one or two deep, and in a quarter of the seeds adds a flow whose
+/// parent queue refuses sends, the first of several that only the sweep ends (a generator of its own:
+/// the other draws, and the seeds they found, stay as they were).
+fn nest_and_refuse(mut flows: Vec<FlowSpec>, rng: &mut fastrand::Rng) -> Vec<FlowSpec> {
+    for spec in &mut flows {
+        if rng.u8(0..3) == 0 {
+            spec.depth = rng.usize(1..3);
+            spec.resend_notices = rng.bool();
+            // A nested flow's producer sends all of it (which leaves go first is the producer's).
+            spec.partial = None;
+            spec.resend_at = None;
+        }
+    }
+    if rng.u8(0..4) == 0 {
+        // A producer that stopped after the first child: the second is counted (failed) only by the
+        // sweep. (A crashing child would not do: its last receive is dead-lettered by a pipeline,
+        // which counts it.)
+        let one_sent = |policy| FlowSpec {
+            policy,
+            children: vec![Behavior::Ok, Behavior::Ok],
+            partial: Some(1),
+            resend_at: None,
+            redriven: false,
+            depth: 0,
+            resend_notices: false,
+            refused: false,
+        };
+        let policies = [
+            ChildFailurePolicy::FailParent,
+            ChildFailurePolicy::Ignore,
+            ChildFailurePolicy::RemoveDependency,
+            ChildFailurePolicy::ContinueParent,
+        ];
+        // Its parent is due only at the sweep, then refused.
+        flows.push(FlowSpec {
+            refused: true,
+            ..one_sent(policies[rng.usize(0..policies.len())])
+        });
+        flows.push(one_sent(ChildFailurePolicy::Ignore));
+    }
+    flows
 }
 
 /// What a seed did, and what it broke.
@@ -178,12 +240,16 @@ struct ChildJob {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ParentJob {
     flow: usize,
+    /// 0: the flow's own parent; k: the parent of the k-th flow around it.
+    #[serde(default)]
+    level: usize,
 }
 
 /// One parent run, as its handler saw it.
 #[derive(Debug, Clone)]
 struct ParentRun {
     flow: usize,
+    level: usize,
     at: Duration,
     instance: String,
     /// Child id → (output, failed, pending).
@@ -198,6 +264,8 @@ struct Truth {
     succeeded: HashMap<(usize, usize), Duration>,
     parents: Vec<ParentRun>,
     killed: BTreeSet<String>,
+    /// Flow → how many flows are around it.
+    depths: HashMap<usize, usize>,
 }
 
 type Shared = Arc<Mutex<Truth>>;
@@ -274,6 +342,7 @@ impl Handler for ParentHandler {
             .collect();
         lock(&self.truth).parents.push(ParentRun {
             flow: job.flow,
+            level: job.level,
             at: self.origin.elapsed(),
             instance: self.instance.name().to_owned(),
             seen,
@@ -405,7 +474,13 @@ struct SimSender {
 
 #[async_trait]
 impl FlowSender for SimSender {
-    async fn send_to(&self, _queue_url: &str, message: OutgoingMessage) -> Result<String, QueueError> {
+    async fn send_to(&self, queue_url: &str, message: OutgoingMessage) -> Result<String, QueueError> {
+        if queue_url == REFUSED_URL {
+            return Err(QueueError::AccessDenied {
+                queue: queue_url.to_owned(),
+                message: "sim: not authorized to perform sqs:SendMessage".into(),
+            });
+        }
         if let Some(left) = &self.left
             && left
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
@@ -505,15 +580,38 @@ impl World {
 
     fn flow_of(&self, index: usize) -> Flow {
         let spec = &self.scenario.flows[index];
+        let (parent_url, deadline) = match spec.refused {
+            // The most overdue: first in every listing of the sweep.
+            true => (REFUSED_URL, DEADLINE - Duration::from_secs(600)),
+            false => (URL, DEADLINE),
+        };
         let mut flow = Flow::new(
             flow_id(index),
-            NewJob::new("parent", ParentJob { flow: index }),
-            URL,
+            NewJob::new(
+                "parent",
+                ParentJob {
+                    flow: index,
+                    level: 0,
+                },
+            ),
+            parent_url,
         )
         .on_child_failure(spec.policy)
-        .deadline(DEADLINE);
+        .deadline(deadline);
         for child in 0..spec.children.len() {
             flow = flow.child(NewJob::new("child", ChildJob { flow: index, child }), URL);
+        }
+        for level in 1..=spec.depth {
+            let parent = NewJob::new("parent", ParentJob { flow: index, level });
+            let extra = ChildJob {
+                flow: index,
+                child: OUTER_CHILD + level,
+            };
+            flow = Flow::new(outer_id(index, level), parent, URL)
+                .on_child_failure(ChildFailurePolicy::FailParent)
+                .deadline(DEADLINE)
+                .child_flow(flow)
+                .child(NewJob::new("child", extra), URL);
         }
         flow
     }
@@ -546,6 +644,14 @@ impl World {
 fn flow_id(index: usize) -> String {
     format!("flow-{index}")
 }
+
+/// The flow `level` deep around flow `index`.
+fn outer_id(index: usize, level: usize) -> String {
+    format!("flow-{index}.outer-{level}")
+}
+
+/// Outer flows' own children: `OUTER_CHILD + level`.
+const OUTER_CHILD: usize = 1000;
 
 /// Runs the flows seed `seed` and checks its invariants.
 pub fn simulate_flows(seed: u64) -> FlowReport {
@@ -603,6 +709,9 @@ async fn run(scenario: FlowScenario) -> FlowReport {
         for (flow, spec) in scenario.flows.iter().enumerate() {
             for (child, behavior) in spec.children.iter().enumerate() {
                 truth.behaviors.insert((flow, child), *behavior);
+            }
+            if spec.depth > 0 {
+                truth.depths.insert(flow, spec.depth);
             }
         }
     }
@@ -781,6 +890,28 @@ async fn redrive(world: &World) {
         let is_child = message
             .string_attribute(conveyor_core::port::FLOW_CHILD_ATTRIBUTE)
             .is_some();
+        let notice: Option<ParentJob> = serde_json::from_str(&message.body).ok();
+        if let Some(notice) = notice
+            && is_child
+            && message.attributes.contains_key("conveyor.flow.failed")
+            && world
+                .scenario
+                .flows
+                .get(notice.flow)
+                .is_some_and(|spec| spec.resend_notices)
+        {
+            // The operator sends the DLQ copy of a nested flow's failure notice again (a new message
+            // id; the copy stays in the DLQ).
+            let outgoing = OutgoingMessage {
+                body: message.body.clone(),
+                attributes: message.attributes.clone(),
+                delay: None,
+                group_id: None,
+                deduplication_id: None,
+                trace_header: None,
+            };
+            let _ = world.queue.send(outgoing).await;
+        }
         match child {
             Some(child) if is_child && chosen.contains(&child.flow) => {
                 let outgoing = OutgoingMessage {
@@ -809,6 +940,68 @@ async fn redrive(world: &World) {
     let _ = world.dlq.change_visibility_batch(&kept).await;
 }
 
+/// The flows around flow `index`: each runs its parent exactly when the flow inside it ran its own
+/// (`expect_run`), after it, at most once (but for a killed process), and leaves a failure notice in
+/// the DLQ when it does not.
+fn check_outer(
+    truth: &Truth,
+    notices: &[String],
+    index: usize,
+    expect_run: bool,
+    violations: &mut Vec<String>,
+) {
+    let Some(depth) = truth.depths.get(&index).copied() else {
+        return;
+    };
+    for level in 1..=depth {
+        let runs: Vec<&ParentRun> = truth
+            .parents
+            .iter()
+            .filter(|run| run.flow == index && run.level == level)
+            .collect();
+        let excused = runs
+            .iter()
+            .take(runs.len().saturating_sub(1))
+            .all(|run| truth.killed.contains(&run.instance));
+        if runs.len() > 1 && !excused {
+            violations.push(format!(
+                "flow {index}, level {level}: the outer parent ran {} times",
+                runs.len()
+            ));
+        }
+        if expect_run && runs.is_empty() {
+            violations.push(format!(
+                "flow {index}, level {level}: its sub-flow's parent ran, the outer parent never did"
+            ));
+        }
+        if !expect_run && !runs.is_empty() {
+            violations.push(format!(
+                "flow {index}, level {level}: the outer parent ran although its sub-flow failed"
+            ));
+        }
+        let id = outer_id(index, level);
+        if !expect_run && !notices.contains(&id) {
+            violations.push(format!(
+                "flow {index}, level {level}: a failed outer flow left no failure notice in the DLQ"
+            ));
+        }
+        let inner_first = truth
+            .parents
+            .iter()
+            .filter(|run| run.flow == index && run.level + 1 == level)
+            .map(|run| run.at)
+            .min();
+        if let Some(run) = runs.first()
+            && inner_first.is_none_or(|inner| inner > run.at)
+        {
+            violations.push(format!(
+                "flow {index}, level {level}: the outer parent ran at {:?} before its sub-flow's parent",
+                run.at
+            ));
+        }
+    }
+}
+
 fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
     let truth = lock(&world.truth);
     let mut violations = Vec::new();
@@ -833,7 +1026,11 @@ fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
             continue;
         }
         let id = flow_id(index);
-        let runs: Vec<&ParentRun> = truth.parents.iter().filter(|run| run.flow == index).collect();
+        let runs: Vec<&ParentRun> = truth
+            .parents
+            .iter()
+            .filter(|run| run.flow == index && run.level == 0)
+            .collect();
         let excused = runs
             .iter()
             .take(runs.len().saturating_sub(1))
@@ -871,6 +1068,11 @@ fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
             ));
         }
         let expect_run = !failing || spec.policy != ChildFailurePolicy::FailParent || resumed;
+        if spec.refused {
+            // Its parent can never be sent: nothing to run; the others' checks show the sweep went on.
+            continue;
+        }
+        check_outer(&truth, &notices, index, expect_run, &mut violations);
         if expect_run && runs.is_empty() {
             violations.push(format!(
                 "flow {index} ({}; failing {failing}, unsent {unsent}, redriven {}) never ran its parent",

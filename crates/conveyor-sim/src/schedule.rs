@@ -4,7 +4,9 @@
 //! A seed draws an interval schedule (in half the seeds starting at an instant finer than the store's
 //! millisecond, as `Schedule::starting(now + 2 s)` does) and 2 to 5 workers whose wall clocks are skewed by up to
 //! [`MAX_SKEW`]; workers killed (no release) and restarted later; a worker stalled in a send or a store
-//! read for longer than the lease (a paused process); pauses and resumes by an operator; a `max_runs`;
+//! read for longer than the lease (a paused process); pauses and resumes by an operator, in a third of
+//! the seeds several quick cycles of them between two looks of the leader; the schedule removed and
+//! added again under its name (a run-time schedule, in a third of the seeds); a `max_runs`;
 //! sends that fail, and sends that SQS accepted whose reply was lost; store outages. In a quarter of the
 //! seeds the schedule migrates to EventBridge Scheduler: the exported `rate()` fires from the file's
 //! `StartDate` (or its creation time, with none) while the workers still run, then the workers stop.
@@ -13,7 +15,9 @@
 //! - no worker started a send while another owner held the lease (one leader);
 //! - no tick was sent after the stored cursor had passed it (one clock, cursor only forward);
 //! - no tick inside a pause (more than [`MAX_SKEW`] after the pause, up to the resume) was sent: a
-//!   resume never replays the paused period;
+//!   resume never replays the paused period, however many pauses came between two looks;
+//! - a schedule removed and added again starts fresh: no tick of the gap is sent (beyond the first
+//!   look's `missed_after` window), and it fires again up to its own `max_runs`;
 //! - no two different ticks within one interval (one grid: in-process and EventBridge agree);
 //! - every other tick was sent (policy `All`), unless `max_runs` was reached;
 //! - `runs` counts sent ticks exactly once each (duplicates of one tick within the idempotency window,
@@ -81,6 +85,8 @@ pub struct ScheduleScenario {
     pub length: Duration,
     /// A start this long after the origin, finer than a millisecond (`Schedule::starting(now + ...)`).
     pub start_after: Option<Duration>,
+    /// A run-time schedule removed at the first time and added again at the second.
+    pub readd: Option<(Duration, Duration)>,
 }
 
 impl ScheduleScenario {
@@ -134,7 +140,7 @@ impl ScheduleScenario {
             let created = Duration::from_millis(rng.u64(200_000..500_000));
             (created, created + Duration::from_millis(rng.u64(0..150_000)))
         });
-        Self {
+        let mut scenario = Self {
             seed,
             interval,
             origin,
@@ -148,6 +154,44 @@ impl ScheduleScenario {
                 .then(|| Duration::from_nanos(rng.u64(1_000_000_000..5_000_000_000))),
             migration,
             length,
+            readd: None,
+        };
+        if scenario.migration.is_none() {
+            // A generator of its own: the draws above (and the seeds they found) stay as they were.
+            scenario.add_bursts_and_readd(&mut fastrand::Rng::with_seed(seed ^ 0x0b0a_5e5b));
+        }
+        scenario
+    }
+
+    /// Several quick pause/resume cycles (each pause longer than the skew allowance plus a tick, the
+    /// gaps shorter than an interval: the leader looks at most once between them), and a removal of
+    /// the schedule followed by an add under the same name, each in about a third of the seeds.
+    fn add_bursts_and_readd(&mut self, rng: &mut fastrand::Rng) {
+        let interval_ms = self.interval.as_millis() as u64;
+        if rng.f64() < 0.35 {
+            let mut at = self.pauses.last().map_or(Duration::from_secs(5), |(_, resumed)| {
+                *resumed + Duration::from_secs(5)
+            }) + Duration::from_millis(rng.u64(0..20_000));
+            for _ in 0..rng.usize(2..5) {
+                let paused = at;
+                let resumed = paused + Duration::from_millis(rng.u64(4_000..4_000 + 3 * interval_ms));
+                if resumed + Duration::from_secs(10) >= self.length {
+                    break;
+                }
+                self.pauses.push((paused, resumed));
+                at = resumed + Duration::from_millis(rng.u64(100..interval_ms.max(200)));
+            }
+        }
+        if rng.f64() < 0.35 {
+            let removed = Duration::from_millis(rng.u64(40_000..120_000));
+            let added = removed + Duration::from_millis(rng.u64(30_000..60_000));
+            // Pauses end before the removal or begin after the add: a removal deletes them.
+            self.pauses.retain(|(paused, resumed)| {
+                *resumed + Duration::from_secs(5) < removed || *paused > added + Duration::from_secs(5)
+            });
+            // A run-time schedule's definition keeps its start to the second.
+            self.start_after = None;
+            self.readd = Some((removed, added));
         }
     }
 
@@ -526,7 +570,12 @@ impl World {
             stalled: AtomicBool::new(false),
         };
         let clock = SchedulerClock::simulated(scenario.origin, self.origin, plan.skew_ms);
-        match Scheduler::with_shared_store(vec![scenario.schedule()], Arc::new(store), Arc::new(sender)) {
+        // A schedule that is removed and added again is a run-time one, in the store's definitions.
+        let code = match scenario.readd {
+            Some(_) => Vec::new(),
+            None => vec![scenario.schedule()],
+        };
+        match Scheduler::with_shared_store(code, Arc::new(store), Arc::new(sender)) {
             Ok(scheduler) => scheduler.with_clock(clock).with_lease(LEASE).with_owner(&owner),
             Err(_) => unreachable_schedule(),
         }
@@ -549,6 +598,26 @@ async fn run(scenario: &ScheduleScenario) -> (Log, ScheduleState, u64) {
             down.store(true, Ordering::Relaxed);
             tokio::time::sleep(length).await;
             down.store(false, Ordering::Relaxed);
+        });
+    }
+    // The operator removes the run-time schedule and adds it again (the CLI's `schedules remove|add`).
+    if let Some((removed, added)) = scenario.readd {
+        let definition = conveyor_schedule::to_definition_json(&scenario.schedule());
+        let set = conveyor_schedule::DEFAULT_SET;
+        let _ = world.store.put_definition(set, NAME, &definition).await;
+        let store = Arc::clone(&world.store);
+        let log = Arc::clone(&world.log);
+        tasks.spawn(async move {
+            tokio::time::sleep(removed).await;
+            let _ = store.remove_definition(set, NAME).await;
+            with_log(&log, |log| {
+                log.lines.push(format!("{removed:?} operator removes"))
+            });
+            tokio::time::sleep(added - removed).await;
+            let _ = store.put_definition(set, NAME, &definition).await;
+            with_log(&log, |log| {
+                log.lines.push(format!("{added:?} operator adds it again"))
+            });
         });
     }
     // The operator pauses and resumes on the true clock (the CLI's).
@@ -658,6 +727,50 @@ async fn run(scenario: &ScheduleScenario) -> (Log, ScheduleState, u64) {
     (log, state, requests)
 }
 
+/// After a removal, how long a leader that had not reloaded its definitions yet may still send the
+/// removed schedule's ticks (its reload every third of the lease, a stall, the skew).
+const REMOVAL_LAG: Duration = Duration::from_secs(6);
+
+/// A span of ticks that must all be sent (unless `max_runs` was reached in it): one life of the
+/// schedule, between its add and its removal.
+struct Life {
+    /// Every tick in `[from, to]` is sent.
+    from: SystemTime,
+    to: SystemTime,
+    /// Ticks sent in it: instants in `(after, until]`.
+    after: SystemTime,
+    until: SystemTime,
+}
+
+fn lives(scenario: &ScheduleScenario) -> Vec<Life> {
+    let wall = |at: Duration| scenario.origin + at;
+    let first = scenario.origin + Duration::from_secs(1);
+    let last = wall(scenario.length + SETTLE - Duration::from_secs(20));
+    let (start, end) = (SystemTime::UNIX_EPOCH, wall(scenario.length + SETTLE * 2));
+    match scenario.readd {
+        None => vec![Life {
+            from: first,
+            to: last,
+            after: start,
+            until: end,
+        }],
+        Some((removed, added)) => vec![
+            Life {
+                from: first,
+                to: wall(removed) - MAX_SKEW - Duration::from_secs(1),
+                after: start,
+                until: wall(removed) + REMOVAL_LAG,
+            },
+            Life {
+                from: wall(added) + Duration::from_secs(1),
+                to: last,
+                after: wall(removed) + REMOVAL_LAG,
+                until: end,
+            },
+        ],
+    }
+}
+
 fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests: u64) -> ScheduleReport {
     let mut violations = log.violations.clone();
     let wall = |at: Duration| scenario.origin + at;
@@ -673,12 +786,16 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
         .map(|tick| (whole_second(tick), tick))
         .collect();
     let instant = |tick: SystemTime| grid.get(&tick).copied().unwrap_or(tick);
+    // A removal deletes the cursor: a send after it is judged by the cursor's moves after it only.
+    let removed_at = scenario.readd.map(|(removed, _)| removed);
+    let life_began = |at: Duration| removed_at.filter(|removed| at >= *removed).unwrap_or_default();
     // No send of a tick after the cursor passed it.
     for send in log.sends.iter().filter(|send| send.owner != "eventbridge") {
+        let since = life_began(send.started);
         if let Some((cursor, at)) = log
             .advances
             .iter()
-            .find(|(cursor, at)| *cursor >= instant(send.tick) && *at < send.started)
+            .find(|(cursor, at)| *cursor >= instant(send.tick) && *at < send.started && *at >= since)
         {
             violations.push(format!(
                 "{} sent tick {} at {:?}, after the cursor moved to {} at {at:?}",
@@ -709,6 +826,21 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
             violations.push(format!("tick {} inside a pause was sent", format_secs(*tick)));
         }
     }
+    // A schedule added again starts fresh: nothing of the gap, beyond the first look's window.
+    if let Some((removed, added)) = scenario.readd {
+        let gap_from = wall(removed) + REMOVAL_LAG;
+        let gap_to = wall(added) - Duration::from_secs(10) - MAX_SKEW - Duration::from_secs(1);
+        if let Some(tick) = accepted
+            .keys()
+            .map(|tick| instant(*tick))
+            .find(|tick| *tick > gap_from && *tick <= gap_to)
+        {
+            violations.push(format!(
+                "tick {} between the removal and the add again was sent (the old cursor replayed)",
+                format_secs(tick)
+            ));
+        }
+    }
     // One grid.
     let ticks: Vec<SystemTime> = accepted.keys().copied().collect();
     for pair in ticks.windows(2) {
@@ -721,50 +853,60 @@ fn check(scenario: &ScheduleScenario, log: Log, state: &ScheduleState, requests:
             break;
         }
     }
-    // Runs counted once per tick.
     let worker_ticks: BTreeSet<SystemTime> = log
         .sends
         .iter()
         .filter(|send| send.accepted && send.owner != "eventbridge")
-        .map(|send| send.tick)
+        .map(|send| instant(send.tick))
         .collect();
-    let ambiguous = worker_ticks
-        .iter()
-        .map(|tick| instant(*tick))
-        .filter(|tick| in_pause(*tick, Duration::ZERO) && !in_pause(*tick, MAX_SKEW))
-        .count() as u64;
-    let sent = worker_ticks.len() as u64;
-    if state.runs > sent || state.runs + ambiguous < sent {
-        violations.push(format!(
-            "runs = {} but {sent} distinct ticks were sent",
-            state.runs
-        ));
-    }
-    let mut max_reached = false;
-    if let Some(max) = scenario.max_runs {
-        if sent > max {
-            violations.push(format!("{sent} ticks sent with max_runs {max}"));
+    let lives = lives(scenario);
+    for (index, life) in lives.iter().enumerate() {
+        let in_life = |tick: &SystemTime| *tick > life.after && *tick <= life.until;
+        let sent = worker_ticks.iter().filter(|tick| in_life(tick)).count() as u64;
+        // Runs counted once per tick, in the state of the last life.
+        if index + 1 == lives.len() {
+            let ambiguous = worker_ticks
+                .iter()
+                .filter(|tick| in_life(tick))
+                .filter(|tick| in_pause(**tick, Duration::ZERO) && !in_pause(**tick, MAX_SKEW))
+                .count() as u64;
+            if state.runs > sent || state.runs + ambiguous < sent {
+                violations.push(format!(
+                    "runs = {} but {sent} distinct ticks were sent",
+                    state.runs
+                ));
+            }
         }
-        max_reached = state.runs >= max;
-        if max_reached && sent != max {
-            violations.push(format!("max_runs {max} reached with {sent} ticks sent"));
+        let mut max_reached = false;
+        if let Some(max) = scenario.max_runs {
+            if sent > max {
+                violations.push(format!("{sent} ticks sent with max_runs {max}"));
+            }
+            max_reached = sent >= max || (index + 1 == lives.len() && state.runs >= max);
+            if index + 1 == lives.len() && state.runs >= max && sent != max {
+                violations.push(format!("max_runs {max} reached with {sent} ticks sent"));
+            }
         }
-    }
-    // Every other tick sent.
-    if !max_reached {
-        let first = scenario.origin + Duration::from_secs(1);
-        let last = wall(scenario.length + SETTLE - Duration::from_secs(20));
+        // Every other tick sent.
+        if max_reached || life.to <= life.from {
+            continue;
+        }
         let missing: Vec<String> = schedule
-            .ticks_between(first, last, 100_000)
+            .ticks_between(life.from, life.to, 100_000)
             .into_iter()
             .filter(|tick| !in_pause(*tick, Duration::ZERO) && !accepted.contains_key(&whole_second(*tick)))
             .map(format_secs)
             .collect();
         if !missing.is_empty() {
             violations.push(format!(
-                "{} ticks never sent, the first {}",
+                "{} ticks never sent, the first {}{}",
                 missing.len(),
-                missing[0]
+                missing[0],
+                if lives.len() > 1 {
+                    format!(" (life {} of the schedule)", index + 1)
+                } else {
+                    String::new()
+                }
             ));
         }
     }

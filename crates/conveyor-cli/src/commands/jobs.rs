@@ -163,6 +163,7 @@ async fn sweep_flows(store: DynamoStore, aws: &Aws, table: &str, format: Format)
             "overdue": report.overdue,
             "recovered": report.recovered,
             "counted_out": report.counted_out,
+            "failed": report.failed,
         }));
     }
     crate::outln!(
@@ -171,6 +172,12 @@ async fn sweep_flows(store: DynamoStore, aws: &Aws, table: &str, format: Format)
         report.recovered,
         report.counted_out
     );
+    if report.failed > 0 {
+        crate::outln!(
+            "{} flow(s) could not be swept (each logged with its flow id and error); the next sweep tries them again",
+            report.failed
+        );
+    }
     Ok(())
 }
 

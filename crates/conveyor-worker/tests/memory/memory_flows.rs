@@ -1,6 +1,7 @@
 //! Flows through the real worker on `MemoryQueue` (strict like SQS) under a paused clock: a nested flow
 //! whose parents run once each, after their children, with their outputs; duplicates of every child;
-//! a failed child ignored or failing its parent as the flow says.
+//! a failed child ignored or failing its parent as the flow says; a nested flow whose inner flow fails
+//! with duplicate and redriven failure notices never runs its outer parent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -215,4 +216,57 @@ async fn a_failed_child_is_ignored_or_fails_the_parent_as_each_flow_says() {
         bodies.iter().any(|body| body.contains("\"failing\"")),
         "{bodies:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nested_flow_whose_inner_flow_fails_twice_never_runs_its_outer_parent() {
+    let setup = setup();
+    // outer = sum(double 7, inner), inner = sum(double 0, double 0): both inner children fail for
+    // good, each may send a failure notice; then an operator sends the DLQ copy of the inner notice
+    // again (a new message id). Every copy is a failure of `inner` in `outer`, never a success.
+    let inner = Flow::new("inner", sum("inner"), URL)
+        .child(double(0), URL)
+        .child(double(0), URL);
+    let outer = Flow::new("outer", sum("outer"), URL)
+        .child(double(7), URL)
+        .child_flow(inner);
+    setup.producer.send(&outer).await.unwrap();
+
+    let running = workers(&setup, 2);
+    let notice_of = |flow: &str| {
+        setup.queue.messages_in_dlq().into_iter().find(|message| {
+            message.attributes.contains_key("conveyor.flow.failed")
+                && message
+                    .attributes
+                    .get("conveyor.flow.parent")
+                    .and_then(|value| value.string_value.as_deref())
+                    == Some(flow)
+        })
+    };
+    eventually(300, "both notices in the DLQ and the queue empty", || {
+        notice_of("inner").is_some() && notice_of("outer").is_some() && setup.queue.is_empty()
+    })
+    .await;
+    let notice = notice_of("inner").unwrap();
+    for _ in 0..2 {
+        let copy = conveyor_core::port::OutgoingMessage {
+            body: notice.body.clone(),
+            attributes: notice.attributes.clone(),
+            delay: None,
+            group_id: None,
+            deduplication_id: None,
+            trace_header: None,
+        };
+        setup.queue.send(copy).await.unwrap();
+    }
+    eventually(300, "the redriven copies to be settled", || {
+        setup.queue.is_empty()
+    })
+    .await;
+    // Time for a wrongly sent outer parent to arrive and run.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    eventually(300, "the queue to stay empty", || setup.queue.is_empty()).await;
+    stop_all(running).await;
+    let runs = setup.runs.lock().unwrap().clone();
+    assert!(runs.is_empty(), "neither parent runs: {runs:?}");
 }
