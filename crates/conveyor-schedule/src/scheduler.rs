@@ -437,6 +437,15 @@ impl Scheduler {
         Some(schedules)
     }
 
+    /// Whether `name` is still one of this set's schedules: a run-time definition, or one of the
+    /// code's. `Err` when the definitions cannot be read (the caller retries).
+    async fn still_defined(&self, name: &str) -> Result<bool, ()> {
+        let stored = self.store.definitions(&self.set).await.map_err(|error| {
+            tracing::warn!(set = %self.set, %error, "cannot read the run-time schedules; retrying");
+        })?;
+        Ok(stored.contains_key(name) || self.schedules.iter().any(|schedule| schedule.name == name))
+    }
+
     /// Serves one schedule as the leader; returns when to look at it again (this clock).
     async fn serve(&self, schedule: &Schedule, lease: &Lease) -> SystemTime {
         let name = schedule.name.as_str();
@@ -454,6 +463,18 @@ impl Scheduler {
             return next(now);
         }
         if state.last_tick.is_none() {
+            // A state with no cursor is a new schedule, or a run-time one just removed (its state
+            // deleted) that this leader has not reloaded yet: served as new, it would send the
+            // removed schedule's recent ticks again. So a first look confirms the definition.
+            match self.still_defined(name).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Looked at again soon: it may be added back before this leader reloads.
+                    tracing::info!(schedule = name, "removed from the set: not served");
+                    return retry;
+                }
+                Err(()) => return retry,
+            }
             // The first look: record where this schedule starts (`missed_after` back), so a failed
             // first send is retried rather than left behind by a window that slides with the clock.
             let start = now.checked_sub(schedule.missed_after).unwrap_or(now);

@@ -356,7 +356,10 @@ async fn an_idle_worker_stops_within_about_a_second() {
     let running = start(plain_worker(config, &log, &queue));
     eventually(10, "the worker to run", || running.status.is_ready()).await;
     // A long poll is on the wire (the call was made; SQS holds it up to 20 s).
-    eventually(10, "a long poll in flight", || faults.calls("ReceiveMessage") >= 1).await;
+    eventually(10, "a long poll in flight", || {
+        faults.calls("ReceiveMessage") >= 1
+    })
+    .await;
     let began = Instant::now();
     let report = running.stop().await;
     let took = began.elapsed();
