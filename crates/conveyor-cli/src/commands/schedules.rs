@@ -77,7 +77,8 @@ pub(crate) enum SchedulesCommand {
         #[arg(long, value_name = "FILE", default_value = "schedules.json")]
         out: PathBuf,
     },
-    /// Every schedule: next fire times, last fire, last outcome, paused, runs.
+    /// Every schedule (from code, as the leading scheduler recorded it, and run-time ones): timing,
+    /// missed-tick policy, next fire times, last fire, last outcome, paused, runs. No export needed.
     List {
         /// Where the definitions and the state are.
         #[command(flatten)]
