@@ -652,6 +652,95 @@ impl BackgroundTask for TimerRelay {
 mod tests {
     use super::*;
 
+    /// A store with no timers that counts the relay marks written.
+    #[derive(Default)]
+    struct MarkCounter {
+        marks: std::sync::Mutex<Vec<RelayMark>>,
+    }
+
+    #[async_trait]
+    impl TimerStore for MarkCounter {
+        async fn put_timer(&self, _: &NewTimer, _: SystemTime) -> Result<bool, StoreError> {
+            Ok(true)
+        }
+        async fn timers(&self, _: &str, _: Option<SystemTime>, _: usize) -> Result<Vec<Timer>, StoreError> {
+            Ok(Vec::new())
+        }
+        async fn timer(&self, _: &str, _: &str) -> Result<Option<Timer>, StoreError> {
+            Ok(None)
+        }
+        async fn reschedule_timer(&self, _: &str, _: &str, _: SystemTime) -> Result<TimerChange, StoreError> {
+            Ok(TimerChange::NotFound)
+        }
+        async fn cancel_timer(&self, _: &str, _: &str) -> Result<TimerChange, StoreError> {
+            Ok(TimerChange::NotFound)
+        }
+        async fn claim_timer(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: SystemTime,
+            _: SystemTime,
+        ) -> Result<Option<ClaimedTimer>, StoreError> {
+            Ok(None)
+        }
+        async fn release_timer(&self, _: &str, _: &str, _: &str, _: SystemTime) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn finish_timer(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn keeps_relay_marks(&self) -> bool {
+            true
+        }
+        async fn mark_relay(&self, _: &str, mark: &RelayMark) -> Result<(), StoreError> {
+            if let Ok(mut marks) = self.marks.lock() {
+                marks.push(*mark);
+            }
+            Ok(())
+        }
+    }
+
+    struct NoSender;
+
+    #[async_trait]
+    impl FlowSender for NoSender {
+        async fn send_to(&self, _: &str, _: OutgoingMessage) -> Result<String, QueueError> {
+            Ok("m".to_owned())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relay_marks_itself_seen_at_most_once_a_minute() -> Result<(), StoreError> {
+        let store = Arc::new(MarkCounter::default());
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let offset = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let read = Arc::clone(&offset);
+        let clock: Clock =
+            Arc::new(move || start + Duration::from_secs(read.load(std::sync::atomic::Ordering::Relaxed)));
+        let timers = Timers::new(store.clone(), Arc::new(NoSender), "q").with_clock("relay", clock);
+        // A pass every 20 s for three minutes (a worker's relay), through clones of one handle.
+        for pass in 0..10u64 {
+            offset.store(pass * 20, std::sync::atomic::Ordering::Relaxed);
+            timers.clone().relay(Duration::from_secs(60)).await?;
+        }
+        let marks = store.marks.lock().map(|marks| marks.clone()).unwrap_or_default();
+        let seen: Vec<u64> = marks
+            .iter()
+            .filter_map(|mark| mark.seen.duration_since(start).ok())
+            .map(|since| since.as_secs())
+            .collect();
+        assert_eq!(seen, [0, 60, 120, 180], "one write a minute");
+        assert!(marks.iter().all(|mark| mark.lookahead == Duration::from_secs(60)));
+        let last = marks.last().copied().ok_or_else(|| StoreError::Unavailable {
+            message: "no mark".to_owned(),
+        })?;
+        assert!(last.is_fresh(last.seen + Duration::from_secs(180)));
+        assert!(!last.is_fresh(last.seen + Duration::from_secs(181)));
+        Ok(())
+    }
+
     #[test]
     fn a_timer_keeps_the_producers_key_or_gets_its_own() {
         let mut message = OutgoingMessage {
