@@ -1543,6 +1543,108 @@ async fn delays_lists_runs_reschedules_and_cancels_jobs_kept_in_the_timer_table(
     assert!(empty.stdout.contains("no delayed jobs"), "{}", empty.stdout);
 }
 
+/// A timer-table job past its due time with no relay running is flagged by `delays list`: marked
+/// OVERDUE, with the fix (`conveyor::Pipeline::with_timers`) and that no relay was ever seen; once a
+/// relay pass has run, the listing says when it was seen (issue 55, "nothing waits silently").
+#[tokio::test]
+async fn delays_list_flags_a_job_overdue_when_no_relay_runs() {
+    use conveyor_core::port::OutgoingMessage;
+    use std::time::SystemTime;
+
+    let client = setup().await;
+    let dynamodb = conveyor_testing::localstack::dynamodb_client().await;
+    let table = conveyor_testing::localstack::create_table(&dynamodb, "cli-overdue")
+        .await
+        .unwrap();
+    let queue = standard_queue(&client, "cli-overdue").await;
+    let store = Arc::new(conveyor_dynamodb::DynamoStore::new(dynamodb, &table));
+    let timers = conveyor_core::Timers::new(
+        store,
+        Arc::new(conveyor_sqs::SqsSender::new(client.clone())),
+        queue.url.as_str(),
+    );
+    let body = || OutgoingMessage {
+        body: "{}".to_owned(),
+        ..OutgoingMessage::default()
+    };
+    let now = SystemTime::now();
+    let stuck = timers
+        .put("report", now - Duration::from_secs(600), body())
+        .await
+        .unwrap();
+    let later = timers
+        .put("report", now + Duration::from_secs(7200), body())
+        .await
+        .unwrap();
+    let list = |extra: &[&str]| {
+        let mut args = vec![
+            "delays",
+            "--queue-url",
+            queue.url.as_str(),
+            "--table",
+            table.as_str(),
+            "list",
+        ];
+        args.extend_from_slice(extra);
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        async move { conveyor(&args.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+
+    let text = list(&[]).await;
+    text.assert_ok();
+    let line_of = |id: &str| {
+        text.stdout
+            .lines()
+            .find(|line| line.contains(id))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(line_of(&stuck).contains("OVERDUE"), "{}", text.stdout);
+    assert!(!line_of(&later).contains("OVERDUE"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("1 OVERDUE")
+            && text.stdout.contains("conveyor::Pipeline::with_timers")
+            && text.stdout.contains("relay: NEVER SEEN"),
+        "{}",
+        text.stdout
+    );
+    let json = list(&["--output", "json"]).await;
+    json.assert_ok();
+    let listed = json.json();
+    let overdue: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|timer| timer["overdue"] == true)
+        .filter_map(|timer| timer["id"].as_str())
+        .collect();
+    assert_eq!(overdue, [stuck.as_str()], "{listed}");
+    assert!(
+        json.stderr.contains("1 OVERDUE"),
+        "the hint goes to stderr: {}",
+        json.stderr
+    );
+
+    // A relay pass (as a worker with timers on runs) sends the overdue job and leaves its mark.
+    conveyor(&[
+        "delays",
+        "--queue-url",
+        queue.url.as_str(),
+        "--table",
+        table.as_str(),
+        "relay",
+    ])
+    .await
+    .assert_ok();
+    let after = list(&[]).await;
+    after.assert_ok();
+    assert!(
+        !after.stdout.contains("OVERDUE") && after.stdout.contains("relay: seen at"),
+        "{}",
+        after.stdout
+    );
+}
+
 /// The next line `jobs watch --output json` prints, parsed on its own (NDJSON).
 async fn next_json(lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>) -> Value {
     let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())

@@ -143,3 +143,88 @@ async fn list_pause_resume_and_trigger_an_exported_schedule() {
             .is_empty()
     );
 }
+
+/// Schedules given in code with their default policies are listed (and triggered) straight from the
+/// table, with no export step: the workers' leading scheduler records what it serves (issue 55).
+#[tokio::test]
+async fn code_schedules_with_default_policies_are_listed_without_an_export() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let sqs = setup().await;
+    let dynamodb = localstack::dynamodb_client().await;
+    let table = localstack::create_table(&dynamodb, "cli-sched-code")
+        .await
+        .unwrap();
+    let queue = create_queue(&sqs, &QueueSpec::standard("cli-sched-code"))
+        .await
+        .unwrap();
+    let by_table = ["--table", table.as_str()];
+
+    // Before any scheduler ran, the table holds nothing to list, and the error says why.
+    conveyor(&[&["schedules", "list"][..], &by_table].concat())
+        .await
+        .assert_failed_with(1, &["no schedules recorded", "--file"]);
+
+    // The defaults: LatestOnce, no run limit (the export used to refuse LatestOnce); and a run limit.
+    let hourly = Schedule::cron("hourly-cleanup", "0 * * * *", "UTC")
+        .unwrap()
+        .job_of("cleanup", 1, &serde_json::json!({"days": 30}))
+        .unwrap();
+    let limited = Schedule::every("warm-cache", Duration::from_secs(300))
+        .unwrap()
+        .job_of("warm", 1, &serde_json::json!({}))
+        .unwrap()
+        .max_runs(5);
+    let store = TickStore::new(dynamodb.clone(), &table);
+    let producer = conveyor_sqs::Producer::new(sqs.clone(), &queue.url);
+    let scheduler =
+        conveyor_schedule::Scheduler::new(vec![hourly, limited], store.clone(), Arc::new(producer)).unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(scheduler.run(stop.clone()));
+    conveyor_testing::wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
+        store
+            .code_definitions(conveyor_schedule::DEFAULT_SET)
+            .await
+            .is_ok_and(|recorded| recorded.len() == 2)
+    })
+    .await
+    .expect("the leading scheduler records the code's schedules");
+    stop.cancel();
+    running.await.unwrap();
+
+    let list = conveyor(&[&["schedules", "list"][..], &by_table, &["--output", "json"]].concat()).await;
+    list.assert_ok();
+    let listed = list.json();
+    let schedules = listed["schedules"].as_array().unwrap();
+    assert_eq!(schedules.len(), 2, "{listed}");
+    let hourly = &schedules[0];
+    assert_eq!(hourly["name"], "hourly-cleanup", "{listed}");
+    assert_eq!(hourly["source"], "code");
+    assert_eq!(hourly["missed_ticks"], "latest_once");
+    assert_eq!(hourly["timing"], "cron 0 * * * * UTC");
+    assert_eq!(hourly["next"].as_array().unwrap().len(), 3);
+    assert_eq!(schedules[1]["name"], "warm-cache");
+    assert_eq!(schedules[1]["max_runs"], 5);
+    assert_eq!(schedules[1]["timing"], "every 300s");
+
+    let text = conveyor(&[&["schedules", "list"][..], &by_table].concat()).await;
+    text.assert_ok();
+    assert!(
+        text.stdout.contains("hourly-cleanup") && text.stdout.contains("latest_once"),
+        "{}",
+        text.stdout
+    );
+
+    // Trigger finds the code's schedule in the table too.
+    conveyor(
+        &[
+            &["schedules", "trigger", "hourly-cleanup"][..],
+            &by_table,
+            &["--queue-url", &queue.url],
+        ]
+        .concat(),
+    )
+    .await
+    .assert_ok();
+}

@@ -2,6 +2,10 @@
 //! soonest first, each with "run now", "reschedule" and "cancel" (`conveyor delays` does the same).
 //!
 //! Jobs delayed by SQS hops travel inside the queue and are not listed: the page says so.
+//!
+//! Nothing waits silently: a job due more than two minutes ago that no relay claimed is marked overdue,
+//! with what that means and the fix, and the page says when a relay was last seen for the queue (the
+//! relays' mark, see `conveyor_core`'s timer note).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -10,7 +14,7 @@ use axum::extract::{Form, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use conveyor_core::Timers;
-use conveyor_core::port::TimerStore;
+use conveyor_core::port::{OVERDUE_HINT, RelayMark, TimerStore};
 use conveyor_core::runtime::{format_age, format_time};
 use maud::{Markup, html};
 
@@ -138,7 +142,14 @@ async fn listing(state: &AppState, timers: Timers, queue: &str) -> Markup {
         return html! { p id="delays-empty" { "No delayed jobs wait for this queue." } };
     }
     let now = SystemTime::now();
+    let overdue = listed.iter().filter(|timer| timer.is_overdue(now)).count();
     html! {
+        @if overdue > 0 {
+            p class="bad" id="delays-overdue" {
+                (overdue) " delayed job(s) OVERDUE: " (OVERDUE_HINT)
+            }
+        }
+        (relay_note(&timers, now).await)
         table id="delays" {
             thead { tr { th { "Id" } th { "Job type" } th { "Due" } th { "In" } th { "State" } th { "Actions" } } }
             tbody {
@@ -148,12 +159,43 @@ async fn listing(state: &AppState, timers: Timers, queue: &str) -> Markup {
                         td { (timer.job_type) }
                         td { (format_time(timer.due)) }
                         td { (timer.due.duration_since(now).map_or_else(|_| "due".to_owned(), format_age)) }
-                        td { (timer.describe_state(now)) }
+                        td {
+                            @if timer.is_overdue(now) {
+                                strong class="bad overdue" { "OVERDUE" } " "
+                            }
+                            (timer.describe_state(now))
+                        }
                         td { (actions(state, queue, &timer.id)) }
                     }
                 }
             }
         }
+    }
+}
+
+/// When a relay was last seen for the queue (nothing when the store keeps no marks).
+async fn relay_note(timers: &Timers, now: SystemTime) -> Markup {
+    if !timers.keeps_relay_marks() {
+        return html! {};
+    }
+    let mark: Option<RelayMark> = match timers.relay_mark().await {
+        Ok(mark) => mark,
+        Err(error) => {
+            return html! { p class="bad" id="delays-relay" { "The relay's mark cannot be read: " (error) } };
+        }
+    };
+    match mark {
+        Some(mark) if mark.is_fresh(now) => html! {
+            p class="muted" id="delays-relay" { "Relay: seen at " (format_time(mark.seen)) "." }
+        },
+        Some(mark) => html! {
+            p class="bad" id="delays-relay" {
+                "Relay: not seen since " (format_time(mark.seen)) ": no relay runs for this queue."
+            }
+        },
+        None => html! {
+            p class="bad" id="delays-relay" { "Relay: never seen for this queue: no relay has run for it." }
+        },
     }
 }
 

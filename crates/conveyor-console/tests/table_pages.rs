@@ -216,6 +216,54 @@ async fn delayed_jobs_are_listed_run_rescheduled_and_cancelled_from_the_page() -
         assert!(page.contains(id.as_str()), "{id} is listed: {page}");
     }
     assert!(page.contains("Run now") && page.contains("1h 59m"), "{page}");
+    assert!(
+        !page.contains("OVERDUE") && page.contains("Relay: never seen"),
+        "nothing overdue yet; no relay has run for the queue: {page}"
+    );
+    // A job due ten minutes ago that no relay sent (no consumer has timers on) is flagged, with the fix.
+    let stuck = timers
+        .put(
+            "report",
+            SystemTime::now() - Duration::from_secs(600),
+            OutgoingMessage {
+                body: "{}".to_owned(),
+                ..OutgoingMessage::default()
+            },
+        )
+        .await?;
+    let flagged = http
+        .get(format!(
+            "http://{addr}/delays?queue={}",
+            common::query(&queue.url)
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        flagged.contains(stuck.as_str())
+            && flagged.contains("1 delayed job(s) OVERDUE")
+            && flagged.contains("conveyor::Pipeline::with_timers")
+            && flagged.contains(r#"class="bad overdue""#),
+        "{flagged}"
+    );
+    // Once a relay has passed, the page says when it was seen (and the overdue job was sent).
+    timers.relay(Duration::from_secs(60)).await?;
+    let relayed = http
+        .get(format!(
+            "http://{addr}/delays?queue={}",
+            common::query(&queue.url)
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        relayed.contains("Relay: seen at") && !relayed.contains("OVERDUE"),
+        "{relayed}"
+    );
     let csrf = common::csrf_of(&page);
     let act = |action: &'static str, id: &str, extra: Option<(&'static str, &'static str)>| {
         let mut form = vec![

@@ -93,8 +93,8 @@ pub mod port {
     };
     pub use crate::record_key::KeyError;
     pub use crate::timer::{
-        ClaimedTimer, NewTimer, TIMER_CLAIM, TIMER_KEY_PREFIX, Timer, TimerStore, new_timer, not_waiting,
-        timer_key,
+        ClaimedTimer, NewTimer, OVERDUE_AFTER, OVERDUE_HINT, RELAY_MARK_EVERY, RelayMark, TIMER_CLAIM,
+        TIMER_KEY_PREFIX, Timer, TimerStore, new_timer, not_waiting, timer_key,
     };
     pub use crate::tracking::{JobChange, StatusTime, from_epoch_millis, newest_first, to_epoch_millis};
 }

@@ -31,6 +31,22 @@
 //! is already on its way (stop it by key with `Producer::cancel`: the message carries the due attribute,
 //! so the consumer checks the cancel marker). [`Timers::run_now`] claims, sends without a delay and
 //! finishes, through the same steps as the relay.
+//!
+//! # Design note: nothing waits silently
+//!
+//! A timer is sent only by a relay, and a relay runs only where a consumer's pipeline has timers on
+//! (`conveyor::Pipeline::with_timers`). Without one a timer would wait past its due time forever,
+//! unsaid. Two signals make that visible:
+//! - **Overdue.** A relay sends each timer *before* its due time (its lookahead), so an unclaimed timer
+//!   still listed [`OVERDUE_AFTER`] past its due time means no relay runs for its queue:
+//!   [`Timer::is_overdue`] says so, and `conveyor delays list` and the console flag it with
+//!   [`OVERDUE_HINT`].
+//! - **Seen.** Each relay pass that reads the store leaves a [`RelayMark`] (when it ran, its lookahead)
+//!   through [`TimerStore::mark_relay`], at most once per [`RELAY_MARK_EVERY`] per relay handle; a
+//!   producer that keeps a timer reads the mark ([`TimerStore::relay_mark`]) and warns when no relay was
+//!   seen recently ([`RelayMark::is_fresh`]). On DynamoDB the mark is one item per queue with a TTL;
+//!   its cost is one `UpdateItem` per running relay per minute, and one eventually consistent
+//!   `GetItem` per producer per ten minutes while it keeps timers (see `conveyor-dynamodb`'s timers).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -57,6 +73,42 @@ const PAGE: usize = 100;
 const MAX_PAGES: usize = 100;
 /// Timers one relay claims and sends at once.
 const SEND_CONCURRENCY: usize = 16;
+/// How long past its due time an unclaimed timer is listed before it counts as overdue: every relay
+/// sends a timer before it is due (its lookahead is a minute or more), so one this late means that no
+/// relay runs for its queue.
+pub const OVERDUE_AFTER: Duration = Duration::from_secs(120);
+/// What an overdue timer means and how to fix it, in the words the CLI and the console print.
+pub const OVERDUE_HINT: &str = "overdue: no relay has sent it. The consumers' relay sends timer-table jobs \
+     only when their pipeline has timers on: conveyor::Pipeline::with_timers(timers) in the worker (it then \
+     runs a conveyor::TimerRelay), or on Lambda the relay schedule (timer_relay = true in \
+     infra/modules/lambda-consumer). Send the due ones now with `conveyor delays relay`.";
+/// A relay writes its [`RelayMark`] at most this often (per [`Timers`] handle).
+pub const RELAY_MARK_EVERY: Duration = Duration::from_secs(60);
+/// Slack for clocks and slow passes when judging whether a [`RelayMark`] is fresh.
+const RELAY_MARK_GRACE: Duration = Duration::from_secs(60);
+
+/// A relay's "seen" mark for one queue: when a relay pass last ran and how far ahead it sends (see
+/// the module's note).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayMark {
+    /// When the pass ran (the relay's clock).
+    pub seen: SystemTime,
+    /// How far ahead of their due time that relay sends timers.
+    pub lookahead: Duration,
+}
+
+impl RelayMark {
+    /// Until when this mark says that a relay runs: its lookahead covers the time to its next pass,
+    /// plus the mark's own period ([`RELAY_MARK_EVERY`]) and a minute of slack.
+    pub fn fresh_until(&self) -> SystemTime {
+        self.seen + self.lookahead + RELAY_MARK_EVERY + RELAY_MARK_GRACE
+    }
+
+    /// Whether a relay was seen recently enough at `now` to send the timers due.
+    pub fn is_fresh(&self, now: SystemTime) -> bool {
+        now <= self.fresh_until()
+    }
+}
 
 /// A job to keep until it is due.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +152,13 @@ impl Timer {
             }
             Some(_) => "sending (claim lapsed: the next relay pass sends it)".to_owned(),
         }
+    }
+
+    /// Whether the timer is overdue at `now`: due more than [`OVERDUE_AFTER`] ago and held by no live
+    /// claim, which means that no relay runs for its queue (see [`OVERDUE_HINT`]).
+    pub fn is_overdue(&self, now: SystemTime) -> bool {
+        let claimed = self.claimed_until.is_some_and(|until| until > now);
+        !claimed && self.due + OVERDUE_AFTER < now
     }
 }
 
@@ -200,6 +259,25 @@ pub trait TimerStore: Send + Sync {
 
     /// Removes a sent timer, while `token` holds it.
     async fn finish_timer(&self, queue_url: &str, id: &str, token: &str) -> Result<(), StoreError>;
+
+    /// Whether this store keeps relay marks ([`TimerStore::mark_relay`]); without them nobody can tell
+    /// whether a relay runs, and the producer does not warn. Default: false.
+    fn keeps_relay_marks(&self) -> bool {
+        false
+    }
+
+    /// Records that a relay of `queue_url` ran (one small item per queue, replaced each time; see the
+    /// module's note). Default: keeps nothing.
+    async fn mark_relay(&self, queue_url: &str, mark: &RelayMark) -> Result<(), StoreError> {
+        let _ = (queue_url, mark);
+        Ok(())
+    }
+
+    /// The last relay mark of `queue_url`, if any. Default: none.
+    async fn relay_mark(&self, queue_url: &str) -> Result<Option<RelayMark>, StoreError> {
+        let _ = queue_url;
+        Ok(None)
+    }
 }
 
 /// Why a timer operation failed.
@@ -277,6 +355,8 @@ pub struct Timers {
     queue_url: String,
     owner: String,
     clock: Clock,
+    /// When this handle (and its clones) last wrote its relay mark.
+    marked: Arc<std::sync::Mutex<Option<SystemTime>>>,
 }
 
 impl std::fmt::Debug for Timers {
@@ -301,6 +381,7 @@ impl Timers {
             queue_url: queue_url.into(),
             owner: format!("pid-{}", std::process::id()),
             clock: system_clock(),
+            marked: Arc::default(),
         }
     }
 
@@ -334,6 +415,16 @@ impl Timers {
         self.store.put_timer(&timer, self.now()).await?;
         tracing::debug!(queue = %self.queue_url, timer = %timer.id, job_type, "job kept in the timer table");
         Ok(timer.id)
+    }
+
+    /// Whether the store keeps relay marks (see [`TimerStore::keeps_relay_marks`]).
+    pub fn keeps_relay_marks(&self) -> bool {
+        self.store.keeps_relay_marks()
+    }
+
+    /// The queue's last relay mark, if any (see the module's note).
+    pub async fn relay_mark(&self) -> Result<Option<RelayMark>, StoreError> {
+        self.store.relay_mark(&self.queue_url).await
     }
 
     /// The queue's timers, soonest first, at most `limit`.
@@ -396,7 +487,36 @@ impl Timers {
                 break;
             }
         }
+        self.mark_seen(lookahead).await;
         Ok(report)
+    }
+
+    /// Leaves this relay's mark, at most once per [`RELAY_MARK_EVERY`] per handle; a failed write is
+    /// logged and tried again at the next pass (it never fails the pass).
+    async fn mark_seen(&self, lookahead: Duration) {
+        if !self.store.keeps_relay_marks() {
+            return;
+        }
+        let now = self.now();
+        let last = *self
+            .marked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|last| now < last + RELAY_MARK_EVERY && now >= last) {
+            return;
+        }
+        let mark = RelayMark { seen: now, lookahead };
+        match self.store.mark_relay(&self.queue_url, &mark).await {
+            Ok(()) => {
+                *self
+                    .marked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+            }
+            Err(error) => {
+                tracing::warn!(queue = %self.queue_url, %error, "the timer relay could not leave its seen mark");
+            }
+        }
     }
 
     /// Claims and sends the timers of one page.
@@ -531,6 +651,95 @@ impl BackgroundTask for TimerRelay {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store with no timers that counts the relay marks written.
+    #[derive(Default)]
+    struct MarkCounter {
+        marks: std::sync::Mutex<Vec<RelayMark>>,
+    }
+
+    #[async_trait]
+    impl TimerStore for MarkCounter {
+        async fn put_timer(&self, _: &NewTimer, _: SystemTime) -> Result<bool, StoreError> {
+            Ok(true)
+        }
+        async fn timers(&self, _: &str, _: Option<SystemTime>, _: usize) -> Result<Vec<Timer>, StoreError> {
+            Ok(Vec::new())
+        }
+        async fn timer(&self, _: &str, _: &str) -> Result<Option<Timer>, StoreError> {
+            Ok(None)
+        }
+        async fn reschedule_timer(&self, _: &str, _: &str, _: SystemTime) -> Result<TimerChange, StoreError> {
+            Ok(TimerChange::NotFound)
+        }
+        async fn cancel_timer(&self, _: &str, _: &str) -> Result<TimerChange, StoreError> {
+            Ok(TimerChange::NotFound)
+        }
+        async fn claim_timer(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: SystemTime,
+            _: SystemTime,
+        ) -> Result<Option<ClaimedTimer>, StoreError> {
+            Ok(None)
+        }
+        async fn release_timer(&self, _: &str, _: &str, _: &str, _: SystemTime) -> Result<(), StoreError> {
+            Ok(())
+        }
+        async fn finish_timer(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn keeps_relay_marks(&self) -> bool {
+            true
+        }
+        async fn mark_relay(&self, _: &str, mark: &RelayMark) -> Result<(), StoreError> {
+            if let Ok(mut marks) = self.marks.lock() {
+                marks.push(*mark);
+            }
+            Ok(())
+        }
+    }
+
+    struct NoSender;
+
+    #[async_trait]
+    impl FlowSender for NoSender {
+        async fn send_to(&self, _: &str, _: OutgoingMessage) -> Result<String, QueueError> {
+            Ok("m".to_owned())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_relay_marks_itself_seen_at_most_once_a_minute() -> Result<(), StoreError> {
+        let store = Arc::new(MarkCounter::default());
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let offset = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let read = Arc::clone(&offset);
+        let clock: Clock =
+            Arc::new(move || start + Duration::from_secs(read.load(std::sync::atomic::Ordering::Relaxed)));
+        let timers = Timers::new(store.clone(), Arc::new(NoSender), "q").with_clock("relay", clock);
+        // A pass every 20 s for three minutes (a worker's relay), through clones of one handle.
+        for pass in 0..10u64 {
+            offset.store(pass * 20, std::sync::atomic::Ordering::Relaxed);
+            timers.clone().relay(Duration::from_secs(60)).await?;
+        }
+        let marks = store.marks.lock().map(|marks| marks.clone()).unwrap_or_default();
+        let seen: Vec<u64> = marks
+            .iter()
+            .filter_map(|mark| mark.seen.duration_since(start).ok())
+            .map(|since| since.as_secs())
+            .collect();
+        assert_eq!(seen, [0, 60, 120, 180], "one write a minute");
+        assert!(marks.iter().all(|mark| mark.lookahead == Duration::from_secs(60)));
+        let last = marks.last().copied().ok_or_else(|| StoreError::Unavailable {
+            message: "no mark".to_owned(),
+        })?;
+        assert!(last.is_fresh(last.seen + Duration::from_secs(180)));
+        assert!(!last.is_fresh(last.seen + Duration::from_secs(181)));
+        Ok(())
+    }
 
     #[test]
     fn a_timer_keeps_the_producers_key_or_gets_its_own() {

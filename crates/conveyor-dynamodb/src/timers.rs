@@ -13,6 +13,14 @@
 //!
 //! Timer items carry no `expiration`: a timer is removed by its relay after the send, or by a cancel.
 //!
+//! The relays' "seen" mark (`conveyor_core`'s timer note, "nothing waits silently") is one more item
+//! per queue, `conveyor-timer-relay:<queue name>`, holding `relay_seen_ms` and `relay_lookahead_ms` (N)
+//! and the table's TTL attribute one day after the pass. Each relay replaces it with one unconditional
+//! `UpdateItem` at most once a minute (1 write unit: about 1,440 a day per running relay, so ten
+//! workers cost about 14,400 write units a day, under 2 US cents on demand); a producer that keeps
+//! timers reads it with one eventually consistent `GetItem` (0.5 read units) at most every ten
+//! minutes. Nothing depends on TTL: the mark is judged by its time.
+//!
 //! Costs: writing a timer is one `PutItem` (`ceil(item size / 1 KB)` write units); a relay pass is one
 //! `Query` per shard (0.5 read units each when nothing is due), then per due timer one `UpdateItem`
 //! (claim), the `SendMessage` and one `DeleteItem` (finish). Listing is one `Query` per shard.
@@ -25,7 +33,7 @@ use aws_sdk_dynamodb::types::ReturnValue;
 use aws_smithy_runtime_api::http::Response;
 use conveyor_core::TimerChange;
 use conveyor_core::port::{
-    ClaimedTimer, NewTimer, OutgoingMessage, StoreError, Timer, TimerStore, from_epoch_millis,
+    ClaimedTimer, NewTimer, OutgoingMessage, RelayMark, StoreError, Timer, TimerStore, from_epoch_millis,
     to_epoch_millis,
 };
 
@@ -41,6 +49,10 @@ const CREATED: &str = "job_sent_at";
 const MESSAGE: &str = "timer_message";
 const TOKEN: &str = "timer_token";
 const DELAYED: &str = "delayed";
+const RELAY_SEEN: &str = "relay_seen_ms";
+const RELAY_LOOKAHEAD: &str = "relay_lookahead_ms";
+/// How long a relay mark stays in the table (TTL; the mark is judged by its time, never by TTL).
+const RELAY_MARK_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 const SENDING: &str = "sending";
 
 /// The queue's name: the last segment of its URL.
@@ -50,6 +62,10 @@ fn queue_name(queue_url: &str) -> &str {
 
 fn item_id(queue_url: &str, id: &str) -> String {
     format!("conveyor-timer:{}/{id}", queue_name(queue_url))
+}
+
+fn relay_mark_id(queue_url: &str) -> String {
+    format!("conveyor-timer-relay:{}", queue_name(queue_url))
 }
 
 fn shard(queue_url: &str, index: u32) -> String {
@@ -360,5 +376,56 @@ impl TimerStore for DynamoStore {
         // Not ours any more (taken over after a lapse): nothing to do.
         self.applied(result, "DeleteItem", &key, id)?;
         Ok(())
+    }
+
+    fn keeps_relay_marks(&self) -> bool {
+        true
+    }
+
+    async fn mark_relay(&self, queue_url: &str, mark: &RelayMark) -> Result<(), StoreError> {
+        let key = relay_mark_id(queue_url);
+        let expires = (mark.seen + RELAY_MARK_TTL)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        self.count_request();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.primary_key(&key)))
+            .update_expression("SET #seen = :seen, #lookahead = :lookahead, #expiry = :expiry")
+            .expression_attribute_names("#seen", RELAY_SEEN)
+            .expression_attribute_names("#lookahead", RELAY_LOOKAHEAD)
+            .expression_attribute_names("#expiry", &self.options.attributes.expiration)
+            .expression_attribute_values(":seen", number(to_epoch_millis(mark.seen)))
+            .expression_attribute_values(
+                ":lookahead",
+                number(u64::try_from(mark.lookahead.as_millis()).unwrap_or(u64::MAX)),
+            )
+            .expression_attribute_values(":expiry", number(expires))
+            .send()
+            .await;
+        self.applied(result, "UpdateItem", &key, "relay mark")?;
+        Ok(())
+    }
+
+    async fn relay_mark(&self, queue_url: &str) -> Result<Option<RelayMark>, StoreError> {
+        let key = relay_mark_id(queue_url);
+        self.count_request();
+        let answer = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.primary_key(&key)))
+            .send()
+            .await
+            .map_err(|error| self.timer_failure(classify(&error, self.target("GetItem", &key)), &key))?;
+        let Some(item) = answer.item else {
+            return Ok(None);
+        };
+        Ok(millis(&item, RELAY_SEEN).map(|seen| RelayMark {
+            seen,
+            lookahead: std::time::Duration::from_millis(whole(&item, RELAY_LOOKAHEAD).unwrap_or(0)),
+        }))
     }
 }

@@ -21,9 +21,12 @@
 //!   consumer runs each tick once;
 //! - `max_runs` (EventBridge has no run limit: use an end date);
 //! - `skip_while_running` (EventBridge fires whatever the previous job does);
-//! - a missed-tick policy other than [`MissedTicks::All`]: EventBridge delivers every tick and retries
-//!   each failed delivery up to the module's `maximum_event_age_seconds`; it neither collapses missed
-//!   ticks into one (`LatestOnce`) nor drops them (`Skip`).
+//!
+//! Every missed-tick policy is exported (the default [`MissedTicks::LatestOnce`] too): the policy says
+//! what the *workers'* scheduler does with the ticks of its own outage (no leader), and EventBridge
+//! Scheduler has no such outage: it delivers every tick and retries a failed delivery up to the
+//! module's `maximum_event_age_seconds`. The policy is kept in the file's definition, so `conveyor
+//! schedules list` and `trigger` and a later move back to the workers keep it.
 //!
 //! # Design note: a schedule's tenant
 //!
@@ -172,14 +175,6 @@ fn export_one(schedule: &Schedule) -> Result<Exported, ExportError> {
              keep this schedule on the workers' scheduler"
                 .to_owned(),
         ));
-    }
-    if schedule.missed != MissedTicks::All {
-        return Err(refuse(format!(
-            "missed-tick policy {:?}: EventBridge Scheduler delivers every tick and retries a failed \
-             delivery (up to maximum_event_age_seconds); it cannot collapse or skip missed ticks. Set \
-             .missed_ticks(MissedTicks::All) on the schedules you export",
-            schedule.missed
-        )));
     }
     if let Timing::Every(_) = schedule.timing {
         let whole_minute = schedule.start.is_some_and(|start| {
@@ -547,9 +542,10 @@ mod tests {
         assert!(export(&[hourly()]).is_ok());
         assert!(refusal(hourly().max_runs(3)).contains("run limit"));
         assert!(refusal(hourly().skip_while_running(Duration::from_secs(60))).contains("skip_while_running"));
+        // Every missed-tick policy is exported, the default one too, and kept for `list` and `trigger`.
         for policy in [MissedTicks::LatestOnce, MissedTicks::Skip] {
-            let refused = refusal(hourly().missed_ticks(policy));
-            assert!(refused.contains("MissedTicks::All"), "{refused}");
+            let text = export(&[hourly().missed_ticks(policy)]).unwrap();
+            assert_eq!(load(&text).unwrap()[0].missed, policy);
         }
         let mut unanchored = hourly();
         unanchored.start = None;

@@ -17,6 +17,7 @@ struct Inner {
     leases: HashMap<String, LeaseRecord>,
     states: HashMap<String, ScheduleState>,
     definitions: HashMap<String, HashMap<String, String>>,
+    code_definitions: HashMap<String, HashMap<String, String>>,
 }
 
 /// Schedules' lease, state and definitions in memory.
@@ -165,6 +166,23 @@ impl ScheduleStore for MemoryScheduleStore {
             inner.states.remove(name);
         }
         Ok(())
+    }
+
+    async fn record_code_definitions(
+        &self,
+        set: &str,
+        definitions: &HashMap<String, String>,
+        _by: &str,
+        _at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .code_definitions
+            .insert(set.to_owned(), definitions.clone());
+        Ok(())
+    }
+
+    async fn code_definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError> {
+        Ok(self.lock().code_definitions.get(set).cloned().unwrap_or_default())
     }
 
     fn requests(&self) -> u64 {

@@ -23,9 +23,15 @@
 //!   the key `schedule:<name>@<tick>`: the consumer's idempotency record (kept 24 h by default) settles
 //!   the second as a duplicate. Sent at most twice in that window, run once.
 //!
+//! - **What it serves, recorded.** Once per lease term the leader records the definitions of the
+//!   schedules given in code (cron or interval, policies, run limit: [`crate::to_definition_json`])
+//!   in the store, so `conveyor schedules list` and `trigger` read them there, default policies
+//!   included, without an export from the application's binary.
+//!
 //! Requests per tick (any number of workers): the leader's `GetItem`, `SendMessage` and `UpdateItem`;
 //! plus, per third of the lease (10 s by default), one lease write and one definitions read by the
-//! leader and one lease read per follower.
+//! leader and one lease read per follower; plus one `UpdateItem` per lease term (the recorded code
+//! definitions).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -362,6 +368,7 @@ impl Scheduler {
         let mut schedules = self.schedules.clone();
         let mut next_look: HashMap<String, SystemTime> = HashMap::new();
         let mut next_lease = Instant::now();
+        let mut recorded_term = None;
         loop {
             if shutdown.is_cancelled() {
                 break;
@@ -378,6 +385,9 @@ impl Scheduler {
                 }
                 if lease.holds() {
                     schedules = self.reload().await.unwrap_or(schedules);
+                    if recorded_term != Some(lease.epoch()) && self.record_definitions().await {
+                        recorded_term = Some(lease.epoch());
+                    }
                 }
             }
             let mut wake = Instant::now() + MAX_SLEEP;
@@ -405,6 +415,27 @@ impl Scheduler {
         }
         if let Err(error) = lease.release().await {
             tracing::warn!(set = %self.set, %error, "cannot release the schedule lease; it lapses by itself");
+        }
+    }
+
+    /// Records the code's schedules in the store (once per term, see the design note); false when the
+    /// store failed (tried again at the next lease renewal; serving goes on).
+    async fn record_definitions(&self) -> bool {
+        let definitions: HashMap<String, String> = self
+            .schedules
+            .iter()
+            .map(|schedule| (schedule.name.clone(), crate::export::to_definition_json(schedule)))
+            .collect();
+        match self
+            .store
+            .record_code_definitions(&self.set, &definitions, &self.owner, self.clock.now())
+            .await
+        {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(set = %self.set, %error, "cannot record the code's schedules for `conveyor schedules list`; trying again at the next renewal");
+                false
+            }
         }
     }
 

@@ -9,6 +9,11 @@
 //! - `conveyor:schedules#<set>@lease`: the leader lease of a schedule set (owner, epoch, version). Every
 //!   worker reads it; the leader renews it; a taker takes it over (see `lease.rs`).
 //! - `conveyor:schedules#<set>`: schedules added at run time (`definitions`, a map name -> JSON).
+//! - `conveyor:schedules#<set>@code`: the schedules given in code to the set's leader, as it serves
+//!   them (`code_definitions`, a map name -> the same JSON, with `recorded_ms` and `recorded_by`).
+//!   The leader replaces the map once per lease term (one `UpdateItem`; a schedule dropped from the
+//!   code drops out at the next term), so `conveyor schedules list` shows code schedules with their
+//!   policies (default ones included) without an export from the application's binary.
 //! - `conveyor:schedule#<name>`: the schedule's state. `last_tick_ms` is the cursor: the newest tick that
 //!   was sent or deliberately skipped. Only the leader moves it, with a write conditional on
 //!   `last_tick_ms < :tick`, so it never moves backwards, whatever the clocks of the workers; the same
@@ -190,6 +195,25 @@ pub trait ScheduleStore: Send + Sync + std::fmt::Debug {
     /// Removes a run-time schedule and its state (cursor, runs, pauses, history), so a schedule added
     /// again under the name starts fresh (no-op when absent).
     async fn remove_definition(&self, set: &str, name: &str) -> Result<(), StoreError>;
+    /// Records the schedules given in code to `set`'s leader (name -> definition JSON, as
+    /// [`crate::to_definition_json`] writes it), replacing what was recorded; `by` is the leader's
+    /// owner id. Default: records nothing.
+    async fn record_code_definitions(
+        &self,
+        set: &str,
+        definitions: &HashMap<String, String>,
+        by: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let _ = (set, definitions, by, at);
+        Ok(())
+    }
+    /// The schedules last recorded by [`ScheduleStore::record_code_definitions`] for `set` (empty when
+    /// no leader recorded any). Default: none.
+    async fn code_definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError> {
+        let _ = set;
+        Ok(HashMap::new())
+    }
     /// Requests made so far (figures).
     fn requests(&self) -> u64;
 }
@@ -237,6 +261,20 @@ pub fn state_id(name: &str) -> String {
 
 fn set_id(set: &str) -> String {
     format!("conveyor:schedules#{set}")
+}
+
+fn code_id(set: &str) -> String {
+    format!("conveyor:schedules#{set}@code")
+}
+
+/// The string values of the map attribute `name` of `item` (empty when absent).
+fn string_map(item: &HashMap<String, AttributeValue>, name: &str) -> HashMap<String, String> {
+    let Some(Ok(map)) = item.get(name).map(AttributeValue::as_m) else {
+        return HashMap::new();
+    };
+    map.iter()
+        .filter_map(|(name, value)| Some((name.clone(), value.as_s().ok()?.clone())))
+        .collect()
 }
 
 fn lease_id(set: &str) -> String {
@@ -579,13 +617,40 @@ impl ScheduleStore for TickStore {
         let Some(item) = self.get(set_id(set)).await? else {
             return Ok(HashMap::new());
         };
-        let Some(Ok(map)) = item.get("definitions").map(AttributeValue::as_m) else {
+        Ok(string_map(&item, "definitions"))
+    }
+
+    async fn record_code_definitions(
+        &self,
+        set: &str,
+        definitions: &HashMap<String, String>,
+        by: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.count();
+        let map = definitions
+            .iter()
+            .map(|(name, definition)| (name.clone(), s(definition)))
+            .collect();
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", s(&code_id(set)))
+            .update_expression("SET code_definitions = :definitions, recorded_ms = :at, recorded_by = :by")
+            .expression_attribute_values(":definitions", AttributeValue::M(map))
+            .expression_attribute_values(":at", n(millis(at)))
+            .expression_attribute_values(":by", s(by))
+            .send()
+            .await
+            .map_err(|error| self.error(aws_sdk_dynamodb::error::DisplayErrorContext(&error)))?;
+        Ok(())
+    }
+
+    async fn code_definitions(&self, set: &str) -> Result<HashMap<String, String>, StoreError> {
+        let Some(item) = self.get(code_id(set)).await? else {
             return Ok(HashMap::new());
         };
-        Ok(map
-            .iter()
-            .filter_map(|(name, value)| Some((name.clone(), value.as_s().ok()?.clone())))
-            .collect())
+        Ok(string_map(&item, "code_definitions"))
     }
 
     async fn put_definition(&self, set: &str, name: &str, definition: &str) -> Result<(), StoreError> {

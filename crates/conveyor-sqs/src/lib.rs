@@ -16,6 +16,7 @@ mod mock_client;
 mod producer;
 mod queue;
 pub mod redrive;
+mod relay_watch;
 #[cfg(test)]
 mod request_shape_tests;
 mod send;

@@ -55,6 +55,8 @@ pub struct Producer {
     max_size: tokio::sync::OnceCell<usize>,
     /// Where jobs due later than 15 minutes are kept ([`Producer::with_timers`]).
     timers: Option<Timers>,
+    /// The look for a relay of those timers (a warning when none runs).
+    relay_watch: crate::relay_watch::RelayWatch,
 }
 
 impl std::fmt::Debug for Producer {
@@ -157,6 +159,7 @@ impl Producer {
             large: None,
             max_size: tokio::sync::OnceCell::new(),
             timers: None,
+            relay_watch: crate::relay_watch::RelayWatch::default(),
         }
     }
 
@@ -164,7 +167,9 @@ impl Producer {
     /// `conveyor_dynamodb::DynamoStore`) instead of hopping it through the queue: [`Producer::send`]
     /// then returns the timer's id, and [`Producer::timers`] lists, runs now, reschedules and cancels
     /// such jobs. A relay sends each when it is due: `conveyor_core::TimerRelay` beside a worker of the
-    /// queue, or `conveyor delays relay` (see `docs/delays.md`).
+    /// queue (`Pipeline::with_timers`), or `conveyor delays relay` (see `docs/delays.md`). When it keeps
+    /// a job, the producer looks for the relays' mark (at most every ten minutes) and warns once when
+    /// no relay was seen for the queue recently.
     pub fn with_timers(mut self, store: Arc<dyn TimerStore>) -> Self {
         let sender = Arc::new(crate::flow::SqsSender::new(self.client.clone()));
         self.timers = Some(Timers::new(store, sender, self.url.clone()));
@@ -446,6 +451,7 @@ impl Producer {
                 job_type: job_type.to_owned(),
                 error,
             })?;
+        self.relay_watch.look(timers, &self.name).await;
         Ok(Some(id))
     }
 

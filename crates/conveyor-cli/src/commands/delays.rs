@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::bail;
 use clap::{Args, Subcommand};
 use conveyor_core::port::not_waiting;
-use conveyor_core::port::{Timer, TimerStore};
+use conveyor_core::port::{OVERDUE_AFTER, OVERDUE_HINT, RelayMark, Timer, TimerStore};
 use conveyor_core::{TimerChange, Timers};
 use conveyor_dynamodb::DynamoStore;
 use conveyor_sqs::SqsSender;
@@ -43,6 +43,10 @@ pub(crate) fn due_in(now: SystemTime, in_secs: u64) -> Result<SystemTime, UsageE
   conveyor delays --queue-url jobs cancel 3f2a...
   conveyor delays --queue-url jobs relay                  # sends what is due, as a worker's relay does
 
+`list` marks OVERDUE each job due more than 2 minutes ago that no relay has claimed: the consumers'
+relay sends timer-table jobs only when their pipeline has timers on (conveyor::Pipeline::with_timers,
+or timer_relay = true for a Lambda consumer). It also says when a relay was last seen for the queue.
+
 Jobs delayed by hops (sent without --timers) travel inside the queue and are not listed here; cancel
 those by key (Producer::cancel).")]
 pub(crate) struct DelaysArgs {
@@ -60,7 +64,7 @@ pub(crate) struct DelaysArgs {
 /// The `delays` subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum DelaysCommand {
-    /// List the queue's delayed jobs, soonest first.
+    /// List the queue's delayed jobs, soonest first; those overdue (no relay sends them) are marked.
     List {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
@@ -98,18 +102,7 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
     let store: Arc<dyn TimerStore> = Arc::new(DynamoStore::new(aws.dynamodb_client(), &args.table));
     let timers = Timers::new(store, Arc::new(SqsSender::new(client)), url.as_str());
     match &args.command {
-        DelaysCommand::List { limit } => {
-            let listed = timers.list(*limit).await?;
-            if format == Format::Json {
-                return print_json(&serde_json::Value::Array(listed.iter().map(timer_json).collect()));
-            }
-            if listed.is_empty() {
-                crate::outln!("no delayed jobs for {url} in table {}", args.table);
-                return Ok(());
-            }
-            list_table(&listed, SystemTime::now()).print(format);
-            Ok(())
-        }
+        DelaysCommand::List { limit } => list(&timers, *limit, &url, &args.table, format).await,
         DelaysCommand::Run { id } => match timers.run_now(id).await? {
             Some(message_id) => report(format, id, "sent", Some(&message_id)),
             None => bail!(
@@ -140,6 +133,71 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
     }
 }
 
+/// `delays list`: the timers, each overdue one marked, then what that means and when a relay was
+/// last seen (on stderr with `--output json`, whose timers carry `"overdue": true`).
+async fn list(timers: &Timers, limit: usize, url: &str, table: &str, format: Format) -> anyhow::Result<()> {
+    let listed = timers.list(limit).await?;
+    let now = SystemTime::now();
+    let overdue = listed.iter().filter(|timer| timer.is_overdue(now)).count();
+    if format == Format::Json {
+        print_json(&serde_json::Value::Array(
+            listed.iter().map(|timer| timer_json(timer, now)).collect(),
+        ))?;
+    } else if listed.is_empty() {
+        crate::outln!("no delayed jobs for {url} in table {table}");
+    } else {
+        list_table(&listed, now).print(format);
+    }
+    let say = |line: &str| match format {
+        Format::Json => crate::errln!("{line}"),
+        _ => crate::outln!("{line}"),
+    };
+    if overdue > 0 {
+        say(&overdue_line(overdue));
+    }
+    if listed.is_empty() {
+        return Ok(());
+    }
+    if let Some(relay) = relay_line(timers, now).await {
+        say(&relay);
+    }
+    Ok(())
+}
+
+/// The hint under a listing with `count` overdue jobs.
+fn overdue_line(count: usize) -> String {
+    format!(
+        "{count} OVERDUE (due over {} s ago, unsent): {OVERDUE_HINT}",
+        OVERDUE_AFTER.as_secs()
+    )
+}
+
+/// When a relay was last seen for the queue, when the store keeps marks (`None` otherwise, or when
+/// the mark cannot be read).
+async fn relay_line(timers: &Timers, now: SystemTime) -> Option<String> {
+    if !timers.keeps_relay_marks() {
+        return None;
+    }
+    match timers.relay_mark().await {
+        Ok(mark) => Some(describe_relay(mark, now)),
+        Err(error) => Some(format!("relay: its mark cannot be read: {error}")),
+    }
+}
+
+/// A relay mark in an operator's words.
+fn describe_relay(mark: Option<RelayMark>, now: SystemTime) -> String {
+    match mark {
+        Some(mark) if mark.is_fresh(now) => {
+            format!("relay: seen at {}", format_time(mark.seen))
+        }
+        Some(mark) => format!(
+            "relay: NOT SEEN since {}: no relay runs for this queue",
+            format_time(mark.seen)
+        ),
+        None => "relay: NEVER SEEN for this queue: no relay has run for it".to_owned(),
+    }
+}
+
 /// Prints a change's answer; an error when nothing was changed.
 fn answer(format: Format, id: &str, change: TimerChange, done: &str) -> anyhow::Result<()> {
     match change.describe(id, done) {
@@ -159,9 +217,10 @@ fn report(format: Format, id: &str, what: &str, message_id: Option<&str>) -> any
     Ok(())
 }
 
-fn timer_json(timer: &Timer) -> serde_json::Value {
+fn timer_json(timer: &Timer, now: SystemTime) -> serde_json::Value {
     let millis = conveyor_core::port::to_epoch_millis;
     serde_json::json!({
+        "overdue": timer.is_overdue(now),
         "id": timer.id,
         "job_type": timer.job_type,
         "due_ms": millis(timer.due),
@@ -182,11 +241,20 @@ fn list_table(timers: &[Timer], now: SystemTime) -> Table {
             timer.job_type.clone(),
             format_time(timer.due),
             wait,
-            timer.describe_state(now),
+            state(timer, now),
             format_time(timer.created),
         ]);
     }
     table
+}
+
+/// The STATE column: the timer's state, marked when it is overdue.
+fn state(timer: &Timer, now: SystemTime) -> String {
+    let described = timer.describe_state(now);
+    if timer.is_overdue(now) {
+        return format!("OVERDUE: {described}, no relay sent it");
+    }
+    described
 }
 
 #[cfg(test)]
@@ -216,5 +284,16 @@ mod tests {
         assert!(rendered.contains("sending (claimed until"), "{rendered}");
         assert!(rendered.contains("claim lapsed"), "{rendered}");
         assert!(rendered.contains("delayed"), "{rendered}");
+        assert!(
+            !rendered.contains("OVERDUE"),
+            "due now, or claimed: not overdue: {rendered}"
+        );
+        let late = Timer {
+            due: now - OVERDUE_AFTER - Duration::from_secs(1),
+            ..timer(0, None)
+        };
+        let rendered = list_table(&[late], now).render();
+        assert!(rendered.contains("OVERDUE: delayed"), "{rendered}");
+        assert!(overdue_line(1).contains("conveyor::Pipeline::with_timers"));
     }
 }

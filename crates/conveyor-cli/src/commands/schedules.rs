@@ -1,12 +1,14 @@
 //! `conveyor schedules`: export the application's schedules; list, pause, resume and trigger them; add
 //! and remove run-time schedules; show a schedule's run history.
 //!
-//! The code's definitions live in the application; `export` asks the application's binary for them
-//! (`APP --export-schedules FILE`, which `conveyor_schedule::export` implements in a few lines) and
-//! `list` and `trigger` read that file. Run-time schedules (`add`, `remove`) and every schedule's state
-//! (paused, runs, cursor, history) live in the idempotency table, where the leading scheduler reads
-//! them.
+//! The code's definitions live in the application; the leading scheduler records them in the
+//! idempotency table as it serves them (once per lease term), so `list` and `trigger` read them there
+//! with the run-time schedules (`add`, `remove`) and every schedule's state (paused, runs, cursor,
+//! history): no export step. `--file` reads an export instead (`APP --export-schedules FILE`, which
+//! `conveyor_schedule::export` implements in a few lines), for deployments without a worker's
+//! scheduler (Lambda with EventBridge Scheduler).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -23,13 +25,18 @@ use crate::output::{Format, Table, format_time, print_done, print_json};
 /// Arguments of `conveyor schedules`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  conveyor schedules export --app target/debug/worker --out infra/examples/lambda/schedules.json
-  conveyor schedules list --file schedules.json --table conveyor-idempotency
+  conveyor schedules list --table conveyor-idempotency      # code and run-time schedules, no export
   conveyor schedules pause nightly-sales-report --table conveyor-idempotency
-  conveyor schedules trigger nightly-sales-report --file schedules.json --queue-url jobs
+  conveyor schedules trigger nightly-sales-report --queue-url jobs --table conveyor-idempotency
+  conveyor schedules export --app target/debug/worker --out infra/examples/lambda/schedules.json
+  conveyor schedules list --file infra/examples/lambda/schedules.json   # EventBridge (Lambda) schedules
   conveyor schedules add cleanup --every 300 --start 2026-12-01T00:00:00Z --job-type cleanup --payload '{}' --table conveyor-idempotency
   conveyor schedules history nightly-sales-report --table conveyor-idempotency
   conveyor schedules remove cleanup --table conveyor-idempotency
+
+The workers' leading scheduler records the schedules given in code (with their policies, defaults
+included) in the table once per lease term: `list` and `trigger` read them there, with the run-time
+ones. `--file` reads an export instead, for schedules that no worker serves (EventBridge on Lambda).
 
 A pause is recorded (paused_at, resumed_at): the ticks of the paused period are skipped, never replayed
 after the resume. Run-time schedules are picked up by the leading scheduler within a third of its lease.
@@ -46,9 +53,13 @@ pub(crate) struct SchedulesArgs {
 /// Where the definitions and the state are.
 #[derive(Debug, Args)]
 pub(crate) struct Source {
-    /// The file `conveyor schedules export` wrote.
-    #[arg(long, value_name = "FILE", default_value = "schedules.json")]
-    pub file: PathBuf,
+    /// Read the definitions from this file (`conveyor schedules export`) instead of the table, where
+    /// the workers' leading scheduler records the code's schedules.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// The schedule set (the scheduler's `with_set`).
+    #[arg(long, default_value = conveyor_schedule::DEFAULT_SET)]
+    pub set: String,
     /// The idempotency table the workers' schedulers claim ticks in.
     #[arg(long, env = "CONVEYOR_IDEMPOTENCY_TABLE", value_name = "TABLE", default_value = crate::commands::local::DEFAULT_TABLE)]
     pub table: String,
@@ -66,7 +77,8 @@ pub(crate) enum SchedulesCommand {
         #[arg(long, value_name = "FILE", default_value = "schedules.json")]
         out: PathBuf,
     },
-    /// Every schedule: next fire times, last fire, last outcome, paused, runs.
+    /// Every schedule (from code, as the leading scheduler recorded it, and run-time ones): timing,
+    /// missed-tick policy, next fire times, last fire, last outcome, paused, runs. No export needed.
     List {
         /// Where the definitions and the state are.
         #[command(flatten)]
@@ -228,31 +240,103 @@ fn load(path: &PathBuf) -> anyhow::Result<Vec<Schedule>> {
     Ok(conveyor_schedule::load(&text)?)
 }
 
-fn find(name: &str, schedules: Vec<Schedule>) -> anyhow::Result<Schedule> {
-    let names: Vec<String> = schedules.iter().map(|schedule| schedule.name.clone()).collect();
+fn find(name: &str, schedules: Vec<(Schedule, Origin)>) -> anyhow::Result<Schedule> {
+    let names: Vec<String> = schedules
+        .iter()
+        .map(|(schedule, _)| schedule.name.clone())
+        .collect();
     schedules
         .into_iter()
+        .map(|(schedule, _)| schedule)
         .find(|schedule| schedule.name == name)
-        .with_context(|| format!("no schedule named {name:?}; the file has: {}", names.join(", ")))
+        .with_context(|| format!("no schedule named {name:?}; there are: {}", names.join(", ")))
+}
+
+/// Where a listed schedule's definition came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Given in code, recorded by the leading scheduler.
+    Code,
+    /// Added at run time (`conveyor schedules add`).
+    RunTime,
+    /// Read from an export file.
+    File,
+}
+
+impl Origin {
+    fn name(self) -> &'static str {
+        match self {
+            Origin::Code => "code",
+            Origin::RunTime => "run-time",
+            Origin::File => "file",
+        }
+    }
+}
+
+/// The schedules `source` names: the export file's, or the set's recorded code schedules plus its
+/// run-time ones (a run-time one replaces a code one of the same name, as the leader does), by name.
+async fn schedules(source: &Source, store: &TickStore) -> anyhow::Result<Vec<(Schedule, Origin)>> {
+    if let Some(file) = &source.file {
+        return Ok(load(file)?
+            .into_iter()
+            .map(|schedule| (schedule, Origin::File))
+            .collect());
+    }
+    let code = store.code_definitions(&source.set).await?;
+    let run_time = store.definitions(&source.set).await?;
+    let mut definitions: HashMap<String, (String, Origin)> = code
+        .into_iter()
+        .map(|(name, text)| (name, (text, Origin::Code)))
+        .collect();
+    definitions.extend(
+        run_time
+            .into_iter()
+            .map(|(name, text)| (name, (text, Origin::RunTime))),
+    );
+    if definitions.is_empty() {
+        bail!(
+            "no schedules recorded in table {} for set {:?}: a worker's leading scheduler records the \
+             code's schedules when it starts serving them, and `conveyor schedules add` adds run-time \
+             ones. Is a worker with schedules running on this table (and this --set)? For schedules \
+             deployed to EventBridge Scheduler, pass the export: --file schedules.json",
+            store.table(),
+            source.set
+        );
+    }
+    let mut names: Vec<String> = definitions.keys().cloned().collect();
+    names.sort();
+    let mut listed = Vec::with_capacity(names.len());
+    for name in names {
+        let Some((text, origin)) = definitions.remove(&name) else {
+            continue;
+        };
+        let schedule = conveyor_schedule::from_definition_json(&name, &text)
+            .with_context(|| format!("the recorded definition of schedule {name:?} does not load"))?;
+        listed.push((schedule, origin));
+    }
+    Ok(listed)
 }
 
 async fn list(source: &Source, aws: &Aws, next: usize, format: Format) -> anyhow::Result<()> {
-    let schedules = load(&source.file)?;
     let store = TickStore::new(aws.dynamodb_client(), &source.table);
+    let schedules = schedules(source, &store).await?;
     let now = SystemTime::now();
     let mut rows = Vec::new();
-    for schedule in &schedules {
+    for (schedule, origin) in &schedules {
         let state = store.state(&schedule.name).await?;
         let horizon = now + std::time::Duration::from_secs(10 * 365 * 24 * 3600);
         let upcoming: Vec<SystemTime> = schedule.ticks_between(now, horizon, next);
-        rows.push((schedule, state, upcoming));
+        rows.push((schedule, *origin, state, upcoming));
     }
     if format == Format::Json {
         let list: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(schedule, state, upcoming)| {
+            .map(|(schedule, origin, state, upcoming)| {
                 json!({
                     "name": schedule.name,
+                    "source": origin.name(),
+                    "timing": timing(schedule),
+                    "missed_ticks": missed_name(schedule.missed),
                     "job_type": schedule.job.job_type,
                     "next": upcoming.iter().map(|tick| format_time(*tick)).collect::<Vec<_>>(),
                     "paused": state.paused,
@@ -266,16 +350,33 @@ async fn list(source: &Source, aws: &Aws, next: usize, format: Format) -> anyhow
             .collect();
         return print_json(&json!({ "schedules": list }));
     }
-    let mut table = Table::new(&["SCHEDULE", "JOB", "NEXT", "LAST FIRE", "LAST OUTCOME", "STATE"]);
-    for (schedule, state, upcoming) in rows {
+    let mut table = Table::new(&[
+        "SCHEDULE",
+        "SOURCE",
+        "TIMING",
+        "MISSED",
+        "JOB",
+        "NEXT",
+        "LAST FIRE",
+        "LAST OUTCOME",
+        "STATE",
+    ]);
+    for (schedule, origin, state, upcoming) in rows {
         let next = upcoming
             .iter()
             .map(|tick| format_time(*tick))
             .collect::<Vec<_>>()
             .join(", ");
         let state_text = if state.paused { "paused" } else { "active" };
+        let runs = match schedule.max_runs {
+            Some(max) => format!("{}/{max} runs", state.runs),
+            None => format!("{} runs", state.runs),
+        };
         table.row(vec![
             schedule.name.clone(),
+            origin.name().to_owned(),
+            timing(schedule),
+            missed_name(schedule.missed),
             schedule.job.job_type.clone(),
             if next.is_empty() {
                 "none (ended)".to_owned()
@@ -284,11 +385,30 @@ async fn list(source: &Source, aws: &Aws, next: usize, format: Format) -> anyhow
             },
             state.last_fire.map_or_else(|| "never".to_owned(), format_time),
             state.last_outcome.unwrap_or_default(),
-            format!("{state_text}, {} runs", state.runs),
+            format!("{state_text}, {runs}"),
         ]);
     }
     table.print(format);
     Ok(())
+}
+
+/// A schedule's timing as written: `cron <expression> <zone>` or `every <n>s`.
+fn timing(schedule: &Schedule) -> String {
+    match &schedule.timing {
+        conveyor_schedule::Timing::Cron { expression, zone, .. } => {
+            format!("cron {expression} {}", zone.iana_name().unwrap_or("UTC"))
+        }
+        conveyor_schedule::Timing::Every(interval) => format!("every {}s", interval.as_secs()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The missed-tick policy as `conveyor schedules add --missed` spells it (its serde name).
+fn missed_name(policy: MissedTicks) -> String {
+    serde_json::to_value(policy)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{policy:?}"))
 }
 
 async fn set_paused(name: &str, table: &str, aws: &Aws, paused: bool, format: Format) -> anyhow::Result<()> {
@@ -402,10 +522,10 @@ async fn trigger(
     aws: &Aws,
     format: Format,
 ) -> anyhow::Result<()> {
-    let schedule = find(name, load(&source.file)?)?;
+    let store = TickStore::new(aws.dynamodb_client(), &source.table);
+    let schedule = find(name, schedules(source, &store).await?)?;
     let client = aws.sqs_client();
     let url = resolve_queue_url(&client, queue).await?;
-    let store = TickStore::new(aws.dynamodb_client(), &source.table);
     let producer = Producer::new(client, url);
     let message_id = conveyor_schedule::trigger(&schedule, &store, &producer).await?;
     if format == Format::Json {

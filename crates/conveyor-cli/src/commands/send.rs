@@ -84,7 +84,9 @@ pub(crate) struct SendArgs {
     pub dedup_id: Option<String>,
     /// Keep jobs due later than 15 minutes in the timer table (the consumers' idempotency table, --table)
     /// instead of hopping them through the queue: `conveyor delays` then lists, runs, reschedules and
-    /// cancels them, and the consumers' timer relay sends each when due.
+    /// cancels them, and the consumers' timer relay sends each when due. That relay runs only where the
+    /// consumers' pipeline has timers on (conveyor::Pipeline::with_timers); `conveyor delays list` marks
+    /// OVERDUE the jobs no relay sent.
     #[arg(long)]
     pub timers: bool,
     /// The idempotency table that keeps timers (with --timers).
