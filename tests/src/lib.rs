@@ -62,19 +62,35 @@ pub fn log_lines(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
         .collect())
 }
 
-/// The message of a JSON log line.
+/// The message of a JSON log line: the worker's (`fields.message`, tracing-subscriber's shape) or a
+/// Lambda function's (`message`, flat, as Lambda's own JSON lines).
 pub fn message_of(line: &serde_json::Value) -> &str {
-    line["fields"]["message"].as_str().unwrap_or("")
+    line["fields"]["message"]
+        .as_str()
+        .or_else(|| line["message"].as_str())
+        .unwrap_or("")
 }
 
-/// `receive_count` of the `message` span a log line was written in.
+/// The event field `name` of a JSON log line, in either runtime's shape (see [`message_of`]).
+pub fn field_of<'line>(line: &'line serde_json::Value, name: &str) -> &'line serde_json::Value {
+    match &line["fields"][name] {
+        serde_json::Value::Null => &line[name],
+        value => value,
+    }
+}
+
+/// `receive_count` of the `message` span a log line was written in (a Lambda line carries its
+/// innermost span's fields flat).
 pub fn receive_count(line: &serde_json::Value) -> Option<u64> {
-    line["span"]["receive_count"].as_u64().or_else(|| {
-        line["spans"]
-            .as_array()?
-            .iter()
-            .find_map(|span| span["receive_count"].as_u64())
-    })
+    line["receive_count"]
+        .as_u64()
+        .or_else(|| line["span"]["receive_count"].as_u64())
+        .or_else(|| {
+            line["spans"]
+                .as_array()?
+                .iter()
+                .find_map(|span| span["receive_count"].as_u64())
+        })
 }
 
 /// Variables of the test process that would point a child elsewhere, or change what it does, when its

@@ -45,7 +45,7 @@ use conveyor_core::message::FAILURE_ATTRIBUTE;
 use conveyor_core::runtime::Failure;
 use conveyor_demo::chaos::proxy::FaultProxy;
 use conveyor_demo::{queue_is_empty, signal_and_wait};
-use conveyor_e2e::{SECRET, binaries, log_lines, log_path, message_of, outbox_path, receive_count};
+use conveyor_e2e::{SECRET, binaries, field_of, log_lines, log_path, message_of, outbox_path, receive_count};
 use conveyor_examples::jobs::welcome_email::WelcomeEmail;
 use conveyor_sqs::{NewJob, Producer, SqsQueue};
 use conveyor_testing::localstack::{self, QueueSpec, TestQueue};
@@ -324,7 +324,7 @@ fn receive_counts(log: &Path) -> anyhow::Result<(BTreeMap<u64, Vec<u64>>, u64)> 
     let mut at_effect: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     for line in &lines {
         if message_of(line) == "welcome email sent"
-            && let (Some(user), Some(count)) = (line["fields"]["user_id"].as_u64(), receive_count(line))
+            && let (Some(user), Some(count)) = (field_of(line, "user_id").as_u64(), receive_count(line))
         {
             at_effect.entry(user).or_default().push(count);
         }

@@ -6,6 +6,7 @@ mod cover;
 mod error;
 mod event;
 mod flow_sweep;
+mod log_format;
 mod metrics;
 #[cfg(feature = "outbox")]
 pub mod outbox;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use conveyor_core::port::Queue;
 use conveyor_sqs::QueueArn;
+use conveyor_sqs::endpoint::{UnreachableEndpoint, env_var};
 use tokio::sync::Mutex;
 
 /// The queue's name from its ARN, or the whole text when it is not an ARN.
@@ -35,6 +36,20 @@ pub enum ResolveError {
         arn: String,
         /// What SQS said.
         message: String,
+    },
+    /// The request never reached the SQS endpoint that a variable set (nothing listens there, or its
+    /// host does not resolve): a configuration error, not an outage.
+    #[error(
+        "cannot resolve queue {arn}: {endpoint}; the records that need the queue (retries, dead letters) are \
+         listed as batch failures and come back after their visibility timeout, and the function keeps \
+         taking batches: {fix} in the function's environment",
+        fix = endpoint.fix()
+    )]
+    Unreachable {
+        /// The ARN.
+        arn: String,
+        /// The endpoint, its address and the variable that set it.
+        endpoint: UnreachableEndpoint,
     },
 }
 
@@ -97,6 +112,10 @@ impl QueueResolver for SqsQueues {
             arn: arn.to_owned(),
             message,
         };
+        let unreachable = |endpoint: UnreachableEndpoint| ResolveError::Unreachable {
+            arn: arn.to_owned(),
+            endpoint,
+        };
         let output = self
             .client
             .get_queue_url()
@@ -104,13 +123,23 @@ impl QueueResolver for SqsQueues {
             .queue_owner_aws_account_id(&parsed.account)
             .send()
             .await
-            .map_err(|error| sqs_error(aws_sdk_sqs::error::DisplayErrorContext(error).to_string()))?;
+            .map_err(
+                |error| match UnreachableEndpoint::from_sdk_error(&error, env_var) {
+                    Some(endpoint) => unreachable(endpoint),
+                    None => sqs_error(aws_sdk_sqs::error::DisplayErrorContext(error).to_string()),
+                },
+            )?;
         let Some(url) = output.queue_url else {
             return Err(sqs_error("GetQueueUrl returned no URL".to_owned()));
         };
         let queue = conveyor_sqs::SqsQueue::connect(self.client.clone(), &url)
             .await
-            .map_err(|error| sqs_error(error.to_string()))?;
+            .map_err(
+                |error| match UnreachableEndpoint::from_queue_error(&error, env_var) {
+                    Some(endpoint) => unreachable(endpoint),
+                    None => sqs_error(error.to_string()),
+                },
+            )?;
         tracing::info!(queue = %parsed.name, %url, "resolved source queue");
         let queue: Arc<dyn Queue> = Arc::new(queue);
         cache.insert(arn.to_owned(), Arc::clone(&queue));

@@ -93,7 +93,7 @@ pub async fn run_with_config(pipeline: Pipeline, mut config: LambdaConfig) -> Re
 }
 
 /// One invocation: parse, then process with the invocation's deadline.
-async fn handle(
+pub(crate) async fn handle(
     processor: &BatchProcessor,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SqsBatchResponse, InvocationError> {
@@ -343,14 +343,18 @@ fn choice<T: Copy>(name: &'static str, value: String, choices: &[(&str, T)]) -> 
     })
 }
 
-/// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`,
-/// the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI colours (CloudWatch
-/// shows them as escape codes); no timestamps (CloudWatch adds its own). Does nothing when a global
-/// subscriber is already set. Logs go to stdout through [`conveyor_core::runtime::stdout`]: a write
-/// that fails is dropped and counted, never a panic.
+/// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`
+/// (`timestamp`, `level`, `requestId`, `message` and the fields, flat), else one text line per event
+/// with the request id once and the innermost span of Conveyor's own, never the X-Ray header
+/// ([`crate::log_format`]); the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI
+/// colours (CloudWatch shows them as escape codes); no timestamps in text (CloudWatch adds its own).
+/// Does nothing when a global subscriber is already set. Logs go to stdout through
+/// [`conveyor_core::runtime::stdout`]: a write that fails is dropped and counted, never a panic.
 pub fn init_tracing() {
     use lambda_runtime::tracing::subscriber::EnvFilter;
+    use lambda_runtime::tracing::subscriber::Layer as _;
     use lambda_runtime::tracing::subscriber::filter::LevelFilter;
+    use lambda_runtime::tracing::subscriber::layer::SubscriberExt as _;
 
     let level = std::env::var("AWS_LAMBDA_LOG_LEVEL")
         .or_else(|_| std::env::var("RUST_LOG"))
@@ -360,25 +364,10 @@ pub fn init_tracing() {
     let filter = EnvFilter::builder()
         .with_default_directive(level.into())
         .from_env_lossy();
-    use lambda_runtime::tracing::subscriber::Layer as _;
-    use lambda_runtime::tracing::subscriber::layer::SubscriberExt as _;
-
-    let lines = lambda_runtime::tracing::subscriber::fmt::layer()
-        .with_ansi(false)
-        .with_target(false)
-        .without_time()
-        // A closed or full stdout drops log lines (counted) instead of panicking a record's task.
-        .with_writer(conveyor_core::runtime::stdout)
-        .log_internal_errors(false);
     let json = std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
     // The level filters the log lines only: a quiet log (`warn`) still exports every record's span.
-    let registry = lambda_runtime::tracing::subscriber::registry();
-    let installed = if json {
-        install(registry.with(lines.json().with_filter(filter)))
-    } else {
-        install(registry.with(lines.with_filter(filter)))
-    };
-    if !installed {
+    let lines = crate::log_format::log_layer(json, conveyor_core::runtime::stdout).with_filter(filter);
+    if !install(lambda_runtime::tracing::subscriber::registry().with(lines)) {
         tracing::debug!("a tracing subscriber is already set");
     }
 }

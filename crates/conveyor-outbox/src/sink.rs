@@ -100,8 +100,9 @@ fn classify(error: &ProduceError) -> SendFailure {
             message: error.to_string(),
             retryable: !sender_fault,
         },
-        // Held back behind an earlier job of its group: sent again with that one.
-        ProduceError::GroupHeld { .. } => SendFailure {
+        // Held back behind an earlier job of its group: sent again with that one. A wrong SQS endpoint:
+        // the items wait for the fix, as for an outage.
+        ProduceError::GroupHeld { .. } | ProduceError::Unreachable(_) => SendFailure {
             message: error.to_string(),
             retryable: true,
         },

@@ -49,7 +49,7 @@ where
     };
     let message = match (error.message(), failure) {
         (Some(message), _) => message.to_owned(),
-        (None, Failure::Dispatch) => format!("the request did not reach SQS: {}", source_chain(error)),
+        (None, Failure::Dispatch) => format!("{}{}", crate::endpoint::NOT_REACHED, source_chain(error)),
         (None, Failure::Timeout) => format!("no answer from SQS in time: {}", source_chain(error)),
         (None, _) => display_chain(error),
     };

@@ -156,7 +156,14 @@ pub enum ProduceError {
     },
     /// The call failed as a whole (queue missing, access denied, unavailable, invalid request).
     #[error(transparent)]
-    Queue(#[from] QueueError),
+    Queue(QueueError),
+    /// The request never reached the SQS endpoint that a variable set (nothing listens there, or its
+    /// host does not resolve): a configuration error, not an outage. Nothing was sent.
+    #[error(
+        "not sent: {0}; the producer does not wait for the endpoint to come up: {fix}",
+        fix = .0.fix()
+    )]
+    Unreachable(crate::endpoint::UnreachableEndpoint),
     /// The job is due later than 15 minutes and the timer store ([`Producer::with_timers`](crate::Producer::with_timers))
     /// failed or refused it: nothing was kept or sent.
     #[error("job {job_type} could not be kept in the timer table: {error}")]
@@ -190,6 +197,18 @@ pub enum ProduceError {
          down?): it may or may not have been sent; consumers are idempotent, so sending it again is safe"
     )]
     Unanswered,
+}
+
+/// A whole call's failure; a request that never reached the SQS endpoint a variable set
+/// (`AWS_ENDPOINT_URL_SQS`, `AWS_ENDPOINT_URL`) is [`ProduceError::Unreachable`], naming the address
+/// and the variable.
+impl From<QueueError> for ProduceError {
+    fn from(error: QueueError) -> Self {
+        match crate::endpoint::UnreachableEndpoint::from_queue_error(&error, crate::endpoint::env_var) {
+            Some(endpoint) => ProduceError::Unreachable(endpoint),
+            None => ProduceError::Queue(error),
+        }
+    }
 }
 
 /// A job to send: a serialisable payload plus the attributes Conveyor's consumers read.

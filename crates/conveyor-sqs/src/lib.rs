@@ -5,6 +5,7 @@ mod batch;
 mod batching;
 mod client;
 mod convert;
+pub mod endpoint;
 mod errors;
 mod fifo_order;
 mod flow;

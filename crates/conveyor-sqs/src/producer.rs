@@ -315,7 +315,7 @@ impl Producer {
         let mut pending = Vec::new();
         for (index, message) in messages.into_iter().enumerate() {
             if let Err(error) = check_outgoing(&message, fifo) {
-                results[index] = Some(Err(ProduceError::Queue(error)));
+                results[index] = Some(Err(ProduceError::from(error)));
                 continue;
             }
             let size = message.size();
@@ -337,7 +337,7 @@ impl Producer {
         for chunk in pack(pending) {
             if let Some(error) = &fatal {
                 for entry in chunk {
-                    results[entry.index] = Some(Err(ProduceError::Queue(error.clone())));
+                    results[entry.index] = Some(Err(ProduceError::from(error.clone())));
                 }
                 continue;
             }
@@ -515,7 +515,7 @@ impl Producer {
                 }
                 Err(error) => {
                     for pending in &chunk {
-                        results[pending.index] = Some(Err(ProduceError::Queue(error.clone())));
+                        results[pending.index] = Some(Err(ProduceError::from(error.clone())));
                     }
                     let fatal = matches!(
                         error,

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod browser;
+pub mod child;
 pub mod faults;
 pub mod flow_conformance;
 pub mod kit;

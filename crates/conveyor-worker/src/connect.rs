@@ -136,34 +136,17 @@ fn configuration_problem(error: &QueueError) -> Option<String> {
     None
 }
 
-/// The variables that set the SQS endpoint the client dials, in the SDK's order.
-const ENDPOINT_VARIABLES: [&str; 2] = ["AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL"];
-
 /// When the request never reached an endpoint that a variable set (nothing listens there, or its host
-/// does not resolve): a configuration error naming the endpoint dialled and the variable, not an outage
-/// (the queue URL's host is not what the client dials). `var` reads the environment.
+/// does not resolve): a configuration error naming the address dialled and the variable, not an
+/// outage (`conveyor_sqs::endpoint`, shared with the Lambda adapter and the producer). `var` reads the
+/// environment.
 fn set_endpoint_unreachable(message: &str, var: impl Fn(&str) -> Option<String>) -> Option<String> {
     let reason = message.strip_prefix("the request did not reach SQS: ")?;
-    let refused = reason.contains("Connection refused") || reason.contains("connection refused");
-    let unresolved = reason.contains("dns error") || reason.contains("failed to lookup address");
-    if !refused && !unresolved {
-        return None;
-    }
-    let (variable, endpoint) = ENDPOINT_VARIABLES.iter().find_map(|name| {
-        let value = var(name)?;
-        let value = value.trim();
-        (!value.is_empty()).then(|| (*name, value.to_owned()))
-    })?;
-    let what = if refused {
-        "nothing listens there (connection refused)"
-    } else {
-        "its host name does not resolve"
-    };
+    let unreachable = conveyor_sqs::endpoint::UnreachableEndpoint::from_reason(reason, var)?;
     Some(format!(
-        "the SQS client dials {endpoint} (set by {variable}) and {what}: a configuration error, not an outage, so \
-         the worker stops instead of retrying; fix {variable} (LocalStack listens on http://127.0.0.1:4566; \
-         `source localstack/env.sh`), or start the emulator before the worker (a container that starts first: \
-         make it wait for the emulator's health check)"
+        "{unreachable}, so the worker stops instead of retrying; {} (a container that starts before its \
+         emulator: make it wait for the emulator's health check)",
+        unreachable.fix()
     ))
 }
 
