@@ -345,8 +345,8 @@ fn choice<T: Copy>(name: &'static str, value: String, choices: &[(&str, T)]) -> 
 
 /// Logs the way Lambda's advanced logging controls ask: JSON lines when `AWS_LAMBDA_LOG_FORMAT=JSON`
 /// (`timestamp`, `level`, `requestId`, `message` and the fields, flat), else one text line per event
-/// with the request id once and the innermost span of Conveyor's own, never the X-Ray header
-/// ([`crate::log_format`]); the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI
+/// with the request id once and the innermost span of Conveyor's own, never the X-Ray header;
+/// the level from `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`, else `INFO`; no ANSI
 /// colours (CloudWatch shows them as escape codes); no timestamps in text (CloudWatch adds its own).
 /// Does nothing when a global subscriber is already set. Logs go to stdout through
 /// [`conveyor_core::runtime::stdout`]: a write that fails is dropped and counted, never a panic.

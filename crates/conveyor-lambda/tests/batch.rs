@@ -454,13 +454,25 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Warnings {
 
 impl Warnings {
     /// Captures warnings on this thread until the guard drops.
+    ///
+    /// `tracing` caches each callsite's interest for the whole process, computed the first time
+    /// any thread reaches it: a test on another thread without a subscriber caches "never" and the
+    /// warning is never built, here either (this test failed so in CI). A global registry, which
+    /// wants every callsite, keeps those interests open; the events still reach only this thread's
+    /// capture.
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        static KEEP_INTEREST: std::sync::Once = std::sync::Once::new();
+        KEEP_INTEREST.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
         let subscriber = tracing_subscriber::fmt()
             .with_writer(self.clone())
             .with_max_level(tracing::Level::WARN)
             .with_ansi(false)
             .finish();
-        tracing::subscriber::set_default(subscriber)
+        let guard = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
+        guard
     }
 
     /// How many captured lines contain `text`.
