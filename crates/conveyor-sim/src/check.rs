@@ -411,7 +411,17 @@ fn check_status(
     }
     // A job decided for the DLQ (a run ended in a permanent failure) never runs again from its queue:
     // its status would go dead_lettered → running (the DLQ send failed and the message came back).
+    // A permanent error in a batch call that returned too few results was never taken: the call
+    // failed as a whole and every job of it was retried.
     let runs: Vec<&Run> = observed.log.runs.iter().filter(|run| run.job == job.id).collect();
+    let rejections: Vec<bool> = observed
+        .log
+        .runs
+        .iter()
+        .enumerate()
+        .filter(|(_, run)| run.job == job.id)
+        .map(|(index, run)| run.end == RunEnd::Permanent && !in_a_short_call(index, &observed.log))
+        .collect();
     // The rejected run's release wrote dead_lettered before the later run claimed, unless its process
     // was killed first (the rejection never recorded: the job runs again, at least once), its Lambda
     // invocation was over before the store came back and another message of the job ran (the same: no
@@ -425,7 +435,7 @@ fn check_status(
                 .ended_ms
                 .is_some_and(|ended| ended + scenario.store_latency.as_millis() <= again.started_ms)
     };
-    if let Some(rejected) = runs.iter().position(|run| run.end == RunEnd::Permanent)
+    if let Some(rejected) = rejections.iter().position(|rejection| *rejection)
         && let Some(again) = runs.get(rejected + 1)
         && job.key.is_some()
         && released_before(runs[rejected], again)
@@ -598,7 +608,7 @@ fn check_dead_letter(
         // The rule for a message that could not run (a FIFO message cannot be deferred with a copy):
         // at its last allowed receive it reaches the DLQ with a reason that says so and why. Both must
         // be true: it was not run at that receive, and the cause it gives happened.
-        if !not_run_at_its_last_receive(scenario, job, observed) {
+        if !not_run_at_its_last_receive(scenario, job, cause, observed) {
             violations.push(format!(
                 "job {}: dead-lettered as not run at its last allowed receive, but it was not at that receive \
                  or it ran then: {}",
@@ -638,11 +648,16 @@ fn check_dead_letter(
 }
 
 /// A message of `job` (the DLQ copy is a new message) was delivered as many times as the redrive
-/// policy allows, on a FIFO queue, and no run of it started at that last receive. A run counts by the
-/// receive it ran in: a consumer still running an older receipt (after a late receive) did not run this
-/// one.
-fn not_run_at_its_last_receive(scenario: &Scenario, job: &JobSpec, observed: &Observation) -> bool {
-    observed.fifo && !last_receives_unrun(scenario, job, observed).is_empty()
+/// policy allows, on a FIFO queue (or on a standard one, by a worker shutting down whose deferred copy
+/// could not be sent), and no run of it started at that last receive. A run counts by the receive it
+/// ran in: a consumer still running an older receipt (after a late receive) did not run this one.
+fn not_run_at_its_last_receive(
+    scenario: &Scenario,
+    job: &JobSpec,
+    cause: NotRun,
+    observed: &Observation,
+) -> bool {
+    (observed.fifo || cause == NotRun::ShutDown) && !last_receives_unrun(scenario, job, observed).is_empty()
 }
 
 /// The receives of `job`'s messages at the last count the redrive policy allows in which no run of
@@ -980,6 +995,10 @@ pub fn in_the_window(scenario: &Scenario, observed: &Observation) -> usize {
 /// results (recorded by the handler as it returned them): such a list cannot be matched to its jobs,
 /// so every job of the call failed and ran again, the documented window of a whole-call failure
 /// after its writes landed (`docs/batch-handlers.md`). Runs of other calls are never excused.
+fn in_a_short_call(run: usize, log: &Log) -> bool {
+    log.short_calls.iter().any(|call| call.runs.contains(&run))
+}
+
 fn run_again_after_a_short_call(job: u32, log: &Log) -> bool {
     let runs: Vec<usize> = log
         .effects
@@ -990,10 +1009,7 @@ fn run_again_after_a_short_call(job: u32, log: &Log) -> bool {
     let Some((_, earlier)) = runs.split_last() else {
         return false;
     };
-    !earlier.is_empty()
-        && earlier
-            .iter()
-            .all(|run| log.short_calls.iter().any(|call| call.runs.contains(run)))
+    !earlier.is_empty() && earlier.iter().all(|run| in_a_short_call(*run, log))
 }
 
 /// `rejected` ran on a Lambda, and the store was down from the run's end (when its release is made)

@@ -198,7 +198,8 @@ async fn gather(runtime: &Runtime, queue: usize, wanted: usize, backlogged: bool
 /// A message a late receive brought at the last receive its redrive policy allows would reach the
 /// DLQ by SQS's redrive, unrun and without a reason, once made visible. On a standard queue it goes
 /// on as a deferred copy (unrun, this receive not counted as a run); on a FIFO queue, where a copy
-/// would break the group's order, it is dead-lettered now with a reason (a tracked job's status says
+/// would break the group's order, or when the copy could not be sent, it is dead-lettered now with a
+/// reason (a tracked job's status says
 /// so), or deleted when its job had completed (see `conveyor-core/src/unrun.rs`). Returns the
 /// others, in order.
 async fn settle_at_the_last_receive(
@@ -219,11 +220,20 @@ async fn settle_at_the_last_receive(
             continue;
         }
         if !source.is_fifo() {
-            let _ = tokio::time::timeout_at(deadline, runtime.pipeline.before_unrun_copy(&message)).await;
-            if !sent_as_a_copy(source, &message, deadline).await {
-                back.push(message);
+            // Half the time for the copy, the rest to dead-letter it if the copy is not sent.
+            let copy_by = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
+            let _ = tokio::time::timeout_at(copy_by, runtime.pipeline.before_unrun_copy(&message)).await;
+            match sent_as_a_copy(source, &message, copy_by).await {
+                Copy::Sent => continue,
+                Copy::SentNotDeleted => {
+                    back.push(message);
+                    continue;
+                }
+                // Made visible, SQS's redrive would move it to the DLQ at its next receive, unrun,
+                // with its status still "retrying" (simulator seeds 670, 1383): dead-letter it now
+                // with its reason, as on a FIFO queue.
+                Copy::NotSent => {}
             }
-            continue;
         }
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
         let failure = conveyor_core::runtime::not_run_at_the_last_receive(
@@ -268,24 +278,33 @@ async fn settle_at_the_last_receive(
     back
 }
 
-/// Sends `message` on as a deferred copy due at once, then deletes it: true when both landed by
-/// `deadline` (send first: a failed delete leaves both, and the idempotency record makes the second a
-/// duplicate).
-async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant) -> bool {
+/// What became of a message sent on as a copy.
+enum Copy {
+    /// The copy was sent and the message deleted.
+    Sent,
+    /// The copy was sent, the message not deleted: both exist, and the idempotency record makes the
+    /// second a duplicate.
+    SentNotDeleted,
+    /// No copy was sent.
+    NotSent,
+}
+
+/// Sends `message` on as a deferred copy due at once, then deletes it, by `deadline` (send first).
+async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant) -> Copy {
     let Ok(copy) = conveyor_core::runtime::deferred_copy(message, Duration::ZERO, false) else {
-        return false;
+        return Copy::NotSent;
     };
     if !matches!(
         tokio::time::timeout_at(deadline, source.send(copy)).await,
         Ok(Ok(_))
     ) {
-        return false;
+        return Copy::NotSent;
     }
     let receipt = [message.receipt_handle.clone()];
-    matches!(
-        tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await,
-        Ok(Ok(failures)) if failures.is_empty()
-    )
+    match tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await {
+        Ok(Ok(failures)) if failures.is_empty() => Copy::Sent,
+        _ => Copy::SentNotDeleted,
+    }
 }
 
 /// How long shutdown waits, at least, for the long polls in flight (from the moment it begins; longer
@@ -321,7 +340,10 @@ async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant
 /// `receive_wait` (the exposure is that wait; each empty poll is a billed request).
 pub(crate) const POLL_GRACE: Duration = Duration::from_secs(1);
 
-/// How long making a late receive's messages visible again may take (from its answer).
+/// How long settling a late receive's messages may take from its answer, at least. It may take as
+/// long as shutdown waits for the receive loops anyway ([`Runtime::late_settle_by`]): with SQS and
+/// the store answering in 4 s, two seconds settled nothing, and a message at its last allowed
+/// receive reached the DLQ by SQS's redrive with its status still "retrying" (simulator seed 670).
 pub(crate) const LATE_RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Waits for a receive that was in flight when shutdown began, until shutdown abandons it
@@ -350,7 +372,11 @@ async fn release_late(
     if messages.is_empty() {
         return;
     }
-    let deadline = Instant::now() + LATE_RELEASE_TIMEOUT.min(runtime.visibility[queue]);
+    let answered = Instant::now();
+    let shutdown_waits_until = runtime.late_settle_by.get().copied().unwrap_or(answered);
+    let deadline = (answered + LATE_RELEASE_TIMEOUT)
+        .max(shutdown_waits_until)
+        .min(answered + runtime.visibility[queue]);
     let messages = settle_at_the_last_receive(runtime, queue, messages, deadline).await;
     let late: Vec<&Message> = messages.iter().collect();
     release_in_order(runtime, queue, &late, deadline).await;

@@ -56,6 +56,9 @@ pub(crate) struct Runtime {
     /// Cancelled once shutdown stops waiting for the long polls in flight: their requests are
     /// dropped (see `crate::receiver::POLL_GRACE`).
     pub(crate) abandon_polls: CancellationToken,
+    /// Set when shutdown begins: until when it waits for the receive loops, so a late receive's
+    /// messages may be settled until then (see `crate::receiver::release_late`).
+    pub(crate) late_settle_by: std::sync::OnceLock<tokio::time::Instant>,
 }
 
 impl Runtime {

@@ -322,6 +322,7 @@ impl Worker {
         let runtime = Arc::new(Runtime {
             gathering,
             abandon_polls: CancellationToken::new(),
+            late_settle_by: std::sync::OnceLock::new(),
             capacity: Capacity::new(config.max_in_flight, &weights, config.priority),
             guards: Guards::new(&self.protections),
             tenants: TenantGuards::new(self.tenant_limits),
@@ -519,6 +520,9 @@ async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mu
         "shutting down: receiving stopped, draining in-flight jobs"
     );
     let deadline = began + jobs_deadline;
+    let _ = runtime
+        .late_settle_by
+        .set(deadline + CANCEL_GRACE + RELEASE_TIMEOUT);
     let drained = !immediate.is_cancelled()
         && tokio::select! {
             () = runtime.tracker.wait() => true,
