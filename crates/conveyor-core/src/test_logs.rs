@@ -37,5 +37,19 @@ pub(crate) fn capture() -> (Lines, DefaultGuard) {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
-    (lines, tracing::subscriber::set_default(subscriber))
+    keep_callsites_open();
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    (lines, guard)
+}
+
+/// `tracing` caches each callsite's interest for the whole process, computed by the first thread
+/// that reaches it: a test thread without a subscriber caches "never", and a capture on another
+/// thread then sees nothing (a flaky CI failure of the Lambda batch tests). A global registry wants
+/// every callsite, so interests stay open; events still reach only each thread's own subscriber.
+pub(crate) fn keep_callsites_open() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
 }

@@ -289,7 +289,9 @@ mod tests {
             .with_simple_exporter(exporter.clone())
             .build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+        crate::test_logs::keep_callsites_open();
         let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        tracing::callsite::rebuild_interest_cache();
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );

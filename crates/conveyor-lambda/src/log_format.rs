@@ -359,7 +359,14 @@ mod tests {
         let writer = captured.clone();
         let subscriber =
             lambda_runtime::tracing::subscriber::registry().with(log_layer(json, move || writer.clone()));
+        // A global registry keeps every callsite's cached interest open: a test thread without a
+        // subscriber would cache "never" for the adapter's callsites, and this capture would miss them.
+        static KEEP_INTEREST: std::sync::Once = std::sync::Once::new();
+        KEEP_INTEREST.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(lambda_runtime::tracing::subscriber::registry());
+        });
         let _default = tracing::subscriber::set_default(subscriber);
+        tracing::callsite::rebuild_interest_cache();
 
         let queue = Arc::new(MemoryQueue::standard("orders"));
         for n in 0..3 {
