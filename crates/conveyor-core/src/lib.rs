@@ -49,6 +49,7 @@ mod timer;
 pub mod trace;
 mod tracking;
 mod unrun;
+mod visibility_cap;
 
 pub use background::BackgroundTask;
 pub use backoff::Backoff;
@@ -141,4 +142,5 @@ pub mod runtime {
     };
     pub use crate::tenant_metrics::{NONE as NO_TENANT, OTHER as OTHER_TENANTS, TenantMetrics};
     pub use crate::unrun::UnrunJob;
+    pub use crate::visibility_cap::{visibility_cap, visibility_room};
 }

@@ -61,7 +61,7 @@ use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::io::Write as _;
 
-use conveyor_core::runtime::{NotRun, Origin, at_last_attempt, not_run_at_the_last_receive};
+use conveyor_core::runtime::{NotRun, Origin, at_last_attempt, not_run_at_the_last_receive, visibility_room};
 use conveyor_core::{
     Pipeline,
     message::Message,
@@ -1289,8 +1289,16 @@ impl BatchProcessor {
                 Settled::Acked(*reason)
             }
             Outcome::Retry { delay, reason } => {
-                tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");
-                Settled::Retry { delay: *delay }
+                // A record whose receipt handle SQS never issued (a hand-written event) gets no
+                // queue call at all; it is listed, as Lambda would list it.
+                let room = visibility_room(message, invocation.settle_by);
+                if *delay > room && !lane.fifo && !item.handle_not_issued() {
+                    let settle_by = invocation.settle_by;
+                    retry_on_copy(queue.as_ref(), &self.pipeline, message, *delay, reason, settle_by).await
+                } else {
+                    tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");
+                    Settled::Retry { delay: *delay }
+                }
             }
             Outcome::Defer { delay, reason } => {
                 let delay = if lane.fifo {
@@ -1477,7 +1485,7 @@ impl BatchProcessor {
                 let group = &mut per_source[position];
                 group.changes.push(VisibilityChange {
                     receipt_handle: result.message.receipt_handle.clone(),
-                    timeout: delay,
+                    timeout: delay.min(visibility_room(&result.message, settle_by)),
                 });
                 group.ids.push(&result.message.id);
             }
@@ -1524,7 +1532,7 @@ impl BatchProcessor {
             positions.push(position);
             changes.push(VisibilityChange {
                 receipt_handle: result.message.receipt_handle.clone(),
-                timeout: delay,
+                timeout: delay.min(visibility_room(&result.message, settle_by)),
             });
             ids.push(result.message.id.as_str());
         }
@@ -1654,7 +1662,40 @@ async fn defer(
     reason: &str,
     settle_by: Instant,
 ) -> Settled {
-    let copy = match conveyor_core::runtime::deferred_copy(message, delay, queue.is_fifo()) {
+    let copy = conveyor_core::runtime::deferred_copy(message, delay, queue.is_fifo());
+    continue_on_copy(queue, pipeline, message, copy, delay, reason, settle_by).await
+}
+
+/// Retries a message of a standard queue on a fresh copy after `delay`, when SQS's 12 hours from its
+/// first receive leave too little to hold it that long ([`visibility_room`]): the copy starts its own
+/// 12 hours and carries this run in its history (see `conveyor-core/src/deferral.rs`), as the worker
+/// does. When the copy cannot be built or sent, the message is retried within the room it has.
+async fn retry_on_copy(
+    queue: &dyn conveyor_core::port::Queue,
+    pipeline: &Pipeline,
+    message: &Message,
+    delay: Duration,
+    reason: &str,
+    settle_by: Instant,
+) -> Settled {
+    tracing::info!(%reason, delay_ms = delay.as_millis() as u64, "retrying on a fresh copy: SQS's 12 hours from the first receive leave too little to wait");
+    let copy = conveyor_core::runtime::retried_copy(message, delay, false);
+    continue_on_copy(queue, pipeline, message, copy, delay, reason, settle_by).await
+}
+
+/// Sends `copy` and leaves the original out of `batchItemFailures`, so the event source mapping
+/// deletes it; when the copy cannot be built or sent before `settle_by`, the message is retried
+/// instead (that receive counts).
+async fn continue_on_copy(
+    queue: &dyn conveyor_core::port::Queue,
+    pipeline: &Pipeline,
+    message: &Message,
+    copy: Result<conveyor_core::port::OutgoingMessage, conveyor_core::runtime::DeferralError>,
+    delay: Duration,
+    reason: &str,
+    settle_by: Instant,
+) -> Settled {
+    let copy = match copy {
         Ok(copy) => copy,
         Err(why) => {
             tracing::info!(%reason, %why, "cannot defer with a copy; retrying after the delay");

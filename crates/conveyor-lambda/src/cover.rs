@@ -133,11 +133,12 @@ pub(crate) async fn cover(
         return refused;
     }
     let timeout = queue.visibility_timeout().max(needed);
+    // Within SQS's 12 hours from each message's first receive, which SQS would refuse to pass.
     let changes: Vec<VisibilityChange> = messages
         .iter()
         .map(|message| VisibilityChange {
             receipt_handle: message.receipt_handle.clone(),
-            timeout,
+            timeout: timeout.min(conveyor_core::runtime::visibility_room(message, wait_until)),
         })
         .collect();
     let failures = match tokio::time::timeout_at(wait_until, queue.change_visibility_batch(&changes)).await {

@@ -1767,3 +1767,60 @@ async fn a_late_ok_is_acknowledged_only_with_its_completion_landed() {
         memory.records()
     );
 }
+
+/// A record first received 11 h 59 min 40 s ago (its message retried for most of SQS's 12 hours),
+/// received again now, whose handler asks to retry after 30 s.
+async fn near_the_twelve_hours(harness: &Harness) -> (String, Vec<Message>) {
+    let id = harness.push("late-in-life", "retry");
+    assert_eq!(harness.receive().await.len(), 1, "the first receive");
+    tokio::time::advance(Duration::from_secs(12 * 3600 - 20)).await;
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 1, "received again");
+    assert_eq!(received[0].receive_count, 2);
+    (id, received)
+}
+
+/// SQS's 12 hours of visibility count from a message's first receive, and SQS refuses a change past
+/// them (issue 51 rule 5). On a standard queue a retry that would end past them goes on a fresh copy
+/// with its delay, the record not listed (the mapping deletes it), as the worker does; no backoff is
+/// asked for. (Before, the backoff was asked for as is, SQS refused it, and the message came
+/// back at the queue's visibility timeout instead of its backoff.)
+#[tokio::test(start_paused = true)]
+async fn a_retry_past_twelve_hours_from_the_first_receive_goes_on_a_fresh_copy() {
+    let harness = Harness::new(slow_queue("jobs"), LambdaConfig::default());
+    let (id, received) = near_the_twelve_hours(&harness).await;
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), Vec::<String>::new(), "{report:?}");
+    assert_eq!(
+        harness.queue.requests().change_visibility,
+        1,
+        "the cover's renewal only (within the 12 hours), no backoff"
+    );
+    let copies = deferred_copies(&harness);
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(copies[0].0, id);
+    assert_eq!(
+        copies[0].2,
+        MessageState::Delayed,
+        "the copy waits out the backoff"
+    );
+}
+
+/// On a FIFO queue a copy would break the group's order: the cover's renewal and the backoff are cut
+/// to what the 12 hours leave, and SQS takes them (the message comes back within seconds, not at the
+/// visibility timeout after a refused change).
+#[tokio::test(start_paused = true)]
+async fn a_fifo_retry_near_twelve_hours_gets_the_backoff_sqs_still_allows() {
+    let queue = MemoryQueue::fifo("jobs.fifo").with_visibility_timeout(Duration::from_secs(300));
+    let harness = Harness::new(queue, LambdaConfig::default());
+    let (id, received) = near_the_twelve_hours(&harness).await;
+    let report = harness.run(&received, in_ten_seconds()).await;
+    assert_eq!(listed(&report), vec![id.clone()]);
+    assert_eq!(harness.state_of(&id), Some(MessageState::InFlight));
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert_eq!(
+        harness.state_of(&id),
+        Some(MessageState::Visible),
+        "a refused change would hold it for the 300 s visibility timeout"
+    );
+}

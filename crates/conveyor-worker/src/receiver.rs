@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::config::WorkerConfig;
-use conveyor_core::limits::{MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT};
-use conveyor_core::runtime::{CLOCK_SKEW_ALLOWANCE, doubling, equal_jitter};
+use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
+use conveyor_core::runtime::{doubling, equal_jitter, visibility_cap};
 use conveyor_core::{
     message::Message,
     port::{Queue, QueueError},
@@ -424,21 +424,6 @@ struct ReceiveTimes {
     received_at: Instant,
 }
 
-/// When SQS's 12 hours of visibility end for `message`, received at `at` (`now` on the wall clock).
-/// SQS counts them from the message's first receive (`ApproximateFirstReceiveTimestamp`), not from
-/// this receipt: a message received again after a retry has less than 12 hours left. The first
-/// receive is SQS's wall-clock time, so the clock skew allowance is taken off (earlier is safe: an
-/// extension or a delay past the cap is refused by SQS).
-fn visibility_cap(message: &Message, at: Instant, now: SystemTime) -> Instant {
-    let since_first = message.first_received_at.map_or(Duration::ZERO, |first| {
-        now.duration_since(first).unwrap_or_default() + CLOCK_SKEW_ALLOWANCE
-    });
-    // A first receive 12 hours back or more leaves no extension at all: the message is held only
-    // for the visibility timeout this receive gave it (the heartbeat stops before it ends), and on a
-    // standard queue the worker goes on with a fresh copy instead (`job::renew_past_the_cap`).
-    at + MAX_VISIBILITY_TIMEOUT.saturating_sub(since_first)
-}
-
 /// Starts a task per message (standard queues) or per message group (FIFO queues).
 fn dispatch(
     runtime: &Arc<Runtime>,
@@ -516,23 +501,6 @@ mod tests {
     use crate::config::{PriorityMode, QueueConfig};
 
     use super::*;
-
-    #[test]
-    fn the_visibility_cap_counts_from_the_first_receive_not_this_one() {
-        let at = Instant::now();
-        let now = SystemTime::now();
-        let mut message = Message::new("m-1", "{}");
-        assert_eq!(visibility_cap(&message, at, now), at + MAX_VISIBILITY_TIMEOUT);
-        message.first_received_at = Some(now - Duration::from_secs(3 * 3600));
-        let left = Duration::from_secs(9 * 3600) - CLOCK_SKEW_ALLOWANCE;
-        assert_eq!(visibility_cap(&message, at, now), at + left);
-        message.first_received_at = Some(now - Duration::from_secs(13 * 3600));
-        assert_eq!(
-            visibility_cap(&message, at, now),
-            at,
-            "past the limit: nothing left to extend"
-        );
-    }
 
     fn config(max_in_flight: usize, weights: &[u32]) -> WorkerConfig {
         WorkerConfig {
