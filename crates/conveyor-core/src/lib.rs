@@ -18,6 +18,7 @@ mod disposition;
 mod envelope;
 mod error;
 pub mod events;
+mod fifo_gate;
 mod flow;
 mod flow_step;
 mod flow_sweep;
@@ -121,6 +122,7 @@ pub mod runtime {
     };
     pub use crate::disposition::{Disposition, reject};
     pub use crate::envelope::{Header, open, seal, sorted};
+    pub use crate::fifo_gate::{GroupGate, GroupGates, Ticket, Turn};
     pub use crate::handler::ErasedHandler;
     pub use crate::lease::Lease;
     pub use crate::log_output::{

@@ -61,7 +61,9 @@ use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::io::Write as _;
 
-use conveyor_core::runtime::{NotRun, Origin, at_last_attempt, not_run_at_the_last_receive, visibility_room};
+use conveyor_core::runtime::{
+    GroupGates, NotRun, Origin, Turn, at_last_attempt, not_run_at_the_last_receive, visibility_room,
+};
 use conveyor_core::{
     Pipeline,
     message::Message,
@@ -91,6 +93,8 @@ pub struct BatchProcessor {
     /// The process's record slots, shared by every invocation it runs at once (see
     /// `src/concurrency.rs`'s design note).
     slots: Arc<tokio::sync::Semaphore>,
+    /// One batch of a FIFO group at a time across the invocations the process runs at once.
+    fifo_gates: Arc<GroupGates>,
 }
 
 impl std::fmt::Debug for BatchProcessor {
@@ -681,6 +685,7 @@ impl BatchProcessor {
             .max(1);
         Self {
             slots: Arc::new(tokio::sync::Semaphore::new(slots)),
+            fifo_gates: Arc::new(GroupGates::default()),
             tenants: Arc::new(Tenants::new(&config.tenants)),
             pipeline,
             config,
@@ -984,10 +989,50 @@ impl BatchProcessor {
         lanes
     }
 
+    /// Runs a lane; a FIFO group's lane only while it holds its group's gate in the process
+    /// ([`GroupGates`]): concurrent invocations of one execution environment (Lambda Managed Instances,
+    /// or any process that runs `process_batch` in parallel) run one batch of a group at a time, in the
+    /// order their lanes asked, whatever the queue handed out (an emulator that unlocks a group early, a
+    /// visibility that lapsed). A lane that did not get the gate by the cutoff starts nothing; one
+    /// received before an earlier batch of its group went back goes back unrun too.
+    async fn run_lane(&self, lane: Lane, invocation: Invocation) -> (Lane, Vec<ItemResult>) {
+        let Some(group) = self.gated_group(&lane) else {
+            return self.run_lane_in_order(lane, invocation).await;
+        };
+        let ticket = self.fifo_gates.ticket(&lane.queue.arn, &group);
+        let (lane, results) = match tokio::time::timeout_at(invocation.cutoff, ticket.wait()).await {
+            Ok((_held, Turn::Run)) => self.run_lane_in_order(lane, invocation).await,
+            Ok((_held, _)) => unrun_lane(
+                lane,
+                Settled::Untouched,
+                "not started: an earlier batch of its FIFO group went back after this one was received",
+            ),
+            Err(_) => unrun_lane(
+                lane,
+                Settled::NotStarted,
+                "not started: another invocation of this process held its FIFO group until the cutoff",
+            ),
+        };
+        if results.iter().any(|result| result.settled.is_failure()) {
+            ticket.gate().returned();
+        }
+        self.fifo_gates.done(&lane.queue.arn, &group, ticket);
+        (lane, results)
+    }
+
+    /// The FIFO group a lane holds (one group per lane, unless [`FifoFailure::Batch`] puts the whole
+    /// batch in one lane, which is not gated: two such lanes could wait on each other's groups).
+    fn gated_group(&self, lane: &Lane) -> Option<String> {
+        if !lane.fifo || self.config.fifo_failure == FifoFailure::Batch {
+            return None;
+        }
+        lane.items.first()?.message.group_id.clone()
+    }
+
     /// Runs a lane's records in order. After a failure on a FIFO queue the rest of the group is not
     /// started: it gets the failed message's backoff, so the group comes back together and in order
     /// (untouched, back at the visibility timeout, when the failed one was untouched itself).
-    async fn run_lane(&self, lane: Lane, invocation: Invocation) -> (Lane, Vec<ItemResult>) {
+    async fn run_lane_in_order(&self, lane: Lane, invocation: Invocation) -> (Lane, Vec<ItemResult>) {
         let mut results = Vec::with_capacity(lane.items.len());
         let mut blocked: Option<Settled> = None;
         for (position, item) in lane.items.iter().enumerate() {
@@ -1634,6 +1679,30 @@ fn source_for(sources: &mut Vec<Source>, arn: &str) -> usize {
         metrics: BatchMetrics::new(name),
     });
     sources.len() - 1
+}
+
+/// Every record of `lane` settled as `settled` without starting (the lane did not get its FIFO
+/// group's turn), `why` logged for each.
+fn unrun_lane(lane: Lane, settled: Settled, why: &str) -> (Lane, Vec<ItemResult>) {
+    let results = lane
+        .items
+        .iter()
+        .map(|item| {
+            tracing::info!(message_id = %item.message.id, "{why}");
+            ItemResult {
+                index: item.index,
+                source: lane.source,
+                message: Arc::clone(&item.message),
+                settled,
+                handler_duration: None,
+                deferred: None,
+                backoff_set: false,
+                lost: false,
+                not_issued: item.handle_not_issued(),
+            }
+        })
+        .collect();
+    (lane, results)
 }
 
 /// Defers a record of a standard queue the invocation had no time to start: its large-payload object

@@ -1824,3 +1824,32 @@ async fn a_fifo_retry_near_twelve_hours_gets_the_backoff_sqs_still_allows() {
         "a refused change would hold it for the 300 s visibility timeout"
     );
 }
+
+/// Two invocations of one process at once (Lambda Managed Instances) that were handed the same FIFO
+/// group (an emulator that unlocks a group early, a visibility that lapsed): the group's messages run
+/// one at a time, in the order the invocations started, both to completion (issue 51 rule 5). Before,
+/// each invocation ran its lane at once: two messages of one group ran together.
+#[tokio::test(start_paused = true)]
+async fn one_message_of_a_fifo_group_at_a_time_across_invocations() {
+    let queue = MemoryQueue::fifo("jobs.fifo").with_visibility_timeout(Duration::from_secs(300));
+    let harness = Harness::new(queue, LambdaConfig::default());
+    harness.push_step(json!({"name": "first", "sleep_ms": 3000}), Some("g"));
+    harness.push_step(json!({"name": "second", "sleep_ms": 1000}), Some("g"));
+    let received = harness.receive().await;
+    assert_eq!(received.len(), 2, "one receive brings the group");
+    let deadline = Instant::now() + Duration::from_secs(10);
+
+    let (first, second) = tokio::join!(
+        harness.run(&received[..1], deadline),
+        harness.run(&received[1..], deadline)
+    );
+
+    assert!(listed(&first).is_empty(), "{first:?}");
+    assert!(listed(&second).is_empty(), "{second:?}");
+    assert_eq!(harness.ran(), vec!["first", "second"]);
+    assert_eq!(
+        harness.running.1.load(Ordering::SeqCst),
+        1,
+        "never two handlers of the group at once"
+    );
+}

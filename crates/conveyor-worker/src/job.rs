@@ -20,11 +20,11 @@ use tracing::Instrument;
 use crate::apply::{
     Applying, Settled, apply, defer, past_the_limit, record_retry_in_place, release_in_order, set_visibility,
 };
-use crate::fifo_gate::{Ticket, Turn};
 use crate::protect::{Admission, Breaker, acquire_slot};
 use crate::report::add;
 use crate::runtime::{Held, Runtime};
 use crate::telemetry::record_deferral;
+use conveyor_core::runtime::{Ticket, Turn};
 
 /// A received message with everything that keeps it in flight.
 pub(crate) struct Received {
@@ -274,7 +274,7 @@ pub(crate) async fn run_group(
         let (_turn, turn) = ticket.wait().await;
         let returned = match turn {
             Turn::Run => run_members(&runtime, queue, members).await,
-            Turn::GoBack => {
+            _ => {
                 tracing::info!(queue = %runtime.names[queue], group, "an earlier batch of the FIFO group went back; this one follows it, unrun");
                 release_rest(&runtime, queue, members.into(), Reason::GroupFailed).await;
                 true
@@ -284,7 +284,7 @@ pub(crate) async fn run_group(
             ticket.gate().returned();
         }
     }
-    runtime.fifo_gates.done(queue, &group, ticket);
+    runtime.fifo_gates.done(&queue.to_string(), &group, ticket);
 }
 
 /// Runs the members of one batch of a group in order; true when any of them went back to the queue.

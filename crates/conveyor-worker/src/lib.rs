@@ -7,7 +7,6 @@ pub mod connect;
 mod deleter;
 mod entry;
 mod error;
-mod fifo_gate;
 pub mod heartbeat;
 mod job;
 mod logging;

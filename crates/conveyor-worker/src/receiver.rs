@@ -487,8 +487,8 @@ fn dispatch(
     }
     for group in order {
         if let Some(members) = groups.remove(&group) {
-            // The ticket is taken now, in receive order (see `crate::fifo_gate`).
-            let ticket = runtime.fifo_gates.ticket(queue, &group);
+            // The ticket is taken now, in receive order (see `conveyor_core::runtime::GroupGates`).
+            let ticket = runtime.fifo_gates.ticket(&queue.to_string(), &group);
             runtime
                 .tracker
                 .spawn(run_group(Arc::clone(runtime), queue, group, ticket, members));

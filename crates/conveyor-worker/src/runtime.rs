@@ -45,8 +45,8 @@ pub(crate) struct Runtime {
     pub(crate) hard_stop: CancellationToken,
     /// Every message task, for the drain.
     pub(crate) tracker: TaskTracker,
-    /// One batch of a FIFO group at a time (see [`crate::fifo_gate`]).
-    pub(crate) fifo_gates: crate::fifo_gate::GroupGates,
+    /// One batch of a FIFO group at a time (see [`conveyor_core::runtime::GroupGates`]).
+    pub(crate) fifo_gates: conveyor_core::runtime::GroupGates,
     /// A moving average of how long a message holds its slot (claim, handler, complete, settling), in
     /// microseconds (for the receive linger).
     pub(crate) typical_job_micros: AtomicU64,

@@ -339,7 +339,7 @@ impl Worker {
             stop_receiving: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
-            fifo_gates: crate::fifo_gate::GroupGates::default(),
+            fifo_gates: conveyor_core::runtime::GroupGates::default(),
             typical_job_micros: std::sync::atomic::AtomicU64::new(0),
             config,
         });

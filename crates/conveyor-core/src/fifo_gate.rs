@@ -1,4 +1,5 @@
-//! One batch of a FIFO group at a time per worker, whatever the queue hands out.
+//! One batch of a FIFO group at a time per process (a worker, or a Lambda execution environment that
+//! runs several invocations at once), whatever the queue hands out.
 //!
 //! # Design note: why, and what it keeps
 //!
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// A FIFO group's gate.
 #[derive(Debug, Default)]
-pub(crate) struct GroupGate {
+pub struct GroupGate {
     turn: tokio::sync::Mutex<()>,
     /// How many times a batch of the group put messages back.
     returns: AtomicU64,
@@ -27,20 +28,22 @@ pub(crate) struct GroupGate {
 
 impl GroupGate {
     /// Counts a batch of the group putting messages back.
-    pub(crate) fn returned(&self) {
+    pub fn returned(&self) {
         self.returns.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 /// A batch's place at its group's gate, taken when the receive answered.
 #[derive(Debug)]
-pub(crate) struct Ticket {
+pub struct Ticket {
     gate: Arc<GroupGate>,
     returns_at_receive: u64,
 }
 
 /// What a batch may do once it holds its group's gate.
-pub(crate) enum Turn {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Turn {
     /// Run, in order.
     Run,
     /// An earlier batch of the group put messages back after this one was received: go back unrun.
@@ -49,7 +52,7 @@ pub(crate) enum Turn {
 
 impl Ticket {
     /// Waits for the group's turn; the guard holds it until dropped.
-    pub(crate) async fn wait(&self) -> (tokio::sync::MutexGuard<'_, ()>, Turn) {
+    pub async fn wait(&self) -> (tokio::sync::MutexGuard<'_, ()>, Turn) {
         let guard = self.gate.turn.lock().await;
         let turn = if self.gate.returns.load(Ordering::Acquire) == self.returns_at_receive {
             Turn::Run
@@ -60,22 +63,22 @@ impl Ticket {
     }
 
     /// The group's gate.
-    pub(crate) fn gate(&self) -> &GroupGate {
+    pub fn gate(&self) -> &GroupGate {
         &self.gate
     }
 }
 
 /// The gates of the groups a worker holds batches of, per queue.
 #[derive(Debug, Default)]
-pub(crate) struct GroupGates {
-    gates: Mutex<HashMap<(usize, String), Arc<GroupGate>>>,
+pub struct GroupGates {
+    gates: Mutex<HashMap<(String, String), Arc<GroupGate>>>,
 }
 
 impl GroupGates {
     /// A ticket for a batch of `group` on queue `queue`, just received.
-    pub(crate) fn ticket(&self, queue: usize, group: &str) -> Ticket {
+    pub fn ticket(&self, queue: &str, group: &str) -> Ticket {
         let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-        let gate = Arc::clone(gates.entry((queue, group.to_owned())).or_default());
+        let gate = Arc::clone(gates.entry((queue.to_owned(), group.to_owned())).or_default());
         let returns_at_receive = gate.returns.load(Ordering::Acquire);
         Ticket {
             gate,
@@ -84,9 +87,9 @@ impl GroupGates {
     }
 
     /// Forgets the gate of `group` when no batch holds a ticket for it any more.
-    pub(crate) fn done(&self, queue: usize, group: &str, ticket: Ticket) {
+    pub fn done(&self, queue: &str, group: &str, ticket: Ticket) {
         let mut gates = self.gates.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = (queue, group.to_owned());
+        let key = (queue.to_owned(), group.to_owned());
         drop(ticket);
         if gates.get(&key).is_some_and(|gate| Arc::strong_count(gate) == 1) {
             gates.remove(&key);
@@ -101,8 +104,8 @@ mod tests {
     #[tokio::test]
     async fn a_batch_received_before_an_earlier_one_went_back_goes_back_too() {
         let gates = GroupGates::default();
-        let first = gates.ticket(0, "g");
-        let second = gates.ticket(0, "g");
+        let first = gates.ticket("q", "g");
+        let second = gates.ticket("q", "g");
         {
             let (_guard, turn) = first.wait().await;
             assert!(matches!(turn, Turn::Run));
@@ -114,7 +117,7 @@ mod tests {
             "its messages come after the ones that went back"
         );
         drop(_guard);
-        let later = gates.ticket(0, "g");
+        let later = gates.ticket("q", "g");
         let (_guard, turn) = later.wait().await;
         assert!(
             matches!(turn, Turn::Run),
@@ -125,24 +128,24 @@ mod tests {
     #[tokio::test]
     async fn gates_are_forgotten_when_no_batch_holds_a_ticket() {
         let gates = GroupGates::default();
-        let ticket = gates.ticket(0, "g");
-        let other = gates.ticket(0, "g");
-        gates.done(0, "g", ticket);
+        let ticket = gates.ticket("q", "g");
+        let other = gates.ticket("q", "g");
+        gates.done("q", "g", ticket);
         assert_eq!(
             gates.gates.lock().unwrap().len(),
             1,
             "another batch still holds one"
         );
-        gates.done(0, "g", other);
+        gates.done("q", "g", other);
         assert!(gates.gates.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
     async fn one_batch_of_a_group_at_a_time() {
         let gates = Arc::new(GroupGates::default());
-        let first = gates.ticket(0, "g");
+        let first = gates.ticket("q", "g");
         let (guard, _) = first.wait().await;
-        let second = gates.ticket(0, "g");
+        let second = gates.ticket("q", "g");
         let waiting = tokio::spawn(async move {
             let (_guard, _) = second.wait().await;
         });
