@@ -417,8 +417,15 @@ impl Producer {
                     .queue_attribute(QueueAttributeName::MaximumMessageSize)
                     .await
                     .and_then(|value| value.parse::<usize>().ok());
-                if limit.is_none() {
-                    tracing::debug!(queue = %self.name, "cannot read the queue's MaximumMessageSize; offloading over 1 MiB");
+                match limit {
+                    None => tracing::debug!(queue = %self.name, "cannot read the queue's MaximumMessageSize; offloading over 1 MiB"),
+                    Some(limit) if limit < MAX_MESSAGE_BYTES => tracing::warn!(
+                        queue = %self.name,
+                        maximum_message_size = limit,
+                        "the queue takes messages up to {limit} bytes, where SQS allows 1 MiB since August 2025: \
+                         jobs over it go through S3; raise its MaximumMessageSize to 1048576 to send them inline"
+                    ),
+                    Some(_) => {}
                 }
                 limit.unwrap_or(MAX_MESSAGE_BYTES).min(MAX_MESSAGE_BYTES)
             })

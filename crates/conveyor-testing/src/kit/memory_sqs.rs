@@ -27,10 +27,11 @@ use serde_json::{Value, json};
 /// The account in the queue URLs [`MemorySqs::queue_url`] makes.
 const ACCOUNT: &str = "000000000000";
 
-/// SQS's defaults, answered to `GetQueueAttributes` (4 days' retention, 256 KiB messages).
+/// SQS's defaults for a new queue, answered to `GetQueueAttributes` (4 days' retention; 1 MiB
+/// messages, the default and the maximum since August 2025).
 const DEFAULT_ATTRIBUTES: [(&str, &str); 5] = [
     ("MessageRetentionPeriod", "345600"),
-    ("MaximumMessageSize", "262144"),
+    ("MaximumMessageSize", "1048576"),
     ("VisibilityTimeout", "30"),
     ("DelaySeconds", "0"),
     ("ReceiveMessageWaitTimeSeconds", "0"),
