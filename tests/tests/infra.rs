@@ -1173,8 +1173,13 @@ fn the_limits_terraform_checks_are_the_codes() -> Result<()> {
     )?;
     ensure_mentions(
         &lambda_preconditions,
-        "var.reserved_concurrent_executions >= var.maximum_concurrency",
+        "var.reserved_concurrent_executions >= coalesce(local.maximum_concurrency, 0)",
         "lambda-consumer reserved concurrency precondition",
+    )?;
+    ensure_mentions(
+        &lambda_preconditions,
+        "var.provisioned_pollers == null || var.maximum_concurrency == null",
+        "lambda-consumer provisioned mode precondition",
     )?;
     Ok(())
 }

@@ -601,6 +601,46 @@ fn cases() -> Vec<Case> {
             None,
         ),
         case(
+            "lambda_provisioned_pollers_with_maximum_concurrency",
+            "lambda-consumer",
+            &[
+                ("provisioned_pollers", "{ minimum = 2, maximum = 20 }"),
+                ("maximum_concurrency", "10"),
+            ],
+            Some("provisioned_pollers and maximum_concurrency cannot be set together"),
+        ),
+        case(
+            "lambda_provisioned_pollers_minimum_above_maximum",
+            "lambda-consumer",
+            &[("provisioned_pollers", "{ minimum = 30, maximum = 20 }")],
+            Some("provisioned_pollers needs 2 <= minimum <= 200"),
+        ),
+        Case {
+            asserts: vec![
+                (
+                    "length(aws_lambda_event_source_mapping.this.scaling_config) == 0".to_owned(),
+                    "provisioned mode sets no maximum concurrency".to_owned(),
+                ),
+                (
+                    "aws_lambda_event_source_mapping.this.provisioned_poller_config[0].minimum_pollers == 2 && aws_lambda_event_source_mapping.this.provisioned_poller_config[0].maximum_pollers == 20".to_owned(),
+                    "the pollers as given".to_owned(),
+                ),
+            ],
+            ..case(
+                "lambda_provisioned_pollers",
+                "lambda-consumer",
+                &[("provisioned_pollers", "{ minimum = 2, maximum = 20 }")],
+                None,
+            )
+        },
+        Case {
+            asserts: vec![(
+                "aws_lambda_event_source_mapping.this.scaling_config[0].maximum_concurrency == 10 && length(aws_lambda_event_source_mapping.this.provisioned_poller_config) == 0".to_owned(),
+                "on demand by default, at most 10 invocations".to_owned(),
+            )],
+            ..case("lambda_on_demand_by_default", "lambda-consumer", &[], None)
+        },
+        case(
             "lambda_fifo_batch_above_ten",
             "lambda-consumer",
             &[

@@ -17,6 +17,9 @@ locals {
   account_id      = local.queue_arn_parts[4]
   fifo            = endswith(var.queue_arn, ".fifo")
 
+  # On-demand polling bounds concurrency at 10 unless told otherwise; provisioned mode has none.
+  maximum_concurrency = var.provisioned_pollers == null ? coalesce(var.maximum_concurrency, 10) : var.maximum_concurrency
+
   # IAM role names are at most 64 characters; a name_prefix at most 38 (AWS appends 26).
   role_name_prefix = "${substr(var.function_name, 0, 37)}-"
 }
@@ -148,7 +151,7 @@ resource "aws_lambda_function" "this" {
     }
 
     precondition {
-      condition     = var.reserved_concurrent_executions == -1 || var.reserved_concurrent_executions >= var.maximum_concurrency
+      condition     = var.reserved_concurrent_executions == -1 || local.maximum_concurrency == null || var.reserved_concurrent_executions >= coalesce(local.maximum_concurrency, 0)
       error_message = "reserved_concurrent_executions must be -1 (none reserved) or at least maximum_concurrency: with less, the event source mapping starts invocations that Lambda throttles, and throttled messages spend receives and reach the DLQ without having run."
     }
   }
@@ -164,8 +167,23 @@ resource "aws_lambda_event_source_mapping" "this" {
   maximum_batching_window_in_seconds = var.maximum_batching_window_in_seconds
   function_response_types            = ["ReportBatchItemFailures"]
 
-  scaling_config {
-    maximum_concurrency = var.maximum_concurrency
+  # On demand: at most maximum_concurrency invocations. Provisioned mode: pollers kept ready instead
+  # (AWS refuses both at once).
+  dynamic "scaling_config" {
+    for_each = local.maximum_concurrency == null ? [] : [local.maximum_concurrency]
+
+    content {
+      maximum_concurrency = scaling_config.value
+    }
+  }
+
+  dynamic "provisioned_poller_config" {
+    for_each = var.provisioned_pollers == null ? [] : [var.provisioned_pollers]
+
+    content {
+      minimum_pollers = provisioned_poller_config.value.minimum
+      maximum_pollers = provisioned_poller_config.value.maximum
+    }
   }
 
   dynamic "filter_criteria" {
@@ -194,6 +212,11 @@ resource "aws_lambda_event_source_mapping" "this" {
   depends_on = [aws_iam_role_policy.this]
 
   lifecycle {
+    precondition {
+      condition     = var.provisioned_pollers == null || var.maximum_concurrency == null
+      error_message = "provisioned_pollers and maximum_concurrency cannot be set together: AWS refuses a provisioned-mode event source mapping with a maximum concurrency. Bound the load with provisioned_pollers.maximum instead, or leave provisioned_pollers null to poll on demand."
+    }
+
     precondition {
       condition     = !local.fifo || (var.batch_size <= 10 && var.maximum_batching_window_in_seconds == 0)
       error_message = "The queue is a FIFO queue: batch_size must be at most 10 and maximum_batching_window_in_seconds 0 (SQS FIFO event sources support neither larger batches nor a batching window)."

@@ -131,13 +131,31 @@ variable "maximum_batching_window_in_seconds" {
 }
 
 variable "maximum_concurrency" {
-  description = "Most concurrent invocations the event source mapping starts (scaling_config). Limits the load on downstream services without the throttling and early DLQ moves that reserved concurrency causes."
+  description = "Most concurrent invocations the event source mapping starts (scaling_config). Limits the load on downstream services without the throttling and early DLQ moves that reserved concurrency causes. null (the default) means 10 in on-demand mode; provisioned mode (provisioned_pollers) excludes it."
   type        = number
-  default     = 10
+  default     = null
 
   validation {
-    condition     = var.maximum_concurrency >= 2 && var.maximum_concurrency <= 1000
+    condition     = var.maximum_concurrency == null || (coalesce(var.maximum_concurrency, 10) >= 2 && coalesce(var.maximum_concurrency, 10) <= 1000)
     error_message = "maximum_concurrency must be between 2 and 1000 (AWS's limits)."
+  }
+}
+
+variable "provisioned_pollers" {
+  description = "Provisioned mode for the event source mapping (SQS, November 2025): event pollers kept ready, from minimum (at least 2) to maximum, each about 5 MB/s. It scales faster than on-demand polling and is billed per poller-hour whether or not messages arrive. null (the default) polls on demand. It cannot be combined with maximum_concurrency; see docs/running.md for when each fits."
+  type = object({
+    minimum = number
+    maximum = number
+  })
+  default = null
+
+  validation {
+    condition = var.provisioned_pollers == null || (
+      try(var.provisioned_pollers.minimum, 0) >= 2 && try(var.provisioned_pollers.minimum, 0) <= 200 &&
+      try(var.provisioned_pollers.maximum, 0) >= 2 && try(var.provisioned_pollers.maximum, 0) <= 2000 &&
+      try(var.provisioned_pollers.minimum <= var.provisioned_pollers.maximum, false)
+    )
+    error_message = "provisioned_pollers needs 2 <= minimum <= 200, 2 <= maximum <= 2000 and minimum <= maximum (AWS's limits for SQS event sources)."
   }
 }
 
