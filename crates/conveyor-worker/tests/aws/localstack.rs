@@ -382,3 +382,50 @@ async fn an_idle_worker_stops_within_about_a_second() {
     );
     assert_eq!(seen.len(), 1, "not lost");
 }
+
+/// SQS takes messages up to 1 MiB since August 2025 (issue 56), and LocalStack 4.8.1 creates queues at
+/// that limit: a 900 KiB job goes through inline (no S3), runs once, and, failing for good, reaches the
+/// DLQ whole, its failure record added beside the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_900_kib_job_runs_and_reaches_the_dlq_whole() {
+    let client = aws::sqs().await;
+    let created = create_queue(&client, &QueueSpec::standard("inline-900k").max_receive_count(5))
+        .await
+        .unwrap();
+    let queue = connect(&client, &created.url).await;
+    let dlq = connect(&client, created.dlq_url.as_deref().unwrap()).await;
+    let log = Log::new();
+    let pipeline = Pipeline::new(Router::new().route(Recorder::<Plain>::new(&log)));
+    let worker = Worker::new(
+        aws::config(&[(&created.url, 1)]),
+        pipeline,
+        vec![queue.clone() as Arc<dyn Queue>],
+    )
+    .unwrap();
+    let poison = TestJob {
+        id: 900,
+        fail: Fail::Permanent,
+        ..TestJob::default()
+    };
+    let mut large = message("plain", &poison);
+    let mut body: serde_json::Value = serde_json::from_str(&large.body).unwrap();
+    body["padding"] = serde_json::Value::String("x".repeat(900 * 1024));
+    large.body = body.to_string();
+    let size = large.body.len();
+    assert!(size > 900 * 1024, "over SQS's old 256 KiB limit by far");
+    send_all(&queue, vec![large]).await;
+
+    let running = start(worker);
+    eventually(30, "the large job dead-lettered", || {
+        running.status.report().dead_lettered == 1
+    })
+    .await;
+    running.stop().await;
+
+    assert_eq!(log.ids(Kind::Started), vec![900], "ran once");
+    let dead = dlq.receive(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].body.len(), size, "the whole body, not a pointer to S3");
+    let failure = dead[0].string_attribute(FAILURE_ATTRIBUTE).unwrap();
+    assert!(failure.contains("poison"), "{failure}");
+}
