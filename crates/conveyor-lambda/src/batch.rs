@@ -94,7 +94,7 @@ pub struct BatchProcessor {
     /// `src/concurrency.rs`'s design note).
     slots: Arc<tokio::sync::Semaphore>,
     /// One batch of a FIFO group at a time across the invocations the process runs at once.
-    fifo_gates: Arc<GroupGates>,
+    fifo_gates: GroupGates,
 }
 
 impl std::fmt::Debug for BatchProcessor {
@@ -685,7 +685,7 @@ impl BatchProcessor {
             .max(1);
         Self {
             slots: Arc::new(tokio::sync::Semaphore::new(slots)),
-            fifo_gates: Arc::new(GroupGates::default()),
+            fifo_gates: GroupGates::default(),
             tenants: Arc::new(Tenants::new(&config.tenants)),
             pipeline,
             config,

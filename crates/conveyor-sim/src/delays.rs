@@ -581,14 +581,8 @@ pub fn simulate_delays(seed: u64) -> DelayReport {
             };
         }
     };
-    if std::env::var_os("DELAY_DEBUG").is_some() {
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter("conveyor_core=debug,conveyor_lambda=debug,conveyor_worker=info")
-            .with_writer(std::io::stderr)
-            .finish();
-        return tracing::subscriber::with_default(subscriber, || runtime.block_on(run(&scenario)));
-    }
-    runtime.block_on(run(&scenario))
+    let filter = "conveyor_core=debug,conveyor_lambda=debug,conveyor_worker=info";
+    crate::with_debug_logs("DELAY_DEBUG", filter, || runtime.block_on(run(&scenario)))
 }
 
 async fn run(scenario: &DelayScenario) -> DelayReport {

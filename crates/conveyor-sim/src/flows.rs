@@ -674,14 +674,8 @@ pub fn simulate_flow_scenario(scenario: &FlowScenario) -> FlowReport {
         }
     };
     fastrand::seed(scenario.seed);
-    if std::env::var_os("FLOW_DEBUG").is_some() {
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter("conveyor_core=debug,conveyor_worker=info")
-            .with_writer(std::io::stderr)
-            .finish();
-        return tracing::subscriber::with_default(subscriber, || runtime.block_on(run(scenario.clone())));
-    }
-    runtime.block_on(run(scenario.clone()))
+    let filter = "conveyor_core=debug,conveyor_worker=info";
+    crate::with_debug_logs("FLOW_DEBUG", filter, || runtime.block_on(run(scenario.clone())))
 }
 
 async fn run(scenario: FlowScenario) -> FlowReport {

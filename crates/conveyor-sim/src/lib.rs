@@ -62,6 +62,19 @@ pub fn map_seeds<R: Send>(
     results
 }
 
+/// Runs `run`, with the runtimes' logs on stderr (filtered by `filter`) when environment variable
+/// `var` is set (`FLOW_DEBUG=1`, `DELAY_DEBUG=1`): one seed's story, read beside its trace.
+pub fn with_debug_logs<R>(var: &str, filter: &str, run: impl FnOnce() -> R) -> R {
+    if std::env::var_os(var).is_none() {
+        return run();
+    }
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .finish();
+    tracing::subscriber::with_default(subscriber, run)
+}
+
 /// One seed's world: a current-thread runtime on a paused clock, with the global `fastrand` (the
 /// runtimes' jitter) seeded by `seed`; `Err` says why the runtime could not be built.
 pub fn seeded_paused_runtime(seed: u64) -> Result<tokio::runtime::Runtime, String> {

@@ -224,15 +224,15 @@ async fn settle_at_the_last_receive(
             let copy_by = deadline - deadline.saturating_duration_since(Instant::now()) / 2;
             let _ = tokio::time::timeout_at(copy_by, runtime.pipeline.before_unrun_copy(&message)).await;
             match sent_as_a_copy(source, &message, copy_by).await {
-                Copy::Sent => continue,
-                Copy::SentNotDeleted => {
+                CopySent::Sent => continue,
+                CopySent::SentNotDeleted => {
                     back.push(message);
                     continue;
                 }
                 // Made visible, SQS's redrive would move it to the DLQ at its next receive, unrun,
                 // with its status still "retrying" (simulator seeds 670, 1383): dead-letter it now
                 // with its reason, as on a FIFO queue.
-                Copy::NotSent => {}
+                CopySent::NotSent => {}
             }
         }
         let job_type = runtime.pipeline.router().job_type_for(&message).unwrap_or("");
@@ -279,7 +279,7 @@ async fn settle_at_the_last_receive(
 }
 
 /// What became of a message sent on as a copy.
-enum Copy {
+enum CopySent {
     /// The copy was sent and the message deleted.
     Sent,
     /// The copy was sent, the message not deleted: both exist, and the idempotency record makes the
@@ -290,20 +290,20 @@ enum Copy {
 }
 
 /// Sends `message` on as a deferred copy due at once, then deletes it, by `deadline` (send first).
-async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant) -> Copy {
+async fn sent_as_a_copy(source: &dyn Queue, message: &Message, deadline: Instant) -> CopySent {
     let Ok(copy) = conveyor_core::runtime::deferred_copy(message, Duration::ZERO, false) else {
-        return Copy::NotSent;
+        return CopySent::NotSent;
     };
     if !matches!(
         tokio::time::timeout_at(deadline, source.send(copy)).await,
         Ok(Ok(_))
     ) {
-        return Copy::NotSent;
+        return CopySent::NotSent;
     }
     let receipt = [message.receipt_handle.clone()];
     match tokio::time::timeout_at(deadline, source.delete_batch(&receipt)).await {
-        Ok(Ok(failures)) if failures.is_empty() => Copy::Sent,
-        _ => Copy::SentNotDeleted,
+        Ok(Ok(failures)) if failures.is_empty() => CopySent::Sent,
+        _ => CopySent::SentNotDeleted,
     }
 }
 
