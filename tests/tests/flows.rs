@@ -673,33 +673,28 @@ async fn conveyor_jobs_sweep_flows_ends_a_flow_past_its_deadline_by_its_policy()
     let table = localstack::create_table(&dynamodb, "e2e-flow-sweep").await?;
     let queue = localstack::create_queue(&sqs, &queue_spec("e2e-flow-sweep")).await?;
     let store = Arc::new(DynamoStore::new(dynamodb, &table));
-    // Nobody consumes the children: past the deadline the sweep counts both as failed, and the
-    // policy (FailParent) sends the parent's failure notice.
+    // Nobody consumes the children: past its deadline the sweep counts a flow's children as failed,
+    // and the policy (FailParent) sends the parent's failure notice. A second flow, whose deadline is
+    // an hour away, is in the same table when the sweep runs: it is left alone. (A sweep before the
+    // first flow's deadline would race the clock on a loaded machine.)
     let flow = poisoned_flow("cr-sweep", &queue.url, ChildFailurePolicy::FailParent)
         .deadline(Duration::from_secs(2));
-    let sent = FlowProducer::new(sqs.clone(), store.clone()).send(&flow).await?;
+    let later = poisoned_flow("cr-later", &queue.url, ChildFailurePolicy::FailParent)
+        .deadline(Duration::from_secs(3600));
+    let producer = FlowProducer::new(sqs.clone(), store.clone());
+    let sent = producer.send(&flow).await?;
+    let sent_later = producer.send(&later).await?;
     let state = store.flow(&sent.flow).await?.expect("the flow's record");
     let deadline = std::time::UNIX_EPOCH + Duration::from_millis(state.deadline);
-    let sweep = async || -> anyhow::Result<std::process::Output> {
-        Ok(tokio::process::Command::new(binaries().path("conveyor")?)
-            .envs(localstack::aws_env())
-            .args(["jobs", "--table", &table, "--output", "json", "sweep-flows"])
-            .output()
-            .await?)
-    };
-    let early = sweep().await?;
-    assert!(early.status.success(), "{early:?}");
-    assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&early.stdout)?["overdue"],
-        0,
-        "a flow before its deadline is left alone"
-    );
-
     wait_until(Duration::from_secs(30), Duration::from_millis(100), async || {
         std::time::SystemTime::now() > deadline
     })
     .await?;
-    let swept = sweep().await?;
+    let swept = tokio::process::Command::new(binaries().path("conveyor")?)
+        .envs(localstack::aws_env())
+        .args(["jobs", "--table", &table, "--output", "json", "sweep-flows"])
+        .output()
+        .await?;
     assert!(swept.status.success(), "{swept:?}");
     let report: serde_json::Value = serde_json::from_slice(&swept.stdout)?;
     assert_eq!(
@@ -717,8 +712,20 @@ async fn conveyor_jobs_sweep_flows_ends_a_flow_past_its_deadline_by_its_policy()
         state.failure_sent_at.is_some(),
         "the failure notice was sent: {state:?}"
     );
+    let untouched = store
+        .flow(&sent_later.flow)
+        .await?
+        .expect("the later flow's record");
+    assert_eq!(
+        (untouched.succeeded, untouched.failed, untouched.failure_sent_at),
+        (0, 0, None),
+        "a flow before its deadline is left alone: {untouched:?}"
+    );
     let sqs_queue = SqsQueue::connect(sqs.clone(), &queue.url).await?;
     let depth = conveyor_core::port::Queue::depth(&sqs_queue).await?;
-    assert_eq!(depth.visible, 4, "three children and the parent's failure notice");
+    assert_eq!(
+        depth.visible, 7,
+        "both flows' three children and the swept flow's failure notice"
+    );
     Ok(())
 }

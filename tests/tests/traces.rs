@@ -585,14 +585,13 @@ async fn a_slow_or_refusing_collector_never_makes_an_invocation_late() {
             [1, 1, 1],
             "{case}: each job ran once\n{text}"
         );
-        let metric = if case == "holding" {
-            "SpansUnflushed"
-        } else {
-            "SpansDropped"
-        };
+        // A refused export is counted as dropped when it fails within the invocation's flush; on a
+        // loaded machine the flush can run out of time first, and the spans are counted as waiting.
+        // Which counter is conveyor-otel's unit tests' business (counting.rs); here, that they count.
+        let uncounted = emf_sum(&output, "SpansUnflushed") + emf_sum(&output, "SpansDropped");
         assert!(
-            emf_sum(&output, metric) > 0,
-            "{case}: the spans that did not leave are counted ({metric})\n{text}"
+            uncounted > 0,
+            "{case}: the spans that did not leave are counted (SpansUnflushed, SpansDropped)\n{text}"
         );
         assert!(
             text.contains("spans not exported by the end of the invocation"),

@@ -92,6 +92,10 @@ fn copy_with_history(
         deferrals: previous.as_ref().map_or(0, |record| record.deferrals) + 1,
     };
     let mut attributes = message.attributes.clone();
+    if !attributes.contains_key(DEFERRAL_ATTRIBUTE) {
+        // The trace context gives way to the deferral record.
+        crate::trace::make_room(&mut attributes, 1, MAX_MESSAGE_ATTRIBUTES);
+    }
     let json = serde_json::to_string(&record).unwrap_or_default();
     attributes.insert(DEFERRAL_ATTRIBUTE.to_owned(), AttributeValue::string(json));
     if attributes.len() > MAX_MESSAGE_ATTRIBUTES {

@@ -4,7 +4,9 @@
 //!   parents, schedules' ticks, outbox writes) gets the current span's W3C trace context in one
 //!   message attribute, [`TRACEPARENT_ATTRIBUTE`] (plus [`TRACESTATE_ATTRIBUTE`] when the context
 //!   carries vendor state, which is rare). It counts toward SQS's 10 attributes: when the job's own
-//!   attributes leave no room, the job is sent without it (the trace loses its link, never the job).
+//!   attributes leave no room, the job is sent without it (the trace loses its link, never the job),
+//!   and it gives way to what is added later: a large payload's pointer, a flow's attributes, a
+//!   deferral record ([`make_room`]).
 //!   With the X-Ray propagator configured (`OTEL_PROPAGATORS=xray`), the context also goes in
 //!   `AWSTraceHeader`, a system attribute that does not count.
 //! - **Copies keep the producer's context.** A deferred copy, a delay hop, a DLQ copy and a redrive
@@ -115,6 +117,29 @@ pub fn inject(attributes: &mut Attributes, trace_header: &mut Option<String>, ma
     otel::inject(attributes, trace_header, max_attributes);
     #[cfg(not(feature = "otel"))]
     let _ = (attributes, trace_header, max_attributes);
+}
+
+/// Frees attribute slots for the job's own attributes (a large payload's pointer, a flow's, a
+/// deferral record) by dropping the trace context first: `tracestate`, then `traceparent`, until
+/// `needed` more fit under `max_attributes`. Tracing never makes a send fail; the trace loses its
+/// link, which is said on the current span (an event) and in the log. Returns how many it dropped.
+pub fn make_room(attributes: &mut Attributes, needed: usize, max_attributes: usize) -> usize {
+    let mut dropped = 0;
+    for name in [TRACESTATE_ATTRIBUTE, TRACEPARENT_ATTRIBUTE] {
+        if attributes.len() + needed <= max_attributes {
+            break;
+        }
+        if attributes.remove(name).is_some() {
+            dropped += 1;
+            tracing::info!(
+                attribute = name,
+                attributes = attributes.len(),
+                "trace context dropped to make room for the job's own attributes (SQS allows 10); \
+                 the consumer's span will not link to the producer's"
+            );
+        }
+    }
+    dropped
 }
 
 #[cfg(feature = "otel")]
@@ -457,5 +482,41 @@ mod tests {
             consumer.links.links[0].span_context.span_id(),
             publisher.span_id()
         );
+    }
+}
+
+#[cfg(test)]
+mod room_tests {
+    use super::*;
+    use crate::message::AttributeValue;
+
+    fn attributes(own: usize, traced: &[&str]) -> Attributes {
+        let mut attributes: Attributes = (0..own)
+            .map(|index| (format!("own.{index}"), AttributeValue::string("x")))
+            .collect();
+        for name in traced {
+            attributes.insert((*name).to_owned(), AttributeValue::string("00-trace-01"));
+        }
+        attributes
+    }
+
+    #[test]
+    fn the_trace_context_gives_way_to_the_jobs_own_attributes_state_first() {
+        let mut full = attributes(7, &[TRACEPARENT_ATTRIBUTE, TRACESTATE_ATTRIBUTE]);
+        assert_eq!(make_room(&mut full, 1, 9), 1);
+        assert!(full.contains_key(TRACEPARENT_ATTRIBUTE) && !full.contains_key(TRACESTATE_ATTRIBUTE));
+        assert_eq!(make_room(&mut full, 2, 9), 1);
+        assert!(!full.contains_key(TRACEPARENT_ATTRIBUTE));
+        assert_eq!(full.len(), 7, "the job's own attributes are all kept");
+    }
+
+    #[test]
+    fn nothing_is_dropped_when_there_is_room_or_no_trace_context() {
+        let mut roomy = attributes(5, &[TRACEPARENT_ATTRIBUTE]);
+        assert_eq!(make_room(&mut roomy, 1, 9), 0);
+        assert!(roomy.contains_key(TRACEPARENT_ATTRIBUTE));
+        let mut untraced = attributes(9, &[]);
+        assert_eq!(make_room(&mut untraced, 1, 9), 0);
+        assert_eq!(untraced.len(), 9, "the job's own attributes are never dropped");
     }
 }

@@ -173,3 +173,75 @@ impl Drop for Done {
         flushed().notify_waiters();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry_sdk::error::OTelSdkError;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SimpleSpanProcessor};
+
+    use super::*;
+
+    /// An exporter whose collector refuses every export, or takes every one.
+    #[derive(Debug)]
+    struct Collector {
+        refuses: bool,
+    }
+
+    impl SpanExporter for Collector {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            if self.refuses {
+                Err(OTelSdkError::InternalFailure("connection refused".to_owned()))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    fn spans_through(refuses: bool, spans: usize) -> FlushReport {
+        let counts: &'static Counts = Box::leak(Box::default());
+        let exporter = CountingExporter {
+            inner: Collector { refuses },
+            counts,
+        };
+        let processor = Counting {
+            inner: SimpleSpanProcessor::new(exporter),
+            counts,
+        };
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .build();
+        let tracer = provider.tracer("counting");
+        for _ in 0..spans {
+            tracer.in_span("job", |_| ());
+        }
+        counts.report()
+    }
+
+    #[test]
+    fn a_refused_export_counts_its_spans_as_dropped_and_none_as_waiting() {
+        let report = spans_through(true, 3);
+        assert_eq!((report.exported, report.dropped, report.unflushed), (0, 3, 0));
+        assert!(!report.is_clean());
+    }
+
+    #[test]
+    fn an_accepted_export_counts_its_spans_as_exported() {
+        let report = spans_through(false, 3);
+        assert_eq!((report.exported, report.dropped, report.unflushed), (3, 0, 0));
+        assert!(report.is_clean());
+    }
+
+    #[test]
+    fn each_report_says_what_happened_since_the_last() {
+        let counts = Counts::default();
+        counts.ended.store(5, Ordering::Release);
+        counts.exported.store(2, Ordering::Release);
+        counts.failed.store(1, Ordering::Release);
+        let first = counts.report();
+        assert_eq!((first.exported, first.dropped, first.unflushed), (2, 1, 2));
+        counts.exported.store(4, Ordering::Release);
+        let second = counts.report();
+        assert_eq!((second.exported, second.dropped, second.unflushed), (2, 0, 0));
+    }
+}

@@ -222,6 +222,10 @@ fn add_attribute(
     name: &str,
     value: &str,
 ) -> Result<(), FlowError> {
+    // The trace context gives way to the flow's attributes.
+    if !message.attributes.contains_key(name) {
+        conveyor_core::trace::make_room(&mut message.attributes, 1, MAX_PRODUCER_ATTRIBUTES);
+    }
     message
         .attributes
         .insert(name.to_owned(), AttributeValue::string(value));

@@ -60,7 +60,9 @@ pub(crate) async fn offload(
     if message.size() <= threshold {
         return Ok(message);
     }
-    // The marker takes one attribute slot; one more stays free for the failure record on a DLQ.
+    // The marker takes one attribute slot; one more stays free for the failure record on a DLQ. The
+    // trace context gives way to it.
+    conveyor_core::trace::make_room(&mut message.attributes, 1, MAX_PRODUCER_ATTRIBUTES);
     if message.attributes.len() + 1 > MAX_PRODUCER_ATTRIBUTES {
         return Err(ProduceError::TooManyAttributes {
             job_type: job_type.to_owned(),
@@ -171,6 +173,40 @@ mod tests {
             sent.attributes["conveyor.type"].string_value.as_deref(),
             Some("report")
         );
+    }
+
+    #[tokio::test]
+    async fn a_large_jobs_pointer_takes_the_trace_contexts_slot_when_there_is_no_other() {
+        let store = Arc::new(MemoryPayloadStore::with_bucket("payloads"));
+        let mut message = job(2 * 1024 * 1024);
+        // conveyor.type, conveyor.v and six of the user's own: with a traceparent, the producer's nine.
+        for index in 0..6 {
+            message
+                .attributes
+                .insert(format!("own.{index}"), AttributeValue::string("x"));
+        }
+        message.attributes.insert(
+            conveyor_core::trace::TRACEPARENT_ATTRIBUTE.to_owned(),
+            AttributeValue::string("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        );
+        assert_eq!(message.attributes.len(), MAX_PRODUCER_ATTRIBUTES);
+        let sent = offload(
+            Some(&large(&store)),
+            "report",
+            message,
+            MAX_MESSAGE_BYTES,
+            MAX_MESSAGE_BYTES,
+        )
+        .await
+        .expect("tracing never fails a send");
+        assert!(PayloadPointer::from_body(&sent.body).is_ok());
+        assert!(sent.attributes.contains_key(SIZE_ATTRIBUTE));
+        assert!(
+            !sent
+                .attributes
+                .contains_key(conveyor_core::trace::TRACEPARENT_ATTRIBUTE)
+        );
+        assert_eq!(sent.attributes.len(), MAX_PRODUCER_ATTRIBUTES);
     }
 
     #[tokio::test]
