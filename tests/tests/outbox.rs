@@ -350,13 +350,18 @@ async fn end_to_end(source: Source, name: &str) -> anyhow::Result<()> {
         "the poisoned user's second email waits behind the first"
     );
 
-    // The operator creates the missing queue and resends.
+    // The operator creates the missing queue and resends: on DynamoDB the aggregate, on Postgres
+    // everything parked on the queue (by its name).
     sqs.create_queue().queue_name(&later_name).send().await?;
     let aggregate = format!("user#{POISONED}");
-    let mut resend_args = vec!["outbox", "resend", "--aggregate", aggregate.as_str()];
+    let mut resend_args = match &source {
+        Source::Dynamo { .. } => vec!["outbox", "resend", "--aggregate", aggregate.as_str()],
+        Source::Postgres { .. } => vec!["outbox", "resend", "--queue", later_name.as_str()],
+    };
     resend_args.extend(source_args.iter().map(String::as_str));
     let resent = cli(&resend_args).await?;
-    assert_eq!(resent["unparked"], 1);
+    assert_eq!(resent["unparked"], 1, "{resent}");
+    assert_eq!(resent["aggregates"], serde_json::json!([aggregate]), "{resent}");
     wait_until(Duration::from_secs(120), Duration::from_millis(500), async || {
         emails_in_order(&emails).is_ok_and(|order| order.contains_key(&POISONED))
     })

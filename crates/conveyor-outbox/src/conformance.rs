@@ -20,6 +20,7 @@ pub trait Writer: Send + Sync {
 pub async fn run(store: Arc<dyn OutboxStore>, writer: &dyn Writer, prefix: &str) {
     jobs_come_back_in_commit_order_and_are_removed_once(&*store, writer, prefix).await;
     failures_count_and_parking_blocks_until_unparked(&*store, writer, prefix).await;
+    a_parked_head_never_takes_another_aggregates_turn(&*store, writer, prefix).await;
     leases_are_written_only_over_what_was_read(&*store, prefix).await;
 }
 
@@ -155,6 +156,47 @@ async fn failures_count_and_parking_blocks_until_unparked(
     let _ = store.remove_sent(&all).await;
     // Recording a failure of a job already removed is no error.
     assert!(store.record_failure(&first, "late", None).await.is_ok());
+}
+
+/// An aggregate whose first job is parked has nothing to send until an operator unparks it: listing
+/// it as pending would spend a pass's turn on it, and a pass's worth of such aggregates (a deleted
+/// queue's jobs, each with a later job behind it) would stop the relay for everyone.
+async fn a_parked_head_never_takes_another_aggregates_turn(
+    store: &dyn OutboxStore,
+    writer: &dyn Writer,
+    prefix: &str,
+) {
+    let queue = "http://localhost/000000000000/conformance";
+    let blocked = format!("{prefix}parked-head");
+    let fresh = format!("{prefix}behind-no-one");
+    writer.commit(queue, &blocked, "\"gone\"").await;
+    writer.commit(queue, &blocked, "\"welcome\"").await;
+    let head = store.jobs(&blocked, 1).await.unwrap_or_default()[0].reference();
+    assert!(
+        store
+            .record_failure(&head, "queue does not exist", Some(1_000))
+            .await
+            .is_ok()
+    );
+    writer.commit(queue, &fresh, "\"fresh\"").await;
+    let pending = store.pending(1000, u64::MAX).await.unwrap_or_default();
+    assert!(
+        !pending.contains(&blocked),
+        "an aggregate whose head is parked is not pending, whatever waits behind it: {pending:?}"
+    );
+    assert!(pending.contains(&fresh), "the fresh aggregate is: {pending:?}");
+    assert_eq!(store.unpark(&blocked).await.ok(), Some(1));
+    let pending = store.pending(1000, u64::MAX).await.unwrap_or_default();
+    assert!(
+        pending.contains(&blocked),
+        "unparked, it is pending again: {pending:?}"
+    );
+    let mut all: Vec<JobRef> = Vec::new();
+    for aggregate in [&blocked, &fresh] {
+        let jobs = store.jobs(aggregate, 10).await.unwrap_or_default();
+        all.extend(jobs.iter().map(crate::StoredJob::reference));
+    }
+    let _ = store.remove_sent(&all).await;
 }
 
 async fn leases_are_written_only_over_what_was_read(store: &dyn OutboxStore, prefix: &str) {

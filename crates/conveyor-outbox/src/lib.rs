@@ -13,6 +13,7 @@ mod poller;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod relay;
+mod resend;
 mod setup;
 mod sink;
 pub mod store;
@@ -33,6 +34,7 @@ pub use poller::{
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOutbox, PostgresOutboxError, PostgresOutboxStore, PostgresWrite};
 pub use relay::{Fence, Relay, RelayOptions, RelayReport, Unfenced, WallClock};
+pub use resend::{Parked, Resent, resend};
 pub use setup::{CreateTableError, create_outbox_table};
 pub use sink::{JobSink, QueueSink, SendFailure, SqsSink};
 pub use store::{Backlog, JobRef, LeaseRecord, OutboxStore, StoreError, StoredJob};

@@ -138,9 +138,10 @@ impl OutboxStore for MemoryOutboxStore {
             .jobs
             .iter()
             .filter_map(|(aggregate, jobs)| {
+                // Only the jobs before the first parked one can be sent (as in the Postgres store).
                 let first = jobs
                     .values()
-                    .filter(|job| job.parked_at_millis.is_none())
+                    .take_while(|job| job.parked_at_millis.is_none())
                     .map(|job| job.created_at_millis)
                     .min()?;
                 (first < committed_before_millis).then_some((first, aggregate))

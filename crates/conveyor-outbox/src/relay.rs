@@ -24,7 +24,11 @@
 //! - **Poison**: a job that SQS refuses for a reason that does not go away by itself (a missing queue,
 //!   denied access, a message too large for the queue) is tried again with backoff and parked after
 //!   [`RelayOptions::max_attempts`]; its aggregate's later jobs wait behind it (their order) until an
-//!   operator fixes the cause and unparks it (`conveyor outbox resend`). Other aggregates keep moving.
+//!   operator fixes the cause and unparks it (`conveyor outbox resend`). Other aggregates keep moving:
+//!   the stores never list an aggregate whose first job is parked as pending, and a sweep passes by the
+//!   aggregates waiting out a backoff without giving them a turn, so no number of blocked aggregates
+//!   stops the rest. A batch call SQS refuses whole is tried again job by job before any job is charged
+//!   an attempt: only the job that fails alone counts toward parking.
 //!   Throttling and outages never park a job: they only delay it, and the backlog's age says so.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -189,8 +193,23 @@ impl Relay {
     pub async fn sweep(&self, min_age: Duration, limit: usize, fence: &dyn Fence) -> RelayReport {
         let now = (self.wall_clock)();
         let before = now.saturating_sub(u64::try_from(min_age.as_millis()).unwrap_or(u64::MAX));
-        match self.store.pending(limit, before.max(1)).await {
-            Ok(aggregates) => self.relay(&aggregates, fence).await,
+        // Aggregates waiting out a backoff are passed by without a turn: the store is asked for as many
+        // more (up to ten passes' worth), so a pass's worth of them never stops the others' jobs.
+        let waiting = self.backing_off().min(limit.saturating_mul(10));
+        match self
+            .store
+            .pending(limit.saturating_add(waiting), before.max(1))
+            .await
+        {
+            Ok(aggregates) => {
+                let (turns, passed): (Vec<String>, Vec<String>) = dedup(&aggregates)
+                    .into_iter()
+                    .partition(|aggregate| !self.waiting_out_backoff(aggregate));
+                let turns: Vec<String> = turns.into_iter().take(limit).collect();
+                let mut report = self.relay(&turns, fence).await;
+                report.blocked += passed.len();
+                report
+            }
             Err(error) => {
                 log_store_error(
                     self.store.name(),
@@ -343,7 +362,17 @@ impl Relay {
                     return accepted;
                 }
                 let messages = chunk.iter().map(|job| job.message.clone()).collect();
-                let results = self.sink.send(&queue_url, messages).await;
+                let mut results = self.sink.send(&queue_url, messages).await;
+                if chunk.len() > 1
+                    && results
+                        .iter()
+                        .all(|result| matches!(result, Err(failure) if !failure.retryable))
+                {
+                    // SQS refuses a whole batch call for one bad entry (a body it will not take, an
+                    // attribute it rejects): each job is tried alone before any is charged an attempt, so
+                    // a healthy batch-mate is never parked for another's fault.
+                    results = self.send_each_alone(&queue_url, &chunk, fence, report).await;
+                }
                 for (job, result) in chunk.into_iter().zip(results) {
                     match result {
                         Ok(message_id) => {
@@ -363,6 +392,32 @@ impl Relay {
             }
         }
         accepted
+    }
+
+    /// Sends each of `jobs` in a call of its own; one result per job sent, in order. Stops when the fence
+    /// no longer holds (the jobs not sent stay first in their aggregates, with no attempt charged).
+    async fn send_each_alone(
+        &self,
+        queue_url: &str,
+        jobs: &[StoredJob],
+        fence: &dyn Fence,
+        report: &mut RelayReport,
+    ) -> Vec<Result<String, SendFailure>> {
+        let mut results = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            if !fence.holds() {
+                report.lease_held = false;
+                break;
+            }
+            let mut alone = self.sink.send(queue_url, vec![job.message.clone()]).await;
+            results.push(alone.pop().unwrap_or_else(|| {
+                Err(SendFailure {
+                    message: "the sink gave no result for the job".to_owned(),
+                    retryable: true,
+                })
+            }));
+        }
+        results
     }
 
     /// Records a failed send: a permanent one counts toward parking.
@@ -463,6 +518,15 @@ impl Relay {
             }
         }
         winners
+    }
+
+    /// How many aggregates wait out a backoff now.
+    fn backing_off(&self) -> usize {
+        let Ok(backoff) = self.backoff.lock() else {
+            return 0;
+        };
+        let now = Instant::now();
+        backoff.values().filter(|(until, _)| now < *until).count()
     }
 
     fn waiting_out_backoff(&self, aggregate: &str) -> bool {

@@ -40,6 +40,12 @@ async fn the_memory_store_passes_the_conformance_suite() {
 struct RecordingSink {
     accepted: Mutex<Vec<String>>,
     refuse: Mutex<Vec<String>>,
+    /// Refuses a whole call when one of its messages is refused, as SQS does for some bad entries.
+    whole_calls: bool,
+    /// Refusals say the queue is unavailable (retryable) instead of missing.
+    unavailable: bool,
+    /// Calls made, one per batch.
+    calls: std::sync::atomic::AtomicU64,
 }
 
 #[async_trait]
@@ -50,18 +56,29 @@ impl JobSink for RecordingSink {
         messages: Vec<OutgoingMessage>,
     ) -> Vec<Result<String, SendFailure>> {
         tokio::task::yield_now().await;
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let refuse = self
             .refuse
             .lock()
             .map(|refuse| refuse.clone())
             .unwrap_or_default();
+        let refusal = || {
+            Err(SendFailure {
+                message: if self.unavailable {
+                    "SQS unavailable".to_owned()
+                } else {
+                    "queue jobs does not exist".to_owned()
+                },
+                retryable: self.unavailable,
+            })
+        };
+        if self.whole_calls && messages.iter().any(|message| refuse.contains(&message.body)) {
+            return messages.iter().map(|_| refusal()).collect();
+        }
         let mut results = Vec::new();
         for message in messages {
             if refuse.contains(&message.body) {
-                results.push(Err(SendFailure {
-                    message: "queue jobs does not exist".to_owned(),
-                    retryable: false,
-                }));
+                results.push(refusal());
                 continue;
             }
             if let Ok(mut accepted) = self.accepted.lock() {
@@ -175,4 +192,83 @@ async fn a_refused_job_is_parked_after_its_attempts_and_only_its_aggregate_waits
         (0, 0),
         "a parked aggregate is not tried again: {third:?}"
     );
+}
+
+#[tokio::test]
+async fn a_batch_call_refused_whole_charges_only_the_job_that_fails_alone() {
+    let store = MemoryOutboxStore::new();
+    commit_all(&store, 3, 1);
+    let sink = Arc::new(RecordingSink {
+        whole_calls: true,
+        refuse: Mutex::new(vec!["\"1:0\"".to_owned()]),
+        ..RecordingSink::default()
+    });
+    let relay = Relay::new(Arc::new(store.clone()), sink.clone());
+    let report = relay.sweep(Duration::ZERO, 10, &Unfenced).await;
+    assert_eq!((report.sent, report.failed), (2, 1), "{report:?}");
+    let unsent = store.unsent();
+    assert_eq!(unsent.len(), 1, "{unsent:?}");
+    assert_eq!(
+        (unsent[0].aggregate.as_str(), unsent[0].attempts),
+        ("a1", 1),
+        "only the job SQS refuses alone counts an attempt"
+    );
+    assert_eq!(
+        sink.calls.load(std::sync::atomic::Ordering::Relaxed),
+        4,
+        "the refused batch, then each job alone"
+    );
+}
+
+/// Commits `aggregates` aggregates of two jobs each, named `{prefix}{n}`, at `at`.
+fn commit_pairs(store: &MemoryOutboxStore, prefix: &str, aggregates: usize, at: u64) {
+    for aggregate in 0..aggregates {
+        for job in 0..2 {
+            let body = format!("{prefix}{aggregate}:{job}");
+            if let Err(error) = store.put(NewJob::new("t", body), QUEUE, &format!("{prefix}{aggregate}"), at)
+            {
+                panic!("{error}");
+            }
+        }
+    }
+}
+
+/// 150 users whose first job's queue is gone (parked, or backing off while SQS is down for them), each
+/// with a welcome email behind it, then 50 fresh users: one pass of 100 aggregates sends every fresh
+/// user's jobs, whatever the blocked ones' age.
+#[tokio::test]
+async fn parked_or_backing_off_aggregates_never_take_the_fresh_ones_turns() {
+    for unavailable in [false, true] {
+        let store = MemoryOutboxStore::new();
+        commit_pairs(&store, "blocked", 150, 1);
+        let refused: Vec<String> = (0..150).map(|user| format!("\"blocked{user}:0\"")).collect();
+        let sink = Arc::new(RecordingSink {
+            refuse: Mutex::new(refused),
+            unavailable,
+            ..RecordingSink::default()
+        });
+        let mut options = RelayOptions::default();
+        options.max_attempts = 1;
+        options.backoff = Duration::from_secs(3600);
+        options.max_backoff = Duration::from_secs(3600);
+        let relay = Relay::new(Arc::new(store.clone()), sink.clone()).with_options(options);
+        // Two passes of 100 find every blocked aggregate's first job refused.
+        let mut failed = 0;
+        for _ in 0..2 {
+            failed += relay.sweep(Duration::ZERO, 100, &Unfenced).await.failed;
+        }
+        assert_eq!(failed, 150, "unavailable {unavailable}");
+        commit_pairs(&store, "fresh", 50, 2);
+        let report = relay.sweep(Duration::ZERO, 100, &Unfenced).await;
+        assert_eq!(
+            (report.sent, report.failed),
+            (100, 0),
+            "every fresh user's two jobs in one pass (unavailable {unavailable}): {report:?}"
+        );
+        assert_eq!(
+            store.unsent().len(),
+            300,
+            "the blocked users' jobs wait, in place"
+        );
+    }
 }

@@ -16,7 +16,7 @@ use conveyor_outbox::conformance::{self, Writer};
 use conveyor_outbox::postgres::{
     PostgresOutbox, PostgresOutboxError, PostgresOutboxStore, PostgresTables, migrate_tables,
 };
-use conveyor_outbox::{OutboxStore, QueueSink, Relay, StoreError, Unfenced};
+use conveyor_outbox::{OutboxStore, Parked, QueueSink, Relay, RelayOptions, StoreError, Unfenced, resend};
 use conveyor_sqs::NewJob;
 use conveyor_testing::memory_queue::MemoryQueue;
 use serde_json::{Value, json};
@@ -489,5 +489,76 @@ async fn two_relays_at_once_keep_each_aggregates_order() {
     }
     first_store.pool().close().await;
     second_store.pool().close().await;
+    database.remove().await;
+}
+
+/// Commits, per aggregate `{prefix}{i}`, a job for each queue of `queues` in turn (`n` = its place).
+async fn commit_users(database: &Database, prefix: &str, users: usize, queues: &[&str]) {
+    for user in 0..users {
+        let name = format!("{prefix}{user:03}");
+        let mut tx = database.pool.begin().await.unwrap();
+        for (n, queue) in queues.iter().enumerate() {
+            let outbox = PostgresOutbox::with_tables(*queue, database.tables.clone());
+            let job = NewJob::new("step", json!({ "aggregate": name, "n": n }));
+            outbox.put(&mut tx, job, &name).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+}
+
+/// A queue was deleted: 150 users whose first job was for it, each with a welcome email behind it,
+/// park their aggregates. 50 users committed after are all sent by the next pass of 100 aggregates
+/// (the parked ones, older, took every turn before). Once the queue exists again, one resend by its
+/// name recovers the 150, each in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_aggregates_never_stop_fresh_ones_and_one_resend_by_queue_recovers_them() {
+    const GONE: &str = "http://localhost/000000000000/deleted-queue";
+    let database = Database::new("parked").await;
+    let store = database.store();
+    commit_users(&database, "parked-", 150, &[GONE, QUEUE_URL]).await;
+    let queue = Arc::new(MemoryQueue::standard("outbox-postgres"));
+    let mut options = RelayOptions::default();
+    options.max_attempts = 1;
+    let relay = relay(&store, &queue).with_options(options.clone());
+    let mut parked = 0;
+    for _ in 0..2 {
+        parked += relay.sweep(Duration::ZERO, 100, &Unfenced).await.parked;
+    }
+    assert_eq!(parked, 150, "every first job refused and parked");
+
+    commit_users(&database, "fresh-", 50, &[QUEUE_URL]).await;
+    let pass = relay.sweep(Duration::ZERO, 100, &Unfenced).await;
+    assert_eq!(
+        (pass.sent, pass.failed),
+        (50, 0),
+        "one pass sends every fresh user: {pass:?}"
+    );
+    let (order, _) = sent_order(&queue);
+    assert!(
+        order.keys().all(|aggregate| aggregate.starts_with("fresh-")),
+        "no welcome email went before its user's parked job: {order:?}"
+    );
+
+    let recreated = Arc::new(MemoryQueue::standard("deleted-queue"));
+    let sink = QueueSink::new()
+        .with_queue(QUEUE_URL, queue.clone())
+        .with_queue(GONE, recreated.clone());
+    let resent = resend(&store, &Parked::Queue("deleted-queue".to_owned()))
+        .await
+        .unwrap();
+    assert_eq!((resent.aggregates.len(), resent.jobs), (150, 150));
+    let relay = Relay::new(Arc::new(store.clone()), Arc::new(sink)).with_options(options);
+    drain(relay, store.clone()).await;
+    let (first_jobs, received) = sent_order(&recreated);
+    assert_eq!((first_jobs.len(), received), (150, 150));
+    let (order, _) = sent_order(&queue);
+    let welcomed = order
+        .iter()
+        .filter(|(aggregate, ns)| aggregate.starts_with("parked-") && ns.as_slice() == [1])
+        .count();
+    assert_eq!(
+        welcomed, 150,
+        "each parked user's welcome email, after its first job"
+    );
     database.remove().await;
 }

@@ -22,6 +22,7 @@ use crate::output::{Format, print_json};
   conveyor outbox relay --table orders --exit-when-idle     # drain the backlog, then exit
   conveyor outbox backlog --table orders                    # the oldest unsent job's age, parked jobs
   conveyor outbox resend --table orders --aggregate order:42  # after fixing why its job was parked
+  conveyor outbox resend --table orders --queue emails        # every aggregate parked on that queue
 
 The relay sends each aggregate's jobs from the table in commit order and removes them once SQS took
 them. One relay sends at a time (a lease in the outbox table); others stand by and take over.")]
@@ -82,12 +83,31 @@ pub(crate) struct BacklogArgs {
     pub limit: usize,
 }
 
-/// Arguments of `conveyor outbox resend`.
+/// Arguments of `conveyor outbox resend`: one of `--aggregate`, `--queue`, `--all`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["aggregate", "queue", "all"])))]
 pub(crate) struct ResendArgs {
     /// The aggregate whose parked jobs go again (as `conveyor outbox backlog` lists it).
     #[arg(long)]
-    pub aggregate: String,
+    pub aggregate: Option<String>,
+    /// Every aggregate parked on this queue (its URL or name), e.g. after the queue was created again.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Every parked aggregate.
+    #[arg(long)]
+    pub all: bool,
+}
+
+impl ResendArgs {
+    fn parked(&self) -> conveyor_outbox::Parked {
+        if let Some(aggregate) = &self.aggregate {
+            return conveyor_outbox::Parked::Aggregate(aggregate.clone());
+        }
+        if let Some(queue) = &self.queue {
+            return conveyor_outbox::Parked::Queue(queue.clone());
+        }
+        conveyor_outbox::Parked::All
+    }
 }
 
 /// Runs `conveyor outbox`.
@@ -97,13 +117,19 @@ pub(crate) async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow:
         OutboxCommand::Relay(relay) => run_relay(relay, store, aws, format).await,
         OutboxCommand::Backlog(backlog_args) => backlog(&*store, backlog_args.limit, format).await,
         OutboxCommand::Resend(resend) => {
-            let count = store.unpark(&resend.aggregate).await?;
+            let resent = conveyor_outbox::resend(&*store, &resend.parked()).await?;
             if format == Format::Json {
-                return print_json(&json!({ "aggregate": resend.aggregate, "unparked": count }));
+                return print_json(&json!({
+                    "aggregate": resend.aggregate,
+                    "queue": resend.queue,
+                    "aggregates": resent.aggregates,
+                    "unparked": resent.jobs,
+                }));
             }
             crate::outln!(
-                "{count} parked jobs of aggregate {} unparked: the relay sends them next",
-                resend.aggregate
+                "{} parked jobs of {} aggregates unparked: the relay sends them next, each aggregate in order",
+                resent.jobs,
+                resent.aggregates.len()
             );
             Ok(())
         }
@@ -245,7 +271,7 @@ async fn backlog(store: &dyn OutboxStore, limit: usize, format: Format) -> anyho
     }
     crate::outln!(
         "{} parked jobs (their aggregates' later jobs wait behind them; fix the cause, then \
-         `conveyor outbox resend --aggregate <aggregate>`):",
+         `conveyor outbox resend --aggregate <aggregate>`, or `--queue <queue>` for all parked on a queue):",
         backlog.parked.len()
     );
     for job in &backlog.parked {
