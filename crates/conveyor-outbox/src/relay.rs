@@ -193,22 +193,41 @@ impl Relay {
     pub async fn sweep(&self, min_age: Duration, limit: usize, fence: &dyn Fence) -> RelayReport {
         let now = (self.wall_clock)();
         let before = now.saturating_sub(u64::try_from(min_age.as_millis()).unwrap_or(u64::MAX));
+        let mut report = RelayReport {
+            lease_held: true,
+            ..RelayReport::default()
+        };
+        // A turn that went to an aggregate that failed (its queue refuses or is unavailable) is given
+        // again to the next ones: the failed aggregates now wait out a backoff, so the next look passes
+        // them by. Bounded: at most SWEEP_LOOKS looks per sweep.
+        for _ in 0..SWEEP_LOOKS {
+            let (pass, more) = self.sweep_once(before.max(1), limit, fence).await;
+            report.add(&pass);
+            let failed_turns = pass.failed + pass.store_errors;
+            if !more || failed_turns == 0 || !pass.lease_held {
+                break;
+            }
+        }
+        report
+    }
+
+    /// One look at the store and one pass over the aggregates it listed; also whether the store may
+    /// list more (its answer was full).
+    async fn sweep_once(&self, before: u64, limit: usize, fence: &dyn Fence) -> (RelayReport, bool) {
         // Aggregates waiting out a backoff are passed by without a turn: the store is asked for as many
         // more (up to ten passes' worth), so a pass's worth of them never stops the others' jobs.
         let waiting = self.backing_off().min(limit.saturating_mul(10));
-        match self
-            .store
-            .pending(limit.saturating_add(waiting), before.max(1))
-            .await
-        {
+        let asked = limit.saturating_add(waiting);
+        match self.store.pending(asked, before).await {
             Ok(aggregates) => {
+                let more = aggregates.len() >= asked;
                 let (turns, passed): (Vec<String>, Vec<String>) = dedup(&aggregates)
                     .into_iter()
                     .partition(|aggregate| !self.waiting_out_backoff(aggregate));
                 let turns: Vec<String> = turns.into_iter().take(limit).collect();
                 let mut report = self.relay(&turns, fence).await;
                 report.blocked += passed.len();
-                report
+                (report, more)
             }
             Err(error) => {
                 log_store_error(
@@ -217,11 +236,12 @@ impl Relay {
                     &error,
                     "listing pending aggregates failed",
                 );
-                RelayReport {
+                let report = RelayReport {
                     store_errors: 1,
                     lease_held: fence.holds(),
                     ..RelayReport::default()
-                }
+                };
+                (report, false)
             }
         }
     }
@@ -561,6 +581,9 @@ impl Relay {
         }
     }
 }
+
+/// How many times one sweep looks at the store when its turns went to aggregates that failed.
+const SWEEP_LOOKS: usize = 4;
 
 /// The aggregates once each, in their first order.
 fn dedup(aggregates: &[String]) -> Vec<String> {

@@ -9,11 +9,15 @@
 //!   send for longer than its lease (a paused process) while the other takes over.
 //!
 //! Faults in both: sends that fail (throttling), store outages, and a poison job whose queue does not
-//! exist until an operator creates it and resends the parked aggregate.
+//! exist until an operator creates it and resends the parked aggregate. In a quarter of the seeds a
+//! queue fails for many users at once: 110 to 200 aggregates each commit a job for it and then a job for
+//! the good queue, more than a relay's pass of 100. The queue is missing (the jobs park) or unavailable
+//! (they back off) until the operator's fix, which resends everything parked on it by queue.
 //!
 //! Invariants after every run: every committed job was sent at least once; no job was removed before
 //! SQS accepted it; per aggregate, jobs were first accepted in commit order; no relay started a send
-//! after its lease was taken over.
+//! after its lease was taken over; with many aggregates blocked, every job of the others committed
+//! well before the fix (250 s, past every other fault) was accepted before it, unless no relay ran.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -74,6 +78,11 @@ pub struct OutboxScenario {
     pub store_outages: Vec<(Duration, Duration)>,
     /// When the operator creates the poison job's queue (and resends parked aggregates after).
     pub poison_fixed_at: Duration,
+    /// Many users blocked at once: this many aggregates commit a job for the poison queue, then one for
+    /// the good queue, in the first five seconds.
+    pub blocked_aggregates: usize,
+    /// The poison queue is unavailable (retryable; the jobs back off) rather than missing (they park).
+    pub poison_retryable: bool,
 }
 
 impl OutboxScenario {
@@ -124,14 +133,42 @@ impl OutboxScenario {
                 )
             })
             .collect();
+        let send_failures = if rng.bool() { rng.f64() * 0.25 } else { 0.0 };
+        let mut poison_fixed_at = Duration::from_millis(rng.u64(150_000..400_000));
+        // Drawn after everything else, so earlier seeds keep their scenarios.
+        let blocked_aggregates = if rng.f64() < 0.25 { rng.usize(110..200) } else { 0 };
+        let poison_retryable = blocked_aggregates > 0 && rng.bool();
+        if blocked_aggregates > 0 {
+            poison_fixed_at = Duration::from_millis(rng.u64(400_000..600_000));
+            for user in 0..blocked_aggregates {
+                let at = Duration::from_millis(rng.u64(0..5_000));
+                let aggregate = format!("blocked{user}");
+                commits.push((at, aggregate.clone(), POISON_QUEUE));
+                commits.push((at + Duration::from_millis(1), aggregate, GOOD_QUEUE));
+            }
+            commits.sort_by_key(|(at, _, _)| *at);
+        }
         Self {
             seed,
             commits,
             deployment,
-            send_failures: if rng.bool() { rng.f64() * 0.25 } else { 0.0 },
+            send_failures,
             store_outages,
-            poison_fixed_at: Duration::from_millis(rng.u64(150_000..400_000)),
+            poison_fixed_at,
+            blocked_aggregates,
+            poison_retryable,
         }
+    }
+
+    /// Whether some window has no relay running (the Lambda deployment's 25-hour outage).
+    fn relay_outage(&self) -> bool {
+        matches!(
+            self.deployment,
+            Deployment::Lambda {
+                outage_at: Some(_),
+                ..
+            }
+        )
     }
 
     /// How long the run lasts: past every fault, the fix and the stream's 24 hours where an outage
@@ -156,8 +193,12 @@ const AFTER_THE_OUTAGE: Duration = Duration::from_secs(30 * 60);
 #[derive(Debug, Default)]
 struct Log {
     committed: Vec<JobRef>,
+    /// When each committed job was committed (from the run's start), in the same order.
+    committed_at: Vec<Duration>,
     /// Accepted sends: the job and the relay that sent it, in order.
     accepted: Vec<(JobRef, String)>,
+    /// How many sends had been accepted when the operator fixed the poison queue.
+    accepted_before_fix: Option<usize>,
     /// Removals that found the job: the job and whether it had been accepted before.
     removed_unsent: Vec<JobRef>,
     /// Send calls started after the relay's lease was taken over.
@@ -264,6 +305,8 @@ struct SimSink {
     rng: Mutex<fastrand::Rng>,
     failures: f64,
     poison_fixed: Arc<std::sync::atomic::AtomicBool>,
+    /// Until fixed, the poison queue is unavailable (retryable) rather than missing.
+    poison_retryable: bool,
     /// Lease-holding relays: the owner name in the lease.
     lease_owner: Option<String>,
     stall: Option<(Instant, Duration)>,
@@ -308,9 +351,16 @@ impl JobSink for SimSink {
                 .map(|mut rng| rng.f64() < self.failures)
                 .unwrap_or(false);
             if queue_url == POISON_QUEUE && !self.poison_fixed.load(std::sync::atomic::Ordering::Relaxed) {
-                results.push(Err(SendFailure {
-                    message: format!("queue {queue_url} does not exist"),
-                    retryable: false,
+                results.push(Err(if self.poison_retryable {
+                    SendFailure {
+                        message: format!("queue {queue_url} unavailable"),
+                        retryable: true,
+                    }
+                } else {
+                    SendFailure {
+                        message: format!("queue {queue_url} does not exist"),
+                        retryable: false,
+                    }
                 }));
                 continue;
             }
@@ -407,6 +457,7 @@ impl World {
             rng: Mutex::new(fastrand::Rng::with_seed(scenario.seed ^ salt)),
             failures: scenario.send_failures,
             poison_fixed: Arc::clone(&self.poison_fixed),
+            poison_retryable: scenario.poison_retryable,
             lease_owner,
             stall: stall.filter(|_| !in_read),
             stalled: std::sync::atomic::AtomicBool::new(false),
@@ -447,7 +498,7 @@ async fn run(scenario: &OutboxScenario) -> Log {
             store.set_unavailable(false);
         });
     }
-    // The operator: creates the poison queue, then resends parked aggregates every 30 s.
+    // The operator: creates the poison queue, then resends what is parked on it every 30 s.
     {
         let store = world.store.clone();
         let fixed = Arc::clone(&world.poison_fixed);
@@ -455,14 +506,13 @@ async fn run(scenario: &OutboxScenario) -> Log {
         let log = Arc::clone(&world.log);
         tasks.spawn(async move {
             tokio::time::sleep(at).await;
+            with_log(&log, |log| log.accepted_before_fix = Some(log.accepted.len()));
             fixed.store(true, std::sync::atomic::Ordering::Relaxed);
+            let poison = conveyor_outbox::Parked::Queue(POISON_QUEUE.to_owned());
             loop {
-                if let Ok(backlog) = store.backlog(100).await {
-                    for job in backlog.parked {
-                        let _ = store.unpark(&job.aggregate).await;
-                        with_log(&log, |log| {
-                            log.lines.push(format!("operator resent {}", job.aggregate))
-                        });
+                if let Ok(resent) = conveyor_outbox::resend(&store, &poison).await {
+                    for aggregate in resent.aggregates {
+                        with_log(&log, |log| log.lines.push(format!("operator resent {aggregate}")));
                     }
                 }
                 tokio::time::sleep(Duration::from_secs(30)).await;
@@ -483,7 +533,10 @@ async fn run(scenario: &OutboxScenario) -> Log {
                 let body = format!("{aggregate}/{next}");
                 match store.put(NewJob::new("sim", body), queue, &aggregate, wall_millis(origin)) {
                     Ok(job) => {
-                        with_log(&log, |log| log.committed.push(job.clone()));
+                        with_log(&log, |log| {
+                            log.committed.push(job.clone());
+                            log.committed_at.push(at);
+                        });
                         let _ = records.send((origin.elapsed(), aggregate));
                     }
                     Err(error) => with_log(&log, |log| log.lines.push(format!("commit refused: {error}"))),
@@ -672,6 +725,7 @@ fn check(scenario: &OutboxScenario, log: &Log) -> OutboxReport {
         }
     }
     violations.extend(log.fenced_out_sends.iter().map(|line| format!("outbox: {line}")));
+    violations.extend(starved_by_blocked_aggregates(scenario, log));
     let mut trace: Vec<String> = vec![format!("{scenario:?}")];
     trace.extend(log.lines.iter().cloned());
     trace.extend(
@@ -694,3 +748,55 @@ fn check(scenario: &OutboxScenario, log: &Log) -> OutboxReport {
         trace,
     }
 }
+
+/// With many aggregates blocked on the poison queue, the jobs of every other aggregate committed at
+/// least [`UNBLOCKED_WITHIN`] before the fix must have been accepted before it: a pass's worth of
+/// blocked aggregates must never take the others' turns. Seeds where no relay runs for a while are
+/// not judged.
+fn starved_by_blocked_aggregates(scenario: &OutboxScenario, log: &Log) -> Vec<String> {
+    if scenario.blocked_aggregates == 0 || scenario.relay_outage() {
+        return Vec::new();
+    }
+    let Some(before_fix) = log.accepted_before_fix else {
+        return Vec::new();
+    };
+    let blocked: HashSet<&str> = scenario
+        .commits
+        .iter()
+        .filter(|(_, _, queue)| *queue == POISON_QUEUE)
+        .map(|(_, aggregate, _)| aggregate.as_str())
+        .collect();
+    let accepted: HashSet<&JobRef> = log.accepted[..before_fix.min(log.accepted.len())]
+        .iter()
+        .map(|(job, _)| job)
+        .collect();
+    log.committed
+        .iter()
+        .zip(&log.committed_at)
+        .filter(|(job, at)| {
+            !blocked.contains(job.aggregate.as_str())
+                && **at + UNBLOCKED_WITHIN <= scenario.poison_fixed_at
+                && !accepted.contains(job)
+        })
+        .map(|(job, at)| {
+            format!(
+                "outbox: {}#{} (committed at {at:?}, no blocked job before it) was not sent by the fix at \
+                 {:?}: {} blocked aggregates ({}) took the relay's turns",
+                job.aggregate,
+                job.sequence,
+                scenario.poison_fixed_at,
+                scenario.blocked_aggregates,
+                if scenario.poison_retryable {
+                    "backing off"
+                } else {
+                    "parked"
+                }
+            )
+        })
+        .collect()
+}
+
+/// How long before the fix an unblocked job must have been committed to be judged: past every other
+/// fault a seed draws (store outages end by 260 s, stalls by 240 s, a killed relay's lease lapses in
+/// 30 s) and a throttled job's backoff (at most 60 s).
+const UNBLOCKED_WITHIN: Duration = Duration::from_secs(250);
