@@ -38,13 +38,15 @@
 //! # Design note: an object outlives every message that points at it
 //!
 //! The bucket's lifecycle rule expires an object a fixed time after it was last written
-//! (`infra/modules/payload-bucket`: 15 days, one more than SQS's longest retention). Conveyor makes new
+//! (`infra/modules/payload-bucket`: 29 days, the source queue's 14 days of retention plus a redriven DLQ
+//! message's 14 fresh days plus one, for the messages SQS moves without Conveyor: its own redrive to the
+//! DLQ and a redrive back). Conveyor makes new
 //! messages that point at an object long after the producer wrote it: every delay hop, every deferred
 //! copy, every DLQ copy (with 14 fresh days of retention), every redrive of that copy. So before such a
 //! copy is sent the pipeline *touches* the object ([`PayloadStore::touch`]: on S3 a copy of the object
 //! onto itself, which restarts the lifecycle's clock): always before a DLQ copy, and before a hop or a
 //! deferral once per [`Payloads::touch_every`] of the job's life (one `CopyObject` a day while it hops).
-//! A touch that fails is logged and the copy still goes (the object then lives 15 days from its last
+//! A touch that fails is logged and the copy still goes (the object then lives 29 days from its last
 //! touch; a failure that lasts that long is an S3 outage the job could not survive anyway).
 //!
 //! Deletion happens only when the job is done for good: its claim completed (an idempotent handler

@@ -38,8 +38,10 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "this" {
   }
 }
 
-# The backstop: every object expires `expiration_days` after it was last written. The default outlives
-# SQS's longest retention (14 days). Consumers rewrite ("touch") an object before every copy of its
+# The backstop: every object expires `expiration_days` after it was last written. The default (29 days)
+# outlives every message that can point at an object nobody touched: up to 14 days in the source queue
+# (moved to the DLQ by SQS's redrive, which touches nothing), then redriven from the DLQ with 14 fresh
+# days, plus a day. Consumers rewrite ("touch") an object before every copy of its
 # message they make (a DLQ copy always, a delay hop or deferral once a day: CopyObject onto itself,
 # conveyor-core/src/payload.rs), so the clock restarts and the object outlives every message that points
 # at it, however long the job was delayed or how late its DLQ copy is redriven.

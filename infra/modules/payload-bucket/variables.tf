@@ -9,9 +9,9 @@ variable "name" {
 }
 
 variable "expiration_days" {
-  description = "Days after which every payload object expires (the backstop behind the consumers' delete after success). Keep it above the queues' and the DLQ's message retention, or a message can outlive its payload; the default outlives SQS's longest retention (14 days)."
+  description = "Days after which every payload object expires (the backstop behind the consumers' delete after success). Keep it above the queues' and the DLQ's message retention, or a message can outlive its payload; the default (29) is the longest a message can still point at an object without a touch: the source queue's longest retention (14 days), then a redrive from the DLQ with 14 fresh days, plus a day."
   type        = number
-  default     = 15
+  default     = 29
 
   validation {
     condition     = var.expiration_days >= 1 && floor(var.expiration_days) == var.expiration_days
