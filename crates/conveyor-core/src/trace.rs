@@ -13,8 +13,9 @@
 //!   carry the received message's attributes as they were: the trace of every attempt leads back to
 //!   the request that sent the job, not to the attempt before it.
 //! - **Consumer.** Both runtimes open one span per message with [`message_span`]: `message_id`,
-//!   `queue`, `receive_count`, `job_type` and the outcome (`acked`, `duplicate`, `cancelled`,
-//!   `retried`, `dead_lettered`, `deferred`, recorded by [`record_outcome`]). With the `otel` feature
+//!   `queue`, `receive_count`, `job_type` and the outcome: what settlement did, recorded after the queue
+//!   call answered by [`record_settlement`] (`acked`, `duplicate`, `cancelled`, `ignored`, `retried`,
+//!   `deferred`, `dead_lettered`, `released`). With the `otel` feature
 //!   it is an OpenTelemetry consumer span (`process <queue>`, `messaging.system = aws_sqs`, ...) that
 //!   links to the producer's span, or has it as its parent ([`ProducerRelation`]). The producer's
 //!   context is read from the message itself, never from a process-wide variable.
@@ -81,31 +82,59 @@ pub fn record_job_type(span: &tracing::Span, job_type: &str) {
     span.record("job_type", job_type);
 }
 
-/// Records what became of the message on its span (and marks the OpenTelemetry span an error for a
-/// failed run: retried or dead-lettered).
-pub fn record_outcome(span: &tracing::Span, outcome: &Outcome) {
-    let name = outcome_name(outcome);
-    span.record("outcome", name);
+/// What settlement did with a message, once the queue call answered: the outcome its span records.
+/// The pipeline's [`Outcome`] is what it asked for; this is what happened (a dead-letter send that
+/// failed puts the message back, a copy that could not be sent leaves the original to come back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settlement {
+    /// Deleted (or left out of Lambda's failure list, which deletes it), for this reason.
+    Acknowledged(AckReason),
+    /// Back in the queue after a backoff, on this receipt or on a fresh copy: a retry.
+    Retried,
+    /// A delayed copy sent and this receipt deleted: the job goes on later without spending a receive.
+    Deferred,
+    /// A copy with its failure record is in the dead-letter queue.
+    DeadLettered,
+    /// Back in the queue with nothing decided (shutdown, a call that did not answer in time): it comes
+    /// back at its visibility timeout.
+    Released,
+}
+
+impl Settlement {
+    /// The name on spans: `acked`, `duplicate`, `cancelled`, `ignored`, `retried`, `deferred`,
+    /// `dead_lettered`, `released`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Settlement::Acknowledged(AckReason::Completed) => "acked",
+            Settlement::Acknowledged(AckReason::Duplicate) => "duplicate",
+            Settlement::Acknowledged(AckReason::Cancelled) => "cancelled",
+            Settlement::Acknowledged(AckReason::Ignored) => "ignored",
+            Settlement::Retried => "retried",
+            Settlement::Deferred => "deferred",
+            Settlement::DeadLettered => "dead_lettered",
+            Settlement::Released => "released",
+        }
+    }
+}
+
+/// Marks the OpenTelemetry span of a failed run an error (a retry or a rejection, with its reason).
+/// Called when the run ends, before settlement; [`record_settlement`] records what happened after.
+pub fn record_run_error(span: &tracing::Span, outcome: &Outcome) {
     #[cfg(feature = "otel")]
     if let Outcome::Retry { reason, .. } = outcome {
         otel::record_error(span, reason);
     } else if let Outcome::Reject(failure) = outcome {
         otel::record_error(span, &failure.error);
     }
+    #[cfg(not(feature = "otel"))]
+    let _ = (span, outcome);
 }
 
-/// The outcome's name on spans: `acked`, `duplicate`, `cancelled`, `ignored`, `retried`,
-/// `dead_lettered`, `deferred`.
-pub fn outcome_name(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Ack(AckReason::Completed) => "acked",
-        Outcome::Ack(AckReason::Duplicate) => "duplicate",
-        Outcome::Ack(AckReason::Cancelled) => "cancelled",
-        Outcome::Ack(AckReason::Ignored) => "ignored",
-        Outcome::Retry { .. } => "retried",
-        Outcome::Reject(_) => "dead_lettered",
-        Outcome::Defer { .. } => "deferred",
-    }
+/// Records on a message's span what settlement did with it (its `outcome` field), after the queue
+/// call answered. Both runtimes call it once per message.
+pub fn record_settlement(span: &tracing::Span, settlement: Settlement) {
+    span.record("outcome", settlement.name());
 }
 
 /// Adds the current span's trace context to a job's attributes (see the module docs), keeping at
@@ -384,18 +413,20 @@ mod tests {
         let producer = finished(&exporter, "producer").span_context;
 
         let linked = message_span(&message, "orders", ProducerRelation::Link);
-        record_outcome(
+        record_run_error(
             &linked,
             &Outcome::Retry {
                 delay: std::time::Duration::ZERO,
                 reason: "timeout".into(),
             },
         );
+        record_settlement(&linked, Settlement::Retried);
         drop(linked);
         let runtime = tracing::info_span!("invocation");
         let parented = runtime.in_scope(|| message_span(&message, "orders", ProducerRelation::Parent));
         let invocation = runtime.context().span().span_context().clone();
-        record_outcome(&parented, &Outcome::Ack(AckReason::Completed));
+        record_run_error(&parented, &Outcome::Ack(AckReason::Completed));
+        record_settlement(&parented, Settlement::Acknowledged(AckReason::Completed));
         drop(parented);
         drop(runtime);
 

@@ -69,6 +69,7 @@ use conveyor_core::{
     message::Message,
     port::{Queue, VisibilityChange},
     runtime::{AckReason, Budget, CANCEL_GRACE, Disposition, Lease, Outcome, Processed, reject},
+    trace::Settlement,
 };
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::time::Instant;
@@ -143,6 +144,17 @@ enum Settled {
 }
 
 impl Settled {
+    /// What the record's span says settlement did.
+    fn settlement(self) -> Settlement {
+        match self {
+            Settled::Acked(reason) => Settlement::Acknowledged(reason),
+            Settled::DeadLettered => Settlement::DeadLettered,
+            Settled::Deferred => Settlement::Deferred,
+            Settled::Retry { .. } => Settlement::Retried,
+            Settled::Untouched | Settled::NotStarted => Settlement::Released,
+        }
+    }
+
     fn is_failure(self) -> bool {
         matches!(
             self,
@@ -1304,7 +1316,7 @@ impl BatchProcessor {
         let duration = processed.handler_duration;
         let fallback = processed.fallback_delay();
         if let Outcome::Ack(reason) = &processed.outcome {
-            conveyor_core::trace::record_outcome(&span, &processed.outcome);
+            conveyor_core::trace::record_settlement(&span, Settlement::Acknowledged(*reason));
             tracing::debug!(?reason, "acknowledged");
             return (Settled::Acked(*reason), duration, None);
         }
@@ -1327,7 +1339,7 @@ impl BatchProcessor {
         } else {
             outcome
         };
-        conveyor_core::trace::record_outcome(&span, &outcome);
+        conveyor_core::trace::record_run_error(&span, &outcome);
         let settled = match &outcome {
             Outcome::Ack(reason) => {
                 tracing::debug!(?reason, "acknowledged");
@@ -1371,6 +1383,7 @@ impl BatchProcessor {
                 }
             }
         };
+        conveyor_core::trace::record_settlement(&span, settled.settlement());
         (settled, duration, deferred)
     }
 

@@ -461,10 +461,7 @@ impl Warnings {
     /// wants every callsite, keeps those interests open; the events still reach only this thread's
     /// capture.
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        static KEEP_INTEREST: std::sync::Once = std::sync::Once::new();
-        KEEP_INTEREST.call_once(|| {
-            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
-        });
+        conveyor_testing::spans::keep_callsites_open();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(self.clone())
             .with_max_level(tracing::Level::WARN)
@@ -482,6 +479,37 @@ impl Warnings {
             .lines()
             .filter(|line| line.contains(text))
             .count()
+    }
+}
+
+/// A record's span says what settlement did, not what the pipeline asked for: a permanent failure
+/// is `dead_lettered` when its copy reached the DLQ, and `retried` on a queue with no DLQ, where it
+/// went back to the queue (it said `dead_lettered` there too).
+#[tokio::test]
+async fn a_records_span_says_what_settlement_did() {
+    for with_dlq in [true, false] {
+        let mut queue = MemoryQueue::standard("jobs");
+        if with_dlq {
+            queue = queue.with_dead_letter_queue(Arc::new(MemoryQueue::standard("jobs-dlq")), 5);
+        }
+        let harness = Harness::new(queue, LambdaConfig::default());
+        harness.push("doomed", "permanent");
+        harness.push("fine", "ok");
+        let outcomes = conveyor_testing::SpanOutcomes::default();
+        let guard = outcomes.capture();
+        let messages = harness.receive().await;
+        harness
+            .run(&messages, Instant::now() + Duration::from_secs(60))
+            .await;
+        drop(guard);
+        let expected = if with_dlq {
+            ["acked", "dead_lettered"]
+        } else {
+            ["acked", "retried"]
+        };
+        let mut seen = outcomes.values();
+        seen.sort();
+        assert_eq!(seen, expected, "with a DLQ: {with_dlq}");
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conveyor_core::runtime::{DeferralError, deferred_copy, retried_copy};
+use conveyor_core::trace::Settlement;
 use conveyor_core::{
     RejectMode,
     message::Message,
@@ -67,8 +68,22 @@ pub(crate) async fn apply(
     processed: Processed,
     held: Held,
 ) -> Settled {
-    // Inside the message's span (`job::run_message`): its outcome goes on it.
-    conveyor_core::trace::record_outcome(&tracing::Span::current(), &processed.outcome);
+    // Inside the message's span (`job::run_message`): a failed run marks it an error now, and what
+    // settlement did goes on it once the queue call answered.
+    let span = tracing::Span::current();
+    conveyor_core::trace::record_run_error(&span, &processed.outcome);
+    let (settled, settlement) = settle(runtime, target, processed, held).await;
+    conveyor_core::trace::record_settlement(&span, settlement);
+    settled
+}
+
+/// Applies the outcome; returns what it did for the FIFO group and for the message's span.
+async fn settle(
+    runtime: &Runtime,
+    target: Applying<'_>,
+    processed: Processed,
+    held: Held,
+) -> (Settled, Settlement) {
     let queue = target.queue;
     let job = runtime.metrics[queue].job(processed.job_type);
     if let Some(duration) = processed.handler_duration {
@@ -103,7 +118,11 @@ pub(crate) async fn apply(
             if discard && settled == Settled::Removed {
                 runtime.pipeline.discard_payload(target.message).await;
             }
-            settled
+            let settlement = match settled {
+                Settled::Removed => Settlement::Acknowledged(reason),
+                Settled::Returned => Settlement::Released,
+            };
+            (settled, settlement)
         }
         Outcome::Retry { delay, reason } => {
             if runtime.hard_stop.is_cancelled() && target.lease.cancellation().is_cancelled() {
@@ -111,7 +130,7 @@ pub(crate) async fn apply(
                 tracing::info!("cancelled at shutdown; the message is visible again");
                 set_visibility(runtime, &target, delay).await;
                 drop(held);
-                return Settled::Returned;
+                return (Settled::Returned, Settlement::Released);
             }
             add(&counters.retried, 1);
             job.retried.increment(1);
@@ -122,12 +141,12 @@ pub(crate) async fn apply(
                 tracing::info!(%reason, ?delay, ?room, "job will be retried on a fresh copy: SQS's 12 hours from the first receive leave too little to wait");
                 let copy = retried_copy(target.message, delay, false);
                 continue_on_copy(runtime, &target, copy, delay, held).await;
-                return Settled::Returned;
+                return (Settled::Returned, Settlement::Retried);
             }
             tracing::info!(%reason, ?delay, "job will be retried");
             set_visibility(runtime, &target, delay).await;
             drop(held);
-            Settled::Returned
+            (Settled::Returned, Settlement::Retried)
         }
         Outcome::Defer { delay, reason } => defer(runtime, &target, delay, &reason, held).await,
         Outcome::Reject(failure) => {
@@ -155,7 +174,8 @@ pub(crate) async fn apply(
                 Disposition::Delete => {
                     add(&counters.dead_lettered, 1);
                     job.dead_lettered.increment(1);
-                    delete(runtime, &target, held, false).await
+                    let settled = delete(runtime, &target, held, false).await;
+                    (settled, Settlement::DeadLettered)
                 }
                 Disposition::Visible(delay) => {
                     if mode == RejectMode::LeaveToRedrive {
@@ -166,42 +186,45 @@ pub(crate) async fn apply(
                         add(&counters.retried, 1);
                         job.retried.increment(1);
                     }
+                    // Back in the queue, no copy in a DLQ (left to SQS's redrive, or no DLQ to
+                    // send to): its span says so.
                     set_visibility(runtime, &target, delay).await;
                     drop(held);
-                    Settled::Returned
+                    (Settled::Returned, Settlement::Retried)
                 }
             }
         }
     }
 }
 
-/// Puts the message back without spending a receive: a delayed copy, then the original's delete.
+/// Puts the message back without spending a receive: a delayed copy, then the original's delete
+/// (`Deferred`); when the copy cannot be made or sent, a visibility change (`Retried`).
 pub(crate) async fn defer(
     runtime: &Runtime,
     target: &Applying<'_>,
     delay: Duration,
     reason: &str,
     held: Held,
-) -> Settled {
+) -> (Settled, Settlement) {
     let counters = runtime.status.counters();
     let fifo = runtime.queues[target.queue].is_fifo();
     match deferred_copy(target.message, delay, fifo) {
         Ok(copy) => {
             tracing::info!(%reason, ?delay, "deferring with a delayed copy");
-            let counter = if continue_on_copy(runtime, target, Ok(copy), delay, held).await {
-                &counters.deferred
+            if continue_on_copy(runtime, target, Ok(copy), delay, held).await {
+                add(&counters.deferred, 1);
+                (Settled::Returned, Settlement::Deferred)
             } else {
-                &counters.retried
-            };
-            add(counter, 1);
-            Settled::Returned
+                add(&counters.retried, 1);
+                (Settled::Returned, Settlement::Retried)
+            }
         }
         Err(why) => {
             add(&counters.retried, 1);
             tracing::warn!(%reason, %why, ?delay, "cannot defer with a copy; putting the message back (this receive counts toward maxReceiveCount)");
             set_visibility(runtime, target, delay).await;
             drop(held);
-            Settled::Returned
+            (Settled::Returned, Settlement::Retried)
         }
     }
 }

@@ -107,7 +107,7 @@ async fn run_in_span(
                 if !fifo && at_the_last_receive(&runtime, queue, &message) {
                     let reason = "the worker shut down before it started, at its last allowed receive";
                     runtime.pipeline.before_unrun_copy(&message).await;
-                    return defer(&runtime, &target, Duration::ZERO, reason, held).await;
+                    return defer_unrun(&runtime, &target, reason, held).await;
                 }
                 let hold = Some(Hold {
                     lease: &lease,
@@ -257,7 +257,14 @@ async fn renew_past_the_cap(runtime: &Runtime, target: &Applying<'_>, held: Held
         "SQS's 12 hours from the first receive are spent: the job goes on as a fresh copy, unrun"
     );
     let reason = "SQS's 12 hours from the first receive are spent";
-    defer(runtime, target, Duration::ZERO, reason, held).await
+    defer_unrun(runtime, target, reason, held).await
+}
+
+/// Defers a message that did not run with a copy due at once; its span says what settlement did.
+async fn defer_unrun(runtime: &Runtime, target: &Applying<'_>, reason: &str, held: Held) -> Settled {
+    let (settled, settlement) = defer(runtime, target, Duration::ZERO, reason, held).await;
+    conveyor_core::trace::record_settlement(&tracing::Span::current(), settlement);
+    settled
 }
 
 /// Runs a FIFO group's messages of one batch in order, one at a time. When one goes back to the

@@ -113,6 +113,38 @@ async fn retryable_failures_come_back_after_their_delay_then_succeed() {
     assert_eq!((report.retried, report.succeeded), (2, 1));
 }
 
+/// A message's span says what settlement did, not what the pipeline asked for: a permanent failure
+/// on a queue with no DLQ goes back to the queue, and its span says `retried` (it said
+/// `dead_lettered`).
+#[tokio::test(start_paused = true)]
+async fn a_messages_span_says_what_settlement_did() {
+    let outcomes = conveyor_testing::SpanOutcomes::default();
+    let _capture = outcomes.capture();
+    let log = Log::new();
+    let queue = queue("no-dlq");
+    let poison = TestJob {
+        id: 13,
+        fail: Fail::Permanent,
+        ..TestJob::default()
+    };
+    queue.push_message(message("plain", &poison)).unwrap();
+    queue.push_message(message("plain", &job(14))).unwrap();
+    let running = start(plain_worker(config(&[("no-dlq", 1)]), &log, &queue));
+    eventually(60, "both messages settled", || outcomes.values().len() >= 2).await;
+    running.stop().await;
+    let seen = outcomes.values();
+    assert_eq!(
+        seen.iter().filter(|outcome| *outcome == "acked").count(),
+        1,
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|outcome| outcome == "acked" || outcome == "retried"),
+        "the poison message went back to the queue each time: {seen:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_poison_message_reaches_the_dlq_with_its_reason_without_looping() {
     let log = Log::new();
