@@ -197,14 +197,14 @@ impl Relay {
             lease_held: true,
             ..RelayReport::default()
         };
-        // A turn that went to an aggregate that failed (its queue refuses or is unavailable) is given
-        // again to the next ones: the failed aggregates now wait out a backoff, so the next look passes
-        // them by. Bounded: at most SWEEP_LOOKS looks per sweep.
+        // A turn that went to an aggregate whose send failed (its queue refuses or is unavailable) is
+        // given again to the next ones: the failed aggregates now wait out a backoff, so the next look
+        // passes them by. Bounded: at most SWEEP_LOOKS looks per sweep. A store error is no reason to
+        // look again (the store would only be asked more while it struggles).
         for _ in 0..SWEEP_LOOKS {
             let (pass, more) = self.sweep_once(before.max(1), limit, fence).await;
             report.add(&pass);
-            let failed_turns = pass.failed + pass.store_errors;
-            if !more || failed_turns == 0 || !pass.lease_held {
+            if !more || pass.failed == 0 || pass.store_errors > 0 || !pass.lease_held {
                 break;
             }
         }
