@@ -519,7 +519,14 @@ async fn parked_aggregates_never_stop_fresh_ones_and_one_resend_by_queue_recover
     let queue = Arc::new(MemoryQueue::standard("outbox-postgres"));
     let mut options = RelayOptions::default();
     options.max_attempts = 1;
-    let relay = relay(&store, &queue).with_options(options.clone());
+    // The relay's clock a second ahead: a sweep lists jobs committed before its now, and a job committed
+    // in the sweep's own millisecond would wait for the next pass (it did, once, in CI).
+    let ahead: conveyor_outbox::WallClock = Arc::new(|| {
+        conveyor_core::runtime::epoch_millis(std::time::SystemTime::now() + Duration::from_secs(1))
+    });
+    let relay = relay(&store, &queue)
+        .with_options(options.clone())
+        .with_wall_clock(Arc::clone(&ahead));
     let mut parked = 0;
     for _ in 0..2 {
         parked += relay.sweep(Duration::ZERO, 100, &Unfenced).await.parked;
@@ -547,7 +554,9 @@ async fn parked_aggregates_never_stop_fresh_ones_and_one_resend_by_queue_recover
         .await
         .unwrap();
     assert_eq!((resent.aggregates.len(), resent.jobs), (150, 150));
-    let relay = Relay::new(Arc::new(store.clone()), Arc::new(sink)).with_options(options);
+    let relay = Relay::new(Arc::new(store.clone()), Arc::new(sink))
+        .with_options(options)
+        .with_wall_clock(ahead);
     drain(relay, store.clone()).await;
     let (first_jobs, received) = sent_order(&recreated);
     assert_eq!((first_jobs.len(), received), (150, 150));
