@@ -146,14 +146,7 @@ async fn failures_count_and_parking_blocks_until_unparked(
     let backlog = store.backlog(100).await.unwrap_or_default();
     assert!(backlog.parked.iter().all(|parked| parked.aggregate != aggregate));
     assert!(backlog.oldest_pending_millis.is_some());
-    let all: Vec<JobRef> = store
-        .jobs(&aggregate, 10)
-        .await
-        .unwrap_or_default()
-        .iter()
-        .map(crate::StoredJob::reference)
-        .collect();
-    let _ = store.remove_sent(&all).await;
+    remove_all(store, &[&aggregate]).await;
     // Recording a failure of a job already removed is no error.
     assert!(store.record_failure(&first, "late", None).await.is_ok());
 }
@@ -191,8 +184,14 @@ async fn a_parked_head_never_takes_another_aggregates_turn(
         pending.contains(&blocked),
         "unparked, it is pending again: {pending:?}"
     );
+    remove_all(store, &[&blocked, &fresh]).await;
+}
+
+/// Removes the (up to ten) jobs of each of `aggregates`: a check's cleanup, so a shared store is left
+/// as the check found it.
+async fn remove_all(store: &dyn OutboxStore, aggregates: &[&str]) {
     let mut all: Vec<JobRef> = Vec::new();
-    for aggregate in [&blocked, &fresh] {
+    for aggregate in aggregates {
         let jobs = store.jobs(aggregate, 10).await.unwrap_or_default();
         all.extend(jobs.iter().map(crate::StoredJob::reference));
     }

@@ -113,6 +113,17 @@ async fn retryable_failures_come_back_after_their_delay_then_succeed() {
     assert_eq!((report.retried, report.succeeded), (2, 1));
 }
 
+/// Queues job 13, which fails permanently, then job 14, which succeeds.
+fn push_poison_then_plain(queue: &MemoryQueue) {
+    let poison = TestJob {
+        id: 13,
+        fail: Fail::Permanent,
+        ..TestJob::default()
+    };
+    queue.push_message(message("plain", &poison)).unwrap();
+    queue.push_message(message("plain", &job(14))).unwrap();
+}
+
 /// A message's span says what settlement did, not what the pipeline asked for: a permanent failure
 /// on a queue with no DLQ goes back to the queue, and its span says `retried` (it said
 /// `dead_lettered`).
@@ -122,13 +133,7 @@ async fn a_messages_span_says_what_settlement_did() {
     let _capture = outcomes.capture();
     let log = Log::new();
     let queue = queue("no-dlq");
-    let poison = TestJob {
-        id: 13,
-        fail: Fail::Permanent,
-        ..TestJob::default()
-    };
-    queue.push_message(message("plain", &poison)).unwrap();
-    queue.push_message(message("plain", &job(14))).unwrap();
+    push_poison_then_plain(&queue);
     let running = start(plain_worker(config(&[("no-dlq", 1)]), &log, &queue));
     eventually(60, "both messages settled", || outcomes.values().len() >= 2).await;
     running.stop().await;
@@ -149,13 +154,7 @@ async fn a_messages_span_says_what_settlement_did() {
 async fn a_poison_message_reaches_the_dlq_with_its_reason_without_looping() {
     let log = Log::new();
     let queue = queue_with_dlq("poison", 5);
-    let poison = TestJob {
-        id: 13,
-        fail: Fail::Permanent,
-        ..TestJob::default()
-    };
-    queue.push_message(message("plain", &poison)).unwrap();
-    queue.push_message(message("plain", &job(14))).unwrap();
+    push_poison_then_plain(&queue);
     let running = start(plain_worker(config(&[("poison", 1)]), &log, &queue));
     eventually(60, "the poison message in the DLQ", || {
         queue.messages_in_dlq().len() == 1
