@@ -39,6 +39,8 @@ const SPANS_TIMEOUT: Duration = Duration::from_secs(60);
 const SPEED: u32 = 720;
 /// OTLP's consumer span kind.
 const CONSUMER: i32 = 5;
+/// OTLP's `SPAN_KIND_PRODUCER`.
+const PRODUCER: i32 = 4;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Order {
@@ -136,7 +138,7 @@ async fn flush(provider: &SdkTracerProvider) {
 fn consumer_spans<'a>(spans: &'a [ReceivedSpan], job_type: &str) -> Vec<&'a ReceivedSpan> {
     spans
         .iter()
-        .filter(|span| span.kind == CONSUMER && span.attribute("job_type") == Some(job_type))
+        .filter(|span| span.kind == CONSUMER && span.attribute("conveyor.job_type") == Some(job_type))
         .collect()
 }
 
@@ -262,12 +264,38 @@ async fn worker_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider
             && reminder_outcomes.last().is_some_and(|outcome| outcome == "acked"),
         "hops deferred, then the run: {reminder_outcomes:?}"
     );
+    // `Producer::send` sends in a producer span of its own (`send <queue>`, a child of the request);
+    // the reminder and the flow went through the queue port, whose messages carry the request's context.
+    let send = spans
+        .iter()
+        .find(|span| span.kind == PRODUCER && span.name == format!("send {}", created.name))
+        .unwrap_or_else(|| panic!("Producer::send's span was exported: {spans:#?}"));
+    assert!(
+        send.follows(producer),
+        "the send is the request's child: {send:#?}"
+    );
+    assert_eq!(send.attribute("messaging.operation.name"), Some("send"));
+    assert_eq!(send.attribute("messaging.operation.type"), Some("send"));
+    assert_eq!(
+        send.attribute("messaging.destination.name"),
+        Some(created.name.as_str())
+    );
+    for span in &charge {
+        assert!(span.follows(send), "each charge run links to its send: {span:#?}");
+    }
+    assert_eq!(
+        charge[0].attribute("error.type"),
+        Some("retryable"),
+        "the failed run's class"
+    );
     for job_type in ["charge", "reminder", "invoice_line", "invoice"] {
         for span in consumer_spans(&spans, job_type) {
             assert!(
-                span.follows(producer),
+                span.follows(producer) || span.follows(send),
                 "every run of {job_type} links to the request that sent it: {span:#?}\nproducer: {producer:#?}"
             );
+            assert_eq!(span.attribute("messaging.operation.name"), Some("process"));
+            assert!(span.attribute("messaging.aws.sqs.receive_count").is_some());
             assert_eq!(span.attribute("messaging.system"), Some("aws_sqs"));
             assert_eq!(
                 span.attribute("messaging.destination.name"),
@@ -485,14 +513,23 @@ async fn lambda_exports_a_span_per_record_with_and_without_active_tracing() {
             .collect();
         assert_eq!(records.len(), users.len(), "{records:#?}");
         for record in records {
-            assert_eq!(record.attribute("job_type"), Some("welcome_email"));
+            assert_eq!(record.attribute("conveyor.job_type"), Some("welcome_email"));
             assert_eq!(record.attribute("messaging.system"), Some("aws_sqs"));
+            assert_eq!(record.attribute("messaging.operation.name"), Some("process"));
             assert_eq!(record.attribute("outcome"), Some("acked"));
+            for copy in ["message_id", "queue", "receive_count", "job_type"] {
+                assert_eq!(
+                    record.attribute(copy),
+                    None,
+                    "{copy} is exported once, under its convention name: {record:#?}"
+                );
+            }
             let invocation = spans
                 .iter()
                 .find(|span| span.span_id == record.parent_span_id)
                 .unwrap_or_else(|| panic!("the record's invocation span was exported: {record:#?}"));
             assert_eq!(invocation.name, "invocation");
+            assert_invocation_attributes(invocation);
             let xray = invocation
                 .attribute("aws.xray.trace_id")
                 .unwrap_or_else(|| panic!("the invocation keeps its X-Ray trace id: {invocation:#?}"));
@@ -520,6 +557,95 @@ async fn lambda_exports_a_span_per_record_with_and_without_active_tracing() {
             }
         }
     }
+}
+
+/// OpenTelemetry's FaaS conventions on an invocation span of an SQS-triggered function.
+fn assert_invocation_attributes(invocation: &ReceivedSpan) {
+    assert_eq!(invocation.kind, CONSUMER, "{invocation:#?}");
+    assert_eq!(invocation.attribute("faas.trigger"), Some("pubsub"));
+    assert_eq!(invocation.attribute("cloud.provider"), Some("aws"));
+    assert_eq!(invocation.attribute("cloud.platform"), Some("aws_lambda"));
+    assert!(
+        invocation
+            .attribute("faas.invocation_id")
+            .is_some_and(|id| !id.is_empty()),
+        "{invocation:#?}"
+    );
+    assert!(
+        invocation
+            .attribute("cloud.resource_id")
+            .is_some_and(|arn| arn.starts_with("arn:aws:lambda:")),
+        "{invocation:#?}"
+    );
+    assert!(
+        invocation.attribute("faas.coldstart").is_some(),
+        "{invocation:#?}"
+    );
+}
+
+/// Under Lambda Managed Instances one process serves several invocations at once
+/// (`conveyor lambda run --concurrency 2`): each invocation is the root of a trace of its own, never a
+/// child of a span the runtime keeps open for the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_concurrent_invocation_of_one_process_has_a_trace_of_its_own() {
+    localstack::ensure_local_aws().await.unwrap();
+    let receiver = OtlpReceiver::start().await.unwrap();
+    let service = "signup-managed";
+    let users: Vec<u32> = (1..=12).collect();
+    let (created, outbox, env) =
+        welcome_emails("traces-managed", &users, &receiver.endpoint(), service).await;
+    let output = lambda_run(
+        &created.url,
+        &env,
+        &[
+            "--concurrency",
+            "2",
+            "--maximum-concurrency",
+            "2",
+            "--batch-size",
+            "2",
+        ],
+    )
+    .await;
+    assert_eq!(
+        emails_per_user(&outbox).values().sum::<u32>(),
+        12,
+        "each job ran once\n{}",
+        printed(&output)
+    );
+    let spans = receiver
+        .wait_for(SPANS_TIMEOUT, |spans| {
+            spans
+                .iter()
+                .filter(|span| span.service == service && span.kind == CONSUMER && span.name != "invocation")
+                .count()
+                >= users.len()
+        })
+        .await
+        .unwrap_or_else(|error| panic!("{error}: one consumer span per record\n{}", printed(&output)));
+    let invocations: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|span| span.service == service && span.name == "invocation")
+        .collect();
+    assert!(invocations.len() >= 2, "{invocations:#?}");
+    let mut traces = std::collections::BTreeSet::new();
+    for invocation in &invocations {
+        assert!(
+            invocation.parent_span_id.is_empty(),
+            "an invocation is a root: {invocation:#?}"
+        );
+        assert_invocation_attributes(invocation);
+        traces.insert(invocation.trace_id.clone());
+    }
+    assert_eq!(traces.len(), invocations.len(), "a trace per invocation");
+    let cold = invocations
+        .iter()
+        .filter(|span| span.attribute("faas.coldstart") == Some("true"))
+        .count();
+    assert!(
+        cold >= 1,
+        "the first invocation of the environment is cold: {invocations:#?}"
+    );
 }
 
 /// An OTLP endpoint that takes every connection and never answers: each export waits out the

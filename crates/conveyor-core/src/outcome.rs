@@ -179,6 +179,7 @@ pub fn classify(result: RunResult, origin: Origin<'_>, backoff: &Backoff) -> Out
         delay: backoff.delay(origin.attempt, origin.max_attempts),
         reason,
     };
+    crate::trace::record_error_type(&result);
     let outcome = match result {
         RunResult::Succeeded => Outcome::Ack(AckReason::Completed),
         RunResult::Failed(error) => match error.kind() {

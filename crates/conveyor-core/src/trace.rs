@@ -80,6 +80,11 @@ fn new_span(message: &Message, queue: &str) -> tracing::Span {
 /// Records the job type on a span from [`message_span`] once the router found it.
 pub fn record_job_type(span: &tracing::Span, job_type: &str) {
     span.record("job_type", job_type);
+    #[cfg(feature = "otel")]
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        span.set_attribute(attribute::JOB_TYPE, job_type.to_owned());
+    }
 }
 
 /// What settlement did with a message, once the queue call answered: the outcome its span records.
@@ -137,6 +142,91 @@ pub fn record_settlement(span: &tracing::Span, settlement: Settlement) {
     span.record("outcome", settlement.name());
 }
 
+/// The OpenTelemetry `error.type` of a failed run: its class, never its message (low cardinality, as
+/// the semantic conventions ask): `retryable`, `permanent`, `panic`, `timeout` or `cancelled`.
+pub fn error_type(result: &crate::outcome::RunResult) -> Option<&'static str> {
+    use crate::error::ErrorKind;
+    use crate::outcome::RunResult;
+    match result {
+        RunResult::Succeeded => None,
+        RunResult::Failed(error) => Some(match error.kind() {
+            ErrorKind::Permanent => "permanent",
+            ErrorKind::Retryable { .. } => "retryable",
+        }),
+        RunResult::Panicked(_) => Some("panic"),
+        RunResult::TimedOut(_) => Some("timeout"),
+        RunResult::Cancelled => Some("cancelled"),
+    }
+}
+
+/// Records a failed run's [`error_type`] on the current span (the message's: both runtimes run a job
+/// inside it). Nothing for a success, or without the `otel` feature.
+pub fn record_error_type(result: &crate::outcome::RunResult) {
+    #[cfg(feature = "otel")]
+    if let Some(error_type) = error_type(result) {
+        otel::set_error_type(&tracing::Span::current(), error_type);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = result;
+}
+
+/// The span of one of Conveyor's own sends (`Producer::send`, `send_batch`, the outbox relay's and the
+/// batching producer's calls): with the `otel` feature an OpenTelemetry producer span `send <queue>`
+/// (`messaging.operation.name` and `.type` = `send`, `messaging.batch.message_count` for a batch of
+/// more than one). A job encoded inside it carries its context, so the consumer's span links to the
+/// send. Without an OpenTelemetry layer it is a plain `tracing` span that writes no fields.
+pub fn send_span(queue: &str, messages: usize) -> tracing::Span {
+    let span = tracing::info_span!(
+        "send",
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    #[cfg(feature = "otel")]
+    otel::producer(&span, queue, messages);
+    #[cfg(not(feature = "otel"))]
+    let _ = (queue, messages);
+    span
+}
+
+/// Links a batch send's span to the contexts its messages carry already (jobs encoded earlier, such as
+/// the outbox's, committed with their request's context): the semantic conventions' links from a
+/// batch send to each message's creation.
+pub fn link_to_messages<'a>(span: &tracing::Span, messages: impl IntoIterator<Item = &'a Attributes>) {
+    #[cfg(feature = "otel")]
+    for attributes in messages {
+        otel::link_to_carried(span, attributes);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = (span, messages.into_iter().count());
+}
+
+/// Records on a send span that the send failed, with its class (`error.type`, e.g. `QueueMissing`)
+/// and the error's text as the span's status.
+pub fn record_send_error(span: &tracing::Span, error_type: &str, message: &str) {
+    #[cfg(feature = "otel")]
+    {
+        otel::set_error_type(span, error_type);
+        otel::record_error(span, message);
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = (span, error_type, message);
+}
+
+/// The span of one call of a batch handler (`batch <job type>`), linked to the span of every job
+/// in the batch (`job_spans`, each job's message span). The call runs in a task of its own, so it is
+/// no job's child.
+pub fn batch_call_span(job_type: &str, job_spans: &[tracing::Span]) -> tracing::Span {
+    let span = tracing::info_span!(
+        "batch_call",
+        job_type,
+        jobs = job_spans.len(),
+        otel.name = tracing::field::Empty,
+    );
+    #[cfg(feature = "otel")]
+    otel::batch_call(&span, job_type, job_spans);
+    span
+}
+
 /// Adds the current span's trace context to a job's attributes (see the module docs), keeping at
 /// most `max_attributes`. Does nothing when the attributes carry a context already (a copy, or a
 /// producer that set its own), when there is no valid current context, or without the `otel` feature.
@@ -181,6 +271,10 @@ mod otel {
     use opentelemetry::trace::TraceContextExt as _;
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+    use super::attribute::{
+        BATCH_MESSAGE_COUNT, DESTINATION_NAME, ERROR_TYPE, JOB_TYPE, MESSAGE_ID, MESSAGING_SYSTEM,
+        OPERATION_NAME, OPERATION_TYPE, RECEIVE_COUNT,
+    };
     use super::{ProducerRelation, TRACEPARENT_ATTRIBUTE, TRACESTATE_ATTRIBUTE};
     use crate::message::{AttributeValue, Attributes, Message};
 
@@ -296,16 +390,14 @@ mod otel {
         }
         span.record("otel.name", format!("process {queue}"));
         span.record("otel.kind", "consumer");
-        span.set_attribute("messaging.system", "aws_sqs");
-        span.set_attribute("messaging.operation.type", "process");
-        span.set_attribute("messaging.destination.name", queue.to_owned());
-        span.set_attribute("messaging.message.id", message.id.clone());
-        span.set_attribute(
-            "messaging.aws_sqs.receive_count",
-            i64::from(message.receive_count),
-        );
+        span.set_attribute(MESSAGING_SYSTEM, "aws_sqs");
+        span.set_attribute(OPERATION_NAME, "process");
+        span.set_attribute(OPERATION_TYPE, "process");
+        span.set_attribute(DESTINATION_NAME, queue.to_owned());
+        span.set_attribute(MESSAGE_ID, message.id.clone());
+        span.set_attribute(RECEIVE_COUNT, i64::from(message.receive_count));
         if let Some(job_type) = message.job_type() {
-            span.set_attribute("conveyor.job_type", job_type.to_owned());
+            span.set_attribute(JOB_TYPE, job_type.to_owned());
         }
         let Some(producer) = producer else {
             return;
@@ -319,6 +411,81 @@ mod otel {
     pub(super) fn record_error(span: &tracing::Span, reason: &str) {
         span.set_status(opentelemetry::trace::Status::error(reason.to_owned()));
     }
+
+    pub(super) fn set_error_type(span: &tracing::Span, error_type: &str) {
+        span.set_attribute(ERROR_TYPE, error_type.to_owned());
+    }
+
+    pub(super) fn producer(span: &tracing::Span, queue: &str, messages: usize) {
+        span.record("otel.name", format!("send {queue}"));
+        span.record("otel.kind", "producer");
+        span.set_attribute(MESSAGING_SYSTEM, "aws_sqs");
+        span.set_attribute(OPERATION_NAME, "send");
+        span.set_attribute(OPERATION_TYPE, "send");
+        span.set_attribute(DESTINATION_NAME, queue.to_owned());
+        if messages > 1 {
+            span.set_attribute(BATCH_MESSAGE_COUNT, messages as i64);
+        }
+    }
+
+    /// Links `span` to the producer context a message's attributes carry, if any.
+    pub(super) fn link_to_carried(span: &tracing::Span, attributes: &Attributes) {
+        let mut carrier = Carrier::default();
+        for name in [TRACEPARENT_ATTRIBUTE, TRACESTATE_ATTRIBUTE] {
+            if let Some(value) = attributes
+                .get(name)
+                .and_then(|value| value.string_value.as_deref())
+            {
+                carrier.0.insert(name.to_owned(), value.to_owned());
+            }
+        }
+        if carrier.0.is_empty() {
+            return;
+        }
+        let context =
+            opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier));
+        let linked = context.span().span_context().clone();
+        if linked.is_valid() {
+            span.add_link(linked);
+        }
+    }
+
+    pub(super) fn batch_call(span: &tracing::Span, job_type: &str, job_spans: &[tracing::Span]) {
+        span.record("otel.name", format!("batch {job_type}"));
+        span.set_attribute(BATCH_MESSAGE_COUNT, job_spans.len() as i64);
+        for job in job_spans {
+            let linked = job.context().span().span_context().clone();
+            if linked.is_valid() {
+                span.add_link(linked);
+            }
+        }
+    }
+}
+
+/// The OpenTelemetry attribute names Conveyor's spans carry (the messaging semantic conventions).
+/// SQS's receive count has no name in the conventions: it goes under `messaging.aws.sqs.`, the prefix
+/// OpenTelemetry's own SQS instrumentations use for what is SQS's alone (the Ruby one's
+/// `messaging.aws.sqs.message_group_id`), as Pub/Sub's `messaging.gcp_pubsub.message.delivery_attempt`
+/// does for Pub/Sub.
+pub mod attribute {
+    /// `aws_sqs` on every span of Conveyor's.
+    pub const MESSAGING_SYSTEM: &str = "messaging.system";
+    /// `process` on a consumer span, `send` on a producer span.
+    pub const OPERATION_NAME: &str = "messaging.operation.name";
+    /// `process` or `send`.
+    pub const OPERATION_TYPE: &str = "messaging.operation.type";
+    /// The queue's name.
+    pub const DESTINATION_NAME: &str = "messaging.destination.name";
+    /// SQS's message id.
+    pub const MESSAGE_ID: &str = "messaging.message.id";
+    /// How many messages a batch send (or a batch-handler call) carried; only above one.
+    pub const BATCH_MESSAGE_COUNT: &str = "messaging.batch.message_count";
+    /// SQS's `ApproximateReceiveCount` of the message.
+    pub const RECEIVE_COUNT: &str = "messaging.aws.sqs.receive_count";
+    /// The job's type.
+    pub const JOB_TYPE: &str = "conveyor.job_type";
+    /// A failed run's or send's class ([`super::error_type`]).
+    pub const ERROR_TYPE: &str = "error.type";
 }
 
 #[cfg(test)]
@@ -469,6 +636,125 @@ mod tests {
             invocation.span_id()
         );
         assert_eq!(attribute(parented, "outcome").as_deref(), Some("acked"));
+    }
+
+    fn attribute(span: &SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|pair| pair.key.as_str() == key)
+            .map(|pair| pair.value.to_string())
+    }
+
+    #[test]
+    fn a_send_span_is_a_producer_span_whose_context_the_jobs_carry_and_that_links_to_encoded_ones() {
+        let (exporter, _provider, _guard) = traced();
+        let mut committed = Attributes::new();
+        tracing::info_span!("commit").in_scope(|| inject(&mut committed, &mut None, 9));
+        let commit = finished(&exporter, "commit").span_context;
+
+        let single = send_span("orders", 1);
+        let mut fresh = Attributes::new();
+        single.in_scope(|| inject(&mut fresh, &mut None, 9));
+        record_send_error(&single, "QueueMissing", "queue orders does not exist");
+        drop(single);
+        let batch = send_span("orders", 2);
+        link_to_messages(&batch, [&committed, &Attributes::new()]);
+        drop(batch);
+
+        let spans = exporter.get_finished_spans().unwrap();
+        let sends: Vec<&SpanData> = spans.iter().filter(|span| span.name == "send orders").collect();
+        assert_eq!(sends.len(), 2, "{spans:#?}");
+        let (single, batch) = (sends[0], sends[1]);
+        assert_eq!(single.span_kind, opentelemetry::trace::SpanKind::Producer);
+        assert_eq!(
+            attribute(single, "messaging.operation.name").as_deref(),
+            Some("send")
+        );
+        assert_eq!(
+            attribute(single, "messaging.operation.type").as_deref(),
+            Some("send")
+        );
+        assert_eq!(
+            attribute(single, "messaging.destination.name").as_deref(),
+            Some("orders")
+        );
+        assert_eq!(
+            attribute(single, "messaging.batch.message_count"),
+            None,
+            "one job is no batch"
+        );
+        assert_eq!(attribute(single, "error.type").as_deref(), Some("QueueMissing"));
+        let expected = format!(
+            "00-{}-{}-01",
+            single.span_context.trace_id(),
+            single.span_context.span_id()
+        );
+        assert_eq!(
+            fresh[TRACEPARENT_ATTRIBUTE].string_value.as_deref(),
+            Some(expected.as_str()),
+            "a job encoded in the send carries the send's context"
+        );
+        assert_eq!(
+            attribute(batch, "messaging.batch.message_count").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            batch.links.links.len(),
+            1,
+            "one link per job that carries a context"
+        );
+        assert_eq!(batch.links.links[0].span_context.span_id(), commit.span_id());
+    }
+
+    #[test]
+    fn a_failed_runs_class_is_its_error_type_and_a_batch_call_links_to_its_jobs() {
+        use crate::outcome::RunResult;
+        assert_eq!(error_type(&RunResult::Succeeded), None);
+        assert_eq!(
+            error_type(&RunResult::Failed(crate::HandlerError::permanent("bad input"))),
+            Some("permanent")
+        );
+        assert_eq!(
+            error_type(&RunResult::Failed(crate::HandlerError::retryable("503"))),
+            Some("retryable")
+        );
+        assert_eq!(
+            error_type(&RunResult::TimedOut(std::time::Duration::from_secs(1))),
+            Some("timeout")
+        );
+        assert_eq!(error_type(&RunResult::Panicked("boom".into())), Some("panic"));
+
+        let (exporter, _provider, _guard) = traced();
+        let jobs: Vec<tracing::Span> = ["m-1", "m-2"]
+            .iter()
+            .map(|id| message_span(&Message::new(*id, "{}"), "orders", ProducerRelation::Link))
+            .collect();
+        jobs[0].in_scope(|| record_error_type(&RunResult::TimedOut(std::time::Duration::from_secs(1))));
+        let call = batch_call_span("invoice_line", &jobs);
+        let job_ids: Vec<SpanId> = jobs
+            .iter()
+            .map(|span| span.context().span().span_context().span_id())
+            .collect();
+        drop(call);
+        drop(jobs);
+        let spans = exporter.get_finished_spans().unwrap();
+        let call = finished(&exporter, "batch invoice_line");
+        let linked: Vec<SpanId> = call
+            .links
+            .links
+            .iter()
+            .map(|link| link.span_context.span_id())
+            .collect();
+        assert_eq!(linked, job_ids);
+        assert_eq!(
+            attribute(&call, "messaging.batch.message_count").as_deref(),
+            Some("2")
+        );
+        let timed_out = spans
+            .iter()
+            .find(|span| attribute(span, "messaging.message.id").as_deref() == Some("m-1"))
+            .unwrap();
+        assert_eq!(attribute(timed_out, "error.type").as_deref(), Some("timeout"));
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub async fn run_with_config(pipeline: Pipeline, mut config: LambdaConfig) -> Re
         .map_err(|error| LambdaError::Runtime(error.to_string()))
 }
 
+/// Set by the process's first SQS invocation: the later ones are warm (`faas.coldstart`).
+static WARM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// One invocation: parse, then process with the invocation's deadline.
 pub(crate) async fn handle(
     processor: &BatchProcessor,
@@ -123,15 +126,26 @@ pub(crate) async fn handle(
         request_id = %context.request_id,
         records = event.records.len(),
         xray_trace_id = context.xray_trace_id.as_deref(),
+        otel.kind = tracing::field::Empty,
     );
+    let cold_start = !WARM.swap(true, std::sync::atomic::Ordering::AcqRel);
     // This invocation's own X-Ray trace (from its context: concurrent invocations of one process each
     // have theirs): the parent of the invocation's span with Active Tracing, a link without it (an
-    // unsampled parent would have the default sampler drop every span); each record's span links to
-    // its producer.
+    // unsampled parent would have the default sampler drop every span), and no parent without a
+    // header; each record's span links to its producer. The `faas.*` attributes go on it too.
     #[cfg(feature = "otel")]
-    if let Some(header) = context.xray_trace_id.as_deref() {
-        conveyor_otel::parent_on_xray(&span, header);
-    }
+    conveyor_otel::relate_invocation(
+        &span,
+        context.xray_trace_id.as_deref(),
+        &conveyor_otel::Invocation::new(
+            &context.request_id,
+            &context.invoked_function_arn,
+            cold_start,
+            event.records.len(),
+        ),
+    );
+    #[cfg(not(feature = "otel"))]
+    let _ = cold_start;
     let budget = invocation_budget(
         context.deadline,
         SystemTime::now(),

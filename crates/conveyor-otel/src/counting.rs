@@ -1,4 +1,5 @@
-//! Counting what becomes of the spans: a span processor that counts the spans handed to it, an
+//! Counting what becomes of the spans: a span processor that counts the spans handed to it (and
+//! tidies them, [`crate::tidy`]), an
 //! exporter that counts what each export did with them, and a flush bounded by a time the caller
 //! gives (the rest of a Lambda invocation, the rest of a worker's stop timeout), never the exporter's.
 //!
@@ -90,8 +91,9 @@ impl<P: SpanProcessor> SpanProcessor for Counting<P> {
         self.inner.on_start(span, cx);
     }
 
-    fn on_end(&self, span: SpanData) {
+    fn on_end(&self, mut span: SpanData) {
         self.counts.ended.fetch_add(1, Ordering::AcqRel);
+        crate::tidy::drop_field_copies(&mut span);
         self.inner.on_end(span);
     }
 

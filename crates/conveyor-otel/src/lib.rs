@@ -2,6 +2,7 @@
 
 mod counting;
 mod settings;
+mod tidy;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -134,6 +135,66 @@ pub fn shutdown() {
     if let Err(error) = provider.shutdown() {
         tracing::warn!(%error, "could not export the last spans at shutdown");
     }
+}
+
+/// What an invocation's span says about the invocation ([`relate_invocation`]).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Invocation<'a> {
+    /// Lambda's request id (`faas.invocation_id`).
+    pub request_id: &'a str,
+    /// The invoked function's ARN (`cloud.resource_id`).
+    pub function_arn: &'a str,
+    /// Whether this is the first invocation of the process (`faas.coldstart`).
+    pub cold_start: bool,
+    /// How many SQS records the event carries (`messaging.batch.message_count`).
+    pub records: usize,
+}
+
+impl<'a> Invocation<'a> {
+    /// An invocation of `function_arn` with `request_id`, carrying `records` records.
+    pub fn new(request_id: &'a str, function_arn: &'a str, cold_start: bool, records: usize) -> Self {
+        Self {
+            request_id,
+            function_arn,
+            cold_start,
+            records,
+        }
+    }
+}
+
+/// Makes `span` an invocation's span after OpenTelemetry's FaaS and messaging conventions: a consumer
+/// span with `faas.trigger` = `pubsub`, `faas.invocation_id`, `faas.coldstart`, `cloud.provider`,
+/// `cloud.platform`, `cloud.resource_id` and `messaging.batch.message_count`, related to the
+/// invocation's X-Ray header by [`parent_on_xray`]'s rule. Without a header it is a root all the same:
+/// never the child of a span the Lambda runtime keeps open for the process (under Managed Instances
+/// that span outlives every invocation, and would make one endless trace of them all). The span must
+/// declare the `otel.kind` field. Call it before the span is first entered.
+pub fn relate_invocation(span: &tracing::Span, xray_header: Option<&str>, invocation: &Invocation<'_>) {
+    match xray_header {
+        Some(header) => parent_on_xray(span, header),
+        None => {
+            if span.set_parent(opentelemetry::Context::new()).is_err() {
+                tracing::debug!("the invocation's span had started; it stays where it is");
+            }
+        }
+    }
+    span.record("otel.kind", "consumer");
+    span.set_attribute("faas.trigger", "pubsub");
+    span.set_attribute("faas.invocation_id", invocation.request_id.to_owned());
+    span.set_attribute("faas.coldstart", invocation.cold_start);
+    span.set_attribute("cloud.provider", "aws");
+    span.set_attribute("cloud.platform", "aws_lambda");
+    if !invocation.function_arn.is_empty() {
+        span.set_attribute("cloud.resource_id", invocation.function_arn.to_owned());
+    }
+    span.set_attribute(conveyor_core::trace::attribute::MESSAGING_SYSTEM, "aws_sqs");
+    span.set_attribute(conveyor_core::trace::attribute::OPERATION_TYPE, "process");
+    span.set_attribute(conveyor_core::trace::attribute::OPERATION_NAME, "process");
+    span.set_attribute(
+        conveyor_core::trace::attribute::BATCH_MESSAGE_COUNT,
+        invocation.records as i64,
+    );
 }
 
 /// The attribute that keeps an invocation's X-Ray trace id (`1-5759e988-bd862e3fe1be46a994272793`)

@@ -199,6 +199,37 @@ pub enum ProduceError {
     Unanswered,
 }
 
+impl ProduceError {
+    /// The error's class, as a send span's OpenTelemetry `error.type` says it (low cardinality: the
+    /// variant's name, or the queue error's).
+    pub(crate) fn error_type(&self) -> &'static str {
+        match self {
+            ProduceError::Serialize { .. } => "Serialize",
+            ProduceError::EmptyBody { .. } => "EmptyBody",
+            ProduceError::TooLarge { .. } => "TooLarge",
+            ProduceError::TooManyAttributes { .. } => "TooManyAttributes",
+            ProduceError::Payload { .. } => "Payload",
+            ProduceError::InvalidAttribute { .. } => "InvalidAttribute",
+            ProduceError::InvalidVersion { .. } => "InvalidVersion",
+            ProduceError::DelayTooLong { .. } => "DelayTooLong",
+            ProduceError::DelayOnFifo { .. } => "DelayOnFifo",
+            ProduceError::MissingGroupId { .. } => "MissingGroupId",
+            ProduceError::InvalidTenant { .. } => "InvalidTenant",
+            ProduceError::GroupIsTheTenant { .. } => "GroupIsTheTenant",
+            ProduceError::Rejected { .. } => "Rejected",
+            ProduceError::Queue(QueueError::QueueMissing { .. }) => "QueueMissing",
+            ProduceError::Queue(QueueError::AccessDenied { .. }) => "AccessDenied",
+            ProduceError::Queue(QueueError::Unavailable { .. }) => "Unavailable",
+            ProduceError::Queue(_) => "Queue",
+            ProduceError::Unreachable(_) => "Unreachable",
+            ProduceError::Timer { .. } => "Timer",
+            ProduceError::GroupHeld { .. } => "GroupHeld",
+            ProduceError::ShutDown => "ShutDown",
+            ProduceError::Unanswered => "Unanswered",
+        }
+    }
+}
+
 /// A whole call's failure; a request that never reached the SQS endpoint a variable set
 /// (`AWS_ENDPOINT_URL_SQS`, `AWS_ENDPOINT_URL`) is [`ProduceError::Unreachable`], naming the address
 /// and the variable.

@@ -13,6 +13,7 @@ use conveyor_core::port::{
 use conveyor_core::runtime::DUE_ATTRIBUTE;
 use conveyor_core::{Cancelled, KeyStyle, Timers};
 use serde::Serialize;
+use tracing::Instrument as _;
 
 use crate::convert::queue_name;
 use crate::errors::{classify, classify_entry};
@@ -124,6 +125,19 @@ fn long_delay(message: &OutgoingMessage) -> Option<(SystemTime, Duration)> {
     let delay =
         Duration::from_millis(due.saturating_sub(conveyor_core::runtime::epoch_millis(SystemTime::now())));
     (delay > conveyor_core::limits::MAX_DELAY).then(|| (conveyor_core::port::from_epoch_millis(due), delay))
+}
+
+/// Marks a batch send's span failed when any of its jobs was not sent, with the first failure's class.
+fn record_batch_errors(span: &tracing::Span, report: &BatchReport) {
+    let mut failures = report.failures();
+    if let Some((_, first)) = failures.next() {
+        let failed = 1 + failures.count();
+        let message = format!(
+            "{failed} of {} jobs not sent; the first: {first}",
+            report.results.len()
+        );
+        conveyor_core::trace::record_send_error(span, first.error_type(), &message);
+    }
 }
 
 /// One encoded job waiting to be sent.
@@ -269,6 +283,16 @@ impl Producer {
     /// With [`Producer::with_timers`], a job due later than 15 minutes is kept in the timer table and
     /// the timer's id is returned instead.
     pub async fn send<J: Serialize>(&self, job: &NewJob<J>) -> Result<String, ProduceError> {
+        // The job is encoded inside the send's span, so it carries the span's context (feature `otel`).
+        let span = conveyor_core::trace::send_span(&self.name, 1);
+        let sent = self.send_one(job).instrument(span.clone()).await;
+        if let Err(error) = &sent {
+            conveyor_core::trace::record_send_error(&span, error.error_type(), &error.to_string());
+        }
+        sent
+    }
+
+    async fn send_one<J: Serialize>(&self, job: &NewJob<J>) -> Result<String, ProduceError> {
         let message = match self.prepare(job).await? {
             Prepared::Kept(id) => return Ok(id),
             Prepared::Ready(message) => message,
@@ -289,6 +313,13 @@ impl Producer {
     /// idempotent for this reason. A missing queue or denied access fails every remaining job without
     /// further requests.
     pub async fn send_batch<J: Serialize>(&self, jobs: &[NewJob<J>]) -> BatchReport {
+        let span = conveyor_core::trace::send_span(&self.name, jobs.len());
+        let report = self.send_jobs(jobs).instrument(span.clone()).await;
+        record_batch_errors(&span, &report);
+        report
+    }
+
+    async fn send_jobs<J: Serialize>(&self, jobs: &[NewJob<J>]) -> BatchReport {
         let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; jobs.len()];
         let mut pending = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
@@ -310,6 +341,16 @@ impl Producer {
     /// it and sends it later through this method. Each message is checked against SQS's limits again
     /// (delay, size, FIFO), so a message built for another queue is refused without a request.
     pub async fn send_messages(&self, messages: Vec<OutgoingMessage>) -> BatchReport {
+        // Encoded earlier (the outbox's, at commit): they carry their own producer's context, which the
+        // send's span links to.
+        let span = conveyor_core::trace::send_span(&self.name, messages.len());
+        conveyor_core::trace::link_to_messages(&span, messages.iter().map(|message| &message.attributes));
+        let report = self.send_encoded(messages).instrument(span.clone()).await;
+        record_batch_errors(&span, &report);
+        report
+    }
+
+    async fn send_encoded(&self, messages: Vec<OutgoingMessage>) -> BatchReport {
         let fifo = self.name.ends_with(".fifo");
         let mut results: Vec<Option<Result<String, ProduceError>>> = vec![None; messages.len()];
         let mut pending = Vec::new();

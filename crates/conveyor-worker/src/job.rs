@@ -9,6 +9,7 @@ use conveyor_core::runtime::{
     AckReason, NotRun, TenantAdmission, TenantSlot, UnrunJob, added_jitter, first_sent,
     not_run_at_the_last_receive,
 };
+use conveyor_core::trace::Settlement;
 use conveyor_core::{
     message::{DeferralRecord, Message},
     runtime::{Budget, Lease, Outcome, Processed},
@@ -121,6 +122,7 @@ async fn run_in_span(
                 add(&counters.released_at_shutdown, 1);
                 tracing::info!("shutting down before the job started; the message is visible again");
                 set_visibility(&runtime, &target, Duration::ZERO).await;
+                conveyor_core::trace::record_settlement(&span, Settlement::Released);
                 return Settled::Returned;
             }
             Admit::TenantLimit { delay, limit } => {
@@ -181,6 +183,7 @@ async fn run_in_span(
             add(&counters.retried, 1);
             tracing::info!("lease ended before the job started; not running it");
             set_visibility(&runtime, &target, Duration::ZERO).await;
+            conveyor_core::trace::record_settlement(&span, Settlement::Released);
             return Settled::Returned;
         }
         // No invocation deadline here: each store call is bounded by the store client's own deadlines,
@@ -233,6 +236,7 @@ async fn run_in_span(
                 // Shutting down, or the lease ended: the retry (already counted) is another delivery's.
                 tracing::info!("stopped waiting to retry in place; the message is visible again");
                 set_visibility(&runtime, &target, Duration::ZERO).await;
+                conveyor_core::trace::record_settlement(&span, Settlement::Retried);
                 return Settled::Returned;
             }
         }

@@ -9,6 +9,7 @@ use futures_util::FutureExt;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{Batch, BatchHandler, BatchJob, BatchSettings};
 use crate::context::Context;
@@ -124,6 +125,8 @@ struct Entry<J> {
     job: J,
     ctx: Context,
     reply: oneshot::Sender<Reply>,
+    /// The job's message span (current when it was submitted): the call's span links to it.
+    span: tracing::Span,
 }
 
 /// How a call ended.
@@ -141,7 +144,12 @@ impl<B: BatchHandler> Gatherer<B> {
         let (reply, result) = oneshot::channel();
         let (full, linger_for) = {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-            open.entries.push(Entry { job, ctx, reply });
+            open.entries.push(Entry {
+                job,
+                ctx,
+                reply,
+                span: tracing::Span::current(),
+            });
             if open.entries.len() >= self.batch.max_jobs {
                 (Some(open.take()), None)
             } else if open.entries.len() == 1 {
@@ -177,19 +185,31 @@ impl<B: BatchHandler> Gatherer<B> {
         let mut jobs = Vec::with_capacity(entries.len());
         let mut replies = Vec::with_capacity(entries.len());
         let mut tokens = Vec::with_capacity(entries.len());
-        for Entry { job, ctx, reply } in entries {
+        let mut job_spans = Vec::with_capacity(entries.len());
+        for Entry {
+            job,
+            ctx,
+            reply,
+            span,
+        } in entries
+        {
             // A runtime's deadline (a Lambda invocation's) reaches the call through the jobs'.
             deadline = deadline.min(ctx.deadline());
             tokens.push(ctx.cancellation().clone());
             jobs.push(BatchJob { job, ctx });
             replies.push(reply);
+            job_spans.push(span);
         }
         let count = jobs.len();
         let cancel = CancellationToken::new();
         let handler = Arc::clone(&self.handler);
         let batch = Batch::new(jobs, cancel.clone());
-        let mut handling =
-            Box::pin(AssertUnwindSafe(async move { handler.handle_batch(batch).await }).catch_unwind());
+        let call_span = crate::trace::batch_call_span(B::JOB_TYPE, &job_spans);
+        drop(job_spans);
+        let mut handling = Box::pin(
+            AssertUnwindSafe(async move { handler.handle_batch(batch).await }.instrument(call_span))
+                .catch_unwind(),
+        );
         let ended = {
             let all_gone = all_closed(&mut replies);
             let all_cancelled = {

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument as _;
+
 use crate::fifo_order;
 use crate::job::ProduceError;
 use crate::producer::{Pending, no_result};
@@ -37,8 +39,18 @@ pub(super) async fn call(shared: Arc<Shared>, entries: Vec<Entry>, held: Held) {
     };
     let count = pending.len();
     if !pending.is_empty() {
+        // The call's producer span links to each job's context, taken when its caller encoded it.
+        let span = conveyor_core::trace::send_span(shared.producer.name(), count);
+        conveyor_core::trace::link_to_messages(&span, pending.iter().map(|entry| &entry.message.attributes));
         // A fatal error (queue missing, access denied) has answered every entry of the call too.
-        let _ = shared.producer.send_chunk(pending, &mut results).await;
+        let _ = shared
+            .producer
+            .send_chunk(pending, &mut results)
+            .instrument(span.clone())
+            .await;
+        if let Some(Err(first)) = results.iter().flatten().find(|result| result.is_err()) {
+            conveyor_core::trace::record_send_error(&span, first.error_type(), &first.to_string());
+        }
     }
     if shared.fifo {
         shared.hold_failed(&groups, &results);
