@@ -138,7 +138,20 @@ async fn flush(provider: &SdkTracerProvider) {
 fn consumer_spans<'a>(spans: &'a [ReceivedSpan], job_type: &str) -> Vec<&'a ReceivedSpan> {
     spans
         .iter()
-        .filter(|span| span.kind == CONSUMER && span.attribute("conveyor.job_type") == Some(job_type))
+        .filter(|span| is_record(span) && span.attribute("conveyor.job_type") == Some(job_type))
+        .collect()
+}
+
+/// A message's span (`process <queue>`), not the Lambda invocation's (a consumer span too).
+fn is_record(span: &ReceivedSpan) -> bool {
+    span.kind == CONSUMER && span.name.starts_with("process ")
+}
+
+/// The producer spans of `Producer::send` calls made inside `request`.
+fn sends_in<'a>(spans: &'a [ReceivedSpan], request: &ReceivedSpan) -> Vec<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .filter(|span| span.kind == PRODUCER && span.name.starts_with("send ") && span.follows(request))
         .collect()
 }
 
@@ -347,7 +360,7 @@ async fn lambda_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider
         .wait_for(SPANS_TIMEOUT, |spans| {
             spans
                 .iter()
-                .filter(|span| span.service == "signup-worker" && span.kind == CONSUMER)
+                .filter(|span| span.service == "signup-worker" && is_record(span))
                 .count()
                 >= 2
         })
@@ -362,15 +375,17 @@ async fn lambda_runs_lead_back_to_the_producer(receiver: &OtlpReceiver, provider
     let producer = the_span(&spans, "checkout", "POST /signup");
     let records: Vec<&ReceivedSpan> = spans
         .iter()
-        .filter(|span| span.service == "signup-worker" && span.kind == CONSUMER)
+        .filter(|span| span.service == "signup-worker" && is_record(span))
         .collect();
     let mut seen = outcomes(&records);
     seen.sort();
     assert_eq!(seen, ["acked", "dead_lettered"], "{records:#?}");
+    let sends = sends_in(&spans, producer);
+    assert_eq!(sends.len(), 2, "a producer span per Producer::send: {spans:#?}");
     for record in records {
         assert!(
-            record.follows(producer),
-            "each record's span links to the request: {record:#?}"
+            sends.iter().any(|send| record.follows(send)),
+            "each record's span links to its send, in the request's trace: {record:#?}"
         );
         let invocation = spans
             .iter()
@@ -496,7 +511,7 @@ async fn lambda_exports_a_span_per_record_with_and_without_active_tracing() {
             .wait_for(SPANS_TIMEOUT, |spans| {
                 spans
                     .iter()
-                    .filter(|span| span.service == service && span.kind == CONSUMER)
+                    .filter(|span| span.service == service && is_record(span))
                     .count()
                     >= users.len()
             })
@@ -509,7 +524,7 @@ async fn lambda_exports_a_span_per_record_with_and_without_active_tracing() {
             });
         let records: Vec<&ReceivedSpan> = spans
             .iter()
-            .filter(|span| span.service == service && span.kind == CONSUMER)
+            .filter(|span| span.service == service && is_record(span))
             .collect();
         assert_eq!(records.len(), users.len(), "{records:#?}");
         for record in records {
@@ -617,7 +632,7 @@ async fn each_concurrent_invocation_of_one_process_has_a_trace_of_its_own() {
         .wait_for(SPANS_TIMEOUT, |spans| {
             spans
                 .iter()
-                .filter(|span| span.service == service && span.kind == CONSUMER && span.name != "invocation")
+                .filter(|span| span.service == service && is_record(span))
                 .count()
                 >= users.len()
         })
