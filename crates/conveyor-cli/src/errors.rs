@@ -1,6 +1,17 @@
 //! How failures reach the user: `error: ...` on stderr, a hint when there is an obvious next step, and
-//! the exit code (1 for a failure, 2 for a usage error, as clap does for bad arguments, 130 for a
-//! command stopped by Ctrl-C).
+//! an exit code by class, as the AWS CLI v2 separates them (its "Command line return codes" page):
+//!
+//! | code | class | from |
+//! |---|---|---|
+//! | 2 | usage | clap's parse errors, [`UsageError`] |
+//! | 130 | interrupted | [`Interrupted`] (Ctrl-C) |
+//! | 253 | configuration | [`ConfigError`] (no region, no credentials) |
+//! | 254 | the service answered with an error | a [`QueueError`] from SQS's answer (missing queue, access denied, a refused request, throttling, a 5xx), an [`AdminError`] SQS answered (no such move task, purge in progress, unsupported operation) |
+//! | 255 | the request never got an answer | a [`QueueError`] whose request did not reach SQS, timed out, could not be built or whose answer could not be read |
+//! | 1 | anything else | a failure the CLI found itself (a malformed file, a job over a limit), partial failures |
+//!
+//! Usage stays 2 (clap's code, and the AWS CLI's for a command line that does not parse) rather than
+//! the AWS CLI's 252: the CLI refuses a bad value where clap does, so one code means "fix the command".
 
 use std::process::ExitCode;
 
@@ -21,6 +32,30 @@ pub(crate) struct UsageError(pub String);
 #[error("{0}")]
 pub(crate) struct Interrupted(pub String);
 
+/// A future that resolves at Ctrl-C (SIGINT), with the handler installed when this is called rather than
+/// when the future is first polled: a command that says "Ctrl-C stops" after calling it never loses
+/// the signal to the default action (which kills the process with no word of what was left running).
+pub(crate) fn ctrl_c() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    let mut signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+    async move {
+        #[cfg(unix)]
+        match &mut signal {
+            Ok(signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch for Ctrl-C; the command runs to its end");
+                std::future::pending::<()>().await;
+            }
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// Prints `error` (with its causes) and a hint on stderr; returns the exit code. `aws` (absent when the
 /// configuration itself failed to load) names the region and endpoint in the hints.
 pub(crate) fn report(error: &anyhow::Error, aws: Option<&Aws>) -> ExitCode {
@@ -35,13 +70,81 @@ pub(crate) fn report(error: &anyhow::Error, aws: Option<&Aws>) -> ExitCode {
     if let Some(hint) = hint(error, aws) {
         crate::errln!("hint: {hint}");
     }
-    if error.downcast_ref::<UsageError>().is_some() || error.downcast_ref::<ConfigError>().is_some() {
-        return ExitCode::from(2);
+    ExitCode::from(exit_code(error) as u8)
+}
+
+/// The class of a failure, which names its exit code (the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum ExitClass {
+    /// Anything the other classes do not name.
+    Failure = 1,
+    /// The command as given is refused.
+    Usage = 2,
+    /// Stopped by Ctrl-C.
+    Interrupted = 130,
+    /// The environment or configuration is invalid (no region, no credentials).
+    Configuration = 253,
+    /// The request reached AWS, which answered with an error.
+    Service = 254,
+    /// The request got no answer: not sent, not reached, timed out, unreadable.
+    Client = 255,
+}
+
+/// The class of `error`, from the first cause in its chain that has one.
+pub(crate) fn exit_code(error: &anyhow::Error) -> ExitClass {
+    error.chain().find_map(class_of).unwrap_or(ExitClass::Failure)
+}
+
+/// The class of one cause, when its type says it.
+fn class_of(cause: &(dyn std::error::Error + 'static)) -> Option<ExitClass> {
+    if cause.is::<UsageError>() {
+        return Some(ExitClass::Usage);
     }
-    if error.downcast_ref::<Interrupted>().is_some() {
-        return ExitCode::from(130);
+    if cause.is::<Interrupted>() {
+        return Some(ExitClass::Interrupted);
     }
-    ExitCode::FAILURE
+    if cause.is::<ConfigError>() {
+        return Some(ExitClass::Configuration);
+    }
+    if let Some(error) = cause.downcast_ref::<QueueError>() {
+        return Some(queue_class(error));
+    }
+    if let Some(error) = cause.downcast_ref::<ProduceError>() {
+        return match error {
+            ProduceError::Queue(inner) => Some(queue_class(inner)),
+            _ => None,
+        };
+    }
+    match cause.downcast_ref::<AdminError>()? {
+        AdminError::Queue(inner) => Some(queue_class(inner)),
+        AdminError::BadQueueRef(_) => Some(ExitClass::Usage),
+        AdminError::Unsupported { .. }
+        | AdminError::MoveTaskNotRunning { .. }
+        | AdminError::PurgeInProgress { .. } => Some(ExitClass::Service),
+        _ => None,
+    }
+}
+
+/// Whether SQS answered: `conveyor_sqs` classifies a call that got no answer (dispatch failure, timeout,
+/// unreadable response, a request that could not be built) as `Unavailable` or `Invalid` with the
+/// messages matched here, and everything SQS said with its own words.
+fn queue_class(error: &QueueError) -> ExitClass {
+    let message = match error {
+        QueueError::QueueMissing { .. } | QueueError::AccessDenied { .. } => return ExitClass::Service,
+        QueueError::Unavailable { message } | QueueError::Invalid { message } => message,
+    };
+    let unanswered = [
+        DISPATCH_PREFIX,
+        TIMEOUT_PREFIX,
+        "request has timed out",
+        "response error",
+        "failed to construct request",
+    ];
+    if unanswered.iter().any(|prefix| message.starts_with(prefix)) {
+        return ExitClass::Client;
+    }
+    ExitClass::Service
 }
 
 /// A next step for errors that have an obvious one.
@@ -81,6 +184,9 @@ fn unreachable(error: &anyhow::Error) -> Option<&str> {
 
 /// How `conveyor_sqs` starts the message of a request that never reached SQS.
 const DISPATCH_PREFIX: &str = "the request did not reach SQS: ";
+
+/// How `conveyor_sqs` starts the message of a request SQS did not answer in time.
+const TIMEOUT_PREFIX: &str = "no answer from SQS in time: ";
 
 fn missing_queue_hint(queue: &str, aws: Option<&Aws>) -> String {
     let name = queue.trim_end_matches('/').rsplit('/').next().unwrap_or(queue);
@@ -199,5 +305,45 @@ mod tests {
             ExitCode::from(2)
         );
         assert_eq!(report(&anyhow::anyhow!("failed"), None), ExitCode::FAILURE);
+    }
+
+    #[test]
+    fn failures_are_classed_as_the_aws_cli_does() {
+        let class = |error: anyhow::Error| exit_code(&error.context("running the command"));
+        let queue = |error: QueueError| anyhow::Error::new(AdminError::Queue(error));
+        assert_eq!(
+            class(anyhow::Error::new(ConfigError::NoRegion)),
+            ExitClass::Configuration
+        );
+        assert_eq!(
+            class(anyhow::Error::new(Interrupted("stopped".to_owned()))),
+            ExitClass::Interrupted
+        );
+        let missing = QueueError::QueueMissing {
+            queue: "jobs".to_owned(),
+        };
+        assert_eq!(class(queue(missing.clone())), ExitClass::Service);
+        assert_eq!(
+            class(anyhow::Error::new(ProduceError::Queue(missing))),
+            ExitClass::Service
+        );
+        let throttled = QueueError::Unavailable {
+            message: "ThrottlingException: slow down".to_owned(),
+        };
+        assert_eq!(class(queue(throttled)), ExitClass::Service);
+        let refused = QueueError::Unavailable {
+            message: format!("{DISPATCH_PREFIX}io error: Connection refused"),
+        };
+        assert_eq!(class(anyhow::Error::new(refused)), ExitClass::Client);
+        let slow = QueueError::Unavailable {
+            message: format!("{TIMEOUT_PREFIX}operation timeout"),
+        };
+        assert_eq!(class(queue(slow)), ExitClass::Client);
+        let purging = AdminError::PurgeInProgress {
+            queue: "jobs".to_owned(),
+        };
+        assert_eq!(class(anyhow::Error::new(purging)), ExitClass::Service);
+        assert_eq!(class(anyhow::anyhow!("a malformed file")), ExitClass::Failure);
+        assert_eq!(ExitClass::Client as u8, 255);
     }
 }

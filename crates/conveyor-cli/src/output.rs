@@ -53,13 +53,30 @@ pub(crate) fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints what a command did: `value` as one JSON document with `--output json`, else `sentence`.
+/// Prints what a command did: `value` as one JSON document with `--output json`, else `sentence` (on
+/// stderr with `--output text`, see [`say`]).
 pub(crate) fn print_done(format: Format, value: serde_json::Value, sentence: &str) -> anyhow::Result<()> {
     if format == Format::Json {
         return print_json(&value);
     }
-    crate::outln!("{sentence}");
+    crate::sayln!(format, "{sentence}");
     Ok(())
+}
+
+/// Prints a sentence (a summary, a count, a note under a table, a hint): on stdout with `--output table`;
+/// on stderr with `--output text`, whose stdout carries only tables' rows (for `cut` and `awk`, as in the
+/// AWS CLI), and with `--output json`, whose stdout is one document. Use [`crate::sayln!`].
+pub(crate) fn say(format: Format, line: std::fmt::Arguments<'_>) {
+    match format {
+        Format::Table => crate::stdio::write_stdout(format_args!("{line}\n")),
+        Format::Text | Format::Json => crate::stdio::write_stderr(format_args!("{line}\n")),
+    }
+}
+
+/// `sayln!(format, "...", args)`: a sentence, on stdout or stderr by format (see [`say`]).
+#[macro_export]
+macro_rules! sayln {
+    ($format:expr, $($arg:tt)*) => { $crate::output::say($format, format_args!($($arg)*)) };
 }
 
 /// Prints `value` as one line (NDJSON): what a stream (`jobs watch`) prints per event, so a reader

@@ -768,13 +768,14 @@ async fn an_unknown_queue_is_named_with_how_to_create_it() {
         ],
         vec!["stats", "--queue-url", &missing],
         vec!["dlq", "peek", "--queue-url", &missing],
-        vec!["dlq", "redrive", "--queue-url", &missing],
+        vec!["dlq", "redrive", "--queue-url", &missing, "--yes"],
         vec!["purge", "--queue-url", &missing, "--yes-i-really-mean-it"],
     ];
     for command in commands {
         let run = conveyor(&command).await;
+        // SQS answered "does not exist": the AWS CLI's 254 (the service returned an error).
         run.assert_failed_with(
-            1,
+            254,
             &[
                 &missing_name,
                 "does not exist",
@@ -849,13 +850,13 @@ async fn stats_report_what_was_put_in_the_queue_and_its_dlq() {
     // --output text: the table as tab-separated values without its header, for cut and awk.
     let tsv = conveyor(&["stats", "--queue-url", &queue.url, "--output", "text"]).await;
     tsv.assert_ok();
-    let rows: Vec<Vec<&str>> = tsv
-        .stdout
-        .lines()
-        .filter(|line| line.contains('\t'))
-        .map(|line| line.split('\t').collect())
-        .collect();
+    let rows = tsv_rows(&tsv.stdout, 5);
     assert_eq!(rows.len(), 2, "{}", tsv.stdout);
+    assert!(
+        tsv.stderr.contains("messages move to the DLQ after 3 receives"),
+        "the sentence under the table goes to stderr: {}",
+        tsv.stderr
+    );
     assert_eq!(
         rows[0][..4],
         [queue.name.as_str(), "3", "1", "2"],
@@ -1025,6 +1026,7 @@ async fn redrive_with_a_move_task_moves_everything_back() {
         "redrive",
         "--queue-url",
         &queue.url,
+        "--yes",
         "--rate",
         "50",
         "--wait",
@@ -1062,6 +1064,7 @@ async fn redrive_with_a_move_task_moves_everything_back() {
         "redrive",
         "--queue-url",
         &queue.url,
+        "--yes",
         "--wait",
         "--output",
         "json",
@@ -1086,7 +1089,19 @@ async fn redrive_without_wait_prints_the_task_handle() {
     )
     .await;
     wait_for_depth(&client, dlq_url(&queue), (3, 0, 0)).await;
-    let run = conveyor(&["dlq", "redrive", "--queue-url", dlq_url(&queue)]).await;
+    // Every message, no filter: refused without --yes, saying what would move and how to confirm.
+    let refused = conveyor(&["dlq", "redrive", "--queue-url", dlq_url(&queue)]).await;
+    refused.assert_failed_with(
+        2,
+        &[
+            "refusing to move every message",
+            "(3 visible)",
+            "--yes",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(depth(&client, dlq_url(&queue)).await, (3, 0, 0), "nothing moved");
+    let run = conveyor(&["dlq", "redrive", "--queue-url", dlq_url(&queue), "--yes"]).await;
     run.assert_ok();
     assert!(run.stdout.contains("task handle"), "{}", run.stdout);
     assert!(run.stdout.contains("conveyor dlq tasks"), "{}", run.stdout);
@@ -1108,6 +1123,7 @@ async fn a_slow_move_task_is_cancelled_by_its_handle() {
         "redrive",
         "--queue-url",
         &queue.url,
+        "--yes",
         "--rate",
         "1",
         "--output",
@@ -1151,7 +1167,7 @@ async fn a_slow_move_task_is_cancelled_by_its_handle() {
     // made-up one): said as such, with where the handles are listed.
     cancel("bm90LWEtdGFzaw==".to_owned())
         .await
-        .assert_failed_with(1, &["no running message move task", "conveyor dlq tasks"]);
+        .assert_failed_with(254, &["no running message move task", "conveyor dlq tasks"]);
 }
 
 /// `conveyor dlq redrive` of the DLQ's `webhook` jobs whose failure contains `reason`, in JSON.
@@ -1275,6 +1291,7 @@ async fn the_move_loop_moves_everything_when_asked_to() {
         "redrive",
         "--queue-url",
         &queue.url,
+        "--yes",
         "--method",
         "loop",
         "--output",
@@ -1948,6 +1965,180 @@ async fn a_filtered_peek_a_dry_run_and_a_delete_touch_the_same_messages() {
     assert_eq!(depth(&client, &queue.url).await, (0, 0, 0), "deleted, not moved");
 }
 
+/// The rows of `--output text`: every line of stdout is a row of `columns` tab-separated cells (no
+/// sentence, no header).
+#[track_caller]
+fn tsv_rows(stdout: &str, columns: usize) -> Vec<Vec<&str>> {
+    stdout
+        .lines()
+        .map(|line| {
+            let cells: Vec<&str> = line.split('\t').collect();
+            assert_eq!(
+                cells.len(),
+                columns,
+                "not a row of {columns} cells: {line:?} in:\n{stdout}"
+            );
+            cells
+        })
+        .collect()
+}
+
+/// `dlq peek --output text`: stdout holds only the table's rows; the sentences (the DLQ's summary, the
+/// filter's count) go to stderr.
+#[tokio::test]
+async fn peek_as_text_prints_rows_only_on_stdout() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-peek-tsv").await;
+    let dlq = dlq_url(&queue);
+    dead_letter_all(&client, dlq, "webhook", "HTTP 503", ["a", "b"].map(str::to_owned)).await;
+    wait_for_depth(&client, dlq, (2, 0, 0)).await;
+    let peeked = conveyor(&[
+        "--output",
+        "text",
+        "dlq",
+        "peek",
+        "--queue-url",
+        &queue.url,
+        "--job-type",
+        "webhook",
+    ])
+    .await;
+    peeked.assert_ok();
+    let rows = tsv_rows(&peeked.stdout, 8);
+    assert_eq!(rows.len(), 2, "{}", peeked.stdout);
+    assert!(rows.iter().all(|row| row[1] == "webhook"), "{}", peeked.stdout);
+    assert!(peeked.stderr.contains("dead-letter queue"), "{}", peeked.stderr);
+    assert!(
+        peeked
+            .stderr
+            .contains("2 of the 2 messages looked at match the filter"),
+        "{}",
+        peeked.stderr
+    );
+}
+
+/// Starts `conveyor` with `args`, reads its stderr until a line contains `ready` (within a minute), sends
+/// it SIGINT as Ctrl-C does, and returns what it did, with all of stderr.
+async fn interrupt_when(args: &[&str], ready: &str) -> Run {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = common::conveyor_command(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            let found = line.contains(ready);
+            seen.push(line);
+            if found {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(
+        matches!(found, Ok(true)),
+        "no stderr line with {ready:?}:\n{}",
+        seen.join("\n")
+    );
+    let pid = child.id().unwrap();
+    let signalled = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        seen.push(line);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the command ends after Ctrl-C")
+        .unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: seen.join("\n"),
+    }
+}
+
+/// Ctrl-C while `dlq redrive --wait` follows a move task: the task goes on in SQS, and the command says
+/// so with its handle and the command that cancels it (which works), and exits with 130.
+#[tokio::test]
+async fn ctrl_c_while_following_a_move_task_says_how_to_cancel_it() {
+    let client = setup().await;
+    let queue = queue_with_dlq(&client, "cli-task-int").await;
+    let dlq = dlq_url(&queue);
+    dead_letter_all(&client, dlq, "email", "x", (0..30).map(|i| i.to_string())).await;
+    wait_for_depth(&client, dlq, (30, 0, 0)).await;
+    let run = interrupt_when(
+        &[
+            "dlq",
+            "redrive",
+            "--queue-url",
+            &queue.url,
+            "--yes",
+            "--rate",
+            "1",
+            "--wait",
+        ],
+        "RUNNING: moved",
+    )
+    .await;
+    assert_eq!(run.code, 130, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("goes on in SQS"), "{}", run.stderr);
+    let cancel = run
+        .stderr
+        .split("`conveyor dlq tasks --queue-url ")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .unwrap_or_else(|| panic!("no cancel command in:\n{}", run.stderr));
+    let (url, handle) = cancel
+        .split_once(" --cancel ")
+        .unwrap_or_else(|| panic!("no --cancel in {cancel:?}"));
+    assert!(
+        run.stderr.contains(&format!("task handle {handle}")),
+        "{}",
+        run.stderr
+    );
+    let listed = conveyor(&["dlq", "tasks", "--queue-url", url, "--output", "json"]).await;
+    assert_eq!(
+        listed.json()["tasks"][0]["status"],
+        "RUNNING",
+        "{}",
+        listed.stdout
+    );
+    conveyor(&["dlq", "tasks", "--queue-url", url, "--cancel", handle])
+        .await
+        .assert_ok();
+}
+
+/// `conveyor lambda run` stopped by Ctrl-C prints its summary and exits with 130, as an interrupted
+/// command does (it exited 0).
+#[tokio::test]
+async fn ctrl_c_stops_lambda_run_with_exit_code_130() {
+    let client = setup().await;
+    let queue = standard_queue(&client, "cli-lambda-int").await;
+    // An empty queue: no invocation starts, so any executable does as the bootstrap.
+    let run = interrupt_when(
+        &[
+            "lambda",
+            "run",
+            "--queue-url",
+            &queue.url,
+            "--bootstrap",
+            "/bin/true",
+        ],
+        "Ctrl-C stops",
+    )
+    .await;
+    assert_eq!(run.code, 130, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("summary: 0 batches"), "{}", run.stdout);
+    assert!(run.stderr.contains("error: stopped by Ctrl-C"), "{}", run.stderr);
+}
+
 /// Ctrl-C during a redrive stops it after the current batch, says what moved and exits with 130.
 #[tokio::test]
 async fn ctrl_c_stops_a_redrive_with_exit_code_130_and_says_what_moved() {
@@ -1970,6 +2161,7 @@ async fn ctrl_c_stops_a_redrive_with_exit_code_130_and_says_what_moved() {
         "redrive",
         "--queue-url",
         &queue.url,
+        "--yes",
         "--method",
         "loop",
         "--rate",

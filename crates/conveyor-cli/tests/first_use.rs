@@ -75,8 +75,9 @@ async fn configuration_mistakes_say_what_to_set_and_are_not_outages() {
     ];
     let credentials = [("AWS_ACCESS_KEY_ID", "test"), ("AWS_SECRET_ACCESS_KEY", "test")];
     let no_region = conveyor_with_env(&send, &credentials).await;
+    // Configuration (the AWS CLI's 253), not usage: the command line was right.
     no_region.assert_failed_with(
-        2,
+        253,
         &[
             "no AWS region",
             "--region",
@@ -87,7 +88,7 @@ async fn configuration_mistakes_say_what_to_set_and_are_not_outages() {
 
     let no_credentials = conveyor_with_env(&send, &[("AWS_REGION", "us-east-1")]).await;
     no_credentials.assert_failed_with(
-        2,
+        253,
         &[
             "no AWS credentials",
             "AWS_ACCESS_KEY_ID",
@@ -102,8 +103,9 @@ async fn configuration_mistakes_say_what_to_set_and_are_not_outages() {
     ];
     bad_host.extend(credentials);
     let dns = conveyor_with_env(&send, &bad_host).await;
+    // No answer from AWS: the AWS CLI's 255 (client-side), not 254 (the service said no).
     dns.assert_failed_with(
-        1,
+        255,
         &[
             "cannot reach SQS at http://sqs.nosuchhost.invalid:4566",
             "does not resolve",
@@ -117,7 +119,10 @@ async fn configuration_mistakes_say_what_to_set_and_are_not_outages() {
     ];
     refused.extend(credentials);
     let refused = conveyor_with_env(&send, &refused).await;
-    refused.assert_failed_with(1, &["cannot reach SQS at http://127.0.0.1:9", "nothing listens"]);
+    refused.assert_failed_with(
+        255,
+        &["cannot reach SQS at http://127.0.0.1:9", "nothing listens"],
+    );
 
     for run in [&no_region, &no_credentials, &dns, &refused] {
         let lines: Vec<&str> = run.stderr.lines().collect();
@@ -154,7 +159,8 @@ async fn typos_are_caught_and_queue_names_are_resolved() {
     by_name.assert_ok();
     assert_eq!(by_name.json()["queue"]["url"], queue.url.as_str());
     let unknown_name = common::conveyor(&["stats", "--queue-url", "no-such-queue-anywhere"]).await;
-    unknown_name.assert_failed_with(1, &["no-such-queue-anywhere", "does not exist"]);
+    // SQS answered "does not exist": a service error, 254.
+    unknown_name.assert_failed_with(254, &["no-such-queue-anywhere", "does not exist"]);
 
     let output = common::conveyor(&["stats", "--queue-url", &queue.url, "--output", "yaml"]).await;
     output.assert_failed_with(2, &["yaml", "text", "json"]);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use conveyor_console::{Console, ConsoleConfig};
 use conveyor_sqs::admin::QueueRef;
@@ -18,8 +18,48 @@ use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "0123456789abcdef0123";
 
+/// The log lines written so far, as the CLI's `fmt` subscriber writes them (no colours).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Installs a `warn` subscriber writing here, for this test binary's one test.
+    fn install() -> Self {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one subscriber per test binary");
+        captured
+    }
+
+    /// The one line holding `message`.
+    #[track_caller]
+    fn line_with(&self, message: &str) -> String {
+        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        let lines: Vec<&str> = text.lines().filter(|line| line.contains(message)).collect();
+        assert_eq!(lines.len(), 1, "one {message:?} line in:\n{text}");
+        lines[0].to_owned()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_payloads_pointer_is_shown_and_its_payload_fetched_on_request() -> anyhow::Result<()> {
+    let logs = Captured::install();
     localstack::ensure_local_aws().await?;
     let sqs = localstack::sqs_client().await;
     let queue =
@@ -88,6 +128,45 @@ async fn a_large_payloads_pointer_is_shown_and_its_payload_fetched_on_request() 
         &fetched[..fetched.len().min(2000)]
     );
     assert_eq!(store.len("payloads"), 1, "fetching deletes nothing");
+
+    // The message back to its queue, then the queue purged: each action on the record like each read.
+    let redriven = http
+        .post(format!("http://{addr}/dlq/act"))
+        .bearer_auth(TOKEN)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("queue", queue.url.as_str()),
+            ("action", "redrive_selected"),
+            ("id", id.as_str()),
+        ])
+        .send()
+        .await?;
+    assert!(redriven.status().is_success(), "{}", redriven.status());
+    let purged = http
+        .post(format!("http://{addr}/queues/purge"))
+        .bearer_auth(TOKEN)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("queue", queue.url.as_str()),
+            ("confirm", "yes"),
+        ])
+        .send()
+        .await?;
+    assert!(purged.status().is_success(), "{}", purged.status());
+
+    // The audit lines (issue 54): a body read or an action, at warn, with the role and the client's address.
+    for message in [
+        "console: peeked at dead letters",
+        "console: a dead letter's payload was read",
+        "console: redrive dead letters",
+        "console: purge",
+    ] {
+        let line = logs.line_with(message);
+        println!("{line}");
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(line.contains("role=\"operator\""), "{line}");
+        assert!(line.contains("client=127.0.0.1:"), "{line}");
+    }
     stop.cancel();
     Ok(())
 }

@@ -122,7 +122,8 @@ pub(crate) async fn run(args: &DelaysArgs, aws: &Aws, format: Format) -> anyhow:
                     "sent": relayed.sent, "failed": relayed.failed, "skipped": relayed.skipped,
                 }));
             }
-            crate::outln!(
+            crate::sayln!(
+                format,
                 "sent {} due job(s); {} failed (kept for the next pass); {} held by another relay",
                 relayed.sent,
                 relayed.failed,
@@ -144,14 +145,11 @@ async fn list(timers: &Timers, limit: usize, url: &str, table: &str, format: For
             listed.iter().map(|timer| timer_json(timer, now)).collect(),
         ))?;
     } else if listed.is_empty() {
-        crate::outln!("no delayed jobs for {url} in table {table}");
+        crate::sayln!(format, "no delayed jobs for {url} in table {table}");
     } else {
         list_table(&listed, now).print(format);
     }
-    let say = |line: &str| match format {
-        Format::Json => crate::errln!("{line}"),
-        _ => crate::outln!("{line}"),
-    };
+    let say = |line: &str| crate::sayln!(format, "{line}");
     if overdue > 0 {
         say(&overdue_line(overdue));
     }
@@ -211,8 +209,8 @@ fn report(format: Format, id: &str, what: &str, message_id: Option<&str>) -> any
         return print_json(&serde_json::json!({ "id": id, "result": what, "message_id": message_id }));
     }
     match message_id {
-        Some(message_id) => crate::outln!("{what} delayed job {id} as message {message_id}"),
-        None => crate::outln!("{what} delayed job {id}"),
+        Some(message_id) => crate::sayln!(format, "{what} delayed job {id} as message {message_id}"),
+        None => crate::sayln!(format, "{what} delayed job {id}"),
     }
     Ok(())
 }

@@ -130,8 +130,8 @@ pub(crate) enum Method {
 /// Arguments of `conveyor dlq redrive`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  conveyor dlq redrive --queue-url $URL --wait                       # everything, with SQS's move task
-  conveyor dlq redrive --queue-url $URL --rate 50 --wait             # at most 50 messages per second
+  conveyor dlq redrive --queue-url $URL --yes --wait                 # everything, with SQS's move task
+  conveyor dlq redrive --queue-url $URL --yes --rate 50 --wait       # at most 50 messages per second
   conveyor dlq redrive --queue-url $URL --job-type webhook --reason-contains 503
   conveyor dlq redrive --queue-url $URL --job-type webhook --dry-run    # what it would move, moving nothing
 
@@ -139,8 +139,10 @@ Without a filter SQS's StartMessageMoveTask moves every message (the conveyor.fa
 them); --wait shows its progress until it completes. With --job-type or --reason-contains, or on an
 endpoint without StartMessageMoveTask, a loop receives from the DLQ, sends each matching message to its
 source queue (same body and attributes, minus conveyor.failure) and deletes it from the DLQ only after
-the send succeeded; messages that stay are made visible again when the scan ends. Ctrl-C stops the loop
-after the current batch, says what moved and exits with 130.")]
+the send succeeded; messages that stay are made visible again when the scan ends. Moving every message
+(no filter) needs --yes. Ctrl-C stops the loop after the current batch, says what moved and exits with
+130; Ctrl-C while --wait follows a move task leaves the task running in SQS, prints its handle and the
+command that cancels it, and exits with 130.")]
 pub(crate) struct RedriveArgs {
     /// URL (or name) of the source queue (its DLQ is found from its RedrivePolicy) or of the DLQ itself.
     #[arg(long, value_name = "URL")]
@@ -148,9 +150,13 @@ pub(crate) struct RedriveArgs {
     /// Move at most N messages per second (1 to 500).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     pub rate: Option<u32>,
-    /// Which messages to move (none of these: all).
+    /// Which messages to move (none of these: all, which needs --yes).
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Confirms moving every message of the DLQ (needed without --job-type, --reason-contains or
+    /// --message-id).
+    #[arg(long)]
+    pub yes: bool,
     /// Show what would be moved, moving nothing: a peek of at most 1,000 messages with the filter (a
     /// DLQ holding more is only sampled). Like any receive, the peek adds one to each message's
     /// ApproximateReceiveCount.
@@ -242,7 +248,8 @@ async fn run_peek(
     } else {
         print_peek_text(&pair, &peeked.messages, args.show_body, &payloads, format);
         if !filter.is_empty() {
-            crate::outln!(
+            crate::sayln!(
+                format,
                 "{} of the {looked_at} messages looked at match the filter",
                 peeked.messages.len()
             );
@@ -266,7 +273,8 @@ pub(crate) fn print_peek_text(
     format: Format,
 ) {
     let sources: Vec<&str> = pair.sources.iter().map(QueueInfo::name).collect();
-    crate::outln!(
+    crate::sayln!(
+        format,
         "dead-letter queue {} (source: {}): {} visible before the peek; showing {}, all left in the DLQ",
         pair.dlq.name(),
         sources.join(", "),
@@ -319,11 +327,14 @@ pub(crate) fn print_peek_text(
     }
     table.print(format);
     if sqs_counts {
-        crate::outln!("* no failure record: SQS's ApproximateReceiveCount, which counts peeks too");
+        crate::sayln!(
+            format,
+            "* no failure record: SQS's ApproximateReceiveCount, which counts peeks too"
+        );
     }
     for received in messages {
         if let Some(pointer) = crate::commands::payloads::describe(&received.message) {
-            crate::outln!("payload of {}: {pointer}", received.message.id);
+            crate::sayln!(format, "payload of {}: {pointer}", received.message.id);
         }
     }
     if show_body {
@@ -331,14 +342,24 @@ pub(crate) fn print_peek_text(
         for (received, fetched) in messages.iter().zip(fetched) {
             match fetched {
                 Some(Ok(payload)) => {
-                    crate::outln!("body of {} (payload from S3): {payload}", received.message.id)
+                    crate::sayln!(
+                        format,
+                        "body of {} (payload from S3): {payload}",
+                        received.message.id
+                    )
                 }
-                Some(Err(error)) => crate::outln!(
+                Some(Err(error)) => crate::sayln!(
+                    format,
                     "body of {}: {} ({error})",
                     received.message.id,
                     received.message.body
                 ),
-                None => crate::outln!("body of {}: {}", received.message.id, received.message.body),
+                None => crate::sayln!(
+                    format,
+                    "body of {}: {}",
+                    received.message.id,
+                    received.message.body
+                ),
             }
         }
     }
@@ -418,6 +439,9 @@ async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: F
         None if pair.sources.len() == 1 => Destinations::One(pair.sources[0].clone()),
         None => Destinations::BySource(pair.sources.clone()),
     };
+    if filter.is_empty() && !args.yes {
+        bail!(unconfirmed_redrive(&pair, &destinations));
+    }
     if args.method == Method::Task && !filter.is_empty() {
         bail!(crate::errors::UsageError(
             "--method task moves every message: --job-type, --reason-contains and --message-id need the loop (--method auto or loop)"
@@ -464,6 +488,22 @@ async fn run_redrive(args: &RedriveArgs, client: &aws_sdk_sqs::Client, format: F
     run_loop(args, client, &pair, &destinations, filter, format).await
 }
 
+/// The refusal of a redrive of every message without `--yes`: what it would move, where, and how to
+/// confirm or narrow it.
+fn unconfirmed_redrive(pair: &DeadLetterPair, destinations: &Destinations) -> crate::errors::UsageError {
+    let target = match destinations {
+        Destinations::One(queue) => queue.name().to_owned(),
+        Destinations::BySource(_) => "the queues they came from".to_owned(),
+    };
+    crate::errors::UsageError(format!(
+        "refusing to move every message of {dlq} ({visible} visible) to {target} without --yes: pass --yes to \
+         move them all, or a filter (--job-type, --reason-contains, --message-id) to move some; --dry-run shows \
+         what would move",
+        dlq = pair.dlq.name(),
+        visible = pair.dlq.depth.visible,
+    ))
+}
+
 /// Reports a started move task and, with `--wait`, follows it to the end.
 async fn follow_task(
     args: &RedriveArgs,
@@ -474,6 +514,8 @@ async fn follow_task(
     format: Format,
 ) -> anyhow::Result<()> {
     let target = destination.map_or("each message's original source queue", QueueInfo::name);
+    // Watched from before the handle is printed, so a Ctrl-C after it always gets the cancel command.
+    let interrupt = args.wait.then(crate::errors::ctrl_c);
     progress(&format!(
         "started a message move task from {} to {target} ({} messages visible, {}): task handle {}",
         pair.dlq.name(),
@@ -484,16 +526,10 @@ async fn follow_task(
         ),
         task.handle
     ));
-    let mut last: Option<MoveTaskStatus> = None;
-    if args.wait {
-        let mut on_progress = |status: &MoveTaskStatus| {
-            let to_move = status
-                .to_move
-                .map_or_else(|| "?".to_owned(), |count| count.to_string());
-            progress(&format!("{}: moved {} of {to_move}", status.status, status.moved));
-        };
-        last = Some(wait_for_move_task(client, task, TASK_POLL_INTERVAL, &mut on_progress).await?);
-    }
+    let last = match interrupt {
+        Some(interrupt) => Some(wait_or_leave(client, pair, task, interrupt).await?),
+        None => None,
+    };
     if format == Format::Json {
         return print_json(&json!({
             "method": "move_task",
@@ -507,19 +543,56 @@ async fn follow_task(
         }));
     }
     match last {
-        Some(status) => crate::outln!(
+        Some(status) => crate::sayln!(
+            format,
             "move task {}: moved {} messages from {} to {target}",
             status.status,
             status.moved,
             pair.dlq.name()
         ),
-        None => crate::outln!(
+        None => crate::sayln!(
+            format,
             "move task started: task handle {}\nfollow it with `conveyor dlq tasks --queue-url {}` (or pass --wait)",
             task.handle,
             pair.dlq.url
         ),
     }
     Ok(())
+}
+
+/// Follows a move task to its end; at Ctrl-C stops following, says that the task goes on in SQS and how to
+/// cancel it, and fails with [`Interrupted`](crate::errors::Interrupted) (exit code 130).
+async fn wait_or_leave(
+    client: &aws_sdk_sqs::Client,
+    pair: &DeadLetterPair,
+    task: &MoveTaskHandle,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<MoveTaskStatus> {
+    let mut moved = None;
+    let mut on_progress = |status: &MoveTaskStatus| {
+        let to_move = status
+            .to_move
+            .map_or_else(|| "?".to_owned(), |count| count.to_string());
+        progress(&format!("{}: moved {} of {to_move}", status.status, status.moved));
+        moved = Some(status.moved);
+    };
+    let followed = tokio::select! {
+        status = wait_for_move_task(client, task, TASK_POLL_INTERVAL, &mut on_progress) => Some(status),
+        () = interrupt => None,
+    };
+    if let Some(status) = followed {
+        return Ok(status?);
+    }
+    let moved = moved.map_or_else(|| "an unknown number of".to_owned(), |moved| moved.to_string());
+    bail!(crate::errors::Interrupted(format!(
+        "stopped following by Ctrl-C; the message move task from {dlq} goes on in SQS ({moved} messages moved so \
+         far), task handle {handle}. Cancel it with `conveyor dlq tasks --queue-url {url} --cancel {handle}` (or \
+         `aws sqs cancel-message-move-task --task-handle {handle}`); what moved stays moved. Follow it with \
+         `conveyor dlq tasks --queue-url {url}`",
+        dlq = pair.dlq.name(),
+        handle = task.handle,
+        url = pair.dlq.url,
+    )))
 }
 
 async fn run_loop(
@@ -562,7 +635,8 @@ async fn run_loop(
         value["unknown_source"] = json!(report.unroutable);
         print_json(&value)?;
     } else {
-        crate::outln!(
+        crate::sayln!(
+            format,
             "moved {} of {} examined messages from {}; {} left there ({} not matching, {} with an unknown source, \
              {} failed, {} sent to the DLQ after the redrive started and left for a later run){}",
             report.moved,
@@ -575,7 +649,7 @@ async fn run_loop(
             report.arrived_after_start,
             if report.stopped { "; stopped by Ctrl-C" } else { "" }
         );
-        print_failures(&report);
+        print_failures(&report, format);
     }
     end_of_scan(&report, "moved", "moving")
 }
@@ -602,9 +676,9 @@ pub(crate) fn scan_json(dlq: &str, done: &str, report: &MoveReport, remaining: &
 }
 
 /// The messages a scan could not move or delete, one line each.
-pub(crate) fn print_failures(report: &MoveReport) {
+pub(crate) fn print_failures(report: &MoveReport, format: Format) {
     for failure in &report.failed {
-        crate::outln!("  {}: {}", failure.message_id, failure.error);
+        crate::sayln!(format, "  {}: {}", failure.message_id, failure.error);
     }
 }
 
@@ -627,15 +701,15 @@ pub(crate) fn end_of_scan(report: &MoveReport, done: &str, doing: &str) -> anyho
 /// when the scan ends).
 pub(crate) fn stop_on_ctrl_c() -> (Arc<AtomicBool>, tokio::task::JoinHandle<()>) {
     let stop = Arc::new(AtomicBool::new(false));
+    let interrupt = crate::errors::ctrl_c();
     let watcher = {
         let stop = Arc::clone(&stop);
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                stop.store(true, Ordering::Relaxed);
-                crate::errln!(
-                    "stopping after the current batch; messages already examined are made visible again"
-                );
-            }
+            interrupt.await;
+            stop.store(true, Ordering::Relaxed);
+            crate::errln!(
+                "stopping after the current batch; messages already examined are made visible again"
+            );
         })
     };
     (stop, watcher)
@@ -670,7 +744,8 @@ pub(crate) async fn dry_run(
         } else {
             ""
         };
-        crate::outln!(
+        crate::sayln!(
+            format,
             "dry run: {} of the {looked_at} messages looked at would be {verb}{more}; nothing was {verb}",
             peeked.messages.len()
         );
@@ -711,7 +786,7 @@ async fn run_tasks(args: &TasksArgs, client: &aws_sdk_sqs::Client, format: Forma
         return print_json(&json!({ "dead_letter_queue": pair.dlq.name(), "tasks": tasks }));
     }
     if tasks.is_empty() {
-        crate::outln!("no message move tasks for {}", pair.dlq.name());
+        crate::sayln!(format, "no message move tasks for {}", pair.dlq.name());
         return Ok(());
     }
     let mut table = Table::new(&[

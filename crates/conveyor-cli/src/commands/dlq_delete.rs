@@ -91,7 +91,8 @@ pub(crate) async fn run(
     if format == Format::Json {
         print_json(&scan_json(pair.dlq.name(), "deleted", &report, &remaining))?;
     } else {
-        crate::outln!(
+        crate::sayln!(
+            format,
             "deleted {} of {} examined messages from {}; {} left there ({} not matching, {} failed){}",
             report.moved,
             report.examined,
@@ -101,7 +102,7 @@ pub(crate) async fn run(
             report.failed.len(),
             if report.stopped { "; stopped by Ctrl-C" } else { "" }
         );
-        print_failures(&report);
+        print_failures(&report, format);
     }
     end_of_scan(&report, "deleted", "deleting")
 }

@@ -139,7 +139,12 @@ pub(crate) async fn run(args: &JobsArgs, aws: &Aws, format: Format) -> anyhow::R
             }
             list_table(&jobs, SystemTime::now()).print(format);
             if jobs.is_empty() {
-                crate::outln!("no tracked {} jobs{}", list.job_type, status_words(list.status));
+                crate::sayln!(
+                    format,
+                    "no tracked {} jobs{}",
+                    list.job_type,
+                    status_words(list.status)
+                );
             }
             Ok(())
         }
@@ -166,14 +171,16 @@ async fn sweep_flows(store: DynamoStore, aws: &Aws, table: &str, format: Format)
             "failed": report.failed,
         }));
     }
-    crate::outln!(
+    crate::sayln!(
+        format,
         "{} flow(s) past their deadline ended; {} child(ren) counted as succeeded from their records, {} as failed",
         report.overdue,
         report.recovered,
         report.counted_out
     );
     if report.failed > 0 {
-        crate::outln!(
+        crate::sayln!(
+            format,
             "{} flow(s) could not be swept (each logged with its flow id and error); the next sweep tries them again",
             report.failed
         );

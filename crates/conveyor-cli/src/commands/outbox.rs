@@ -126,7 +126,8 @@ pub(crate) async fn run(args: &OutboxArgs, aws: &Aws, format: Format) -> anyhow:
                     "unparked": resent.jobs,
                 }));
             }
-            crate::outln!(
+            crate::sayln!(
+                format,
                 "{} parked jobs of {} aggregates unparked: the relay sends them next, each aggregate in order",
                 resent.jobs,
                 resent.aggregates.len()
@@ -186,7 +187,7 @@ async fn run_relay(
             _ = ticker.tick() => {
                 let now = progress.snapshot();
                 if format != Format::Json {
-                    crate::outln!(
+                    crate::sayln!(format,
                         "{} sent {} ({:.0}/s), failed sends {}, parked {}, raced {}",
                         if now.leader { "relaying:" } else { "standby:" },
                         now.sent,
@@ -211,7 +212,8 @@ async fn run_relay(
             "seconds": seconds,
         }));
     }
-    crate::outln!(
+    crate::sayln!(
+        format,
         "sent {} jobs in {:.1}s ({:.0}/s), {} failed sends, {} parked",
         end.sent,
         seconds,
@@ -253,7 +255,8 @@ async fn backlog(store: &dyn OutboxStore, limit: usize, format: Format) -> anyho
         }));
     }
     match age {
-        Some(age) => crate::outln!(
+        Some(age) => crate::sayln!(
+            format,
             "the oldest unsent job in {} was committed {age}s ago; {} aggregates waiting{}",
             store.name(),
             backlog.pending_aggregates.len(),
@@ -263,19 +266,21 @@ async fn backlog(store: &dyn OutboxStore, limit: usize, format: Format) -> anyho
                 ""
             }
         ),
-        None => crate::outln!("no unsent jobs waiting in {}", store.name()),
+        None => crate::sayln!(format, "no unsent jobs waiting in {}", store.name()),
     }
     if backlog.parked.is_empty() {
-        crate::outln!("no parked jobs");
+        crate::sayln!(format, "no parked jobs");
         return Ok(());
     }
-    crate::outln!(
+    crate::sayln!(
+        format,
         "{} parked jobs (their aggregates' later jobs wait behind them; fix the cause, then \
          `conveyor outbox resend --aggregate <aggregate>`, or `--queue <queue>` for all parked on a queue):",
         backlog.parked.len()
     );
     for job in &backlog.parked {
-        crate::outln!(
+        crate::sayln!(
+            format,
             "  {} #{} {} to {} after {} attempts: {}",
             crate::output::sanitize(&job.aggregate),
             job.sequence,

@@ -44,7 +44,8 @@ pub(crate) async fn run(args: &PurgeArgs, client: aws_sdk_sqs::Client, format: F
             "before": { "visible": depth.visible, "in_flight": depth.in_flight, "delayed": depth.delayed },
         }));
     }
-    crate::outln!(
+    crate::sayln!(
+        format,
         "purged {}: about {} messages deleted ({} visible, {} in flight, {} delayed); SQS finishes within 60 seconds",
         queue.name(),
         depth.visible + depth.in_flight + depth.delayed,

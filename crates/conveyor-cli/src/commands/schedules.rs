@@ -531,6 +531,6 @@ async fn trigger(
     if format == Format::Json {
         return print_json(&json!({ "schedule": schedule.name, "message_id": message_id }));
     }
-    crate::outln!("schedule {} triggered: sent {message_id}", schedule.name);
+    crate::sayln!(format, "schedule {} triggered: sent {message_id}", schedule.name);
     Ok(())
 }

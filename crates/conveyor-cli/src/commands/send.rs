@@ -505,8 +505,13 @@ fn print_results(
         }));
     }
     if let ([job], [Ok(id)]) = (jobs, results) {
+        if format == Format::Text {
+            // The one row: the message (or timer) id, for `id=$(conveyor send --output text ...)`.
+            crate::outln!("{id}");
+        }
         if kept(job) {
-            crate::outln!(
+            crate::sayln!(
+                format,
                 "kept {} job for {} in the timer table: timer id {id} (see `conveyor delays list`)",
                 job.job_type,
                 queue.name()
@@ -517,7 +522,8 @@ fn print_results(
                 .as_ref()
                 .map(|tenant| format!(" for tenant {tenant}"))
                 .unwrap_or_default();
-            crate::outln!(
+            crate::sayln!(
+                format,
                 "sent {} job{tenant} to {}: message id {id}",
                 job.job_type,
                 queue.name()
@@ -540,7 +546,12 @@ fn print_results(
         ]);
     }
     table.print(format);
-    crate::outln!("sent {sent} of {} jobs to {}", results.len(), queue.name());
+    crate::sayln!(
+        format,
+        "sent {sent} of {} jobs to {}",
+        results.len(),
+        queue.name()
+    );
     Ok(())
 }
 

@@ -51,22 +51,30 @@ pub(crate) async fn run(args: &StatsArgs, client: aws_sdk_sqs::Client, format: F
     table.print(format);
     match (&stats.queue.queue.redrive, max_receive_count) {
         (Some(_), Some(count)) => {
-            crate::outln!("messages move to the DLQ after {count} receives (maxReceiveCount)")
+            crate::sayln!(
+                format,
+                "messages move to the DLQ after {count} receives (maxReceiveCount)"
+            )
         }
-        (Some(_), None) => crate::outln!("the redrive policy gives no readable maxReceiveCount"),
+        (Some(_), None) => crate::sayln!(format, "the redrive policy gives no readable maxReceiveCount"),
         (None, _) if !stats.dead_letter_of.is_empty() => {
             let sources: Vec<&str> = stats
                 .dead_letter_of
                 .iter()
                 .map(|url| url.trim_end_matches('/').rsplit('/').next().unwrap_or(url))
                 .collect();
-            crate::outln!(
+            crate::sayln!(
+                format,
                 "{} is the DLQ of {}",
                 stats.queue.queue.name(),
                 sources.join(", ")
             );
         }
-        (None, _) => crate::outln!("{} has no redrive policy, so no DLQ", stats.queue.queue.name()),
+        (None, _) => crate::sayln!(
+            format,
+            "{} has no redrive policy, so no DLQ",
+            stats.queue.queue.name()
+        ),
     }
     Ok(())
 }

@@ -380,7 +380,7 @@ pub(crate) async fn run(
     let (stop, _) = watch::channel(false);
     let shared = Arc::new(Shared {
         args: args.clone(),
-        json: format == Format::Json,
+        lines_to_stderr: format != Format::Table,
         visibility: queue.visibility_timeout(),
         poller,
         queue,
@@ -412,10 +412,18 @@ pub(crate) async fn run(
         };
         lanes.spawn(lane(Arc::clone(&shared), number, Arc::clone(environment)));
     }
+    let interrupt = crate::errors::ctrl_c();
+    crate::errln!(
+        "polling {} for function {} as its event source mapping would; Ctrl-C stops",
+        queue_url,
+        args.function_name
+    );
+    let mut interrupted = false;
     let outcome = tokio::select! {
         outcome = join_lanes(&mut lanes, &shared) => outcome,
-        _ = tokio::signal::ctrl_c() => {
+        () = interrupt => {
             crate::errln!("interrupted: messages of an unfinished batch come back after their visibility timeout");
+            interrupted = true;
             Ok(())
         }
     };
@@ -435,7 +443,13 @@ pub(crate) async fn run(
     if format == Format::Json {
         print_json(&summary.to_json())?;
     } else {
-        crate::outln!("{summary}");
+        crate::sayln!(format, "{summary}");
+    }
+    if interrupted {
+        bail!(crate::errors::Interrupted(format!(
+            "stopped by Ctrl-C after {} batches ({} records)",
+            summary.batches, summary.records
+        )));
     }
     Ok(summary)
 }
@@ -457,8 +471,9 @@ async fn join_lanes(lanes: &mut JoinSet<anyhow::Result<()>>, shared: &Shared) ->
 /// What the lanes share.
 struct Shared {
     args: RunArgs,
-    /// `--output json`: the invocations' lines go to stderr, stdout carries only the summary.
-    json: bool,
+    /// `--output json` or `text`: the invocations' lines go to stderr; stdout carries only the summary
+    /// (json) or nothing (text, whose stdout is rows only, and the run prints no table).
+    lines_to_stderr: bool,
     poller: Poller,
     queue: conveyor_sqs::SqsQueue,
     fifo: bool,
@@ -482,7 +497,7 @@ struct Shared {
 impl Shared {
     /// Prints one invocation's line: on stdout, or on stderr with `--output json`.
     fn say(&self, line: std::fmt::Arguments<'_>) {
-        if self.json {
+        if self.lines_to_stderr {
             crate::errln!("{line}");
         } else {
             crate::outln!("{line}");
