@@ -38,7 +38,7 @@ pub(crate) use sdk::s3_client_at;
 #[cfg(feature = "aws")]
 pub use sdk::{
     create_idempotency_table, create_queue, create_table, dynamodb_client, dynamodb_client_at, queue_arn,
-    sqs_client, sqs_client_at,
+    s3_client, sqs_client, sqs_client_at,
 };
 
 /// The region every client and every child process uses (as `localstack/env.sh` sets it).

@@ -29,6 +29,12 @@ pub fn sqs_client_at(endpoint: &str) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(config)
 }
 
+/// An S3 client for the shared LocalStack, which serves S3 beside SQS (no I/O; call
+/// [`ensure_local_aws`](super::ensure_local_aws) first).
+pub fn s3_client() -> aws_sdk_s3::Client {
+    s3_client_at(&sqs_endpoint())
+}
+
 /// An S3 client for the emulator at `endpoint` (no I/O; path-style addresses, as LocalStack on
 /// `127.0.0.1` needs), e.g. an [`OwnLocalStack`](super::OwnLocalStack) started with S3.
 pub(crate) fn s3_client_at(endpoint: &str) -> aws_sdk_s3::Client {
