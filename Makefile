@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: demo test test-setup check lint local-aws stop-local-aws browser moto bench chaos simulate flow-soak
+.PHONY: demo test test-setup check lint local-aws stop-local-aws browser moto fauxqs bench chaos simulate flow-soak
 
 ## Runs the example application end to end on the local AWS stack (installed on first use).
 demo: local-aws
@@ -23,7 +23,7 @@ test:
 
 ## What `make test` needs besides the build, one after the other (the first two may use apt-get).
 test-setup:
-	$(MAKE) --no-print-directory local-aws browser moto
+	$(MAKE) --no-print-directory local-aws browser moto fauxqs
 
 ## The fast tier for day-to-day work, no emulators needed: formatting, clippy, unit tests, the in-memory
 ## doubles and their conformance suites, both runtimes on them, the small examples, doctests, and the
@@ -53,10 +53,16 @@ stop-local-aws:
 browser:
 	./localstack/install-chromium.sh
 
-## Installs moto's server (PyPI, pinned, into .local/moto/venv; once) for the console's fair-queue test:
-## CloudWatch in the SDK's current protocol, which LocalStack 4.8.1 does not speak. The test installs it too.
+## Installs moto's server (PyPI, pinned, into .local/moto/venv; once) for the console's fair-queue test
+## (CloudWatch in the SDK's current protocol, which LocalStack 4.8.1 does not speak) and the fidelity
+## matrix. The tests install it too.
 moto:
 	./localstack/install-moto.sh >/dev/null
+
+## Installs fauxqs 2.4.1 and the Node 22 it needs (npm, pinned, into .local/fauxqs; once), the third SQS
+## implementation of the fidelity matrix (docs/running.md, "Emulator fidelity"). The test installs it too.
+fauxqs:
+	./localstack/install-fauxqs.sh >/dev/null
 
 ## The chaos run: 10,000 example jobs through 3 workers and the Lambda runner while workers are SIGKILLed
 ## and the emulators slowed down; fails unless every effect happened once. CHAOS_ARGS="--seed N" replays.

@@ -1120,6 +1120,17 @@ fn the_limits_terraform_checks_are_the_codes() -> Result<()> {
         &format!("var.visibility_timeout_seconds <= {max_visibility}"),
         "queue visibility_timeout_seconds",
     )?;
+    let max_message = conveyor_core::limits::MAX_MESSAGE_BYTES;
+    ensure_mentions(
+        &validation_conditions(&queue, "max_message_size")?,
+        &format!("var.max_message_size <= {max_message}"),
+        "queue max_message_size",
+    )?;
+    let default = variable_default_number(&queue, "max_message_size")?;
+    ensure!(
+        default == max_message as u64,
+        "queue max_message_size defaults to {default}, SQS's limit (MAX_MESSAGE_BYTES) is {max_message}"
+    );
     ensure_mentions(
         &validation_conditions(&queue, "receive_wait_time_seconds")?,
         &format!("var.receive_wait_time_seconds <= {}", MAX_WAIT_TIME.as_secs()),

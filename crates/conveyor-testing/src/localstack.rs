@@ -11,8 +11,9 @@
 //! What needs no SDK is always here: [`ensure_local_aws`], the endpoints, [`aws_env`], [`unique_name`],
 //! [`repo_root`], [`QueueSpec`] (the conformance suites' input) and [`TestQueue`]. The clients
 //! (`sqs_client`, `sqs_client_at`, `dynamodb_client`, `dynamodb_client_at`), `create_queue`,
-//! `queue_arn`, `create_table`, `create_idempotency_table`, `OwnLocalStack` and `OwnMoto` (a moto server
-//! of a test's own, for the CloudWatch protocol LocalStack 4.8.1 does not speak) need the feature `aws`.
+//! `queue_arn`, `create_table`, `create_idempotency_table`, `OwnLocalStack`, `OwnMoto` (a moto server
+//! of a test's own, for the CloudWatch protocol LocalStack 4.8.1 does not speak) and `OwnFauxqs` (the
+//! third SQS implementation of the fidelity matrix) need the feature `aws`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +23,8 @@ use tokio::sync::OnceCell;
 pub use crate::wait::{wait_for, wait_until};
 
 #[cfg(feature = "aws")]
+mod fauxqs;
+#[cfg(feature = "aws")]
 mod guard;
 #[cfg(feature = "aws")]
 mod moto;
@@ -29,6 +32,8 @@ mod moto;
 mod own;
 #[cfg(feature = "aws")]
 mod sdk;
+#[cfg(feature = "aws")]
+pub use fauxqs::OwnFauxqs;
 #[cfg(feature = "aws")]
 pub use moto::{MotoUser, OwnMoto};
 #[cfg(feature = "aws")]

@@ -16,6 +16,7 @@ resource "aws_sqs_queue" "dlq" {
   fifo_queue                  = var.fifo
   content_based_deduplication = var.fifo && var.content_based_deduplication
   message_retention_seconds   = var.dlq_message_retention_seconds
+  max_message_size            = var.max_message_size
 
   sqs_managed_sse_enabled           = local.use_kms ? null : true
   kms_master_key_id                 = var.kms_master_key_id
@@ -31,6 +32,7 @@ resource "aws_sqs_queue" "this" {
   visibility_timeout_seconds  = var.visibility_timeout_seconds
   message_retention_seconds   = var.message_retention_seconds
   receive_wait_time_seconds   = var.receive_wait_time_seconds
+  max_message_size            = var.max_message_size
 
   sqs_managed_sse_enabled           = local.use_kms ? null : true
   kms_master_key_id                 = var.kms_master_key_id

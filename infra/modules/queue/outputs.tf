@@ -77,3 +77,8 @@ output "tenants_dashboard_name" {
   description = "Name of the CloudWatch dashboard with the queue's depth and the fair-queue metrics, or null when fair_queue_alarms is false."
   value       = one(aws_cloudwatch_dashboard.this[*].dashboard_name)
 }
+
+output "max_message_size" {
+  description = "Largest message the queue and its DLQ accept, in bytes (MaximumMessageSize)."
+  value       = aws_sqs_queue.this.max_message_size
+}

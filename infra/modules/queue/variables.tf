@@ -42,6 +42,17 @@ variable "max_receive_count" {
   }
 }
 
+variable "max_message_size" {
+  description = "Largest message, in bytes, the queue and its DLQ accept (SQS's MaximumMessageSize, 1 KiB to 1 MiB; default 1 MiB, SQS's maximum since August 2025). The DLQ gets the same value, so a message that fits the queue fits its DLQ with its failure record. The AWS provider accepts more than 262144 only from 6.8 on (hashicorp/terraform-provider-aws#43692): on 5.x set 262144 (256 KiB), and producers with large payloads on offload above it."
+  type        = number
+  default     = 1048576
+
+  validation {
+    condition     = var.max_message_size >= 1024 && var.max_message_size <= 1048576
+    error_message = "max_message_size must be between 1024 and 1048576 bytes (1 KiB to 1 MiB), SQS's limits; with the AWS provider 5.x, at most 262144."
+  }
+}
+
 variable "message_retention_seconds" {
   description = "How long the main queue keeps a message (default 4 days)."
   type        = number

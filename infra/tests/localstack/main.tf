@@ -40,6 +40,8 @@ module "queue" {
   name                       = var.name
   visibility_timeout_seconds = var.visibility_timeout_seconds
   max_receive_count          = var.max_receive_count
+  # The provider mirror here is 5.x, which refuses more than 256 KiB (modules/queue/README.md).
+  max_message_size = var.max_message_size
 }
 
 module "idempotency_table" {

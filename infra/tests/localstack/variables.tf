@@ -24,3 +24,9 @@ variable "max_receive_count" {
   type        = number
   default     = 3
 }
+
+variable "max_message_size" {
+  description = "MaximumMessageSize of the queue and its DLQ. At most 262144: the provider mirror here is 5.x (modules/queue/README.md)."
+  type        = number
+  default     = 262144
+}

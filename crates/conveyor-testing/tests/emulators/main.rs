@@ -3,4 +3,5 @@
 
 mod conformance;
 mod faults;
+mod fidelity;
 mod helpers;
