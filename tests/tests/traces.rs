@@ -654,6 +654,16 @@ async fn a_job_with_a_full_set_of_attributes_and_a_large_payload_is_sent_and_run
         consumer.links.links.is_empty(),
         "the trace lost its link, not the job: {consumer:#?}"
     );
+    let send = spans
+        .iter()
+        .find(|span| span.name == format!("send {}", created.name))
+        .unwrap_or_else(|| panic!("the send's span: {spans:#?}"));
+    assert!(
+        send.events
+            .iter()
+            .any(|event| event.name.contains("trace context dropped")),
+        "the send's span says the link was dropped: {send:#?}"
+    );
 }
 
 /// OpenTelemetry's FaaS conventions on an invocation span of an SQS-triggered function.
