@@ -127,8 +127,8 @@ pub async fn terminate(child: &mut Child) -> anyhow::Result<ExitStatus> {
     signal_and_wait(child, "TERM").await
 }
 
-/// Sends `SIG<signal>` (`"TERM"`, `"INT"`) and waits (40 s at most) for a clean exit; returns the
-/// exit status.
+/// Sends `SIG<signal>` (`"TERM"`, `"INT"`) and waits (40 s at most) for a clean exit (after SIGINT,
+/// 130 is one: `conveyor lambda run`'s exit when Ctrl-C stopped it); returns the exit status.
 pub async fn signal_and_wait(child: &mut Child, signal: &str) -> anyhow::Result<ExitStatus> {
     let pid = child.id().context("the process already exited")?;
     Command::new("kill")
@@ -138,7 +138,9 @@ pub async fn signal_and_wait(child: &mut Child, signal: &str) -> anyhow::Result<
     let status = tokio::time::timeout(Duration::from_secs(40), child.wait())
         .await
         .with_context(|| format!("no exit within 40 s of SIG{signal}"))??;
-    if !status.success() {
+    // `conveyor lambda run` stopped by Ctrl-C exits 130, as a shell reports an interrupted command.
+    let interrupted = signal == "INT" && status.code() == Some(130);
+    if !status.success() && !interrupted {
         bail!("exited with {status} after SIG{signal}");
     }
     Ok(status)
