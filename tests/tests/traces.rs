@@ -591,6 +591,9 @@ async fn a_job_with_a_full_set_of_attributes_and_a_large_payload_is_sent_and_run
         .build();
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("large"));
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    // Other tests of this binary may have met the send's callsite with no subscriber on their thread,
+    // which cached its interest as "never"; this thread's subscriber is asked again.
+    tracing::callsite::rebuild_interest_cache();
     opentelemetry::global::set_text_map_propagator(
         opentelemetry_sdk::propagation::TraceContextPropagator::new(),
     );

@@ -150,20 +150,37 @@ fn flushed() -> &'static Notify {
     FLUSHED.get_or_init(Notify::new)
 }
 
+/// How a [`bounded`] flush ended for its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flushed {
+    /// The caller's own flush ended in time: every span ended before the call was handed to the exporter.
+    Own,
+    /// A flush another caller had started ended in time. Spans this caller ended after that flush
+    /// began were not part of it (concurrent invocations under Lambda Managed Instances).
+    Joined,
+    /// The time was up first.
+    Late,
+}
+
 /// Runs `flush` (blocking) on a blocking thread unless one still runs, and waits for it at most
-/// `budget`. Returns whether it finished in time.
-pub(crate) async fn bounded(budget: Duration, flush: impl FnOnce() + Send + 'static) -> bool {
+/// `budget`.
+pub(crate) async fn bounded(budget: Duration, flush: impl FnOnce() + Send + 'static) -> Flushed {
     let notified = flushed().notified();
     tokio::pin!(notified);
     // Registered before the flag is read: a flush that ends in between still wakes this one.
     notified.as_mut().enable();
-    if !FLUSHING.swap(true, Ordering::AcqRel) {
+    let own = !FLUSHING.swap(true, Ordering::AcqRel);
+    if own {
         tokio::task::spawn_blocking(move || {
             let _done = Done;
             flush();
         });
     }
-    tokio::time::timeout(budget, notified).await.is_ok()
+    match (tokio::time::timeout(budget, notified).await, own) {
+        (Err(_), _) => Flushed::Late,
+        (Ok(()), true) => Flushed::Own,
+        (Ok(()), false) => Flushed::Joined,
+    }
 }
 
 /// Clears [`FLUSHING`] and wakes the waiters when the flush ends, even by a panic.
@@ -218,6 +235,37 @@ mod tests {
             tracer.in_span("job", |_| ());
         }
         counts.report()
+    }
+
+    /// Two invocations of one process flush at once (Managed Instances): the second joins the first's
+    /// flush, which did not carry the spans it ended later, and is told so; its own flush is its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flush_that_joins_another_is_told_so() {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let first = tokio::spawn(bounded(Duration::from_secs(30), move || {
+            let _ = released.recv();
+        }));
+        // The first flush holds the flag until released.
+        while !FLUSHING.load(Ordering::Acquire) {
+            tokio::task::yield_now().await;
+        }
+        let second = bounded(Duration::from_secs(30), || unreachable!("a flush already runs"));
+        tokio::pin!(second);
+        // Polled once, it finds the first flush running and waits for it.
+        let waiting =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(second.as_mut().poll(cx).is_pending())).await;
+        assert!(waiting);
+        release.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), Flushed::Own);
+        assert_eq!(second.await, Flushed::Joined);
+        assert_eq!(bounded(Duration::from_secs(30), || ()).await, Flushed::Own);
+        assert_eq!(
+            bounded(Duration::from_millis(10), || std::thread::sleep(
+                Duration::from_millis(200)
+            ))
+            .await,
+            Flushed::Late
+        );
     }
 
     #[test]
