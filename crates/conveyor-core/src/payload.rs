@@ -238,6 +238,11 @@ pub struct Payloads {
     /// How often a job that keeps being re-sent (hops, deferrals) touches its object (default a day;
     /// keep it well under the bucket's lifecycle expiry).
     pub touch_every: std::time::Duration,
+    /// The bucket whose objects this consumer deletes after success ([`Payloads::own_bucket`];
+    /// `CONVEYOR_PAYLOAD_BUCKET` from the environment). A pointer into any other bucket is read, never
+    /// deleted: a producer cannot have a consumer delete objects of a bucket that is not its own.
+    /// `None` deletes wherever the pointer points (a pipeline built by hand without it).
+    pub own_bucket: Option<String>,
 }
 
 /// The default of [`Payloads::touch_every`].
@@ -259,7 +264,19 @@ impl Payloads {
             store,
             delete_after_success: true,
             touch_every: TOUCH_EVERY,
+            own_bucket: None,
         }
+    }
+
+    /// Deletes after success only objects in `bucket` (see [`Payloads::own_bucket`](Payloads#structfield.own_bucket)).
+    pub fn own_bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.own_bucket = Some(bucket.into());
+        self
+    }
+
+    /// Whether an object in `bucket` is this consumer's to delete.
+    pub(crate) fn owns(&self, bucket: &str) -> bool {
+        self.own_bucket.as_deref().is_none_or(|own| own == bucket)
     }
 
     /// Touches objects of re-sent jobs every `every` instead of once a day.

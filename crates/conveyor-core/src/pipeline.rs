@@ -366,6 +366,15 @@ impl Pipeline {
         let (Some(payloads), Some(Ok(pointer))) = (&self.payloads, PayloadPointer::of(message)) else {
             return;
         };
+        if !payloads.owns(&pointer.bucket) {
+            tracing::info!(
+                %pointer,
+                own_bucket = payloads.own_bucket.as_deref(),
+                "payload object not deleted after success: it is in another bucket than this consumer's \
+                 (CONVEYOR_PAYLOAD_BUCKET); that bucket's lifecycle rule removes it"
+            );
+            return;
+        }
         match payloads.store.delete(&pointer.bucket, &pointer.key).await {
             Ok(()) => tracing::debug!(%pointer, "payload object deleted after success"),
             Err(error) => tracing::warn!(

@@ -33,12 +33,12 @@ pub fn payload_bucket_from_env() -> Option<String> {
 }
 
 /// The consumer's large-payload settings: `None` when `CONVEYOR_PAYLOAD_BUCKET` is not set (pointers then
-/// fail with a reason saying to set it), else S3 through [`s3_client_from_env`], deleting objects after
-/// success unless `CONVEYOR_PAYLOAD_CLEANUP=false`.
+/// fail with a reason saying to set it), else S3 through [`s3_client_from_env`], deleting objects of that
+/// bucket (only) after success unless `CONVEYOR_PAYLOAD_CLEANUP=false`.
 pub async fn payloads_from_env() -> Result<Option<Payloads>, EnvError> {
-    if payload_bucket_from_env().is_none() {
+    let Some(bucket) = payload_bucket_from_env() else {
         return Ok(None);
-    }
+    };
     let cleanup = match std::env::var(CLEANUP_ENV) {
         Err(_) => true,
         Ok(value) => parse_bool(&value).ok_or(EnvError {
@@ -48,7 +48,8 @@ pub async fn payloads_from_env() -> Result<Option<Payloads>, EnvError> {
         })?,
     };
     let store = Arc::new(S3PayloadStore::new(s3_client_from_env().await));
-    let payloads = Payloads::new(store);
+    // Objects of other buckets a producer points at are read, never deleted (`Payloads::own_bucket`).
+    let payloads = Payloads::new(store).own_bucket(bucket);
     Ok(Some(if cleanup {
         payloads
     } else {

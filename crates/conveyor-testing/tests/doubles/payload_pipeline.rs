@@ -91,6 +91,37 @@ async fn a_pointer_is_resolved_the_handler_sees_the_payload_and_the_object_goes_
     }
 }
 
+/// A producer can point a job at any bucket; a consumer deletes after success only in its own
+/// (`CONVEYOR_PAYLOAD_BUCKET`), and reads the rest.
+#[tokio::test]
+async fn an_object_in_another_bucket_is_read_but_never_deleted() {
+    let store = Arc::new(MemoryPayloadStore::with_bucket(BUCKET));
+    store.put_now("someone-elses", "db.json", "\"secrets\"");
+    let pipeline = Pipeline::new(Router::new().route(Measure))
+        .with_store(Arc::new(MemoryIdempotencyStore::new()))
+        .with_payloads(payloads(&store).own_bucket(BUCKET));
+    let mut foreign = pointer_message("db.json", SIZE_ATTRIBUTE);
+    foreign.body = PayloadPointer::new("someone-elses", "db.json").to_body();
+    let processed = run(&pipeline, &foreign).await;
+    assert_eq!(processed.outcome, Outcome::Ack(AckReason::Completed));
+    pipeline.discard_payload(&foreign).await;
+    assert!(
+        store.object("someone-elses", "db.json").is_some(),
+        "another bucket's object is not this consumer's to delete"
+    );
+    store.put_now(BUCKET, "k1", "\"x\"");
+    let own = pointer_message("k1", SIZE_ATTRIBUTE);
+    assert_eq!(
+        run(&pipeline, &own).await.outcome,
+        Outcome::Ack(AckReason::Completed)
+    );
+    pipeline.discard_payload(&own).await;
+    assert!(
+        store.object(BUCKET, "k1").is_none(),
+        "its own bucket's object goes"
+    );
+}
+
 #[tokio::test]
 async fn kept_after_success_when_configured() {
     let store = Arc::new(MemoryPayloadStore::with_bucket(BUCKET));
