@@ -109,7 +109,7 @@ variable "kms_key_arns" {
 }
 
 variable "batch_size" {
-  description = "Most records per invocation. Up to 10 for FIFO queues; above 10 needs maximum_batching_window_in_seconds >= 1 (both checked at plan)."
+  description = "Most records per invocation. Up to 10 for FIFO queues; above 10 needs maximum_batching_window_in_seconds >= 1 (both checked at plan). An upper bound: Lambda passes a batch whole only within the 6 MB synchronous payload, so with 1 MiB messages an invocation carries about five full-size records, and ten always fit at 256 KiB."
   type        = number
   default     = 10
 
