@@ -52,25 +52,30 @@ pub fn deferred_copy(
     delay: Duration,
     fifo: bool,
 ) -> Result<OutgoingMessage, DeferralError> {
-    copy_with_history(message, delay, fifo, false)
+    copy_with_history(message, delay, fifo, None)
 }
 
 /// The delayed copy that retries `message` after `delay` when the message itself can no longer be
-/// held that long (SQS's 12 hours of visibility, counted from its first receive, are nearly spent):
-/// like [`deferred_copy`], but this receive ran the job and counts as a run.
+/// held that long (SQS's 12 hours of visibility, counted from its first receive, are nearly spent, or
+/// this was its last allowed receive, [`retry_path`](crate::outcome::retry_path)): like
+/// [`deferred_copy`], but this receive ran the job, and the copy carries `runs`, the runs so far
+/// ([`run_number`](crate::pipeline::run_number)), this one included.
 pub fn retried_copy(
     message: &Message,
     delay: Duration,
     fifo: bool,
+    runs: u32,
 ) -> Result<OutgoingMessage, DeferralError> {
-    copy_with_history(message, delay, fifo, true)
+    copy_with_history(message, delay, fifo, Some(runs))
 }
 
+/// `runs`: the runs so far when this receive ran the job; `None` for a deferral (this receive did not
+/// run it, and the receives before it on this copy did).
 fn copy_with_history(
     message: &Message,
     delay: Duration,
     fifo: bool,
-    this_receive_ran: bool,
+    runs: Option<u32>,
 ) -> Result<OutgoingMessage, DeferralError> {
     if fifo {
         return Err(DeferralError::Fifo);
@@ -84,11 +89,11 @@ fn copy_with_history(
             .as_ref()
             .and_then(|record| record.first_sent_ms)
             .or_else(|| message.sent_at.map(epoch_millis)),
-        // The receives before this one on this copy ran the job (or failed it); this one did only
-        // when it is a retry.
-        attempts: previous.as_ref().map_or(0, |record| record.attempts)
-            + message.receive_count.saturating_sub(1)
-            + u32::from(this_receive_ran),
+        // A retry knows its runs; a deferral counts the receives before this one on this copy as
+        // runs (they ran the job, or failed it), and not this one.
+        attempts: runs.unwrap_or_else(|| {
+            previous.as_ref().map_or(0, |record| record.attempts) + message.receive_count.saturating_sub(1)
+        }),
         deferrals: previous.as_ref().map_or(0, |record| record.deferrals) + 1,
     };
     let mut attributes = message.attributes.clone();
@@ -182,10 +187,24 @@ mod tests {
     }
 
     #[test]
+    fn a_retried_copy_carries_the_runs_not_the_receives() {
+        // Five receives, two of them runs (a message that waited unrun for three): the copy has three
+        // runs left of five, not none.
+        let original = received("m-1", 5);
+        let copy = as_received(
+            retried_copy(&original, Duration::from_secs(90), false, 2).unwrap(),
+            "m-2",
+            1,
+        );
+        assert_eq!(DeferralRecord::of(&copy).unwrap().attempts, 2);
+        assert_eq!(copy.attempt(), 3, "the copy's first receive is the third run");
+    }
+
+    #[test]
     fn a_retried_copy_counts_the_receive_that_ran() {
         let original = received("m-1", 3);
         let copy = as_received(
-            retried_copy(&original, Duration::from_secs(90), false).unwrap(),
+            retried_copy(&original, Duration::from_secs(90), false, original.attempt()).unwrap(),
             "m-2",
             1,
         );
@@ -196,7 +215,7 @@ mod tests {
         );
         assert_eq!(copy.attempt(), 4, "the copy's first receive is the fourth run");
         assert_eq!(
-            retried_copy(&original, Duration::ZERO, true),
+            retried_copy(&original, Duration::ZERO, true, 1),
             Err(DeferralError::Fifo)
         );
     }

@@ -10,7 +10,7 @@ use crate::flow::{
 };
 use crate::idempotency::StoreError;
 use crate::message::Message;
-use crate::outcome::{AckReason, Failure, Origin, Outcome};
+use crate::outcome::{AckReason, DeferCause, Failure, Origin, Outcome};
 
 /// How long a message waits when its flow bookkeeping failed (half to all of it, jittered).
 const BOOKKEEPING_DEFERRAL: Duration = Duration::from_secs(30);
@@ -19,6 +19,7 @@ fn deferral(reason: String) -> Outcome {
     Outcome::Defer {
         delay: crate::backoff::equal_jitter(BOOKKEEPING_DEFERRAL),
         reason,
+        cause: DeferCause::FlowBookkeeping,
     }
 }
 

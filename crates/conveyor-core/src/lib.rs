@@ -129,10 +129,10 @@ pub mod runtime {
         ENV_LOG_FORMAT, LogFormat, LossyWriter, UnknownLogFormat, stderr, stdout, write_errors,
     };
     pub use crate::outcome::{
-        AckReason, CANCELLED, Failure, NotRun, Origin, Outcome, RunResult, at_last_attempt, classify,
-        epoch_millis, not_run_at_the_last_receive,
+        AckReason, CANCELLED, DeferCause, Failure, NotRun, Origin, Outcome, RetryPath, RunResult,
+        at_last_attempt, classify, epoch_millis, not_run_at_the_last_receive, retry_path,
     };
-    pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed};
+    pub use crate::pipeline::{Budget, CANCEL_GRACE, COMPLETE_RETRY_LIMIT, Processed, run_number};
     pub use crate::progress::ProgressReporter;
     pub use crate::rate::TokenBucket;
     pub use crate::start_line::{describe_store, describe_tenants, describe_tracking, on_off};

@@ -152,8 +152,12 @@ impl Message {
     /// Which run of the job this delivery is (1 = first): the receive count, plus the runs of earlier
     /// copies when this is a deferred copy. Deferrals themselves never count.
     pub fn attempt(&self) -> u32 {
-        let before = DeferralRecord::of(self).map_or(0, |record| record.attempts);
-        before.saturating_add(self.receive_count.max(1))
+        self.runs_before().saturating_add(self.receive_count.max(1))
+    }
+
+    /// The runs of the job before this copy of its message (0 unless it is a deferred or retried copy).
+    pub fn runs_before(&self) -> u32 {
+        DeferralRecord::of(self).map_or(0, |record| record.attempts)
     }
 }
 

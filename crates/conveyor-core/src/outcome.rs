@@ -30,7 +30,54 @@ pub enum Outcome {
         delay: Duration,
         /// Why, for logs.
         reason: String,
+        /// Why, for the runtimes' decisions: what keeps the job from running.
+        cause: DeferCause,
     },
+}
+
+/// What keeps a deferred job from running (the typed half of [`Outcome::Defer`]; the `reason` says it
+/// in words). The runtimes decide on this, never on the reason's wording.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeferCause {
+    /// A delayed job that is not due yet (its next hop).
+    NotDue,
+    /// The idempotency store could not be reached (a claim, or a cancel marker's read, failed).
+    StoreUnreachable,
+    /// The idempotency store answered that it is misconfigured (a table deleted, writes denied).
+    StoreMisconfigured,
+    /// Its key is in progress elsewhere.
+    KeyInProgress,
+    /// Its large payload could not be fetched.
+    PayloadUnavailable,
+    /// A downstream's circuit is open.
+    CircuitOpen,
+    /// Its tenant is at its limit.
+    TenantLimit,
+    /// Its flow's bookkeeping failed (a parent's children unreadable, a child's end not counted).
+    FlowBookkeeping,
+    /// Its run was cancelled at the last receive the redrive policy allows.
+    Cancelled,
+}
+
+impl DeferCause {
+    /// The cause recorded when such a deferral reaches the last allowed receive unrun.
+    pub fn not_run(self) -> NotRun {
+        match self {
+            DeferCause::StoreUnreachable => NotRun::StoreUnreachable,
+            DeferCause::StoreMisconfigured => NotRun::StoreMisconfigured,
+            DeferCause::KeyInProgress => NotRun::KeyInProgress,
+            _ => NotRun::Deferred,
+        }
+    }
+
+    /// True when the idempotency store kept the job from running (down or misconfigured).
+    pub fn is_the_store(self) -> bool {
+        matches!(
+            self,
+            DeferCause::StoreUnreachable | DeferCause::StoreMisconfigured
+        )
+    }
 }
 
 /// Why a message is acknowledged.
@@ -64,6 +111,10 @@ pub struct Failure {
     /// True when the job was retryable but used its last allowed attempt (`maxReceiveCount`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retries_exhausted: bool,
+    /// True when the job had runs left but its message used the last receive its redrive policy
+    /// allows (a FIFO message whose receives counted while its group waited).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub receives_exhausted: bool,
     /// Set when the job never ran: why its last allowed receive passed without a run (the `error`
     /// says it in words).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +129,8 @@ pub struct Failure {
 pub enum NotRun {
     /// The idempotency store could not be reached to claim it.
     StoreUnreachable,
+    /// The idempotency store answered that it is misconfigured (a table deleted, writes denied).
+    StoreMisconfigured,
     /// Its key was in progress elsewhere.
     KeyInProgress,
     /// Deferred for another reason at each try (a large payload that could not be fetched, an open
@@ -91,20 +144,6 @@ pub enum NotRun {
     ShutDown,
 }
 
-impl NotRun {
-    /// The cause of a deferral, from the pipeline's reason (`src/pipeline.rs` words them): a claim
-    /// that failed is the store's, "in progress elsewhere" a held key, anything else another deferral.
-    pub fn of_deferral(reason: &str) -> NotRun {
-        if reason.starts_with("claim ") {
-            NotRun::StoreUnreachable
-        } else if reason == IN_PROGRESS_ELSEWHERE {
-            NotRun::KeyInProgress
-        } else {
-            NotRun::Deferred
-        }
-    }
-}
-
 impl Failure {
     /// A failure happening now.
     pub fn now(error: impl Into<String>, receive_count: u32, source_queue: &str, handler: &str) -> Self {
@@ -115,6 +154,7 @@ impl Failure {
             handler: handler.to_owned(),
             failed_at_ms: epoch_millis(SystemTime::now()),
             retries_exhausted: false,
+            receives_exhausted: false,
             not_run: None,
         }
     }
@@ -154,17 +194,78 @@ pub struct Origin<'a> {
     pub queue: &'a str,
     /// The job type.
     pub handler: &'a str,
-    /// Which run of the job this is (1 = first; [`Message::attempt`](crate::message::Message::attempt)).
+    /// Which run of the job this is (1 = first), the count the retry budget spends: the runs the
+    /// idempotency store recorded for a claimed job ([`run_number`](crate::runtime::run_number)), else
+    /// the receive count plus the runs of earlier copies ([`Message::attempt`](crate::message::Message::attempt)).
     pub attempt: u32,
-    /// The runs the queue's redrive policy allows (`maxReceiveCount`); `None` without a DLQ.
+    /// This message's receive count (SQS's `ApproximateReceiveCount`, what its redrive policy counts).
+    /// Receives bound how long a message is held, never how often its job runs.
+    pub receive: u32,
+    /// The runs the queue's redrive policy allows (`maxReceiveCount`); `None` without a DLQ. The same
+    /// number bounds the message's receives.
     pub max_attempts: Option<u32>,
 }
 
 impl Origin<'_> {
-    /// True when this run is the last one the redrive policy allows.
+    /// True when this run is the last one the budget allows (`maxReceiveCount` runs).
     pub fn is_last_attempt(&self) -> bool {
         self.max_attempts.is_some_and(|max| self.attempt >= max)
     }
+
+    /// True when this is the message's last receive its redrive policy allows: put back, its next
+    /// receive would move it to the DLQ without a reason.
+    pub fn is_last_receive(&self) -> bool {
+        self.max_attempts.is_some_and(|max| self.receive >= max)
+    }
+}
+
+/// How a retry leaves the queue, the one place the rule lives (both runtimes call it): receives bound
+/// how long a message is held, runs spend the budget ([`exhaust`] already dead-lettered a job whose
+/// runs are spent).
+///
+/// | the message | standard queue | FIFO queue |
+/// |---|---|---|
+/// | at its last allowed receive, runs left | [`RetryPath::Copy`]: a fresh copy after the delay, carrying the runs | [`RetryPath::DeadLetter`] with the reason (a copy would go behind its group; put back, SQS would dead-letter it with none) |
+/// | SQS's 12 hours from the first receive leave less than the delay (`room`) | [`RetryPath::Copy`] | [`RetryPath::Visibility`] (within what is left) |
+/// | otherwise | [`RetryPath::Visibility`] after the delay | the same |
+///
+/// A FIFO runtime retries in place (its group held) before it comes here, while it has time.
+pub fn retry_path(
+    origin: Origin<'_>,
+    reason: &str,
+    fifo: bool,
+    delay: Duration,
+    room: Duration,
+) -> RetryPath {
+    if let Some(max) = origin.max_attempts.filter(|_| origin.is_last_receive()) {
+        if !fifo {
+            return RetryPath::Copy;
+        }
+        let error = format!(
+            "{reason} (run {} of the {max} the budget allows, but receive {} of the {max} the redrive \
+             policy allows: a FIFO message's receives also count while its group waits, and a copy would \
+             break the group's order); redrive it to run it again",
+            origin.attempt, origin.receive
+        );
+        let mut failure = Failure::now(error, origin.attempt, origin.queue, origin.handler);
+        failure.receives_exhausted = true;
+        return RetryPath::DeadLetter(failure);
+    }
+    if delay > room && !fifo {
+        return RetryPath::Copy;
+    }
+    RetryPath::Visibility
+}
+
+/// How a retry leaves the queue ([`retry_path`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryPath {
+    /// The message is visible again after the delay.
+    Visibility,
+    /// A fresh copy goes out with the delay, carrying the runs so far, and this message is deleted.
+    Copy,
+    /// The message goes to the DLQ with this failure.
+    DeadLetter(Failure),
 }
 
 /// Turns a handler run into an [`Outcome`]: the only place that does.
@@ -218,9 +319,10 @@ pub const CANCELLED: &str = "cancelled";
 /// afterwards.
 pub fn at_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
     match &outcome {
-        Outcome::Retry { reason, .. } if reason == CANCELLED && origin.is_last_attempt() => Outcome::Defer {
+        Outcome::Retry { reason, .. } if reason == CANCELLED && origin.is_last_receive() => Outcome::Defer {
             delay: Duration::ZERO,
-            reason: "cancelled on its last allowed attempt".to_owned(),
+            reason: "cancelled on its last allowed receive".to_owned(),
+            cause: DeferCause::Cancelled,
         },
         Outcome::Retry { reason, .. } if reason == CANCELLED => outcome,
         _ => exhaust(outcome, origin),
@@ -271,6 +373,7 @@ mod tests {
         queue: "jobs",
         handler: "email",
         attempt: 3,
+        receive: 3,
         max_attempts: Some(5),
     };
 
@@ -298,13 +401,16 @@ mod tests {
     }
 
     #[test]
-    fn a_deferral_reason_gives_its_cause() {
+    fn a_deferrals_cause_gives_what_a_dlq_copy_records() {
+        assert_eq!(DeferCause::StoreUnreachable.not_run(), NotRun::StoreUnreachable);
         assert_eq!(
-            NotRun::of_deferral("claim failed: store down"),
-            NotRun::StoreUnreachable
+            DeferCause::StoreMisconfigured.not_run(),
+            NotRun::StoreMisconfigured
         );
-        assert_eq!(NotRun::of_deferral(IN_PROGRESS_ELSEWHERE), NotRun::KeyInProgress);
-        assert_eq!(NotRun::of_deferral("payload fetch failed: S3"), NotRun::Deferred);
+        assert_eq!(DeferCause::KeyInProgress.not_run(), NotRun::KeyInProgress);
+        assert_eq!(DeferCause::PayloadUnavailable.not_run(), NotRun::Deferred);
+        assert!(DeferCause::StoreMisconfigured.is_the_store());
+        assert!(!DeferCause::KeyInProgress.is_the_store());
     }
 
     #[test]
@@ -368,7 +474,11 @@ mod tests {
         assert!(matches!(outcome, Outcome::Retry { delay, .. } if delay.is_zero()));
     }
 
-    const LAST: Origin<'static> = Origin { attempt: 5, ..ORIGIN };
+    const LAST: Origin<'static> = Origin {
+        attempt: 5,
+        receive: 5,
+        ..ORIGIN
+    };
 
     #[test]
     fn the_last_attempt_rejects_with_the_last_error() {
@@ -401,6 +511,87 @@ mod tests {
             &backoff(),
         );
         assert!(matches!(outcome, Outcome::Retry { .. }));
+    }
+
+    /// A FIFO message that waited unrun behind its group: its last allowed receive, its second run.
+    const RUNS_LEFT: Origin<'static> = Origin {
+        attempt: 2,
+        receive: 5,
+        ..ORIGIN
+    };
+
+    #[test]
+    fn the_budget_counts_runs_not_receives() {
+        let outcome = classify(
+            RunResult::Failed(HandlerError::retryable("503")),
+            RUNS_LEFT,
+            &backoff(),
+        );
+        assert!(
+            matches!(outcome, Outcome::Retry { .. }),
+            "two runs of five: not exhausted, got {outcome:?}"
+        );
+        let cancelled = classify(RunResult::Cancelled, RUNS_LEFT, &backoff());
+        assert!(
+            matches!(
+                cancelled,
+                Outcome::Defer {
+                    cause: DeferCause::Cancelled,
+                    ..
+                }
+            ),
+            "a cancellation never spends the last receive: {cancelled:?}"
+        );
+        let spent = Origin { receive: 1, ..LAST };
+        let outcome = classify(
+            RunResult::Failed(HandlerError::retryable("503")),
+            spent,
+            &backoff(),
+        );
+        assert!(
+            matches!(&outcome, Outcome::Reject(failure) if failure.retries_exhausted),
+            "five runs spent on a copy's first receive: {outcome:?}"
+        );
+    }
+
+    #[test]
+    fn a_retry_at_the_last_receive_goes_on_a_copy_or_to_the_dlq_with_its_reason() {
+        let delay = Duration::from_secs(10);
+        let room = Duration::from_secs(3600);
+        assert_eq!(retry_path(RUNS_LEFT, "503", false, delay, room), RetryPath::Copy);
+        let RetryPath::DeadLetter(failure) = retry_path(RUNS_LEFT, "503", true, delay, room) else {
+            panic!("a FIFO message at its last receive cannot go on a copy")
+        };
+        assert!(failure.receives_exhausted && !failure.retries_exhausted);
+        assert!(
+            failure.error.contains("503") && failure.error.contains("run 2 of the 5"),
+            "{}",
+            failure.error
+        );
+        assert_eq!(failure.receive_count, 2, "the record counts runs");
+        assert_eq!(
+            retry_path(ORIGIN, "503", false, delay, room),
+            RetryPath::Visibility
+        );
+        assert_eq!(
+            retry_path(ORIGIN, "503", true, delay, room),
+            RetryPath::Visibility
+        );
+        let short = Duration::from_secs(5);
+        assert_eq!(retry_path(ORIGIN, "503", false, delay, short), RetryPath::Copy);
+        assert_eq!(
+            retry_path(ORIGIN, "503", true, delay, short),
+            RetryPath::Visibility,
+            "FIFO: within what is left"
+        );
+        let no_dlq = Origin {
+            max_attempts: None,
+            ..RUNS_LEFT
+        };
+        assert_eq!(
+            retry_path(no_dlq, "503", true, delay, room),
+            RetryPath::Visibility
+        );
     }
 
     #[test]

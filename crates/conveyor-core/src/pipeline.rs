@@ -49,7 +49,8 @@
 //! | same key, different payload (validation on) | `Reject` | a producer bug; running would apply the wrong payload |
 //! | handler returns a retryable error, panics or times out (still running when the grace after its timeout ends, or returning an error within it) | release claim, `Retry` (backoff) | the retry can claim again |
 //! | handler returns `Ok` after its timeout or a cancellation, within the grace | as a success: complete claim, `Ack` | the work is done; running it again would repeat an effect that cannot be taken back (`run`'s design note) |
-//! | the same, on the last attempt the redrive policy allows | release claim, `Reject` with the last error | the DLQ copy says why (SQS's own redrive would move it without a reason). Attempts count runs: the larger of the receive count and the store's run count ([`Claim::run`](crate::Claim::run)), which also counts deferred copies and runs a runtime repeats in place |
+//! | the same, on the last attempt the redrive policy allows | release claim, `Reject` with the last error | the DLQ copy says why (SQS's own redrive would move it without a reason). Attempts count runs, never receives: the store's run count ([`Claim::run`](crate::Claim::run), which also counts the runs of earlier copies and runs a runtime repeats in place; see [`run_number`]) |
+//! | a retry at the message's last allowed receive with runs left (receives that went by unrun: a FIFO message behind its group) | the runtime decides by [`retry_path`](crate::runtime::retry_path): a standard queue's retry goes on a fresh copy carrying the runs; a FIFO message is retried in place while the runtime can hold it, then dead-lettered with the reason (`receives_exhausted`, status `dead_lettered`) | put back, SQS's redrive would move it at its next receive without a reason |
 //! | claimed with the runs already spent (the last run's reject was sent but the message came back: its delete failed) | release claim, `Reject` (retries exhausted) without running | never a run over the budget; a DLQ redrive (a message carrying the failure attribute) starts its count at 1 |
 //! | handler returns a permanent error | release claim, `Reject` | retrying cannot help |
 //! | run cancelled (lease lost, shutdown) | release claim, `Retry` at once (`Defer` on the last attempt) | another delivery runs it; the claim is free for it; a cancellation never spends the last receive |
@@ -87,7 +88,7 @@ use crate::idempotency::{
 use crate::lease::Lease;
 use crate::limits::MAX_DELAY;
 use crate::message::Message;
-use crate::outcome::{AckReason, Failure, Origin, Outcome, RunResult, classify};
+use crate::outcome::{AckReason, DeferCause, Failure, Origin, Outcome, RunResult, classify};
 use crate::payload::{PayloadError, PayloadPointer, Payloads, ResolveError};
 use crate::progress::{ProgressReporter, ProgressWriter};
 use crate::router::{Opening, Router};
@@ -195,12 +196,30 @@ impl Processed {
         self.handler_duration.is_some()
     }
 
+    /// Which run of the job this was, the count the retry budget spends ([`run_number`]).
+    pub fn attempt(&self, message: &Message) -> u32 {
+        run_number(message, self.run)
+    }
+
     /// The backoff delay to use if a reject cannot reach the DLQ.
     pub fn fallback_delay(&self) -> Duration {
         match &self.outcome {
             Outcome::Retry { delay, .. } | Outcome::Defer { delay, .. } => *delay,
             _ => Duration::from_secs(60),
         }
+    }
+}
+
+/// Which run of a job `message` carries, the count its retry budget spends: the store's count when the
+/// job was claimed (`claimed_run`, [`Claim::run`]: it counts runs a runtime repeated in place and the
+/// runs of earlier copies), never less than the runs an earlier copy carries plus this one (a record
+/// that expired between two runs starts its count again); unclaimed, the receive count plus the runs
+/// of earlier copies, all there is. Receives a message spent without running (a FIFO message behind
+/// its group) never count: they bound how long a message is held ([`retry_path`](crate::runtime::retry_path)).
+pub fn run_number(message: &Message, claimed_run: Option<u32>) -> u32 {
+    match claimed_run {
+        Some(run) => run.max(message.runs_before().saturating_add(1)),
+        None => message.attempt(),
     }
 }
 
@@ -519,6 +538,7 @@ impl Pipeline {
                     queue: &queue,
                     handler: "",
                     attempt: message.attempt(),
+                    receive: message.receive_count.max(1),
                     max_attempts,
                 };
                 let backoff = self.retry_budget.unwrap_or_default();
@@ -537,12 +557,14 @@ impl Pipeline {
                 .handler_for(&message)
                 .ok()
                 .map(|handler| handler.job_type());
-            return Processed::not_run(Outcome::Defer { delay, reason }, job_type);
+            let cause = DeferCause::NotDue;
+            return Processed::not_run(Outcome::Defer { delay, reason, cause }, job_type);
         }
         let origin = Origin {
             queue: &queue,
             handler: "",
             attempt: message.attempt(),
+            receive: message.receive_count.max(1),
             max_attempts,
         };
         // A large-payload pointer is resolved after the due check (a job not due yet is not fetched on
@@ -604,11 +626,12 @@ impl Pipeline {
                 Err(processed) => return *processed,
             },
         };
-        // The retry budget counts runs: more than the receive count when runs were repeated in place
-        // (a FIFO head retried while its group waits) or the job came back as a deferred copy.
-        let run_number = claim.as_ref().map(|claim| claim.run);
+        // The retry budget counts runs (`run_number`): more than the receive count when runs were
+        // repeated in place (a FIFO head retried while its group waits), fewer when receives went by
+        // unrun (a FIFO message behind its group).
+        let claimed_run = claim.as_ref().map(|claim| claim.run);
         let origin = Origin {
-            attempt: origin.attempt.max(run_number.unwrap_or(0)),
+            attempt: run_number(&message, claimed_run),
             ..origin
         };
         if let (Some(store), Some(claim), Some(max)) = (store, &claim, max_attempts)
@@ -696,7 +719,7 @@ impl Pipeline {
             job_type: Some(job_type),
             handler_duration,
             output,
-            run: run_number,
+            run: claimed_run,
         }
     }
 
@@ -724,8 +747,9 @@ impl Pipeline {
                 tracing::warn!(%error, %key, "cannot read the cancel marker of a due job; deferring");
                 let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
                 let reason = format!("cancel check failed: {error}");
+                let cause = DeferCause::StoreUnreachable;
                 Some(Processed::not_run(
-                    Outcome::Defer { delay, reason },
+                    Outcome::Defer { delay, reason, cause },
                     Some(job_type),
                 ))
             }
@@ -788,8 +812,9 @@ impl Pipeline {
                 tracing::warn!(%error, %pointer, "cannot fetch the large payload; deferring");
                 let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
                 let reason = format!("payload fetch failed: {error}");
+                let cause = DeferCause::PayloadUnavailable;
                 Err(Box::new(Processed::not_run(
-                    Outcome::Defer { delay, reason },
+                    Outcome::Defer { delay, reason, cause },
                     job_type,
                 )))
             }
@@ -899,17 +924,18 @@ async fn claim(
             // A configuration error found after the start-up check (the table deleted, a policy
             // changed) is deferred like an outage, so nothing is lost, but said as what it is, and
             // the runtime's readiness reports it.
-            let reason = if matches!(error, StoreError::Misconfigured { .. }) {
+            let (reason, cause) = if matches!(error, StoreError::Misconfigured { .. }) {
                 health.set_misconfigured(error.to_string());
                 tracing::error!(%error, key = %request.key, "the idempotency store is misconfigured; not running unclaimed until it is fixed");
-                format!("claim refused, the store is misconfigured: {error}")
+                let reason = format!("claim refused, the store is misconfigured: {error}");
+                (reason, DeferCause::StoreMisconfigured)
             } else {
                 tracing::warn!(%error, key = %request.key, "cannot claim the idempotency key; not running unclaimed");
-                format!("claim failed: {error}")
+                (format!("claim failed: {error}"), DeferCause::StoreUnreachable)
             };
             let delay = crate::backoff::equal_jitter(STORE_OUTAGE_DEFERRAL);
             Err(Box::new(Processed::not_run(
-                Outcome::Defer { delay, reason },
+                Outcome::Defer { delay, reason, cause },
                 Some(job_type),
             )))
         }
@@ -954,7 +980,8 @@ fn existing_record(
             let delay = wait_for_lease(&record, now, fallback).min(crate::limits::MAX_VISIBILITY_TIMEOUT);
             tracing::info!(key = %record.key, ?delay, "in progress elsewhere; deferring until its lease ends");
             let reason = crate::outcome::IN_PROGRESS_ELSEWHERE.to_owned();
-            Processed::not_run(Outcome::Defer { delay, reason }, Some(job_type))
+            let cause = DeferCause::KeyInProgress;
+            Processed::not_run(Outcome::Defer { delay, reason, cause }, Some(job_type))
         }
     }
 }

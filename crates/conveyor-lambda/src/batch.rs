@@ -62,7 +62,8 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::io::Write as _;
 
 use conveyor_core::runtime::{
-    GroupGates, NotRun, Origin, Turn, at_last_attempt, not_run_at_the_last_receive, visibility_room,
+    DeferCause, GroupGates, NotRun, Origin, RetryPath, Turn, at_last_attempt, not_run_at_the_last_receive,
+    retry_path, visibility_room,
 };
 use conveyor_core::{
     Pipeline,
@@ -231,7 +232,7 @@ async fn at_the_last_receive(candidate: &LateCandidate) -> bool {
     };
     queue
         .max_receive_count()
-        .is_some_and(|max| candidate.message.attempt() >= max)
+        .is_some_and(|max| candidate.message.receive_count.max(1) >= max)
 }
 
 /// Sends a message that never ran to the DLQ with `failure` (why), cut at `settle_by`: dead-lettered,
@@ -562,14 +563,6 @@ fn records_per_source(lanes: &[Lane]) -> Vec<(Arc<SourceQueue>, Vec<Covered>)> {
 /// What the invocation keeps after its last call to build and return the response.
 pub(crate) const RESPONSE_RESERVE: Duration = Duration::from_millis(100);
 
-/// Which run this was: the store's count when the run was claimed (it counts runs repeated in the
-/// invocation and deferred copies), never less than the receive count.
-fn attempt_of(message: &Message, processed: &Processed) -> u32 {
-    processed
-        .run
-        .map_or(message.attempt(), |run| run.max(message.attempt()))
-}
-
 /// The time a FIFO deferral's wait in the invocation leaves before the cutoff, to try again.
 const FIFO_WAIT_RESERVE: Duration = Duration::from_secs(1);
 
@@ -577,12 +570,11 @@ const FIFO_WAIT_RESERVE: Duration = Duration::from_secs(1);
 /// last receive the redrive policy allows, that would let SQS's redrive move the message to the DLQ
 /// without a reason: it is dead-lettered now instead, with a reason that says it could not run and why.
 fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcome {
-    let Outcome::Defer { reason, .. } = &outcome else {
+    let Outcome::Defer { reason, cause, .. } = &outcome else {
         return outcome;
     };
-    // Only the store's outage: a key in progress elsewhere is left to its holder (the pipeline's
-    // claim reasons start so; see `conveyor-core/src/pipeline.rs`).
-    if !origin.is_last_attempt() || !reason.starts_with("claim ") {
+    // Only the store's: a key in progress elsewhere is left to its holder.
+    if !origin.is_last_receive() || !cause.is_the_store() {
         return outcome;
     }
     let why = format!(
@@ -590,7 +582,7 @@ fn never_ran_at_the_last_attempt(outcome: Outcome, origin: Origin<'_>) -> Outcom
          in were spent; redrive it once the cause is fixed"
     );
     Outcome::Reject(not_run_at_the_last_receive(
-        NotRun::of_deferral(reason),
+        cause.not_run(),
         &why,
         origin.attempt,
         origin.max_attempts.unwrap_or(origin.attempt),
@@ -668,8 +660,9 @@ struct ItemResult {
     message: Arc<Message>,
     settled: Settled,
     handler_duration: Option<Duration>,
-    /// The pipeline's reason when the record was deferred (it did not run; on FIFO it is listed).
-    deferred: Option<String>,
+    /// The pipeline's reason and cause when the record was deferred (it did not run; on FIFO it is
+    /// listed).
+    deferred: Option<(String, DeferCause)>,
     /// Its backoff was set when its FIFO lane ended ([`BatchProcessor::apply_lane_backoff`]).
     backoff_set: bool,
     /// Its visibility had ended before the invocation ([`LOST`]): not ours, so never run or touched.
@@ -680,8 +673,8 @@ struct ItemResult {
 }
 
 /// How a record's run ended: its settlement, how long its handler ran (`None`: it did not run), and
-/// the deferral's reason when it was deferred.
-type Ran = (Settled, Option<Duration>, Option<String>);
+/// the deferral's reason and cause when it was deferred.
+type Ran = (Settled, Option<Duration>, Option<(String, DeferCause)>);
 
 impl BatchProcessor {
     /// A processor running `pipeline` with `config`, finding each record's queue through `queues`.
@@ -1159,7 +1152,8 @@ impl BatchProcessor {
         let origin = Origin {
             queue: &lane.name,
             handler: processed.job_type.unwrap_or(""),
-            attempt: attempt_of(message, processed),
+            attempt: processed.attempt(message),
+            receive: message.receive_count.max(1),
             max_attempts: queue.max_receive_count(),
         };
         !origin.is_last_attempt()
@@ -1287,7 +1281,7 @@ impl BatchProcessor {
                     break;
                 };
                 let (wait, reason) = match &processed.outcome {
-                    Outcome::Defer { delay, reason } => ((*delay).min(room), reason),
+                    Outcome::Defer { delay, reason, .. } => ((*delay).min(room), reason),
                     Outcome::Retry { delay, reason }
                         if *delay <= room && self.retries_in_place(lane, message, &processed).await =>
                     {
@@ -1321,7 +1315,7 @@ impl BatchProcessor {
             return (Settled::Acked(*reason), duration, None);
         }
         let deferred = match &processed.outcome {
-            Outcome::Defer { reason, .. } => Some(reason.clone()),
+            Outcome::Defer { reason, cause, .. } => Some((reason.clone(), *cause)),
             _ => None,
         };
         let Some(queue) = lane.queue.get().await else {
@@ -1330,7 +1324,8 @@ impl BatchProcessor {
         let origin = Origin {
             queue: &lane.name,
             handler: processed.job_type.unwrap_or(""),
-            attempt: attempt_of(message, &processed),
+            attempt: processed.attempt(message),
+            receive: message.receive_count.max(1),
             max_attempts: queue.max_receive_count(),
         };
         let outcome = at_last_attempt(processed.outcome, origin);
@@ -1346,18 +1341,43 @@ impl BatchProcessor {
                 Settled::Acked(*reason)
             }
             Outcome::Retry { delay, reason } => {
-                // A record whose receipt handle SQS never issued (a hand-written event) gets no
-                // queue call at all; it is listed, as Lambda would list it.
                 let room = visibility_room(message, invocation.settle_by);
-                if *delay > room && !lane.fifo && !item.handle_not_issued() {
-                    let settle_by = invocation.settle_by;
-                    retry_on_copy(queue.as_ref(), &self.pipeline, message, *delay, reason, settle_by).await
-                } else {
-                    tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");
-                    Settled::Retry { delay: *delay }
+                let path = retry_path(origin, reason, lane.fifo, *delay, room);
+                let settle_by = invocation.settle_by;
+                match path {
+                    // A record whose receipt handle SQS never issued (a hand-written event) gets no
+                    // queue call at all; it is listed, as Lambda would list it.
+                    _ if item.handle_not_issued() => Settled::Retry { delay: *delay },
+                    RetryPath::Copy => {
+                        let runs = origin.attempt;
+                        retry_on_copy(
+                            queue.as_ref(),
+                            &self.pipeline,
+                            message,
+                            *delay,
+                            reason,
+                            runs,
+                            settle_by,
+                        )
+                        .await
+                    }
+                    RetryPath::DeadLetter(failure) => {
+                        tracing::info!(%reason, "retryable failure at the last allowed receive of a FIFO message; dead-lettered with the reason");
+                        // The run's release said `retrying`: a tracked job's status says `dead_lettered`.
+                        let pipeline = &self.pipeline;
+                        pipeline
+                            .unrun_at_the_last_receive(message, &failure, Some(settle_by))
+                            .await;
+                        self.dead_letter(queue.as_ref(), message, &failure, fallback, settle_by)
+                            .await
+                    }
+                    RetryPath::Visibility => {
+                        tracing::info!(delay_ms = delay.as_millis() as u64, %reason, "retrying after backoff");
+                        Settled::Retry { delay: *delay }
+                    }
                 }
             }
-            Outcome::Defer { delay, reason } => {
+            Outcome::Defer { delay, reason, .. } => {
                 let delay = if lane.fifo {
                     self.fifo_wait(lane, message, *delay, queue.max_receive_count())
                 } else {
@@ -1367,24 +1387,39 @@ impl BatchProcessor {
                 defer(queue.as_ref(), &self.pipeline, message, delay, reason, settle_by).await
             }
             Outcome::Reject(failure) => {
-                let mode = self.config.reject_mode;
-                let rejecting = reject(queue.as_ref(), message, failure, mode, fallback);
-                match tokio::time::timeout_at(invocation.settle_by, rejecting).await {
-                    Ok(Disposition::Delete) => Settled::DeadLettered,
-                    Ok(Disposition::Visible(delay)) => Settled::Retry { delay },
-                    Err(_) => {
-                        // The copy may or may not have reached the DLQ: listed, the message comes back
-                        // and is rejected again (at worst a second copy, never none).
-                        tracing::warn!(
-                            "the DLQ send did not answer before the invocation deadline; listing the message"
-                        );
-                        Settled::Untouched
-                    }
-                }
+                let settle_by = invocation.settle_by;
+                self.dead_letter(queue.as_ref(), message, failure, fallback, settle_by)
+                    .await
             }
         };
         conveyor_core::trace::record_settlement(&span, settled.settlement());
         (settled, duration, deferred)
+    }
+
+    /// Sends `message` to the DLQ with `failure` (the event source mapping deletes it when it is not
+    /// listed), by `settle_by`.
+    async fn dead_letter(
+        &self,
+        queue: &dyn Queue,
+        message: &Message,
+        failure: &conveyor_core::runtime::Failure,
+        fallback: Duration,
+        settle_by: Instant,
+    ) -> Settled {
+        let mode = self.config.reject_mode;
+        let rejecting = reject(queue, message, failure, mode, fallback);
+        match tokio::time::timeout_at(settle_by, rejecting).await {
+            Ok(Disposition::Delete) => Settled::DeadLettered,
+            Ok(Disposition::Visible(delay)) => Settled::Retry { delay },
+            Err(_) => {
+                // The copy may or may not have reached the DLQ: listed, the message comes back
+                // and is rejected again (at worst a second copy, never none).
+                tracing::warn!(
+                    "the DLQ send did not answer before the invocation deadline; listing the message"
+                );
+                Settled::Untouched
+            }
+        }
     }
 
     /// Defers the messages the invocation had no time left to start. Listing them would spend one of
@@ -1456,12 +1491,12 @@ impl BatchProcessor {
                     continue;
                 };
                 let attempt = result.message.attempt();
-                if attempt < max {
+                if result.message.receive_count.max(1) < max {
                     continue;
                 }
                 let (cause, why) = match (&result.deferred, ahead) {
-                    (Some(reason), _) => (
-                        NotRun::of_deferral(reason),
+                    (Some((reason, cause)), _) => (
+                        cause.not_run(),
                         format!("{reason} at each try, and each receive counted"),
                     ),
                     (None, Some(head)) => (
@@ -1580,7 +1615,7 @@ impl BatchProcessor {
             let Settled::Retry { delay } = result.settled else {
                 continue;
             };
-            if result.handler_duration.is_none() && result.message.attempt() >= last {
+            if result.handler_duration.is_none() && result.message.receive_count.max(1) >= last {
                 continue;
             }
             if result.not_issued {
@@ -1758,10 +1793,11 @@ async fn retry_on_copy(
     message: &Message,
     delay: Duration,
     reason: &str,
+    runs: u32,
     settle_by: Instant,
 ) -> Settled {
-    tracing::info!(%reason, delay_ms = delay.as_millis() as u64, "retrying on a fresh copy: SQS's 12 hours from the first receive leave too little to wait");
-    let copy = conveyor_core::runtime::retried_copy(message, delay, false);
+    tracing::info!(%reason, delay_ms = delay.as_millis() as u64, runs, "retrying on a fresh copy: its last allowed receive, or SQS's 12 hours from the first receive leave too little to wait");
+    let copy = conveyor_core::runtime::retried_copy(message, delay, false, runs);
     continue_on_copy(queue, pipeline, message, copy, delay, reason, settle_by).await
 }
 

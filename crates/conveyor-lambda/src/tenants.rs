@@ -66,7 +66,8 @@ impl Tenants {
                     "tenant at its limit; the record goes back unrun"
                 );
                 let reason = format!("tenant {tenant} at its {limit} limit");
-                Processed::not_run(Outcome::Defer { delay, reason }, job_type)
+                let cause = conveyor_core::runtime::DeferCause::TenantLimit;
+                Processed::not_run(Outcome::Defer { delay, reason, cause }, job_type)
             }
         }
     }

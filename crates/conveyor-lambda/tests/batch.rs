@@ -955,6 +955,114 @@ async fn the_last_allowed_attempt_goes_to_the_dlq_with_its_last_error() {
     assert_eq!(report.metrics[0].dead_lettered, 1);
 }
 
+/// The retry budget counts runs, not receives (issue 51, rule 3): a job whose first receive went by
+/// unrun reaches its last allowed receive at its first run; its retry goes on a copy that carries the
+/// one run, and only the second run's failure dead-letters it, as retries exhausted.
+#[tokio::test(start_paused = true)]
+async fn a_retry_at_the_last_receive_with_runs_left_goes_on_a_copy_that_carries_the_runs() {
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 2);
+    let harness = Harness::build(queue, LambdaConfig::default(), Some(Arc::clone(&store)));
+    let flaky = harness.push("flaky", "retry");
+    // A receive that did not run it (its invocation never came, say): visible again after 300 s.
+    assert_eq!(harness.receive().await.len(), 1);
+    tokio::time::advance(Duration::from_secs(301)).await;
+    let last = harness.receive().await;
+    assert_eq!(
+        last[0].receive_count, 2,
+        "the last receive the redrive policy allows"
+    );
+
+    let report = harness.run(&last, in_ten_seconds()).await;
+    assert!(
+        listed(&report).is_empty(),
+        "on a copy, so the mapping deletes it: {report:?}"
+    );
+    assert!(
+        dlq.snapshot().is_empty(),
+        "one run of two: the job has a run left"
+    );
+    let copy = harness
+        .queue
+        .snapshot()
+        .into_iter()
+        .find(|message| message.id != flaky)
+        .expect("the retry's copy was sent");
+    let record = copy.attributes["conveyor.deferral"].string_value.clone().unwrap();
+    assert!(
+        record.contains(r#""attempts":1"#),
+        "the copy carries one run: {record}"
+    );
+
+    // The mapping deletes the original; the copy comes after its 30 s and runs a second time.
+    harness
+        .queue
+        .delete_batch(&[last[0].receipt_handle.clone()])
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let again = harness.receive().await;
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].receive_count, again[0].attempt()), (1, 2));
+    let report = harness.run(&again, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty(), "{report:?}");
+    let dead = dlq.snapshot();
+    assert_eq!(dead.len(), 1, "the second run spent the budget");
+    let failure: conveyor_core::runtime::Failure = serde_json::from_str(
+        dead[0].attributes[FAILURE_ATTRIBUTE]
+            .string_value
+            .as_deref()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        failure.retries_exhausted && !failure.receives_exhausted,
+        "{failure:?}"
+    );
+    assert_eq!(failure.receive_count, 2, "the record counts runs");
+    assert_eq!(harness.ran(), vec!["flaky", "flaky"]);
+}
+
+/// On a FIFO queue a copy would go behind the group: a retry at the last receive with runs left is
+/// dead-lettered with a reason that says so, never put back for SQS's redrive to move without one.
+#[tokio::test(start_paused = true)]
+async fn a_fifo_retry_at_the_last_receive_with_runs_left_is_dead_lettered_with_its_reason() {
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let dlq = Arc::new(MemoryQueue::fifo("jobs-dlq.fifo"));
+    let queue = MemoryQueue::fifo("jobs.fifo")
+        .with_visibility_timeout(Duration::from_secs(300))
+        .with_dead_letter_queue(Arc::clone(&dlq), 2);
+    let harness = Harness::build(queue, LambdaConfig::default(), Some(Arc::clone(&store)));
+    harness.push("flaky", "retry");
+    assert_eq!(harness.receive().await.len(), 1);
+    tokio::time::advance(Duration::from_secs(301)).await;
+    let last = harness.receive().await;
+    assert_eq!(last[0].receive_count, 2);
+
+    let report = harness.run(&last, in_ten_seconds()).await;
+    assert!(listed(&report).is_empty(), "{report:?}");
+    let dead = dlq.snapshot();
+    assert_eq!(dead.len(), 1);
+    let failure: conveyor_core::runtime::Failure = serde_json::from_str(
+        dead[0].attributes[FAILURE_ATTRIBUTE]
+            .string_value
+            .as_deref()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        failure.receives_exhausted && !failure.retries_exhausted,
+        "{failure:?}"
+    );
+    assert!(
+        failure.error.contains("provider busy") && failure.error.contains("run 1 of the 2"),
+        "{}",
+        failure.error
+    );
+    assert_eq!(harness.ran(), vec!["flaky"]);
+}
+
 #[tokio::test]
 async fn a_duplicate_in_progress_elsewhere_is_deferred_with_a_copy_not_a_receive() {
     let store = Arc::new(MemoryIdempotencyStore::new());

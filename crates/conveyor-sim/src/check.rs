@@ -638,6 +638,21 @@ fn check_dead_letter(
         }
         return;
     }
+    if failure.receives_exhausted {
+        // A FIFO job with runs left whose retry came at its message's last allowed receive (a copy
+        // would break its group's order): a run of it failed at that receive.
+        let at_the_last = runs
+            .iter()
+            .any(|run| run.end == RunEnd::Failed && run.receive_count >= scenario.max_receive_count);
+        if !observed.fifo || !at_the_last {
+            violations.push(format!(
+                "job {}: dead-lettered as out of receives, but no run of it failed at its last allowed \
+                 receive of a FIFO queue: {}",
+                job.id, failure.error
+            ));
+        }
+        return;
+    }
     let permanent = runs.iter().any(|run| run.end == RunEnd::Permanent);
     if !permanent || !failure.error.contains("sim: permanent failure") {
         violations.push(format!(

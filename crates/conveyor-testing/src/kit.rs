@@ -210,7 +210,7 @@ impl Ran {
     /// after this delay, with why.
     pub fn deferred(&self) -> Option<(Duration, &str)> {
         match &self.processed.outcome {
-            Outcome::Defer { delay, reason } => Some((*delay, reason)),
+            Outcome::Defer { delay, reason, .. } => Some((*delay, reason)),
             _ => None,
         }
     }

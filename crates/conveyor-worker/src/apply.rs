@@ -11,7 +11,10 @@ use conveyor_core::{
     RejectMode,
     message::Message,
     port::{EntryError, OutgoingMessage, VisibilityChange},
-    runtime::{AckReason, Disposition, Lease, Outcome, Processed, reject},
+    runtime::{
+        AckReason, Disposition, Failure, Lease, Origin, Outcome, Processed, RetryPath, reject, retry_path,
+        run_number,
+    },
 };
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -20,7 +23,7 @@ use crate::deleter::DeleteRequest;
 use crate::report::add;
 use crate::retry::{self, Attempts};
 use crate::runtime::{Held, Runtime};
-use crate::telemetry::seconds;
+use crate::telemetry::{JobMetrics, seconds};
 
 /// Whether the message left the queue (deleted, or dead-lettered and deleted) or went back to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,67 +135,100 @@ async fn settle(
                 drop(held);
                 return (Settled::Returned, Settlement::Released);
             }
-            add(&counters.retried, 1);
-            job.retried.increment(1);
-            let room = target.room();
-            if delay > room && !runtime.queues[queue].is_fifo() {
-                // SQS would refuse to hold the message that long (its 12 hours count from the first
-                // receive): the retry goes on a fresh copy, which starts its own 12 hours.
-                tracing::info!(%reason, ?delay, ?room, "job will be retried on a fresh copy: SQS's 12 hours from the first receive leave too little to wait");
-                let copy = retried_copy(target.message, delay, false);
-                continue_on_copy(runtime, &target, copy, delay, held).await;
-                return (Settled::Returned, Settlement::Retried);
-            }
-            tracing::info!(%reason, ?delay, "job will be retried");
-            set_visibility(runtime, &target, delay).await;
-            drop(held);
-            (Settled::Returned, Settlement::Retried)
-        }
-        Outcome::Defer { delay, reason } => defer(runtime, &target, delay, &reason, held).await,
-        Outcome::Reject(failure) => {
-            let mode = runtime.config.reject_mode;
-            let queue_ref = runtime.queues[queue].as_ref();
-            let left = target
-                .lease
-                .latest_visible_until()
-                .saturating_duration_since(Instant::now());
-            let disposition = match tokio::time::timeout(
-                left,
-                reject(queue_ref, target.message, &failure, mode, fallback),
-            )
-            .await
-            {
-                Ok(disposition) => disposition,
-                Err(_) => {
-                    tracing::warn!(
-                        "dead-letter send did not answer before the visibility deadline; the message comes back"
-                    );
-                    Disposition::Visible(fallback)
-                }
+            let origin = Origin {
+                queue: &runtime.names[queue],
+                handler: processed.job_type.unwrap_or(""),
+                attempt: run_number(target.message, processed.run),
+                receive: target.message.receive_count.max(1),
+                max_attempts: runtime.queues[queue].max_receive_count(),
             };
-            match disposition {
-                Disposition::Delete => {
-                    add(&counters.dead_lettered, 1);
-                    job.dead_lettered.increment(1);
-                    let settled = delete(runtime, &target, held, false).await;
-                    (settled, Settlement::DeadLettered)
+            let fifo = runtime.queues[queue].is_fifo();
+            match retry_path(origin, &reason, fifo, delay, target.room()) {
+                RetryPath::DeadLetter(failure) => {
+                    tracing::info!(%reason, "retryable failure at the last allowed receive of a FIFO message; dead-lettered with the reason");
+                    // The run's release said `retrying`: a tracked job's status says `dead_lettered`.
+                    let until = Some(target.lease.latest_visible_until());
+                    let pipeline = &runtime.pipeline;
+                    pipeline
+                        .unrun_at_the_last_receive(target.message, &failure, until)
+                        .await;
+                    dead_letter(runtime, &target, &failure, fallback, held, &job).await
                 }
-                Disposition::Visible(delay) => {
-                    if mode == RejectMode::LeaveToRedrive {
-                        add(&counters.dead_lettered, 1);
-                        job.dead_lettered.increment(1);
-                        tracing::info!(reason = %failure.error, "permanent failure; left to the queue's redrive");
-                    } else {
-                        add(&counters.retried, 1);
-                        job.retried.increment(1);
-                    }
-                    // Back in the queue, no copy in a DLQ (left to SQS's redrive, or no DLQ to
-                    // send to): its span says so.
+                RetryPath::Copy => {
+                    add(&counters.retried, 1);
+                    job.retried.increment(1);
+                    // SQS would move the message to the DLQ at its next receive, or refuse to hold it
+                    // that long (its 12 hours count from the first receive): the retry goes on a fresh
+                    // copy, which carries the runs and starts its own receives and 12 hours.
+                    tracing::info!(%reason, ?delay, runs = origin.attempt, "job will be retried on a fresh copy");
+                    let copy = retried_copy(target.message, delay, false, origin.attempt);
+                    continue_on_copy(runtime, &target, copy, delay, held).await;
+                    (Settled::Returned, Settlement::Retried)
+                }
+                RetryPath::Visibility => {
+                    add(&counters.retried, 1);
+                    job.retried.increment(1);
+                    tracing::info!(%reason, ?delay, "job will be retried");
                     set_visibility(runtime, &target, delay).await;
                     drop(held);
                     (Settled::Returned, Settlement::Retried)
                 }
             }
+        }
+        Outcome::Defer { delay, reason, .. } => defer(runtime, &target, delay, &reason, held).await,
+        Outcome::Reject(failure) => dead_letter(runtime, &target, &failure, fallback, held, &job).await,
+    }
+}
+
+/// Sends the message to the DLQ with `failure`, then deletes it (or, by the reject mode or when the
+/// DLQ send fails, makes it visible after `fallback`).
+async fn dead_letter(
+    runtime: &Runtime,
+    target: &Applying<'_>,
+    failure: &Failure,
+    fallback: Duration,
+    held: Held,
+    job: &JobMetrics,
+) -> (Settled, Settlement) {
+    let counters = runtime.status.counters();
+    let queue = target.queue;
+    let mode = runtime.config.reject_mode;
+    let queue_ref = runtime.queues[queue].as_ref();
+    let left = target
+        .lease
+        .latest_visible_until()
+        .saturating_duration_since(Instant::now());
+    let disposition =
+        match tokio::time::timeout(left, reject(queue_ref, target.message, failure, mode, fallback)).await {
+            Ok(disposition) => disposition,
+            Err(_) => {
+                tracing::warn!(
+                    "dead-letter send did not answer before the visibility deadline; the message comes back"
+                );
+                Disposition::Visible(fallback)
+            }
+        };
+    match disposition {
+        Disposition::Delete => {
+            add(&counters.dead_lettered, 1);
+            job.dead_lettered.increment(1);
+            let settled = delete(runtime, target, held, false).await;
+            (settled, Settlement::DeadLettered)
+        }
+        Disposition::Visible(delay) => {
+            if mode == RejectMode::LeaveToRedrive {
+                add(&counters.dead_lettered, 1);
+                job.dead_lettered.increment(1);
+                tracing::info!(reason = %failure.error, "permanent failure; left to the queue's redrive");
+            } else {
+                add(&counters.retried, 1);
+                job.retried.increment(1);
+            }
+            // Back in the queue, no copy in a DLQ (left to SQS's redrive, or no DLQ to
+            // send to): its span says so.
+            set_visibility(runtime, target, delay).await;
+            drop(held);
+            (Settled::Returned, Settlement::Retried)
         }
     }
 }

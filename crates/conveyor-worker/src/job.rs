@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::runtime::{
-    AckReason, NotRun, TenantAdmission, TenantSlot, UnrunJob, added_jitter, first_sent,
+    AckReason, DeferCause, NotRun, TenantAdmission, TenantSlot, UnrunJob, added_jitter, first_sent,
     not_run_at_the_last_receive,
 };
 use conveyor_core::trace::Settlement;
@@ -146,7 +146,8 @@ async fn run_in_span(
                     "tenant at its limit; the message goes back unrun"
                 );
                 let reason = format!("tenant {tenant} at its {limit} limit");
-                let processed = Processed::not_run(Outcome::Defer { delay, reason }, job_type);
+                let cause = DeferCause::TenantLimit;
+                let processed = Processed::not_run(Outcome::Defer { delay, reason, cause }, job_type);
                 runtime.pipeline.before_unrun_copy(&message).await;
                 return apply(&runtime, target, processed, held).await;
             }
@@ -161,7 +162,8 @@ async fn run_in_span(
                 }
                 tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
                 let reason = format!("circuit of {downstream} open");
-                let processed = Processed::not_run(Outcome::Defer { delay, reason }, job_type);
+                let cause = DeferCause::CircuitOpen;
+                let processed = Processed::not_run(Outcome::Defer { delay, reason, cause }, job_type);
                 runtime.pipeline.before_unrun_copy(&message).await;
                 return apply(&runtime, target, processed, held).await;
             }
@@ -211,7 +213,7 @@ async fn run_in_span(
                 .then_some(!matches!(processed.outcome, Outcome::Retry { .. }));
             ticket.finish(verdict);
         }
-        if let (true, Outcome::Defer { delay, reason }) = (fifo, &processed.outcome) {
+        if let (true, Outcome::Defer { delay, reason, .. }) = (fifo, &processed.outcome) {
             let room = target.room();
             if *delay < room {
                 tracing::info!(%reason, ?delay, "the FIFO message waits in flight, then runs again");
@@ -413,7 +415,7 @@ async fn dead_letter_unrun_at_the_last_receive(
 fn at_the_last_receive(runtime: &Runtime, queue: usize, message: &Message) -> bool {
     runtime.queues[queue]
         .max_receive_count()
-        .is_some_and(|max| message.attempt() >= max)
+        .is_some_and(|max| message.receive_count.max(1) >= max)
 }
 
 /// A message this worker still holds: its heartbeat keeps it invisible until the lease ends, at the
@@ -438,7 +440,7 @@ async fn unrun_at_the_last_receive(
 ) -> Option<Processed> {
     let max = runtime.queues[queue].max_receive_count()?;
     let attempt = message.attempt();
-    if attempt < max {
+    if message.receive_count.max(1) < max {
         return None;
     }
     let (cause, why) = match reason {

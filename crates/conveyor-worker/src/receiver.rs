@@ -214,11 +214,11 @@ async fn settle_at_the_last_receive(
     };
     let mut back = Vec::with_capacity(messages.len());
     for message in messages {
-        let attempt = message.attempt();
-        if attempt < max {
+        if message.receive_count.max(1) < max {
             back.push(message);
             continue;
         }
+        let attempt = message.attempt();
         if !source.is_fifo() {
             // Half the time for the copy, the rest to dead-letter it if the copy is not sent.
             let copy_by = deadline - deadline.saturating_duration_since(Instant::now()) / 2;

@@ -759,6 +759,53 @@ async fn a_failed_fifo_head_is_retried_in_place_and_its_followers_spend_no_recei
     assert!(failure.error.contains("attempt 3 of the 3"), "{}", failure.error);
 }
 
+/// The retry budget counts runs, not receives (issue 51, rule 3): a FIFO message whose receives went
+/// by unrun (it waited behind its group, say) gets all its runs at its last receive, retried in place,
+/// instead of one run labelled "retries exhausted".
+#[tokio::test(start_paused = true)]
+async fn a_fifo_message_at_its_last_receive_still_gets_every_run_of_its_budget() {
+    let log = Log::new();
+    let dlq = Arc::new(MemoryQueue::fifo("orders-dlq"));
+    let queue = Arc::new(
+        MemoryQueue::fifo("orders")
+            .with_visibility_timeout(Duration::from_secs(30))
+            .with_dead_letter_queue(dlq, 3),
+    );
+    let failing = TestJob {
+        id: 1,
+        fail: Fail::RetryAfter(2),
+        fail_until: u32::MAX,
+        ..TestJob::default()
+    };
+    queue.push_message(fifo_message("plain", &failing, "a")).unwrap();
+    for _ in 0..2 {
+        assert_eq!(queue.receive(1, Duration::ZERO).await.unwrap().len(), 1);
+        tokio::time::advance(Duration::from_secs(31)).await;
+    }
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let running = start(store_worker(config(&[("orders.fifo", 1)]), &log, &queue, &store));
+    eventually(120, "the job's DLQ copy", || {
+        queue.messages_in_dlq().len() == 1 && queue.is_empty()
+    })
+    .await;
+    running.stop().await;
+
+    let starts: Vec<(u64, u32)> = log
+        .events()
+        .iter()
+        .filter(|event| event.kind == Kind::Started)
+        .map(|event| (event.id, event.receive_count))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![(1, 3), (1, 3), (1, 3)],
+        "three runs at its third (last) receive"
+    );
+    let failure = first_dlq_failure(&queue);
+    assert!(failure.retries_exhausted, "{failure:?}");
+    assert!(failure.error.contains("attempt 3 of the 3"), "{}", failure.error);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_message_past_twelve_hours_from_its_first_receive_goes_on_as_a_fresh_copy() {
     // SQS's 12 hours of visibility count from the first receive (the stricter reading): a message
