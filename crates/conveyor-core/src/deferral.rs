@@ -23,11 +23,11 @@
 //! crash between the two leaves both: the original comes back and is deferred or run again, and its
 //! idempotency record makes the second run a duplicate.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::limits::{MAX_DELAY, MAX_MESSAGE_ATTRIBUTES, MAX_MESSAGE_BYTES};
 use crate::message::{AttributeValue, DEFERRAL_ATTRIBUTE, DeferralRecord, Message, attributes_size};
-use crate::outcome::epoch_millis;
+use crate::outcome::{DeferCause, Failure, Origin, Outcome, epoch_millis};
 use crate::queue::OutgoingMessage;
 
 /// Why a deferred copy cannot be built; the runtime falls back and logs this.
@@ -52,7 +52,68 @@ pub fn deferred_copy(
     delay: Duration,
     fifo: bool,
 ) -> Result<OutgoingMessage, DeferralError> {
-    copy_with_history(message, delay, fifo, None)
+    copy_with_history(message, delay, fifo, None, None)
+}
+
+/// [`deferred_copy`] for a deferral the pipeline or the runtime decided for `cause` at `now` (the
+/// pipeline's clock, [`Pipeline::now`](crate::Pipeline::now)): the copy's record says since when the job
+/// has been waiting for it, so that [`past_its_bound`] can end the wait.
+pub fn deferred_copy_for(
+    message: &Message,
+    delay: Duration,
+    fifo: bool,
+    cause: DeferCause,
+    now: SystemTime,
+) -> Result<OutgoingMessage, DeferralError> {
+    copy_with_history(message, delay, fifo, None, Some((cause, now)))
+}
+
+/// A deferral of a job for a cause it has been waiting on, without a run, longer than the cause's
+/// bound ([`DeferCause::bound`]) becomes a dead-lettering with the cause, its age and what to do (issue
+/// 51, rule 4: every deferral of a job that did not run is bounded per cause). Any other outcome is
+/// returned as it is. The wait is counted from the first deferred copy for that cause
+/// ([`DeferralRecord::waiting_since_ms`]), so a delay's hops before it and a run in between never count.
+pub fn past_its_bound(message: &Message, outcome: Outcome, origin: Origin<'_>, now: SystemTime) -> Outcome {
+    let Outcome::Defer { reason, cause, .. } = &outcome else {
+        return outcome;
+    };
+    let Some(bound) = cause.bound() else {
+        return outcome;
+    };
+    let Some(record) = DeferralRecord::of(message) else {
+        return outcome;
+    };
+    let (Some(waiting_for), Some(since_ms)) = (&record.waiting_for, record.waiting_since_ms) else {
+        return outcome;
+    };
+    let waited = Duration::from_millis(epoch_millis(now).saturating_sub(since_ms));
+    if waiting_for != cause.name() || waited < bound {
+        return outcome;
+    }
+    let error = format!(
+        "not run: {reason}, at every try for {} (a deferral for this cause may last {}); {}",
+        humantime_minutes(waited),
+        humantime_minutes(bound),
+        cause.advice()
+    );
+    tracing::error!(
+        cause = cause.name(),
+        waited_secs = waited.as_secs(),
+        "a deferral past its bound: dead-lettering the job with its cause"
+    );
+    let mut failure = Failure::now(error, origin.attempt, origin.queue, origin.handler);
+    failure.not_run = Some(cause.not_run());
+    Outcome::Reject(failure)
+}
+
+/// `waited` in whole minutes, or hours past two hours, for a failure's text.
+fn humantime_minutes(waited: Duration) -> String {
+    let minutes = waited.as_secs() / 60;
+    if minutes >= 120 {
+        format!("{} h", minutes / 60)
+    } else {
+        format!("{minutes} min")
+    }
 }
 
 /// The delayed copy that retries `message` after `delay` when the message itself can no longer be
@@ -66,16 +127,53 @@ pub fn retried_copy(
     fifo: bool,
     runs: u32,
 ) -> Result<OutgoingMessage, DeferralError> {
-    copy_with_history(message, delay, fifo, Some(runs))
+    copy_with_history(message, delay, fifo, Some(runs), None)
+}
+
+/// What the copy waits for: nothing after a run; the same as before for a deferral of the same cause
+/// or of no known cause (one the runtime made: out of time, at shutdown); else the new cause.
+fn waiting_for(
+    previous: Option<&DeferralRecord>,
+    runs: Option<u32>,
+    cause: Option<(DeferCause, SystemTime)>,
+) -> Option<String> {
+    if runs.is_some() {
+        return None;
+    }
+    match cause {
+        Some((cause, _)) => Some(cause.name().to_owned()),
+        None => previous.and_then(|record| record.waiting_for.clone()),
+    }
+}
+
+/// Since when the copy waits (see [`waiting_for`]): kept while the cause stays, `now` for a new one.
+fn waiting_since(
+    previous: Option<&DeferralRecord>,
+    runs: Option<u32>,
+    cause: Option<(DeferCause, SystemTime)>,
+) -> Option<u64> {
+    if runs.is_some() {
+        return None;
+    }
+    let kept = previous.and_then(|record| record.waiting_since_ms);
+    let Some((cause, now)) = cause else {
+        return kept;
+    };
+    let same = previous.is_some_and(|record| record.waiting_for.as_deref() == Some(cause.name()));
+    match (same, kept) {
+        (true, Some(since)) => Some(since),
+        _ => Some(epoch_millis(now)),
+    }
 }
 
 /// `runs`: the runs so far when this receive ran the job; `None` for a deferral (this receive did not
-/// run it, and the receives before it on this copy did).
+/// run it, and the receives before it on this copy did). `cause`: what a deferral waits for, when known.
 fn copy_with_history(
     message: &Message,
     delay: Duration,
     fifo: bool,
     runs: Option<u32>,
+    cause: Option<(DeferCause, SystemTime)>,
 ) -> Result<OutgoingMessage, DeferralError> {
     if fifo {
         return Err(DeferralError::Fifo);
@@ -95,6 +193,8 @@ fn copy_with_history(
             previous.as_ref().map_or(0, |record| record.attempts) + message.receive_count.saturating_sub(1)
         }),
         deferrals: previous.as_ref().map_or(0, |record| record.deferrals) + 1,
+        waiting_for: waiting_for(previous.as_ref(), runs, cause),
+        waiting_since_ms: waiting_since(previous.as_ref(), runs, cause),
     };
     let mut attributes = message.attributes.clone();
     if !attributes.contains_key(DEFERRAL_ATTRIBUTE) {
@@ -127,6 +227,7 @@ mod tests {
 
     use super::*;
     use crate::message::IDEMPOTENCY_KEY_ATTRIBUTE;
+    use crate::outcome::NotRun;
 
     /// When the job was first sent: the deferral record's time, else `SentTimestamp` (what the tests read
     /// back from a copy).
@@ -183,6 +284,114 @@ mod tests {
             first_sent(&second),
             original.sent_at,
             "the first copy's time survives"
+        );
+    }
+
+    const ORIGIN: Origin<'static> = Origin {
+        queue: "jobs",
+        handler: "email",
+        attempt: 1,
+        receive: 1,
+        max_attempts: Some(5),
+    };
+
+    fn deferral(cause: DeferCause) -> Outcome {
+        Outcome::Defer {
+            delay: Duration::from_secs(30),
+            reason: "claim refused, the store is misconfigured: AccessDenied".to_owned(),
+            cause,
+        }
+    }
+
+    #[test]
+    fn a_copy_says_since_when_it_waits_for_its_cause_and_a_run_ends_the_wait() {
+        let original = received("m-1", 1);
+        let first = deferred_copy_for(
+            &original,
+            Duration::ZERO,
+            false,
+            DeferCause::StoreUnreachable,
+            SystemTime::now(),
+        )
+        .unwrap();
+        let first = as_received(first, "m-2", 1);
+        let record = DeferralRecord::of(&first).unwrap();
+        assert_eq!(record.waiting_for.as_deref(), Some("store_unreachable"));
+        let since = record.waiting_since_ms.unwrap();
+        // The same cause keeps the start; a copy the runtime made without a cause keeps it too.
+        let again = deferred_copy_for(
+            &first,
+            Duration::ZERO,
+            false,
+            DeferCause::StoreUnreachable,
+            SystemTime::now(),
+        )
+        .unwrap();
+        let again = as_received(again, "m-3", 1);
+        assert_eq!(DeferralRecord::of(&again).unwrap().waiting_since_ms, Some(since));
+        let unknown = as_received(deferred_copy(&again, Duration::ZERO, false).unwrap(), "m-4", 1);
+        assert_eq!(
+            DeferralRecord::of(&unknown).unwrap().waiting_since_ms,
+            Some(since)
+        );
+        // Another cause starts its own wait; a run ends it.
+        let other = deferred_copy_for(
+            &unknown,
+            Duration::ZERO,
+            false,
+            DeferCause::CircuitOpen,
+            SystemTime::now(),
+        )
+        .unwrap();
+        let other = as_received(other, "m-5", 1);
+        assert_eq!(
+            DeferralRecord::of(&other).unwrap().waiting_for.as_deref(),
+            Some("circuit_open")
+        );
+        let retried = as_received(retried_copy(&other, Duration::ZERO, false, 1).unwrap(), "m-6", 1);
+        let record = DeferralRecord::of(&retried).unwrap();
+        assert_eq!((record.waiting_for, record.waiting_since_ms), (None, None));
+    }
+
+    #[test]
+    fn a_deferral_past_its_causes_bound_is_dead_lettered_with_the_cause() {
+        let original = received("m-1", 1);
+        let copy = deferred_copy_for(
+            &original,
+            Duration::ZERO,
+            false,
+            DeferCause::StoreMisconfigured,
+            SystemTime::now(),
+        )
+        .unwrap();
+        let copy = as_received(copy, "m-2", 1);
+        let now = SystemTime::now();
+        let within = past_its_bound(&copy, deferral(DeferCause::StoreMisconfigured), ORIGIN, now);
+        assert!(matches!(within, Outcome::Defer { .. }), "{within:?}");
+        let later = now + Duration::from_secs(3601);
+        let Outcome::Reject(failure) =
+            past_its_bound(&copy, deferral(DeferCause::StoreMisconfigured), ORIGIN, later)
+        else {
+            panic!("an hour of a misconfigured store is past its bound")
+        };
+        assert_eq!(failure.not_run, Some(NotRun::StoreMisconfigured));
+        assert!(
+            failure.error.contains("AccessDenied") && failure.error.contains("permissions"),
+            "names the cause and the fix: {}",
+            failure.error
+        );
+        // An outage's bound is a day; another cause than the one waited for starts anew.
+        let outage = past_its_bound(&copy, deferral(DeferCause::StoreUnreachable), ORIGIN, later);
+        assert!(matches!(outage, Outcome::Defer { .. }));
+        let not_due = past_its_bound(
+            &copy,
+            deferral(DeferCause::NotDue),
+            ORIGIN,
+            now + Duration::from_secs(400 * 86400),
+        );
+        assert!(
+            matches!(not_due, Outcome::Defer { .. }),
+            "a delay waits for its time"
         );
     }
 

@@ -112,7 +112,9 @@ pub mod runtime {
         LAMBDA_VISIBILITY_RATIO, MAX_RECEIVE_COUNT, MIN_VISIBILITY_TIMEOUT, QUEUE_VISIBILITY_TIMEOUT_SECS,
         SHUTDOWN_RESERVE, STATUS_RETENTION,
     };
-    pub use crate::deferral::{DeferralError, deferred_copy, retried_copy};
+    pub use crate::deferral::{
+        DeferralError, deferred_copy, deferred_copy_for, past_its_bound, retried_copy,
+    };
     pub use crate::delay::{
         CANCEL_KEY_PREFIX, Clock, DUE_ATTRIBUTE, MAX_TOTAL_DELAY, cancel, cancel_at, cancel_marker_key,
         cancelled_before, due_at, due_value, first_sent, record_key_for,

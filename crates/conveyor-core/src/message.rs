@@ -173,6 +173,13 @@ pub struct DeferralRecord {
     pub attempts: u32,
     /// How many times the job was deferred so far.
     pub deferrals: u32,
+    /// What the job has been deferred for since its last run ([`DeferCause::name`](crate::runtime::DeferCause::name)),
+    /// when every deferral since then had that cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+    /// Since when (epoch milliseconds) it has been deferred for `waiting_for`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since_ms: Option<u64>,
 }
 
 impl DeferralRecord {

@@ -71,6 +71,55 @@ impl DeferCause {
         }
     }
 
+    /// Its name in a deferred copy's record (`conveyor.deferral`'s `waiting_for`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DeferCause::NotDue => "not_due",
+            DeferCause::StoreUnreachable => "store_unreachable",
+            DeferCause::StoreMisconfigured => "store_misconfigured",
+            DeferCause::KeyInProgress => "key_in_progress",
+            DeferCause::PayloadUnavailable => "payload_unavailable",
+            DeferCause::CircuitOpen => "circuit_open",
+            DeferCause::TenantLimit => "tenant_limit",
+            DeferCause::FlowBookkeeping => "flow_bookkeeping",
+            DeferCause::Cancelled => "cancelled",
+        }
+    }
+
+    /// How long a job may go on being deferred for this cause without a run before it goes to the DLQ
+    /// with the cause ([`past_its_bound`](crate::runtime::past_its_bound)): an hour for a
+    /// configuration mistake, a day for an outage. `None`: unbounded by design (a delay not due yet
+    /// waits for its time, a tenant's turn for the tenants before it, a cancelled run's deferral is
+    /// made once).
+    pub fn bound(self) -> Option<Duration> {
+        const HOUR: Duration = Duration::from_secs(3600);
+        match self {
+            DeferCause::StoreMisconfigured => Some(HOUR),
+            DeferCause::StoreUnreachable
+            | DeferCause::KeyInProgress
+            | DeferCause::PayloadUnavailable
+            | DeferCause::CircuitOpen
+            | DeferCause::FlowBookkeeping => Some(24 * HOUR),
+            DeferCause::NotDue | DeferCause::TenantLimit | DeferCause::Cancelled => None,
+        }
+    }
+
+    /// What an operator does about a job dead-lettered past this cause's bound.
+    pub(crate) fn advice(self) -> &'static str {
+        match self {
+            DeferCause::StoreMisconfigured => {
+                "fix the idempotency store's table or its permissions (the runtime's logs and readiness name \
+                 the error), then redrive it"
+            }
+            DeferCause::KeyInProgress => {
+                "another run has held its key that long: look for a stuck worker, then redrive it"
+            }
+            DeferCause::PayloadUnavailable => "redrive it once its payload bucket can be read",
+            DeferCause::CircuitOpen => "redrive it once its downstream answers",
+            _ => "redrive it once the store answers",
+        }
+    }
+
     /// True when the idempotency store kept the job from running (down or misconfigured).
     pub fn is_the_store(self) -> bool {
         matches!(

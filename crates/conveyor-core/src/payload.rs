@@ -413,6 +413,8 @@ mod tests {
             first_sent_ms: Some(crate::outcome::epoch_millis(first)),
             attempts: 0,
             deferrals: 40,
+            waiting_for: None,
+            waiting_since_ms: None,
         };
         message.attributes.insert(
             crate::message::DEFERRAL_ATTRIBUTE.into(),

@@ -459,10 +459,43 @@ impl Pipeline {
         lease: &Lease,
         budget: Budget,
     ) -> Processed {
-        let processed = self.run_message(Arc::clone(&message), queue, lease, budget).await;
+        let max_attempts = budget.max_attempts;
+        let processed = self
+            .run_message(Arc::clone(&message), Arc::clone(&queue), lease, budget)
+            .await;
         let processed = self.after_flow_child(&message, processed).await;
+        let processed = self
+            .bounded_deferral(&message, &queue, max_attempts, processed)
+            .await;
         self.keep_payload(&message, &processed.outcome).await;
         processed
+    }
+
+    /// A deferral past its cause's bound becomes a dead-lettering with the cause
+    /// ([`past_its_bound`](crate::runtime::past_its_bound)); a tracked job's status then says
+    /// `dead_lettered` (asked once: see `src/unrun.rs`).
+    async fn bounded_deferral(
+        &self,
+        message: &Message,
+        queue: &str,
+        max_attempts: Option<u32>,
+        processed: Processed,
+    ) -> Processed {
+        if !matches!(processed.outcome, Outcome::Defer { .. }) {
+            return processed;
+        }
+        let origin = Origin {
+            queue,
+            handler: processed.job_type.unwrap_or(""),
+            attempt: processed.attempt(message),
+            receive: message.receive_count.max(1),
+            max_attempts,
+        };
+        let outcome = crate::deferral::past_its_bound(message, processed.outcome, origin, (self.clock)());
+        if let Outcome::Reject(failure) = &outcome {
+            self.unrun_at_the_last_receive(message, failure, None).await;
+        }
+        Processed { outcome, ..processed }
     }
 
     /// Touches the large-payload object of `message` before the runtime sends a new message pointing

@@ -1377,14 +1377,24 @@ impl BatchProcessor {
                     }
                 }
             }
-            Outcome::Defer { delay, reason, .. } => {
+            Outcome::Defer { delay, reason, cause } => {
                 let delay = if lane.fifo {
                     self.fifo_wait(lane, message, *delay, queue.max_receive_count())
                 } else {
                     *delay
                 };
                 let settle_by = invocation.settle_by;
-                defer(queue.as_ref(), &self.pipeline, message, delay, reason, settle_by).await
+                let cause = Some(*cause);
+                defer(
+                    queue.as_ref(),
+                    &self.pipeline,
+                    message,
+                    delay,
+                    reason,
+                    cause,
+                    settle_by,
+                )
+                .await
             }
             Outcome::Reject(failure) => {
                 let settle_by = invocation.settle_by;
@@ -1765,7 +1775,7 @@ async fn defer_unrun(
     // Bounded like the copy: a slow S3 must not cost the invocation.
     let _ = tokio::time::timeout_at(settle_by, pipeline.before_unrun_copy(message)).await;
     let reason = "not started: too close to the invocation deadline";
-    defer(queue, pipeline, message, Duration::ZERO, reason, settle_by).await
+    defer(queue, pipeline, message, Duration::ZERO, reason, None, settle_by).await
 }
 
 /// Defers a message without spending a receive: sends a delayed copy (see `conveyor-core/src/deferral.rs`) and
@@ -1777,9 +1787,14 @@ async fn defer(
     message: &Message,
     delay: Duration,
     reason: &str,
+    cause: Option<DeferCause>,
     settle_by: Instant,
 ) -> Settled {
-    let copy = conveyor_core::runtime::deferred_copy(message, delay, queue.is_fifo());
+    let fifo = queue.is_fifo();
+    let copy = match cause {
+        Some(cause) => conveyor_core::runtime::deferred_copy_for(message, delay, fifo, cause, pipeline.now()),
+        None => conveyor_core::runtime::deferred_copy(message, delay, fifo),
+    };
     continue_on_copy(queue, pipeline, message, copy, delay, reason, settle_by).await
 }
 

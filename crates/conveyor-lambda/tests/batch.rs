@@ -135,7 +135,7 @@ impl Harness {
             store: store.clone(),
             leases: Arc::clone(&leases),
         };
-        let mut pipeline = Pipeline::new(Router::single(handler));
+        let mut pipeline = Pipeline::new(Router::single(handler)).with_clock(paused_clock());
         if let Some(store) = pipeline_store {
             pipeline = pipeline.with_store(store);
         }
@@ -227,6 +227,13 @@ fn event_of(queue: &MemoryQueue, messages: &[Message]) -> SqsEvent {
         })
         .collect();
     parse_event(json!({ "Records": records })).unwrap()
+}
+
+/// The wall clock as tokio's (paused) clock moves it, so that times the pipeline judges by the wall
+/// clock (a deferral's bound) move with `tokio::time::advance`.
+fn paused_clock() -> Arc<dyn Fn() -> SystemTime + Send + Sync> {
+    let (start, wall) = (Instant::now(), SystemTime::now());
+    Arc::new(move || wall + start.elapsed())
 }
 
 fn listed(report: &BatchReport) -> Vec<String> {
@@ -1022,6 +1029,68 @@ async fn a_retry_at_the_last_receive_with_runs_left_goes_on_a_copy_that_carries_
     );
     assert_eq!(failure.receive_count, 2, "the record counts runs");
     assert_eq!(harness.ran(), vec!["flaky", "flaky"]);
+}
+
+/// Every deferral of a job that did not run is bounded per cause (issue 51, rule 4): an idempotency
+/// table whose writes are denied after the start (a configuration mistake, not an outage) defers its
+/// jobs, nothing lost, for an hour; then they go to the DLQ with the cause and what to fix, instead of
+/// being deferred forever without an error.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_refuses_writes_dead_letters_its_jobs_with_the_cause_after_an_hour() {
+    let store = Arc::new(MemoryIdempotencyStore::new());
+    let dlq = Arc::new(MemoryQueue::standard("jobs-dlq"));
+    let queue = slow_queue("jobs").with_dead_letter_queue(Arc::clone(&dlq), 5);
+    let harness = Harness::build(queue, LambdaConfig::default(), Some(Arc::clone(&store)));
+    harness.push("email", "ok");
+    store.set_misconfigured(true);
+    let started = Instant::now();
+    let mut invocations = 0;
+    while dlq.snapshot().is_empty() {
+        invocations += 1;
+        assert!(
+            invocations < 1_000,
+            "still deferred after {:?}",
+            started.elapsed()
+        );
+        let received = harness.receive().await;
+        assert_eq!(received.len(), 1, "the job is never lost");
+        let report = harness.run(&received, in_ten_seconds()).await;
+        assert!(
+            listed(&report).is_empty(),
+            "deferred on a copy or dead-lettered: {report:?}"
+        );
+        // The mapping deletes what was not listed; the copy comes after its delay.
+        harness
+            .queue
+            .delete_batch(&[received[0].receipt_handle.clone()])
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(31)).await;
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(3600) && waited < Duration::from_secs(3700),
+        "dead-lettered after {waited:?}"
+    );
+    let dead = dlq.snapshot();
+    let failure: conveyor_core::runtime::Failure = serde_json::from_str(
+        dead[0].attributes[FAILURE_ATTRIBUTE]
+            .string_value
+            .as_deref()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        failure.not_run,
+        Some(conveyor_core::runtime::NotRun::StoreMisconfigured)
+    );
+    assert!(
+        failure.error.contains("permissions"),
+        "names the fix: {}",
+        failure.error
+    );
+    assert!(harness.ran().is_empty(), "never run unclaimed");
+    assert!(harness.queue.snapshot().is_empty(), "one copy, in the DLQ");
 }
 
 /// On a FIFO queue a copy would go behind the group: a retry at the last receive with runs left is

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use conveyor_core::runtime::{DeferralError, deferred_copy, retried_copy};
+use conveyor_core::runtime::{DeferCause, DeferralError, deferred_copy, deferred_copy_for, retried_copy};
 use conveyor_core::trace::Settlement;
 use conveyor_core::{
     RejectMode,
@@ -175,7 +175,9 @@ async fn settle(
                 }
             }
         }
-        Outcome::Defer { delay, reason, .. } => defer(runtime, &target, delay, &reason, held).await,
+        Outcome::Defer { delay, reason, cause } => {
+            defer(runtime, &target, delay, &reason, Some(cause), held).await
+        }
         Outcome::Reject(failure) => dead_letter(runtime, &target, &failure, fallback, held, &job).await,
     }
 }
@@ -240,11 +242,16 @@ pub(crate) async fn defer(
     target: &Applying<'_>,
     delay: Duration,
     reason: &str,
+    cause: Option<DeferCause>,
     held: Held,
 ) -> (Settled, Settlement) {
     let counters = runtime.status.counters();
     let fifo = runtime.queues[target.queue].is_fifo();
-    match deferred_copy(target.message, delay, fifo) {
+    let copy = match cause {
+        Some(cause) => deferred_copy_for(target.message, delay, fifo, cause, runtime.pipeline.now()),
+        None => deferred_copy(target.message, delay, fifo),
+    };
+    match copy {
         Ok(copy) => {
             tracing::info!(%reason, ?delay, "deferring with a delayed copy");
             if continue_on_copy(runtime, target, Ok(copy), delay, held).await {

@@ -268,7 +268,7 @@ async fn renew_past_the_cap(runtime: &Runtime, target: &Applying<'_>, held: Held
 
 /// Defers a message that did not run with a copy due at once; its span says what settlement did.
 async fn defer_unrun(runtime: &Runtime, target: &Applying<'_>, reason: &str, held: Held) -> Settled {
-    let (settled, settlement) = defer(runtime, target, Duration::ZERO, reason, held).await;
+    let (settled, settlement) = defer(runtime, target, Duration::ZERO, reason, None, held).await;
     conveyor_core::trace::record_settlement(&tracing::Span::current(), settlement);
     settled
 }
