@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::runtime::{
-    AckReason, DeferCause, NotRun, TenantAdmission, TenantSlot, UnrunJob, added_jitter, first_sent,
-    not_run_at_the_last_receive,
+    AckReason, DeferCause, NotRun, Origin, TenantAdmission, TenantSlot, UnrunJob, added_jitter, first_sent,
+    not_run_at_the_last_receive, past_its_bound,
 };
 use conveyor_core::trace::Settlement;
 use conveyor_core::{
@@ -163,7 +163,17 @@ async fn run_in_span(
                 tracing::info!(%downstream, ?delay, "circuit open; the message goes back unrun");
                 let reason = format!("circuit of {downstream} open");
                 let cause = DeferCause::CircuitOpen;
-                let processed = Processed::not_run(Outcome::Defer { delay, reason, cause }, job_type);
+                let deferral = Outcome::Defer { delay, reason, cause };
+                // Bounded as the pipeline's own deferrals are: a day of an open circuit ends in the DLQ.
+                let origin = Origin {
+                    queue: &runtime.names[queue],
+                    handler: job_type.unwrap_or(""),
+                    attempt: message.attempt(),
+                    receive: message.receive_count.max(1),
+                    max_attempts: runtime.queues[queue].max_receive_count(),
+                };
+                let outcome = past_its_bound(&message, deferral, origin, runtime.pipeline.now());
+                let processed = Processed::not_run(outcome, job_type);
                 runtime.pipeline.before_unrun_copy(&message).await;
                 return apply(&runtime, target, processed, held).await;
             }
