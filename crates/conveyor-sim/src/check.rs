@@ -641,9 +641,10 @@ fn check_dead_letter(
     if failure.receives_exhausted {
         // A FIFO job with runs left whose retry came at its message's last allowed receive (a copy
         // would break its group's order): a run of it failed at that receive.
-        let at_the_last = runs
-            .iter()
-            .any(|run| run.end == RunEnd::Failed && run.receive_count >= scenario.max_receive_count);
+        let at_the_last = runs.iter().any(|run| {
+            !matches!(run.end, RunEnd::Succeeded | RunEnd::Permanent)
+                && run.receive_count >= scenario.max_receive_count
+        });
         if !observed.fifo || !at_the_last {
             violations.push(format!(
                 "job {}: dead-lettered as out of receives, but no run of it failed at its last allowed \
