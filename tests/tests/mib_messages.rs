@@ -27,7 +27,6 @@ use conveyor_sqs::{NewJob, Producer};
 use conveyor_testing::localstack::{self, QueueSpec, TestQueue, unique_name};
 use conveyor_testing::wait_for;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// The size of the jobs' CSV: past the 256 KiB queues had before August 2025, under 1 MiB.
 const JOB_BYTES: usize = 900 * 1024;
@@ -141,7 +140,7 @@ impl Setup {
         .with_context(|| format!("no import of {} in {}", job.list_id, self.outbox.display()))?;
         anyhow::ensure!(
             imported["csv_bytes"].as_u64() == Some(job.csv.len() as u64)
-                && imported["csv_sha256"] == sha256(&job.csv),
+                && imported["csv_sha256"] == conveyor_e2e::sha256_hex(&job.csv),
             "the handler did not get the 900 KiB CSV whole: {imported}"
         );
         Ok(())
@@ -212,23 +211,7 @@ impl Setup {
 
 /// A contact list of [`JOB_BYTES`]: a header, then rows.
 fn contacts(list_id: &str, header: &str) -> ContactImport {
-    let mut csv = format!("{header}\n");
-    let mut row = 0;
-    while csv.len() < JOB_BYTES {
-        csv.push_str(&format!("user{row}@example.com,Contact {row}\n"));
-        row += 1;
-    }
-    ContactImport {
-        list_id: list_id.to_owned(),
-        csv,
-    }
-}
-
-fn sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    conveyor_e2e::contact_list(list_id, JOB_BYTES, header).0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -141,6 +141,27 @@ impl Matrix {
         report
     }
 
+    /// Runs every implementation's suites with `run`, all at once, each checked against the deviations,
+    /// then the docs table; fails with every disagreement.
+    async fn judge<T, F>(&self, implementations: &[(Implementation, T)], run: F) -> anyhow::Result<()>
+    where
+        F: AsyncFn(&T) -> Failed,
+    {
+        let started = tokio::time::Instant::now();
+        let runs = implementations
+            .iter()
+            .map(|(implementation, under)| self.checked_run(*implementation, async || run(under).await));
+        let outcomes = futures_util::future::join_all(runs).await;
+        tracing::info!(
+            matrix = self.marker,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "fidelity matrix ran"
+        );
+        let mismatches: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
+        anyhow::ensure!(mismatches.is_empty(), "{}", mismatches.join("\n\n"));
+        self.check_docs_table()
+    }
+
     /// Runs `run` (one implementation's suites), and once more when the first run disagrees with the
     /// deviations; `Err` says how the second run disagrees.
     async fn checked_run<F>(&self, implementation: Implementation, run: F) -> Result<(), String>

@@ -121,19 +121,11 @@ async fn every_sqs_implementation_deviates_only_as_the_matrix_says() -> anyhow::
         (Implementation::Fauxqs, &fauxqs_queues),
         (Implementation::MemoryQueue, &MemoryQueueFactory),
     ];
-    let matrix = matrix();
-    let started = tokio::time::Instant::now();
-    let runs = factories.iter().map(|(implementation, factory)| {
-        matrix.checked_run(*implementation, async || run_implementation(*factory).await)
-    });
-    let outcomes = futures_util::future::join_all(runs).await;
-    tracing::info!(
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "sqs fidelity matrix ran"
-    );
-    let mismatches: Vec<String> = outcomes.into_iter().filter_map(Result::err).collect();
-    anyhow::ensure!(mismatches.is_empty(), "{}", mismatches.join("\n\n"));
-    matrix.check_docs_table()
+    matrix()
+        .judge(&factories, async |factory: &&dyn QueueFactory| {
+            run_implementation(*factory).await
+        })
+        .await
 }
 
 /// The suite and the probes, concurrently, against one implementation.
