@@ -19,6 +19,19 @@ DYNAMODB_LOCAL_VERSION="3.3.1"
 JAVA_MIN_MAJOR=17
 
 SQS_PORT="${CONVEYOR_SQS_PORT:-4566}"
+# What serves SQS (and S3) on $SQS_PORT: LocalStack (the default), or moto's server
+# (CONVEYOR_LOCAL_SQS=moto, installed by install-moto.sh from PyPI) for a machine where localstack-core
+# cannot be installed. `make demo` passes on either; the tests are written for LocalStack (see the
+# fidelity tables in docs/running.md for what moto does differently).
+LOCAL_SQS="${CONVEYOR_LOCAL_SQS:-localstack}"
+case "$LOCAL_SQS" in
+  localstack) SQS_NAME="LocalStack" ;;
+  moto) SQS_NAME="moto" ;;
+  *)
+    printf '[conveyor-localstack] error: CONVEYOR_LOCAL_SQS=%s: use localstack (the default) or moto\n' "$LOCAL_SQS" >&2
+    exit 64
+    ;;
+esac
 # The outbox's Postgres tests (crates/conveyor-outbox/tests/postgres.rs): a throwaway cluster, trust auth.
 POSTGRES_PORT="${CONVEYOR_POSTGRES_PORT:-55432}"
 POSTGRES_DATA="$RUN_DIR/postgres"
@@ -96,11 +109,21 @@ live_pid() {
   printf '%s\n' "$pid"
 }
 
-sqs_pid() { live_pid "$SQS_PID_FILE" "localstack.runtime.main"; }
+# Either emulator start.sh may have launched, whatever CONVEYOR_LOCAL_SQS says now (stop.sh stops both).
+sqs_pid() { live_pid "$SQS_PID_FILE" "localstack.runtime.main" || live_pid "$SQS_PID_FILE" "moto_server"; }
 dynamodb_pid() { live_pid "$DYNAMODB_PID_FILE" "DynamoDBLocal.jar"; }
 
 sqs_healthy() {
   local body
+  if [[ "$LOCAL_SQS" == moto ]]; then
+    # moto has no health endpoint: an SQS ListQueues it answers (moto routes by the signature's scope).
+    body="$(curl -fsS --max-time 2 -X POST "http://127.0.0.1:$SQS_PORT/" \
+      -H 'Content-Type: application/x-www-form-urlencoded' \
+      -H 'Authorization: AWS4-HMAC-SHA256 Credential=test/20240101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0' \
+      --data 'Action=ListQueues&Version=2012-11-05' 2>/dev/null)" || return 1
+    grep -q '<ListQueuesResponse' <<<"$body"
+    return
+  fi
   body="$(curl -fsS --max-time 2 "http://127.0.0.1:$SQS_PORT/_localstack/health" 2>/dev/null)" || return 1
   grep -Eq '"sqs": *"(available|running)"' <<<"$body"
 }
@@ -157,8 +180,8 @@ terminate_pid() {
 stop_sqs() {
   local pid
   if pid="$(sqs_pid)"; then
-    log "stopping LocalStack (pid $pid)"
-    terminate_pid "$pid" 10 LocalStack
+    log "stopping the SQS emulator (pid $pid)"
+    terminate_pid "$pid" 10 "the SQS emulator"
   fi
   rm -f "$SQS_PID_FILE" "${SQS_PID_FILE%.pid}.port"
 }
@@ -271,7 +294,7 @@ pid_file_of() {
 # Checks both services before either is launched, so a taken port leaves nothing half-started.
 preflight() {
   local rc=0
-  check_existing LocalStack sqs "$SQS_PORT" CONVEYOR_SQS_PORT quiet || rc=$?
+  check_existing "$SQS_NAME" sqs "$SQS_PORT" CONVEYOR_SQS_PORT quiet || rc=$?
   ((rc == 2)) && return 2
   rc=0
   check_existing "DynamoDB Local" dynamodb "$DYNAMODB_PORT" CONVEYOR_DYNAMODB_PORT quiet || rc=$?
@@ -290,8 +313,12 @@ rotate_log() {
 # taken by someone else. Does not wait for health; see wait_for.
 launch_sqs() {
   local rc=0
-  check_existing LocalStack sqs "$SQS_PORT" CONVEYOR_SQS_PORT || rc=$?
+  check_existing "$SQS_NAME" sqs "$SQS_PORT" CONVEYOR_SQS_PORT || rc=$?
   ((rc == 1)) || return "$rc"
+  if [[ "$LOCAL_SQS" == moto ]]; then
+    launch_moto
+    return
+  fi
   mkdir -p "$LOG_DIR" "$RUN_DIR" "$LS_STATE_DIR/config"
   rotate_log "$SQS_LOG"
   log "starting LocalStack $LOCALSTACK_VERSION (SQS, S3) on 127.0.0.1:$SQS_PORT, log: $SQS_LOG"
@@ -312,6 +339,25 @@ launch_sqs() {
       CONFIG_DIR="$LS_STATE_DIR/config"
     close_inherited_fds
     exec setsid "$VENV_DIR/bin/python" -m localstack.runtime.main </dev/null >"$SQS_LOG" 2>&1
+  ) &
+  printf '%s\n' "$!" >"$SQS_PID_FILE"
+  printf '%s\n' "$SQS_PORT" >"${SQS_PID_FILE%.pid}.port"
+}
+
+# launch_sqs with CONVEYOR_LOCAL_SQS=moto: moto's server (every service it emulates, SQS and S3 among them)
+# on 127.0.0.1:$SQS_PORT, installed by install-moto.sh (pinned, PyPI) when needed.
+launch_moto() {
+  local server
+  server="$("$CONVEYOR_LOCALSTACK_DIR/install-moto.sh")" || {
+    err "moto's server could not be installed (install-moto.sh above); it needs python3 with venv and PyPI"
+    return 1
+  }
+  mkdir -p "$LOG_DIR" "$RUN_DIR"
+  rotate_log "$SQS_LOG"
+  log "starting moto's server (SQS, S3) on 127.0.0.1:$SQS_PORT instead of LocalStack (CONVEYOR_LOCAL_SQS=moto), log: $SQS_LOG"
+  (
+    close_inherited_fds
+    exec setsid "$server" -H 127.0.0.1 -p "$SQS_PORT" </dev/null >"$SQS_LOG" 2>&1
   ) &
   printf '%s\n' "$!" >"$SQS_PID_FILE"
   printf '%s\n' "$SQS_PORT" >"${SQS_PID_FILE%.pid}.port"

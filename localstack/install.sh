@@ -100,7 +100,10 @@ main() {
   require_java || exit 1
 
   local did=0
-  if venv_installed; then
+  if [[ "$LOCAL_SQS" == moto ]]; then
+    # start.sh runs moto's server instead, and installs it itself (install-moto.sh).
+    ((quiet)) || log "CONVEYOR_LOCAL_SQS=moto: LocalStack is not installed; start.sh runs moto's server"
+  elif venv_installed; then
     ((quiet)) || log "LocalStack $LOCALSTACK_VERSION already installed in $VENV_DIR"
   else
     install_venv

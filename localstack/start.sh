@@ -3,6 +3,8 @@
 # port ${CONVEYOR_DYNAMODB_PORT:-8000} in the background, installing them first if needed, and waits (bounded by
 # CONVEYOR_START_TIMEOUT, default 60 s) until both answer. Then the outbox tests' Postgres on
 # 127.0.0.1:${CONVEYOR_POSTGRES_PORT:-55432} (start-postgres.sh). Safe to run twice: our own running instances are reused.
+# CONVEYOR_LOCAL_SQS=moto runs moto's server (PyPI, install-moto.sh) there instead of LocalStack, for a machine
+# where localstack-core cannot be installed: `make demo` passes on it (the tests are written for LocalStack).
 # Logs: <repo>/.local/logs/, PID files: <repo>/.local/run/. Stop with stop.sh.
 set -euo pipefail
 

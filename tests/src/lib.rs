@@ -13,6 +13,36 @@ pub mod hcl_walk;
 pub mod terraform;
 use conveyor_testing::localstack;
 
+/// A contact list for the example's `import_contacts` job of about `bytes` bytes: `header` (a CSV header
+/// line; without an `email` column the job fails permanently), then one contact per line; with its number
+/// of rows.
+pub fn contact_list(
+    list_id: &str,
+    bytes: usize,
+    header: &str,
+) -> (conveyor_examples::jobs::import_contacts::ContactImport, usize) {
+    let mut csv = format!("{header}\n");
+    let mut rows = 0;
+    while csv.len() < bytes {
+        csv.push_str(&format!("user{rows}@example.com,Contact {rows}\n"));
+        rows += 1;
+    }
+    let job = conveyor_examples::jobs::import_contacts::ContactImport {
+        list_id: list_id.to_owned(),
+        csv,
+    };
+    (job, rows)
+}
+
+/// The SHA-256 of `text` in lowercase hex, as the example's import handler records a CSV's.
+pub fn sha256_hex(text: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
 /// The webhook signing secret the example application is started with.
 pub const SECRET: &str = "e2e-secret";
 

@@ -32,7 +32,6 @@ use conveyor_testing::{wait_for, wait_until};
 use conveyor_worker::Worker;
 use conveyor_worker::config::{QueueConfig, WorkerConfig};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
@@ -178,28 +177,12 @@ impl Setup {
     }
 }
 
-/// A contact list of about `bytes` bytes: a header with an `email` column (or `header`), then rows.
 fn contacts(list_id: &str, bytes: usize, header: &str) -> (ContactImport, usize) {
-    let mut csv = format!("{header}\n");
-    let mut rows = 0;
-    while csv.len() < bytes {
-        csv.push_str(&format!("user{rows}@example.com,Contact {rows}\n"));
-        rows += 1;
-    }
-    (
-        ContactImport {
-            list_id: list_id.to_owned(),
-            csv,
-        },
-        rows,
-    )
+    conveyor_e2e::contact_list(list_id, bytes, header)
 }
 
 fn sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    conveyor_e2e::sha256_hex(text)
 }
 
 fn attribute<'a>(message: &'a SqsMessage, name: &str) -> Option<&'a str> {

@@ -36,7 +36,7 @@ pub async fn run_all(store: Arc<dyn FlowStore>) -> Result<(), SuiteFailures> {
         (CASES[5], Box::pin(not_in_flow(store.as_ref()))),
         (CASES[6], Box::pin(overdue_until_closed(store.as_ref()))),
     ];
-    run_cases("flows", cases).await
+    run_cases("flows", CASES, cases).await
 }
 
 /// A flow of `children` children (ids `00000`, `00001`, ...) under a fresh id starting `case/`, its

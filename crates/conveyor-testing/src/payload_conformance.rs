@@ -45,7 +45,7 @@ pub async fn run_all(
             Box::pin(a_missing_bucket_is_misconfigured(store, missing_bucket)),
         ),
     ];
-    run_cases("payload", cases).await
+    run_cases("payload", CASES, cases).await
 }
 
 fn key() -> String {

@@ -182,7 +182,7 @@ pub async fn run_all(factory: &dyn QueueFactory) -> Result<(), SuiteFailures> {
             Box::pin(standard_queue_carries_a_tenant_group(factory)),
         ),
     ];
-    run_cases("queue", cases).await
+    run_cases("queue", CASES, cases).await
 }
 
 /// How long a case waits for something that must happen (generous: LocalStack on a loaded machine).
@@ -642,8 +642,9 @@ pub async fn stale_receipt_after_redelivery(factory: &dyn QueueFactory) -> CaseR
 /// | this queue's, message deleted | `InvalidParameterValue` "Message does not exist or is not available for visibility timeout change." | `InvalidParameterValueException`, same text | `LeaseLost` | **`ReceiptHandleIsInvalid`** |
 ///
 /// `conveyor-sqs` maps `ReceiptHandleIsInvalid` to [`EntryError::NotIssued`] and the others to
-/// [`EntryError::LeaseLost`]. moto cannot tell a deleted message from a handle it never issued (not
-/// run by this suite; see `conveyor-testing`'s README). A delete with a handle never issued fails the
+/// [`EntryError::LeaseLost`]. moto cannot tell a deleted message from a handle it never issued, so it
+/// fails this case: a deviation of the fidelity matrix (`tests/emulators/fidelity/sqs.rs`, the table in
+/// `docs/running.md`). A delete with a handle never issued fails the
 /// same way (`NotIssued`); a delete of a deleted message succeeds (see [`delete_removes_for_good`]).
 /// Checked on a standard and on a FIFO queue.
 pub async fn receipt_handles_sqs_never_issued(factory: &dyn QueueFactory) -> CaseResult {

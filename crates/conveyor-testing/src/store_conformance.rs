@@ -67,6 +67,10 @@ pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailur
             Box::pin(extend_lease_moves_the_lease(store.as_ref())),
         ),
         (
+            "extend_lease_refuses_a_completed_record",
+            Box::pin(extend_lease_refuses_a_completed_record(store.as_ref())),
+        ),
+        (
             "validation_hash_is_kept",
             Box::pin(validation_hash_is_kept(store.as_ref())),
         ),
@@ -79,7 +83,7 @@ pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailur
             Box::pin(runs_are_counted_across_claims(store.as_ref())),
         ),
     ];
-    run_cases("store", cases).await
+    run_cases("store", CASES, cases).await
 }
 
 const HOUR: Duration = Duration::from_secs(3600);

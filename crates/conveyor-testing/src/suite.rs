@@ -64,8 +64,25 @@ impl fmt::Debug for SuiteFailures {
 pub(crate) type Case<'a> = (&'static str, Pin<Box<dyn Future<Output = CaseResult> + 'a>>);
 
 /// Runs the cases concurrently (each makes its own queues or keys, and their timing checks only assert
-/// "not before", which load cannot break), logs each, and collects the failures in case order.
-pub(crate) async fn run_cases(suite: &str, cases: Vec<Case<'_>>) -> Result<(), SuiteFailures> {
+/// "not before", which load cannot break), logs each, and collects the failures in case order. A name in
+/// `listed` (the suite's `CASES`) that `cases` does not run, or the other way round, is a failure too:
+/// a case left out of `run_all` would otherwise pass unseen.
+pub(crate) async fn run_cases(
+    suite: &str,
+    listed: &'static [&'static str],
+    cases: Vec<Case<'_>>,
+) -> Result<(), SuiteFailures> {
+    let ran: Vec<&'static str> = cases.iter().map(|(name, _)| *name).collect();
+    let mut unlisted: Vec<SuiteFailure> = listed
+        .iter()
+        .filter(|name| !ran.contains(name))
+        .map(|name| SuiteFailure::new(name, "listed in CASES, but run_all does not run it"))
+        .collect();
+    unlisted.extend(
+        ran.iter()
+            .filter(|name| !listed.contains(name))
+            .map(|name| SuiteFailure::new(name, "run by run_all, but not listed in CASES")),
+    );
     let runs = cases.into_iter().map(|(name, case)| async move {
         let started = tokio::time::Instant::now();
         let result = case.await;
@@ -78,11 +95,12 @@ pub(crate) async fn run_cases(suite: &str, cases: Vec<Case<'_>>) -> Result<(), S
         }
         result
     });
-    let failures: Vec<SuiteFailure> = futures_util::future::join_all(runs)
+    let mut failures: Vec<SuiteFailure> = futures_util::future::join_all(runs)
         .await
         .into_iter()
         .filter_map(Result::err)
         .collect();
+    failures.extend(unlisted);
     if failures.is_empty() {
         return Ok(());
     }
@@ -108,5 +126,26 @@ pub(crate) trait OrFail<T> {
 impl<T, E: fmt::Display> OrFail<T> for Result<T, E> {
     fn or_fail(self, case: &'static str, what: &str) -> Result<T, SuiteFailure> {
         self.map_err(|error| SuiteFailure::new(case, format!("{what} failed: {error}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_listed_case_run_all_leaves_out_fails_and_so_does_an_unlisted_one() {
+        const LISTED: &[&str] = &["runs", "left_out"];
+        let cases: Vec<Case<'_>> = vec![
+            ("runs", Box::pin(async { Ok(()) })),
+            ("unlisted", Box::pin(async { Ok(()) })),
+        ];
+        let failures = run_cases("test", LISTED, cases).await.unwrap_err();
+        assert_eq!(failures.cases(), vec!["left_out", "unlisted"], "{failures}");
+        let all: Vec<Case<'_>> = vec![
+            ("runs", Box::pin(async { Ok(()) })),
+            ("left_out", Box::pin(async { Ok(()) })),
+        ];
+        assert!(run_cases("test", LISTED, all).await.is_ok());
     }
 }

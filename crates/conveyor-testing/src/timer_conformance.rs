@@ -29,7 +29,7 @@ pub async fn run_all(store: Arc<dyn TimerStore>) -> Result<(), SuiteFailures> {
         (CASES[3], Box::pin(message_whole(store.as_ref()))),
         (CASES[4], Box::pin(one_claim_wins(Arc::clone(&store)))),
     ];
-    run_cases("timers", cases).await
+    run_cases("timers", CASES, cases).await
 }
 
 /// A queue URL of its own for one case.

