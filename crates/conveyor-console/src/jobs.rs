@@ -340,6 +340,10 @@ mod tests {
             deadline: 1_795_963_051_815,
             parent_sent_at: None,
             failure_sent_at: None,
+            parent_ran_at: None,
+            parent_refusals: 0,
+            parent_error: None,
+            parent_failed_at: None,
         };
         let child = |index: usize, end: Option<ChildEnd>| FlowChild {
             id: format!("{index:05}"),
