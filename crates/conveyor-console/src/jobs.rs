@@ -374,5 +374,16 @@ mod tests {
             html.contains(r#"<ul id="flow-succeeded"><li><a href="/jobs?record_id=conveyor%3Areport_chunk%23flow%3Areport%3Ar-1%3A00000">00000</a></li></ul>"#),
             "the succeeded child is listed after the failed and pending ones, linked: {html}"
         );
+        let refused = FlowState {
+            parent_refusals: 5,
+            parent_error: Some("sending the parent to q was refused: queue q does not <exist>".into()),
+            parent_failed_at: Some(1_795_963_051_815),
+            ..flow
+        };
+        let html = render_flow(&refused, &children).into_string();
+        assert!(
+            html.contains("the parent could not be sent (5 tries): sending the parent to q was refused: queue q does not &lt;exist&gt;"),
+            "a flow whose parent could not be sent says why: {html}"
+        );
     }
 }

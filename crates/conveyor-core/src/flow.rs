@@ -592,6 +592,34 @@ mod tests {
     }
 
     #[test]
+    fn the_parents_state_says_why_it_failed_or_that_it_ran() {
+        let mut state = flow(2, 2, 0, ChildFailurePolicy::Ignore);
+        state.parent_refusals = 2;
+        state.parent_error = Some("sending the parent to q was refused: access denied".into());
+        assert!(
+            state.parent_state().starts_with("due, refused 2 of 5 tries: "),
+            "{}",
+            state.parent_state()
+        );
+        assert!(!state.is_finished());
+        state.parent_refusals = PARENT_SEND_TRIES;
+        state.parent_failed_at = Some(1_796_000_000_000);
+        let failed = state.parent_state();
+        assert!(
+            failed.contains("could not be sent (5 tries)") && failed.contains("access denied"),
+            "{failed}"
+        );
+        assert!(state.is_finished());
+        let mut ran = flow(1, 1, 0, ChildFailurePolicy::Ignore);
+        ran.parent_ran_at = Some(1_796_000_000_000);
+        assert!(
+            ran.is_finished() && ran.parent_state().starts_with("ran "),
+            "{}",
+            ran.parent_state()
+        );
+    }
+
+    #[test]
     fn policies_round_trip() {
         for policy in ChildFailurePolicy::ALL {
             assert_eq!(ChildFailurePolicy::parse(policy.as_str()), Some(policy));
