@@ -13,7 +13,11 @@
 //! has the inner flow's parent and one more child), and the operator also sends the DLQ copies of the
 //! nested flows' failure notices again (a second, stale notice under a new message id); in a quarter
 //! of the seeds one flow's parent goes to a queue that refuses every send (deleted, or not permitted),
-//! the most overdue of several flows that only the deadline sweep can end.
+//! the most overdue of several flows that only the deadline sweep can end. A generator of its own
+//! adds, each in about a third of the seeds: a flow whose parent queue refuses every send although
+//! all its children ran; a flow whose parent queue is down (an outage) for 20 minutes; a flow with a
+//! child still running at its deadline; a flow whose first parent-sent mark is lost while its
+//! deadline outlasts the parent's idempotency record; and in an eighth, a flow of 150 children.
 //!
 //! Invariants after every run: no message is left in the queue (nothing deferred without end); a
 //! parent runs at most once (a second run only when the first one's process was killed before it
@@ -22,7 +26,9 @@
 //! when redriven to success; every other flow runs its parent once; the parent sees every succeeded
 //! child's output; an outer flow runs its parent exactly when its sub-flow's parent ran, and never
 //! when the sub-flow failed, at every depth; the flows the sweep must end do end, whatever another
-//! flow's parent queue answers.
+//! flow's parent queue answers; a flow whose parent queue refuses it ends as failed with the reason
+//! and closed, while an outage of the parent's queue never fails a flow; the sweep never counts a
+//! running child as failed; and what each parent saw of its children is what the flow says at the end.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
