@@ -340,6 +340,10 @@ mod tests {
             deadline: 1_795_963_051_815,
             parent_sent_at: None,
             failure_sent_at: None,
+            parent_ran_at: None,
+            parent_refusals: 0,
+            parent_error: None,
+            parent_failed_at: None,
         };
         let child = |index: usize, end: Option<ChildEnd>| FlowChild {
             id: format!("{index:05}"),
@@ -369,6 +373,17 @@ mod tests {
         assert!(
             html.contains(r#"<ul id="flow-succeeded"><li><a href="/jobs?record_id=conveyor%3Areport_chunk%23flow%3Areport%3Ar-1%3A00000">00000</a></li></ul>"#),
             "the succeeded child is listed after the failed and pending ones, linked: {html}"
+        );
+        let refused = FlowState {
+            parent_refusals: 5,
+            parent_error: Some("sending the parent to q was refused: queue q does not <exist>".into()),
+            parent_failed_at: Some(1_795_963_051_815),
+            ..flow
+        };
+        let html = render_flow(&refused, &children).into_string();
+        assert!(
+            html.contains("the parent could not be sent (5 tries): sending the parent to q was refused: queue q does not &lt;exist&gt;"),
+            "a flow whose parent could not be sent says why: {html}"
         );
     }
 }

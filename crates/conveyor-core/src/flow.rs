@@ -44,6 +44,31 @@
 //! `RemoveDependency` counts it as finished and hides it from the parent; `ContinueParent` sends the
 //! parent as soon as a child fails, without waiting for the others.
 //!
+//! A parent its queue refuses (typed [`QueueError`]s: `QueueMissing`, `AccessDenied`, `Invalid`, a
+//! configuration mistake) is counted on the flow's head with the reason ([`FlowStore::parent_refused`]);
+//! the step fails and is tried again (the child's message defers, or the next sweep pass) until
+//! [`PARENT_SEND_TRIES`] refusals, then the flow **ends as failed** with the reason
+//! ([`FlowState::parent_failed_at`], shown by `conveyor jobs describe-flow` and the console) and is
+//! closed; the child's own outcome stands. An outage (`Unavailable`) counts no try: the send is
+//! tried again, as every outage is, until SQS answers. Nothing reads an error's message to decide.
+//!
+//! **The deadline and running children.** At the deadline the sweep counts a child as failed only
+//! when it is not running: a child whose idempotency record is claimed with a lease not over runs
+//! (its consumer heartbeats the lease with the message's visibility), so it is left uncounted and
+//! the flow stays open until its own consumer counts it; its lease ends with its process, after which
+//! the sweep counts it. **What the parent saw is what the flow says:** once the parent was sent (or
+//! ran), a failed count never moves to succeeded (the child's late success is `Before` and logged);
+//! before that, a redriven child's success moves it, so a failed flow resumes. (A parent that runs on
+//! `ContinueParent` sees children still pending as pending; their later ends are counted.)
+//!
+//! **A parent runs at most once, however long the deadline.** The parent's idempotency record lives
+//! `record_ttl` (24 hours by default), a flow's records live until 14 days after its deadline. When
+//! the parent's run completes, the pipeline marks it on the flow's head ([`FlowStore::mark_parent_ran`],
+//! before its message is deleted; a failed mark defers the message, whose duplicate marks it), which
+//! finishes and closes the flow: no later child duplicate and no sweep sends it again, even when
+//! the parent-sent mark was lost, and a parent's copy that still arrives is acknowledged without
+//! running because the flow says it ran.
+//!
 //! An unknown flow (its records expired, or the consumer reads another table than the producer wrote)
 //! is final: a child's own outcome stands (logged as an error), and a parent is rejected to the DLQ
 //! with the reason, never deferred without end.
@@ -73,6 +98,11 @@ pub(crate) const FLOW_FAILED_ATTRIBUTE: &str = "conveyor.flow.failed";
 /// How long a flow may take by default before the deadline sweep counts its unfinished children as
 /// failed ([`NewFlow::deadline`]).
 pub const DEFAULT_FLOW_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+/// Sends of a flow's parent (or failure notice) that its queue may refuse for a configuration
+/// mistake (the queue does not exist, access denied, a request SQS refuses) before the flow ends as
+/// failed with the reason ([`FlowState::parent_failed_at`]). An outage (SQS unavailable) counts no
+/// try: the send is tried again until SQS answers.
+pub const PARENT_SEND_TRIES: u64 = 5;
 /// How long a flow's records are kept after its deadline: SQS's longest retention, so a parent or a
 /// child redriven from a DLQ still finds its flow and every child's output.
 pub const FLOW_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
@@ -281,6 +311,20 @@ pub struct FlowState {
     pub parent_sent_at: Option<u64>,
     /// When a failure notice was sent (epoch ms), if one was.
     pub failure_sent_at: Option<u64>,
+    /// When the parent's run completed (epoch ms), if it did: the guard that keeps a parent sent
+    /// again (after its idempotency record expired) from running again.
+    #[serde(default)]
+    pub parent_ran_at: Option<u64>,
+    /// Sends of the parent its queue refused (missing, access denied, a request SQS refuses).
+    #[serde(default)]
+    pub parent_refusals: u64,
+    /// Why the parent's queue refused it, last time.
+    #[serde(default)]
+    pub parent_error: Option<String>,
+    /// When the flow ended as failed because its parent could not be sent (epoch ms), after
+    /// [`PARENT_SEND_TRIES`] refusals.
+    #[serde(default)]
+    pub parent_failed_at: Option<u64>,
 }
 
 /// What the parent is owed.
@@ -311,19 +355,34 @@ impl FlowState {
         }
     }
 
-    /// True once the parent was sent to run: nothing more happens to the flow.
+    /// True once the parent was sent to run, ran, or could not be sent for good: nothing more
+    /// happens to the flow (no parent is sent again, no failed count moves to succeeded).
     pub fn is_finished(&self) -> bool {
-        self.parent_sent_at.is_some()
+        self.parent_sent_at.is_some() || self.parent_ran_at.is_some() || self.parent_failed_at.is_some()
     }
 
-    /// Where the parent stands: `sent <time>`, `failed: notice sent <time>`, or `waiting for its
-    /// children` (what `conveyor jobs show` and the console print).
+    /// Where the parent stands: `ran <time>`, `sent <time>`, `failed: ...` (a failure notice, or a
+    /// parent its queue refused), or `waiting for its children` (what `conveyor jobs describe-flow`
+    /// and the console print).
     pub fn parent_state(&self) -> String {
         let time = crate::display::format_epoch_millis;
-        match (self.parent_sent_at, self.failure_sent_at) {
-            (Some(millis), _) => format!("sent {}", time(millis)),
-            (None, Some(millis)) => format!("failed: notice sent {}", time(millis)),
-            (None, None) => "waiting for its children".to_owned(),
+        let error = self.parent_error.as_deref().unwrap_or("its queue refused it");
+        if let Some(millis) = self.parent_failed_at {
+            return format!(
+                "failed {}: the parent could not be sent ({} tries): {error}",
+                time(millis),
+                self.parent_refusals
+            );
+        }
+        match (self.parent_ran_at, self.parent_sent_at, self.failure_sent_at) {
+            (Some(millis), _, _) => format!("ran {}", time(millis)),
+            (None, Some(millis), _) => format!("sent {}", time(millis)),
+            (None, None, Some(millis)) => format!("failed: notice sent {}", time(millis)),
+            (None, None, None) if self.parent_refusals > 0 => format!(
+                "due, refused {} of {PARENT_SEND_TRIES} tries: {error}",
+                self.parent_refusals
+            ),
+            (None, None, None) => "waiting for its children".to_owned(),
         }
     }
 
@@ -370,10 +429,13 @@ pub enum Count {
 ///   content again is `Written`, other content under the same id is `Conflict`.
 /// - `child_finished` is atomic and idempotent per child: a member is counted once, as succeeded or as
 ///   failed, whatever the number of calls, except that a failed child may later count as succeeded
-///   (the failed count moves to the succeeded one); a non-member is never counted.
-/// - `mark_parent_sent`, `mark_failure_sent` set their time once; `claim_failure_notice` answers true
-///   for the first message id it is given (and for that id again), false for any other.
-/// - `overdue` lists flows past their deadline that are not closed; `close` takes a flow off it.
+///   (the failed count moves to the succeeded one) while the parent was not sent (once it was, the
+///   parent saw the failure and the flow keeps it: `Before`); a non-member is never counted.
+/// - `mark_parent_sent`, `mark_failure_sent`, `mark_parent_ran`, `mark_parent_failed` set their time
+///   once; `claim_failure_notice` answers true for the first message id it is given (and for that id
+///   again), false for any other; `parent_refused` adds one each call.
+/// - `overdue` lists flows past their deadline that are not closed; `close` takes a flow off it, and
+///   so do `mark_parent_sent`, `mark_parent_ran` and `mark_parent_failed`.
 #[async_trait]
 pub trait FlowStore: Send + Sync {
     /// Writes a new flow's records (or what is missing of them).
@@ -392,6 +454,17 @@ pub trait FlowStore: Send + Sync {
 
     /// Records that a failure notice was sent.
     async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError>;
+
+    /// Records that the parent's run completed (and closes the flow).
+    async fn mark_parent_ran(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError>;
+
+    /// Counts one send of the parent its queue refused, keeping `reason`; the refusals so far
+    /// (`None`: no such flow).
+    async fn parent_refused(&self, flow_id: &str, reason: &str) -> Result<Option<u64>, StoreError>;
+
+    /// Ends the flow as failed because its parent could not be sent (and closes it).
+    async fn mark_parent_failed(&self, flow_id: &str, reason: &str, at: SystemTime)
+    -> Result<(), StoreError>;
 
     /// Claims the flow's one failure notice for `message_id`.
     async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError>;
@@ -494,6 +567,10 @@ mod tests {
             deadline: 0,
             parent_sent_at: None,
             failure_sent_at: None,
+            parent_ran_at: None,
+            parent_refusals: 0,
+            parent_error: None,
+            parent_failed_at: None,
         }
     }
 
@@ -512,6 +589,34 @@ mod tests {
         }
         assert_eq!(flow(3, 0, 1, ContinueParent).parent_due(), Some(ParentDue::Run));
         assert_eq!(flow(3, 2, 0, ContinueParent).parent_due(), None);
+    }
+
+    #[test]
+    fn the_parents_state_says_why_it_failed_or_that_it_ran() {
+        let mut state = flow(2, 2, 0, ChildFailurePolicy::Ignore);
+        state.parent_refusals = 2;
+        state.parent_error = Some("sending the parent to q was refused: access denied".into());
+        assert!(
+            state.parent_state().starts_with("due, refused 2 of 5 tries: "),
+            "{}",
+            state.parent_state()
+        );
+        assert!(!state.is_finished());
+        state.parent_refusals = PARENT_SEND_TRIES;
+        state.parent_failed_at = Some(1_796_000_000_000);
+        let failed = state.parent_state();
+        assert!(
+            failed.contains("could not be sent (5 tries)") && failed.contains("access denied"),
+            "{failed}"
+        );
+        assert!(state.is_finished());
+        let mut ran = flow(1, 1, 0, ChildFailurePolicy::Ignore);
+        ran.parent_ran_at = Some(1_796_000_000_000);
+        assert!(
+            ran.is_finished() && ran.parent_state().starts_with("ran "),
+            "{}",
+            ran.parent_state()
+        );
     }
 
     #[test]

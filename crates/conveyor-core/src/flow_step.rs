@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::flow::{
-    ChildEnd, ChildFailurePolicy, ChildResult, Count, FLOW_FAILED_ATTRIBUTE, FlowState, Flows, ParentDue,
-    child_of, parent_of, unknown_flow,
+    ChildEnd, ChildFailurePolicy, ChildResult, Count, FLOW_FAILED_ATTRIBUTE, FlowState, Flows,
+    PARENT_SEND_TRIES, ParentDue, child_of, parent_of, unknown_flow,
 };
 use crate::idempotency::StoreError;
 use crate::message::Message;
@@ -89,6 +89,15 @@ pub(crate) async fn children(
         }
         Err(error) => return Err(deferral(format!("reading the flow's children failed: {error}"))),
     };
+    if flow.parent_ran_at.is_some() {
+        // Sent again after its record expired (a flow whose deadline outlasts the record, its sent
+        // mark lost): the flow's own mark says it ran, and it lives as long as the flow.
+        tracing::info!(
+            flow_id,
+            "the flow's parent ran before; acknowledging this copy without running it"
+        );
+        return Err(Outcome::Ack(AckReason::Duplicate));
+    }
     let results = children
         .into_iter()
         .filter_map(|child| {
@@ -121,6 +130,11 @@ pub(crate) async fn after_child(
     outcome: Outcome,
     output: Option<&str>,
 ) -> Outcome {
+    if let Err(error) = parent_ran(flows, message, &outcome).await {
+        let flow_id = parent_of(message).unwrap_or_default();
+        tracing::warn!(%error, flow_id, "marking the flow's parent as run failed; its message comes back to do it");
+        return deferral(format!("flow {flow_id}: {error}"));
+    }
     let Some((flow_id, child_id)) = child_of(message) else {
         return outcome;
     };
@@ -134,6 +148,21 @@ pub(crate) async fn after_child(
             deferral(format!("flow {flow_id}: {error}"))
         }
     }
+}
+
+/// Marks a flow's parent as run once its record is completed (a run, or a duplicate of one: a crash
+/// between the record and the mark), before its message is deleted; the mark outlives the parent's
+/// idempotency record (see [`crate::flow`]).
+async fn parent_ran(flows: &Flows, message: &Message, outcome: &Outcome) -> Result<(), StepError> {
+    let Some(flow_id) = parent_of(message) else {
+        return Ok(());
+    };
+    let ran = matches!(outcome, Outcome::Ack(AckReason::Completed | AckReason::Duplicate));
+    if !ran || message.string_attribute(FLOW_FAILED_ATTRIBUTE).is_some() {
+        return Ok(());
+    }
+    flows.store.mark_parent_ran(flow_id, SystemTime::now()).await?;
+    Ok(())
 }
 
 /// How a flow child's message ended for its flow, `None` while it has not ended for good.
@@ -219,7 +248,12 @@ pub(crate) async fn send_due(flows: &Flows, flow: &FlowState) -> Result<(), Step
         return Ok(());
     };
     let message = parent.to_outgoing(&flow.id, failure.as_deref());
-    let id = flows.sender.send_to(&parent.queue_url, message).await?;
+    let id = match flows.sender.send_to(&parent.queue_url, message).await {
+        Ok(id) => id,
+        // An outage: tried again (the child's message comes back, or the next sweep), uncounted.
+        Err(error) if error.is_retryable() => return Err(StepError::Send(error)),
+        Err(error) => return refused(flows, flow, &parent.queue_url, error).await,
+    };
     tracing::info!(flow_id = %flow.id, message_id = %id, failed = failure.is_some(), "parent sent");
     let marked = match failure {
         Some(_) => flows.store.mark_failure_sent(&flow.id, SystemTime::now()).await,
@@ -230,5 +264,37 @@ pub(crate) async fn send_due(flows: &Flows, flow: &FlowState) -> Result<(), Step
         // settles the second copy as a duplicate.
         tracing::warn!(%error, flow_id = %flow.id, "parent sent but not marked; a redelivered child may send it again");
     }
+    Ok(())
+}
+
+/// The parent's queue refused it for a configuration mistake (typed: the queue missing, access
+/// denied, a request SQS refuses): counted in the flow; after [`PARENT_SEND_TRIES`] refusals the
+/// flow ends as failed with the reason and the step succeeds (the child's outcome stands, the sweep
+/// closes the flow), before that the step fails and is tried again.
+async fn refused(
+    flows: &Flows,
+    flow: &FlowState,
+    queue_url: &str,
+    error: crate::queue::QueueError,
+) -> Result<(), StepError> {
+    let reason = format!("sending the parent to {queue_url} was refused: {error}");
+    let Some(refusals) = flows.store.parent_refused(&flow.id, &reason).await? else {
+        return Ok(());
+    };
+    if refusals < PARENT_SEND_TRIES {
+        tracing::warn!(flow_id = %flow.id, refusals, %error, "the flow's parent queue refused the parent; trying again");
+        return Err(StepError::Send(error));
+    }
+    flows
+        .store
+        .mark_parent_failed(&flow.id, &reason, SystemTime::now())
+        .await?;
+    tracing::error!(
+        flow_id = %flow.id,
+        refusals,
+        %error,
+        "the flow's parent could not be sent; the flow ended as failed (fix the parent's queue or its permissions \
+         and send the flow again under a new id)"
+    );
     Ok(())
 }

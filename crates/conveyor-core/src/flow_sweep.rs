@@ -4,13 +4,16 @@
 //! last receive) is never seen by a pipeline again, and a child whose producer crashed before sending
 //! it never exists in a queue. Past a flow's deadline the sweep looks at each child not counted yet:
 //! its idempotency record completed → counted as succeeded, with the record's output (a count lost
-//! after the record was written); otherwise → counted as failed, "not finished by the flow's
-//! deadline". The policy then decides for the parent like any count's, the flow is closed, and the
-//! flow is reported (an error log and [`SweepReport::overdue`], which the worker exports as
+//! after the record was written); claimed and its lease not over → **running**: not counted, the flow
+//! stays open and the next pass looks again (its own consumer counts it when it ends, and its lease
+//! ends with its process); otherwise → counted as failed, "not finished by the flow's deadline". The
+//! policy then decides for the parent like any count's, the flow is closed (unless a child runs), and
+//! the flow is reported (an error log and [`SweepReport::overdue`], which the worker exports as
 //! `conveyor_flows_overdue_total`) so an alarm can fire.
 //!
 //! Counts here race with late children harmlessly: a child counted by its own consumer first makes
-//! the sweep's count a `Before`, and a failed count is moved to succeeded by a later success.
+//! the sweep's count a `Before`, and a failed count is moved to succeeded by a later success while
+//! the parent was not sent (once it was, the flow keeps what the parent saw).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,7 +23,7 @@ use crate::background::BackgroundTask;
 use crate::flow::{ChildEnd, Flows};
 use crate::flow_step::{StepError, count_and_send, send_due};
 use crate::handler::BoxFuture;
-use crate::idempotency::{IdempotencyStore, RecordStatus, StoreError};
+use crate::idempotency::{IdempotencyRecord, IdempotencyStore, RecordStatus, StoreError};
 
 /// Flows listed per page.
 const PAGE: usize = 100;
@@ -37,6 +40,9 @@ pub struct SweepReport {
     pub recovered: usize,
     /// Children counted as failed at the deadline.
     pub counted_out: usize,
+    /// Flows past their deadline left open because a child still runs (claimed, its lease not over):
+    /// the next pass looks again.
+    pub running: usize,
     /// Flows whose sweep failed in this pass (each logged with its id and error; they stay overdue and
     /// the next pass tries them again). One flow's failure never stops the sweep of the others.
     pub failed: usize,
@@ -63,8 +69,13 @@ pub async fn sweep_overdue_flows(
             break;
         }
         for flow_id in page {
-            match sweep_and_close(flows, records, flow_id, &mut report).await {
-                Ok(()) => report.overdue += 1,
+            match sweep_and_close(flows, records, flow_id, now, &mut report).await {
+                Ok(Swept::Closed) => report.overdue += 1,
+                Ok(Swept::Running) => {
+                    report.running += 1;
+                    // Still listed: passed over like a failure for the rest of this pass.
+                    failed.insert(flow_id.clone());
+                }
                 Err(error) => {
                     tracing::error!(
                         flow_id = %flow_id,
@@ -80,28 +91,46 @@ pub async fn sweep_overdue_flows(
             break;
         }
     }
-    report.failed = failed.len();
+    report.failed = failed.len() - report.running;
     Ok(report)
+}
+
+/// How one flow's sweep ended.
+enum Swept {
+    /// Every child counted: closed.
+    Closed,
+    /// A child still runs: left open.
+    Running,
 }
 
 async fn sweep_and_close(
     flows: &Flows,
     records: &dyn IdempotencyStore,
     flow_id: &str,
+    now: SystemTime,
     report: &mut SweepReport,
-) -> Result<(), StoreError> {
-    sweep_flow(flows, records, flow_id, report).await?;
-    flows.store.close(flow_id).await
+) -> Result<Swept, StoreError> {
+    if let Swept::Running = sweep_flow(flows, records, flow_id, now, report).await? {
+        return Ok(Swept::Running);
+    }
+    flows.store.close(flow_id).await?;
+    Ok(Swept::Closed)
+}
+
+/// True when `record` is a claim whose lease is not over at `now`: its job runs.
+fn running(record: &IdempotencyRecord, now: SystemTime) -> bool {
+    record.status == RecordStatus::InProgress && !record.is_free_at(now)
 }
 
 async fn sweep_flow(
     flows: &Flows,
     records: &dyn IdempotencyStore,
     flow_id: &str,
+    now: SystemTime,
     report: &mut SweepReport,
-) -> Result<(), StoreError> {
+) -> Result<Swept, StoreError> {
     let Some(flow) = flows.store.flow(flow_id).await? else {
-        return Ok(());
+        return Ok(Swept::Closed);
     };
     let unfinished: Vec<_> = flows
         .store
@@ -115,11 +144,16 @@ async fn sweep_flow(
             flow_id,
             unfinished = unfinished.len(),
             deadline = %crate::display::format_epoch_millis(flow.deadline),
-            "flow passed its deadline with children unfinished; counting them as failed"
+            "flow passed its deadline with children unfinished; counting those not running as failed"
         );
     }
+    let mut still_running = 0;
     for child in unfinished {
         let end = match records.get(&child.key).await? {
+            Some(record) if running(&record, now) => {
+                still_running += 1;
+                continue;
+            }
             Some(record) if record.status == RecordStatus::Completed => {
                 report.recovered += 1;
                 ChildEnd::Succeeded {
@@ -143,7 +177,15 @@ async fn sweep_flow(
     if let Some(flow) = flows.store.flow(flow_id).await? {
         send_due(flows, &flow).await.map_err(into_store_error)?;
     }
-    Ok(())
+    if still_running > 0 {
+        tracing::warn!(
+            flow_id,
+            running = still_running,
+            "flow past its deadline has children still running; they are not counted as failed while they run"
+        );
+        return Ok(Swept::Running);
+    }
+    Ok(Swept::Closed)
 }
 
 fn into_store_error(error: StepError) -> StoreError {

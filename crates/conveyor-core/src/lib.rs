@@ -59,7 +59,9 @@ pub use context::Context;
 pub use delay::{CancelError, Cancelled};
 pub use disposition::RejectMode;
 pub use error::{ErrorKind, HandlerError};
-pub use flow::{ChildFailurePolicy, ChildResult, DEFAULT_FLOW_DEADLINE, FLOW_RETENTION, Flows};
+pub use flow::{
+    ChildFailurePolicy, ChildResult, DEFAULT_FLOW_DEADLINE, FLOW_RETENTION, Flows, PARENT_SEND_TRIES,
+};
 pub use flow_sweep::{FlowSweeper, SweepReport, sweep_overdue_flows};
 pub use handler::{BoxFuture, Handler, HandlerSettings};
 pub use lease::CancelReason;

@@ -10,6 +10,9 @@
 //! | | `flow_deadline` | N | epoch ms; the deadline sweep counts what is unfinished then |
 //! | | `flow_parent_sent`, `flow_failure_sent` | N | when the parent was sent to run; when a failure notice was |
 //! | | `flow_notice` | S | the message id of the failure notice that went to the DLQ |
+//! | | `flow_parent_ran` | N | when the parent's run completed (the guard against a second run) |
+//! | | `flow_parent_refusals`, `flow_parent_error` | N, S | sends of the parent its queue refused; the last reason |
+//! | | `flow_parent_failed` | N | when the flow ended as failed because its parent could not be sent |
 //! | | `job_shard`, `job_sort` | S | `conveyor-flow#open` and `open#<deadline ms>` while open: the sweep's listing on the jobs index |
 //! | `conveyor-flow:<id>/parent` | `flow_parent`, `flow_child_ids` | S | the parent's message and the children's ids, as JSON |
 //! | `conveyor-flow:<id>/child:<child id>` | `flow_child_key` | S | the child's idempotency record key |
@@ -55,6 +58,10 @@ const DEADLINE: &str = "flow_deadline";
 const PARENT_SENT: &str = "flow_parent_sent";
 const FAILURE_SENT: &str = "flow_failure_sent";
 const NOTICE: &str = "flow_notice";
+const PARENT_RAN: &str = "flow_parent_ran";
+const REFUSALS: &str = "flow_parent_refusals";
+const PARENT_ERROR: &str = "flow_parent_error";
+const PARENT_FAILED: &str = "flow_parent_failed";
 const PARENT: &str = "flow_parent";
 const CHILD_IDS: &str = "flow_child_ids";
 const CHILD_KEY: &str = "flow_child_key";
@@ -109,6 +116,10 @@ fn parse_head(flow_id: &str, item: &Item) -> Result<FlowState, StoreError> {
         deadline: whole(item, DEADLINE).unwrap_or(0),
         parent_sent_at: whole(item, PARENT_SENT),
         failure_sent_at: whole(item, FAILURE_SENT),
+        parent_ran_at: whole(item, PARENT_RAN),
+        parent_refusals: whole(item, REFUSALS).unwrap_or(0),
+        parent_error: text(item, PARENT_ERROR).map(str::to_owned),
+        parent_failed_at: whole(item, PARENT_FAILED),
     })
 }
 
@@ -362,8 +373,14 @@ impl DynamoStore {
                         .expression_attribute_names("#error", CHILD_ERROR)
                         .condition_expression("attribute_exists(#id) AND #end = :failed")
                         .expression_attribute_values(":failed", string("failed"));
+                    // Once the parent was sent (or ran) it saw the failure: the flow keeps it.
                     let head = head
                         .update_expression("ADD #succeeded :one, #failed :minus_one")
+                        .condition_expression(
+                            "attribute_exists(#id) AND attribute_not_exists(#sent) AND attribute_not_exists(#ran)",
+                        )
+                        .expression_attribute_names("#sent", PARENT_SENT)
+                        .expression_attribute_names("#ran", PARENT_RAN)
                         .expression_attribute_names("#failed", FAILED)
                         .expression_attribute_values(":minus_one", AttributeValue::N("-1".to_owned()));
                     (child, head)
@@ -580,8 +597,11 @@ impl FlowStore for DynamoStore {
                 let (child, head) = self.count_updates(flow_id, child_id, end, true)?;
                 match self.count_transaction(flow_id, child_id, child, head).await? {
                     Transacted::Done => self.head_or_gone(flow_id, true).await,
-                    Transacted::NoHead | Transacted::ChildRefused(None) => Ok(Count::NotInFlow),
-                    Transacted::ChildRefused(Some(_)) => self.head_or_gone(flow_id, false).await,
+                    Transacted::ChildRefused(None) => Ok(Count::NotInFlow),
+                    // No head, or the parent was sent: `Before` while the head exists.
+                    Transacted::NoHead | Transacted::ChildRefused(Some(_)) => {
+                        self.head_or_gone(flow_id, false).await
+                    }
                 }
             }
         }
@@ -595,6 +615,76 @@ impl FlowStore for DynamoStore {
     async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
         self.set_once(flow_id, FAILURE_SENT, number(to_epoch_millis(at)), false)
             .await
+    }
+
+    async fn mark_parent_ran(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.set_once(flow_id, PARENT_RAN, number(to_epoch_millis(at)), true)
+            .await
+    }
+
+    async fn parent_refused(&self, flow_id: &str, reason: &str) -> Result<Option<u64>, StoreError> {
+        let id = flow_item_id(flow_id);
+        self.count_request();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.primary_key(&id)))
+            .update_expression("ADD #refusals :one SET #error = :reason")
+            .condition_expression("attribute_exists(#id)")
+            .expression_attribute_names("#id", &self.options.attributes.id)
+            .expression_attribute_names("#refusals", REFUSALS)
+            .expression_attribute_names("#error", PARENT_ERROR)
+            .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
+            .expression_attribute_values(":reason", string(reason))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await;
+        match result {
+            Ok(answer) => {
+                let refusals = answer.attributes().and_then(|item| whole(item, REFUSALS));
+                refusals
+                    .map(Some)
+                    .ok_or_else(|| malformed(flow_id, "`flow_parent_refusals` is missing after its update"))
+            }
+            Err(error) => match classify(&error, self.target("UpdateItem", &id)) {
+                Failure::ConditionFailed => Ok(None),
+                failure => Err(self.flow_failure(failure, flow_id)),
+            },
+        }
+    }
+
+    async fn mark_parent_failed(
+        &self,
+        flow_id: &str,
+        reason: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let id = flow_item_id(flow_id);
+        self.count_request();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.primary_key(&id)))
+            .update_expression(
+                "SET #failed = if_not_exists(#failed, :at), #error = if_not_exists(#error, :reason) \
+                 REMOVE #shard, #sort",
+            )
+            .condition_expression("attribute_exists(#id)")
+            .expression_attribute_names("#id", &self.options.attributes.id)
+            .expression_attribute_names("#failed", PARENT_FAILED)
+            .expression_attribute_names("#error", PARENT_ERROR)
+            .expression_attribute_names("#shard", JOB_SHARD)
+            .expression_attribute_names("#sort", JOB_SORT)
+            .expression_attribute_values(":at", number(to_epoch_millis(at)))
+            .expression_attribute_values(":reason", string(reason))
+            .send()
+            .await;
+        match result.map_err(|error| classify(&error, self.target("UpdateItem", &id))) {
+            Ok(_) | Err(Failure::ConditionFailed) => Ok(()),
+            Err(failure) => Err(self.flow_failure(failure, flow_id)),
+        }
     }
 
     async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {

@@ -13,7 +13,11 @@
 //! has the inner flow's parent and one more child), and the operator also sends the DLQ copies of the
 //! nested flows' failure notices again (a second, stale notice under a new message id); in a quarter
 //! of the seeds one flow's parent goes to a queue that refuses every send (deleted, or not permitted),
-//! the most overdue of several flows that only the deadline sweep can end.
+//! the most overdue of several flows that only the deadline sweep can end. A generator of its own
+//! adds, each in about a third of the seeds: a flow whose parent queue refuses every send although
+//! all its children ran; a flow whose parent queue is down (an outage) for 20 minutes; a flow with a
+//! child still running at its deadline; a flow whose first parent-sent mark is lost while its
+//! deadline outlasts the parent's idempotency record; and in an eighth, a flow of 150 children.
 //!
 //! Invariants after every run: no message is left in the queue (nothing deferred without end); a
 //! parent runs at most once (a second run only when the first one's process was killed before it
@@ -22,7 +26,9 @@
 //! when redriven to success; every other flow runs its parent once; the parent sees every succeeded
 //! child's output; an outer flow runs its parent exactly when its sub-flow's parent ran, and never
 //! when the sub-flow failed, at every depth; the flows the sweep must end do end, whatever another
-//! flow's parent queue answers.
+//! flow's parent queue answers; a flow whose parent queue refuses it ends as failed with the reason
+//! and closed, while an outage of the parent's queue never fails a flow; the sweep never counts a
+//! running child as failed; and what each parent saw of its children is what the flow says at the end.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -60,6 +66,20 @@ const END_AT: Duration = Duration::from_secs(5 * 3600);
 const STRAY_CHILD: &str = "99999";
 /// A parent queue that refuses every send.
 const REFUSED_URL: &str = "http://sim.invalid/refused";
+/// A parent queue that is unavailable (an outage, not a refusal) for [`FLAKY_FOR`] from the start.
+const FLAKY_URL: &str = "http://sim.invalid/flaky";
+/// How long the flaky parent queue is down: longer than `PARENT_SEND_TRIES` tries take.
+const FLAKY_FOR: Duration = Duration::from_secs(20 * 60);
+/// How long a parent's idempotency record counts: shorter than the flows' deadline, as a flow with a
+/// deadline past 24 hours outlasts the default record (and longer than the workers'
+/// [`MAX_PROCESSING`], as the worker requires).
+const PARENT_RECORD_TTL: Duration = Duration::from_secs(90 * 60);
+/// The workers' `max_processing_time`.
+const MAX_PROCESSING: Duration = Duration::from_secs(3600);
+/// The deadline of a flow with a slow child.
+const SLOW_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// When a slow child's run ends: past its flow's deadline.
+const SLOW_UNTIL: Duration = Duration::from_secs(45 * 60);
 
 /// What a child does when it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +90,8 @@ pub enum Behavior {
     Permanent,
     /// Kills its process on every receive: SQS's redrive moves it to the DLQ.
     Crash,
+    /// Runs until past the flow's deadline (heartbeats keep its message and claim), then succeeds.
+    Slow,
 }
 
 /// One flow of a seed.
@@ -91,6 +113,10 @@ pub struct FlowSpec {
     pub resend_notices: bool,
     /// The parent's queue refuses every send.
     pub refused: bool,
+    /// The parent's queue is unavailable for [`FLAKY_FOR`], then answers.
+    pub flaky: bool,
+    /// The first `mark_parent_sent` of the flow fails before it is written.
+    pub mark_fails: bool,
 }
 
 /// One seed's flows scenario.
@@ -147,6 +173,8 @@ impl FlowScenario {
                     depth: 0,
                     resend_notices: false,
                     refused: false,
+                    flaky: false,
+                    mark_fails: false,
                 }
             })
             .collect();
@@ -162,6 +190,7 @@ impl FlowScenario {
             })
             .collect();
         let flows = nest_and_refuse(flows, &mut fastrand::Rng::with_seed(seed ^ 0x4e57_ed00));
+        let flows = parents_at_risk(flows, &mut fastrand::Rng::with_seed(seed ^ 0x9a7e_0052));
         Self {
             seed,
             flows,
@@ -201,6 +230,8 @@ fn nest_and_refuse(mut flows: Vec<FlowSpec>, rng: &mut fastrand::Rng) -> Vec<Flo
             depth: 0,
             resend_notices: false,
             refused: false,
+            flaky: false,
+            mark_fails: false,
         };
         let policies = [
             ChildFailurePolicy::FailParent,
@@ -214,6 +245,69 @@ fn nest_and_refuse(mut flows: Vec<FlowSpec>, rng: &mut fastrand::Rng) -> Vec<Flo
             ..one_sent(policies[rng.usize(0..policies.len())])
         });
         flows.push(one_sent(ChildFailurePolicy::Ignore));
+    }
+    flows
+}
+
+/// Adds, each in about a third of the seeds (a generator of its own), a flow whose parent queue
+/// refuses every send although every child was sent (its last child's count is what finds it), a
+/// flow whose parent queue is down for longer than the refusals' tries take, a flow with a child
+/// still running at the deadline, and a flow whose first parent-sent mark is lost (its deadline
+/// outlasts the parent's record); in an eighth, a flow of 150 children.
+fn parents_at_risk(mut flows: Vec<FlowSpec>, rng: &mut fastrand::Rng) -> Vec<FlowSpec> {
+    let policies = [
+        ChildFailurePolicy::FailParent,
+        ChildFailurePolicy::Ignore,
+        ChildFailurePolicy::RemoveDependency,
+        ChildFailurePolicy::ContinueParent,
+    ];
+    let base = |policy, children| FlowSpec {
+        policy,
+        children,
+        partial: None,
+        resend_at: None,
+        redriven: false,
+        depth: 0,
+        resend_notices: false,
+        refused: false,
+        flaky: false,
+        mark_fails: false,
+    };
+    if rng.u8(0..3) == 0 {
+        let policy = policies[rng.usize(0..policies.len())];
+        flows.push(FlowSpec {
+            refused: true,
+            ..base(policy, vec![Behavior::Ok, Behavior::Ok])
+        });
+    }
+    if rng.u8(0..3) == 0 {
+        let policy = policies[rng.usize(0..policies.len())];
+        flows.push(FlowSpec {
+            flaky: true,
+            ..base(policy, vec![Behavior::Ok; 3])
+        });
+    }
+    if rng.u8(0..3) == 0 {
+        let policy = policies[rng.usize(0..policies.len())];
+        flows.push(base(policy, vec![Behavior::Ok, Behavior::Slow]));
+    }
+    if rng.u8(0..3) == 0 {
+        let policy = policies[rng.usize(0..policies.len())];
+        flows.push(FlowSpec {
+            mark_fails: true,
+            ..base(policy, vec![Behavior::Ok; 2])
+        });
+    }
+    if rng.u8(0..8) == 0 {
+        let policy = policies[rng.usize(0..policies.len())];
+        let mut children = vec![Behavior::Ok; 150];
+        if rng.bool() {
+            children[rng.usize(0..150)] = Behavior::Permanent;
+        }
+        flows.push(FlowSpec {
+            redriven: rng.bool(),
+            ..base(policy, children)
+        });
     }
     flows
 }
@@ -314,7 +408,39 @@ impl Handler for ChildHandler {
                 lock(&self.truth).killed.insert(self.instance.name().to_owned());
                 std::future::pending().await
             }
+            Behavior::Slow => Err(HandlerError::permanent("a slow child sent as a child job")),
         }
+    }
+}
+
+/// A child that runs until past its flow's deadline ([`SLOW_UNTIL`]), then succeeds.
+struct SlowHandler {
+    instance: Arc<Instance>,
+    truth: Shared,
+    origin: Instant,
+}
+
+impl Handler for SlowHandler {
+    type Job = ChildJob;
+    type Output = u64;
+    const JOB_TYPE: &'static str = "slow";
+
+    async fn handle(&self, job: ChildJob, _ctx: Context) -> Result<u64, HandlerError> {
+        self.instance.alive().await;
+        tokio::time::sleep_until(self.origin + SLOW_UNTIL).await;
+        self.instance.alive().await;
+        let at = self.origin.elapsed();
+        lock(&self.truth)
+            .succeeded
+            .entry((job.flow, job.child))
+            .or_insert(at);
+        Ok(value(job.flow, job.child))
+    }
+
+    fn settings(&self) -> conveyor_core::HandlerSettings {
+        let mut settings = conveyor_core::HandlerSettings::default();
+        settings.timeout = 2 * SLOW_UNTIL;
+        settings
     }
 }
 
@@ -349,6 +475,12 @@ impl Handler for ParentHandler {
         });
         Ok(0)
     }
+
+    fn settings(&self) -> conveyor_core::HandlerSettings {
+        let mut settings = conveyor_core::HandlerSettings::default();
+        settings.record_ttl = PARENT_RECORD_TTL;
+        settings
+    }
 }
 
 /// The seed's flow-store faults over the shared store: outages refuse calls; a write's answer may be
@@ -361,6 +493,8 @@ struct FaultyFlows {
     origin: Instant,
     /// Flow id → the notice message ids whose claim was granted.
     granted: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// Flows whose first `mark_parent_sent` fails before it is written.
+    mark_fails: Mutex<BTreeSet<String>>,
 }
 
 impl FaultyFlows {
@@ -423,12 +557,43 @@ impl FlowStore for SimFlows {
     }
     async fn mark_parent_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
         self.enter().await?;
+        let fails = self
+            .faults
+            .mark_fails
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(flow_id);
+        if fails {
+            return Err(StoreError::Unavailable {
+                message: "sim: the parent-sent mark failed before it was written".into(),
+            });
+        }
         let result = self.faults.inner.mark_parent_sent(flow_id, at).await;
         self.faults.after(result)
     }
     async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
         self.enter().await?;
         let result = self.faults.inner.mark_failure_sent(flow_id, at).await;
+        self.faults.after(result)
+    }
+    async fn mark_parent_ran(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        self.enter().await?;
+        let result = self.faults.inner.mark_parent_ran(flow_id, at).await;
+        self.faults.after(result)
+    }
+    async fn parent_refused(&self, flow_id: &str, reason: &str) -> Result<Option<u64>, StoreError> {
+        self.enter().await?;
+        let result = self.faults.inner.parent_refused(flow_id, reason).await;
+        self.faults.after(result)
+    }
+    async fn mark_parent_failed(
+        &self,
+        flow_id: &str,
+        reason: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.enter().await?;
+        let result = self.faults.inner.mark_parent_failed(flow_id, reason, at).await;
         self.faults.after(result)
     }
     async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {
@@ -465,11 +630,66 @@ impl FlowStore for SimFlows {
     }
 }
 
+/// The records as the sweep reads them: on its clock (`wall` + virtual time), the one the flows'
+/// deadlines are compared on, where a consumer's records are on its real wall clock.
+struct SweepRecords {
+    inner: SkewedStore,
+    wall: SystemTime,
+    origin: Instant,
+}
+
+impl SweepRecords {
+    fn shift(&self, time: SystemTime) -> SystemTime {
+        let virtual_now = self.wall + self.origin.elapsed();
+        match time.duration_since(SystemTime::now()) {
+            Ok(ahead) => virtual_now + ahead,
+            Err(behind) => virtual_now - behind.duration(),
+        }
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for SweepRecords {
+    async fn claim(
+        &self,
+        request: &conveyor_core::port::ClaimRequest,
+    ) -> Result<conveyor_core::port::ClaimOutcome, StoreError> {
+        self.inner.claim(request).await
+    }
+    async fn complete(
+        &self,
+        claim: &conveyor_core::port::Claim,
+        output: Option<&str>,
+        expires_at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.inner.complete(claim, output, expires_at).await
+    }
+    async fn release(&self, claim: &conveyor_core::port::Claim) -> Result<(), StoreError> {
+        self.inner.release(claim).await
+    }
+    async fn extend_lease(
+        &self,
+        claim: &conveyor_core::port::Claim,
+        lease_until: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.inner.extend_lease(claim, lease_until).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<conveyor_core::port::IdempotencyRecord>, StoreError> {
+        let record = self.inner.get(key).await?;
+        Ok(record.map(|mut record| {
+            record.expires_at = self.shift(record.expires_at);
+            record.lease_until = record.lease_until.map(|lease| self.shift(lease));
+            record
+        }))
+    }
+}
+
 /// Sends through one instance's queue (its calls hang once it is killed); optionally fails after a
 /// number of sends (a producer that stops half-way).
 struct SimSender {
     queue: Arc<dyn Queue>,
     left: Option<AtomicUsize>,
+    origin: Instant,
 }
 
 #[async_trait]
@@ -479,6 +699,11 @@ impl FlowSender for SimSender {
             return Err(QueueError::AccessDenied {
                 queue: queue_url.to_owned(),
                 message: "sim: not authorized to perform sqs:SendMessage".into(),
+            });
+        }
+        if queue_url == FLAKY_URL && self.origin.elapsed() < FLAKY_FOR {
+            return Err(QueueError::Unavailable {
+                message: "sim: the parent's queue is down".into(),
             });
         }
         if let Some(left) = &self.left
@@ -540,6 +765,7 @@ impl World {
             sender: Arc::new(SimSender {
                 queue: self.queue_of(instance),
                 left: None,
+                origin: self.origin,
             }),
         }
     }
@@ -560,6 +786,11 @@ impl World {
                 instance: Arc::clone(&instance),
                 truth: Arc::clone(&self.truth),
                 origin: self.origin,
+            })
+            .route(SlowHandler {
+                instance: Arc::clone(&instance),
+                truth: Arc::clone(&self.truth),
+                origin: self.origin,
             });
         let pipeline = Pipeline::new(router)
             .with_store(store)
@@ -567,6 +798,7 @@ impl World {
         let config = WorkerConfig::default()
             .with_queues(vec![QueueConfig::new(URL)])
             .with_max_in_flight(4)
+            .with_max_processing_time(MAX_PROCESSING)
             .with_listen_addr(None);
         let worker = Worker::new(config, pipeline, vec![self.queue_of(&instance)]).ok()?;
         let graceful = CancellationToken::new();
@@ -580,10 +812,13 @@ impl World {
 
     fn flow_of(&self, index: usize) -> Flow {
         let spec = &self.scenario.flows[index];
-        let (parent_url, deadline) = match spec.refused {
+        let slow = spec.children.contains(&Behavior::Slow);
+        let (parent_url, deadline) = match (spec.refused, spec.flaky) {
             // The most overdue: first in every listing of the sweep.
-            true => (REFUSED_URL, DEADLINE - Duration::from_secs(600)),
-            false => (URL, DEADLINE),
+            (true, _) => (REFUSED_URL, DEADLINE - Duration::from_secs(600)),
+            (false, true) => (FLAKY_URL, DEADLINE),
+            (false, false) if slow => (URL, SLOW_DEADLINE),
+            (false, false) => (URL, DEADLINE),
         };
         let mut flow = Flow::new(
             flow_id(index),
@@ -598,8 +833,12 @@ impl World {
         )
         .on_child_failure(spec.policy)
         .deadline(deadline);
-        for child in 0..spec.children.len() {
-            flow = flow.child(NewJob::new("child", ChildJob { flow: index, child }), URL);
+        for (child, behavior) in spec.children.iter().enumerate() {
+            let job_type = match behavior {
+                Behavior::Slow => "slow",
+                _ => "child",
+            };
+            flow = flow.child(NewJob::new(job_type, ChildJob { flow: index, child }), URL);
         }
         for level in 1..=spec.depth {
             let parent = NewJob::new("parent", ParentJob { flow: index, level });
@@ -621,6 +860,7 @@ impl World {
         let sender = Arc::new(SimSender {
             queue: self.queue_of(&instance),
             left: stop_after.map(AtomicUsize::new),
+            origin: self.origin,
         });
         let producer = FlowProducer::with_sender(
             sender,
@@ -696,6 +936,15 @@ async fn run(scenario: FlowScenario) -> FlowReport {
         rng: Mutex::new(fastrand::Rng::with_seed(scenario.seed ^ 0x1057)),
         origin,
         granted: Mutex::default(),
+        mark_fails: Mutex::new(
+            scenario
+                .flows
+                .iter()
+                .enumerate()
+                .filter(|(_, spec)| spec.mark_fails)
+                .map(|(index, _)| flow_id(index))
+                .collect(),
+        ),
     });
     let truth: Shared = Arc::default();
     {
@@ -754,7 +1003,11 @@ async fn run(scenario: FlowScenario) -> FlowReport {
     let mut forgotten = false;
     let mut redriven = false;
     let mut overdue = 0;
-    let sweep_records = SkewedStore::new(Arc::clone(&world.records), crate::clock::Skew::default());
+    let sweep_records = SweepRecords {
+        inner: SkewedStore::new(Arc::clone(&world.records), crate::clock::Skew::default()),
+        wall,
+        origin,
+    };
     let sweeper = Flows {
         store: Arc::new(SimFlows {
             faults: Arc::clone(&world.faulty),
@@ -763,6 +1016,7 @@ async fn run(scenario: FlowScenario) -> FlowReport {
         sender: Arc::new(SimSender {
             queue: Arc::clone(&world.queue) as Arc<dyn Queue>,
             left: None,
+            origin,
         }),
     };
     let mut last_sweep = Duration::ZERO;
@@ -818,7 +1072,16 @@ async fn run(scenario: FlowScenario) -> FlowReport {
     for worker in workers {
         let _ = worker.handle.await;
     }
-    let mut report = check(&world, forgotten, overdue);
+    let mut finals = Finals::new();
+    for index in 0..world.scenario.flows.len() {
+        let id = flow_id(index);
+        let head = world.flows.flow(&id).await.ok().flatten();
+        let children = world.flows.children(&id).await.unwrap_or_default();
+        finals.insert(index, (head, children));
+    }
+    let far = wall + END_AT + Duration::from_secs(24 * 3600);
+    let open = world.flows.overdue(far, 10_000).await.unwrap_or_default();
+    let mut report = check(&world, forgotten, overdue, &finals, &open);
     if !report.violations.is_empty() && std::env::var_os("FLOW_DEBUG").is_some() {
         for index in 0..world.scenario.flows.len() {
             let head = world.flows.flow(&flow_id(index)).await;
@@ -996,7 +1259,99 @@ fn check_outer(
     }
 }
 
-fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
+/// Each flow's head and children as the store holds them at the end.
+type Finals = HashMap<usize, (Option<FlowState>, Vec<FlowChild>)>;
+
+/// A flow whose parent queue refuses every send ends as failed, with the reason, and closed.
+fn check_refused(index: usize, head: Option<&FlowState>, open: &[String], violations: &mut Vec<String>) {
+    let ended = head.is_some_and(|head| {
+        head.parent_failed_at.is_some()
+            && head
+                .parent_error
+                .as_deref()
+                .is_some_and(|error| error.contains("not authorized"))
+    });
+    if !ended {
+        violations.push(format!(
+            "flow {index}: its parent queue refuses every send, and the flow did not end as failed with the \
+             reason: {head:?}"
+        ));
+    }
+    if open.contains(&flow_id(index)) {
+        violations.push(format!(
+            "flow {index}: its parent cannot be sent and the flow is still open"
+        ));
+    }
+}
+
+/// What each parent run saw is what the flow's records say at the end: a child it saw failed is
+/// failed, one it saw succeed succeeded; a child running at the deadline (slow) was seen succeeded.
+fn check_agreement(
+    index: usize,
+    spec: &FlowSpec,
+    runs: &[&ParentRun],
+    children: &[FlowChild],
+    violations: &mut Vec<String>,
+) {
+    for run in runs {
+        for child in children {
+            let Some((output, failed, pending)) = run.seen.get(&child.id) else {
+                continue;
+            };
+            let agrees = match &child.end {
+                _ if *pending => true,
+                Some(ChildEnd::Succeeded { .. }) => !*failed,
+                Some(ChildEnd::Failed(_)) => output.is_none(),
+                None => false,
+            };
+            if !agrees {
+                violations.push(format!(
+                    "flow {index}: the parent saw child {} as {:?} (output, failed, pending), the flow says {:?}",
+                    child.id,
+                    (output, failed, pending),
+                    child.end
+                ));
+            }
+        }
+        for (child, behavior) in spec.children.iter().enumerate() {
+            let key = format!("{child:05}");
+            let end = children
+                .iter()
+                .find(|final_child| final_child.id == key)
+                .and_then(|c| c.end.as_ref());
+            let succeeded = matches!(end, Some(ChildEnd::Succeeded { .. }));
+            if *behavior == Behavior::Slow
+                && succeeded
+                && run.seen.get(&key).and_then(|seen| seen.0) != Some(value(index, child))
+            {
+                violations.push(format!(
+                    "flow {index}: child {child} still ran at the deadline and succeeded, the parent saw {:?}",
+                    run.seen.get(&key)
+                ));
+            }
+        }
+    }
+    for (child, behavior) in spec.children.iter().enumerate() {
+        let key = format!("{child:05}");
+        let end = children
+            .iter()
+            .find(|final_child| final_child.id == key)
+            .and_then(|c| c.end.as_ref());
+        if *behavior == Behavior::Slow
+            && let Some(ChildEnd::Failed(reason)) = end
+            && reason.contains(SWEEP_REASON)
+        {
+            violations.push(format!(
+                "flow {index}: child {child} ran at the deadline and the sweep counted it failed: {reason}"
+            ));
+        }
+    }
+}
+
+/// The start of the reason the deadline sweep counts a child failed with.
+const SWEEP_REASON: &str = "not finished by the flow's deadline";
+
+fn check(world: &World, forgotten: bool, overdue: usize, finals: &Finals, open: &[String]) -> FlowReport {
     let truth = lock(&world.truth);
     let mut violations = Vec::new();
     if !world.queue.is_empty() {
@@ -1037,11 +1392,27 @@ fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
             (Some(count), true) => count,
             _ => spec.children.len(),
         };
+        let (head, children) = match finals.get(&index) {
+            Some((head, children)) => (head.as_ref(), children.as_slice()),
+            None => (None, &[][..]),
+        };
+        // A slow child fails only when a pipeline dead-lettered it (its runs spent by crashes of the
+        // processes it ran on), never by the sweep while it ran.
+        let dead_lettered = |child: usize| {
+            children.iter().any(|final_child| {
+                final_child.id == format!("{child:05}")
+                    && matches!(&final_child.end, Some(ChildEnd::Failed(reason)) if !reason.contains(SWEEP_REASON))
+            })
+        };
         let failing = spec
             .children
             .iter()
             .enumerate()
-            .any(|(child, behavior)| *behavior != Behavior::Ok || child >= sent_children);
+            .any(|(child, behavior)| match behavior {
+                Behavior::Ok => child >= sent_children,
+                Behavior::Slow => dead_lettered(child),
+                Behavior::Permanent | Behavior::Crash => true,
+            });
         let resumed = spec.redriven && !unsent;
         let notice_count = notices.iter().filter(|notice| **notice == id).count();
         // A notice's DLQ copy may land twice (a process killed between the copy and the delete, the
@@ -1064,8 +1435,10 @@ fn check(world: &World, forgotten: bool, overdue: usize) -> FlowReport {
         let expect_run = !failing || spec.policy != ChildFailurePolicy::FailParent || resumed;
         if spec.refused {
             // Its parent can never be sent: nothing to run; the others' checks show the sweep went on.
+            check_refused(index, head, open, &mut violations);
             continue;
         }
+        check_agreement(index, spec, &runs, children, &mut violations);
         check_outer(&truth, &notices, index, expect_run, &mut violations);
         if expect_run && runs.is_empty() {
             violations.push(format!(

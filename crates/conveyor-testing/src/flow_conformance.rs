@@ -20,6 +20,9 @@ pub const CASES: &[&str] = &[
     "the_parent_and_the_failure_notice_are_marked_once",
     "a_child_of_no_flow_or_of_another_flow_is_not_counted",
     "overdue_flows_are_listed_until_closed",
+    "a_refused_parent_is_counted_and_ends_the_flow_failed_once",
+    "the_parent_ran_mark_is_set_once_and_closes_the_flow",
+    "a_failed_child_stays_failed_once_the_parent_was_sent",
 ];
 
 /// Runs every case against `store`; returns every failed case.
@@ -35,6 +38,9 @@ pub async fn run_all(store: Arc<dyn FlowStore>) -> Result<(), SuiteFailures> {
         (CASES[4], Box::pin(marked_once(store.as_ref()))),
         (CASES[5], Box::pin(not_in_flow(store.as_ref()))),
         (CASES[6], Box::pin(overdue_until_closed(store.as_ref()))),
+        (CASES[7], Box::pin(refused_parent(store.as_ref()))),
+        (CASES[8], Box::pin(parent_ran_once(store.as_ref()))),
+        (CASES[9], Box::pin(failed_stays_after_parent(store.as_ref()))),
     ];
     run_cases("flows", CASES, cases).await
 }
@@ -396,5 +402,152 @@ async fn overdue_until_closed(store: &dyn FlowStore) -> CaseResult {
         .await
         .or_fail(case, "overdue again")?;
     ensure!(case, !listed.contains(&late.id), "closed: {listed:?}");
+    Ok(())
+}
+
+/// Whether the overdue listing holds `flow_id`.
+async fn listed(case: &'static str, store: &dyn FlowStore, flow_id: &str) -> Result<bool, SuiteFailure> {
+    let listed = store
+        .overdue(SystemTime::now(), 1000)
+        .await
+        .or_fail(case, "overdue")?;
+    Ok(listed.iter().any(|id| id == flow_id))
+}
+
+/// Each refusal of the parent adds one and keeps its reason; the flow ends failed once (the first
+/// time and reason stand) and leaves the overdue listing; an unknown flow answers `None`.
+async fn refused_parent(store: &dyn FlowStore) -> CaseResult {
+    let case = CASES[7];
+    let flow = NewFlow {
+        deadline: SystemTime::now() - Duration::from_secs(60),
+        ..new_flow(case, 1, ChildFailurePolicy::Ignore)
+    };
+    store.create_flow(&flow).await.or_fail(case, "create_flow")?;
+    let first = store
+        .parent_refused(&flow.id, "queue missing")
+        .await
+        .or_fail(case, "parent_refused")?;
+    let second = store
+        .parent_refused(&flow.id, "access denied")
+        .await
+        .or_fail(case, "parent_refused again")?;
+    ensure!(
+        case,
+        (first, second) == (Some(1), Some(2)),
+        "refusals: {first:?}, {second:?}"
+    );
+    let read = head(case, store, &flow.id).await?;
+    ensure!(
+        case,
+        read.parent_refusals == 2
+            && read.parent_error.as_deref() == Some("access denied")
+            && !read.is_finished(),
+        "two refusals, the last reason, not finished: {read:?}"
+    );
+    ensure!(
+        case,
+        listed(case, store, &flow.id).await?,
+        "still overdue before it fails"
+    );
+    let at = UNIX_EPOCH + Duration::from_millis(1_796_000_000_000);
+    for (when, reason) in [(at, "access denied"), (at + Duration::from_secs(5), "later")] {
+        store
+            .mark_parent_failed(&flow.id, reason, when)
+            .await
+            .or_fail(case, "mark_parent_failed")?;
+    }
+    let read = head(case, store, &flow.id).await?;
+    ensure!(
+        case,
+        read.parent_failed_at == Some(1_796_000_000_000)
+            && read.parent_error.as_deref() == Some("access denied")
+            && read.is_finished()
+            && read.parent_state().contains("access denied"),
+        "ended failed once, with the reason: {read:?}"
+    );
+    ensure!(
+        case,
+        !listed(case, store, &flow.id).await?,
+        "a failed flow leaves the overdue listing"
+    );
+    let unknown = format!("{case}/{}", uuid::Uuid::new_v4().simple());
+    let none = store
+        .parent_refused(&unknown, "x")
+        .await
+        .or_fail(case, "parent_refused unknown")?;
+    ensure!(case, none.is_none(), "an unknown flow: {none:?}");
+    Ok(())
+}
+
+/// The parent-ran mark keeps its first time, finishes the flow and leaves the overdue listing.
+async fn parent_ran_once(store: &dyn FlowStore) -> CaseResult {
+    let case = CASES[8];
+    let flow = NewFlow {
+        deadline: SystemTime::now() - Duration::from_secs(60),
+        ..new_flow(case, 1, ChildFailurePolicy::Ignore)
+    };
+    store.create_flow(&flow).await.or_fail(case, "create_flow")?;
+    let at = UNIX_EPOCH + Duration::from_millis(1_796_000_000_000);
+    for when in [at, at + Duration::from_secs(5)] {
+        store
+            .mark_parent_ran(&flow.id, when)
+            .await
+            .or_fail(case, "mark_parent_ran")?;
+    }
+    let read = head(case, store, &flow.id).await?;
+    ensure!(
+        case,
+        read.parent_ran_at == Some(1_796_000_000_000) && read.is_finished() && read.parent_sent_at.is_none(),
+        "{read:?}"
+    );
+    ensure!(
+        case,
+        !listed(case, store, &flow.id).await?,
+        "a flow whose parent ran leaves the overdue listing"
+    );
+    Ok(())
+}
+
+/// Once the parent was sent (or ran), it saw a failed child as failed: the child's later success is
+/// `Before` and the flow keeps the failure; before that, the success moves the count.
+async fn failed_stays_after_parent(store: &dyn FlowStore) -> CaseResult {
+    let case = CASES[9];
+    for ran in [false, true] {
+        let flow = new_flow(case, 2, ChildFailurePolicy::Ignore);
+        store.create_flow(&flow).await.or_fail(case, "create_flow")?;
+        for (child, end) in [
+            ("00000", succeeded("1")),
+            ("00001", ChildEnd::Failed("404".into())),
+        ] {
+            counted(
+                case,
+                store
+                    .child_finished(&flow.id, child, &end)
+                    .await
+                    .or_fail(case, "count")?,
+            )?;
+        }
+        let now = SystemTime::now();
+        let marked = match ran {
+            false => store.mark_parent_sent(&flow.id, now).await,
+            true => store.mark_parent_ran(&flow.id, now).await,
+        };
+        marked.or_fail(case, "mark")?;
+        let late = store
+            .child_finished(&flow.id, "00001", &succeeded("2"))
+            .await
+            .or_fail(case, "late success")?;
+        ensure!(
+            case,
+            matches!(&late, Count::Before(flow) if flow.failed == 1 && flow.succeeded == 1),
+            "ran {ran}: a late success after the parent keeps the failure: {late:?}"
+        );
+        let children = store.children(&flow.id).await.or_fail(case, "children")?;
+        ensure!(
+            case,
+            children[1].end == Some(ChildEnd::Failed("404".into())),
+            "ran {ran}: {children:?}"
+        );
+    }
     Ok(())
 }

@@ -73,6 +73,10 @@ impl FlowStore for MemoryFlows {
             deadline: to_epoch_millis(flow.deadline),
             parent_sent_at: None,
             failure_sent_at: None,
+            parent_ran_at: None,
+            parent_refusals: 0,
+            parent_error: None,
+            parent_failed_at: None,
         };
         let children = flow
             .children
@@ -120,7 +124,10 @@ impl FlowStore for MemoryFlows {
                 head.first_failure
                     .get_or_insert_with(|| format!("child {child_id}: {reason}"));
             }
-            (Some(ChildEnd::Failed(_)), ChildEnd::Succeeded { .. }) => {
+            // Once the parent was sent it saw the failure: the flow keeps it.
+            (Some(ChildEnd::Failed(_)), ChildEnd::Succeeded { .. })
+                if head.parent_sent_at.is_none() && head.parent_ran_at.is_none() =>
+            {
                 head.failed -= 1;
                 head.succeeded += 1;
             }
@@ -141,6 +148,40 @@ impl FlowStore for MemoryFlows {
     async fn mark_failure_sent(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
         if let Some(records) = self.lock().get_mut(flow_id) {
             records.head.failure_sent_at.get_or_insert(to_epoch_millis(at));
+        }
+        Ok(())
+    }
+
+    async fn mark_parent_ran(&self, flow_id: &str, at: SystemTime) -> Result<(), StoreError> {
+        if let Some(records) = self.lock().get_mut(flow_id) {
+            records.head.parent_ran_at.get_or_insert(to_epoch_millis(at));
+            records.closed = true;
+        }
+        Ok(())
+    }
+
+    async fn parent_refused(&self, flow_id: &str, reason: &str) -> Result<Option<u64>, StoreError> {
+        let mut flows = self.lock();
+        let Some(records) = flows.get_mut(flow_id) else {
+            return Ok(None);
+        };
+        records.head.parent_refusals += 1;
+        records.head.parent_error = Some(reason.to_owned());
+        Ok(Some(records.head.parent_refusals))
+    }
+
+    async fn mark_parent_failed(
+        &self,
+        flow_id: &str,
+        reason: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        if let Some(records) = self.lock().get_mut(flow_id) {
+            if records.head.parent_failed_at.is_none() {
+                records.head.parent_failed_at = Some(to_epoch_millis(at));
+                records.head.parent_error = Some(reason.to_owned());
+            }
+            records.closed = true;
         }
         Ok(())
     }

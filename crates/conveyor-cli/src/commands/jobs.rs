@@ -168,6 +168,7 @@ async fn sweep_flows(store: DynamoStore, aws: &Aws, table: &str, format: Format)
             "overdue": report.overdue,
             "recovered": report.recovered,
             "counted_out": report.counted_out,
+            "running": report.running,
             "failed": report.failed,
         }));
     }
@@ -178,6 +179,13 @@ async fn sweep_flows(store: DynamoStore, aws: &Aws, table: &str, format: Format)
         report.recovered,
         report.counted_out
     );
+    if report.running > 0 {
+        crate::sayln!(
+            format,
+            "{} flow(s) past their deadline stay open: a child still runs (claimed, its lease not over); it is counted when it ends",
+            report.running
+        );
+    }
     if report.failed > 0 {
         crate::sayln!(
             format,
