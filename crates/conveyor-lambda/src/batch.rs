@@ -55,7 +55,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
@@ -274,6 +274,7 @@ impl LateDeferrer {
         lanes_done: &tokio::sync::Notify,
     ) -> Vec<(usize, Settled)> {
         tokio::select! {
+            biased;
             () = tokio::time::sleep_until(cutoff) => {}
             () = lanes_done.notified() => return Vec::new(),
         }
@@ -346,7 +347,16 @@ struct SourceQueue {
     checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// True once the visibility cover of this source's records is over (landed, refused or given
     /// up): a later visibility change of a record waits for it, so the cover never overwrites it.
-    covered: tokio::sync::watch::Sender<bool>,
+    covered: CoverDone,
+}
+
+/// A source's visibility cover is over ([`SourceQueue::cover_done`]): a flag and the lanes waiting
+/// for it. Not a `watch` channel: its waiters sit in shards picked at random, so the order the lanes
+/// wake in (and so a simulation's replay) would change from run to run.
+#[derive(Debug, Default)]
+struct CoverDone {
+    done: AtomicBool,
+    waiters: tokio::sync::Notify,
 }
 
 impl SourceQueue {
@@ -379,13 +389,19 @@ impl SourceQueue {
 
     /// Marks the visibility cover of this source's records over.
     fn cover_done(&self) {
-        self.covered.send_replace(true);
+        self.covered.done.store(true, Ordering::Release);
+        self.covered.waiters.notify_waiters();
     }
 
     /// Waits until the visibility cover of this source's records is over, at most until `until`.
     async fn cover_over(&self, until: Instant) {
-        let mut covered = self.covered.subscribe();
-        let _ = tokio::time::timeout_at(until, covered.wait_for(|done| *done)).await;
+        let notified = self.covered.waiters.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.covered.done.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout_at(until, notified).await;
     }
 
     /// The queue for the visibility cover as the lanes start (`src/cover.rs`): resolved now, but
@@ -512,7 +528,7 @@ async fn cover_source(
         return Vec::new();
     };
     let needed = cover::needed_until(deadline, Instant::now());
-    let now = SystemTime::now();
+    let now = conveyor_core::wall_clock::now();
     let visibility = queue.visibility_timeout();
     let stale: Vec<&Covered> = records
         .iter()
@@ -752,7 +768,7 @@ impl BatchProcessor {
     ) -> Result<SqsBatchResponse, BatchFailed> {
         let report = self.process_batch_report(event, deadline).await;
         if self.emit_metrics {
-            let now = SystemTime::now();
+            let now = conveyor_core::wall_clock::now();
             let lines: String = report
                 .metrics
                 .iter()
@@ -778,7 +794,7 @@ impl BatchProcessor {
         let mut failures: Vec<(usize, String)> = Vec::new();
         let mut invocation_error = None;
         let records = event.records.len();
-        let arrived = SystemTime::now();
+        let arrived = conveyor_core::wall_clock::now();
         for (index, record) in event.records.into_iter().enumerate() {
             let source = source_for(
                 &mut sources,
@@ -968,7 +984,7 @@ impl BatchProcessor {
                 resolved: tokio::sync::OnceCell::new(),
                 invocation_time,
                 checked: Arc::clone(&self.checked),
-                covered: tokio::sync::watch::channel(false).0,
+                covered: CoverDone::default(),
             });
             // FIFO queue names (and so their ARNs) end in `.fifo`.
             let fifo = source.arn.ends_with(".fifo");
@@ -1839,6 +1855,7 @@ mod tests {
     use conveyor_core::runtime::{DUE_ATTRIBUTE, due_value};
     use conveyor_core::{Payloads, Router};
     use conveyor_testing::{MemoryPayloadStore, MemoryQueue};
+    use std::time::SystemTime;
 
     const DAY: Duration = Duration::from_secs(24 * 3600);
 

@@ -407,6 +407,7 @@ async fn work_for(duration: Duration, stop: &CancellationToken, ignores_cancella
         return true;
     }
     tokio::select! {
+        biased;
         () = tokio::time::sleep(duration) => true,
         () = stop.cancelled() => false,
     }

@@ -104,7 +104,10 @@ pub fn run(scenario: &Scenario, trace: bool) -> std::io::Result<Observation> {
         .build()?;
     // The runtimes' own jitter (backoff, deferrals) draws from fastrand's thread-local generator.
     fastrand::seed(scenario.seed);
-    Ok(runtime.block_on(simulate(scenario, Trace::new(trace))))
+    // The trace's origin is taken inside the runtime, on its paused clock: outside it, tokio's
+    // `Instant::now` is the real clock's, and every time the run logs (the checks' too) would carry
+    // a real, unrepeatable offset (seed 84 ran 1 ms apart between two replays).
+    Ok(runtime.block_on(async { simulate(scenario, Trace::new(trace)).await }))
 }
 
 impl Shared<'_> {
@@ -269,6 +272,8 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
         memory_store.set_misconfigured(true);
     }
     let store = Arc::new(VirtualStore::new(Arc::clone(&memory_store)));
+    // Every wall-clock time the runtimes and the queue compute is virtual: the seed replays exactly.
+    let _wall_clock = conveyor_core::wall_clock::set_for_thread(store.wall_clock());
     let sink = Arc::new(Sink::new(Arc::clone(&store), trace.clone()));
     let shared = Shared {
         scenario,

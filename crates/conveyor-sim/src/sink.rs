@@ -2,7 +2,7 @@
 //! invariants are checked against: sends, receives, runs, effects and refused effects.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
 use conveyor_core::{message::Message, port::RecordStatus};
@@ -243,7 +243,9 @@ impl Sink {
         // The queue dates the first receive on its (virtual) clock, counted back from the wall clock
         // now: its age is the virtual time since.
         let first_received_ms = message.first_received_at.map(|first| {
-            let age = SystemTime::now().duration_since(first).unwrap_or_default();
+            let age = conveyor_core::wall_clock::now()
+                .duration_since(first)
+                .unwrap_or_default();
             at_ms.saturating_sub(age.as_millis())
         });
         self.lock().received.push(Received {
@@ -316,8 +318,14 @@ impl Sink {
     /// A Lambda invocation of `instance` processes `messages`, until `timeout` at the latest; returns
     /// its index in [`Log::invocations`] for [`Sink::invocation_over`].
     pub fn invoked(&self, instance: &str, messages: &[Message], timeout: Duration) -> usize {
-        self.trace
-            .step(format!("{instance} invoked with {} records", messages.len()));
+        self.trace.step(format!(
+            "{instance} invoked with {} records (jobs {:?})",
+            messages.len(),
+            messages
+                .iter()
+                .map(|message| job_of_body(&message.body))
+                .collect::<Vec<_>>()
+        ));
         self.push_invocation(instance, messages, timeout, true)
     }
 

@@ -627,7 +627,7 @@ impl MemoryQueue {
                 group_id: message.group_id,
                 deduplication_id: message.deduplication_id,
                 trace_header: message.trace_header,
-                sent_at: SystemTime::now(),
+                sent_at: conveyor_core::wall_clock::now(),
                 first_received: None,
                 receive_count: 0,
                 receipt: 0,
@@ -970,7 +970,7 @@ fn lease_lost(message_exists: bool) -> EntryError {
 /// from the wall clock at the first receive would never age, and a consumer counting SQS's 12 hours
 /// from `ApproximateFirstReceiveTimestamp` would find the first receive always just now.
 fn wall_clock_at(at: Instant, now: Instant) -> SystemTime {
-    let wall_now = SystemTime::now();
+    let wall_now = conveyor_core::wall_clock::now();
     wall_now
         .checked_sub(now.saturating_duration_since(at))
         .unwrap_or(wall_now)
@@ -1050,6 +1050,7 @@ impl Queue for MemoryQueue {
             }
             let wake = next_timer.map_or(give_up, |at| at.min(give_up));
             tokio::select! {
+                biased;
                 () = &mut arrival => {}
                 () = tokio::time::sleep_until(wake) => {}
             }
