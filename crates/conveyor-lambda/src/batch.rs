@@ -1255,22 +1255,17 @@ impl BatchProcessor {
             return (Settled::NotStarted, None, None);
         }
         let lease = Lease::new(invocation.deadline);
-        // A redelivery may find its runs spent (its last run's reject landed in the DLQ, the mapping's
-        // delete did not): the pipeline needs the budget before it runs one more, so the queue is
-        // resolved for it (cached per execution environment). A first delivery learns it below, only
-        // when the outcome needs the queue.
-        // A tracked job's status is settled by the pipeline: it must know the last attempt (a
-        // first delivery's run rejected there says `dead_lettered`, not `retrying`).
-        let tracked = self
-            .pipeline
-            .router()
-            .settings()
-            .iter()
-            .any(|(_, settings)| settings.tracked);
-        let max_attempts = if message.attempt() > 1 || tracked {
-            lane.queue.get().await.and_then(|queue| queue.max_receive_count())
-        } else {
-            lane.queue.known_max_receive_count()
+        // The budget counts runs in the store (issue 51, rule 3), and any delivery may find its key's
+        // runs spent: a redelivery (its last run's reject landed in the DLQ, the mapping's delete did
+        // not), and a first delivery too (a deferred copy, or another send of the job with its
+        // producer key, after the key's runs were spent). Without the budget the pipeline ran such a
+        // claim once more (simulator seed 65: "attempt 4 of the 2 the redrive policy allows", a
+        // deferred copy on its first receive). So the queue is resolved for every record (once per
+        // execution environment: the resolver caches it); a tracked job's status needs it too (the
+        // last attempt's rejection says `dead_lettered`, not `retrying`).
+        let max_attempts = match lane.queue.known_max_receive_count() {
+            Some(max) => Some(max),
+            None => lane.queue.get().await.and_then(|queue| queue.max_receive_count()),
         };
         let budget = Budget::default()
             .with_run_deadline(Some(invocation.cutoff))
