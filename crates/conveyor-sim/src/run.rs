@@ -48,6 +48,8 @@ pub struct Observation {
     pub worker_errors: Vec<String>,
     /// The instances that were killed, one entry per kill.
     pub dead_instances: Vec<String>,
+    /// Each kill: the instance and when (ms from the start).
+    pub kills: Vec<(String, u128)>,
     /// The queue was FIFO.
     pub fifo: bool,
     /// The longest function timeout of the scenario's Lambda functions (zero without any).
@@ -58,6 +60,9 @@ pub struct Observation {
     pub redriven_held_until: HashMap<String, u128>,
     /// The claims (key, fencing token) that were completed in the store.
     pub completed_tokens: HashSet<(String, u64)>,
+    /// Each message the queue's retention deleted ([`Scenario::quirks`]): its id, and its age when
+    /// deleted (ms).
+    pub expired: Vec<(String, u128)>,
     /// Tracked seeds: each job's records (one per key its copies claim), as `conveyor jobs show` reads
     /// them [`STATUS_READ_AFTER`] after the end, within the DLQ's retention: (job, key, status).
     pub statuses: Vec<(u32, String, Option<conveyor_core::JobRecord>)>,
@@ -265,7 +270,8 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             MemoryQueue::standard("jobs")
         }
         .with_visibility_timeout(scenario.visibility)
-        .with_dead_letter_queue(Arc::clone(&dlq), scenario.max_receive_count),
+        .with_dead_letter_queue(Arc::clone(&dlq), scenario.max_receive_count)
+        .with_quirks(scenario.quirks),
     );
     let memory_store = Arc::new(MemoryIdempotencyStore::new());
     if scenario.store_misconfigured_until.is_some() {
@@ -336,6 +342,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     let producer = tokio::spawn(produce(plan, start));
 
     let mut dead_instances = Vec::new();
+    let mut kills = Vec::new();
     let mut windows = Vec::new();
     let mut events = scenario.events.clone();
     if let Some(until) = scenario.store_misconfigured_until {
@@ -364,6 +371,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
                         handle.abort();
                     }
                     dead_instances.push(worker.instance.name().to_owned());
+                    kills.push((worker.instance.name().to_owned(), trace.elapsed_ms()));
                 }
             }
             Event::StartWorker => match shared.start_worker(workers.len()) {
@@ -501,10 +509,16 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             .map(|(id, held_until)| (id, held_until.saturating_duration_since(start).as_millis()))
             .collect(),
         left: main.snapshot(),
+        expired: main
+            .expired()
+            .into_iter()
+            .map(|(id, stored, deleted)| (id, deleted.saturating_duration_since(stored).as_millis()))
+            .collect(),
         settled,
         virtual_time,
         worker_errors,
         dead_instances,
+        kills,
         fifo: scenario.fifo,
         longest_invocation: scenario
             .lambdas
@@ -599,11 +613,26 @@ fn window(length: Duration, end: impl FnOnce() + Send + 'static) -> JoinHandle<(
 }
 
 /// Every job sent has had its effect or has a copy in the DLQ, and the queue is empty.
+/// The queue is empty and every job sent had its effect, is in the DLQ, or lost a message to the
+/// queue's retention (the check judges whether that loss is excused).
 fn is_settled(main: &MemoryQueue, dlq: &MemoryQueue, sink: &Sink) -> bool {
     if !main.is_empty() {
         return false;
     }
     let log = sink.log();
+    let expired: HashSet<String> = main.expired().into_iter().map(|(id, _, _)| id).collect();
+    let lost: HashSet<u32> = log
+        .sent
+        .iter()
+        .filter(|(_, id)| expired.contains(id))
+        .map(|(job, _)| *job)
+        .chain(
+            log.received
+                .iter()
+                .filter(|received| expired.contains(&received.message_id))
+                .filter_map(|received| received.job),
+        )
+        .collect();
     let dead: HashSet<u32> = dlq
         .snapshot()
         .iter()
@@ -612,5 +641,5 @@ fn is_settled(main: &MemoryQueue, dlq: &MemoryQueue, sink: &Sink) -> bool {
     let done: HashSet<u32> = log.effects.iter().map(|(job, _)| *job).collect();
     log.sent
         .iter()
-        .all(|(job, _)| done.contains(job) || dead.contains(job))
+        .all(|(job, _)| done.contains(job) || dead.contains(job) || lost.contains(job))
 }

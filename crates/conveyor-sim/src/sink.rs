@@ -88,6 +88,9 @@ pub struct Run {
     /// that applied its effect, then returned only after it was told to stop): the runtime settles
     /// (completes the claim) from here, not from the effect.
     pub returned_ms: Option<u128>,
+    /// Its handler held its result past its effect, to return it late ([`Sink::returns_late`]): until
+    /// `returned_ms`, no runtime could complete the run.
+    pub returns_late: bool,
 }
 
 impl Run {
@@ -415,6 +418,7 @@ impl Sink {
             ended_ms: None,
             end: RunEnd::Unfinished,
             returned_ms: None,
+            returns_late: false,
         });
         let run = log.runs.len() - 1;
         drop(log);
@@ -437,7 +441,14 @@ impl Sink {
         self.trace.step(format!("run {run} ended: {end:?}"));
     }
 
-    /// Run `run`'s handler returns now, after its end (see [`Run::returned_ms`]).
+    /// Run `run`'s handler holds its result past its effect, to return it late ([`Run::returns_late`]).
+    pub fn returns_late(&self, run: usize) {
+        if let Some(record) = self.lock().runs.get_mut(run) {
+            record.returns_late = true;
+        }
+    }
+
+    /// The handler of `run` returned (late: after it was told to stop, its effect applied before).
     pub fn returned(&self, run: usize) {
         let mut log = self.lock();
         let at = self.trace.elapsed_ms();
