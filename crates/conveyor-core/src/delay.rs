@@ -81,7 +81,7 @@ pub type Clock = std::sync::Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// The system clock.
 pub(crate) fn system_clock() -> Clock {
-    std::sync::Arc::new(SystemTime::now)
+    std::sync::Arc::new(crate::wall_clock::now)
 }
 
 /// When the job is due, if it carries a due time.
@@ -227,7 +227,7 @@ pub async fn cancel(
     job_type: &str,
     key: &str,
 ) -> Result<Cancelled, CancelError> {
-    cancel_at(store, style, job_type, key, SystemTime::now()).await
+    cancel_at(store, style, job_type, key, crate::wall_clock::now()).await
 }
 
 /// [`cancel`] at `now` (the simulator's virtual clock).

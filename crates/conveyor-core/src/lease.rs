@@ -211,7 +211,7 @@ impl std::fmt::Display for CancelReason {
 /// Converts a (tokio) instant to wall-clock time.
 pub(crate) fn to_wall_clock(instant: Instant) -> SystemTime {
     let now = Instant::now();
-    let wall = SystemTime::now();
+    let wall = crate::wall_clock::now();
     if instant >= now {
         wall + (instant - now)
     } else {

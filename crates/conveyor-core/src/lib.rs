@@ -51,6 +51,8 @@ pub mod trace;
 mod tracking;
 mod unrun;
 mod visibility_cap;
+#[doc(hidden)] // a simulation hook: the simulator runs the runtimes on a virtual wall clock
+pub mod wall_clock;
 
 pub use background::BackgroundTask;
 pub use backoff::Backoff;

@@ -201,7 +201,7 @@ impl Failure {
             receive_count,
             source_queue: source_queue.to_owned(),
             handler: handler.to_owned(),
-            failed_at_ms: epoch_millis(SystemTime::now()),
+            failed_at_ms: epoch_millis(crate::wall_clock::now()),
             retries_exhausted: false,
             receives_exhausted: false,
             not_run: None,

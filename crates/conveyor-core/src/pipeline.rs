@@ -901,7 +901,7 @@ async fn claim(
 ) -> Result<Claim, Box<Processed>> {
     let job_type = handler.job_type();
     let settings = handler.settings();
-    let now = SystemTime::now();
+    let now = crate::wall_clock::now();
     let key = match settings.key_style.key(job_type, message) {
         Ok(key) => key,
         Err(error) => {
@@ -1089,6 +1089,7 @@ async fn run(
     let cancel = lease.cancellation().clone();
     let mut handler = AssertUnwindSafe(job(ctx)).catch_unwind();
     let stopped = tokio::select! {
+        biased;
         result = tokio::time::timeout_at(limits.deadline, &mut handler) => match result {
             Ok(finished) if cancel.is_cancelled() => return late_result(finished, Stopped::Cancelled, limits),
             Ok(finished) => return judge(finished),
@@ -1292,7 +1293,7 @@ async fn complete(
     change: Option<&JobChange>,
     lease: &Lease,
 ) {
-    let expires_at = SystemTime::now() + settings.settled_record_ttl();
+    let expires_at = crate::wall_clock::now() + settings.settled_record_ttl();
     let complete = |output| async move {
         match change {
             Some(change) => store.complete_tracked(claim, output, expires_at, change).await,

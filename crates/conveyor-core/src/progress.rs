@@ -13,7 +13,7 @@
 //! refused, and a report can never land after the job's end.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -35,7 +35,7 @@ impl ProgressReporter {
         let progress = Progress {
             percent: percent.min(100),
             message,
-            at: SystemTime::now(),
+            at: crate::wall_clock::now(),
         };
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(progress);
         self.reported.notify_one();
@@ -85,6 +85,7 @@ async fn write_reports(
 ) {
     loop {
         tokio::select! {
+            biased;
             () = reporter.reported.notified() => {}
             () = stop.cancelled() => return,
         }
@@ -102,6 +103,7 @@ async fn write_reports(
             }
         }
         tokio::select! {
+            biased;
             () = tokio::time::sleep(interval) => {}
             () = stop.cancelled() => return,
         }

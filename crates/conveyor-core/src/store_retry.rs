@@ -57,6 +57,7 @@ impl<'a> StoreRetry<'a> {
             return true;
         };
         tokio::select! {
+            biased;
             () = tokio::time::sleep(pause) => true,
             () = stop.cancelled() => false,
         }

@@ -640,6 +640,7 @@ impl BackgroundTask for TimerRelay {
                     }
                 }
                 tokio::select! {
+                    biased;
                     () = drain.cancelled() => return,
                     () = tokio::time::sleep(crate::backoff::equal_jitter(self.interval)) => {}
                 }

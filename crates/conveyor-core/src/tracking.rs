@@ -134,7 +134,7 @@ impl JobChange {
             attempt,
             error: None,
             progress: None,
-            at: SystemTime::now(),
+            at: crate::wall_clock::now(),
             keep_until: None,
             spend_runs: None,
         }

@@ -33,7 +33,7 @@
 //! refusal (a misconfigured table) is a configuration error, not an outage: it is not waited out.
 //! Only a handler with a store and idempotency on is asked.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -157,7 +157,7 @@ async fn ask(
             }
         };
     }
-    let now = SystemTime::now();
+    let now = crate::wall_clock::now();
     let request = ClaimRequest {
         key: key.to_owned(),
         lease_until: now + CLAIM_LEASE,
@@ -196,5 +196,5 @@ async fn ask(
 
 /// A completed record that still counts (past its expiry it is free to claim, whatever it says).
 fn completed(record: &IdempotencyRecord) -> bool {
-    record.status == RecordStatus::Completed && record.expires_at > SystemTime::now()
+    record.status == RecordStatus::Completed && record.expires_at > crate::wall_clock::now()
 }

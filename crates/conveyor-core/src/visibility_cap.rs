@@ -26,7 +26,7 @@ pub fn visibility_cap(message: &Message, at: Instant, now: SystemTime) -> Instan
 /// (see [`visibility_cap`]), measured now.
 pub fn visibility_room(message: &Message, latest_call: Instant) -> Duration {
     let now = Instant::now();
-    visibility_cap(message, now, SystemTime::now()).saturating_duration_since(latest_call.max(now))
+    visibility_cap(message, now, crate::wall_clock::now()).saturating_duration_since(latest_call.max(now))
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::{FifoFailure, LambdaConfig};
 use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
@@ -275,6 +275,7 @@ impl LateDeferrer {
         lanes_done: &tokio::sync::Notify,
     ) -> Vec<(usize, Settled)> {
         tokio::select! {
+            biased;
             () = tokio::time::sleep_until(cutoff) => {}
             () = lanes_done.notified() => return Vec::new(),
         }
@@ -347,7 +348,16 @@ struct SourceQueue {
     checked: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// True once the visibility cover of this source's records is over (landed, refused or given
     /// up): a later visibility change of a record waits for it, so the cover never overwrites it.
-    covered: tokio::sync::watch::Sender<bool>,
+    covered: CoverDone,
+}
+
+/// A source's visibility cover is over ([`SourceQueue::cover_done`]): a flag and the lanes waiting
+/// for it. Not a `watch` channel: its waiters sit in shards picked at random, so the order the lanes
+/// wake in (and so a simulation's replay) would change from run to run.
+#[derive(Debug, Default)]
+struct CoverDone {
+    done: AtomicBool,
+    waiters: tokio::sync::Notify,
 }
 
 impl SourceQueue {
@@ -380,13 +390,19 @@ impl SourceQueue {
 
     /// Marks the visibility cover of this source's records over.
     fn cover_done(&self) {
-        self.covered.send_replace(true);
+        self.covered.done.store(true, Ordering::Release);
+        self.covered.waiters.notify_waiters();
     }
 
     /// Waits until the visibility cover of this source's records is over, at most until `until`.
     async fn cover_over(&self, until: Instant) {
-        let mut covered = self.covered.subscribe();
-        let _ = tokio::time::timeout_at(until, covered.wait_for(|done| *done)).await;
+        let notified = self.covered.waiters.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.covered.done.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout_at(until, notified).await;
     }
 
     /// The queue for the visibility cover as the lanes start (`src/cover.rs`): resolved now, but
@@ -513,7 +529,7 @@ async fn cover_source(
         return Vec::new();
     };
     let needed = cover::needed_until(deadline, Instant::now());
-    let now = SystemTime::now();
+    let now = conveyor_core::wall_clock::now();
     let visibility = queue.visibility_timeout();
     let stale: Vec<&Covered> = records
         .iter()
@@ -745,7 +761,7 @@ impl BatchProcessor {
     ) -> Result<SqsBatchResponse, BatchFailed> {
         let report = self.process_batch_report(event, deadline).await;
         if self.emit_metrics {
-            let now = SystemTime::now();
+            let now = conveyor_core::wall_clock::now();
             let lines: String = report
                 .metrics
                 .iter()
@@ -771,7 +787,7 @@ impl BatchProcessor {
         let mut failures: Vec<(usize, String)> = Vec::new();
         let mut invocation_error = None;
         let records = event.records.len();
-        let arrived = SystemTime::now();
+        let arrived = conveyor_core::wall_clock::now();
         for (index, record) in event.records.into_iter().enumerate() {
             let source = source_for(
                 &mut sources,
@@ -961,7 +977,7 @@ impl BatchProcessor {
                 resolved: tokio::sync::OnceCell::new(),
                 invocation_time,
                 checked: Arc::clone(&self.checked),
-                covered: tokio::sync::watch::channel(false).0,
+                covered: CoverDone::default(),
             });
             // FIFO queue names (and so their ARNs) end in `.fifo`.
             let fifo = source.arn.ends_with(".fifo");
@@ -1233,22 +1249,17 @@ impl BatchProcessor {
             return (Settled::NotStarted, None, None);
         }
         let lease = Lease::new(invocation.deadline);
-        // A redelivery may find its runs spent (its last run's reject landed in the DLQ, the mapping's
-        // delete did not): the pipeline needs the budget before it runs one more, so the queue is
-        // resolved for it (cached per execution environment). A first delivery learns it below, only
-        // when the outcome needs the queue.
-        // A tracked job's status is settled by the pipeline: it must know the last attempt (a
-        // first delivery's run rejected there says `dead_lettered`, not `retrying`).
-        let tracked = self
-            .pipeline
-            .router()
-            .settings()
-            .iter()
-            .any(|(_, settings)| settings.tracked);
-        let max_attempts = if message.attempt() > 1 || tracked {
-            lane.queue.get().await.and_then(|queue| queue.max_receive_count())
-        } else {
-            lane.queue.known_max_receive_count()
+        // The budget counts runs in the store (issue 51, rule 3), and any delivery may find its key's
+        // runs spent: a redelivery (its last run's reject landed in the DLQ, the mapping's delete did
+        // not), and a first delivery too (a deferred copy, or another send of the job with its
+        // producer key, after the key's runs were spent). Without the budget the pipeline ran such a
+        // claim once more (simulator seed 65: "attempt 4 of the 2 the redrive policy allows", a
+        // deferred copy on its first receive). So the queue is resolved for every record (once per
+        // execution environment: the resolver caches it); a tracked job's status needs it too (the
+        // last attempt's rejection says `dead_lettered`, not `retrying`).
+        let max_attempts = match lane.queue.known_max_receive_count() {
+            Some(max) => Some(max),
+            None => lane.queue.get().await.and_then(|queue| queue.max_receive_count()),
         };
         let budget = Budget::default()
             .with_run_deadline(Some(invocation.cutoff))
@@ -1890,6 +1901,7 @@ mod tests {
     use conveyor_core::runtime::{DUE_ATTRIBUTE, due_value};
     use conveyor_core::{Payloads, Router};
     use conveyor_testing::{MemoryPayloadStore, MemoryQueue};
+    use std::time::SystemTime;
 
     const DAY: Duration = Duration::from_secs(24 * 3600);
 

@@ -7,7 +7,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use conveyor_core::message::{DeferralRecord, Message};
 use conveyor_core::runtime::{
@@ -48,8 +47,8 @@ impl Tenants {
         match self.guards.admit_after(tenant, deferrals) {
             TenantAdmission::Run(slot) => {
                 if tenant.is_some() {
-                    let dwell =
-                        first_sent(message).and_then(|sent| SystemTime::now().duration_since(sent).ok());
+                    let dwell = first_sent(message)
+                        .and_then(|sent| conveyor_core::wall_clock::now().duration_since(sent).ok());
                     self.metrics.started(tenant, dwell);
                 }
                 let processed = process.await;

@@ -1,5 +1,6 @@
 //! The invariants every run must keep, checked on what it left behind.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
@@ -299,7 +300,7 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
             by.join("; ")
         ));
     }
-    if effects == 0 && dead.is_empty() && left == 0 {
+    if effects == 0 && dead.is_empty() && left == 0 && !expired_past_its_retention(scenario, job, observed) {
         violations.push(format!(
             "job {}: lost: no effect, no copy in the DLQ, none in the queue ({} runs)",
             job.id,
@@ -320,17 +321,78 @@ fn check_job(scenario: &Scenario, job: &JobSpec, observed: &Observation, violati
     for copy in dead {
         check_dead_letter(scenario, job, copy, &runs, observed, violations);
     }
-    let failing = runs
+    check_budget(scenario, job, &runs, violations);
+}
+
+/// Runs within the budget: the retry budget counts runs recorded in the store, per idempotency key
+/// (every copy of a job with a producer key shares one; a job without one has its message's), so no
+/// key sees more failed runs than `maxReceiveCount`, however many copies were sent. (The check used to
+/// allow `maxReceiveCount` per send, which let a key with two copies fail twice its budget.)
+fn check_budget(scenario: &Scenario, job: &JobSpec, runs: &[&Run], violations: &mut Vec<String>) {
+    let mut per_key: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for run in runs
         .iter()
         .filter(|run| matches!(run.end, RunEnd::Failed | RunEnd::Permanent))
-        .count();
-    let allowed = scenario.max_receive_count as usize * sends;
-    if failing > allowed {
-        violations.push(format!(
-            "job {}: {failing} failed runs, more than the {allowed} its {sends} sends allow (maxReceiveCount {})",
-            job.id, scenario.max_receive_count
-        ));
+    {
+        let key = run.key.as_deref().unwrap_or(run.message_id.as_str());
+        *per_key.entry(key).or_default() += 1;
     }
+    for (key, failing) in per_key {
+        if failing > scenario.max_receive_count as usize {
+            violations.push(format!(
+                "job {}: {failing} failed runs under key {key}, more than maxReceiveCount {} (the budget counts \
+                 runs in the store)",
+                job.id, scenario.max_receive_count
+            ));
+        }
+    }
+}
+
+/// A message of `job` was deleted by the queue's retention ([`Quirks::retention`]) at an age past
+/// the retention: the one excused loss (counted, [`expired_by_retention`]). A message the queue
+/// deleted younger than its retention is no excuse.
+///
+/// [`Quirks::retention`]: conveyor_testing::Quirks::retention
+fn expired_past_its_retention(scenario: &Scenario, job: &JobSpec, observed: &Observation) -> bool {
+    let Some(retention) = scenario.quirks.retention else {
+        return false;
+    };
+    let of_job: HashSet<&str> = observed
+        .log
+        .received
+        .iter()
+        .filter(|received| received.job == Some(job.id))
+        .map(|received| received.message_id.as_str())
+        .chain(
+            observed
+                .log
+                .sent
+                .iter()
+                .filter(|(sent, _)| *sent == job.id)
+                .map(|(_, id)| id.as_str()),
+        )
+        .collect();
+    observed
+        .expired
+        .iter()
+        .any(|(id, age)| of_job.contains(id.as_str()) && *age >= retention.as_millis())
+}
+
+/// The jobs lost to the queue's retention, each past it ([`expired_past_its_retention`]): counted,
+/// not failures.
+pub fn expired_by_retention(scenario: &Scenario, observed: &Observation) -> usize {
+    scenario
+        .jobs
+        .iter()
+        .filter(|job| {
+            let effects = observed.log.effects.iter().any(|(done, _)| *done == job.id);
+            let of_job = |message: &QueuedMessage| job_of_body(&message.body) == Some(job.id);
+            !effects
+                && !observed.dead_lettered.iter().any(of_job)
+                && !observed.left.iter().any(of_job)
+                && expired_past_its_retention(scenario, job, observed)
+        })
+        .count()
 }
 
 /// SQS's redrive moved the job's message (its DLQ copies carry no reason) at a last receive where no
@@ -490,6 +552,13 @@ fn check_status(
             // The documented at-least-once window: the run's completion never landed (its process
             // stopped or died in a store outage after the effect), so its record still says running.
             JobStatus::Running if effects > 0 && completion_lost_in_the_window(job.id, observed) => None,
+            // A job the queue's retention deleted (past it) is nowhere, and no runtime could know:
+            // its last status stands (counted as expired, not excused otherwise).
+            JobStatus::Running | JobStatus::Retrying | JobStatus::Sent
+                if left == 0 && expired_past_its_retention(scenario, job, observed) =>
+            {
+                None
+            }
             JobStatus::Running | JobStatus::Retrying | JobStatus::Sent => (left == 0).then(|| {
                 format!(
                     "says {status} but no copy is left in the queue (in the DLQ: {dead}, effects: {effects})"
@@ -1086,7 +1155,7 @@ fn completion_lost_in_the_window(job: u32, observed: &Observation) -> bool {
     let second = effects.next();
     first
         .filter(|run| {
-            observed.dead_instances.contains(&run.instance)
+            killed_before_its_completion(run, observed)
                 || (run.instance.starts_with("lambda-")
                     && store_down_after_the_effect(run, log, observed.longest_invocation))
                 || second
@@ -1095,6 +1164,33 @@ fn completion_lost_in_the_window(job: u32, observed: &Observation) -> bool {
         })
         .and_then(|run| Some((run.key.clone()?, run.token?)))
         .is_some_and(|claim| !observed.completed_tokens.contains(&claim))
+}
+
+/// `run`'s process was killed after its effect, before its completion could land: while its handler
+/// still held its result (a late return), within a second and two store calls of the effect (or of
+/// the handler's return), or later while the store was down from then on (the completion is tried
+/// every half second through an outage). A kill at any other time excuses nothing: a run
+/// whose worker lived on with the store up completes, and a double effect then is a defect.
+fn killed_before_its_completion(run: &Run, observed: &Observation) -> bool {
+    let Some(effect) = run.settled_from_ms() else {
+        return false;
+    };
+    let latency = observed.store_latency.as_millis();
+    let calls = effect + 2 * latency + RECOVERY_RACE_MS;
+    // A handler still holding its result (to return it late) when its process died: nothing could
+    // complete the run before the kill.
+    let holding = run.returns_late && run.returned_ms.is_none();
+    observed.kills.iter().any(|(instance, at)| {
+        *instance == run.instance
+            && *at >= effect
+            && (holding
+                || *at <= calls
+                || observed.log.store_outages.iter().any(|(from, to)| {
+                    *from <= effect + latency
+                        && effect <= to + latency
+                        && *at <= to + latency + RECOVERY_RACE_MS
+                }))
+    })
 }
 
 /// The store was down when `first`'s completion reached it (a call reaches the store up to the store

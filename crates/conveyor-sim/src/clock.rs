@@ -13,6 +13,11 @@
 //! Lapses are decided here, with DynamoDB's condition at virtual now: a record that is free then is
 //! marked expired in the inner store just before the claim, so the inner store's atomic claim (and its
 //! fencing on tokens) does the rest. Everything runs on one thread with no await between the two steps.
+//!
+//! A run also makes the virtual wall clock its thread's wall clock ([`VirtualStore::wall_clock`],
+//! `conveyor_core::wall_clock`): the times the runtimes compute are then virtual already, the
+//! conversions reduce to the consumers' skews, and no real time reaches the run (a seed replays
+//! exactly). Without it (a test of the store alone) times are converted from the real wall clock.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -35,6 +40,11 @@ pub struct VirtualStore {
     inner: Arc<MemoryIdempotencyStore>,
     origin: Instant,
     completed: Mutex<HashSet<(String, u64)>>,
+}
+
+/// The virtual wall clock at tokio time now, for a run that started at `origin`.
+fn virtual_now(origin: Instant) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(VIRTUAL_EPOCH_SECS) + (Instant::now() - origin)
 }
 
 fn round_to_millis(duration: Duration) -> Duration {
@@ -61,12 +71,26 @@ impl VirtualStore {
 
     /// The virtual wall clock now.
     pub fn now(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(VIRTUAL_EPOCH_SECS) + (Instant::now() - self.origin)
+        virtual_now(self.origin)
+    }
+
+    /// The virtual wall clock as a clock the runtimes can read: a run sets it as its thread's wall
+    /// clock (`conveyor_core::wall_clock::set_for_thread`), so that every wall-clock time a runtime
+    /// computes (a lease's end, a record's expiry, when a batch arrived, the queue's first-receive
+    /// timestamps) follows tokio's paused clock and a seed replays exactly. Without it the store turns
+    /// the real wall clock's times into virtual ones (to the millisecond), and real time leaks in.
+    pub fn wall_clock(&self) -> conveyor_core::runtime::Clock {
+        let origin = self.origin;
+        Arc::new(move || virtual_now(origin))
     }
 
     /// A time a caller with clock `skew` sent (computed from its real wall clock) on the virtual clock.
     fn to_virtual(&self, time: SystemTime, skew: Skew) -> SystemTime {
-        let real = SystemTime::now();
+        let real = conveyor_core::wall_clock::now();
+        if real == self.now() {
+            // The caller's wall clock is this one ([`Self::wall_clock`]): nothing to convert.
+            return skew.apply(time);
+        }
         let virtual_time = match time.duration_since(real) {
             Ok(ahead) => self.now() + round_to_millis(ahead),
             Err(behind) => self.now() - round_to_millis(behind.duration()),
@@ -76,7 +100,10 @@ impl VirtualStore {
 
     /// A virtual time as the wall clock of a caller with clock `skew` sees it.
     fn to_caller(&self, time: SystemTime, skew: Skew) -> SystemTime {
-        let real = SystemTime::now();
+        let real = conveyor_core::wall_clock::now();
+        if real == self.now() {
+            return skew.undo(time);
+        }
         let caller_time = match time.duration_since(self.now()) {
             Ok(ahead) => real + ahead,
             Err(behind) => real - behind.duration(),

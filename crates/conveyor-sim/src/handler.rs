@@ -60,6 +60,7 @@ impl Handler for SimHandler {
             Some((LateKind::Return, by)) => {
                 let result = self.work(job, &ctx, run, step).await;
                 if result.is_ok() {
+                    self.sink.returns_late(run);
                     self.wait_past(ctx.cancelled(), by).await;
                     self.sink.returned(run);
                 }
@@ -271,6 +272,9 @@ impl BatchHandler for SimBatchHandler {
             Some((LateKind::Return, by)) => {
                 let results = self.work(begun, &cancel).await;
                 if results.iter().any(Result::is_ok) {
+                    for run in &runs {
+                        handler.sink.returns_late(*run);
+                    }
                     handler.wait_past(stop, by).await;
                     for run in &runs {
                         handler.sink.returned(*run);
@@ -407,6 +411,7 @@ async fn work_for(duration: Duration, stop: &CancellationToken, ignores_cancella
         return true;
     }
     tokio::select! {
+        biased;
         () = tokio::time::sleep(duration) => true,
         () = stop.cancelled() => false,
     }

@@ -80,15 +80,17 @@ impl Function {
         let mut initialised = false;
         loop {
             let received = tokio::select! {
+                biased;
                 received = self.queue.receive(self.spec.batch_size, Duration::from_secs(20)) => received,
                 () = stop.cancelled() => return,
             };
-            let mut messages = match received {
+            let messages = match received {
                 Ok(messages) if messages.is_empty() => continue,
                 Ok(messages) => messages,
                 Err(error) => {
                     self.sink.step(format!("{}: receive failed: {error}", self.name));
                     tokio::select! {
+                        biased;
                         () = tokio::time::sleep(Duration::from_secs(1)) => continue,
                         () = stop.cancelled() => return,
                     }
@@ -98,15 +100,9 @@ impl Function {
             // visibility timeout runs from the receive.
             if !self.spec.invoke_delay.is_zero() {
                 tokio::select! {
+                    biased;
                     () = tokio::time::sleep(self.spec.invoke_delay) => {}
                     () = stop.cancelled() => return,
-                }
-                // The first-receive times were read off the wall clock, which stands still under the
-                // paused clock: as the function's clock reads them now, they are that much older.
-                for message in &mut messages {
-                    message.first_received_at = message
-                        .first_received_at
-                        .and_then(|first| first.checked_sub(self.spec.invoke_delay));
                 }
             }
             if !initialised {

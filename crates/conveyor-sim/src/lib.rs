@@ -119,6 +119,8 @@ pub struct Report {
     /// Jobs whose effect was applied twice inside the documented at-least-once window (a process
     /// killed between its effect and its completion): counted, not failures.
     pub in_the_window: usize,
+    /// Jobs lost to the queue's retention, each past it (`Quirks::retention`): counted, not failures.
+    pub expired: usize,
     /// Jobs in the scenario.
     pub jobs: usize,
     /// Messages the producer sent.
@@ -169,6 +171,7 @@ pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
                 seed,
                 violations: vec![format!("could not build the runtime: {error}")],
                 in_the_window: 0,
+                expired: 0,
                 jobs: scenario.jobs.len(),
                 sends: 0,
                 receives: 0,
@@ -199,6 +202,7 @@ pub fn simulate_scenario(scenario: &Scenario, trace: bool) -> Report {
         seed,
         violations,
         in_the_window: check::in_the_window(scenario, &observed),
+        expired: check::expired_by_retention(scenario, &observed),
         jobs: scenario.jobs.len(),
         sends: observed.log.sent.len(),
         receives: observed.log.received.len(),

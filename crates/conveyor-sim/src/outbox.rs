@@ -19,7 +19,7 @@
 //! after its lease was taken over; with many aggregates blocked, every job of the others committed
 //! well before the fix (250 s, past every other fault) was accepted before it, unless no relay ran.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -733,10 +733,10 @@ fn check(scenario: &OutboxScenario, log: &Log) -> OutboxReport {
             .iter()
             .map(|(job, relay)| format!("accepted {}#{} from {relay}", job.aggregate, job.sequence)),
     );
-    let per_relay: HashMap<&str, usize> =
+    let per_relay: std::collections::BTreeMap<&str, usize> =
         log.accepted
             .iter()
-            .fold(HashMap::new(), |mut counts, (_, relay)| {
+            .fold(std::collections::BTreeMap::new(), |mut counts, (_, relay)| {
                 *counts.entry(relay.as_str()).or_default() += 1;
                 counts
             });

@@ -48,6 +48,8 @@ pub struct Observation {
     pub worker_errors: Vec<String>,
     /// The instances that were killed, one entry per kill.
     pub dead_instances: Vec<String>,
+    /// Each kill: the instance and when (ms from the start).
+    pub kills: Vec<(String, u128)>,
     /// The queue was FIFO.
     pub fifo: bool,
     /// The longest function timeout of the scenario's Lambda functions (zero without any).
@@ -58,6 +60,9 @@ pub struct Observation {
     pub redriven_held_until: HashMap<String, u128>,
     /// The claims (key, fencing token) that were completed in the store.
     pub completed_tokens: HashSet<(String, u64)>,
+    /// Each message the queue's retention deleted ([`Scenario::quirks`]): its id, and its age when
+    /// deleted (ms).
+    pub expired: Vec<(String, u128)>,
     /// Tracked seeds: each job's records (one per key its copies claim), as `conveyor jobs show` reads
     /// them [`STATUS_READ_AFTER`] after the end, within the DLQ's retention: (job, key, status).
     pub statuses: Vec<(u32, String, Option<conveyor_core::JobRecord>)>,
@@ -104,7 +109,10 @@ pub fn run(scenario: &Scenario, trace: bool) -> std::io::Result<Observation> {
         .build()?;
     // The runtimes' own jitter (backoff, deferrals) draws from fastrand's thread-local generator.
     fastrand::seed(scenario.seed);
-    Ok(runtime.block_on(simulate(scenario, Trace::new(trace))))
+    // The trace's origin is taken inside the runtime, on its paused clock: outside it, tokio's
+    // `Instant::now` is the real clock's, and every time the run logs (the checks' too) would carry
+    // a real, unrepeatable offset (seed 84 ran 1 ms apart between two replays).
+    Ok(runtime.block_on(async { simulate(scenario, Trace::new(trace)).await }))
 }
 
 impl Shared<'_> {
@@ -262,13 +270,16 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             MemoryQueue::standard("jobs")
         }
         .with_visibility_timeout(scenario.visibility)
-        .with_dead_letter_queue(Arc::clone(&dlq), scenario.max_receive_count),
+        .with_dead_letter_queue(Arc::clone(&dlq), scenario.max_receive_count)
+        .with_quirks(scenario.quirks),
     );
     let memory_store = Arc::new(MemoryIdempotencyStore::new());
     if scenario.store_misconfigured_until.is_some() {
         memory_store.set_misconfigured(true);
     }
     let store = Arc::new(VirtualStore::new(Arc::clone(&memory_store)));
+    // Every wall-clock time the runtimes and the queue compute is virtual: the seed replays exactly.
+    let _wall_clock = conveyor_core::wall_clock::set_for_thread(store.wall_clock());
     let sink = Arc::new(Sink::new(Arc::clone(&store), trace.clone()));
     let shared = Shared {
         scenario,
@@ -331,6 +342,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
     let producer = tokio::spawn(produce(plan, start));
 
     let mut dead_instances = Vec::new();
+    let mut kills = Vec::new();
     let mut windows = Vec::new();
     let mut events = scenario.events.clone();
     if let Some(until) = scenario.store_misconfigured_until {
@@ -359,6 +371,7 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
                         handle.abort();
                     }
                     dead_instances.push(worker.instance.name().to_owned());
+                    kills.push((worker.instance.name().to_owned(), trace.elapsed_ms()));
                 }
             }
             Event::StartWorker => match shared.start_worker(workers.len()) {
@@ -496,10 +509,16 @@ async fn simulate(scenario: &Scenario, trace: Trace) -> Observation {
             .map(|(id, held_until)| (id, held_until.saturating_duration_since(start).as_millis()))
             .collect(),
         left: main.snapshot(),
+        expired: main
+            .expired()
+            .into_iter()
+            .map(|(id, stored, deleted)| (id, deleted.saturating_duration_since(stored).as_millis()))
+            .collect(),
         settled,
         virtual_time,
         worker_errors,
         dead_instances,
+        kills,
         fifo: scenario.fifo,
         longest_invocation: scenario
             .lambdas
@@ -594,11 +613,26 @@ fn window(length: Duration, end: impl FnOnce() + Send + 'static) -> JoinHandle<(
 }
 
 /// Every job sent has had its effect or has a copy in the DLQ, and the queue is empty.
+/// The queue is empty and every job sent had its effect, is in the DLQ, or lost a message to the
+/// queue's retention (the check judges whether that loss is excused).
 fn is_settled(main: &MemoryQueue, dlq: &MemoryQueue, sink: &Sink) -> bool {
     if !main.is_empty() {
         return false;
     }
     let log = sink.log();
+    let expired: HashSet<String> = main.expired().into_iter().map(|(id, _, _)| id).collect();
+    let lost: HashSet<u32> = log
+        .sent
+        .iter()
+        .filter(|(_, id)| expired.contains(id))
+        .map(|(job, _)| *job)
+        .chain(
+            log.received
+                .iter()
+                .filter(|received| expired.contains(&received.message_id))
+                .filter_map(|received| received.job),
+        )
+        .collect();
     let dead: HashSet<u32> = dlq
         .snapshot()
         .iter()
@@ -607,5 +641,5 @@ fn is_settled(main: &MemoryQueue, dlq: &MemoryQueue, sink: &Sink) -> bool {
     let done: HashSet<u32> = log.effects.iter().map(|(job, _)| *job).collect();
     log.sent
         .iter()
-        .all(|(job, _)| done.contains(job) || dead.contains(job))
+        .all(|(job, _)| done.contains(job) || dead.contains(job) || lost.contains(job))
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::runtime::CLOCK_SKEW_ALLOWANCE;
+use conveyor_testing::Quirks;
 use fastrand::Rng;
 
 /// What one handler run does.
@@ -183,6 +184,10 @@ pub struct Scenario {
     /// whose step fails) when a job after them has a result, as a handler that collects only its
     /// writes' results does (a third of the batch seeds).
     pub short_results: bool,
+    /// How the queue misbehaves as real ones do ([`Quirks`], one mode per seed in half the seeds, a
+    /// generator of its own): a FIFO group unlocked early (LocalStack), a stale delete that succeeds,
+    /// a standard queue delivering a message twice, retention that deletes old messages.
+    pub quirks: Quirks,
 }
 
 /// How a late job's handler misbehaves ([`Late`]).
@@ -252,6 +257,15 @@ const MANAGED_INSTANCES_SALT: u64 = 0x4c4d_4920_6c61_6d62;
 
 /// Seeds the generator of the late handlers and short batch results (`seed ^` this).
 const LATE_SALT: u64 = 0x1a7e_1a7e_1a7e_1a7e;
+
+/// Whether FIFO seeds draw LocalStack's early group unlock ([`Quirks::early_group_unlock`]). Not yet:
+/// with it, seed 17 of 0..200 breaks FIFO order on a Lambda (a follower handed out, and run, while
+/// its group's head waited out a retry delay in flight; the adapter's group gate orders only the
+/// lanes of one process while they run). The runtimes have no guard for it (issue 51, rule 5).
+const EARLY_GROUP_UNLOCK_DRAWN: bool = false;
+
+/// The queue misbehaviours' generator ([`Scenario::with_queue_quirks`]).
+const QUIRKS_SALT: u64 = 0x9e1c_0a1d_9e1c_0a1d;
 
 /// Every seed `failed-seeds.txt` listed before late handlers existed: their scenarios stay as they were.
 const FAILED_BEFORE_LATE: [u64; 49] = [
@@ -364,7 +378,9 @@ impl Scenario {
             batch: batch(seed),
             late: None,
             short_results: false,
+            quirks: Quirks::default(),
         }
+        .with_queue_quirks()
         .with_late_handlers()
         .with_long_jobs()
     }
@@ -406,6 +422,40 @@ impl Scenario {
                 self.long_jobs.push(id);
             }
         }
+        self
+    }
+
+    /// Half the seeds get one of the queue's misbehaviours ([`Quirks`]), from a generator of their own
+    /// (every other draw stays as it was): a FIFO group unlocked early (FIFO seeds), a duplicate of
+    /// every few deliveries (standard seeds), a stale delete that succeeds, or a retention of 2 to 30
+    /// minutes (a job whose every copy outlived it is lost, excused only then, and counted).
+    fn with_queue_quirks(mut self) -> Scenario {
+        let mut rng = Rng::with_seed(self.seed ^ QUIRKS_SALT);
+        if !chance(&mut rng, 50) {
+            return self;
+        }
+        self.quirks = match rng.u8(0..4) {
+            0 if self.fifo && EARLY_GROUP_UNLOCK_DRAWN => Quirks {
+                early_group_unlock: true,
+                ..Quirks::default()
+            },
+            0 if self.fifo => Quirks {
+                stale_delete_succeeds: true,
+                ..Quirks::default()
+            },
+            0 => Quirks {
+                duplicate_every: Some(rng.u32(2..=8)),
+                ..Quirks::default()
+            },
+            1 | 2 => Quirks {
+                stale_delete_succeeds: true,
+                ..Quirks::default()
+            },
+            _ => Quirks {
+                retention: Some(secs(&mut rng, 120..=1800)),
+                ..Quirks::default()
+            },
+        };
         self
     }
 

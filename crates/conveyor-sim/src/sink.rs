@@ -2,7 +2,7 @@
 //! invariants are checked against: sends, receives, runs, effects and refused effects.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use conveyor_core::message::DEFERRAL_ATTRIBUTE;
 use conveyor_core::{message::Message, port::RecordStatus};
@@ -88,6 +88,9 @@ pub struct Run {
     /// that applied its effect, then returned only after it was told to stop): the runtime settles
     /// (completes the claim) from here, not from the effect.
     pub returned_ms: Option<u128>,
+    /// Its handler held its result past its effect, to return it late ([`Sink::returns_late`]): until
+    /// `returned_ms`, no runtime could complete the run.
+    pub returns_late: bool,
 }
 
 impl Run {
@@ -243,7 +246,9 @@ impl Sink {
         // The queue dates the first receive on its (virtual) clock, counted back from the wall clock
         // now: its age is the virtual time since.
         let first_received_ms = message.first_received_at.map(|first| {
-            let age = SystemTime::now().duration_since(first).unwrap_or_default();
+            let age = conveyor_core::wall_clock::now()
+                .duration_since(first)
+                .unwrap_or_default();
             at_ms.saturating_sub(age.as_millis())
         });
         self.lock().received.push(Received {
@@ -316,8 +321,14 @@ impl Sink {
     /// A Lambda invocation of `instance` processes `messages`, until `timeout` at the latest; returns
     /// its index in [`Log::invocations`] for [`Sink::invocation_over`].
     pub fn invoked(&self, instance: &str, messages: &[Message], timeout: Duration) -> usize {
-        self.trace
-            .step(format!("{instance} invoked with {} records", messages.len()));
+        self.trace.step(format!(
+            "{instance} invoked with {} records (jobs {:?})",
+            messages.len(),
+            messages
+                .iter()
+                .map(|message| job_of_body(&message.body))
+                .collect::<Vec<_>>()
+        ));
         self.push_invocation(instance, messages, timeout, true)
     }
 
@@ -407,6 +418,7 @@ impl Sink {
             ended_ms: None,
             end: RunEnd::Unfinished,
             returned_ms: None,
+            returns_late: false,
         });
         let run = log.runs.len() - 1;
         drop(log);
@@ -429,7 +441,14 @@ impl Sink {
         self.trace.step(format!("run {run} ended: {end:?}"));
     }
 
-    /// Run `run`'s handler returns now, after its end (see [`Run::returned_ms`]).
+    /// Run `run`'s handler holds its result past its effect, to return it late ([`Run::returns_late`]).
+    pub fn returns_late(&self, run: usize) {
+        if let Some(record) = self.lock().runs.get_mut(run) {
+            record.returns_late = true;
+        }
+    }
+
+    /// The handler of `run` returned (late: after it was told to stop, its effect applied before).
     pub fn returned(&self, run: usize) {
         let mut log = self.lock();
         let at = self.trace.elapsed_ms();

@@ -31,7 +31,7 @@ pub use faults::{faulty_dynamodb_client, faulty_sqs_client, with_faults_dynamodb
 pub use localstack::{QueueSpec, TestQueue};
 pub use memory_flows::{MemoryFlows, QueueSender};
 pub use memory_payloads::{MemoryPayloadStore, PayloadRequests};
-pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage};
+pub use memory_queue::{MemoryQueue, MessageState, QueueRequests, QueuedMessage, Quirks};
 pub use memory_store::{MemoryIdempotencyStore, StoreRequests};
 pub use memory_timers::MemoryTimers;
 pub use ports::free_port;

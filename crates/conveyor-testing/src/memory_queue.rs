@@ -94,6 +94,26 @@ pub struct QueuedMessage {
     pub state: MessageState,
 }
 
+/// Behaviours real queues have where [`MemoryQueue`] is strict by default: a simulation turns them on
+/// ([`MemoryQueue::with_quirks`]) so that the runtimes meet what SQS and the emulators really do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quirks {
+    /// FIFO: a group is unlocked as soon as any of its in-flight messages becomes visible again (its
+    /// visibility timeout ran out, or it was released), while others of the group are still in flight,
+    /// as LocalStack does. SQS keeps the group locked until every message of it is deleted or visible.
+    pub early_group_unlock: bool,
+    /// A delete with a receipt handle that is no longer the message's latest (it was received again
+    /// since) succeeds without deleting it, as SQS's documentation allows ("the request succeeds, but
+    /// the message might not be deleted").
+    pub stale_delete_succeeds: bool,
+    /// Standard queues: every `n`-th delivery also leaves a duplicate of the message visible, a copy
+    /// with the same message id and a receipt of its own, as SQS's at-least-once delivery may.
+    pub duplicate_every: Option<u32>,
+    /// `MessageRetentionPeriod`: a message stored longer than this is deleted, in flight or not
+    /// ([`MemoryQueue::expired`] lists them).
+    pub retention: Option<Duration>,
+}
+
 /// Requests made through the [`Queue`] trait, counted as SQS would bill them (a batch call of up to
 /// 10 entries is one request). [`MemoryQueue::push`] is not counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -162,6 +182,8 @@ struct Stored {
     deduplication_id: Option<String>,
     trace_header: Option<String>,
     sent_at: SystemTime,
+    /// When it was stored, on tokio's clock (retention counts from it; a duplicate keeps its original's).
+    stored_at: Instant,
     /// When it was first received, on tokio's clock (SQS's 12 hours of visibility count from it).
     first_received: Option<Instant>,
     receive_count: u32,
@@ -196,6 +218,8 @@ struct State {
     tombstone_order: VecDeque<u64>,
     dedup: HashMap<String, String>,
     dedup_order: VecDeque<(Instant, String)>,
+    /// Deliveries so far (for [`Quirks::duplicate_every`]).
+    deliveries: u64,
 }
 
 impl State {
@@ -205,7 +229,7 @@ impl State {
     }
 
     /// Makes due delayed and expired in-flight messages visible.
-    fn promote_due(&mut self, now: Instant, fifo: bool) {
+    fn promote_due(&mut self, now: Instant, fifo: bool, quirks: Quirks) {
         while let Some(Reverse((at, seq, version))) = self.timers.peek().copied() {
             if at > now {
                 break;
@@ -223,7 +247,7 @@ impl State {
                 Status::Delayed => self.delayed -= 1,
                 Status::InFlight => {
                     self.in_flight -= 1;
-                    release_group(&mut self.group_in_flight, message.group_id.as_deref());
+                    unlock_group(&mut self.group_in_flight, message.group_id.as_deref(), quirks);
                 }
             }
             message.status = Status::Visible;
@@ -284,6 +308,18 @@ impl State {
             }
         }
     }
+}
+
+/// A message of `group` became visible again: one fewer in flight, or (LocalStack's early unlock,
+/// [`Quirks::early_group_unlock`]) the group unlocked whatever else of it is in flight.
+fn unlock_group(groups: &mut HashMap<String, u32>, group: Option<&str>, quirks: Quirks) {
+    if quirks.early_group_unlock
+        && let Some(group) = group
+    {
+        groups.remove(group);
+        return;
+    }
+    release_group(groups, group);
 }
 
 fn release_group(groups: &mut HashMap<String, u32>, group: Option<&str>) {
@@ -374,6 +410,10 @@ pub struct MemoryQueue {
     unavailable: AtomicBool,
     /// Each message the redrive policy moved: its id and when its last hold ended.
     redriven: std::sync::Mutex<Vec<(String, Instant)>>,
+    /// The real queues' behaviours turned on ([`MemoryQueue::with_quirks`]).
+    quirks: Quirks,
+    /// Each message retention deleted: its id, when it was stored and when it was deleted.
+    expired: std::sync::Mutex<Vec<(String, Instant, Instant)>>,
 }
 
 impl MemoryQueue {
@@ -392,6 +432,8 @@ impl MemoryQueue {
             counters: Counters::default(),
             redriven: std::sync::Mutex::new(Vec::new()),
             unavailable: AtomicBool::new(false),
+            quirks: Quirks::default(),
+            expired: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -414,6 +456,21 @@ impl MemoryQueue {
     pub fn without_fair_queues(mut self) -> Self {
         self.fair = false;
         self
+    }
+
+    /// Turns on behaviours real queues have ([`Quirks`]); none by default.
+    pub fn with_quirks(mut self, quirks: Quirks) -> Self {
+        self.quirks = quirks;
+        self
+    }
+
+    /// Each message [`Quirks::retention`] deleted: its id, when it was stored and when it was deleted
+    /// (tokio's clock), in the order they were deleted.
+    pub fn expired(&self) -> Vec<(String, Instant, Instant)> {
+        self.expired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Sets the queue's visibility timeout (default 30 s, as on SQS).
@@ -484,7 +541,7 @@ impl MemoryQueue {
     /// Every live message (delayed, visible and in flight), oldest first.
     pub fn snapshot(&self) -> Vec<QueuedMessage> {
         let mut state = self.lock();
-        state.promote_due(Instant::now(), self.fifo);
+        state.promote_due(Instant::now(), self.fifo, self.quirks);
         let mut seqs: Vec<u64> = state.messages.keys().copied().collect();
         seqs.sort_unstable();
         seqs.iter()
@@ -524,7 +581,7 @@ impl MemoryQueue {
     /// Exact counts, without counting a request.
     pub fn counts(&self) -> QueueDepth {
         let mut state = self.lock();
-        state.promote_due(Instant::now(), self.fifo);
+        state.promote_due(Instant::now(), self.fifo, self.quirks);
         QueueDepth {
             visible: state.messages.len() as u64 - state.in_flight - state.delayed,
             in_flight: state.in_flight,
@@ -627,7 +684,8 @@ impl MemoryQueue {
                 group_id: message.group_id,
                 deduplication_id: message.deduplication_id,
                 trace_header: message.trace_header,
-                sent_at: SystemTime::now(),
+                sent_at: conveyor_core::wall_clock::now(),
+                stored_at: now,
                 first_received: None,
                 receive_count: 0,
                 receipt: 0,
@@ -676,7 +734,8 @@ impl MemoryQueue {
 
     /// Takes up to `max` messages; redriven ones are returned in `moved` for the DLQ.
     fn take(&self, state: &mut State, max: usize, lease: Lease, moved: &mut Vec<Stored>) -> Vec<Message> {
-        state.promote_due(lease.now, self.fifo);
+        self.expire(state, lease.now);
+        state.promote_due(lease.now, self.fifo, self.quirks);
         let mut batch = Vec::with_capacity(max.min(state.messages.len()));
         if self.fifo {
             self.take_fifo(state, max, lease, &mut batch, moved);
@@ -684,6 +743,58 @@ impl MemoryQueue {
             self.take_standard(state, max, lease, &mut batch, moved);
         }
         batch
+    }
+
+    /// Deletes the messages stored longer than the retention ([`Quirks::retention`]), in flight or not.
+    fn expire(&self, state: &mut State, now: Instant) {
+        let Some(retention) = self.quirks.retention else {
+            return;
+        };
+        let mut old: Vec<u64> = state
+            .messages
+            .iter()
+            .filter(|(_, message)| message.stored_at + retention <= now)
+            .map(|(seq, _)| *seq)
+            .collect();
+        old.sort_unstable();
+        let mut expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
+        for seq in old {
+            if let Some(message) = state.remove(seq, self.fifo) {
+                tracing::debug!(queue = %self.name, id = %message.id, "message deleted: past its retention");
+                expired.push((message.id, message.stored_at, now));
+            }
+        }
+    }
+
+    /// A copy of the message at `seq` as a duplicate delivery leaves it: same id, body and attributes,
+    /// visible, with a receipt of its own.
+    fn duplicate(&self, state: &mut State, seq: u64) {
+        let Some(original) = state.messages.get(&seq) else {
+            return;
+        };
+        let copy = Stored {
+            id: original.id.clone(),
+            body: original.body.clone(),
+            attributes: original.attributes.clone(),
+            group_id: original.group_id.clone(),
+            deduplication_id: original.deduplication_id.clone(),
+            trace_header: original.trace_header.clone(),
+            sent_at: original.sent_at,
+            stored_at: original.stored_at,
+            first_received: original.first_received,
+            // Delivered at the count of the delivery it duplicates (never redriven before it is
+            // delivered as often as the original was).
+            receive_count: original.receive_count.saturating_sub(1),
+            receipt: 0,
+            visible_at: original.visible_at,
+            status: Status::Visible,
+            version: 0,
+        };
+        state.next_seq += 1;
+        let copy_seq = state.next_seq;
+        let version = state.version();
+        state.messages.insert(copy_seq, Stored { version, ..copy });
+        state.ready.push_back((copy_seq, version));
     }
 
     fn redrives(&self, message: &Stored) -> bool {
@@ -717,6 +828,16 @@ impl MemoryQueue {
         }
     }
 
+    /// Whether this delivery leaves a duplicate behind ([`Quirks::duplicate_every`]).
+    fn duplicates(&self, state: &mut State) -> bool {
+        state.deliveries += 1;
+        !self.fifo
+            && self
+                .quirks
+                .duplicate_every
+                .is_some_and(|every| every > 0 && state.deliveries.is_multiple_of(u64::from(every)))
+    }
+
     /// Delivers a visible message of a standard queue, or moves it toward the DLQ when its receives
     /// are spent.
     fn deliver_or_redrive(
@@ -735,7 +856,11 @@ impl MemoryQueue {
             moved.extend(state.remove(seq, false));
             return;
         }
-        batch.extend(self.deliver(state, seq, lease));
+        let delivered = self.deliver(state, seq, lease);
+        if delivered.is_some() && self.duplicates(state) {
+            self.duplicate(state, seq);
+        }
+        batch.extend(delivered);
     }
 
     /// While some group is noisy, takes the messages [`fair::pick`] orders; leaves the rest of the batch
@@ -862,6 +987,14 @@ impl MemoryQueue {
         if state.tombstones.get(&receipt.seq) == Some(&receipt.generation) {
             return Ok(());
         }
+        let stale = state
+            .messages
+            .get(&receipt.seq)
+            .is_some_and(|message| message.receipt > receipt.generation);
+        if stale && self.quirks.stale_delete_succeeds {
+            // SQS: "the request succeeds, but the message might not be deleted".
+            return Ok(());
+        }
         Err(lease_lost(state.messages.contains_key(&receipt.seq)))
     }
 
@@ -910,7 +1043,7 @@ impl MemoryQueue {
             message.status = Status::Visible;
             message.visible_at = now;
             *in_flight -= 1;
-            release_group(group_in_flight, message.group_id.as_deref());
+            unlock_group(group_in_flight, message.group_id.as_deref(), self.quirks);
             if !fifo {
                 ready.push_back((receipt.seq, version));
             }
@@ -970,7 +1103,7 @@ fn lease_lost(message_exists: bool) -> EntryError {
 /// from the wall clock at the first receive would never age, and a consumer counting SQS's 12 hours
 /// from `ApproximateFirstReceiveTimestamp` would find the first receive always just now.
 fn wall_clock_at(at: Instant, now: Instant) -> SystemTime {
-    let wall_now = SystemTime::now();
+    let wall_now = conveyor_core::wall_clock::now();
     wall_now
         .checked_sub(now.saturating_duration_since(at))
         .unwrap_or(wall_now)
@@ -1050,6 +1183,7 @@ impl Queue for MemoryQueue {
             }
             let wake = next_timer.map_or(give_up, |at| at.min(give_up));
             tokio::select! {
+                biased;
                 () = &mut arrival => {}
                 () = tokio::time::sleep_until(wake) => {}
             }

@@ -240,7 +240,11 @@ impl MemoryIdempotencyStore {
         // DynamoDB's `if_not_exists(fence, :now_ms) + 1` in the same conditional write; the run count
         // starts again on a record that was absent or expired.
         let previous = records.get(&request.key);
-        let token = next_token(previous.and_then(|record| record.token), now);
+        // On the thread's wall clock (a simulation's virtual one), so that tokens replay with their seed.
+        let token = next_token(
+            previous.and_then(|record| record.token),
+            conveyor_core::wall_clock::now(),
+        );
         let fresh = request.restart_runs
             || previous.is_none_or(|record| epoch_secs(record.expires_at) < epoch_secs(now));
         let run = {

@@ -335,6 +335,7 @@ async fn send_while_held(
         }
         tracing::warn!(%error, pause_ms = pause.as_millis() as u64, "the copy's send failed; holding the message in flight and trying again");
         tokio::select! {
+            biased;
             () = tokio::time::sleep(pause) => {}
             () = lease.cancelled() => return Err(error.to_string()),
         }

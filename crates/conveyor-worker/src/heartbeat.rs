@@ -300,13 +300,16 @@ impl Heartbeats {
         let mut calls = JoinSet::new();
         loop {
             let next = self.dispatch_due(&mut calls);
+            // Biased (a seed of the simulator replays exactly): the stop first, so it is never
+            // starved by the others.
             tokio::select! {
-                () = tokio::time::sleep_until(next) => {}
-                Some(_) = calls.join_next(), if !calls.is_empty() => {}
+                biased;
                 () = stop.cancelled() => {
                     calls.abort_all();
                     return;
                 }
+                () = tokio::time::sleep_until(next) => {}
+                Some(_) = calls.join_next(), if !calls.is_empty() => {}
             }
         }
     }
@@ -596,12 +599,15 @@ fn extend_claim(inner: &Arc<Inner>, queue: usize, held: ClaimHolder) {
             // A failing store cancels the handler at `cutoff.failing` even while the tries pause.
             let next = match &last_error {
                 Some(error) if !lease.cancellation().is_cancelled() && Instant::now() < cutoff.failing => {
+                    // The cutoff first: a try due at the same instant must not skip the cancellation
+                    // (the next round would find the cutoff past and never cancel).
                     tokio::select! {
-                        next = attempts.next() => next,
+                        biased;
                         () = tokio::time::sleep_until(cutoff.failing) => {
                             cancel_for_claim(&inner, queue, &lease, &message_id, &claim.key, error);
                             continue;
                         }
+                        next = attempts.next() => next,
                     }
                 }
                 _ => attempts.next().await,

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use conveyor_core::limits::MAX_VISIBILITY_TIMEOUT;
 use conveyor_core::runtime::{
@@ -61,6 +61,7 @@ enum Wait {
 /// Waits `delay` holding the message in flight (the heartbeat keeps it invisible).
 async fn wait_in_flight(runtime: &Runtime, lease: &Lease, delay: Duration) -> Wait {
     tokio::select! {
+        biased;
         () = tokio::time::sleep(delay) => Wait::Again,
         () = runtime.stop_receiving.cancelled() => Wait::Stop,
         () = lease.cancellation().cancelled() => Wait::Stop,
@@ -326,6 +327,7 @@ async fn run_members(runtime: &Arc<Runtime>, queue: usize, members: Vec<Received
             run.await
         } else {
             tokio::select! {
+                biased;
                 settled = &mut run => settled,
                 () = runtime.stop_receiving.cancelled() => {
                     release_rest(&runtime, queue, std::mem::take(&mut pending), Reason::Shutdown).await;
@@ -480,6 +482,7 @@ async fn unrun_at_the_last_receive(
                     .pipeline
                     .unrun_at_the_last_receive(message, &failure, Some(hold.visibility_cap));
             tokio::select! {
+                biased;
                 asked = asking => asked,
                 () = hold.lease.cancellation().cancelled() => UnrunJob::DeadLetter,
                 () = hold.lease.process_stop().cancelled() => UnrunJob::DeadLetter,
@@ -545,6 +548,7 @@ async fn admit(
     let slot = match runtime.guards.concurrency(job_type) {
         None => None,
         Some(semaphore) => tokio::select! {
+            biased;
             slot = acquire_slot(semaphore) => slot,
             () = stop.cancelled() => return Admit::Shutdown,
         },
@@ -553,6 +557,7 @@ async fn admit(
         let wait = bucket.reserve();
         if !wait.is_zero() {
             tokio::select! {
+                biased;
                 () = tokio::time::sleep(wait) => {}
                 () = stop.cancelled() => {
                     bucket.give_back();
@@ -586,7 +591,8 @@ fn record_tenant_start(runtime: &Runtime, message: &Message) {
     let Some(tenant) = message.tenant() else {
         return;
     };
-    let dwell = first_sent(message).and_then(|sent| SystemTime::now().duration_since(sent).ok());
+    let dwell =
+        first_sent(message).and_then(|sent| conveyor_core::wall_clock::now().duration_since(sent).ok());
     runtime.tenant_metrics.started(Some(tenant), dwell);
 }
 

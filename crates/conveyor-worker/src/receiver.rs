@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::config::WorkerConfig;
 use conveyor_core::limits::MAX_RECEIVE_MESSAGES;
@@ -118,6 +118,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
                 if last_was_empty && wait.is_zero() {
                     // Short polls that find nothing would otherwise spin.
                     tokio::select! {
+                        biased;
                         () = tokio::time::sleep(Duration::from_millis(200)) => {}
                         () = stop.cancelled() => return,
                     }
@@ -142,6 +143,7 @@ pub(crate) async fn receive_loop(runtime: Arc<Runtime>, queue: usize, batch: usi
                     );
                 }
                 tokio::select! {
+                    biased;
                     () = tokio::time::sleep(pause) => {}
                     () = stop.cancelled() => return,
                 }
@@ -439,7 +441,7 @@ fn dispatch(
     let metrics = &runtime.metrics[queue];
     add(&runtime.status.counters().received, messages.len() as u64);
     metrics.received.increment(messages.len() as u64);
-    let now = SystemTime::now();
+    let now = conveyor_core::wall_clock::now();
     let visible_until = times.requested_at + runtime.visibility[queue];
     let latest_visible_until = times.received_at + runtime.visibility[queue];
     let fifo = runtime.queues[queue].is_fifo();

@@ -39,6 +39,7 @@ pub(crate) async fn run(
             }
         }
         tokio::select! {
+            biased;
             () = tokio::time::sleep(interval) => {}
             () = stop.cancelled() => return,
         }

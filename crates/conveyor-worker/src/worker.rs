@@ -368,6 +368,7 @@ impl Worker {
         );
 
         tokio::select! {
+            biased;
             () = graceful.cancelled() => task_drain.cancel(),
             () = immediate.cancelled() => {}
         }
@@ -525,6 +526,7 @@ async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mu
         .set(deadline + CANCEL_GRACE + RELEASE_TIMEOUT);
     let drained = !immediate.is_cancelled()
         && tokio::select! {
+            biased;
             () = runtime.tracker.wait() => true,
             () = tokio::time::sleep_until(deadline) => false,
             () = immediate.cancelled() => false,
@@ -533,6 +535,7 @@ async fn drain(runtime: &Arc<Runtime>, immediate: &CancellationToken, loops: &mu
     let grace_end = began + POLL_GRACE.min(jobs_deadline);
     if !immediate.is_cancelled() {
         tokio::select! {
+            biased;
             () = async { while loops.join_next().await.is_some() {} } => {}
             () = tokio::time::sleep_until(grace_end) => {}
             () = immediate.cancelled() => {}

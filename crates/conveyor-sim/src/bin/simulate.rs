@@ -154,6 +154,13 @@ fn print_summary(report: &conveyor_sim::Report, clock_skew: Option<Duration>) {
             report.in_the_window
         );
     }
+    if report.expired > 0 {
+        println!(
+            "  retention: {} job(s) lost because the queue's retention deleted them, each older than the \
+             retention (the one excused loss)",
+            report.expired
+        );
+    }
     for violation in &report.violations {
         println!("  VIOLATION: {violation}");
     }
@@ -191,7 +198,7 @@ fn run_many(args: &Args) -> Result<()> {
                     if !report.passed() {
                         failed.fetch_add(1, Ordering::Relaxed);
                         print_summary(&report, clock_skew);
-                    } else if report.in_the_window > 0 {
+                    } else if report.in_the_window > 0 || report.expired > 0 {
                         // The documented at-least-once window: reported, not a failure (see check.rs).
                         print_summary(&report, clock_skew);
                     }
