@@ -1249,17 +1249,34 @@ impl BatchProcessor {
             return (Settled::NotStarted, None, None);
         }
         let lease = Lease::new(invocation.deadline);
-        // The budget counts runs in the store (issue 51, rule 3), and any delivery may find its key's
+        // The budget counts runs in the store (issue 51, rule 3), and a delivery may find its key's
         // runs spent: a redelivery (its last run's reject landed in the DLQ, the mapping's delete did
-        // not), and a first delivery too (a deferred copy, or another send of the job with its
-        // producer key, after the key's runs were spent). Without the budget the pipeline ran such a
-        // claim once more (simulator seed 65: "attempt 4 of the 2 the redrive policy allows", a
-        // deferred copy on its first receive). So the queue is resolved for every record (once per
-        // execution environment: the resolver caches it); a tracked job's status needs it too (the
-        // last attempt's rejection says `dead_lettered`, not `retrying`).
+        // not), a deferred copy, or another send of the job under its producer key. Without the
+        // budget the pipeline ran such a claim once more (simulator seed 65: "attempt 4 of the 2 the
+        // redrive policy allows", a deferred copy on its first receive). So the queue is resolved for
+        // them (once per execution environment: the resolver caches it); a tracked job's status needs
+        // it too (the last attempt's rejection says `dead_lettered`, not `retrying`). Only a plain
+        // message's first receive, keyed by its own new message id, cannot find runs spent: it runs
+        // without an SQS call.
+        let tracked = self
+            .pipeline
+            .router()
+            .settings()
+            .iter()
+            .any(|(_, settings)| settings.tracked);
+        let may_find_runs_spent = message.attempt() > 1
+            || message
+                .string_attribute(conveyor_core::message::DEFERRAL_ATTRIBUTE)
+                .is_some()
+            || message
+                .string_attribute(conveyor_core::message::IDEMPOTENCY_KEY_ATTRIBUTE)
+                .is_some();
         let max_attempts = match lane.queue.known_max_receive_count() {
             Some(max) => Some(max),
-            None => lane.queue.get().await.and_then(|queue| queue.max_receive_count()),
+            None if may_find_runs_spent || tracked => {
+                lane.queue.get().await.and_then(|queue| queue.max_receive_count())
+            }
+            None => None,
         };
         let budget = Budget::default()
             .with_run_deadline(Some(invocation.cutoff))
