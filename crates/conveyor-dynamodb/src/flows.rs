@@ -32,6 +32,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
@@ -234,6 +236,34 @@ impl DynamoStore {
 
     /// Sets `name` to `value` on the head once (`if_not_exists`), optionally dropping it off the open
     /// flows' listing.
+    /// An update of the flow's head item, made only while the head exists (`#id` is bound).
+    fn head_update(&self, id: &str) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.primary_key(id)))
+            .condition_expression("attribute_exists(#id)")
+            .expression_attribute_names("#id", &self.options.attributes.id)
+    }
+
+    /// Sends a head update: `Ok(None)` when its condition failed (no head: the flow is gone, or the
+    /// update's own condition did not hold).
+    async fn send_head_update(
+        &self,
+        flow_id: &str,
+        id: &str,
+        update: UpdateItemFluentBuilder,
+    ) -> Result<Option<UpdateItemOutput>, StoreError> {
+        self.count_request();
+        match update.send().await {
+            Ok(answer) => Ok(Some(answer)),
+            Err(error) => match classify(&error, self.target("UpdateItem", id)) {
+                Failure::ConditionFailed => Ok(None),
+                failure => Err(self.flow_failure(failure, flow_id)),
+            },
+        }
+    }
+
     async fn set_once(
         &self,
         flow_id: &str,
@@ -247,13 +277,8 @@ impl DynamoStore {
             expression.push_str(" REMOVE #shard, #sort");
         }
         let mut update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&id)))
+            .head_update(&id)
             .update_expression(expression)
-            .condition_expression("attribute_exists(#id)")
-            .expression_attribute_names("#id", &self.options.attributes.id)
             .expression_attribute_names("#name", name)
             .expression_attribute_values(":value", value);
         if close {
@@ -261,15 +286,8 @@ impl DynamoStore {
                 .expression_attribute_names("#shard", JOB_SHARD)
                 .expression_attribute_names("#sort", JOB_SORT);
         }
-        self.count_request();
-        match update.send().await {
-            Ok(_) => Ok(()),
-            // No head: the flow is gone; nothing to mark.
-            Err(error) => match classify(&error, self.target("UpdateItem", &id)) {
-                Failure::ConditionFailed => Ok(()),
-                failure => Err(self.flow_failure(failure, flow_id)),
-            },
-        }
+        // No head: the flow is gone; nothing to mark.
+        self.send_head_update(flow_id, &id, update).await.map(drop)
     }
 
     /// One count's transaction: the child's item (conditional on `child_condition`) and the head's
@@ -624,34 +642,21 @@ impl FlowStore for DynamoStore {
 
     async fn parent_refused(&self, flow_id: &str, reason: &str) -> Result<Option<u64>, StoreError> {
         let id = flow_item_id(flow_id);
-        self.count_request();
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&id)))
+        let update = self
+            .head_update(&id)
             .update_expression("ADD #refusals :one SET #error = :reason")
-            .condition_expression("attribute_exists(#id)")
-            .expression_attribute_names("#id", &self.options.attributes.id)
             .expression_attribute_names("#refusals", REFUSALS)
             .expression_attribute_names("#error", PARENT_ERROR)
             .expression_attribute_values(":one", AttributeValue::N("1".to_owned()))
             .expression_attribute_values(":reason", string(reason))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
-            .send()
-            .await;
-        match result {
-            Ok(answer) => {
-                let refusals = answer.attributes().and_then(|item| whole(item, REFUSALS));
-                refusals
-                    .map(Some)
-                    .ok_or_else(|| malformed(flow_id, "`flow_parent_refusals` is missing after its update"))
-            }
-            Err(error) => match classify(&error, self.target("UpdateItem", &id)) {
-                Failure::ConditionFailed => Ok(None),
-                failure => Err(self.flow_failure(failure, flow_id)),
-            },
-        }
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew);
+        let Some(answer) = self.send_head_update(flow_id, &id, update).await? else {
+            return Ok(None);
+        };
+        let refusals = answer.attributes().and_then(|item| whole(item, REFUSALS));
+        refusals
+            .map(Some)
+            .ok_or_else(|| malformed(flow_id, "`flow_parent_refusals` is missing after its update"))
     }
 
     async fn mark_parent_failed(
@@ -661,30 +666,19 @@ impl FlowStore for DynamoStore {
         at: SystemTime,
     ) -> Result<(), StoreError> {
         let id = flow_item_id(flow_id);
-        self.count_request();
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&id)))
+        let update = self
+            .head_update(&id)
             .update_expression(
                 "SET #failed = if_not_exists(#failed, :at), #error = if_not_exists(#error, :reason) \
                  REMOVE #shard, #sort",
             )
-            .condition_expression("attribute_exists(#id)")
-            .expression_attribute_names("#id", &self.options.attributes.id)
             .expression_attribute_names("#failed", PARENT_FAILED)
             .expression_attribute_names("#error", PARENT_ERROR)
             .expression_attribute_names("#shard", JOB_SHARD)
             .expression_attribute_names("#sort", JOB_SORT)
             .expression_attribute_values(":at", number(to_epoch_millis(at)))
-            .expression_attribute_values(":reason", string(reason))
-            .send()
-            .await;
-        match result.map_err(|error| classify(&error, self.target("UpdateItem", &id))) {
-            Ok(_) | Err(Failure::ConditionFailed) => Ok(()),
-            Err(failure) => Err(self.flow_failure(failure, flow_id)),
-        }
+            .expression_attribute_values(":reason", string(reason));
+        self.send_head_update(flow_id, &id, update).await.map(drop)
     }
 
     async fn claim_failure_notice(&self, flow_id: &str, message_id: &str) -> Result<bool, StoreError> {
@@ -761,22 +755,11 @@ impl FlowStore for DynamoStore {
 
     async fn close(&self, flow_id: &str) -> Result<(), StoreError> {
         let id = flow_item_id(flow_id);
-        self.count_request();
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.primary_key(&id)))
+        let update = self
+            .head_update(&id)
             .update_expression("REMOVE #shard, #sort")
-            .condition_expression("attribute_exists(#id)")
-            .expression_attribute_names("#id", &self.options.attributes.id)
             .expression_attribute_names("#shard", JOB_SHARD)
-            .expression_attribute_names("#sort", JOB_SORT)
-            .send()
-            .await;
-        match result.map_err(|error| classify(&error, self.target("UpdateItem", &id))) {
-            Ok(_) | Err(Failure::ConditionFailed) => Ok(()),
-            Err(failure) => Err(self.flow_failure(failure, flow_id)),
-        }
+            .expression_attribute_names("#sort", JOB_SORT);
+        self.send_head_update(flow_id, &id, update).await.map(drop)
     }
 }
