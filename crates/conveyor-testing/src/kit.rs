@@ -45,7 +45,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use conveyor_core::message::{AttributeValue, IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE, Message};
+use conveyor_core::message::{
+    AttributeValue, DEFERRAL_ATTRIBUTE, DeferralRecord, IDEMPOTENCY_KEY_ATTRIBUTE, JOB_TYPE_ATTRIBUTE,
+    Message,
+};
 use conveyor_core::runtime::{AckReason, Budget, Lease, Outcome, Processed};
 use conveyor_core::{Context, Pipeline};
 use serde::Serialize;
@@ -103,9 +106,27 @@ impl TestJob {
     }
 
     /// This delivery is run `attempt` (1 = first) of at most `max_attempts` (the queue's
-    /// `maxReceiveCount`): a retryable failure at the last one goes to the DLQ.
+    /// `maxReceiveCount`): a retryable failure at the last one goes to the DLQ. The retry budget counts
+    /// runs, not receives, so the message is built as a copy that carries `attempt - 1` earlier runs
+    /// (its first receive; a store that counts runs agrees, as it never counts fewer than a copy
+    /// carries).
     pub fn attempt(mut self, attempt: u32, max_attempts: u32) -> Self {
-        self.message.receive_count = attempt.max(1);
+        self.message.receive_count = 1;
+        self.message.attributes.remove(DEFERRAL_ATTRIBUTE);
+        if attempt > 1 {
+            let record = DeferralRecord {
+                original_id: self.message.id.clone(),
+                first_sent_ms: None,
+                attempts: attempt - 1,
+                deferrals: 0,
+                waiting_for: None,
+                waiting_since_ms: None,
+            };
+            let json = serde_json::to_string(&record).unwrap_or_default();
+            self.message
+                .attributes
+                .insert(DEFERRAL_ATTRIBUTE.to_owned(), AttributeValue::string(json));
+        }
         self.max_attempts = Some(max_attempts);
         self
     }
