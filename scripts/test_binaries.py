@@ -87,6 +87,31 @@ def order(binaries):
     return sorted(binaries, key=lambda binary: rank.get(binary[0], len(LONGEST)))
 
 
+# Each failed binary's digest, printed again at the very end: CI keeps only the log's tail.
+digests = []
+
+
+def digest(text, most=30):
+    """The lines of a failed test binary's output that say what failed, without its backtraces."""
+    lines = text.splitlines()
+    kept = set()
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        said = (
+            stripped.startswith("---- ")
+            or "panicked at" in stripped
+            or stripped.startswith(("Error:", "VIOLATION", "assertion", "left:", "right:"))
+            or ("seeds failed" in stripped)
+        )
+        if said:
+            kept.add(index)
+            # What an `Error:` or a panic says is on the lines after it.
+            if stripped.startswith("Error:") or "panicked at" in stripped:
+                kept.update(following for following in (index + 1, index + 2) if following < len(lines))
+    keep = [lines[index][:300] for index in sorted(kept) if lines[index].strip()]
+    return keep[:most]
+
+
 def run(binaries, jobs, cargo):
     """Runs them `jobs` at a time; returns the failed ones' names."""
     environment = dict(os.environ, CARGO=cargo)
@@ -119,6 +144,7 @@ def run(binaries, jobs, cargo):
                 print(text, end="", flush=True)
                 if status != 0:
                     failed.append(f"{name} ({folder})")
+                    digests.append((name, digest(text)))
 
     threads = [threading.Thread(target=worker) for _ in range(jobs)]
     for thread in threads:
@@ -171,6 +197,10 @@ def main():
     failed += also_failed
     minutes = (time.monotonic() - started) / 60
     print(f"\n{len(binaries)} test binaries in {minutes:.1f} min, {jobs} at a time; {len(failed)} failed")
+    for name, lines in digests:
+        print(f"\n----- what failed in {name}:")
+        for line in lines:
+            print(f"  {line}")
     for name in failed:
         print(f"  failed: {name}")
     sys.exit(1 if failed else 0)

@@ -269,7 +269,7 @@ impl Origin<'_> {
 }
 
 /// How a retry leaves the queue, the one place the rule lives (both runtimes call it): receives bound
-/// how long a message is held, runs spend the budget ([`exhaust`] already dead-lettered a job whose
+/// how long a message is held, runs spend the budget (`exhaust` already dead-lettered a job whose
 /// runs are spent).
 ///
 /// | the message | standard queue | FIFO queue |

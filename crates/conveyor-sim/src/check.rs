@@ -378,7 +378,7 @@ fn expired_past_its_retention(scenario: &Scenario, job: &JobSpec, observed: &Obs
         .any(|(id, age)| of_job.contains(id.as_str()) && *age >= retention.as_millis())
 }
 
-/// The jobs lost to the queue's retention, each past it ([`expired_past_its_retention`]): counted,
+/// The jobs lost to the queue's retention, each past it: counted,
 /// not failures.
 pub fn expired_by_retention(scenario: &Scenario, observed: &Observation) -> usize {
     scenario
@@ -577,6 +577,15 @@ fn check_status(
                     && effects > 0
                     && record.last_error.as_deref() == Some(conveyor_core::port::REDRIVE_REASON)
                     && completion_lost_in_the_window(job.id, observed) =>
+            {
+                None
+            }
+            // Retention's twin: its last-receive claim lapsed because the queue's retention deleted
+            // the message under it, which reads as redriven (seed 1199).
+            JobStatus::DeadLettered
+                if dead == 0
+                    && record.last_error.as_deref() == Some(conveyor_core::port::REDRIVE_REASON)
+                    && expired_past_its_retention(scenario, job, observed) =>
             {
                 None
             }
@@ -1286,4 +1295,6 @@ fn lease_loss_explained(run: &Run, observed: &Observation, visibility: Duration)
             .any(|(instance, at)| *instance == run.instance && *at <= ended)
         || log.queue_faults.iter().any(overlaps)
         || log.store_outages.iter().any(overlaps)
+        // The queue's retention deleted the message it ran for (a message expires whoever holds it).
+        || observed.expired.iter().any(|(id, _)| *id == run.message_id)
 }

