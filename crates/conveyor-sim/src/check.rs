@@ -1153,7 +1153,10 @@ fn lost_in_the_window(run: &Run, next: Option<&Run>, observed: &Observation) -> 
     let in_the_window = killed_before_its_completion(run, observed)
         || (run.instance.starts_with("lambda-")
             && store_down_after_the_effect(run, log, observed.longest_invocation))
-        || next.is_some_and(|next| claimed_first_at_recovery(run, next, log, observed.store_latency))
+        || next.is_some_and(|next| {
+            claimed_first_at_recovery(run, next, log, observed.store_latency)
+                || outlived_its_lease(run, next, log, observed.store_latency)
+        })
         || stopped_in_a_store_outage(run, log);
     in_the_window
         && run
@@ -1225,6 +1228,24 @@ fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log, store_latency
             && second.started_ms >= *to
             && second.started_ms <= to + RECOVERY_RACE_MS + latency
     })
+}
+
+/// `first`'s handler returned late, after it was told to stop (its lease lost in a queue fault while
+/// it ran), and `second` claimed the job before `first`'s completion, made as the handler returned,
+/// could reach the store: a handler that outlives its message's visibility may run twice, whatever
+/// the runtime (seed 3119: a 4.8 s store, the completion 3 s behind the other worker's claim).
+fn outlived_its_lease(first: &Run, second: &Run, log: &Log, store_latency: Duration) -> bool {
+    let Some(returned) = first.returned_ms else {
+        return false;
+    };
+    let lease_lost_in_a_fault = log
+        .queue_faults
+        .iter()
+        .any(|(from, to)| *from <= returned && first.started_ms <= *to);
+    first.returns_late
+        && lease_lost_in_a_fault
+        && second.started_ms >= first.started_ms
+        && second.started_ms <= returned + store_latency.as_millis() + RECOVERY_RACE_MS
 }
 
 /// `run`'s worker was asked to shut down after the run started, and the store was down when the run
