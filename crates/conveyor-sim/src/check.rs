@@ -471,7 +471,9 @@ fn check_status(
     // A job decided for the DLQ (a run ended in a permanent failure) never runs again from its queue:
     // its status would go dead_lettered → running (the DLQ send failed and the message came back).
     // A permanent error in a batch call that returned too few results was never taken: the call
-    // failed as a whole and every job of it was retried.
+    // failed as a whole and every job of it was retried. Nor one a handler returned after it was told
+    // to stop: its error is the stop's failure, a retry (seed 4411: a batch handler's permanent error
+    // 2.6 s past its timeout).
     let runs: Vec<&Run> = observed.log.runs.iter().filter(|run| run.job == job.id).collect();
     let rejections: Vec<bool> = observed
         .log
@@ -479,7 +481,11 @@ fn check_status(
         .iter()
         .enumerate()
         .filter(|(_, run)| run.job == job.id)
-        .map(|(index, run)| run.end == RunEnd::Permanent && !in_a_short_call(index, &observed.log))
+        .map(|(index, run)| {
+            run.end == RunEnd::Permanent
+                && !in_a_short_call(index, &observed.log)
+                && !(run.returns_late && run.returned_ms.is_some())
+        })
         .collect();
     // The rejected run's release wrote dead_lettered before the later run claimed, unless its process
     // was killed first (the rejection never recorded: the job runs again, at least once), its Lambda
