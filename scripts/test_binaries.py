@@ -87,10 +87,6 @@ def order(binaries):
     return sorted(binaries, key=lambda binary: rank.get(binary[0], len(LONGEST)))
 
 
-# Each failed binary's digest, printed again at the very end: CI keeps only the log's tail.
-digests = []
-
-
 def digest(text, most=30):
     """The lines of a failed test binary's output that say what failed, without its backtraces."""
     lines = text.splitlines()
@@ -113,10 +109,12 @@ def digest(text, most=30):
 
 
 def run(binaries, jobs, cargo):
-    """Runs them `jobs` at a time; returns the failed ones' names."""
+    """Runs them `jobs` at a time; returns the failed ones' names, and each one's digest (printed again
+    at the very end: CI keeps only the log's tail)."""
     environment = dict(os.environ, CARGO=cargo)
     pending = list(binaries)
     failed = []
+    digests = []
     lock = threading.Lock()
 
     def worker():
@@ -151,7 +149,7 @@ def run(binaries, jobs, cargo):
         thread.start()
     for thread in threads:
         thread.join()
-    return failed
+    return failed, digests
 
 
 def run_also(command, failed):
@@ -189,7 +187,7 @@ def main():
     if jobs > 1:
         for thread in beside:
             thread.start()
-    failed = run(binaries, max(jobs, 1), cargo)
+    failed, digests = run(binaries, max(jobs, 1), cargo)
     for thread in beside:
         if jobs <= 1:
             thread.start()

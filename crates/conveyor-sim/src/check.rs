@@ -1141,15 +1141,20 @@ fn release_outlived_by_a_store_outage(rejected: &Run, observed: &Observation) ->
 /// another delivery claimed first within a second of the store coming back (the completion is tried
 /// every half second; whoever reaches the store first after an outage wins).
 fn completion_lost_in_the_window(job: u32, observed: &Observation) -> bool {
-    let log = &observed.log;
-    let mut effects = log
-        .effects
-        .iter()
-        .filter(|(done, _)| *done == job)
-        .filter_map(|(_, run)| log.runs.get(*run));
+    let runs = effect_runs(job, &observed.log);
+    let mut effects = runs.iter().map(|(_, run)| *run);
     let first = effects.next();
     let second = effects.next();
     first.is_some_and(|run| lost_in_the_window(run, second, observed))
+}
+
+/// The runs that applied `job`'s effects, in order, each with its index in [`Log::runs`].
+fn effect_runs(job: u32, log: &Log) -> Vec<(usize, &Run)> {
+    log.effects
+        .iter()
+        .filter(|(done, _)| *done == job)
+        .filter_map(|(_, index)| log.runs.get(*index).map(|run| (*index, run)))
+        .collect()
 }
 
 /// `run` applied its effect and its completion was lost in the documented at-least-once window
@@ -1177,12 +1182,7 @@ fn lost_in_the_window(run: &Run, next: Option<&Run>, observed: &Observation) -> 
 /// ([`in_a_short_call`]). Seed 4450 had one of each.
 fn every_earlier_effect_excused(job: u32, observed: &Observation) -> bool {
     let log = &observed.log;
-    let runs: Vec<(usize, &Run)> = log
-        .effects
-        .iter()
-        .filter(|(done, _)| *done == job)
-        .filter_map(|(_, index)| log.runs.get(*index).map(|run| (*index, run)))
-        .collect();
+    let runs = effect_runs(job, log);
     let Some((_, earlier)) = runs.split_last() else {
         return false;
     };
@@ -1240,6 +1240,8 @@ fn claimed_first_at_recovery(first: &Run, second: &Run, log: &Log, store_latency
 /// it ran), and `second` claimed the job before `first`'s completion, made as the handler returned,
 /// could reach the store: a handler that outlives its message's visibility may run twice, whatever
 /// the runtime (seed 3119: a 4.8 s store, the completion 3 s behind the other worker's claim).
+/// `second` ran for the same message at a later receive: SQS handed it out again, so its visibility,
+/// and with it `first`'s lease, had ended. A claim taken from a live lease is never excused.
 fn outlived_its_lease(first: &Run, second: &Run, log: &Log, store_latency: Duration) -> bool {
     let Some(returned) = first.returned_ms else {
         return false;
@@ -1248,8 +1250,11 @@ fn outlived_its_lease(first: &Run, second: &Run, log: &Log, store_latency: Durat
         .queue_faults
         .iter()
         .any(|(from, to)| *from <= returned && first.started_ms <= *to);
+    let handed_out_again =
+        second.message_id == first.message_id && second.receive_count > first.receive_count;
     first.returns_late
         && lease_lost_in_a_fault
+        && handed_out_again
         && second.started_ms >= first.started_ms
         && second.started_ms <= returned + store_latency.as_millis() + RECOVERY_RACE_MS
 }
@@ -1331,6 +1336,17 @@ fn lease_loss_explained(run: &Run, observed: &Observation, visibility: Duration)
             .any(|(instance, at)| *instance == run.instance && *at <= ended)
         || log.queue_faults.iter().any(overlaps)
         || log.store_outages.iter().any(overlaps)
-        // The queue's retention deleted the message it ran for (a message expires whoever holds it).
-        || observed.expired.iter().any(|(id, _)| *id == run.message_id)
+        || expired_under_it(run, observed)
+}
+
+/// The queue's retention deleted the message `run` ran for while it ran (a message expires whoever
+/// holds it): it expired, and no one received it after the run started.
+fn expired_under_it(run: &Run, observed: &Observation) -> bool {
+    let expired = observed.expired.iter().any(|(id, _)| *id == run.message_id);
+    let received_later = observed
+        .log
+        .received
+        .iter()
+        .any(|received| received.message_id == run.message_id && received.at_ms > run.started_ms);
+    expired && !received_later
 }

@@ -433,7 +433,7 @@ impl Scenario {
     /// Duplicates: SQS's are rare (a few in a million deliveries); one in 20 is thousands of times that.
     /// At one in 2 (session 28's draw) seed 194 never settled: each duplicate of a deferred copy is
     /// deferred again as a copy of its own, so while a key is held its copies grow by half each lease,
-    /// faster than the spent claims drain them (see the closing note of session 29).
+    /// faster than the spent claims drain them (an open finding: `failed-seeds.txt`, seed 194).
     fn with_queue_quirks(mut self) -> Scenario {
         let mut rng = Rng::with_seed(self.seed ^ QUIRKS_SALT);
         if !chance(&mut rng, 50) {
